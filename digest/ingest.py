@@ -1,0 +1,350 @@
+"""Streaming ingest of Neo.mjs export bundles and of the simple JSONL turn format.
+
+Files are read line by line, so memory stays bounded whatever the file size; the 4096-float
+embedding of each vector row is cut out of the line before JSON parsing, never parsed or stored.
+A bad line becomes a reject with its reason and line number, and the rest of the file goes on.
+
+Routing is by file name, as the original's import does:
+- `memory-backup-*.jsonl`: turn rows `{id, embedding, metadata, document}`;
+- `graph-backup-*.jsonl`: `AGENT_MEMORY` node lines give the turns' mini summaries;
+- `summaries-backup-*.jsonl`: the exported session summaries, kept for drift detection;
+- `temporal-summary-backup-*.jsonl`: recognised and skipped (nothing here consumes it);
+- any other `*.jsonl`: the simple turn format (README, "Turn format for other harnesses").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Protocol
+
+from digest.turns import compose_document, parse_timestamp_ms
+
+BATCH_ROWS = 2000
+EXCERPT_CHARS = 200
+_EMBEDDING = re.compile(r'"embedding"\s*:\s*\[')
+
+
+class Reject(Exception):
+    """A line that cannot be ingested; the message is the stored reason."""
+
+
+class Sink(Protocol):
+    def write_turns(self, rows: list[dict]) -> None: ...
+    def write_imported_mini_summaries(self, rows: list[dict]) -> None: ...
+    def write_imported_summaries(self, rows: list[dict]) -> None: ...
+    def write_rejects(self, rows: list[dict]) -> None: ...
+    def refresh_sessions(self, session_ids: Iterable[str]) -> list[dict]: ...
+
+
+@dataclass
+class FileReport:
+    path: str
+    kind: str
+    lines: int = 0
+    rows: int = 0
+    rejects: int = 0
+
+
+@dataclass
+class IngestReport:
+    files: list[FileReport] = field(default_factory=list)
+    sessions: list[dict] = field(default_factory=list)  # the refreshed `sessions` rows
+
+    @property
+    def turns(self) -> int:
+        return sum(f.rows for f in self.files if f.kind in ("memory", "turns"))
+
+    @property
+    def rejects(self) -> int:
+        return sum(f.rejects for f in self.files)
+
+
+def file_kind(path: Path) -> str:
+    name = path.name
+    for prefix, kind in (
+        ("memory-backup-", "memory"),
+        ("graph-backup-", "graph"),
+        ("summaries-backup-", "summaries"),
+        ("temporal-summary-backup-", "temporal"),
+    ):
+        if name.startswith(prefix):
+            return kind
+    return "turns"
+
+
+def _strip_embedding(line: str) -> str:
+    """Cut the embedding array out of the raw line: `]` cannot occur inside a float array, and
+    the pattern cannot occur inside a JSON string, whose quotes are escaped."""
+    match = _EMBEDDING.search(line)
+    if not match:
+        return line
+    end = line.find("]", match.end())
+    if end < 0:
+        return line
+    return line[: match.start()] + '"embedding":null' + line[end + 1 :]
+
+
+def _load(line: str) -> dict:
+    try:
+        value = json.loads(_strip_embedding(line))
+    except json.JSONDecodeError as exc:
+        raise Reject(f"json-parse: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(value, dict):
+        raise Reject(f"not-an-object: line holds a JSON {type(value).__name__}")
+    return value
+
+
+def _text(obj: dict, key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise Reject(f"wrong-type: {where}{key} is {type(value).__name__}, expected string")
+    return value
+
+
+def _required_id(obj: dict, key: str, where: str, code: str) -> str:
+    value = _text(obj, key, where)
+    if value is None or not value.strip():
+        raise Reject(f"{code}: {where}{key} is missing or empty")
+    return value
+
+
+def _timestamp(value: object, where: str) -> int | None:
+    try:
+        return parse_timestamp_ms(value)
+    except ValueError as exc:
+        raise Reject(f"bad-timestamp: {where}timestamp: {exc}") from None
+
+
+def _tool_calls(value: object) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise Reject("wrong-type: metadata.amountToolCalls is bool, expected number")
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(float(value))
+        except ValueError:
+            pass
+    raise Reject(f"wrong-type: metadata.amountToolCalls is {value!r}, expected number")
+
+
+def _turn_row(
+    *, turn_id, session_id, ts_ms, kind, prompt, thought, response, document, meta_get, source, line_no
+) -> dict:
+    rebuilt = False
+    if document is None or not document.strip():
+        if kind != "agent-interaction":
+            raise Reject(f"empty-turn-fields: a {kind!r} row has no document")
+        empty = [name for name, v in (("prompt", prompt), ("thought", thought), ("response", response)) if not (v or "").strip()]
+        if empty:
+            raise Reject(f"empty-turn-fields: no document, and {', '.join(empty)} empty")
+        document, rebuilt = compose_document(prompt, thought, response), True
+    return {
+        "id": turn_id,
+        "session_id": session_id,
+        "ts_ms": ts_ms,
+        "type": kind,
+        "prompt": prompt,
+        "thought": thought,
+        "response": response,
+        "document": document,
+        "document_rebuilt": rebuilt,
+        "agent": meta_get("agent"),
+        "agent_identity": meta_get("agentIdentity"),
+        "model": meta_get("model"),
+        "user_id": meta_get("userId"),
+        "amount_tool_calls": None,
+        "tools_used": None,
+        "archived_at": None,
+        "archived_reason": None,
+        "source_file": source,
+        "source_line": line_no,
+    }
+
+
+def parse_memory_row(obj: dict, source: str, line_no: int) -> dict:
+    """A `memory-backup` row → a `turns` row."""
+    turn_id = _required_id(obj, "id", "", "missing-id")
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        raise Reject(f"wrong-type: metadata is {type(meta).__name__}, expected object")
+    session_id = _required_id(meta, "sessionId", "metadata.", "missing-session-id")
+
+    def meta_get(key: str) -> str | None:
+        return _text(meta, key, "metadata.") or None
+
+    row = _turn_row(
+        turn_id=turn_id,
+        session_id=session_id,
+        ts_ms=_timestamp(meta.get("timestamp"), "metadata."),
+        kind=meta_get("type") or "agent-interaction",
+        prompt=_text(meta, "prompt", "metadata."),
+        thought=_text(meta, "thought", "metadata."),
+        response=_text(meta, "response", "metadata."),
+        document=_text(obj, "document", ""),
+        meta_get=meta_get,
+        source=source,
+        line_no=line_no,
+    )
+    tools = meta.get("toolsUsed")
+    if isinstance(tools, list):
+        tools = json.dumps(tools)
+    elif tools is not None and not isinstance(tools, str):
+        raise Reject(f"wrong-type: metadata.toolsUsed is {type(tools).__name__}, expected string or array")
+    row.update(
+        amount_tool_calls=_tool_calls(meta.get("amountToolCalls")),
+        tools_used=tools or None,
+        archived_at=meta_get("archivedAt"),
+        archived_reason=meta_get("archivedReason"),
+    )
+    return row
+
+
+def parse_simple_turn(obj: dict, source: str, line_no: int) -> tuple[dict, str | None]:
+    """The simple turn format → a `turns` row and the turn's mini summary, if it carries one."""
+    turn_id = _required_id(obj, "id", "", "missing-id")
+    session_id = _required_id(obj, "session_id", "", "missing-session-id")
+    prompt, response = _text(obj, "prompt", ""), _text(obj, "response", "")
+    row = _turn_row(
+        turn_id=turn_id,
+        session_id=session_id,
+        ts_ms=_timestamp(obj.get("timestamp"), ""),
+        kind="agent-interaction",
+        prompt=prompt,
+        thought=_text(obj, "thought", "") or "",
+        response=response,
+        document=_text(obj, "document", ""),
+        meta_get=lambda key: _text(obj, {"agentIdentity": "agent_identity", "userId": "user_id"}.get(key, key), "") or None,
+        source=source,
+        line_no=line_no,
+    )
+    row["amount_tool_calls"] = _tool_calls(obj.get("tool_calls"))
+    mini = _text(obj, "mini_summary", "")
+    return row, (mini.strip() or None) if mini else None
+
+
+def parse_graph_line(obj: dict) -> dict | None:
+    """A `graph-backup` line → a mini summary row, or None for lines that carry none."""
+    if obj.get("type") != "node":
+        return None
+    data = obj.get("data")
+    if not isinstance(data, dict) or data.get("label") != "AGENT_MEMORY":
+        return None
+    props = data.get("properties")
+    if not isinstance(props, dict):
+        raise Reject("wrong-type: data.properties of an AGENT_MEMORY node is not an object")
+    mini = props.get("miniSummary")
+    if mini is None or (isinstance(mini, str) and not mini.strip()):
+        return None
+    if not isinstance(mini, str):
+        raise Reject(f"wrong-type: data.properties.miniSummary is {type(mini).__name__}, expected string")
+    turn_id = _required_id(data, "id", "data.", "missing-id")
+    session_id = _required_id(props, "sessionId", "data.properties.", "missing-session-id")
+    return {"turn_id": turn_id, "session_id": session_id, "text": mini.strip()}
+
+
+def parse_summary_row(obj: dict, source: str) -> dict:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        raise Reject(f"wrong-type: metadata is {type(meta).__name__}, expected object")
+    session_id = _required_id(meta, "sessionId", "metadata.", "missing-session-id")
+    count = meta.get("memoryCount")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, (int, float))):
+        raise Reject(f"wrong-type: metadata.memoryCount is {type(count).__name__}, expected number")
+    return {
+        "session_id": session_id,
+        "memory_count": int(count) if count is not None else None,
+        "input_revision": _text(meta, "dreamInputRevision", "metadata."),
+        "title": _text(meta, "title", "metadata."),
+        "summary": _text(obj, "document", ""),
+        "source_tier": _text(meta, "sourceTier", "metadata."),
+        "source_file": source,
+    }
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    with path.open("r", encoding="utf-8", errors="replace") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if line.strip():
+                yield line_no, line
+
+
+def ingest_file(path: Path, sink: Sink, touched: set[str]) -> FileReport:
+    kind = file_kind(path)
+    report = FileReport(path=str(path), kind=kind)
+    if kind == "temporal":
+        return report
+    source = str(path)
+    turns: list[dict] = []
+    minis: list[dict] = []
+    summaries: list[dict] = []
+    rejects: list[dict] = []
+
+    def flush() -> None:
+        sink.write_turns(turns)
+        sink.write_imported_mini_summaries(minis)
+        sink.write_imported_summaries(summaries)
+        sink.write_rejects(rejects)
+        for batch in (turns, minis, summaries, rejects):
+            batch.clear()
+
+    for line_no, line in _lines(path):
+        report.lines += 1
+        try:
+            obj = _load(line)
+            if kind == "memory":
+                turns.append(parse_memory_row(obj, source, line_no))
+            elif kind == "turns":
+                row, mini = parse_simple_turn(obj, source, line_no)
+                turns.append(row)
+                if mini:
+                    minis.append({"turn_id": row["id"], "session_id": row["session_id"], "text": mini})
+            elif kind == "graph":
+                mini = parse_graph_line(obj)
+                if mini is None:
+                    continue
+                minis.append(mini)
+            else:
+                summaries.append(parse_summary_row(obj, source))
+            report.rows += 1
+        except Reject as reason:
+            report.rejects += 1
+            rejects.append(
+                {"source_file": source, "line_no": line_no, "reason": str(reason), "excerpt": line[:EXCERPT_CHARS]}
+            )
+        if len(turns) + len(minis) + len(summaries) + len(rejects) >= BATCH_ROWS:
+            touched.update(r["session_id"] for r in turns)
+            flush()
+    touched.update(r["session_id"] for r in turns)
+    flush()
+    return report
+
+
+def discover(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given, and every `*.jsonl` directly inside a given folder, in name order."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(sorted(p for p in path.glob("*.jsonl") if p.is_file()))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise FileNotFoundError(f"no such file or folder: {path}")
+    return found
+
+
+def ingest_paths(paths: Iterable[str | Path], sink: Sink) -> IngestReport:
+    report = IngestReport()
+    touched: set[str] = set()
+    for path in discover(paths):
+        report.files.append(ingest_file(path.resolve(), sink, touched))
+    report.sessions = sink.refresh_sessions(touched)
+    return report

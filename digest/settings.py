@@ -1,0 +1,121 @@
+"""Every deployment setting, in one place: its env var, its default, and how it is parsed.
+
+Settings are read once, when the definitions load. A malformed value raises `SettingsError`
+naming the variable, so a bad deployment fails loudly at load instead of running with a
+silently substituted default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+# The embedded SmolLM2 GGUF was trained with an 8192-token context; the server is started with it.
+EMBEDDED_CONTEXT_TOKENS = 8192
+PROVIDERS = ("embedded", "openai", "ollama")
+
+
+class SettingsError(ValueError):
+    """A setting's env var holds a value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    db_path: Path
+    inbox: Path
+    provider: str
+    model_url: str | None
+    model_name: str
+    context_limit_tokens: int
+    safe_limit_tokens: int
+    raw_cap_tokens: int | None  # None: the cap is off (high-context hosts)
+    bytes_per_token: float
+    summary_timeout_s: float
+    summary_max_output_tokens: int
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.home / "dagster"
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum:
+        raise SettingsError(f"{name}={raw!r} must be at least {minimum}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise SettingsError(f"{name}={raw!r} must be a positive finite number")
+    return value
+
+
+# A raw call must finish inside DIGEST_SUMMARY_TIMEOUT_S (180 s) on a CPU host. Prompt evaluation
+# runs at roughly 50 tokens/s for a 4B-active or 7B Q4 model on a few CPU cores, so 8192 prompt
+# tokens cost about 165 s: the most that fits the timeout with room for the answer.
+DEFAULT_RAW_CAP_TOKENS = 8192
+
+
+def parse_raw_cap(raw: str | None) -> int | None:
+    """`DIGEST_RAW_CAP_TOKENS`: a positive token count, `off` (no cap), or empty for the default."""
+    text = (raw or "").strip()
+    if not text:
+        return DEFAULT_RAW_CAP_TOKENS
+    if text.lower() == "off":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise SettingsError(
+            f"DIGEST_RAW_CAP_TOKENS={text!r} is neither a whole number of tokens nor 'off'"
+        ) from None
+    if value < 1:
+        raise SettingsError(f"DIGEST_RAW_CAP_TOKENS={text!r} must be at least 1 (or 'off')")
+    return value
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    home = Path(env.get("DIGEST_HOME", "").strip() or ".digest").resolve()
+    provider = env.get("DIGEST_MODEL_PROVIDER", "").strip().lower() or "embedded"
+    if provider not in PROVIDERS:
+        raise SettingsError(f"DIGEST_MODEL_PROVIDER={provider!r} is not one of {', '.join(PROVIDERS)}")
+    default_context = EMBEDDED_CONTEXT_TOKENS if provider == "embedded" else 131072
+    context = _int(env, "DIGEST_CONTEXT_LIMIT_TOKENS", default_context, minimum=256)
+    safe = _int(env, "DIGEST_SAFE_LIMIT_TOKENS", (context * 3) // 4)
+    if safe > context:
+        raise SettingsError(
+            f"DIGEST_SAFE_LIMIT_TOKENS={safe} is above DIGEST_CONTEXT_LIMIT_TOKENS={context}"
+        )
+    default_name = {"embedded": "smollm2", "openai": "default", "ollama": "llama3.2"}[provider]
+    return Settings(
+        home=home,
+        db_path=Path(env.get("DIGEST_DB_PATH", "").strip() or home / "digest.duckdb").resolve(),
+        inbox=Path(env.get("DIGEST_INBOX", "").strip() or home / "inbox").resolve(),
+        provider=provider,
+        model_url=env.get("DIGEST_MODEL_URL", "").strip() or None,
+        model_name=env.get("DIGEST_MODEL_NAME", "").strip() or default_name,
+        context_limit_tokens=context,
+        safe_limit_tokens=safe,
+        raw_cap_tokens=parse_raw_cap(env.get("DIGEST_RAW_CAP_TOKENS")),
+        bytes_per_token=_float(env, "DIGEST_BYTES_PER_TOKEN", 3.0),
+        summary_timeout_s=_float(env, "DIGEST_SUMMARY_TIMEOUT_S", 180.0),
+        summary_max_output_tokens=_int(env, "DIGEST_SUMMARY_MAX_OUTPUT_TOKENS", 1024, minimum=64),
+    )

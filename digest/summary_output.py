@@ -1,0 +1,79 @@
+"""The structured session summary the model must return, and its parser."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+Category = Literal["bugfix", "feature", "refactoring", "documentation", "new-app", "analysis", "other"]
+
+
+class SessionSummaryOutput(BaseModel):
+    """All eight fields are required, as in the original `sessionSummary` response schema."""
+
+    summary: str = Field(min_length=1, max_length=4000, description="Goal, key decisions, modified code, outcome.")
+    title: str = Field(min_length=1, max_length=80, description="At most 10 words.")
+    category: Category
+    quality: int = Field(ge=0, le=100, description="Flow and focus.")
+    productivity: int = Field(ge=0, le=100, description="Goals met.")
+    impact: int = Field(ge=0, le=100, description="Significance.")
+    complexity: int = Field(ge=0, le=100, description="Typo < 10, deep core refactor > 90.")
+    technologies: list[str] = Field(max_length=12)
+
+    @field_validator("title")
+    @classmethod
+    def _title_words(cls, value: str) -> str:
+        words = value.split()
+        if not words:
+            raise ValueError("title is blank")
+        if len(words) > 10:
+            raise ValueError(f"title has {len(words)} words, at most 10 are allowed")
+        return value.strip()
+
+    @field_validator("summary")
+    @classmethod
+    def _summary_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("summary is blank")
+        return value.strip()
+
+
+# llama.cpp compiles a JSON schema into a grammar, unrolling each length bound into nested rules;
+# a bound in the hundreds makes its grammar parser give up and the server drop the connection.
+# The bounds stay in the validation; the output cap (max_tokens) bounds generation instead.
+_UNROLLED_BOUNDS = ("minLength", "maxLength", "minItems", "maxItems")
+
+
+def response_json_schema() -> dict:
+    """The schema sent to the model: the output model's, less the bounds grammars cannot carry."""
+    schema = SessionSummaryOutput.model_json_schema()
+    schema.pop("description", None)
+    for prop in schema["properties"].values():
+        for key in _UNROLLED_BOUNDS:
+            prop.pop(key, None)
+    return schema
+
+
+class OutputParseError(ValueError):
+    """The model's reply is not the expected JSON object."""
+
+
+_FENCE = re.compile(r"^\s*```(?:json|js|javascript)?\s*\n?(.*?)\n?```\s*$", re.DOTALL)
+
+
+def parse_summary_output(text: str) -> SessionSummaryOutput:
+    """Strip a markdown code fence if there is one, then parse and validate (`Json.extract`)."""
+    match = _FENCE.match(text)
+    body = match.group(1) if match else text
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise OutputParseError(f"reply is not JSON ({exc.msg} at char {exc.pos}): {body[:120]!r}") from None
+    try:
+        return SessionSummaryOutput.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors())
+        raise OutputParseError(f"reply violates the summary schema: {problems}") from None

@@ -1,0 +1,384 @@
+"""Bounded session-summary synthesis: the routing rule, the prompts and the degraded input.
+
+For each session, in canonical turn order:
+1. build the raw prompt from every turn document and estimate its tokens;
+2. over the raw-synthesis cap (or the safe band): no raw call at all, a `size-precheck-skip`
+   friction event, then the degraded path;
+3. otherwise one raw call; a timeout falls through to the degraded path, any other failure
+   records friction and yields no summary;
+4. degraded input: one line per turn, its mini summary, else the first 280 characters of the raw
+   document, fitted to the same bounds before it is sent.
+
+No Dagster here: the asset wires a client and a ledger in, so this runs and is tested anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Protocol
+
+from digest.friction import FrictionEvent, classify_error
+from digest.model_api import ChatClient, ChatReply, ModelError
+from digest.summary_output import OutputParseError, SessionSummaryOutput, parse_summary_output, response_json_schema
+from digest.turns import Turn, canonical_order, input_revision
+
+CONSUMER = "session_summaries"
+FALLBACK_CHARS = 280
+TOOL_ID_CHARS = 50
+# When the compact input must shrink to fit, no turn line is cut below this many characters.
+MIN_COMPACT_CHARS = 40
+# The estimate assumes 3 bytes a token; real prose runs 3.5-4.6, so a server that counted under
+# 40% of the estimate most likely cut the prompt (Ollama truncates silently).
+TRUNCATION_RATIO = 0.4
+
+INSTRUCTIONS = """Analyze the following AI-agent work session and reply with one JSON object, no markdown, with these fields:
+- "summary": the goal, the key decisions, the code that was modified, and the outcome.
+- "title": a title of at most 10 words.
+- "category": one of bugfix, feature, refactoring, documentation, new-app, analysis, other.
+- "quality": 0-100, the flow and focus of the session.
+- "productivity": 0-100, how far the goals were met.
+- "impact": 0-100, the significance of the changes.
+- "complexity": 0-100 (a typo fix is below 10, a deep core refactor above 90).
+- "technologies": the technologies involved, as a list of strings."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    context_limit_tokens: int
+    safe_limit_tokens: int
+    raw_cap_tokens: int | None
+    bytes_per_token: float
+    max_output_tokens: int
+    timeout_s: float
+
+    def estimate_tokens(self, text: str) -> int:
+        return math.ceil(len(text.encode("utf-8")) / self.bytes_per_token)
+
+    @property
+    def prompt_budget_tokens(self) -> int:
+        """The largest prompt any call may carry: the cap, the safe band and the context less the answer."""
+        bounds = [self.safe_limit_tokens, self.context_limit_tokens - self.max_output_tokens]
+        if self.raw_cap_tokens is not None:
+            bounds.append(self.raw_cap_tokens)
+        return max(1, min(bounds))
+
+
+@dataclass(frozen=True)
+class Attempt:
+    session_id: str
+    stage: str
+    tier: str
+    prompt_bytes: int
+    tokens_estimate: int
+    outcome: str  # "ok" or the friction symptom
+    duration_s: float
+    model: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error_text: str | None = None
+
+    @property
+    def suspected_truncation(self) -> bool:
+        return self.prompt_tokens is not None and self.prompt_tokens < TRUNCATION_RATIO * self.tokens_estimate
+
+
+class Ledger(Protocol):
+    """Where attempts and friction go as they happen (DuckDB in production, short writes)."""
+
+    def record_attempt(self, attempt: Attempt) -> None: ...
+
+    def record_friction(self, event: FrictionEvent) -> None: ...
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    session_id: str
+    output: SessionSummaryOutput
+    source_tier: str  # raw | miniSummary | truncatedRaw
+    degraded: bool
+    raw_canonical: bool
+    memory_count: int
+    mini_summary_count: int
+    input_revision: str
+    model: str
+    raw_tokens_estimate: int
+    prompt_tokens_estimate: int
+    raw_cap_tokens: int | None
+    route_reason: str
+    first_activity_ms: int | None
+    last_activity_ms: int | None
+    participating_agents: list[str]
+    models: list[str]
+    total_tool_calls: int
+    tools_used: list[str]
+    source_agent_identities: list[str]
+    created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+@dataclass(frozen=True)
+class SynthesisResult:
+    summary: SessionSummary | None
+    route_reason: str
+    failure: str | None  # the symptom that left the session without a summary
+
+
+# --- prompt building ---------------------------------------------------------------------------
+
+
+def _distinct(values) -> list[str]:
+    seen: dict[str, None] = {}
+    for v in values:
+        if v:
+            seen.setdefault(v, None)
+    return list(seen)
+
+
+def tool_identifiers(tools_used: str | None) -> list[str]:
+    """`toolsUsed` is a JSON array (elements may be JSON strings themselves) of tool records."""
+    if not tools_used:
+        return []
+    try:
+        items = json.loads(tools_used)
+    except (TypeError, ValueError):
+        return [tools_used[:TOOL_ID_CHARS]]
+    if not isinstance(items, list):
+        items = [items]
+    names = []
+    for item in items:
+        if isinstance(item, str):
+            try:
+                item = json.loads(item)
+            except ValueError:
+                names.append(item[:TOOL_ID_CHARS])
+                continue
+        if isinstance(item, dict):
+            name = item.get("name") or item.get("toolAction") or item.get("toolSummary") or "unknown_tool"
+        else:
+            name = str(item)
+        names.append(str(name)[:TOOL_ID_CHARS])
+    return names
+
+
+def build_prompt(content: str, turns: list[Turn]) -> str:
+    agents = ", ".join(_distinct(t.agent for t in turns)) or "unknown"
+    models = ", ".join(_distinct(t.model for t in turns)) or "unknown"
+    tools = ", ".join(_distinct(n for t in turns for n in tool_identifiers(t.tools_used))) or "none recorded"
+    calls = sum(t.amount_tool_calls or 0 for t in turns)
+    return (
+        f"{INSTRUCTIONS}\n\n"
+        f"This session involved the following agents: {agents} running on models: {models}.\n"
+        f"Total Tool Calls Executed: {calls}\n"
+        f"Unique Tools Utilized: {tools}\n"
+        f"---\n{content}"
+    )
+
+
+def raw_content(turns: list[Turn]) -> str:
+    return "\n\n---\n\n".join(t.document for t in turns)
+
+
+def compact_entries(turns: list[Turn]) -> tuple[str, list[str]]:
+    """One entry per turn (its mini summary, else the first 280 characters), and the tier."""
+    tier = "miniSummary" if any(t.mini_summary for t in turns) else "truncatedRaw"
+    entries = []
+    for t in turns:
+        text = (t.mini_summary or t.document[:FALLBACK_CHARS]).strip()
+        if text:
+            entries.append(" ".join(text.split()))
+    return tier, entries
+
+
+def compact_content(entries: list[str], max_chars_per_entry: int = FALLBACK_CHARS) -> str:
+    lines = []
+    for i, entry in enumerate(entries, start=1):
+        text = entry if len(entry) <= max_chars_per_entry else entry[: max_chars_per_entry - 1].rstrip() + "…"
+        lines.append(f"Turn {i}: {text}")
+    return "\n".join(lines)
+
+
+def fit_compact_prompt(turns: list[Turn], entries: list[str], limits: Limits) -> str | None:
+    """The degraded prompt, with every line shortened evenly until it fits the prompt budget.
+
+    The original sent the compact prompt whatever its size (200 turns make ~15k tokens); on a
+    small-context or CPU host that is itself too large, so lines shrink first. None if even the
+    shortest lines do not fit.
+    """
+    budget = limits.prompt_budget_tokens
+    prompt = build_prompt(compact_content(entries), turns)
+    if limits.estimate_tokens(prompt) <= budget:
+        return prompt
+    overhead = len(build_prompt(compact_content([""] * len(entries), 0), turns).encode("utf-8"))
+    room = budget * limits.bytes_per_token - overhead
+    per_entry = int(room // max(1, len(entries)))
+    while per_entry >= MIN_COMPACT_CHARS:
+        prompt = build_prompt(compact_content(entries, per_entry), turns)
+        if limits.estimate_tokens(prompt) <= budget:
+            return prompt
+        per_entry -= max(1, per_entry // 10)
+    return None
+
+
+# --- the routing rule --------------------------------------------------------------------------
+
+
+def _call(
+    client: ChatClient, prompt: str, limits: Limits, ledger: Ledger, session_id: str, tier: str
+) -> tuple[SessionSummaryOutput | None, BaseException | None]:
+    """One model call, with its attempt recorded whatever happens."""
+    tokens = limits.estimate_tokens(prompt)
+    reply: ChatReply | None = None
+    try:
+        reply = client.chat(
+            prompt, schema=response_json_schema(), max_output_tokens=limits.max_output_tokens, timeout_s=limits.timeout_s
+        )
+        output = parse_summary_output(reply.text)
+    except (ModelError, OutputParseError) as error:
+        ledger.record_attempt(
+            Attempt(
+                session_id=session_id,
+                stage="session-summary",
+                tier=tier,
+                prompt_bytes=len(prompt.encode("utf-8")),
+                tokens_estimate=tokens,
+                outcome=classify_error(error),
+                duration_s=reply.duration_s if reply else getattr(error, "duration_s", 0.0),
+                model=client.model,
+                prompt_tokens=reply.prompt_tokens if reply else None,
+                completion_tokens=reply.completion_tokens if reply else None,
+                error_text=str(error)[:2000],
+            )
+        )
+        return None, error
+    ledger.record_attempt(
+        Attempt(
+            session_id=session_id,
+            stage="session-summary",
+            tier=tier,
+            prompt_bytes=len(prompt.encode("utf-8")),
+            tokens_estimate=tokens,
+            outcome="ok",
+            duration_s=reply.duration_s,
+            model=client.model,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+        )
+    )
+    return output, None
+
+
+def _friction(
+    session_id: str, client: ChatClient, limits: Limits, prompt: str, symptom: str, point: str, note: str, error=None
+) -> FrictionEvent:
+    return FrictionEvent(
+        asset_ref=session_id,
+        consumer=CONSUMER,
+        model=client.model,
+        symptom=symptom,
+        emission_point=point,
+        input_bytes=len(prompt.encode("utf-8")),
+        input_tokens_estimate=limits.estimate_tokens(prompt),
+        context_limit_tokens=limits.context_limit_tokens,
+        safe_limit_tokens=limits.safe_limit_tokens,
+        raw_cap_tokens=limits.raw_cap_tokens,
+        note=note,
+        error_text=str(error)[:2000] if error is not None else None,
+    )
+
+
+def raw_route(raw_tokens: int, limits: Limits) -> str:
+    """Why the raw prompt may or may not be sent: `within-cap`, `over-raw-cap` or `over-safe-band`."""
+    if limits.raw_cap_tokens is not None and raw_tokens > limits.raw_cap_tokens:
+        return "over-raw-cap"
+    if raw_tokens > min(limits.safe_limit_tokens, limits.context_limit_tokens - limits.max_output_tokens):
+        return "over-safe-band"
+    return "within-cap"
+
+
+def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, ledger: Ledger) -> SynthesisResult:
+    if not turns:
+        raise ValueError("a session with no turns cannot be summarized")
+    ordered = canonical_order(turns)
+    session_id = ordered[0].session_id
+    raw_prompt = build_prompt(raw_content(ordered), ordered)
+    raw_tokens = limits.estimate_tokens(raw_prompt)
+    route = raw_route(raw_tokens, limits)
+
+    def finish(output: SessionSummaryOutput, tier: str, prompt: str, reason: str) -> SynthesisResult:
+        stamps = [t.ts_ms for t in ordered if t.ts_ms is not None]
+        summary = SessionSummary(
+            session_id=session_id,
+            output=output,
+            source_tier=tier,
+            degraded=tier != "raw",
+            raw_canonical=True,
+            memory_count=len(ordered),
+            mini_summary_count=sum(1 for t in ordered if t.mini_summary),
+            input_revision=input_revision(ordered),
+            model=client.model,
+            raw_tokens_estimate=raw_tokens,
+            prompt_tokens_estimate=limits.estimate_tokens(prompt),
+            raw_cap_tokens=limits.raw_cap_tokens,
+            route_reason=reason,
+            first_activity_ms=min(stamps) if stamps else None,
+            last_activity_ms=max(stamps) if stamps else None,
+            participating_agents=_distinct(t.agent for t in ordered),
+            models=_distinct(t.model for t in ordered),
+            total_tool_calls=sum(t.amount_tool_calls or 0 for t in ordered),
+            tools_used=_distinct(n for t in ordered for n in tool_identifiers(t.tools_used)),
+            source_agent_identities=_distinct(t.agent_identity for t in ordered),
+        )
+        return SynthesisResult(summary=summary, route_reason=reason, failure=None)
+
+    if route == "within-cap":
+        output, error = _call(client, raw_prompt, limits, ledger, session_id, "raw")
+        if output is not None:
+            return finish(output, "raw", raw_prompt, route)
+        symptom = classify_error(error)
+        ledger.record_friction(
+            _friction(session_id, client, limits, raw_prompt, symptom, "post-invocation-failure", "tier=raw", error)
+        )
+        if symptom != "timeout":
+            return SynthesisResult(summary=None, route_reason=route, failure=symptom)
+        route = "raw-timeout"
+    else:
+        bound = limits.raw_cap_tokens if route == "over-raw-cap" else limits.safe_limit_tokens
+        ledger.record_friction(
+            _friction(
+                session_id,
+                client,
+                limits,
+                raw_prompt,
+                "size-precheck-skip",
+                "pre-invocation",
+                f"pre-routed to the degraded summary: raw estimate {raw_tokens} tokens > {route} {bound}",
+            )
+        )
+
+    tier, entries = compact_entries(ordered)
+    compact_prompt = fit_compact_prompt(ordered, entries, limits)
+    if compact_prompt is None:
+        oversized = build_prompt(compact_content(entries, MIN_COMPACT_CHARS), ordered)
+        ledger.record_friction(
+            _friction(
+                session_id,
+                client,
+                limits,
+                oversized,
+                "size-precheck-skip",
+                "pre-invocation",
+                f"tier={tier}: compact input over the prompt budget {limits.prompt_budget_tokens} even at "
+                f"{MIN_COMPACT_CHARS} characters a turn",
+            )
+        )
+        return SynthesisResult(summary=None, route_reason=route, failure="size-precheck-skip")
+    output, error = _call(client, compact_prompt, limits, ledger, session_id, tier)
+    if output is not None:
+        return finish(output, tier, compact_prompt, route)
+    symptom = classify_error(error)
+    ledger.record_friction(
+        _friction(session_id, client, limits, compact_prompt, symptom, "post-invocation-failure", f"tier={tier}", error)
+    )
+    return SynthesisResult(summary=None, route_reason=route, failure=symptom)

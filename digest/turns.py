@@ -1,0 +1,99 @@
+"""Turn documents, canonical order and the input revision, as the Neo.mjs Memory Core defines them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One raw turn as the summarizer and the graph extractor read it."""
+
+    id: str
+    session_id: str
+    document: str
+    ts_ms: int | None = None
+    agent: str | None = None
+    agent_identity: str | None = None
+    model: str | None = None
+    user_id: str | None = None
+    amount_tool_calls: int | None = None
+    tools_used: str | None = None
+    mini_summary: str | None = None
+
+
+def compose_document(prompt: str, thought: str, response: str) -> str:
+    """The canonical turn text (`composeTurnDocumentText`)."""
+    return f"User Prompt: {prompt}\nAgent Thought: {thought}\nAgent Response: {response}"
+
+
+def canonical_order(turns: list[Turn]) -> list[Turn]:
+    """Timestamp ascending (a missing one counts as 0), ties broken by id."""
+    return sorted(turns, key=lambda t: (t.ts_ms or 0, t.id))
+
+
+def input_revision(turns: list[Turn]) -> str:
+    """`sha256:` over the ordered turns, the contract between summary and graph digestion.
+
+    Mirrors JavaScript's JSON.stringify: compact separators and absent keys for missing values.
+    """
+    rows = []
+    for t in turns:
+        row: dict[str, str] = {"id": t.id, "document": t.document}
+        if t.agent_identity is not None:
+            row["agentIdentity"] = t.agent_identity
+        row["sessionId"] = t.session_id
+        if t.user_id is not None:
+            row["userId"] = t.user_id
+        rows.append(row)
+    payload = json.dumps({"version": 1, "turns": rows}, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+_SAFE_KEY = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def partition_key(session_id: str) -> str:
+    """A Dagster-safe partition key: `[A-Za-z0-9_-]`, at most 64 characters.
+
+    An id that is already safe is kept as it is; any other gets a hash suffix so that two ids
+    that sanitize alike (`a.b`, `a,b`) never share a key.
+    """
+    cleaned = _SAFE_KEY.sub("_", session_id)
+    if cleaned == session_id and 0 < len(session_id) <= 64:
+        return session_id
+    digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:10]
+    return f"{cleaned[:53]}-{digest}"
+
+
+def parse_timestamp_ms(value: object) -> int | None:
+    """Epoch milliseconds from a number, a numeric string or an ISO-8601 string.
+
+    Raises ValueError for anything else, so the ingest can reject the line with its reason.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"timestamp {value!r} is a boolean")
+    if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"timestamp {value!r} is not finite")
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(float(text))
+        except ValueError:
+            pass
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"timestamp {value!r} is neither epoch ms nor ISO-8601") from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        return int(parsed.timestamp() * 1000)
+    raise ValueError(f"timestamp has type {type(value).__name__}")

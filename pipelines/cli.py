@@ -1,0 +1,153 @@
+"""`session-digest`: the front door. Every command that does work does it as a Dagster run in the
+instance under DAGSTER_HOME, so `session-digest ui` (or `dagster dev`) shows it afterwards."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from digest.settings import Settings, SettingsError, load_settings
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = REPO_ROOT / "samples" / "bundle"
+
+
+def _prepare_home(settings: Settings) -> None:
+    """DAGSTER_HOME defaults to a folder under DIGEST_HOME, so the CLI's runs and the UI agree."""
+    os.environ.setdefault("DAGSTER_HOME", str(settings.dagster_home))
+    Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+    settings.inbox.mkdir(parents=True, exist_ok=True)
+
+
+def _instance():
+    from dagster import DagsterInstance
+
+    return DagsterInstance.get()
+
+
+@contextlib.contextmanager
+def _model_url(settings: Settings):
+    """One embedded server for the whole sweep, instead of one per run."""
+    if settings.provider == "embedded" and not settings.model_url:
+        from resources.embedded_server import EmbeddedServer
+
+        with EmbeddedServer(n_ctx=settings.context_limit_tokens) as server:
+            yield dataclasses.replace(settings, model_url=server.url)
+    else:
+        yield settings
+
+
+def ingest(settings: Settings, paths: list[str]) -> dict:
+    from pipelines.definitions import build_definitions
+
+    job = build_definitions(settings).resolve_job_def("ingest")
+    config = {"ops": {"raw_turns": {"config": {"paths": [str(Path(p).resolve()) for p in paths]}}}}
+    result = job.execute_in_process(run_config=config, instance=_instance(), raise_on_error=False)
+    materialization = result.asset_materializations_for_node("raw_turns")
+    if not result.success or not materialization:
+        raise SystemExit(f"ingest failed (run {result.run_id}); see `session-digest ui` for the run's logs")
+    meta = {k: v.value for k, v in materialization[0].metadata.items() if k != "files_preview"}
+    return {"run_id": result.run_id, **meta}
+
+
+def sweep(settings: Settings, limit: int | None) -> dict:
+    from pipelines.definitions import build_definitions
+    from resources.store import DigestStore
+
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    keys = store.pending_summary_keys(limit)
+    outcomes = []
+    if keys:
+        instance = _instance()
+        with _model_url(settings) as run_settings:
+            job = build_definitions(run_settings).resolve_job_def("summarize_sessions")
+            for key in keys:
+                started = time.monotonic()
+                result = job.execute_in_process(
+                    instance=instance, partition_key=key, raise_on_error=False, tags={"digest/sweep": "cli"}
+                )
+                outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
+                for event in result.asset_materializations_for_node("session_summaries"):
+                    meta = event.metadata
+                    outcome.update(source_tier=meta["source_tier"].value, route_reason=meta["route_reason"].value)
+                outcome["seconds"] = round(time.monotonic() - started, 2)
+                outcomes.append(outcome)
+                print(json.dumps(outcome), file=sys.stderr)
+    return {"pending": len(keys), "summarized": sum(o["success"] for o in outcomes), "runs": outcomes}
+
+
+def status(settings: Settings) -> dict:
+    from resources.store import DigestStore
+
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    return store.status()
+
+
+def ui(settings: Settings, port: int) -> None:
+    command = ["dagster", "dev", "-m", "pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)]
+    print(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={os.environ['DAGSTER_HOME']})", file=sys.stderr)
+    raise SystemExit(subprocess.call([str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=REPO_ROOT))
+
+
+def demo(settings: Settings) -> dict:
+    started = time.monotonic()
+    ingested = ingest(settings, [str(SAMPLES)])
+    swept = sweep(settings, None)
+    report = {
+        "ingest": ingested,
+        "sweep": swept,
+        "status": status(settings),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    report["where_to_look"] = {
+        "database": str(settings.db_path),
+        "try": f"duckdb {settings.db_path} \"SELECT session_id, source_tier, degraded, route_reason, title "
+        "FROM session_summaries\"",
+        "ui": "session-digest ui  # then open http://127.0.0.1:3000 : Runs, Assets > session_summaries",
+    }
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="session-digest", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_ingest = sub.add_parser("ingest", help="ingest export bundles (files or folders of *.jsonl)")
+    p_ingest.add_argument("paths", nargs="+")
+    p_sweep = sub.add_parser("sweep", help="summarize pending sessions now, one Dagster run each")
+    p_sweep.add_argument("--limit", type=int, default=None, help="at most this many sessions")
+    sub.add_parser("status", help="counts as JSON")
+    p_ui = sub.add_parser("ui", help="start the Dagster UI on loopback over the same instance")
+    p_ui.add_argument("--port", type=int, default=3000)
+    sub.add_parser("demo", help="ingest the bundled samples, summarize them, print where to look")
+    args = parser.parse_args(argv)
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        raise SystemExit(f"session-digest: {exc}") from None
+    _prepare_home(settings)
+    if args.command == "ingest":
+        result = ingest(settings, args.paths)
+    elif args.command == "sweep":
+        result = sweep(settings, args.limit)
+    elif args.command == "status":
+        result = status(settings)
+    elif args.command == "ui":
+        ui(settings, args.port)
+        return
+    else:
+        result = demo(settings)
+    print(json.dumps(result, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

