@@ -107,14 +107,14 @@ def session_summaries(
     turns = db.load_turns([session_id])
     if not turns:
         raise Failure(f"session {session_id!r} has no turns")
-    result = summarize_session(turns, model.client(), model.limits(), RunLedger(db, context.run_id))
+    result = summarize_session(turns, model.client(), model.limits(), RunLedger(db, context.run.run_id))
     if result.summary is None:
         raise Failure(
             description=f"no summary for session {session_id!r}: {result.failure} (route {result.route_reason})",
             metadata={"symptom": result.failure, "route_reason": result.route_reason},
         )
     summary = result.summary
-    db.write_summary(summary, run_id=context.run_id)
+    db.write_summary(summary, run_id=context.run.run_id)
     out = summary.output
     coverage = summary.mini_summary_count / summary.memory_count
     return MaterializeResult(

@@ -25,6 +25,7 @@ from digest.turns import compose_document, parse_timestamp_ms
 BATCH_ROWS = 2000
 EXCERPT_CHARS = 200
 _EMBEDDING = re.compile(r'"embedding"\s*:\s*\[')
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class Reject(Exception):
@@ -88,12 +89,30 @@ def _strip_embedding(line: str) -> str:
 
 
 def _load(line: str) -> dict:
+    text = _strip_embedding(line)
     try:
-        value = json.loads(_strip_embedding(line))
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise Reject(f"json-parse: {exc.msg} at column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:  # a 4300+ digit number, nesting too deep
+        raise Reject(f"json-parse: {exc}"[:300]) from None
     if not isinstance(value, dict):
         raise Reject(f"not-an-object: line holds a JSON {type(value).__name__}")
+    if _SURROGATE_ESCAPE.search(text):
+        value = _without_lone_surrogates(value)
+    return value
+
+
+def _without_lone_surrogates(value):
+    """JSON.stringify writes a lone surrogate (text cut inside an emoji) as `\\udXXX`; Python
+    decodes it to a str that cannot be encoded as UTF-8, which would fail the whole batch's
+    insert. Replace each lone surrogate with U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {k: _without_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
     return value
 
 
@@ -125,24 +144,28 @@ def _tool_calls(value: object) -> int | None:
         return None
     if isinstance(value, bool):
         raise Reject("wrong-type: metadata.amountToolCalls is bool, expected number")
-    if isinstance(value, (int, float)):
-        return int(value)
+    number = value if isinstance(value, (int, float)) else None
     if isinstance(value, str):
         try:
-            return int(float(value))
+            number = float(value)
         except ValueError:
             pass
+    # NaN and infinities fail the comparison; the column is a 32-bit INTEGER.
+    if number is not None and -(2**31) <= number < 2**31:
+        return int(number)
     raise Reject(f"wrong-type: metadata.amountToolCalls is {value!r}, expected number")
 
 
 def _turn_row(
-    *, turn_id, session_id, ts_ms, kind, prompt, thought, response, document, meta_get, source, line_no
+    *, turn_id, session_id, ts_ms, kind, prompt, thought, response, document, meta_get, source, line_no,
+    required=("prompt", "thought", "response"),
 ) -> dict:
     rebuilt = False
     if document is None or not document.strip():
         if kind != "agent-interaction":
             raise Reject(f"empty-turn-fields: a {kind!r} row has no document")
-        empty = [name for name, v in (("prompt", prompt), ("thought", thought), ("response", response)) if not (v or "").strip()]
+        fields = {"prompt": prompt, "thought": thought, "response": response}
+        empty = [name for name in required if not (fields[name] or "").strip()]
         if empty:
             raise Reject(f"empty-turn-fields: no document, and {', '.join(empty)} empty")
         document, rebuilt = compose_document(prompt, thought, response), True
@@ -224,6 +247,7 @@ def parse_simple_turn(obj: dict, source: str, line_no: int) -> tuple[dict, str |
         meta_get=lambda key: _text(obj, {"agentIdentity": "agent_identity", "userId": "user_id"}.get(key, key), "") or None,
         source=source,
         line_no=line_no,
+        required=("prompt", "response"),  # thought is optional in this format
     )
     row["amount_tool_calls"] = _tool_calls(obj.get("tool_calls"))
     mini = _text(obj, "mini_summary", "")
@@ -317,7 +341,12 @@ def ingest_file(path: Path, sink: Sink, touched: set[str]) -> FileReport:
         except Reject as reason:
             report.rejects += 1
             rejects.append(
-                {"source_file": source, "line_no": line_no, "reason": str(reason), "excerpt": line[:EXCERPT_CHARS]}
+                {
+                    "source_file": source,
+                    "line_no": line_no,
+                    "reason": str(reason),
+                    "excerpt": _strip_embedding(line)[:EXCERPT_CHARS],  # never the embedding's floats
+                }
             )
         if len(turns) + len(minis) + len(summaries) + len(rejects) >= BATCH_ROWS:
             touched.update(r["session_id"] for r in turns)

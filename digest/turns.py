@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ def input_revision(turns: list[Turn]) -> str:
 
 
 _SAFE_KEY = re.compile(r"[^A-Za-z0-9_-]")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def partition_key(session_id: str) -> str:
@@ -82,18 +83,30 @@ def parse_timestamp_ms(value: object) -> int | None:
     if isinstance(value, (int, float)):
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f"timestamp {value!r} is not finite")
-        return int(value)
+        return _in_bigint_range(int(value), value)
     if isinstance(value, str):
         text = value.strip()
         try:
-            return int(float(text))
+            ms = int(float(text))
+        except OverflowError:  # "inf", "Infinity": float() accepts them, int() does not
+            raise ValueError(f"timestamp {value!r} is not finite") from None
         except ValueError:
             pass
+        else:
+            return _in_bigint_range(ms, value)
         try:
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
             raise ValueError(f"timestamp {value!r} is neither epoch ms nor ISO-8601") from None
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=timezone.utc)
-        return int(parsed.timestamp() * 1000)
+        # Integer arithmetic: `int(parsed.timestamp() * 1000)` loses a millisecond to float rounding.
+        return (parsed - _EPOCH) // timedelta(milliseconds=1)
     raise ValueError(f"timestamp has type {type(value).__name__}")
+
+
+def _in_bigint_range(ms: int, value: object) -> int:
+    """`turns.ts_ms` is a BIGINT: a larger value would fail the whole batch's insert, not one line."""
+    if not -(2**63) <= ms < 2**63:
+        raise ValueError(f"timestamp {value!r} is out of range")
+    return ms

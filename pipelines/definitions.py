@@ -6,7 +6,6 @@ import os
 
 from dagster import Definitions, EnvVar, define_asset_job, in_process_executor
 
-from assets.partitions import sessions_partitions
 from assets.sessions import raw_sessions, raw_turns, session_summaries
 from digest.settings import Settings, load_settings
 from resources.bindings import ChatModelResource, DigestStoreResource
@@ -15,7 +14,6 @@ ingest_job = define_asset_job("ingest", selection=[raw_turns], description="Inge
 summarize_job = define_asset_job(
     "summarize_sessions",
     selection=[raw_sessions, session_summaries],
-    partitions_def=sessions_partitions,
     # One process per run: DuckDB takes one writer per file, and per-step processes buy nothing here.
     executor_def=in_process_executor,
     description="Summarize one session: raw under the raw-synthesis cap, degraded over it.",

@@ -36,6 +36,7 @@ class Behaviour:
     delay_s: float = 0.0
     status: int = 200
     error_body: dict | None = None
+    prompt_tokens: int | None = None  # the count the server reports; default: len(prompt) // 4
 
     @staticmethod
     def reply(obj: dict = GOOD_SUMMARY) -> "Behaviour":
@@ -115,7 +116,7 @@ class ModelServer:
                 if behaviour.status != 200:
                     self._send(behaviour.status, behaviour.error_body or {"error": {"message": "error"}})
                     return
-                prompt_tokens = max(1, len(received.prompt) // 4)
+                prompt_tokens = behaviour.prompt_tokens or max(1, len(received.prompt) // 4)
                 completion_tokens = max(1, len(behaviour.content or "") // 4)
                 if self.path == "/api/chat":
                     self._send(

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+
+from digest.synthesis import Limits
+from digest.turns import Turn, compose_document
+from resources.store import DigestStore
+
+
+@pytest.fixture
+def store(tmp_path) -> DigestStore:
+    db = DigestStore(tmp_path / "digest.duckdb")
+    db.migrate()
+    return db
+
+
+def make_limits(**overrides) -> Limits:
+    values = dict(
+        context_limit_tokens=8192,
+        safe_limit_tokens=6144,
+        raw_cap_tokens=2000,
+        bytes_per_token=3.0,
+        max_output_tokens=512,
+        timeout_s=5.0,
+    )
+    values.update(overrides)
+    return Limits(**values)
+
+
+def make_turns(session_id: str, count: int, doc_bytes: int = 300, minis: int = 0) -> list[Turn]:
+    """`count` turns of about `doc_bytes` each; the first `minis` of them carry a mini summary."""
+    turns = []
+    for i in range(count):
+        filler = f"step {i} of the refactor touched src/grid/Row.mjs and worker/Manager.mjs. " * (doc_bytes // 70 + 1)
+        document = compose_document(f"Prompt {i}: fix the grid", f"Thinking about step {i}", filler[:doc_bytes])
+        turns.append(
+            Turn(
+                id=f"{session_id}-t{i:03d}",
+                session_id=session_id,
+                document=document,
+                ts_ms=1_760_000_000_000 + i * 60_000,
+                agent="claude-code",
+                agent_identity="@neo-opus-ada",
+                model="claude-opus-4",
+                mini_summary=f"Turn {i} mini summary: fixed grid row step {i}." if i < minis else None,
+            )
+        )
+    return turns

@@ -1,0 +1,101 @@
+"""The assets and jobs in a real Dagster instance, over a real DuckDB file and real HTTP."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from dagster import Definitions, instance_for_test
+
+from digest.settings import load_settings
+from digest.turns import partition_key
+from pipelines.definitions import build_definitions, defs
+from resources.store import DigestStore
+from tests.bundles import write_bundle
+from tests.conftest import make_turns
+from tests.model_server import Behaviour, ModelServer
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as instance:
+        yield instance
+
+
+def _defs(tmp_path, url: str) -> Definitions:
+    settings = load_settings(
+        {
+            "DIGEST_HOME": str(tmp_path / "home"),
+            "DIGEST_MODEL_PROVIDER": "openai",
+            "DIGEST_CONTEXT_LIMIT_TOKENS": "8192",
+            "DIGEST_RAW_CAP_TOKENS": "2000",
+        }
+    )
+    return build_definitions(dataclasses.replace(settings, model_url=url))
+
+
+def _ingest(definitions: Definitions, instance, folder) -> None:
+    config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
+    result = definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance)
+    assert result.success
+
+
+def test_definitions_load():
+    Definitions.validate_loadable(defs)
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"raw_turns", "raw_sessions", "session_summaries"} <= keys
+
+
+def test_ingest_registers_new_sessions_as_partitions(tmp_path, instance):
+    turns = make_turns("chat:2026,ws-7", 3) + make_turns("plain-session", 2)
+    folder = write_bundle(tmp_path / "bundle", turns)
+    with ModelServer() as server:
+        definitions = _defs(tmp_path, server.url)
+        _ingest(definitions, instance, folder)
+        _ingest(definitions, instance, folder)  # again: nothing new
+    keys = instance.get_dynamic_partitions("sessions")
+    assert sorted(keys) == sorted([partition_key("chat:2026,ws-7"), "plain-session"])
+    assert all("," not in k and ":" not in k for k in keys)
+
+
+def test_summary_run_materializes_with_provenance_metadata(tmp_path, instance):
+    small = make_turns("small", 3)
+    big = make_turns("big", 40, doc_bytes=400, minis=40)
+    folder = write_bundle(tmp_path / "bundle", small + big)
+    with ModelServer() as server:
+        definitions = _defs(tmp_path, server.url)
+        _ingest(definitions, instance, folder)
+        job = definitions.resolve_job_def("summarize_sessions")
+        results = {key: job.execute_in_process(instance=instance, partition_key=key) for key in ("small", "big")}
+    for key, tier in (("small", "raw"), ("big", "miniSummary")):
+        assert results[key].success
+        meta = results[key].asset_materializations_for_node("session_summaries")[0].metadata
+        assert meta["source_tier"].value == tier
+        assert meta["degraded"].value == (tier != "raw")
+        assert meta["raw_canonical"].value is True
+        assert meta["raw_cap_tokens"].value == 2000
+    big_meta = results["big"].asset_materializations_for_node("raw_sessions")[0].metadata
+    assert big_meta["predicted_route"].value == "over-raw-cap"
+    assert big_meta["mini_summary_coverage"].value == 1.0
+    store = DigestStore(tmp_path / "home" / "digest.duckdb")
+    rows = store.query("SELECT session_id, source_tier, degraded, run_id FROM session_summaries ORDER BY 1")
+    assert rows["source_tier"].tolist() == ["miniSummary", "raw"]
+    assert rows["run_id"].tolist() == [results["big"].run_id, results["small"].run_id]
+    assert store.pending_summary_keys() == []
+
+
+def test_a_failed_summary_fails_the_partition_and_writes_nothing(tmp_path, instance):
+    folder = write_bundle(tmp_path / "bundle", make_turns("s1", 2))
+    with ModelServer(lambda received: Behaviour.text("no json here")) as server:
+        definitions = _defs(tmp_path, server.url)
+        _ingest(definitions, instance, folder)
+        result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
+            instance=instance, partition_key="s1", raise_on_error=False
+        )
+    assert not result.success
+    failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
+    assert "parse-failure" in failure.event_specific_data.error.message
+    store = DigestStore(tmp_path / "home" / "digest.duckdb")
+    assert store.query("SELECT count(*) AS n FROM session_summaries")["n"][0] == 0
+    assert store.query("SELECT symptom FROM friction_events")["symptom"].tolist() == ["parse-failure"]
+    assert store.pending_summary_keys() == ["s1"]
