@@ -446,6 +446,11 @@ class DigestStore:
                 "pending_summaries": scalar(f"SELECT count(*) {PENDING_SUMMARIES}"),
                 "attempts": scalar("SELECT count(*) FROM attempts"),
                 "rejects": scalar("SELECT count(*) FROM rejects"),
+                # Sessions whose exported summary counted another number of turns than we hold.
+                "drifted_from_export": scalar(
+                    "SELECT count(*) FROM imported_summaries i JOIN sessions s USING (session_id) "
+                    "WHERE i.memory_count IS DISTINCT FROM s.turn_count"
+                ),
                 "friction_by_symptom": friction,
             }
 

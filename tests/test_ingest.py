@@ -1,0 +1,599 @@
+"""Streaming ingest end to end: real JSONL files under tmp_path into a real DuckDB file."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import digest.ingest as ingest_module
+from digest.ingest import ingest_paths
+from digest.turns import canonical_order, compose_document, input_revision
+from resources.store import DigestStore
+
+# A float that occurs only in embeddings, so a stored copy of one is easy to find.
+SENTINEL = "0.7182818"
+
+
+@pytest.fixture
+def db(tmp_path) -> DigestStore:
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    return store
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    """Each row is a dict (dumped as one JSON line) or a str (written as the raw line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [row if isinstance(row, str) else json.dumps(row) for row in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def embedding(n: int = 4096) -> list[float]:
+    values = [round((i % 97) / 97 - 0.5, 6) for i in range(n)]
+    values[7] = float(SENTINEL)
+    values[8] = -1.25e-05
+    return values
+
+
+def memory_row(turn_id, session_id, ts, *, document=None, with_embedding=True, **meta) -> dict:
+    """A Neo.mjs memory-backup row in the export's key order: id, embedding, metadata, document."""
+    metadata = {
+        "sessionId": session_id,
+        "timestamp": ts,
+        "type": "agent-interaction",
+        "prompt": f"prompt of {turn_id}",
+        "thought": f"thought of {turn_id}",
+        "response": f"response of {turn_id}",
+        "agent": "claude-code",
+        "agentIdentity": "@neo-opus-ada",
+        "model": "claude-opus-4",
+    }
+    metadata.update(meta)
+    row: dict = {"id": turn_id}
+    if with_embedding:
+        row["embedding"] = embedding()
+    row["metadata"] = metadata
+    if document is not None:
+        row["document"] = document
+    return row
+
+
+def graph_node(turn_id, session_id, mini, label="AGENT_MEMORY") -> dict:
+    properties = {"sessionId": session_id, "timestamp": 1}
+    if mini is not None:
+        properties["miniSummary"] = mini
+    return {"type": "node", "data": {"id": turn_id, "label": label, "properties": properties}}
+
+
+def summary_row(session_id, text, **meta) -> dict:
+    metadata = {
+        "sessionId": session_id,
+        "memoryCount": 2,
+        "dreamInputRevision": "sha256:" + "ab" * 32,
+        "title": f"Title of {session_id}",
+        "sourceTier": "raw",
+    }
+    metadata.update(meta)
+    return {"id": f"summary_{session_id}", "document": text, "metadata": metadata}
+
+
+def rows(db: DigestStore, sql: str) -> list[dict]:
+    return db.query(sql).to_dict("records")
+
+
+def turns_by_id(db: DigestStore) -> dict[str, dict]:
+    return {r["id"]: r for r in rows(db, "SELECT * FROM turns")}
+
+
+# --- memory-backup rows ---------------------------------------------------------------------
+
+
+def test_missing_document_is_rebuilt_from_metadata(db, tmp_path):
+    path = write_jsonl(
+        tmp_path / "memory-backup-2025-01-01.jsonl",
+        [
+            memory_row("t-rebuilt", "s1", 1_000, prompt="Fix the grid", thought="Row.mjs is stale", response="Patched it"),
+            memory_row("t-kept", "s1", 2_000, document="the original document text"),
+            memory_row("t-blank", "s1", 3_000, document="   ", prompt="P", thought="T", response="R"),
+        ],
+    )
+    report = ingest_paths([path], db)
+
+    assert report.turns == 3 and report.rejects == 0
+    turns = turns_by_id(db)
+    rebuilt = turns["t-rebuilt"]
+    assert rebuilt["document"] == "User Prompt: Fix the grid\nAgent Thought: Row.mjs is stale\nAgent Response: Patched it"
+    assert bool(rebuilt["document_rebuilt"]) is True
+    assert (rebuilt["prompt"], rebuilt["thought"], rebuilt["response"]) == ("Fix the grid", "Row.mjs is stale", "Patched it")
+    assert (rebuilt["agent"], rebuilt["agent_identity"], rebuilt["model"]) == ("claude-code", "@neo-opus-ada", "claude-opus-4")
+    assert rebuilt["source_file"] == str(path.resolve()) and rebuilt["source_line"] == 1
+
+    assert turns["t-kept"]["document"] == "the original document text"
+    assert bool(turns["t-kept"]["document_rebuilt"]) is False
+    # A whitespace-only document counts as missing.
+    assert turns["t-blank"]["document"] == compose_document("P", "T", "R")
+    assert bool(turns["t-blank"]["document_rebuilt"]) is True
+
+
+def test_tool_fields_are_kept(db, tmp_path):
+    path = write_jsonl(
+        tmp_path / "memory-backup-x.jsonl",
+        [
+            memory_row("t1", "s", 1, amountToolCalls=4, toolsUsed=["read_file", "bash"]),
+            memory_row("t2", "s", 2, amountToolCalls="7", toolsUsed="bash"),
+            memory_row("t3", "s", 3),
+        ],
+    )
+    ingest_paths([path], db)
+    got = {r["id"]: (r["amount_tool_calls"], r["tools_used"]) for r in rows(db, "SELECT * FROM turns")}
+    assert got["t1"] == (4, '["read_file", "bash"]')
+    assert got["t2"] == (7, "bash")
+    assert got["t3"][1] is None and got["t3"][0] != got["t3"][0] or got["t3"][0] is None  # NULL (NaN in pandas)
+
+
+def test_embedding_is_never_stored(db, tmp_path):
+    # A document that itself talks about an embedding array must come through untouched.
+    tricky = 'config {"embedding": [1, 2, 3]} was wrong]'
+    big = memory_row("t-big", "s1", 1_000, document=tricky)
+    assert len(big["embedding"]) == 4096
+    # A row whose embedding comes first and which is rejected: its excerpt must not be floats.
+    rejected = memory_row("t-bad", "s1", "not a time")
+    path = write_jsonl(tmp_path / "memory-backup-emb.jsonl", [big, rejected])
+    assert len(path.read_text()) > 4096 * 4  # the file really carries the vectors
+
+    report = ingest_paths([path], db)
+
+    assert report.turns == 1 and report.rejects == 1
+    assert turns_by_id(db)["t-big"]["document"] == tricky
+    # No column anywhere is meant to hold it ...
+    columns = rows(db, "SELECT table_name, column_name, data_type FROM information_schema.columns")
+    assert not [c for c in columns if "embed" in c["column_name"].lower()]
+    assert not [c for c in columns if c["data_type"].endswith("[]") and c["table_name"] in ("turns", "rejects")]
+    # ... and no text column of any table holds a copy of one of its floats.
+    for table in ("turns", "sessions", "mini_summaries", "rejects", "imported_summaries"):
+        text_columns = [c["column_name"] for c in columns if c["table_name"] == table and c["data_type"] == "VARCHAR"]
+        for column in text_columns:
+            hits = rows(db, f"SELECT count(*) AS n FROM {table} WHERE {column} LIKE '%{SENTINEL}%'")
+            assert hits[0]["n"] == 0, f"{table}.{column} holds embedding floats"
+    excerpt = rows(db, "SELECT excerpt FROM rejects")[0]["excerpt"]
+    assert '"id": "t-bad"' in excerpt and '"metadata"' in excerpt
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (1_714_566_896_789, 1_714_566_896_789),
+        ("1714566896789", 1_714_566_896_789),
+        (1_714_566_896_789.0, 1_714_566_896_789),
+        ("2024-05-01T12:34:56.789Z", 1_714_566_896_789),
+        ("2024-05-01T14:34:56.789+02:00", 1_714_566_896_789),
+        ("2024-05-01T12:34:56Z", 1_714_566_896_000),
+        ("2024-05-01T12:34:56", 1_714_566_896_000),  # naive: read as UTC
+        # Float rounding once turned these into ...471 and ...410.
+        ("2004-03-15T07:55:47.472Z", 1_079_337_347_472),
+        ("2039-03-08T19:46:13.411Z", 2_183_226_373_411),
+        (None, None),
+    ],
+)
+def test_timestamps_become_epoch_ms(db, tmp_path, value, expected):
+    path = write_jsonl(tmp_path / "memory-backup-ts.jsonl", [memory_row("t1", "s1", value)])
+    report = ingest_paths([path], db)
+    assert report.rejects == 0
+    [row] = rows(db, "SELECT ts_ms FROM turns")
+    if expected is None:
+        assert row["ts_ms"] is None or row["ts_ms"] != row["ts_ms"]  # NULL
+    else:
+        assert int(row["ts_ms"]) == expected
+
+
+# --- graph-backup and summaries-backup ------------------------------------------------------
+
+
+def test_graph_mini_summaries_are_imported_and_joined_onto_turns(db, tmp_path):
+    write_jsonl(
+        tmp_path / "bundle" / "memory-backup-1.jsonl",
+        [memory_row("t1", "s1", 1_000), memory_row("t2", "s1", 2_000), memory_row("t3", "s1", 3_000)],
+    )
+    write_jsonl(
+        tmp_path / "bundle" / "graph-backup-1.jsonl",
+        [
+            graph_node("t1", "s1", "  Fixed the grid row.  "),
+            graph_node("t2", "s1", None),  # no miniSummary: nothing to import
+            graph_node("t3", "s1", "   "),  # blank: nothing to import
+            graph_node("file-x", "s1", "not a memory", label="FILE"),
+            {"type": "edge", "data": {"source": "t1", "target": "file-x", "label": "TOUCHED"}},
+            {"type": "node", "data": {"id": "t9", "label": "AGENT_MEMORY", "properties": "oops"}},
+        ],
+    )
+    report = ingest_paths([tmp_path / "bundle"], db)
+
+    graph = next(f for f in report.files if f.kind == "graph")
+    assert (graph.lines, graph.rows, graph.rejects) == (6, 1, 1)
+    assert rows(db, "SELECT turn_id, session_id, text, origin, model FROM mini_summaries") == [
+        {"turn_id": "t1", "session_id": "s1", "text": "Fixed the grid row.", "origin": "imported", "model": None}
+    ]
+    [reject] = rows(db, "SELECT line_no, reason FROM rejects")
+    assert reject["line_no"] == 6 and reject["reason"].startswith("wrong-type:")
+
+    turns = {t.id: t for t in db.load_turns(["s1"])}
+    assert turns["t1"].mini_summary == "Fixed the grid row."
+    assert turns["t2"].mini_summary is None and turns["t3"].mini_summary is None
+
+
+def test_summaries_backup_rows_land_in_imported_summaries(db, tmp_path):
+    path = write_jsonl(
+        tmp_path / "summaries-backup-1.jsonl",
+        [
+            summary_row("s1", "The agent fixed the grid."),
+            summary_row("s2", "Docs work.", memoryCount=None, dreamInputRevision=None, title=None, sourceTier=None),
+            {"id": "x", "document": "no session", "metadata": {"title": "t"}},
+            summary_row("s3", "bad count", memoryCount="many"),
+        ],
+    )
+    report = ingest_paths([path], db)
+
+    assert report.turns == 0 and report.rejects == 2
+    got = rows(db, "SELECT * EXCLUDE (imported_at) FROM imported_summaries ORDER BY session_id")
+    assert got[0] == {
+        "session_id": "s1",
+        "memory_count": 2,
+        "input_revision": "sha256:" + "ab" * 32,
+        "title": "Title of s1",
+        "summary": "The agent fixed the grid.",
+        "source_tier": "raw",
+        "source_file": str(path.resolve()),
+    }
+    assert got[1]["session_id"] == "s2" and got[1]["summary"] == "Docs work." and got[1]["title"] is None
+    assert len(got) == 2
+    reasons = {r["line_no"]: r["reason"] for r in rows(db, "SELECT line_no, reason FROM rejects")}
+    assert reasons[3].startswith("missing-session-id:") and reasons[4].startswith("wrong-type:")
+    # Summaries are no turns: no session rows come from them.
+    assert rows(db, "SELECT count(*) AS n FROM sessions")[0]["n"] == 0
+
+
+# --- rejects --------------------------------------------------------------------------------
+
+
+def test_bad_lines_are_rejected_with_reason_and_line_number(db, tmp_path):
+    no_id = memory_row("x", "s1", 5)
+    del no_id["id"]
+    no_session = memory_row("t-ns", "s1", 6)
+    del no_session["metadata"]["sessionId"]
+    path = write_jsonl(
+        tmp_path / "memory-backup-mixed.jsonl",
+        [
+            memory_row("good-1", "s1", 1_000),  # 1
+            '{"id": "broken", "metadata": {',  # 2
+            memory_row("good-2", "s1", 2_000),  # 3
+            "",  # 4: blank lines are skipped but still counted
+            no_id,  # 5
+            no_session,  # 6
+            memory_row("t-empty", "s1", 7, prompt=""),  # 7: no document and an empty prompt
+            memory_row("t-ts", "s1", [2024, 5, 1]),  # 8
+            {"id": "t-meta", "metadata": "agent-interaction", "document": "text"},  # 9
+            memory_row("good-3", "s2", 3_000),  # 10
+            memory_row("t-ts2", "s1", {"ms": 1}, with_embedding=False),  # 11
+            memory_row("t-ts3", "s1", True, with_embedding=False),  # 12
+            memory_row("t-blank-id", "s1", 1, with_embedding=False) | {"id": "  "},  # 13
+            memory_row("t-agent", "s1", 1, agent=42, with_embedding=False),  # 14
+            "[1, 2, 3]",  # 15
+        ],
+    )
+    report = ingest_paths([path], db)
+
+    expected = {
+        2: "json-parse",
+        5: "missing-id",
+        6: "missing-session-id",
+        7: "empty-turn-fields",
+        8: "bad-timestamp",
+        9: "wrong-type",
+        11: "bad-timestamp",
+        12: "bad-timestamp",
+        13: "missing-id",
+        14: "wrong-type",
+        15: "not-an-object",
+    }
+    stored = {r["line_no"]: r for r in rows(db, "SELECT * FROM rejects")}
+    assert sorted(stored) == sorted(expected)
+    for line_no, prefix in expected.items():
+        assert stored[line_no]["reason"].startswith(prefix + ":"), (line_no, stored[line_no]["reason"])
+        assert stored[line_no]["source_file"] == str(path.resolve())
+    assert "prompt" in stored[7]["reason"]
+    assert stored[2]["excerpt"].startswith('{"id": "broken"')
+
+    assert rows(db, "SELECT id, source_line FROM turns ORDER BY id") == [
+        {"id": "good-1", "source_line": 1},
+        {"id": "good-2", "source_line": 3},
+        {"id": "good-3", "source_line": 10},
+    ]
+    [file_report] = report.files
+    assert (file_report.lines, file_report.rows, file_report.rejects) == (14, 3, 11)
+    assert report.turns == 3 and report.rejects == 11
+    assert {s["session_id"]: s["turn_count"] for s in report.sessions} == {"s1": 2, "s2": 1}
+
+
+def test_values_that_would_fail_the_database_insert_are_rejected_not_fatal(db, tmp_path):
+    """Each of these once crashed the whole ingest (or its batch) instead of rejecting one line."""
+    base = '{"id": "%s", "metadata": {"sessionId": "s1", "prompt": "p", "thought": "t", "response": "r", %s}}'
+    path = write_jsonl(
+        tmp_path / "memory-backup-edge.jsonl",
+        [
+            base % ("t-inf-string", '"timestamp": "Infinity"'),  # 1
+            base % ("t-huge-ts", '"timestamp": 1e30'),  # 2
+            base % ("t-nan-calls", '"timestamp": 1, "amountToolCalls": NaN'),  # 3
+            base % ("t-big-calls", '"timestamp": 1, "amountToolCalls": 3000000000'),  # 4
+            '{"id": "t-digits", "n": ' + "1" * 5000 + "}",  # 5
+            "[" * 50_000 + "]" * 50_000,  # 6
+            # JSON.stringify writes a surrogate cut in half as an escape: keep the turn, replace it.
+            base % ("t-surrogate", '"timestamp": 2, "model": "m \\ud83d", "extra": "\\ud83d\\ude00"'),  # 7
+            base % ("t-good", '"timestamp": 3'),  # 8
+        ],
+    )
+    report = ingest_paths([path], db)
+
+    reasons = {r["line_no"]: r["reason"] for r in rows(db, "SELECT line_no, reason FROM rejects")}
+    assert sorted(reasons) == [1, 2, 3, 4, 5, 6]
+    assert reasons[1].startswith("bad-timestamp:") and reasons[2].startswith("bad-timestamp:")
+    assert reasons[3].startswith("wrong-type:") and reasons[4].startswith("wrong-type:")
+    assert reasons[5].startswith("json-parse:") and reasons[6].startswith("json-parse:")
+    turns = turns_by_id(db)
+    assert sorted(turns) == ["t-good", "t-surrogate"]
+    assert turns["t-surrogate"]["model"] == "m \ufffd"
+    assert report.turns == 2
+
+
+# --- idempotence and revisions --------------------------------------------------------------
+
+SNAPSHOTS = {
+    "turns": "SELECT * EXCLUDE (ingested_at) FROM turns ORDER BY id",
+    "sessions": "SELECT * EXCLUDE (updated_at) FROM sessions ORDER BY session_id",
+    "mini_summaries": "SELECT * EXCLUDE (created_at) FROM mini_summaries ORDER BY turn_id",
+    "rejects": "SELECT * EXCLUDE (rejected_at) FROM rejects ORDER BY source_file, line_no",
+    "imported_summaries": "SELECT * EXCLUDE (imported_at) FROM imported_summaries ORDER BY session_id",
+    "kept_stamps": (
+        "SELECT 'turn' AS k, id AS key, ingested_at AS at FROM turns UNION ALL "
+        "SELECT 'mini', turn_id, created_at FROM mini_summaries UNION ALL "
+        "SELECT 'reject', source_file || ':' || line_no, rejected_at FROM rejects UNION ALL "
+        "SELECT 'summary', session_id, imported_at FROM imported_summaries ORDER BY k, key"
+    ),
+}
+
+
+def snapshot(db: DigestStore) -> dict[str, list[dict]]:
+    return {name: rows(db, sql) for name, sql in SNAPSHOTS.items()}
+
+
+def write_bundle(folder: Path, *, t2_response: str = "response of t2") -> Path:
+    write_jsonl(
+        folder / "memory-backup-2025.jsonl",
+        [
+            memory_row("t1", "s1", 1_000),
+            memory_row("t2", "s1", "1970-01-01T00:00:02Z", response=t2_response),
+            memory_row("t3", "s2", 5_000, document="s2 first turn"),
+            "{oops",
+            memory_row("t4", "s2", None, prompt=""),
+        ],
+    )
+    write_jsonl(folder / "graph-backup-2025.jsonl", [graph_node("t1", "s1", "mini one"), graph_node("t3", "s2", "mini three")])
+    write_jsonl(folder / "summaries-backup-2025.jsonl", [summary_row("s1", "summary one")])
+    write_jsonl(folder / "temporal-summary-backup-2025.jsonl", ["{not even json"])
+    write_jsonl(
+        folder / "other-harness.jsonl",
+        [{"id": "h1", "session_id": "s3", "timestamp": 9_000, "prompt": "p", "response": "r", "mini_summary": "h mini"}],
+    )
+    return folder
+
+
+def test_reingesting_the_same_bundle_changes_nothing(db, tmp_path):
+    bundle = write_bundle(tmp_path / "bundle")
+    first = ingest_paths([bundle], db)
+    before = snapshot(db)
+    assert len(before["turns"]) == 4 and len(before["sessions"]) == 3
+    assert len(before["mini_summaries"]) == 3 and len(before["rejects"]) == 2
+    assert len(before["imported_summaries"]) == 1
+
+    second = ingest_paths([bundle], db)
+
+    assert snapshot(db) == before
+    assert second.turns == first.turns == 4 and second.rejects == first.rejects == 2
+    assert {s["session_id"]: s["input_revision"] for s in second.sessions} == {
+        s["session_id"]: s["input_revision"] for s in first.sessions
+    }
+
+
+def test_a_changed_turn_changes_its_sessions_input_revision(db, tmp_path):
+    bundle = write_bundle(tmp_path / "bundle")
+    ingest_paths([bundle], db)
+    before = {r["session_id"]: r for r in rows(db, "SELECT * FROM sessions")}
+
+    write_bundle(bundle, t2_response="a different answer")
+    ingest_paths([bundle], db)
+    after = {r["session_id"]: r for r in rows(db, "SELECT * FROM sessions")}
+
+    assert after["s1"]["input_revision"] != before["s1"]["input_revision"]
+    assert after["s1"]["turn_count"] == 2
+    assert after["s2"]["input_revision"] == before["s2"]["input_revision"]
+    assert turns_by_id(db)["t2"]["response"] == "a different answer"
+    assert "Agent Response: a different answer" in turns_by_id(db)["t2"]["document"]
+    # The stored revision is the one the turns contract defines over the stored turns.
+    assert after["s1"]["input_revision"] == input_revision(canonical_order(db.load_turns(["s1"])))
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", after["s1"]["input_revision"])
+
+
+# --- the simple turn format ----------------------------------------------------------------
+
+
+def test_simple_turn_format(db, tmp_path):
+    path = write_jsonl(
+        tmp_path / "claude-code-export.jsonl",
+        [
+            {
+                "id": "h1",
+                "session_id": "harness-1",
+                "timestamp": "2025-06-01T10:00:00Z",
+                "prompt": "Add a test",
+                "thought": "pytest is set up",
+                "response": "Added tests/test_x.py",
+                "agent": "aider",
+                "model": "qwen2.5-coder",
+                "mini_summary": "  Added a test.  ",
+                "tool_calls": 3,
+            },
+            # thought is optional in this format
+            {"id": "h2", "session_id": "harness-1", "timestamp": 1_748_772_060_000, "prompt": "Run it", "response": "Green"},
+            {"id": "h3", "session_id": "harness-1", "timestamp": 1_748_772_120_000, "document": "own document"},
+            {"id": "h4", "timestamp": 1, "prompt": "p", "response": "r"},
+            {"id": "h5", "session_id": "harness-1", "prompt": "p", "response": ""},
+            {"id": "h6", "session_id": "harness-1", "prompt": "p", "response": "r", "mini_summary": 5},
+        ],
+    )
+    report = ingest_paths([path], db)
+
+    assert report.files[0].kind == "turns"
+    turns = turns_by_id(db)
+    assert sorted(turns) == ["h1", "h2", "h3"]
+    h1 = turns["h1"]
+    assert h1["document"] == "User Prompt: Add a test\nAgent Thought: pytest is set up\nAgent Response: Added tests/test_x.py"
+    assert bool(h1["document_rebuilt"]) is True
+    assert int(h1["ts_ms"]) == 1_748_772_000_000
+    assert (h1["agent"], h1["model"], int(h1["amount_tool_calls"])) == ("aider", "qwen2.5-coder", 3)
+    assert turns["h2"]["document"] == compose_document("Run it", "", "Green")
+    assert turns["h3"]["document"] == "own document" and bool(turns["h3"]["document_rebuilt"]) is False
+
+    assert rows(db, "SELECT turn_id, session_id, text, origin FROM mini_summaries") == [
+        {"turn_id": "h1", "session_id": "harness-1", "text": "Added a test.", "origin": "imported"}
+    ]
+    loaded = {t.id: t for t in db.load_turns(["harness-1"])}
+    assert loaded["h1"].mini_summary == "Added a test." and loaded["h2"].mini_summary is None
+
+    reasons = {r["line_no"]: r["reason"] for r in rows(db, "SELECT line_no, reason FROM rejects")}
+    assert sorted(reasons) == [4, 5, 6]
+    assert reasons[4].startswith("missing-session-id:")
+    assert reasons[5].startswith("empty-turn-fields:") and "response" in reasons[5]
+    assert reasons[6].startswith("wrong-type:")
+    [session] = report.sessions
+    assert session["session_id"] == "harness-1" and session["turn_count"] == 3
+
+
+# --- sessions ------------------------------------------------------------------------------
+
+
+def test_refresh_sessions_rows(db, tmp_path):
+    path = write_jsonl(
+        tmp_path / "memory-backup-sessions.jsonl",
+        [
+            memory_row("c2", "a,b", 3_000, document="é" * 10),  # 20 bytes, 10 characters
+            memory_row("c1", "a,b", 1_000, document="abc"),
+            memory_row("c3", "a,b", None, document="xyz"),
+            memory_row("c4", "a,b", 2_000, document="12345"),
+            memory_row("u1", "a_b", 500, document="u"),
+            memory_row("d1", "a.b", 700, document="d"),
+            memory_row("n1", "no-stamps", None, document="n"),
+        ],
+    )
+    report = ingest_paths([path], db)
+
+    sessions = {r["session_id"]: r for r in rows(db, "SELECT * FROM sessions")}
+    assert set(sessions) == {"a,b", "a_b", "a.b", "no-stamps"}
+    keys = {sid: r["partition_key"] for sid, r in sessions.items()}
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]+", k) for k in keys.values())
+    assert len(set(keys.values())) == 4  # a,b / a_b / a.b sanitize alike but keep distinct keys
+    assert keys["a_b"] == "a_b" and keys["no-stamps"] == "no-stamps"  # safe ids are kept as they are
+    assert keys["a,b"].startswith("a_b-")
+
+    ab = sessions["a,b"]
+    assert ab["turn_count"] == 4
+    assert (int(ab["first_activity_ms"]), int(ab["last_activity_ms"])) == (1_000, 3_000)
+    assert ab["raw_bytes"] == 20 + 3 + 3 + 5
+    none = sessions["no-stamps"]
+    assert none["turn_count"] == 1
+    assert pd_null(none["first_activity_ms"]) and pd_null(none["last_activity_ms"])
+
+    # The report carries the same rows, and the partition key leads back to the session.
+    assert {r["session_id"]: r["partition_key"] for r in report.sessions} == keys
+    assert db.session_by_partition(keys["a,b"])["session_id"] == "a,b"
+    assert db.partition_keys() == sorted(keys.values())
+
+
+def pd_null(value) -> bool:
+    return value is None or value != value
+
+
+# --- batching and discovery ----------------------------------------------------------------
+
+
+class CountingSink:
+    """The real store, with a count of the write calls (to prove the batches really were small)."""
+
+    def __init__(self, store: DigestStore):
+        self.store = store
+        self.turn_batches: list[int] = []
+
+    def write_turns(self, rows):
+        if rows:
+            self.turn_batches.append(len(rows))
+        self.store.write_turns(rows)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_more_lines_than_a_batch_ingest_every_row_exactly_once(db, tmp_path, monkeypatch):
+    monkeypatch.setattr(ingest_module, "BATCH_ROWS", 3)
+    lines = []
+    for i in range(11):
+        lines.append(memory_row(f"t{i:02d}", "s-batch" if i % 2 else "s-other", 1_000 + i, with_embedding=i < 3))
+        if i in (4, 8):
+            lines.append("{broken")
+    # The same id again, in a later batch: one row, the later line's content.
+    lines.append(memory_row("t01", "s-batch", 1_001, document="t01 again"))
+    path = write_jsonl(tmp_path / "memory-backup-batches.jsonl", lines)
+    sink = CountingSink(db)
+
+    report = ingest_paths([path], sink)
+
+    assert len(sink.turn_batches) >= 4 and max(sink.turn_batches) <= 3
+    counts = rows(db, "SELECT count(*) AS n, count(DISTINCT id) AS d FROM turns")[0]
+    assert counts == {"n": 11, "d": 11}
+    assert turns_by_id(db)["t01"]["document"] == "t01 again"
+    assert turns_by_id(db)["t01"]["source_line"] == 14
+    assert [r["line_no"] for r in rows(db, "SELECT line_no FROM rejects ORDER BY 1")] == [6, 11]
+    sessions = {r["session_id"]: r["turn_count"] for r in rows(db, "SELECT * FROM sessions")}
+    assert sessions == {"s-batch": 5, "s-other": 6}  # sessions touched in every batch were refreshed
+    assert report.files[0].rows == 12 and report.files[0].rejects == 2
+
+
+def test_a_folder_ingests_every_jsonl_in_it(db, tmp_path):
+    bundle = write_bundle(tmp_path / "bundle")
+    (bundle / "notes.txt").write_text("not a bundle file\n")
+    write_jsonl(bundle / "nested" / "memory-backup-nested.jsonl", [memory_row("nested", "s9", 1)])
+
+    report = ingest_paths([bundle], db)
+
+    kinds = {Path(f.path).name: f.kind for f in report.files}
+    assert kinds == {
+        "graph-backup-2025.jsonl": "graph",
+        "memory-backup-2025.jsonl": "memory",
+        "other-harness.jsonl": "turns",
+        "summaries-backup-2025.jsonl": "summaries",
+        "temporal-summary-backup-2025.jsonl": "temporal",
+    }
+    temporal = next(f for f in report.files if f.kind == "temporal")
+    assert (temporal.lines, temporal.rows, temporal.rejects) == (0, 0, 0)
+    assert sorted(turns_by_id(db)) == ["h1", "t1", "t2", "t3"]
+    assert {r["session_id"] for r in rows(db, "SELECT session_id FROM sessions")} == {"s1", "s2", "s3"}
+    assert rows(db, "SELECT count(*) AS n FROM imported_summaries")[0]["n"] == 1
+
+
+def test_a_missing_path_raises_and_ingests_nothing(db, tmp_path):
+    good = write_jsonl(tmp_path / "memory-backup-ok.jsonl", [memory_row("t1", "s1", 1)])
+    missing = tmp_path / "no-such-export"
+    with pytest.raises(FileNotFoundError, match=re.escape(str(missing))):
+        ingest_paths([good, missing], db)
+    # Discovery fails before anything is written.
+    assert rows(db, "SELECT count(*) AS n FROM turns")[0]["n"] == 0
