@@ -1,5 +1,6 @@
 """The session assets: thin wrappers over `digest` (policy) and `resources` (store, model)."""
 
+import time
 
 from dagster import (
     AssetExecutionContext,
@@ -14,7 +15,8 @@ from assets.partitions import sessions_partitions
 from digest.ingest import ingest_paths
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
 from digest.turns import canonical_order
-from resources.bindings import ChatModelResource, DigestStoreResource
+from digest.scheduling import failure_backoff_s
+from resources.bindings import ChatModelResource, DigestStoreResource, SweepPolicyResource
 from resources.store import RunLedger
 
 # Bump when a prompt or the routing rule changes, so the UI marks summaries as stale.
@@ -26,18 +28,13 @@ class IngestConfig(Config):
 
 
 @asset(group_name="ingest", kinds={"duckdb"})
-def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: DigestStoreResource) -> MaterializeResult:
+def raw_turns(config: IngestConfig, store: DigestStoreResource) -> MaterializeResult:
     """Export bundles streamed into DuckDB `turns`; bad lines go to `rejects` with their reason.
 
-    Sessions seen for the first time become partitions of `sessions`.
+    The summary sensor (or the CLI) registers the sessions it touched as `sessions` partitions.
     """
     paths = config.paths or [store.inbox]
     report = ingest_paths(paths, store.store())
-    keys = [row["partition_key"] for row in report.sessions]
-    known = set(context.instance.get_dynamic_partitions(sessions_partitions.name))
-    new_keys = [k for k in keys if k not in known]
-    if new_keys:
-        context.instance.add_dynamic_partitions(sessions_partitions.name, new_keys)
     table = "\n".join(
         f"| `{f.path}` | {f.kind} | {f.lines} | {f.rows} | {f.rejects} |" for f in report.files
     )
@@ -46,13 +43,16 @@ def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: Diges
             "files": len(report.files),
             "turns": report.turns,
             "rejects": report.rejects,
-            "sessions_touched": len(keys),
-            "new_partitions": len(new_keys),
+            "sessions_touched": len(report.sessions),
             "files_preview": MetadataValue.md(
                 "| file | kind | lines | rows | rejects |\n|---|---|---|---|---|\n" + table if table else "no files"
             ),
         }
     )
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _session(store, partition_key: str) -> dict:
@@ -95,7 +95,7 @@ def raw_sessions(context: AssetExecutionContext, store: DigestStoreResource, mod
     code_version=SUMMARY_CODE_VERSION,
 )
 def session_summaries(
-    context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource
+    context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource, sweep: SweepPolicyResource
 ) -> MaterializeResult:
     """The session summary, raw when the session fits the raw-synthesis cap, else degraded.
 
@@ -103,18 +103,32 @@ def session_summaries(
     (else truncated raw snippets) and says so in `source_tier`, `degraded` and `raw_canonical`.
     """
     db = store.store()
-    session_id = _session(db, context.partition_key)["session_id"]
-    turns = db.load_turns([session_id])
-    if not turns:
-        raise Failure(f"session {session_id!r} has no turns")
-    result = summarize_session(turns, model.client(), model.limits(), RunLedger(db, context.run.run_id))
-    if result.summary is None:
-        raise Failure(
-            description=f"no summary for session {session_id!r}: {result.failure} (route {result.route_reason})",
-            metadata={"symptom": result.failure, "route_reason": result.route_reason},
-        )
-    summary = result.summary
-    db.write_summary(summary, run_id=context.run.run_id)
+    session = _session(db, context.partition_key)
+    session_id, run_id = session["session_id"], context.run.run_id
+    limits = model.limits()
+    # Held across the raw call and the degraded one, each up to the timeout, with room to write.
+    lease_ttl_s = 2 * limits.timeout_s + 120
+    holder = db.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
+    if holder is not None:
+        raise Failure(f"session {session_id!r} is being summarized by run {holder}; not summarizing it twice")
+    try:
+        turns = db.load_turns([session_id])
+        result = summarize_session(turns, model.client(), limits, RunLedger(db, run_id))
+        if result.summary is None:
+            failures = db.record_summary_failure(
+                session_id, session["input_revision"], result.failure, now_ms(),
+                lambda n: failure_backoff_s(n, sweep.policy()),
+            )  # fmt: skip
+            raise Failure(
+                description=f"no summary for session {session_id!r}: {result.failure} (route {result.route_reason}); "
+                f"failure {failures}, backing off {failure_backoff_s(failures, sweep.policy()):.0f}s",
+                metadata={"symptom": result.failure, "route_reason": result.route_reason, "failures": failures},
+            )
+        summary = result.summary
+        db.write_summary(summary, run_id=run_id)
+        db.clear_summary_failures(session_id)
+    finally:
+        db.release_summary_lease(session_id, run_id)
     out = summary.output
     coverage = summary.mini_summary_count / summary.memory_count
     return MaterializeResult(

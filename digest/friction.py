@@ -37,18 +37,22 @@ _TIMEOUT = re.compile(r"timeout|aborted|timed[ -]out", re.IGNORECASE)
 
 
 def classify_error(error: BaseException) -> str:
-    """The symptom of a failed call: typed errors first, then the original's message patterns."""
+    """The symptom of a failed call: typed errors first, then the original's message patterns.
+
+    A provider error is typed before the patterns: "maximum slots exceeded" from a busy server
+    is not a context overflow.
+    """
     if isinstance(error, ModelTimeout):
         return "timeout"
     if isinstance(error, ContextOverflow):
         return "context-overflow"
+    if isinstance(error, ProviderError):
+        return "provider-error"
     message = str(error)
     if _OVERFLOW.search(message):
         return "context-overflow"
     if _TIMEOUT.search(message):
         return "timeout"
-    if isinstance(error, ProviderError):
-        return "provider-error"
     return "parse-failure"
 
 

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from digest.mini_summaries import PRIORITIES as MINI_SUMMARY_PRIORITIES, MiniSummaryPolicy
+from digest.scheduling import SweepPolicy
+from digest.synthesis import Limits
+
 # The embedded SmolLM2 GGUF was trained with an 8192-token context; the server is started with it.
 EMBEDDED_CONTEXT_TOKENS = 8192
 PROVIDERS = ("embedded", "openai", "ollama")
@@ -35,10 +39,22 @@ class Settings:
     bytes_per_token: float
     summary_timeout_s: float
     summary_max_output_tokens: int
+    sweep: SweepPolicy
+    mini_summaries: MiniSummaryPolicy
 
     @property
     def dagster_home(self) -> Path:
         return self.home / "dagster"
+
+    def limits(self) -> Limits:
+        return Limits(
+            context_limit_tokens=self.context_limit_tokens,
+            safe_limit_tokens=self.safe_limit_tokens,
+            raw_cap_tokens=self.raw_cap_tokens,
+            bytes_per_token=self.bytes_per_token,
+            max_output_tokens=self.summary_max_output_tokens,
+            timeout_s=self.summary_timeout_s,
+        )
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -91,6 +107,30 @@ def parse_raw_cap(raw: str | None) -> int | None:
     return value
 
 
+def _mini_summary_policy(env: Mapping[str, str]) -> MiniSummaryPolicy:
+    """Defaults as the reference backfill: 600 s a run, 20 s inner and 30 s outer per turn, 5 tries."""
+    inner = _float(env, "DIGEST_MINI_SUMMARY_TIMEOUT_S", 20.0)
+    outer = _float(env, "DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S", 30.0)
+    if outer < inner:
+        raise SettingsError(
+            f"DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S={outer:g} is below DIGEST_MINI_SUMMARY_TIMEOUT_S={inner:g}: "
+            "the outer timeout is the backstop of the inner one"
+        )
+    priority = env.get("DIGEST_MINI_SUMMARY_PRIORITY", "").strip().lower() or "degraded-first"
+    if priority not in MINI_SUMMARY_PRIORITIES:
+        raise SettingsError(
+            f"DIGEST_MINI_SUMMARY_PRIORITY={priority!r} is not one of {', '.join(MINI_SUMMARY_PRIORITIES)}"
+        )
+    return MiniSummaryPolicy(
+        budget_s=_float(env, "DIGEST_MINI_SUMMARY_BUDGET_S", 600.0),
+        timeout_s=inner,
+        outer_timeout_s=outer,
+        max_attempts=_int(env, "DIGEST_MINI_SUMMARY_MAX_ATTEMPTS", 5),
+        fresh_reserve=_int(env, "DIGEST_MINI_SUMMARY_FRESH_RESERVE", 10, minimum=0),
+        priority=priority,
+    )
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     home = Path(env.get("DIGEST_HOME", "").strip() or ".digest").resolve()
@@ -118,4 +158,13 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         bytes_per_token=_float(env, "DIGEST_BYTES_PER_TOKEN", 3.0),
         summary_timeout_s=_float(env, "DIGEST_SUMMARY_TIMEOUT_S", 180.0),
         summary_max_output_tokens=_int(env, "DIGEST_SUMMARY_MAX_OUTPUT_TOKENS", 1024, minimum=64),
+        sweep=SweepPolicy(
+            max_sessions=_int(env, "DIGEST_SWEEP_MAX_SESSIONS", 5),
+            model_seconds=_float(env, "DIGEST_SWEEP_MODEL_SECONDS", 1800.0),
+            idle_window_s=_float(env, "DIGEST_IDLE_WINDOW_S", 600.0),
+            oldest_share=_int(env, "DIGEST_SWEEP_OLDEST_SHARE", 1, minimum=0),
+            backoff_base_s=_float(env, "DIGEST_BACKOFF_BASE_S", 1800.0),
+            backoff_max_s=_float(env, "DIGEST_BACKOFF_MAX_S", 86400.0),
+        ),
+        mini_summaries=_mini_summary_policy(env),
     )

@@ -46,33 +46,54 @@ def _model_url(settings: Settings):
 
 def ingest(settings: Settings, paths: list[str]) -> dict:
     from pipelines.definitions import build_definitions
+    from pipelines.sensors import register_partitions
 
+    instance = _instance()
     job = build_definitions(settings).resolve_job_def("ingest")
     config = {"ops": {"raw_turns": {"config": {"paths": [str(Path(p).resolve()) for p in paths]}}}}
-    result = job.execute_in_process(run_config=config, instance=_instance(), raise_on_error=False)
+    result = job.execute_in_process(run_config=config, instance=instance, raise_on_error=False)
     materialization = result.asset_materializations_for_node("raw_turns")
     if not result.success or not materialization:
         raise SystemExit(f"ingest failed (run {result.run_id}); see `session-digest ui` for the run's logs")
     meta = {k: v.value for k, v in materialization[0].metadata.items() if k != "files_preview"}
-    return {"run_id": result.run_id, **meta}
+    return {"run_id": result.run_id, **meta, "new_partitions": register_partitions(instance, _store(settings))}
 
 
-def sweep(settings: Settings, limit: int | None) -> dict:
-    from pipelines.definitions import build_definitions
+def _store(settings: Settings):
     from resources.store import DigestStore
 
     store = DigestStore(settings.db_path)
     store.migrate()
-    keys = store.pending_summary_keys(limit)
+    return store
+
+
+def _selection(settings: Settings, limit: int | None):
+    from pipelines.selection import next_summary_batch
+
+    policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
+    return next_summary_batch(_store(settings), settings.limits(), policy, settings.model_name, int(time.time() * 1000))
+
+
+def sweep(settings: Settings, limit: int | None) -> dict:
+    """The summary sensor's selection and budget, run now: one Dagster run per session."""
+    from pipelines.definitions import build_definitions
+    from pipelines.sensors import register_partitions
+
+    selection = _selection(settings, limit)
     outcomes = []
-    if keys:
+    if selection.batch:
         instance = _instance()
+        register_partitions(instance, _store(settings))
         with _model_url(settings) as run_settings:
             job = build_definitions(run_settings).resolve_job_def("summarize_sessions")
-            for key in keys:
+            for item in selection.batch:
+                key = item.candidate.partition_key
                 started = time.monotonic()
                 result = job.execute_in_process(
-                    instance=instance, partition_key=key, raise_on_error=False, tags={"digest/sweep": "cli"}
+                    instance=instance,
+                    partition_key=key,
+                    raise_on_error=False,
+                    tags={"digest/sweep": "cli", "digest/route": item.tier},
                 )
                 outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
                 for event in result.asset_materializations_for_node("session_summaries"):
@@ -81,15 +102,47 @@ def sweep(settings: Settings, limit: int | None) -> dict:
                 outcome["seconds"] = round(time.monotonic() - started, 2)
                 outcomes.append(outcome)
                 print(json.dumps(outcome), file=sys.stderr)
-    return {"pending": len(keys), "summarized": sum(o["success"] for o in outcomes), "runs": outcomes}
+    return {
+        "pending": selection.pending,
+        "skipped": selection.skip_reason,
+        "summarized": sum(o["success"] for o in outcomes),
+        "runs": outcomes,
+    }
+
+
+def plan(settings: Settings, limit: int | None) -> dict:
+    """What the next sweep would do, without calling a model."""
+    selection = _selection(settings, limit)
+    routes: dict[str, int] = {}
+    for item in selection.batch:
+        routes[item.tier] = routes.get(item.tier, 0) + 1
+    return {
+        "pending": selection.pending,
+        "held_back": {"active_within_idle_window": selection.active, "in_failure_backoff": selection.backing_off},
+        "seconds_per_token": selection.seconds_per_token,
+        "throughput": "measured from the attempt ledger" if selection.throughput_measured else "default (no calls yet)",
+        "next_sweep": {
+            "sessions": len(selection.batch),
+            "by_route": routes,
+            "estimated_prompt_tokens": sum(i.prompt_tokens_estimate for i in selection.batch),
+            "estimated_model_seconds": round(sum(i.model_seconds_estimate for i in selection.batch), 1),
+            "sessions_detail": [
+                {
+                    "partition": i.candidate.partition_key,
+                    "tier": i.tier,
+                    "route": i.route,
+                    "prompt_tokens_estimate": i.prompt_tokens_estimate,
+                    "model_seconds_estimate": round(i.model_seconds_estimate, 1),
+                }
+                for i in selection.batch
+            ],
+        },
+        "skipped": selection.skip_reason,
+    }
 
 
 def status(settings: Settings) -> dict:
-    from resources.store import DigestStore
-
-    store = DigestStore(settings.db_path)
-    store.migrate()
-    return store.status()
+    return _store(settings).status()
 
 
 def ui(settings: Settings, port: int) -> None:
@@ -101,10 +154,12 @@ def ui(settings: Settings, port: int) -> None:
 def demo(settings: Settings) -> dict:
     started = time.monotonic()
     ingested = ingest(settings, [str(SAMPLES)])
-    swept = sweep(settings, None)
+    runs = []
+    while batch := sweep(settings, None)["runs"]:  # one budgeted sweep after another
+        runs.extend(batch)
     report = {
         "ingest": ingested,
-        "sweep": swept,
+        "summary_runs": runs,
         "status": status(settings),
         "seconds": round(time.monotonic() - started, 1),
     }
@@ -122,8 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p_ingest = sub.add_parser("ingest", help="ingest export bundles (files or folders of *.jsonl)")
     p_ingest.add_argument("paths", nargs="+")
-    p_sweep = sub.add_parser("sweep", help="summarize pending sessions now, one Dagster run each")
+    p_sweep = sub.add_parser("sweep", help="summarize the next budgeted batch now, one Dagster run each")
     p_sweep.add_argument("--limit", type=int, default=None, help="at most this many sessions")
+    p_plan = sub.add_parser("plan", help="what the next sweep would do, without calling a model")
+    p_plan.add_argument("--limit", type=int, default=None, help="at most this many sessions")
     sub.add_parser("status", help="counts as JSON")
     p_ui = sub.add_parser("ui", help="start the Dagster UI on loopback over the same instance")
     p_ui.add_argument("--port", type=int, default=3000)
@@ -139,6 +196,8 @@ def main(argv: list[str] | None = None) -> None:
         result = ingest(settings, args.paths)
     elif args.command == "sweep":
         result = sweep(settings, args.limit)
+    elif args.command == "plan":
+        result = plan(settings, args.limit)
     elif args.command == "status":
         result = status(settings)
     elif args.command == "ui":

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
-from dagster import Definitions, EnvVar, define_asset_job, in_process_executor
+from dagster import Definitions, EnvVar
 
 from assets.sessions import raw_sessions, raw_turns, session_summaries
 from digest.settings import Settings, load_settings
-from resources.bindings import ChatModelResource, DigestStoreResource
-
-ingest_job = define_asset_job("ingest", selection=[raw_turns], description="Ingest export bundles into DuckDB.")
-summarize_job = define_asset_job(
-    "summarize_sessions",
-    selection=[raw_sessions, session_summaries],
-    # One process per run: DuckDB takes one writer per file, and per-step processes buy nothing here.
-    executor_def=in_process_executor,
-    description="Summarize one session: raw under the raw-synthesis cap, degraded over it.",
-)
-
+from pipelines.jobs import ingest_job, summarize_job
+from pipelines.sensors import inbox_sensor, summary_sensor
+from resources.bindings import ChatModelResource, DigestStoreResource, SweepPolicyResource
 
 def _env_or(name: str, value):
     """Bind to the env var when it is set (the UI then shows the binding), else the default."""
@@ -29,6 +22,7 @@ def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
         assets=[raw_turns, raw_sessions, session_summaries],
         jobs=[ingest_job, summarize_job],
+        sensors=[inbox_sensor, summary_sensor],
         resources={
             "store": DigestStoreResource(
                 db_path=str(settings.db_path),
@@ -45,6 +39,7 @@ def build_definitions(settings: Settings) -> Definitions:
                 summary_timeout_s=settings.summary_timeout_s,
                 summary_max_output_tokens=settings.summary_max_output_tokens,
             ),
+            "sweep": SweepPolicyResource(**dataclasses.asdict(settings.sweep)),
         },
     )
 

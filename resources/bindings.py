@@ -6,7 +6,9 @@ from typing import Optional
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
+from digest.mini_summaries import MiniSummaryPolicy
 from digest.model_api import ChatClient
+from digest.scheduling import SweepPolicy
 from digest.synthesis import Limits
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
@@ -73,3 +75,31 @@ class ChatModelResource(ConfigurableResource):
             # llama-cpp-python's server takes the schema only in the json_object form.
             return OpenAIChatClient(url, MODEL_ALIAS, schema_style="json_object")
         return OpenAIChatClient(self.url or "http://127.0.0.1:8080", self.model)
+
+
+class SweepPolicyResource(ConfigurableResource):
+    """How sweeps pick sessions (count and model-time budget, churn gate) and back failures off."""
+
+    max_sessions: int
+    model_seconds: float
+    idle_window_s: float
+    oldest_share: int
+    backoff_base_s: float
+    backoff_max_s: float
+
+    def policy(self) -> SweepPolicy:
+        return SweepPolicy(**self.model_dump())
+
+
+class MiniSummaryPolicyResource(ConfigurableResource):
+    """How per-turn mini summaries are generated: the run's budget, timeouts, attempts and order."""
+
+    budget_s: float
+    timeout_s: float
+    outer_timeout_s: float
+    max_attempts: int
+    fresh_reserve: int
+    priority: str
+
+    def policy(self) -> MiniSummaryPolicy:
+        return MiniSummaryPolicy(**self.model_dump())

@@ -75,7 +75,8 @@ class OpenAIChatClient:
             return {"type": "json_object", "schema": schema}
         return {"type": "json_schema", "json_schema": {"name": "sessionSummary", "schema": schema, "strict": True}}
 
-    def chat(self, prompt: str, *, schema: dict, max_output_tokens: int, timeout_s: float) -> ChatReply:
+    def chat(self, prompt: str, *, schema: dict | None, max_output_tokens: int, timeout_s: float) -> ChatReply:
+        """`schema=None`: a plain-text reply, no `response_format` sent."""
         style = "json_schema" if self.schema_style == "auto" else self.schema_style
         body = {
             "model": self.model,
@@ -83,11 +84,17 @@ class OpenAIChatClient:
             "temperature": 0,
             "max_tokens": max_output_tokens,
             "stream": False,
-            "response_format": self._response_format(schema, style),
         }
+        if schema is not None:
+            body["response_format"] = self._response_format(schema, style)
         url = f"{self.base_url}/v1/chat/completions"
         response, duration = _post(url, body, timeout_s)
-        if self.schema_style == "auto" and response.status_code in (400, 422, 500) and "json_schema" in response.text:
+        if (
+            schema is not None
+            and self.schema_style == "auto"
+            and response.status_code in (400, 422, 500)
+            and "json_schema" in response.text
+        ):
             self.schema_style = "json_object"
             body["response_format"] = self._response_format(schema, "json_object")
             response, duration = _post(url, body, timeout_s)
@@ -121,18 +128,20 @@ class OllamaChatClient:
         self.num_ctx = num_ctx
         self.keep_alive = keep_alive
 
-    def chat(self, prompt: str, *, schema: dict, max_output_tokens: int, timeout_s: float) -> ChatReply:
+    def chat(self, prompt: str, *, schema: dict | None, max_output_tokens: int, timeout_s: float) -> ChatReply:
+        """`schema=None`: a plain-text reply, no `format` sent."""
         body = {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
             "stream": False,
-            "format": schema,
             "keep_alive": self.keep_alive,
             # truncate/shift false: newer servers fail on an oversized prompt instead of cutting it.
             "truncate": False,
             "shift": False,
             "options": {"num_ctx": self.num_ctx, "num_predict": max_output_tokens, "temperature": 0},
         }
+        if schema is not None:
+            body["format"] = schema
         url = f"{self.base_url}/api/chat"
         response, duration = _post(url, body, timeout_s)
         _raise_for_status(response)

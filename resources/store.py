@@ -17,7 +17,10 @@ import duckdb
 import pandas as pd
 
 from digest.friction import FrictionEvent
-from digest.synthesis import Attempt, SessionSummary
+from digest.mini_summaries import ARCHIVE_GENERATION_TIMEOUT, PendingSession, PendingTurn, order_sessions
+from digest.synthesis import Limits  # for the mini summary priority
+from digest.scheduling import Candidate
+from digest.synthesis import FALLBACK_CHARS, Attempt, SessionSummary
 from digest.turns import Turn, canonical_order, input_revision, partition_key
 
 SCHEMA_VERSION = 1
@@ -68,6 +71,29 @@ CREATE TABLE IF NOT EXISTS mini_summaries (
     origin VARCHAR NOT NULL,          -- imported | generated
     model VARCHAR,
     created_at TIMESTAMPTZ NOT NULL
+);
+
+-- Mini summary generation per turn: failed attempts and the archive (ours, apart from the export's
+-- turns.archived_at, which a re-ingest rewrites).
+CREATE TABLE IF NOT EXISTS mini_summary_state (
+    turn_id VARCHAR PRIMARY KEY,
+    session_id VARCHAR NOT NULL,
+    attempts INTEGER NOT NULL,        -- failed attempts since the last un-archive
+    last_cause VARCHAR,               -- timeout-inner | timeout-outer | no-model | empty-output | provider-error | unspecified
+    archived_at TIMESTAMPTZ,
+    archived_reason VARCHAR,          -- no-content | generation-timeout
+    unarchived_at TIMESTAMPTZ,        -- set by un-archive; also overrides the export's archive flag
+    updated_at TIMESTAMPTZ NOT NULL
+);
+
+-- Mini summary runs per session: one that attempted turns and generated none backs off.
+CREATE TABLE IF NOT EXISTS backfill_state (
+    session_id VARCHAR PRIMARY KEY,
+    backoff_until_ms BIGINT,          -- NULL: no backoff
+    last_attempted INTEGER NOT NULL,
+    last_generated INTEGER NOT NULL,
+    last_run_id VARCHAR,
+    updated_at TIMESTAMPTZ NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS session_summaries (
@@ -148,6 +174,23 @@ SELECT asset_ref, consumer, symptom, any_value(suggestion_kind) AS suggestion_ki
        arg_max(note, occurred_at) AS latest_note, arg_max(error_text, occurred_at) AS latest_error
 FROM friction_events GROUP BY asset_ref, consumer, symptom;
 
+-- Failure backoff: a failed session waits before it is tried again, unless its turns change.
+CREATE TABLE IF NOT EXISTS summary_state (
+    session_id VARCHAR PRIMARY KEY,
+    failures INTEGER NOT NULL,
+    last_symptom VARCHAR,
+    failed_revision VARCHAR NOT NULL,
+    backoff_until_ms BIGINT NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL
+);
+
+-- A session is claimed before its model work, so two runs never summarize it at once.
+CREATE TABLE IF NOT EXISTS summary_leases (
+    session_id VARCHAR PRIMARY KEY,
+    run_id VARCHAR NOT NULL,
+    expires_at_ms BIGINT NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS rejects (
     source_file VARCHAR NOT NULL,
     line_no INTEGER NOT NULL,
@@ -174,6 +217,16 @@ PENDING_SUMMARIES = (
     "FROM sessions s LEFT JOIN session_summaries x USING (session_id) "
     "WHERE x.session_id IS NULL OR x.input_revision <> s.input_revision"
 )
+
+# Turns that still need a mini summary: none yet, and not archived (by us, or by the export unless
+# un-archived here). The thought is not selected: it never reaches the mini summary prompt.
+PENDING_MINI_SUMMARY_TURNS = """
+    SELECT t.id, t.session_id, t.ts_ms, t.prompt, t.response, t.document
+    FROM turns t
+    LEFT JOIN mini_summaries m ON m.turn_id = t.id
+    LEFT JOIN mini_summary_state st ON st.turn_id = t.id
+    WHERE m.turn_id IS NULL AND st.archived_at IS NULL AND (t.archived_at IS NULL OR st.unarchived_at IS NOT NULL)
+"""
 
 TURN_COLUMNS = [
     "id", "session_id", "ts_ms", "type", "prompt", "thought", "response", "document", "document_rebuilt",
@@ -427,6 +480,222 @@ class DigestStore:
                 list(row.values()),
             )
 
+    # --- sweeps -------------------------------------------------------------------------------
+
+    def summary_queue(self, now_ms: int, idle_window_s: float, newest: int, oldest: int) -> dict:
+        """The pending sessions a sweep may take, the newest `newest` and the oldest `oldest`
+        after the churn gate and failure backoff, with how many each gate held back."""
+        idle_ms = int(idle_window_s * 1000)
+        gates = f"""
+            SELECT s.*,
+                   coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false) AS active,
+                   coalesce(st.backoff_until_ms > {now_ms} AND st.failed_revision = s.input_revision, false)
+                       AS backing_off
+            FROM sessions s
+            LEFT JOIN session_summaries x USING (session_id)
+            LEFT JOIN summary_state st USING (session_id)
+            WHERE x.session_id IS NULL OR x.input_revision <> s.input_revision
+        """
+        with self.connect() as con:
+            counts = con.execute(
+                f"SELECT count(*), count(*) FILTER (active), count(*) FILTER (backing_off AND NOT active) FROM ({gates})"
+            ).fetchone()
+            rows = con.execute(
+                f"""
+                WITH eligible AS (SELECT * FROM ({gates}) WHERE NOT active AND NOT backing_off),
+                picked AS (
+                    (SELECT session_id FROM eligible ORDER BY last_activity_ms DESC NULLS LAST, session_id LIMIT {int(newest)})
+                    UNION
+                    (SELECT session_id FROM eligible ORDER BY last_activity_ms ASC NULLS FIRST, session_id LIMIT {int(oldest)})
+                )
+                SELECT s.partition_key, s.session_id, s.last_activity_ms, s.turn_count, s.raw_bytes,
+                       sum(least(coalesce(length(m.text), length(t.document)), {FALLBACK_CHARS}))::BIGINT,
+                       count(m.turn_id)
+                FROM picked JOIN sessions s USING (session_id)
+                JOIN turns t ON t.session_id = s.session_id
+                LEFT JOIN mini_summaries m ON m.turn_id = t.id
+                GROUP BY ALL
+                ORDER BY s.last_activity_ms DESC NULLS LAST, s.session_id
+                """
+            ).fetchall()
+        return {
+            "pending": counts[0],
+            "active": counts[1],
+            "backing_off": counts[2],
+            "candidates": [Candidate(*row) for row in rows],
+        }
+
+    def seconds_per_token(self, model: str, recent: int = 50) -> float | None:
+        """Measured model seconds per estimated prompt token over the model's recent good calls."""
+        with self.connect() as con:
+            row = con.execute(
+                """SELECT sum(duration_s) / nullif(sum(tokens_estimate), 0) FROM (
+                       SELECT duration_s, tokens_estimate FROM attempts
+                       WHERE outcome = 'ok' AND model = ? AND stage = 'session-summary'
+                       ORDER BY attempt_id DESC LIMIT ?)""",
+                [model, recent],
+            ).fetchone()
+        return row[0]
+
+    def record_summary_failure(
+        self, session_id: str, revision: str, symptom: str, now_ms: int, backoff_s
+    ) -> int:
+        """Count a failure (from 1 again when the turns changed) and back the session off;
+        returns the failure count. `backoff_s(failures)` gives the wait."""
+        with self.transaction() as con:
+            row = con.execute(
+                "SELECT failures, failed_revision FROM summary_state WHERE session_id = ?", [session_id]
+            ).fetchone()
+            failures = row[0] + 1 if row and row[1] == revision else 1
+            con.execute(
+                """INSERT OR REPLACE INTO summary_state VALUES (?, ?, ?, ?, ?, ?)""",
+                [session_id, failures, symptom, revision, now_ms + int(backoff_s(failures) * 1000), _now()],
+            )
+        return failures
+
+    def clear_summary_failures(self, session_id: str) -> None:
+        with self.connect() as con:
+            con.execute("DELETE FROM summary_state WHERE session_id = ?", [session_id])
+
+    def claim_summary_lease(self, session_id: str, run_id: str, now_ms: int, ttl_s: float) -> str | None:
+        """Claim the session for this run; returns None when granted, else the holding run's id.
+        An expired lease (a crashed run) is taken over."""
+        with self.transaction() as con:
+            con.execute(
+                "DELETE FROM summary_leases WHERE session_id = ? AND (expires_at_ms <= ? OR run_id = ?)",
+                [session_id, now_ms, run_id],
+            )
+            holder = con.execute("SELECT run_id FROM summary_leases WHERE session_id = ?", [session_id]).fetchone()
+            if holder:
+                return holder[0]
+            con.execute("INSERT INTO summary_leases VALUES (?, ?, ?)", [session_id, run_id, now_ms + int(ttl_s * 1000)])
+        return None
+
+    def release_summary_lease(self, session_id: str, run_id: str) -> None:
+        with self.connect() as con:
+            con.execute("DELETE FROM summary_leases WHERE session_id = ? AND run_id = ?", [session_id, run_id])
+
+    # --- mini summaries ---------------------------------------------------------------------
+
+    def pending_mini_summary_turns(self, session_id: str) -> list[PendingTurn]:
+        with self.connect() as con:
+            rows = con.execute(
+                f"SELECT * FROM ({PENDING_MINI_SUMMARY_TURNS}) WHERE session_id = ?", [session_id]
+            ).fetchall()
+        return [PendingTurn(*row) for row in rows]
+
+    def save_generated_mini_summary(self, turn_id: str, session_id: str, text: str, model: str) -> None:
+        """Never over an existing one: an imported mini summary is the source system's word."""
+        with self.connect() as con:
+            con.execute(
+                """INSERT INTO mini_summaries (turn_id, session_id, text, origin, model, created_at)
+                   VALUES (?, ?, ?, 'generated', ?, ?) ON CONFLICT (turn_id) DO NOTHING""",
+                [turn_id, session_id, text, model, _now()],
+            )
+
+    def record_mini_summary_failure(self, turn_id: str, session_id: str, cause: str, max_attempts: int) -> bool:
+        """Count a failed attempt; at `max_attempts` the turn is archived. True if it was."""
+        with self.transaction() as con:
+            row = con.execute("SELECT attempts FROM mini_summary_state WHERE turn_id = ?", [turn_id]).fetchone()
+            attempts = (row[0] if row else 0) + 1
+            archived = attempts >= max_attempts
+            now = _now()
+            con.execute(
+                """INSERT INTO mini_summary_state (turn_id, session_id, attempts, last_cause, archived_at,
+                       archived_reason, updated_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (turn_id) DO UPDATE SET attempts = excluded.attempts, last_cause = excluded.last_cause,
+                       archived_at = excluded.archived_at, archived_reason = excluded.archived_reason,
+                       updated_at = excluded.updated_at""",
+                [turn_id, session_id, attempts, cause, now if archived else None,
+                 ARCHIVE_GENERATION_TIMEOUT if archived else None, now],
+            )  # fmt: skip
+        return archived
+
+    def archive_turn(self, turn_id: str, session_id: str, reason: str) -> None:
+        """Out of mini summary generation; the turn keeps its text and stays in the raw summary input."""
+        now = _now()
+        with self.connect() as con:
+            con.execute(
+                """INSERT INTO mini_summary_state (turn_id, session_id, attempts, archived_at, archived_reason, updated_at)
+                   VALUES (?, ?, 0, ?, ?, ?)
+                   ON CONFLICT (turn_id) DO UPDATE SET archived_at = excluded.archived_at,
+                       archived_reason = excluded.archived_reason, updated_at = excluded.updated_at""",
+                [turn_id, session_id, now, reason, now],
+            )
+
+    def unarchive_turns(self, turn_ids: list[str] | None = None, session_id: str | None = None) -> list[str]:
+        """Give archived turns (ours or the export's) their attempts back; returns their ids."""
+        if not turn_ids and not session_id:
+            raise ValueError("name turn ids or a session")
+        now = _now()
+        with self.transaction() as con:
+            ids = [
+                r[0]
+                for r in con.execute(
+                    """SELECT t.id FROM turns t LEFT JOIN mini_summary_state st ON st.turn_id = t.id
+                       WHERE (t.session_id = ? OR t.id IN (SELECT unnest(?::VARCHAR[])))
+                         AND (st.archived_at IS NOT NULL OR (t.archived_at IS NOT NULL AND st.unarchived_at IS NULL))
+                       ORDER BY t.id""",
+                    [session_id, turn_ids or []],
+                ).fetchall()
+            ]
+            con.execute(
+                """INSERT INTO mini_summary_state (turn_id, session_id, attempts, archived_at, archived_reason,
+                       unarchived_at, updated_at)
+                   SELECT id, session_id, 0, NULL, NULL, ?, ? FROM turns WHERE id IN (SELECT unnest(?::VARCHAR[]))
+                   ON CONFLICT (turn_id) DO UPDATE SET attempts = 0, archived_at = NULL, archived_reason = NULL,
+                       unarchived_at = excluded.unarchived_at, updated_at = excluded.updated_at""",
+                [now, now, ids],
+            )
+        return ids
+
+    def record_backfill_run(
+        self, session_id: str, attempted: int, generated: int, backoff_until_ms: int | None, run_id: str | None
+    ) -> None:
+        with self.connect() as con:
+            con.execute(
+                "INSERT OR REPLACE INTO backfill_state VALUES (?, ?, ?, ?, ?, ?)",
+                [session_id, backoff_until_ms, attempted, generated, run_id, _now()],
+            )
+
+    def mini_summary_backoff_until_ms(self, session_id: str) -> int | None:
+        with self.connect() as con:
+            row = con.execute("SELECT backoff_until_ms FROM backfill_state WHERE session_id = ?", [session_id]).fetchone()
+        return row[0] if row else None
+
+    def pending_mini_summary_keys(
+        self, limits: Limits, priority: str, now_ms: int, limit: int | None = None
+    ) -> list[str]:
+        """Sessions with turns that need a mini summary and no backoff in force, in priority order."""
+        with self.connect() as con:
+            rows = con.execute(
+                f"""SELECT DISTINCT s.partition_key, s.session_id, s.raw_bytes, s.turn_count, s.last_activity_ms
+                    FROM ({PENDING_MINI_SUMMARY_TURNS}) p
+                    JOIN sessions s ON s.session_id = p.session_id
+                    LEFT JOIN backfill_state b ON b.session_id = p.session_id
+                    WHERE b.backoff_until_ms IS NULL OR b.backoff_until_ms <= ?""",
+                [now_ms],
+            ).fetchall()
+        ordered = order_sessions([PendingSession(*row) for row in rows], limits, priority)
+        return [s.partition_key for s in ordered[:limit]]
+
+    def mini_summary_counts(self, session_id: str) -> dict:
+        """Coverage of one session: its turns, those with a mini summary by origin, archived, pending."""
+        with self.connect() as con:
+            row = con.execute(
+                f"""SELECT count(*), count(m.turn_id), count(*) FILTER (m.origin = 'imported'),
+                           count(*) FILTER (m.origin = 'generated'), count(*) FILTER (st.archived_at IS NOT NULL),
+                           (SELECT count(*) FROM ({PENDING_MINI_SUMMARY_TURNS}) WHERE session_id = ?)
+                    FROM turns t
+                    LEFT JOIN mini_summaries m ON m.turn_id = t.id
+                    LEFT JOIN mini_summary_state st ON st.turn_id = t.id
+                    WHERE t.session_id = ?""",
+                [session_id, session_id],
+            ).fetchone()
+        keys = ("turns", "with_mini_summary", "imported", "generated", "archived", "pending")
+        return dict(zip(keys, row))
+
     def status(self) -> dict:
         """Counts for `session-digest status`."""
         with self.connect() as con:
@@ -468,3 +737,23 @@ class RunLedger:
 
     def record_friction(self, event: FrictionEvent) -> None:
         self.store.record_friction(event, self.run_id)
+
+
+class MiniSummaryLedger:
+    """Where one mini summary run writes (`digest.mini_summaries.MiniSummaryStore`), as it happens."""
+
+    def __init__(self, store: DigestStore, run_id: str | None):
+        self.store = store
+        self.run_id = run_id
+
+    def record_attempt(self, attempt: Attempt) -> None:
+        self.store.record_attempt(attempt, self.run_id)
+
+    def save_mini_summary(self, turn: PendingTurn, text: str, model: str) -> None:
+        self.store.save_generated_mini_summary(turn.id, turn.session_id, text, model)
+
+    def record_failure(self, turn: PendingTurn, cause: str, max_attempts: int) -> bool:
+        return self.store.record_mini_summary_failure(turn.id, turn.session_id, cause, max_attempts)
+
+    def archive(self, turn: PendingTurn, reason: str) -> None:
+        self.store.archive_turn(turn.id, turn.session_id, reason)

@@ -82,7 +82,11 @@ def summary_row(session_id, text, **meta) -> dict:
 
 
 def rows(db: DigestStore, sql: str) -> list[dict]:
-    return db.query(sql).to_dict("records")
+    """Plain Python values (None for NULL), not pandas' NaN: read through the store's own connection."""
+    with db.connect(read_only=True) as con:
+        cursor = con.execute(sql)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
 def turns_by_id(db: DigestStore) -> dict[str, dict]:
@@ -107,16 +111,16 @@ def test_missing_document_is_rebuilt_from_metadata(db, tmp_path):
     turns = turns_by_id(db)
     rebuilt = turns["t-rebuilt"]
     assert rebuilt["document"] == "User Prompt: Fix the grid\nAgent Thought: Row.mjs is stale\nAgent Response: Patched it"
-    assert bool(rebuilt["document_rebuilt"]) is True
+    assert rebuilt["document_rebuilt"] is True
     assert (rebuilt["prompt"], rebuilt["thought"], rebuilt["response"]) == ("Fix the grid", "Row.mjs is stale", "Patched it")
     assert (rebuilt["agent"], rebuilt["agent_identity"], rebuilt["model"]) == ("claude-code", "@neo-opus-ada", "claude-opus-4")
     assert rebuilt["source_file"] == str(path.resolve()) and rebuilt["source_line"] == 1
 
     assert turns["t-kept"]["document"] == "the original document text"
-    assert bool(turns["t-kept"]["document_rebuilt"]) is False
+    assert turns["t-kept"]["document_rebuilt"] is False
     # A whitespace-only document counts as missing.
     assert turns["t-blank"]["document"] == compose_document("P", "T", "R")
-    assert bool(turns["t-blank"]["document_rebuilt"]) is True
+    assert turns["t-blank"]["document_rebuilt"] is True
 
 
 def test_tool_fields_are_kept(db, tmp_path):
@@ -132,7 +136,7 @@ def test_tool_fields_are_kept(db, tmp_path):
     got = {r["id"]: (r["amount_tool_calls"], r["tools_used"]) for r in rows(db, "SELECT * FROM turns")}
     assert got["t1"] == (4, '["read_file", "bash"]')
     assert got["t2"] == (7, "bash")
-    assert got["t3"][1] is None and got["t3"][0] != got["t3"][0] or got["t3"][0] is None  # NULL (NaN in pandas)
+    assert got["t3"] == (None, None)
 
 
 def test_embedding_is_never_stored(db, tmp_path):
@@ -184,10 +188,7 @@ def test_timestamps_become_epoch_ms(db, tmp_path, value, expected):
     report = ingest_paths([path], db)
     assert report.rejects == 0
     [row] = rows(db, "SELECT ts_ms FROM turns")
-    if expected is None:
-        assert row["ts_ms"] is None or row["ts_ms"] != row["ts_ms"]  # NULL
-    else:
-        assert int(row["ts_ms"]) == expected
+    assert row["ts_ms"] == expected
 
 
 # --- graph-backup and summaries-backup ------------------------------------------------------
@@ -459,11 +460,11 @@ def test_simple_turn_format(db, tmp_path):
     assert sorted(turns) == ["h1", "h2", "h3"]
     h1 = turns["h1"]
     assert h1["document"] == "User Prompt: Add a test\nAgent Thought: pytest is set up\nAgent Response: Added tests/test_x.py"
-    assert bool(h1["document_rebuilt"]) is True
-    assert int(h1["ts_ms"]) == 1_748_772_000_000
-    assert (h1["agent"], h1["model"], int(h1["amount_tool_calls"])) == ("aider", "qwen2.5-coder", 3)
+    assert h1["document_rebuilt"] is True
+    assert h1["ts_ms"] == 1_748_772_000_000
+    assert (h1["agent"], h1["model"], h1["amount_tool_calls"]) == ("aider", "qwen2.5-coder", 3)
     assert turns["h2"]["document"] == compose_document("Run it", "", "Green")
-    assert turns["h3"]["document"] == "own document" and bool(turns["h3"]["document_rebuilt"]) is False
+    assert turns["h3"]["document"] == "own document" and turns["h3"]["document_rebuilt"] is False
 
     assert rows(db, "SELECT turn_id, session_id, text, origin FROM mini_summaries") == [
         {"turn_id": "h1", "session_id": "harness-1", "text": "Added a test.", "origin": "imported"}
@@ -508,20 +509,16 @@ def test_refresh_sessions_rows(db, tmp_path):
 
     ab = sessions["a,b"]
     assert ab["turn_count"] == 4
-    assert (int(ab["first_activity_ms"]), int(ab["last_activity_ms"])) == (1_000, 3_000)
+    assert (ab["first_activity_ms"], ab["last_activity_ms"]) == (1_000, 3_000)
     assert ab["raw_bytes"] == 20 + 3 + 3 + 5
     none = sessions["no-stamps"]
     assert none["turn_count"] == 1
-    assert pd_null(none["first_activity_ms"]) and pd_null(none["last_activity_ms"])
+    assert (none["first_activity_ms"], none["last_activity_ms"]) == (None, None)
 
     # The report carries the same rows, and the partition key leads back to the session.
     assert {r["session_id"]: r["partition_key"] for r in report.sessions} == keys
     assert db.session_by_partition(keys["a,b"])["session_id"] == "a,b"
     assert db.partition_keys() == sorted(keys.values())
-
-
-def pd_null(value) -> bool:
-    return value is None or value != value
 
 
 # --- batching and discovery ----------------------------------------------------------------
@@ -547,11 +544,13 @@ def test_more_lines_than_a_batch_ingest_every_row_exactly_once(db, tmp_path, mon
     monkeypatch.setattr(ingest_module, "BATCH_ROWS", 3)
     lines = []
     for i in range(11):
-        lines.append(memory_row(f"t{i:02d}", "s-batch" if i % 2 else "s-other", 1_000 + i, with_embedding=i < 3))
+        # s-early's turns all sit in the first batch: it must still get its sessions row.
+        session = "s-early" if i < 3 else "s-batch" if i % 2 else "s-other"
+        lines.append(memory_row(f"t{i:02d}", session, 1_000 + i, with_embedding=i < 3))
         if i in (4, 8):
             lines.append("{broken")
     # The same id again, in a later batch: one row, the later line's content.
-    lines.append(memory_row("t01", "s-batch", 1_001, document="t01 again"))
+    lines.append(memory_row("t01", "s-early", 1_001, document="t01 again"))
     path = write_jsonl(tmp_path / "memory-backup-batches.jsonl", lines)
     sink = CountingSink(db)
 
@@ -564,7 +563,7 @@ def test_more_lines_than_a_batch_ingest_every_row_exactly_once(db, tmp_path, mon
     assert turns_by_id(db)["t01"]["source_line"] == 14
     assert [r["line_no"] for r in rows(db, "SELECT line_no FROM rejects ORDER BY 1")] == [6, 11]
     sessions = {r["session_id"]: r["turn_count"] for r in rows(db, "SELECT * FROM sessions")}
-    assert sessions == {"s-batch": 5, "s-other": 6}  # sessions touched in every batch were refreshed
+    assert sessions == {"s-early": 3, "s-batch": 4, "s-other": 4}
     assert report.files[0].rows == 12 and report.files[0].rejects == 2
 
 

@@ -10,6 +10,7 @@ from dagster import Definitions, instance_for_test
 from digest.settings import load_settings
 from digest.turns import partition_key
 from pipelines.definitions import build_definitions, defs
+from pipelines.sensors import register_partitions
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -34,10 +35,12 @@ def _defs(tmp_path, url: str) -> Definitions:
     return build_definitions(dataclasses.replace(settings, model_url=url))
 
 
-def _ingest(definitions: Definitions, instance, folder) -> None:
+def _ingest(definitions: Definitions, instance, folder, register: bool = True) -> None:
     config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
     result = definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance)
     assert result.success
+    if register:
+        register_partitions(instance, DigestStore(definitions.resources["store"].db_path))
 
 
 def test_definitions_load():
@@ -46,7 +49,7 @@ def test_definitions_load():
     assert {"raw_turns", "raw_sessions", "session_summaries"} <= keys
 
 
-def test_ingest_registers_new_sessions_as_partitions(tmp_path, instance):
+def test_new_sessions_become_partitions_with_dagster_safe_keys(tmp_path, instance):
     turns = make_turns("chat:2026,ws-7", 3) + make_turns("plain-session", 2)
     folder = write_bundle(tmp_path / "bundle", turns)
     with ModelServer() as server:

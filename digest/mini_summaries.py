@@ -1,0 +1,332 @@
+"""Per-turn mini summaries: the one-line digests that make a degraded session summary worth reading.
+
+The reference backfill (`memory-summary-backfill`), made per session and budgeted:
+- a pending turn (no mini summary, not archived) gets one model call whose prompt carries the user
+  prompt and the agent response, never the agent's thought;
+- the reply is whitespace-collapsed and cut to 280 characters;
+- every call is an attempt with an inner (HTTP) and an outer (wall-clock) timeout, and its failure
+  cause is tallied; a turn with no content is archived at once, one that fails `max_attempts` times
+  is archived too, and archived turns are never picked again until un-archived;
+- a run stops picking turns when its budget of model time is spent, and takes a fresh reserve of
+  the newest turns before the oldest, so new work is served and old work does not starve.
+
+No Dagster here: the asset wires in a client and a store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from digest.model_api import ChatClient, ChatReply, ContextOverflow, ModelError, ModelTimeout, ProviderError
+from digest.synthesis import Attempt, Limits, build_prompt as build_session_prompt, raw_route
+
+STAGE = "mini-summary"
+INSTRUCTION = "Summarize this agent turn in one line, max 280 characters, no preamble:"
+MAX_CHARS = 280
+# 280 characters are 70-90 tokens of prose: room for the line, and a ramble is cut short on the server.
+MAX_OUTPUT_TOKENS = 128
+# A run that attempted turns and generated none waits this long before the cadence picks it again.
+NO_PROGRESS_BACKOFF_S = 600.0
+
+CAUSES = ("timeout-inner", "timeout-outer", "no-model", "empty-output", "provider-error", "unspecified")
+ARCHIVE_NO_CONTENT = "no-content"
+ARCHIVE_GENERATION_TIMEOUT = "generation-timeout"  # the reference's name, whatever the failures were
+PRIORITIES = ("degraded-first", "newest-first")
+
+# The canonical document is `User Prompt: …\nAgent Thought: …\nAgent Response: …`.
+PROMPT_LABEL = "User Prompt: "
+THOUGHT_LABEL = "\nAgent Thought: "
+RESPONSE_LABEL = "\nAgent Response: "
+RAW_SEPARATOR_BYTES = len("\n\n---\n\n".encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class MiniSummaryPolicy:
+    budget_s: float  # model time one run may spend
+    timeout_s: float  # inner: the HTTP call's own timeout
+    outer_timeout_s: float  # outer: wall-clock per turn, whatever the client does
+    max_attempts: int
+    fresh_reserve: int
+    priority: str = "degraded-first"
+
+
+@dataclass(frozen=True)
+class PendingTurn:
+    """A turn that has no mini summary and is not archived. It carries no thought on purpose."""
+
+    id: str
+    session_id: str
+    ts_ms: int | None
+    prompt: str | None
+    response: str | None
+    document: str
+
+
+@dataclass(frozen=True)
+class PendingSession:
+    partition_key: str
+    session_id: str
+    raw_bytes: int
+    turn_count: int
+    last_activity_ms: int | None
+
+
+class MiniSummaryStore(Protocol):
+    """Where results go as they happen (DuckDB in production: short writes, none during a call)."""
+
+    def record_attempt(self, attempt: Attempt) -> None: ...
+
+    def save_mini_summary(self, turn: PendingTurn, text: str, model: str) -> None: ...
+
+    def record_failure(self, turn: PendingTurn, cause: str, max_attempts: int) -> bool:
+        """Count one failed attempt; True if that was the last one allowed and the turn is archived."""
+        ...
+
+    def archive(self, turn: PendingTurn, reason: str) -> None: ...
+
+
+@dataclass
+class FillReport:
+    pending: int = 0
+    attempted: int = 0
+    generated: list[tuple[str, str]] = field(default_factory=list)  # (turn id, text)
+    failed: int = 0
+    archived_no_content: list[str] = field(default_factory=list)
+    archived_after_failures: list[str] = field(default_factory=list)
+    causes: Counter = field(default_factory=Counter)
+    model_seconds: float = 0.0
+    left_for_later: int = 0  # turns with content the budget did not reach
+
+    @property
+    def budget_exhausted(self) -> bool:
+        return self.left_for_later > 0
+
+    @property
+    def made_no_progress(self) -> bool:
+        return self.attempted > 0 and not self.generated
+
+    def cause_tally(self) -> dict[str, int]:
+        return {cause: self.causes.get(cause, 0) for cause in CAUSES}
+
+    def backoff_until_ms(self, now_ms: int) -> int | None:
+        """A run that attempted turns and generated none backs off instead of spinning."""
+        return now_ms + int(NO_PROGRESS_BACKOFF_S * 1000) if self.made_no_progress else None
+
+
+# --- the prompt ---------------------------------------------------------------------------------
+
+
+def split_document(document: str) -> tuple[str, str]:
+    """Prompt and response out of a canonical turn document, the thought left behind.
+
+    The prompt ends at the first label after it and the response starts after the last response
+    label, so a label quoted inside a field can shorten what is sent but never let the thought in.
+    A document with none of the labels has no thought to strip: it is all response.
+    """
+    labelled = document.startswith(PROMPT_LABEL) or THOUGHT_LABEL in document or RESPONSE_LABEL in document
+    if not labelled:
+        return "", document
+    head = document[len(PROMPT_LABEL) :] if document.startswith(PROMPT_LABEL) else ""
+    ends = [i for i in (head.find(THOUGHT_LABEL), head.find(RESPONSE_LABEL)) if i >= 0]
+    prompt = head[: min(ends)] if ends else head
+    cut = document.rfind(RESPONSE_LABEL)
+    response = document[cut + len(RESPONSE_LABEL) :] if cut >= 0 else ""
+    return prompt, response
+
+
+def turn_text(turn: PendingTurn) -> tuple[str, str] | None:
+    """The turn's (prompt, response): its split fields, else parsed from its document; None if empty."""
+    if (turn.prompt or "").strip() or (turn.response or "").strip():
+        prompt, response = turn.prompt or "", turn.response or ""
+    else:
+        prompt, response = split_document(turn.document or "")
+    prompt, response = prompt.strip(), response.strip()
+    return (prompt, response) if prompt or response else None
+
+
+def _cut_bytes(text: str, max_bytes: int) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    return data[: max(0, max_bytes - 3)].decode("utf-8", "ignore") + "…"
+
+
+def build_prompt(prompt: str, response: str, max_bytes: int | None = None) -> str:
+    """The reference prompt; held to `max_bytes` by cutting the longer field first, each keeping half."""
+    head = f"{INSTRUCTION}\nUser: "
+    middle = "\nAgent: "
+    if max_bytes is not None:
+        room = max(0, max_bytes - len((head + middle).encode("utf-8")))
+        sizes = sorted((len(prompt.encode("utf-8")), len(response.encode("utf-8"))))
+        if sum(sizes) > room:
+            # The shorter field keeps all it has up to half the room; the longer one takes the rest.
+            short_share = min(sizes[0], room // 2)
+            long_share = room - short_share
+            if len(prompt.encode("utf-8")) <= len(response.encode("utf-8")):
+                prompt, response = _cut_bytes(prompt, short_share), _cut_bytes(response, long_share)
+            else:
+                prompt, response = _cut_bytes(prompt, long_share), _cut_bytes(response, short_share)
+    return f"{head}{prompt}{middle}{response}"
+
+
+def clean_output(text: str) -> str:
+    """One line: whitespace collapsed, cut to 280 characters."""
+    return " ".join(text.split())[:MAX_CHARS]
+
+
+def mini_summary_limits(limits: Limits, policy: MiniSummaryPolicy) -> Limits:
+    """The session limits with a mini summary's output cap and timeout: its prompt budget follows."""
+    return dataclasses.replace(limits, max_output_tokens=MAX_OUTPUT_TOKENS, timeout_s=policy.timeout_s)
+
+
+# --- order --------------------------------------------------------------------------------------
+
+
+def batch_order(turns: list[PendingTurn], fresh_reserve: int) -> list[PendingTurn]:
+    """The `fresh_reserve` newest turns (newest first), then the rest oldest first."""
+    oldest_first = sorted(turns, key=lambda t: (t.ts_ms or 0, t.id))
+    split = max(0, len(oldest_first) - fresh_reserve)
+    return list(reversed(oldest_first[split:])) + oldest_first[:split]
+
+
+def headed_for_degraded(raw_bytes: int, turn_count: int, limits: Limits) -> bool:
+    """Whether the session's raw prompt is over the cap or the safe band, estimated from its size.
+
+    The header is estimated with no agents or tools named: a few dozen bytes short at most.
+    """
+    header = len(build_session_prompt("", []).encode("utf-8"))
+    separators = RAW_SEPARATOR_BYTES * max(0, turn_count - 1)
+    tokens = math.ceil((header + separators + raw_bytes) / limits.bytes_per_token)
+    return raw_route(tokens, limits) != "within-cap"
+
+
+def order_sessions(sessions: list[PendingSession], limits: Limits, priority: str) -> list[PendingSession]:
+    """Newest activity first; with `degraded-first`, sessions headed for the degraded path before all.
+
+    A mini summary only reaches a session summary on the degraded path: for a session within the
+    cap the raw prompt is sent and its mini summaries change nothing there.
+    """
+    if priority not in PRIORITIES:
+        raise ValueError(f"unknown mini summary priority {priority!r}")
+    newest = sorted(sessions, key=lambda s: (-(s.last_activity_ms or 0), s.session_id))
+    if priority == "newest-first":
+        return newest
+    return sorted(newest, key=lambda s: not headed_for_degraded(s.raw_bytes, s.turn_count, limits))
+
+
+# --- one call -----------------------------------------------------------------------------------
+
+
+class OuterTimeout(ModelError):
+    """The turn's wall-clock timeout ran out before the client returned."""
+
+
+def cause_of(error: BaseException) -> str:
+    if isinstance(error, OuterTimeout):
+        return "timeout-outer"
+    if isinstance(error, ModelTimeout):
+        return "timeout-inner"
+    if isinstance(error, ProviderError):
+        text = str(error)
+        # Nothing listening, or a server that does not serve the model name it was given.
+        if "unreachable" in text or text.startswith("HTTP 404"):
+            return "no-model"
+        return "provider-error"
+    if isinstance(error, ContextOverflow):
+        return "provider-error"
+    return "unspecified"
+
+
+def call_with_deadline(
+    client: ChatClient, prompt: str, policy: MiniSummaryPolicy
+) -> tuple[ChatReply | None, BaseException | None, float]:
+    """One call under the inner timeout, abandoned at the outer one; (reply, error, seconds).
+
+    An abandoned call ends on its own when its inner timeout fires; nothing it returns is used.
+    """
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["reply"] = client.chat(
+                prompt, schema=None, max_output_tokens=MAX_OUTPUT_TOKENS, timeout_s=policy.timeout_s
+            )
+        except Exception as error:  # carried to the caller, who tallies it
+            outcome["error"] = error
+
+    started = time.monotonic()
+    worker = threading.Thread(target=run, name="mini-summary-call", daemon=True)
+    worker.start()
+    worker.join(policy.outer_timeout_s)
+    seconds = time.monotonic() - started
+    if worker.is_alive():
+        return None, OuterTimeout(f"no reply within the outer timeout of {policy.outer_timeout_s:g}s"), seconds
+    return outcome.get("reply"), outcome.get("error"), seconds
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def fill_mini_summaries(
+    turns: list[PendingTurn],
+    client: ChatClient,
+    limits: Limits,
+    policy: MiniSummaryPolicy,
+    store: MiniSummaryStore,
+) -> FillReport:
+    """Generate mini summaries for these pending turns until done or the budget is spent.
+
+    Turns with no content are archived first (they cost no model time). A turn is started only
+    while model time is left, so a run overruns its budget by at most one outer timeout.
+    """
+    limits = mini_summary_limits(limits, policy)
+    max_prompt_bytes = int(limits.prompt_budget_tokens * limits.bytes_per_token)
+    report = FillReport(pending=len(turns))
+    with_content = []
+    for turn in turns:
+        if turn_text(turn) is None:
+            store.archive(turn, ARCHIVE_NO_CONTENT)
+            report.archived_no_content.append(turn.id)
+        else:
+            with_content.append(turn)
+    ordered = batch_order(with_content, policy.fresh_reserve)
+    for position, turn in enumerate(ordered):
+        if report.model_seconds >= policy.budget_s:
+            report.left_for_later = len(ordered) - position
+            break
+        prompt = build_prompt(*turn_text(turn), max_bytes=max_prompt_bytes)
+        reply, error, seconds = call_with_deadline(client, prompt, policy)
+        report.model_seconds += seconds
+        report.attempted += 1
+        text = clean_output(reply.text) if reply is not None else ""
+        cause = "ok" if text else cause_of(error) if error is not None else "empty-output"
+        store.record_attempt(
+            Attempt(
+                session_id=turn.session_id,
+                stage=STAGE,
+                tier="turn",
+                prompt_bytes=len(prompt.encode("utf-8")),
+                tokens_estimate=limits.estimate_tokens(prompt),
+                outcome=cause,
+                duration_s=seconds,
+                model=client.model,
+                prompt_tokens=reply.prompt_tokens if reply is not None else None,
+                completion_tokens=reply.completion_tokens if reply is not None else None,
+                error_text=f"turn {turn.id}: {error or 'the reply was empty'}"[:2000] if cause != "ok" else None,
+            )
+        )
+        if cause == "ok":
+            store.save_mini_summary(turn, text, client.model)
+            report.generated.append((turn.id, text))
+            continue
+        report.failed += 1
+        report.causes[cause] += 1
+        if store.record_failure(turn, cause, policy.max_attempts):
+            report.archived_after_failures.append(turn.id)
+    return report

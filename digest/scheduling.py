@@ -1,0 +1,110 @@
+"""Which sessions the next sweep summarizes: the churn gate, failure backoff and the budget.
+
+The original caps a sweep at 5 sessions and skips sessions active in the last 10 minutes; its
+retry counter is written but never read, so a failing session is retried every sweep. Here a
+failure backs the session off (30 minutes, doubling to 24 hours), and a sweep is bounded by an
+estimated model-time budget as well as a count, so one tick never queues hours of CPU work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from digest.synthesis import FALLBACK_CHARS, INSTRUCTIONS, Limits, raw_route
+
+# The raw prompt around the documents: instructions, context lines, and "---" between turns.
+PROMPT_OVERHEAD_BYTES = len(INSTRUCTIONS) + 300
+TURN_SEPARATOR_BYTES = len("\n\n---\n\n")
+COMPACT_LINE_OVERHEAD_BYTES = len("Turn 1000: \n")
+# Before the ledger has any successful call: 50 estimated tokens a second, a CPU-class host.
+DEFAULT_SECONDS_PER_TOKEN = 1 / 50
+
+
+@dataclass(frozen=True)
+class SweepPolicy:
+    max_sessions: int = 5
+    model_seconds: float = 1800.0  # the estimated model time one sweep may queue
+    idle_window_s: float = 600.0  # sessions active more recently than this wait (churn gate)
+    oldest_share: int = 1  # of `max_sessions`, slots kept for the oldest pending sessions
+    backoff_base_s: float = 1800.0
+    backoff_max_s: float = 86400.0
+
+
+def failure_backoff_s(failures: int, policy: SweepPolicy) -> float:
+    """30 min after the first failure, doubling each time, never more than 24 h."""
+    if failures < 1:
+        return 0.0
+    return min(policy.backoff_base_s * 2 ** (failures - 1), policy.backoff_max_s)
+
+
+def is_idle(last_activity_ms: int | None, now_ms: int, policy: SweepPolicy) -> bool:
+    """The churn gate: a session still being written to waits. A future timestamp passes, and a
+    missing one fails open, as in the original."""
+    if last_activity_ms is None:
+        return True
+    age_ms = now_ms - last_activity_ms
+    return not (0 <= age_ms < policy.idle_window_s * 1000)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    partition_key: str
+    session_id: str
+    last_activity_ms: int | None
+    turn_count: int
+    raw_bytes: int  # the turn documents alone
+    compact_bytes: int  # sum over turns of min(document or mini summary, 280 chars)
+    mini_summary_count: int
+
+
+@dataclass(frozen=True)
+class PlannedSession:
+    candidate: Candidate
+    route: str  # within-cap | over-raw-cap | over-safe-band
+    tier: str  # raw | miniSummary | truncatedRaw
+    prompt_tokens_estimate: int
+    model_seconds_estimate: float
+
+
+def plan_session(candidate: Candidate, limits: Limits, seconds_per_token: float) -> PlannedSession:
+    """The route a session will take and what it will cost, from its sizes alone (no model call)."""
+    raw_bytes = candidate.raw_bytes + TURN_SEPARATOR_BYTES * max(0, candidate.turn_count - 1) + PROMPT_OVERHEAD_BYTES
+    raw_tokens = math.ceil(raw_bytes / limits.bytes_per_token)
+    route = raw_route(raw_tokens, limits)
+    if route == "within-cap":
+        tier, tokens = "raw", raw_tokens
+    else:
+        tier = "miniSummary" if candidate.mini_summary_count else "truncatedRaw"
+        compact = candidate.compact_bytes + COMPACT_LINE_OVERHEAD_BYTES * candidate.turn_count + PROMPT_OVERHEAD_BYTES
+        tokens = min(math.ceil(compact / limits.bytes_per_token), limits.prompt_budget_tokens)
+    return PlannedSession(candidate, route, tier, tokens, tokens * seconds_per_token)
+
+
+def choose_batch(planned_newest_first: list[PlannedSession], policy: SweepPolicy) -> list[PlannedSession]:
+    """Newest first, with `oldest_share` slots for the oldest so nothing starves; within both the
+    count and the model-time budget. A batch always takes at least one session, however large,
+    so a session bigger than the budget is not starved for ever."""
+    chosen: list[PlannedSession] = []
+    seconds = 0.0
+
+    def take(item: PlannedSession) -> None:
+        nonlocal seconds
+        if item in chosen or len(chosen) >= policy.max_sessions:
+            return
+        if chosen and seconds + item.model_seconds_estimate > policy.model_seconds:
+            return
+        chosen.append(item)
+        seconds += item.model_seconds_estimate
+
+    oldest_slots = min(policy.oldest_share, max(0, policy.max_sessions - 1))
+    newest_slots = policy.max_sessions - oldest_slots
+    for item in planned_newest_first:
+        if len(chosen) >= newest_slots:
+            break
+        take(item)
+    for item in reversed(planned_newest_first):
+        if len(chosen) >= policy.max_sessions:
+            break
+        take(item)
+    return chosen

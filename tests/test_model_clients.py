@@ -1,0 +1,286 @@
+"""The chat clients over real HTTP against a local server that speaks the real wire protocols."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from digest.friction import classify_error
+from digest.model_api import ContextOverflow, ModelError, ModelTimeout, ProviderError
+from resources.model_clients import OllamaChatClient, OpenAIChatClient
+from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"summary": {"type": "string"}, "title": {"type": "string"}},
+    "required": ["summary", "title"],
+}
+
+
+def _chat(client, prompt: str = "Summarize this session.", *, timeout_s: float = 5.0, max_output_tokens: int = 321):
+    return client.chat(prompt, schema=SCHEMA, max_output_tokens=max_output_tokens, timeout_s=timeout_s)
+
+
+def _caught(call) -> ModelError:
+    with pytest.raises(ModelError) as info:
+        call()
+    return info.value
+
+
+class RawServer:
+    """A bare HTTP server answering every POST with a fixed status and body (for malformed replies)."""
+
+    def __init__(self, status: int, body: bytes, content_type: str = "application/json"):
+        outer = self
+        self.paths: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.paths.append(self.path)
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self) -> "RawServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def shared_model_server():
+    # One server for the module: each ModelServer shutdown waits up to 0.5 s (serve_forever's poll).
+    with ModelServer() as model_server:
+        yield model_server
+
+
+@pytest.fixture
+def server(shared_model_server) -> ModelServer:
+    """The module's ModelServer with a fresh script (a good reply) and an empty request log."""
+    shared_model_server.script = lambda received: Behaviour.reply()
+    shared_model_server.requests.clear()
+    return shared_model_server
+
+
+def _closed_port() -> int:
+    """A port nothing listens on: bound, then released."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- OpenAI-compatible ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("style", ["json_schema", "json_object"])
+def test_openai_request_and_reply(style, server):
+    client = OpenAIChatClient(server.url + "/", "qwen2.5-3b", schema_style=style)
+    reply = _chat(client, "Summarize: the agent fixed auth.py", max_output_tokens=321)
+
+    [request] = server.chat_requests()
+    assert request.path == "/v1/chat/completions"
+    body = request.body
+    assert body["model"] == "qwen2.5-3b"
+    assert body["messages"] == [{"role": "user", "content": "Summarize: the agent fixed auth.py"}]
+    assert body["temperature"] == 0
+    assert body["max_tokens"] == 321
+    assert body["stream"] is False
+    if style == "json_schema":
+        assert body["response_format"] == {
+            "type": "json_schema",
+            "json_schema": {"name": "sessionSummary", "schema": SCHEMA, "strict": True},
+        }
+    else:
+        assert body["response_format"] == {"type": "json_object", "schema": SCHEMA}
+
+    assert json.loads(reply.text) == GOOD_SUMMARY
+    # The server's own counts: ModelServer reports len(prompt)//4 and len(content)//4.
+    assert reply.prompt_tokens == len("Summarize: the agent fixed auth.py") // 4
+    assert reply.completion_tokens == len(json.dumps(GOOD_SUMMARY)) // 4
+    assert reply.finish_reason == "stop"
+    assert reply.duration_s >= 0
+
+
+def _rejects_json_schema(received) -> Behaviour:
+    """llama-cpp-python's server: a 500 naming `json_schema` for OpenAI's form, fine with json_object."""
+    if received.body["response_format"]["type"] == "json_schema":
+        return Behaviour(
+            status=500,
+            error_body={"error": {"message": "Input should be 'text' or 'json_object': response_format.type json_schema"}},
+        )
+    return Behaviour.reply()
+
+
+def test_auto_schema_style_falls_back_to_json_object_once_and_remembers(server):
+    server.script = _rejects_json_schema
+    client = OpenAIChatClient(server.url, "m", schema_style="auto")
+    first = _chat(client, "first")
+    second = _chat(client, "second")
+
+    assert json.loads(first.text) == GOOD_SUMMARY and json.loads(second.text) == GOOD_SUMMARY
+    sent = [(r.prompt, r.body["response_format"]["type"]) for r in server.chat_requests()]
+    assert sent == [("first", "json_schema"), ("first", "json_object"), ("second", "json_object")]
+    retry = server.chat_requests()[1].body
+    assert retry["response_format"] == {"type": "json_object", "schema": SCHEMA}
+    # The retry is the same request but for the format.
+    assert {k: v for k, v in retry.items() if k != "response_format"} == {
+        k: v for k, v in server.chat_requests()[0].body.items() if k != "response_format"
+    }
+    assert client.schema_style == "json_object"
+
+
+def test_auto_schema_style_keeps_json_schema_when_the_server_takes_it(server):
+    client = OpenAIChatClient(server.url, "m")  # auto is the default
+    _chat(client, "one")
+    _chat(client, "two")
+    assert [r.body["response_format"]["type"] for r in server.chat_requests()] == ["json_schema", "json_schema"]
+
+
+def test_an_explicit_json_schema_style_never_falls_back(server):
+    server.script = _rejects_json_schema
+    client = OpenAIChatClient(server.url, "m", schema_style="json_schema")
+    error = _caught(lambda: _chat(client))
+    assert isinstance(error, ProviderError) and "HTTP 500" in str(error)
+    assert len(server.chat_requests()) == 1
+
+
+def test_auto_does_not_retry_an_unrelated_server_error(server):
+    server.script = lambda received: Behaviour.server_error()
+    client = OpenAIChatClient(server.url, "m", schema_style="auto")
+    error = _caught(lambda: _chat(client))
+    assert type(error) is ProviderError
+    assert str(error) == "HTTP 500: internal error"
+    assert len(server.chat_requests()) == 1
+    assert client.schema_style == "auto"
+
+
+def test_an_unknown_schema_style_is_refused():
+    with pytest.raises(ValueError, match="xml"):
+        OpenAIChatClient("http://127.0.0.1:1", "m", schema_style="xml")
+
+
+def test_context_length_exceeded_is_a_context_overflow(server):
+    server.script = lambda received: Behaviour.overflow(n_prompt=9000, n_ctx=8192)
+    client = OpenAIChatClient(server.url, "m", schema_style="json_object")
+    error = _caught(lambda: _chat(client))
+    assert type(error) is ContextOverflow
+    assert "HTTP 400" in str(error) and "8192" in str(error)
+    assert len(server.chat_requests()) == 1
+
+
+def test_a_slow_server_is_a_timeout(server):
+    server.script = lambda received: Behaviour.hang(2.0)
+    client = OpenAIChatClient(server.url, "m", schema_style="json_object")
+    error = _caught(lambda: _chat(client, timeout_s=0.5))
+    assert type(error) is ModelTimeout
+    assert "0.5s" in str(error)
+    assert 0.4 <= error.duration_s < 1.9  # gave up at the timeout, did not wait for the reply
+
+
+def test_an_unreachable_server_is_a_provider_error():
+    url = f"http://127.0.0.1:{_closed_port()}"
+    error = _caught(lambda: _chat(OpenAIChatClient(url, "m"), timeout_s=2.0))
+    assert type(error) is ProviderError
+    assert url in str(error)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html>502 Bad Gateway</html>",
+        b'{"choices": []}',
+        b'{"choices": [{"finish_reason": "stop"}]}',
+        b'["not", "an", "object"]',
+    ],
+)
+def test_a_malformed_chat_completion_is_a_provider_error(body):
+    with RawServer(200, body) as server:
+        error = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="json_object")))
+    assert type(error) is ProviderError
+    assert "malformed chat completion" in str(error)
+    assert server.paths == ["/v1/chat/completions"]
+
+
+def test_a_non_json_error_body_is_still_a_provider_error():
+    with RawServer(503, b"upstream unavailable", content_type="text/plain") as server:
+        error = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="json_object")))
+    assert type(error) is ProviderError and str(error) == "HTTP 503: upstream unavailable"
+
+
+# --- Ollama ---------------------------------------------------------------------------------
+
+
+def test_ollama_request_and_reply(server):
+    client = OllamaChatClient(server.url, "qwen2.5:3b", num_ctx=8192)
+    reply = _chat(client, "Summarize: the agent fixed auth.py", max_output_tokens=400)
+
+    [request] = server.chat_requests()
+    assert request.path == "/api/chat"
+    body = request.body
+    assert body["model"] == "qwen2.5:3b"
+    assert body["messages"] == [{"role": "user", "content": "Summarize: the agent fixed auth.py"}]
+    assert body["stream"] is False
+    assert body["format"] == SCHEMA
+    assert body["options"] == {"num_ctx": 8192, "num_predict": 400, "temperature": 0}
+    assert body["keep_alive"] == "5m"
+
+    assert json.loads(reply.text) == GOOD_SUMMARY
+    assert reply.prompt_tokens == len("Summarize: the agent fixed auth.py") // 4  # prompt_eval_count
+    assert reply.completion_tokens == len(json.dumps(GOOD_SUMMARY)) // 4  # eval_count
+    assert reply.finish_reason == "stop"
+
+
+def test_ollama_errors(server):
+    server.script = lambda received: Behaviour.server_error()
+    failed = _caught(lambda: _chat(OllamaChatClient(server.url, "m", num_ctx=4096)))
+    assert type(failed) is ProviderError and "HTTP 500" in str(failed)
+
+    server.script = lambda received: Behaviour.hang(2.0)
+    slow = _caught(lambda: _chat(OllamaChatClient(server.url, "m", num_ctx=4096), timeout_s=0.5))
+    assert type(slow) is ModelTimeout
+
+    assert [r.path for r in server.chat_requests()] == ["/api/chat", "/api/chat"]
+
+    with RawServer(200, b'{"done": true}') as raw:
+        malformed = _caught(lambda: _chat(OllamaChatClient(raw.url, "m", num_ctx=4096)))
+    assert type(malformed) is ProviderError and "malformed chat reply" in str(malformed)
+    assert raw.paths == ["/api/chat"]
+
+
+# --- friction symptoms of the real errors ---------------------------------------------------
+
+
+def test_classify_error_maps_the_clients_errors_to_symptoms(server):
+    server.script = lambda received: Behaviour.hang(2.0)
+    timeout = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", "json_object"), timeout_s=0.5))
+    server.script = lambda received: Behaviour.overflow()
+    overflow = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", "json_object")))
+    server.script = lambda received: Behaviour.server_error()
+    server_error = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", "json_object")))
+    unreachable = _caught(lambda: _chat(OpenAIChatClient(f"http://127.0.0.1:{_closed_port()}", "m"), timeout_s=2.0))
+
+    assert classify_error(timeout) == "timeout"
+    assert classify_error(overflow) == "context-overflow"
+    assert classify_error(server_error) == "provider-error"
+    assert classify_error(unreachable) == "provider-error"
+    # Untyped errors fall back to the original's message patterns.
+    assert classify_error(RuntimeError("the request timed out after 300s")) == "timeout"
+    assert classify_error(ValueError("Expecting value: line 1 column 1")) == "parse-failure"
