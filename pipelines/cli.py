@@ -19,10 +19,22 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "samples" / "bundle"
 
 
+# One model call at a time on a CPU host; `dagster instance concurrency set model N` raises it.
+INSTANCE_CONFIG = """\
+# Written by session-digest.
+concurrency:
+  pools:
+    default_limit: 1
+"""
+
+
 def _prepare_home(settings: Settings) -> None:
     """DAGSTER_HOME defaults to a folder under DIGEST_HOME, so the CLI's runs and the UI agree."""
     os.environ.setdefault("DAGSTER_HOME", str(settings.dagster_home))
-    Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+    home = Path(os.environ["DAGSTER_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        (home / "dagster.yaml").write_text(INSTANCE_CONFIG)
     settings.inbox.mkdir(parents=True, exist_ok=True)
 
 
@@ -141,6 +153,18 @@ def plan(settings: Settings, limit: int | None) -> dict:
     }
 
 
+def unarchive_turns(settings: Settings, session: str | None, turn_ids: list[str]) -> dict:
+    """Archived turns (no content, attempts exhausted, or archived in the export) get mini summary
+    attempts again. `session` is a session id or its partition key."""
+    store = _store(settings)
+    session_id = None
+    if session:
+        row = store.session_by_partition(session)
+        session_id = row["session_id"] if row else session
+    ids = store.unarchive_turns(turn_ids=turn_ids, session_id=session_id)
+    return {"unarchived": len(ids), "turn_ids": ids}
+
+
 def status(settings: Settings) -> dict:
     return _store(settings).status()
 
@@ -182,6 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     p_plan = sub.add_parser("plan", help="what the next sweep would do, without calling a model")
     p_plan.add_argument("--limit", type=int, default=None, help="at most this many sessions")
     sub.add_parser("status", help="counts as JSON")
+    p_unarchive = sub.add_parser("unarchive-turns", help="let archived turns get mini summary attempts again")
+    p_unarchive.add_argument("--session", help="every archived turn of this session (id or partition key)")
+    p_unarchive.add_argument("turn_ids", nargs="*", metavar="TURN_ID")
     p_ui = sub.add_parser("ui", help="start the Dagster UI on loopback over the same instance")
     p_ui.add_argument("--port", type=int, default=3000)
     sub.add_parser("demo", help="ingest the bundled samples, summarize them, print where to look")
@@ -198,6 +225,10 @@ def main(argv: list[str] | None = None) -> None:
         result = sweep(settings, args.limit)
     elif args.command == "plan":
         result = plan(settings, args.limit)
+    elif args.command == "unarchive-turns":
+        if not args.session and not args.turn_ids:
+            parser.error("unarchive-turns needs --session ID or TURN_ID...")
+        result = unarchive_turns(settings, args.session, args.turn_ids)
     elif args.command == "status":
         result = status(settings)
     elif args.command == "ui":

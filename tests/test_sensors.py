@@ -1,0 +1,265 @@
+"""Sensors, backoff, leases and concurrent writers, in a real Dagster instance over real DuckDB."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
+
+from digest.scheduling import SweepPolicy, failure_backoff_s
+from digest.settings import load_settings
+from pipelines.definitions import build_definitions
+from pipelines.sensors import PARTITION_CHUNK, inbox_sensor, register_partitions, summary_sensor
+from resources.store import DigestStore
+from tests.bundles import write_bundle
+from tests.conftest import make_turns
+from tests.model_server import Behaviour, ModelServer
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as instance:
+        yield instance
+
+
+def _settings(tmp_path, **env):
+    base = {"DIGEST_HOME": str(tmp_path / "home"), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_RAW_CAP_TOKENS": "2000"}
+    return load_settings({**base, **env})
+
+
+def _resources(settings, url="http://127.0.0.1:9"):
+    return build_definitions(dataclasses.replace(settings, model_url=url)).resources
+
+
+def _tick(instance, resources, sensor=summary_sensor, cursor=None):
+    with build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
+        return sensor(context)
+
+
+def _seed_sessions(store: DigestStore, count: int, last_activity_ms: int, prefix: str = "s") -> None:
+    """`count` one-turn sessions, one minute apart, the newest at `last_activity_ms`."""
+    rows = [
+        {
+            "id": f"{prefix}{i:06d}-t",
+            "session_id": f"{prefix}{i:06d}",
+            "ts_ms": last_activity_ms - i * 60_000,
+            "type": "agent-interaction",
+            "document": f"User Prompt: task {i}\nAgent Thought: plan\nAgent Response: done {i}",
+            "document_rebuilt": False,
+            "source_file": "seed.jsonl",
+            "source_line": i + 1,
+        }
+        for i in range(count)
+    ]
+    for start in range(0, count, 5000):
+        store.write_turns(rows[start : start + 5000])
+    store.refresh_sessions(r["session_id"] for r in rows)
+
+
+def _requested(result) -> list[str]:
+    return [r.partition_key for r in result.run_requests]
+
+
+def test_budget_holds_at_a_thousand_pending_sessions(tmp_path, instance):
+    settings = _settings(tmp_path)
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    now = int(time.time() * 1000)
+    _seed_sessions(store, 1000, now - 2 * HOUR_MS)
+    result = _tick(instance, _resources(settings))
+    assert len(result.run_requests) == 5
+    # Newest first, with one slot for the oldest so the tail never starves.
+    assert _requested(result)[:4] == ["s000000", "s000001", "s000002", "s000003"]
+    assert _requested(result)[4] == "s000999"
+    assert all(r.run_key is None for r in result.run_requests)  # reruns are never swallowed
+    assert {r.tags["digest/sweep"] for r in result.run_requests} == {"sensor"}
+    # Partitions are registered in chunks a tick can afford, by the sensor result itself.
+    (request,) = result.dynamic_partitions_requests
+    assert len(request.partition_keys) == min(1000, PARTITION_CHUNK)
+
+
+def test_churn_gate_holds_active_sessions_back(tmp_path, instance):
+    settings = _settings(tmp_path)
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    now = int(time.time() * 1000)
+    _seed_sessions(store, 1, now - 60_000, prefix="active")
+    _seed_sessions(store, 1, now - 2 * HOUR_MS, prefix="quiet")
+    resources = _resources(settings)
+    assert _requested(_tick(instance, resources)) == ["quiet000000"]
+    # With a 30 s idle window, the session last active a minute ago is idle too.
+    short_window = _settings(tmp_path, DIGEST_IDLE_WINDOW_S="30")
+    assert sorted(_requested(_tick(instance, _resources(short_window)))) == ["active000000", "quiet000000"]
+
+
+def test_nothing_eligible_says_why(tmp_path, instance):
+    settings = _settings(tmp_path)
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    result = _tick(instance, _resources(settings))
+    assert result.run_requests == [] and "no session needs a summary" in result.skip_reason.skip_message
+    _seed_sessions(store, 2, int(time.time() * 1000) - 60_000)
+    result = _tick(instance, _resources(settings))
+    assert "2 pending, none eligible: 2 active within the idle window" in result.skip_reason.skip_message
+
+
+def test_backoff_grows_and_resets(tmp_path, instance):
+    policy = SweepPolicy()
+    assert [failure_backoff_s(n, policy) for n in (1, 2, 3)] == [1800, 3600, 7200]
+    assert failure_backoff_s(20, policy) == 86400
+
+    settings = _settings(tmp_path)
+    folder = write_bundle(tmp_path / "bundle", make_turns("flaky", 2))
+    with ModelServer(lambda received: Behaviour.text("not json")) as server:
+        definitions = build_definitions(dataclasses.replace(settings, model_url=server.url))
+        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
+        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+        store = DigestStore(settings.db_path)
+        register_partitions(instance, store)
+        job = definitions.resolve_job_def("summarize_sessions")
+
+        def fail_once():
+            assert not job.execute_in_process(instance=instance, partition_key="flaky", raise_on_error=False).success
+            return store.query("SELECT failures, backoff_until_ms FROM summary_state").iloc[0]
+
+        before = int(time.time() * 1000)
+        first = fail_once()
+        assert first["failures"] == 1 and first["backoff_until_ms"] >= before + 1800 * 1000
+        result = _tick(instance, definitions.resources)
+        assert result.run_requests == [] and "1 in failure backoff" in result.skip_reason.skip_message
+        second = fail_once()  # e.g. a rerun from the UI
+        assert second["failures"] == 2 and second["backoff_until_ms"] >= before + 3600 * 1000
+
+        # New turns change the revision: the session is eligible again and the count restarts.
+        write_bundle(tmp_path / "more", make_turns("flaky", 3), stamp="2026-11-21T00-00-00.000Z")
+        config = {"ops": {"raw_turns": {"config": {"paths": [str(tmp_path / "more")]}}}}
+        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+        assert _requested(_tick(instance, definitions.resources)) == ["flaky"]
+        assert fail_once()["failures"] == 1
+        server.script = lambda received: Behaviour.reply()
+        assert job.execute_in_process(instance=instance, partition_key="flaky").success
+    assert store.query("SELECT count(*) AS n FROM summary_state")["n"][0] == 0  # success clears it
+
+
+def test_model_time_budget_follows_measured_throughput(tmp_path, instance):
+    settings = _settings(tmp_path, DIGEST_SWEEP_MODEL_SECONDS="60", DIGEST_SWEEP_MAX_SESSIONS="5")
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    _seed_sessions(store, 10, int(time.time() * 1000) - 2 * HOUR_MS)
+    resources = _resources(settings)
+    fast = _tick(instance, resources)
+    assert len(fast.run_requests) == 5  # the default throughput fits five small sessions in 60 s
+
+    def ledger(seconds_per_token: float) -> None:
+        with store.connect() as con:
+            con.execute("DELETE FROM attempts")
+            con.execute(
+                """INSERT INTO attempts (session_id, stage, tier, model, prompt_bytes, tokens_estimate, duration_s,
+                   outcome, suspected_truncation, created_at)
+                   VALUES ('x', 'session-summary', 'raw', ?, 3000, 1000, ?, 'ok', false, now())""",
+                [settings.model_name, 1000 * seconds_per_token],
+            )
+
+    ledger(0.05)  # a slow host: each small session now costs ~21 s of the 60 s budget
+    slow = _tick(instance, resources)
+    assert 1 <= len(slow.run_requests) < 5
+    assert sum(float(r.tags["digest/estimated_s"]) for r in slow.run_requests) <= 60 + 1
+    ledger(10.0)  # absurdly slow: one session still goes, so nothing starves
+    assert len(_tick(instance, resources).run_requests) == 1
+
+
+def test_in_flight_sessions_are_not_requested_again_and_a_rerun_after_restore_is(tmp_path, instance):
+    settings = _settings(tmp_path)
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    _seed_sessions(store, 2, int(time.time() * 1000) - 2 * HOUR_MS)
+    resources = _resources(settings)
+    register_partitions(instance, store)
+    job = build_definitions(settings).resolve_job_def("summarize_sessions")
+    run = instance.create_run_for_job(job, tags={"dagster/partition": "s000000"}, status=DagsterRunStatus.NOT_STARTED)
+    assert _requested(_tick(instance, resources)) == ["s000001"]
+    instance.report_run_canceled(run)
+    # The run ended without a summary (or a restore rolled the store back): asked for again.
+    assert "s000000" in _requested(_tick(instance, resources))
+
+
+def test_leases_stop_a_second_run_and_an_expired_one_is_reclaimed(tmp_path, instance):
+    store = DigestStore(tmp_path / "d.duckdb")
+    store.migrate()
+    now = int(time.time() * 1000)
+    assert store.claim_summary_lease("s", "run-a", now, ttl_s=60) is None
+    assert store.claim_summary_lease("s", "run-b", now + 1000, ttl_s=60) == "run-a"
+    assert store.claim_summary_lease("s", "run-b", now + 61_000, ttl_s=60) is None  # run-a crashed
+    store.release_summary_lease("s", "run-a")  # a late release by the old holder changes nothing
+    assert store.claim_summary_lease("s", "run-c", now + 62_000, ttl_s=60) == "run-b"
+    store.release_summary_lease("s", "run-b")
+    assert store.claim_summary_lease("s", "run-c", now + 63_000, ttl_s=60) is None
+
+
+def test_a_leased_session_is_not_summarized_twice(tmp_path, instance):
+    settings = _settings(tmp_path)
+    folder = write_bundle(tmp_path / "bundle", make_turns("busy", 2))
+    with ModelServer() as server:
+        definitions = build_definitions(dataclasses.replace(settings, model_url=server.url))
+        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
+        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+        store = DigestStore(settings.db_path)
+        register_partitions(instance, store)
+        store.claim_summary_lease("busy", "other-run", int(time.time() * 1000), ttl_s=600)
+        result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
+            instance=instance, partition_key="busy", raise_on_error=False
+        )
+    assert not result.success
+    failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
+    assert "being summarized by run other-run" in failure.event_specific_data.error.message
+    assert not any("AI-agent work session" in r.prompt for r in server.chat_requests())
+    assert store.query("SELECT run_id FROM summary_leases")["run_id"].tolist() == ["other-run"]
+
+
+WRITER = """
+import sys
+from digest.synthesis import Attempt
+from resources.store import DigestStore
+store = DigestStore(sys.argv[1])
+for i in range(int(sys.argv[3])):
+    store.record_attempt(Attempt(sys.argv[2], "session-summary", "raw", 10, 4, "ok", 0.1, "m"))
+"""
+
+
+def test_two_processes_writing_one_duckdb_file_both_succeed(tmp_path):
+    path = tmp_path / "shared.duckdb"
+    DigestStore(path).migrate()
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, "150"], stderr=subprocess.PIPE, text=True)
+        for name in ("writer-a", "writer-b")
+    ]
+    for writer in writers:
+        assert writer.wait(timeout=240) == 0, writer.stderr.read()
+    counts = DigestStore(path).query("SELECT session_id, count(*) AS n FROM attempts GROUP BY 1 ORDER BY 1")
+    assert counts.to_dict("records") == [{"session_id": "writer-a", "n": 150}, {"session_id": "writer-b", "n": 150}]
+
+
+def test_inbox_sensor_launches_ingest_for_new_settled_files_only(tmp_path, instance):
+    settings = _settings(tmp_path)
+    settings.inbox.mkdir(parents=True)
+    resources = _resources(settings)
+    old = write_bundle(settings.inbox, make_turns("a", 1))
+    settled = time.time() - 60
+    for path in old.glob("*.jsonl"):
+        os.utime(path, (settled, settled))
+    result = _tick(instance, resources, inbox_sensor)
+    (request,) = result.run_requests
+    paths = request.run_config["ops"]["raw_turns"]["config"]["paths"]
+    assert sorted(p.rsplit("/", 1)[1][:6] for p in paths) == ["graph-", "memory"]
+    # The same files again: nothing. A file still being written: not yet.
+    again = _tick(instance, resources, inbox_sensor, cursor=result.cursor)
+    assert again.run_requests == []
+    (settings.inbox / "turns-live.jsonl").write_text('{"id": "x"}\n')
+    assert _tick(instance, resources, inbox_sensor, cursor=result.cursor).run_requests == []
