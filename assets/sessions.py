@@ -88,7 +88,7 @@ def raw_sessions(context: AssetExecutionContext, store: DigestStoreResource, mod
 
 @asset(
     partitions_def=sessions_partitions,
-    deps=[raw_sessions],
+    deps=[raw_sessions, "turn_mini_summaries"],
     group_name="sessions",
     kinds={"duckdb"},
     pool="model",

@@ -16,7 +16,6 @@ No Dagster here: the asset wires in a client and a store.
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 import time
 from collections import Counter
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from digest.model_api import ChatClient, ChatReply, ContextOverflow, ModelError, ModelTimeout, ProviderError
-from digest.synthesis import Attempt, Limits, build_prompt as build_session_prompt, raw_route
+from digest.synthesis import Attempt, Limits, estimate_raw_tokens, raw_route
 
 STAGE = "mini-summary"
 INSTRUCTION = "Summarize this agent turn in one line, max 280 characters, no preamble:"
@@ -43,7 +42,6 @@ PRIORITIES = ("degraded-first", "newest-first")
 PROMPT_LABEL = "User Prompt: "
 THOUGHT_LABEL = "\nAgent Thought: "
 RESPONSE_LABEL = "\nAgent Response: "
-RAW_SEPARATOR_BYTES = len("\n\n---\n\n".encode("utf-8"))
 
 
 @dataclass(frozen=True)
@@ -154,24 +152,20 @@ def _cut_bytes(text: str, max_bytes: int) -> str:
     data = text.encode("utf-8")
     if len(data) <= max_bytes:
         return text
-    return data[: max(0, max_bytes - 3)].decode("utf-8", "ignore") + "…"
+    return data[: max_bytes - 3].decode("utf-8", "ignore") + "…" if max_bytes >= 3 else ""
 
 
 def build_prompt(prompt: str, response: str, max_bytes: int | None = None) -> str:
-    """The reference prompt; held to `max_bytes` by cutting the longer field first, each keeping half."""
+    """The reference prompt, held to `max_bytes`: each field keeps up to half the room, and the
+    longer one takes what the shorter leaves."""
     head = f"{INSTRUCTION}\nUser: "
     middle = "\nAgent: "
     if max_bytes is not None:
         room = max(0, max_bytes - len((head + middle).encode("utf-8")))
-        sizes = sorted((len(prompt.encode("utf-8")), len(response.encode("utf-8"))))
-        if sum(sizes) > room:
-            # The shorter field keeps all it has up to half the room; the longer one takes the rest.
-            short_share = min(sizes[0], room // 2)
-            long_share = room - short_share
-            if len(prompt.encode("utf-8")) <= len(response.encode("utf-8")):
-                prompt, response = _cut_bytes(prompt, short_share), _cut_bytes(response, long_share)
-            else:
-                prompt, response = _cut_bytes(prompt, long_share), _cut_bytes(response, short_share)
+        prompt_bytes, response_bytes = len(prompt.encode("utf-8")), len(response.encode("utf-8"))
+        if prompt_bytes + response_bytes > room:
+            prompt_share = min(prompt_bytes, max(room // 2, room - response_bytes))
+            prompt, response = _cut_bytes(prompt, prompt_share), _cut_bytes(response, room - prompt_share)
     return f"{head}{prompt}{middle}{response}"
 
 
@@ -196,14 +190,8 @@ def batch_order(turns: list[PendingTurn], fresh_reserve: int) -> list[PendingTur
 
 
 def headed_for_degraded(raw_bytes: int, turn_count: int, limits: Limits) -> bool:
-    """Whether the session's raw prompt is over the cap or the safe band, estimated from its size.
-
-    The header is estimated with no agents or tools named: a few dozen bytes short at most.
-    """
-    header = len(build_session_prompt("", []).encode("utf-8"))
-    separators = RAW_SEPARATOR_BYTES * max(0, turn_count - 1)
-    tokens = math.ceil((header + separators + raw_bytes) / limits.bytes_per_token)
-    return raw_route(tokens, limits) != "within-cap"
+    """Whether the session's raw prompt is over the cap or the safe band, estimated from its size."""
+    return raw_route(estimate_raw_tokens(raw_bytes, turn_count, limits), limits) != "within-cap"
 
 
 def order_sessions(sessions: list[PendingSession], limits: Limits, priority: str) -> list[PendingSession]:
@@ -288,24 +276,25 @@ def fill_mini_summaries(
     limits = mini_summary_limits(limits, policy)
     max_prompt_bytes = int(limits.prompt_budget_tokens * limits.bytes_per_token)
     report = FillReport(pending=len(turns))
-    with_content = []
+    texts = {turn.id: turn_text(turn) for turn in turns}
     for turn in turns:
-        if turn_text(turn) is None:
+        if texts[turn.id] is None:
             store.archive(turn, ARCHIVE_NO_CONTENT)
             report.archived_no_content.append(turn.id)
-        else:
-            with_content.append(turn)
-    ordered = batch_order(with_content, policy.fresh_reserve)
+    ordered = batch_order([t for t in turns if texts[t.id] is not None], policy.fresh_reserve)
     for position, turn in enumerate(ordered):
         if report.model_seconds >= policy.budget_s:
             report.left_for_later = len(ordered) - position
             break
-        prompt = build_prompt(*turn_text(turn), max_bytes=max_prompt_bytes)
+        prompt = build_prompt(*texts[turn.id], max_bytes=max_prompt_bytes)
         reply, error, seconds = call_with_deadline(client, prompt, policy)
         report.model_seconds += seconds
         report.attempted += 1
-        text = clean_output(reply.text) if reply is not None else ""
-        cause = "ok" if text else cause_of(error) if error is not None else "empty-output"
+        if reply is not None:
+            text = clean_output(reply.text)
+            cause = "ok" if text else "empty-output"
+        else:
+            text, cause = "", cause_of(error)
         store.record_attempt(
             Attempt(
                 session_id=turn.session_id,

@@ -8,15 +8,10 @@ estimated model-time budget as well as a count, so one tick never queues hours o
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from digest.synthesis import FALLBACK_CHARS, INSTRUCTIONS, Limits, raw_route
+from digest.synthesis import Limits, estimate_compact_tokens, estimate_raw_tokens, raw_route
 
-# The raw prompt around the documents: instructions, context lines, and "---" between turns.
-PROMPT_OVERHEAD_BYTES = len(INSTRUCTIONS) + 300
-TURN_SEPARATOR_BYTES = len("\n\n---\n\n")
-COMPACT_LINE_OVERHEAD_BYTES = len("Turn 1000: \n")
 # Before the ledger has any successful call: 50 estimated tokens a second, a CPU-class host.
 DEFAULT_SECONDS_PER_TOKEN = 1 / 50
 
@@ -69,15 +64,13 @@ class PlannedSession:
 
 def plan_session(candidate: Candidate, limits: Limits, seconds_per_token: float) -> PlannedSession:
     """The route a session will take and what it will cost, from its sizes alone (no model call)."""
-    raw_bytes = candidate.raw_bytes + TURN_SEPARATOR_BYTES * max(0, candidate.turn_count - 1) + PROMPT_OVERHEAD_BYTES
-    raw_tokens = math.ceil(raw_bytes / limits.bytes_per_token)
+    raw_tokens = estimate_raw_tokens(candidate.raw_bytes, candidate.turn_count, limits)
     route = raw_route(raw_tokens, limits)
     if route == "within-cap":
         tier, tokens = "raw", raw_tokens
     else:
         tier = "miniSummary" if candidate.mini_summary_count else "truncatedRaw"
-        compact = candidate.compact_bytes + COMPACT_LINE_OVERHEAD_BYTES * candidate.turn_count + PROMPT_OVERHEAD_BYTES
-        tokens = min(math.ceil(compact / limits.bytes_per_token), limits.prompt_budget_tokens)
+        tokens = estimate_compact_tokens(candidate.compact_bytes, candidate.turn_count, limits)
     return PlannedSession(candidate, route, tier, tokens, tokens * seconds_per_token)
 
 

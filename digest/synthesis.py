@@ -176,8 +176,30 @@ def build_prompt(content: str, turns: list[Turn]) -> str:
     )
 
 
+RAW_SEPARATOR = "\n\n---\n\n"
+COMPACT_LINE_OVERHEAD = "Turn 1000: \n"
+
+
 def raw_content(turns: list[Turn]) -> str:
-    return "\n\n---\n\n".join(t.document for t in turns)
+    return RAW_SEPARATOR.join(t.document for t in turns)
+
+
+def _prompt_header_bytes() -> int:
+    """The prompt around the content, naming no agents or tools: a few dozen bytes short at most."""
+    return len(build_prompt("", []).encode("utf-8"))
+
+
+def estimate_raw_tokens(raw_bytes: int, turn_count: int, limits: Limits) -> int:
+    """The raw prompt's estimate from the session's size alone, without reading its turns."""
+    separators = len(RAW_SEPARATOR) * max(0, turn_count - 1)
+    return math.ceil((_prompt_header_bytes() + separators + raw_bytes) / limits.bytes_per_token)
+
+
+def estimate_compact_tokens(compact_bytes: int, turn_count: int, limits: Limits) -> int:
+    """The degraded prompt's estimate from the summed entry sizes, as sent: within the budget."""
+    lines = len(COMPACT_LINE_OVERHEAD) * turn_count
+    tokens = math.ceil((_prompt_header_bytes() + lines + compact_bytes) / limits.bytes_per_token)
+    return min(tokens, limits.prompt_budget_tokens)
 
 
 def compact_entries(turns: list[Turn]) -> tuple[str, list[str]]:

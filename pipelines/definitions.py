@@ -5,13 +5,30 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from dagster import Definitions, EnvVar
+from dagster import AssetSelection, DefaultScheduleStatus, Definitions, EnvVar, ScheduleDefinition, define_asset_job
 
+from assets.friction_report import build_friction_report_asset
+from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import raw_sessions, raw_turns, session_summaries
 from digest.settings import Settings, load_settings
-from pipelines.jobs import ingest_job, summarize_job
-from pipelines.sensors import inbox_sensor, summary_sensor
-from resources.bindings import ChatModelResource, DigestStoreResource, SweepPolicyResource
+from pipelines.checks import store_checks
+from pipelines.jobs import fill_mini_summaries_job, ingest_job, summarize_job
+from pipelines.sensors import inbox_sensor, mini_summary_sensor, summary_sensor
+from resources.bindings import ChatModelResource, DigestStoreResource, MiniSummaryPolicyResource, SweepPolicyResource
+
+# The friction report and the store's checks, hourly: no model call, a few DuckDB reads.
+report_job = define_asset_job(
+    "report_friction",
+    selection=AssetSelection.assets("friction_report") | AssetSelection.checks(*store_checks),
+    description="Write the friction report and check the store's invariants.",
+)
+report_schedule = ScheduleDefinition(
+    name="hourly_friction_report",
+    job=report_job,
+    cron_schedule="0 * * * *",
+    default_status=DefaultScheduleStatus.RUNNING,
+)
+
 
 def _env_or(name: str, value):
     """Bind to the env var when it is set (the UI then shows the binding), else the default."""
@@ -20,9 +37,11 @@ def _env_or(name: str, value):
 
 def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
-        assets=[raw_turns, raw_sessions, session_summaries],
-        jobs=[ingest_job, summarize_job],
-        sensors=[inbox_sensor, summary_sensor],
+        assets=[raw_turns, raw_sessions, turn_mini_summaries, session_summaries, build_friction_report_asset(settings)],
+        asset_checks=store_checks,
+        jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job],
+        schedules=[report_schedule],
+        sensors=[inbox_sensor, summary_sensor, mini_summary_sensor],
         resources={
             "store": DigestStoreResource(
                 db_path=str(settings.db_path),
@@ -40,6 +59,7 @@ def build_definitions(settings: Settings) -> Definitions:
                 summary_max_output_tokens=settings.summary_max_output_tokens,
             ),
             "sweep": SweepPolicyResource(**dataclasses.asdict(settings.sweep)),
+            "mini_summaries": MiniSummaryPolicyResource(**dataclasses.asdict(settings.mini_summaries)),
         },
     )
 

@@ -1,12 +1,21 @@
 from dagster import define_asset_job, in_process_executor
 
+from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import raw_sessions, raw_turns, session_summaries
 
 ingest_job = define_asset_job("ingest", selection=[raw_turns], description="Ingest export bundles into DuckDB.")
 summarize_job = define_asset_job(
     "summarize_sessions",
-    selection=[raw_sessions, session_summaries],
+    selection=[raw_sessions, turn_mini_summaries, session_summaries],
     # One process per run: DuckDB takes one writer per file, and per-step processes buy nothing here.
     executor_def=in_process_executor,
-    description="Summarize one session: raw under the raw-synthesis cap, degraded over it.",
+    config={"ops": {"turn_mini_summaries": {"config": {"only_if_degraded": True}}}},
+    description="Summarize one session: raw under the raw-synthesis cap; over it, fill the missing mini "
+    "summaries first, then the degraded summary.",
+)
+fill_mini_summaries_job = define_asset_job(
+    "fill_mini_summaries",
+    selection=[turn_mini_summaries],
+    executor_def=in_process_executor,
+    description="The mini-summary backfill: one session's missing mini summaries, within the run budget.",
 )

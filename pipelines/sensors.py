@@ -17,9 +17,9 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
-from pipelines.jobs import ingest_job, summarize_job
+from pipelines.jobs import fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.selection import next_summary_batch
-from resources.bindings import ChatModelResource, DigestStoreResource, SweepPolicyResource
+from resources.bindings import ChatModelResource, DigestStoreResource, MiniSummaryPolicyResource, SweepPolicyResource
 
 # A file modified more recently than this may still be being copied in.
 SETTLE_S = 5.0
@@ -84,8 +84,8 @@ def register_partitions(instance, store) -> int:
     return added
 
 
-def in_flight_partitions(instance) -> set[str]:
-    runs = instance.get_runs(filters=RunsFilter(job_name=summarize_job.name, statuses=IN_FLIGHT))
+def in_flight_partitions(instance, job_name: str) -> set[str]:
+    runs = instance.get_runs(filters=RunsFilter(job_name=job_name, statuses=IN_FLIGHT))
     return {run.tags.get("dagster/partition") for run in runs}
 
 
@@ -102,7 +102,7 @@ def summary_sensor(
     new_keys = unregistered_partition_keys(context.instance, db)
     policy = sweep.policy()
     selection = next_summary_batch(
-        db, model.limits(), policy, model.model, int(time.time() * 1000), exclude=in_flight_partitions(context.instance)
+        db, model.limits(), policy, model.model, int(time.time() * 1000), exclude=in_flight_partitions(context.instance, summarize_job.name)
     )
     partition_requests = [sessions_partitions.build_add_request(new_keys)] if new_keys else []
     if not selection.batch:
@@ -124,4 +124,27 @@ def summary_sensor(
             )
             for item in selection.batch
         ],
+    )
+
+
+@sensor(job=fill_mini_summaries_job, minimum_interval_seconds=120, default_status=DefaultSensorStatus.RUNNING)
+def mini_summary_sensor(
+    context: SensorEvaluationContext,
+    store: DigestStoreResource,
+    model: ChatModelResource,
+    mini_summaries: MiniSummaryPolicyResource,
+):
+    """The mini-summary backfill: one session at a time, each run within its own model-time budget
+    (`DIGEST_MINI_SUMMARY_BUDGET_S`), sessions headed for the degraded path first by default;
+    sessions in their no-progress backoff wait."""
+    if in_flight_partitions(context.instance, fill_mini_summaries_job.name):
+        return SkipReason("a mini-summary backfill run is still going")
+    policy = mini_summaries.policy()
+    keys = store.store().pending_mini_summary_keys(model.limits(), policy.priority, int(time.time() * 1000), limit=20)
+    registered = [k for k in keys if context.instance.has_dynamic_partition(sessions_partitions.name, k)]
+    if not registered:
+        return SkipReason("no turn needs a mini summary (or the sessions that do are backing off)")
+    return RunRequest(
+        partition_key=registered[0],
+        tags={"digest/sweep": "mini-summaries", "digest/budget": f"{policy.budget_s:.0f}s", "digest/priority": policy.priority},
     )

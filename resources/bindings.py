@@ -31,7 +31,7 @@ class ChatModelResource(ConfigurableResource):
     """The chat model and the bounds every summary call is held to.
 
     With `provider="embedded"` and no `url`, a SmolLM2 llama.cpp server is started on loopback
-    for the duration of the run and stopped after it.
+    when the run first asks for a client, and stopped when the run ends.
     """
 
     provider: str
@@ -45,10 +45,6 @@ class ChatModelResource(ConfigurableResource):
     summary_max_output_tokens: int
 
     _server: Optional[EmbeddedServer] = PrivateAttr(default=None)
-
-    def setup_for_execution(self, context: InitResourceContext) -> None:
-        if self.provider == "embedded" and not self.url:
-            self._server = EmbeddedServer(n_ctx=self.context_limit_tokens).start()
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._server is not None:
@@ -69,9 +65,10 @@ class ChatModelResource(ConfigurableResource):
         if self.provider == "ollama":
             return OllamaChatClient(self.url or "http://127.0.0.1:11434", self.model, num_ctx=self.context_limit_tokens)
         if self.provider == "embedded":
-            url = self._server.url if self._server is not None else self.url
-            if not url:
-                raise RuntimeError("the embedded model server is not running (resource not set up)")
+            # Started on first use, so a run or sensor that never calls the model starts nothing.
+            if not self.url and self._server is None:
+                self._server = EmbeddedServer(n_ctx=self.context_limit_tokens).start()
+            url = self.url or self._server.url
             # llama-cpp-python's server takes the schema only in the json_object form.
             return OpenAIChatClient(url, MODEL_ALIAS, schema_style="json_object")
         return OpenAIChatClient(self.url or "http://127.0.0.1:8080", self.model)

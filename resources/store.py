@@ -723,6 +723,77 @@ class DigestStore:
                 "friction_by_symptom": friction,
             }
 
+    # --- friction report ---
+
+    def _records(self, con: duckdb.DuckDBPyConnection, sql: str) -> list[dict]:
+        """Rows as dicts of plain Python values (a NULL stays None, not pandas' NaN)."""
+        cursor = con.execute(sql)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+    def has_tables(self, *names: str) -> bool:
+        with self.connect() as con:
+            found = con.execute(
+                "SELECT count(DISTINCT table_name) FROM information_schema.tables WHERE table_name IN "
+                "(SELECT unnest(?::VARCHAR[]))",
+                [list(names)],
+            ).fetchone()[0]
+        return found == len(set(names))
+
+    def friction_report_rows(self) -> dict:
+        """What the friction report reads, in one connection: events, attempts, summaries, coverage,
+        and undigestible sessions (None until the store has a digest state)."""
+        with self.connect() as con:
+            rows = {
+                "events": self._records(
+                    con,
+                    "SELECT occurred_at, asset_ref, consumer, symptom, suggestion_kind, note, error_text "
+                    "FROM friction_events ORDER BY occurred_at",
+                ),
+                "attempts": self._records(
+                    con,
+                    "SELECT session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens, "
+                    "completion_tokens, duration_s, outcome, suspected_truncation, created_at FROM attempts",
+                ),
+                "summaries": self._records(
+                    con,
+                    "SELECT session_id, source_tier, degraded, route_reason, raw_tokens_estimate, raw_cap_tokens, "
+                    "model FROM session_summaries",
+                ),
+                "mini_coverage": self._records(
+                    con,
+                    "SELECT count(*) AS turns, count(*) FILTER (m.origin = 'imported') AS imported, "
+                    "count(*) FILTER (m.origin = 'generated') AS generated "
+                    "FROM turns t LEFT JOIN mini_summaries m ON m.turn_id = t.id",
+                )[0],
+            }
+            # The digest state is a later addition: any table with session_id and digest_state columns.
+            state_tables = [
+                r[0]
+                for r in con.execute(
+                    "SELECT table_name FROM information_schema.columns WHERE column_name IN ('session_id', "
+                    "'digest_state') GROUP BY table_name HAVING count(DISTINCT column_name) = 2 ORDER BY 1"
+                ).fetchall()
+            ]
+            rows["undigestible"] = None
+            if state_tables:
+                table = state_tables[0]
+                columns = {r[0] for r in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
+                ).fetchall()}  # fmt: skip
+                reason = "defer_reason" if "defer_reason" in columns else "NULL"
+                rows["undigestible"] = self._records(
+                    con,
+                    f'SELECT session_id, {reason} AS reason FROM "{table}" '
+                    "WHERE digest_state = 'undigestible' ORDER BY session_id",
+                )
+        return rows
+
+    def summary_rows(self) -> list[dict]:
+        """Every stored summary, every column: what the asset checks validate."""
+        with self.connect() as con:
+            return self._records(con, "SELECT * FROM session_summaries ORDER BY session_id")
+
 
 
 class RunLedger:

@@ -14,7 +14,7 @@ from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
 from digest.scheduling import SweepPolicy, failure_backoff_s
 from digest.settings import load_settings
 from pipelines.definitions import build_definitions
-from pipelines.sensors import PARTITION_CHUNK, inbox_sensor, register_partitions, summary_sensor
+from pipelines.sensors import PARTITION_CHUNK, inbox_sensor, mini_summary_sensor, register_partitions, summary_sensor
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -263,3 +263,22 @@ def test_inbox_sensor_launches_ingest_for_new_settled_files_only(tmp_path, insta
     assert again.run_requests == []
     (settings.inbox / "turns-live.jsonl").write_text('{"id": "x"}\n')
     assert _tick(instance, resources, inbox_sensor, cursor=result.cursor).run_requests == []
+
+
+def test_mini_summary_sensor_serves_degraded_sessions_first_one_run_at_a_time(tmp_path, instance):
+    settings = _settings(tmp_path)
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    folder = write_bundle(tmp_path / "b", make_turns("small", 2) + make_turns("huge", 30, doc_bytes=900))
+    from digest.ingest import ingest_paths
+
+    ingest_paths([folder], store)
+    resources = _resources(settings)
+    assert _tick(instance, resources, mini_summary_sensor).skip_message.startswith("no turn")  # not partitions yet
+    register_partitions(instance, store)
+    request = _tick(instance, resources, mini_summary_sensor)
+    assert request.partition_key == "huge"  # over the cap: its mini summaries reach its summary
+    assert request.tags["digest/priority"] == "degraded-first"
+    job = build_definitions(settings).resolve_job_def("fill_mini_summaries")
+    instance.create_run_for_job(job, tags={"dagster/partition": "huge"}, status=DagsterRunStatus.NOT_STARTED)
+    assert "still going" in _tick(instance, resources, mini_summary_sensor).skip_message

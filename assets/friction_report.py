@@ -1,0 +1,56 @@
+"""The friction report asset: thin; the report itself is `digest.friction_report`."""
+
+import os
+from pathlib import Path
+
+from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
+
+from assets.sessions import session_summaries
+from digest.friction_report import build_report, render_html, render_markdown
+from digest.settings import Settings
+from resources.bindings import DigestStoreResource
+
+REPORT_FILE = "friction-report.html"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Readers (a browser tab, a second run) see the old file or the new one, never half of one."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
+def build_friction_report_asset(settings: Settings) -> AssetsDefinition:
+    """The asset, closed over the settings the definitions load with (the calibration needs the
+    timeout): the model resource is not used, since binding it would start the embedded server."""
+
+    @asset(deps=[session_summaries], group_name="reports", kinds={"duckdb", "html"})
+    def friction_report(context: AssetExecutionContext, store: DigestStoreResource) -> MaterializeResult:
+        """Friction grouped by (asset, consumer, symptom) with the surfacing rule, the pre-routes and
+        the model time they saved, timeouts, suspected truncation, the degraded share, mini-summary
+        coverage, the slowest calls, and the raw cap calibrated on this host's own model calls.
+
+        Also written as an HTML file with a chart beside the DuckDB file (`report_path`).
+        """
+        db = store.store()
+        rows = db.friction_report_rows()
+        report = build_report(
+            rows["events"],
+            rows["attempts"],
+            rows["summaries"],
+            settings,
+            mini_coverage=rows["mini_coverage"],
+            undigestible=rows["undigestible"],
+        )
+        path = db.path.parent / REPORT_FILE
+        _write_atomically(path, render_html(report))
+        context.log.info(f"friction report written to {path}")
+        return MaterializeResult(
+            metadata={
+                **report.numbers(),
+                "report_path": MetadataValue.path(str(path)),
+                "report": MetadataValue.md(render_markdown(report)),
+            }
+        )
+
+    return friction_report

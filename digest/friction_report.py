@@ -1,0 +1,710 @@
+"""The friction report: what the store says an operator should tune, as Markdown and as an HTML file.
+
+Pure: it takes rows already read from the store (plain dicts) and returns numbers and text, so the
+surfacing rule, the calibration arithmetic and the rendering are tested without Dagster or DuckDB.
+
+- Friction is grouped by (asset, consumer, symptom) as the original's aggregator keys it, with the
+  original's surfacing rule (reference §3.3): deterministic symptoms surface on their first
+  occurrence, probabilistic ones on the third within one hour.
+- Calibration reads the server's own token counts in the attempt ledger: measured bytes per token,
+  prompt and generation throughput per model, and the raw cap that keeps a raw call inside the
+  summary timeout on this host, printed as the settings to adopt.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+
+from digest.friction import DETERMINISTIC_SYMPTOMS
+from digest.settings import Settings
+
+PROBABILISTIC_SURFACE_COUNT = 3
+SURFACING_WINDOW = timedelta(hours=1)
+PRE_ROUTE_REASONS = ("over-raw-cap", "over-safe-band")
+# A raw call is planned to fill at most this share of the timeout: the rest absorbs a slow moment.
+TIMEOUT_HEADROOM = 0.9
+# Fewer calls than this with server token counts give no calibration for the model.
+MIN_CALIBRATION_CALLS = 3
+MARKDOWN_ROWS = 15  # the UI's metadata preview stays readable
+HTML_ROWS = 200
+SLOWEST_CALLS = 10
+ERROR_CHARS = 160  # of the provider's error text, per friction group
+
+
+def _utc(stamp: datetime) -> datetime:
+    return stamp.astimezone(timezone.utc)
+
+
+def is_timeout(attempt: dict) -> bool:
+    """Summary calls say `timeout`; mini-summary calls say which deadline: `timeout-inner` or `-outer`."""
+    return attempt["outcome"].startswith("timeout")
+
+
+def _when(stamp: datetime | None) -> str:
+    return _utc(stamp).strftime("%Y-%m-%d %H:%MZ") if stamp else ""
+
+
+# --- friction groups and the surfacing rule ----------------------------------------------------
+
+
+def surfaced_at(symptom: str, occurred: list[datetime]) -> datetime | None:
+    """When a group surfaced: a deterministic symptom at its first occurrence, a probabilistic one
+    at its third occurrence inside one window; None if it never did."""
+    stamps = sorted(occurred)
+    if not stamps:
+        return None
+    if symptom in DETERMINISTIC_SYMPTOMS:
+        return stamps[0]
+    span = PROBABILISTIC_SURFACE_COUNT - 1
+    for i in range(span, len(stamps)):
+        if stamps[i] - stamps[i - span] <= SURFACING_WINDOW:
+            return stamps[i]
+    return None
+
+
+@dataclass(frozen=True)
+class FrictionGroup:
+    asset_ref: str
+    consumer: str
+    symptom: str
+    suggestion_kind: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    surfaced_at: datetime | None
+    latest_note: str | None
+    latest_error: str | None
+
+    @property
+    def surfaced(self) -> bool:
+        return self.surfaced_at is not None
+
+
+def group_friction(events: list[dict]) -> list[FrictionGroup]:
+    """Events grouped by (asset_ref, consumer, symptom): surfaced groups first, latest first."""
+    by_key: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for event in events:
+        by_key[(event["asset_ref"], event["consumer"], event["symptom"])].append(event)
+    groups = []
+    for (asset_ref, consumer, symptom), rows in by_key.items():
+        rows.sort(key=lambda r: r["occurred_at"])
+        latest = rows[-1]
+        groups.append(
+            FrictionGroup(
+                asset_ref=asset_ref,
+                consumer=consumer,
+                symptom=symptom,
+                suggestion_kind=latest["suggestion_kind"],
+                count=len(rows),
+                first_seen=rows[0]["occurred_at"],
+                last_seen=latest["occurred_at"],
+                surfaced_at=surfaced_at(symptom, [r["occurred_at"] for r in rows]),
+                latest_note=latest.get("note"),
+                latest_error=latest.get("error_text"),
+            )
+        )
+    groups.sort(key=lambda g: (not g.surfaced, -g.last_seen.timestamp(), g.asset_ref, g.symptom))
+    return groups
+
+
+@dataclass(frozen=True)
+class SymptomRollup:
+    symptom: str
+    suggestion_kind: str
+    events: int
+    groups: int
+    surfaced_groups: int
+    last_seen: datetime
+
+
+def rollup_by_symptom(groups: list[FrictionGroup]) -> list[SymptomRollup]:
+    by_symptom: dict[str, list[FrictionGroup]] = defaultdict(list)
+    for group in groups:
+        by_symptom[group.symptom].append(group)
+    rollups = [
+        SymptomRollup(
+            symptom=symptom,
+            suggestion_kind=members[0].suggestion_kind,
+            events=sum(g.count for g in members),
+            groups=len(members),
+            surfaced_groups=sum(g.surfaced for g in members),
+            last_seen=max(g.last_seen for g in members),
+        )
+        for symptom, members in by_symptom.items()
+    ]
+    return sorted(rollups, key=lambda r: (-r.events, r.symptom))
+
+
+# --- calibration --------------------------------------------------------------------------------
+
+
+def fit_call_seconds(calls: list[tuple[int, int, float]]) -> tuple[float, float] | None:
+    """Seconds per prompt token and per completion token from (prompt, completion, seconds) calls.
+
+    Least squares with no intercept: seconds = p * prompt_tokens + c * completion_tokens. When the
+    calls cannot tell the two apart (too alike, or a negative share), the whole call is charged to
+    the prompt: an overestimate of its cost, so the cap derived from it errs small.
+    """
+    sxx = sum(x * x for x, _, _ in calls)
+    syy = sum(y * y for _, y, _ in calls)
+    sxy = sum(x * y for x, y, _ in calls)
+    sxd = sum(x * d for x, _, d in calls)
+    syd = sum(y * d for _, y, d in calls)
+    if sxx <= 0:
+        return None
+    det = sxx * syy - sxy * sxy
+    if det > 1e-9 * sxx * syy:
+        p = (sxd * syy - syd * sxy) / det
+        c = (syd * sxx - sxd * sxy) / det
+        if p > 0 and c >= 0:
+            return p, c
+    p = sxd / sxx
+    return (p, 0.0) if p > 0 else None
+
+
+@dataclass(frozen=True)
+class ModelCalibration:
+    model: str
+    calls: int
+    bytes_per_token: float
+    seconds_per_prompt_token: float
+    seconds_per_completion_token: float
+    answer_tokens: int  # the longest answer seen: the generation a raw call must leave room for
+    raw_cap_tokens: int  # the largest raw prompt that still finishes inside the timeout
+
+    @property
+    def prompt_tokens_per_s(self) -> float:
+        return 1.0 / self.seconds_per_prompt_token
+
+    @property
+    def completion_tokens_per_s(self) -> float | None:
+        return 1.0 / self.seconds_per_completion_token if self.seconds_per_completion_token else None
+
+
+def calibrate_model(model: str, attempts: list[dict], timeout_s: float) -> ModelCalibration | None:
+    """The calibration of one model from its successful calls that carry the server's counts."""
+    measured = [
+        a
+        for a in attempts
+        if a["model"] == model and a["outcome"] == "ok" and a.get("prompt_tokens") and a["duration_s"] > 0
+    ]
+    if len(measured) < MIN_CALIBRATION_CALLS:
+        return None
+    fit = fit_call_seconds([(a["prompt_tokens"], a.get("completion_tokens") or 0, a["duration_s"]) for a in measured])
+    if fit is None:
+        return None
+    per_prompt, per_completion = fit
+    answer_tokens = max(a.get("completion_tokens") or 0 for a in measured)
+    budget_s = TIMEOUT_HEADROOM * timeout_s - answer_tokens * per_completion
+    # Rounded first, so float noise in an exact fit (7099.9999999) does not lose a whole token.
+    cap = max(1, math.floor(round(budget_s / per_prompt, 6)))
+    return ModelCalibration(
+        model=model,
+        calls=len(measured),
+        bytes_per_token=sum(a["prompt_bytes"] for a in measured) / sum(a["prompt_tokens"] for a in measured),
+        seconds_per_prompt_token=per_prompt,
+        seconds_per_completion_token=per_completion,
+        answer_tokens=answer_tokens,
+        raw_cap_tokens=cap,
+    )
+
+
+def calibrate(attempts: list[dict], timeout_s: float) -> dict[str, ModelCalibration | None]:
+    """Every model in the ledger, with its calibration or None when it has too few measured calls."""
+    return {model: calibrate_model(model, attempts, timeout_s) for model in sorted({a["model"] for a in attempts})}
+
+
+def adopt_lines(calibration: ModelCalibration) -> str:
+    """The settings that adopt a calibration: the cap is in real tokens, so the bytes go with it."""
+    return (
+        f"DIGEST_BYTES_PER_TOKEN={calibration.bytes_per_token:.2f}\n"
+        f"DIGEST_RAW_CAP_TOKENS={calibration.raw_cap_tokens}"
+    )
+
+
+# --- the other figures --------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile with linear interpolation (numpy's default); 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True)
+class PreRoutes:
+    """Sessions whose raw prompt was routed to the degraded summary before any model call."""
+
+    count: int
+    by_reason: dict[str, int]
+    tokens_avoided: int  # the raw estimates never sent
+    model_seconds_avoided: float  # what those raw calls would have cost, each at most the timeout
+    unpriced: int  # pre-routes whose model has no calibration yet, left out of the seconds
+
+
+def pre_routes(
+    summaries: list[dict], calibrations: dict[str, ModelCalibration | None], bytes_per_token: float, timeout_s: float
+) -> PreRoutes:
+    routed = [s for s in summaries if s["route_reason"] in PRE_ROUTE_REASONS]
+    seconds, unpriced = 0.0, 0
+    for summary in routed:
+        calibration = calibrations.get(summary["model"])
+        if calibration is None:
+            unpriced += 1
+            continue
+        # The estimate counts bytes / the configured ratio; the server counts bytes / the measured one.
+        real_tokens = summary["raw_tokens_estimate"] * bytes_per_token / calibration.bytes_per_token
+        # A raw call that ran longer than the timeout would have been cut off there.
+        seconds += min(real_tokens * calibration.seconds_per_prompt_token, timeout_s)
+    return PreRoutes(
+        count=len(routed),
+        by_reason=dict(Counter(s["route_reason"] for s in routed)),
+        tokens_avoided=sum(s["raw_tokens_estimate"] for s in routed),
+        model_seconds_avoided=seconds,
+        unpriced=unpriced,
+    )
+
+
+@dataclass(frozen=True)
+class Bucket:
+    start: datetime
+    friction_events: int
+    model_seconds: float
+
+
+def bucket_width(span: timedelta) -> timedelta:
+    """Hours for two days of activity, days for two months, weeks beyond: a chart of tens of bars."""
+    if span <= timedelta(days=2):
+        return timedelta(hours=1)
+    if span <= timedelta(days=60):
+        return timedelta(days=1)
+    return timedelta(weeks=1)
+
+
+def _bucket_start(stamp: datetime, width: timedelta) -> datetime:
+    stamp = _utc(stamp).replace(minute=0, second=0, microsecond=0)
+    if width >= timedelta(days=1):
+        stamp = stamp.replace(hour=0)
+    if width >= timedelta(weeks=1):
+        stamp -= timedelta(days=stamp.weekday())
+    return stamp
+
+
+def activity_series(events: list[dict], attempts: list[dict]) -> list[Bucket]:
+    """Friction events and model seconds per time bucket, empty buckets included."""
+    stamps = [e["occurred_at"] for e in events] + [a["created_at"] for a in attempts]
+    if not stamps:
+        return []
+    width = bucket_width(max(stamps) - min(stamps))
+    first, last = _bucket_start(min(stamps), width), _bucket_start(max(stamps), width)
+    friction: Counter = Counter(_bucket_start(e["occurred_at"], width) for e in events)
+    seconds: defaultdict = defaultdict(float)
+    for attempt in attempts:
+        seconds[_bucket_start(attempt["created_at"], width)] += attempt["duration_s"]
+    buckets, start = [], first
+    while start <= last:
+        buckets.append(Bucket(start, friction[start], seconds[start]))
+        start += width
+    return buckets
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrictionReport:
+    generated_at: datetime
+    settings: Settings
+    groups: list[FrictionGroup]
+    symptoms: list[SymptomRollup]
+    calibrations: dict[str, ModelCalibration | None]
+    current_model: str | None  # the model of the latest call: the one to calibrate the cap for
+    pre_routes: PreRoutes
+    timeouts: list[dict]  # newest first
+    truncations: list[dict]  # newest first
+    slowest: list[dict]
+    summaries: int
+    degraded: int
+    tiers: dict[str, int]
+    route_reasons: dict[str, int]
+    mini_coverage: dict | None  # {"turns", "imported", "generated"}; None: no mini summaries yet
+    undigestible: list[dict] | None  # None: the store has no digest state yet
+    series: list[Bucket]
+    call_seconds: list[float] = field(repr=False)
+
+    @property
+    def degraded_share(self) -> float:
+        return self.degraded / self.summaries if self.summaries else 0.0
+
+    @property
+    def p95_call_seconds(self) -> float:
+        return percentile(self.call_seconds, 95)
+
+    def numbers(self) -> dict[str, int | float]:
+        """The numeric metadata the Dagster UI plots across materializations."""
+        return {
+            "degraded_share": round(self.degraded_share, 4),
+            "pre_routes": self.pre_routes.count,
+            "timeouts": len(self.timeouts),
+            "p95_call_seconds": round(self.p95_call_seconds, 3),
+            "tokens_avoided": self.pre_routes.tokens_avoided,
+            "model_seconds_avoided": round(self.pre_routes.model_seconds_avoided, 1),
+            "summaries": self.summaries,
+            "friction_events": sum(g.count for g in self.groups),
+            "surfaced_groups": sum(g.surfaced for g in self.groups),
+            "suspected_truncations": len(self.truncations),
+            "model_calls": len(self.call_seconds),
+        }
+
+
+def build_report(
+    events: list[dict],
+    attempts: list[dict],
+    summaries: list[dict],
+    settings: Settings,
+    mini_coverage: dict | None = None,
+    undigestible: list[dict] | None = None,
+) -> FrictionReport:
+    groups = group_friction(events)
+    calibrations = calibrate(attempts, settings.summary_timeout_s)
+    newest_first = sorted(attempts, key=lambda a: a["created_at"], reverse=True)
+    return FrictionReport(
+        generated_at=datetime.now(timezone.utc),
+        settings=settings,
+        groups=groups,
+        symptoms=rollup_by_symptom(groups),
+        calibrations=calibrations,
+        current_model=newest_first[0]["model"] if newest_first else None,
+        pre_routes=pre_routes(summaries, calibrations, settings.bytes_per_token, settings.summary_timeout_s),
+        timeouts=[a for a in newest_first if is_timeout(a)],
+        truncations=[a for a in newest_first if a["suspected_truncation"]],
+        slowest=sorted(attempts, key=lambda a: a["duration_s"], reverse=True)[:SLOWEST_CALLS],
+        summaries=len(summaries),
+        degraded=sum(1 for s in summaries if s["degraded"]),
+        tiers=dict(sorted(Counter(s["source_tier"] for s in summaries).items())),
+        route_reasons=dict(sorted(Counter(s["route_reason"] for s in summaries).items())),
+        mini_coverage=mini_coverage if mini_coverage and mini_coverage["imported"] + mini_coverage["generated"] else None,
+        undigestible=undigestible,
+        series=activity_series(events, attempts),
+        call_seconds=[a["duration_s"] for a in attempts],
+    )
+
+
+# --- rendering: one list of sections, two renderers --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    table: Table | None = None
+    after_table: str | None = None  # e.g. how many rows were left out
+    code: str | None = None  # settings to copy, shown verbatim
+
+
+def _limited(rows: list[list[str]], limit: int) -> tuple[list[list[str]], str | None]:
+    if len(rows) <= limit:
+        return rows, None
+    return rows[:limit], f"… and {len(rows) - limit} more rows (the report file lists up to {HTML_ROWS})."
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value >= 10 else f"{value:.2f} s"
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if whole else "n/a"
+
+
+def _cap(value: int | None) -> str:
+    return "off" if value is None else str(value)
+
+
+def _attempt_tokens(attempt: dict) -> str:
+    counted = attempt.get("prompt_tokens")
+    estimate = f"est. {attempt['tokens_estimate']}"
+    return f"{counted} ({estimate})" if counted is not None else estimate
+
+
+def _latest_words(group: FrictionGroup) -> str:
+    """The latest note, and the provider's own error text when there is one (the original lost it)."""
+    note = group.latest_note or ""
+    if group.latest_error:
+        error = " ".join(group.latest_error.split())
+        note += f"; {error[:ERROR_CHARS]}{'…' if len(error) > ERROR_CHARS else ''}"
+    return note
+
+
+def _table_section(
+    title: str, headers: list[str], rows: list[list[str]], limit: int, lead: list[str], empty: str
+) -> Section:
+    if not rows:
+        return Section(title, lead + [empty])
+    shown, more = _limited(rows, limit)
+    return Section(title, lead, Table(headers, shown), after_table=more)
+
+
+def sections(report: FrictionReport, max_rows: int) -> list[Section]:
+    s = report.settings
+    friction_events = sum(g.count for g in report.groups)
+    overview = Section(
+        "Overview",
+        [
+            f"Generated {_when(report.generated_at)}. {_count(report.summaries, 'summary', 'summaries')}, "
+            f"{report.degraded} degraded ({report.degraded_share:.0%}); {_count(friction_events, 'friction event')} "
+            f"in {_count(len(report.groups), 'group')}, {sum(g.surfaced for g in report.groups)} surfaced; "
+            f"{_count(len(report.call_seconds), 'model call')}, p95 {_seconds(report.p95_call_seconds)}.",
+            f"Settings in force: raw cap {_cap(s.raw_cap_tokens)} tokens, safe band {s.safe_limit_tokens} tokens "
+            f"(context {s.context_limit_tokens}), {s.bytes_per_token:g} bytes per token, summary timeout "
+            f"{s.summary_timeout_s:g} s.",
+        ],
+    )
+    rule = {True: "at once", False: f"at {PROBABILISTIC_SURFACE_COUNT} within 1 h"}
+    by_symptom = _table_section(
+        "Friction by symptom",
+        ["symptom", "suggestion", "surfaces", "events", "groups", "surfaced", "last seen"],
+        [
+            [r.symptom, r.suggestion_kind, rule[r.symptom in DETERMINISTIC_SYMPTOMS], str(r.events), str(r.groups),
+             str(r.surfaced_groups), _when(r.last_seen)]
+            for r in report.symptoms
+        ],
+        max_rows,
+        [],
+        "No friction recorded yet.",
+    )  # fmt: skip
+    groups = _table_section(
+        "Friction groups",
+        ["asset", "consumer", "symptom", "count", "first seen", "last seen", "suggestion", "surfaced", "latest note; error"],
+        [
+            [g.asset_ref, g.consumer, g.symptom, str(g.count), _when(g.first_seen), _when(g.last_seen),
+             g.suggestion_kind, _when(g.surfaced_at) if g.surfaced else "not yet", _latest_words(g)]
+            for g in report.groups
+        ],
+        max_rows,
+        ["Grouped by (asset, consumer, symptom). Deterministic symptoms (size-precheck-skip, context-overflow) "
+         "surface on their first occurrence, probabilistic ones on the third within one hour."],
+        "None yet.",
+    )  # fmt: skip
+    routes = report.pre_routes
+    reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(routes.by_reason.items())) or "none"
+    pre_route = Section(
+        "Pre-routes",
+        [
+            f"{_count(routes.count, 'session')} routed to the degraded summary before any raw call ({reasons}); "
+            f"{routes.tokens_avoided} raw prompt tokens (estimated) never reached the model, about "
+            f"{_seconds(routes.model_seconds_avoided)} of model time at the measured prompt throughput "
+            f"(each capped at the {s.summary_timeout_s:g} s timeout)"
+            + (f"; {routes.unpriced} with an uncalibrated model are not priced." if routes.unpriced else "."),
+        ],
+    )
+    lost = sum(a["duration_s"] for a in report.timeouts)
+    timeouts_lead = f"{_count(len(report.timeouts), 'call')} timed out, {_seconds(lost)} of model time lost."
+    timeouts = _table_section(
+        "Timeouts",
+        ["when", "session", "stage", "tier", "model", "prompt tokens", "seconds"],
+        [[_when(a["created_at"]), a["session_id"], a["stage"], a["tier"], a["model"], _attempt_tokens(a),
+          _seconds(a["duration_s"])]
+         for a in report.timeouts],
+        max_rows,
+        [timeouts_lead] if report.timeouts else [],
+        "None.",
+    )  # fmt: skip
+    truncations = _table_section(
+        "Suspected silent truncation",
+        ["when", "session", "model", "estimate", "server counted", "ratio"],
+        [[_when(a["created_at"]), a["session_id"], a["model"], str(a["tokens_estimate"]), str(a["prompt_tokens"]),
+          f"{a['prompt_tokens'] / a['tokens_estimate']:.0%}" if a["tokens_estimate"] else ""]
+         for a in report.truncations],
+        max_rows,
+        ["Calls whose server counted under 40% of the estimated prompt tokens: the server most likely cut the prompt."],
+        "None.",
+    )  # fmt: skip
+    if report.undigestible is None:
+        undigestible = Section("Undigestible sessions", ["None yet: the store has no digest state."])
+    else:
+        undigestible = _table_section(
+            "Undigestible sessions",
+            ["session", "reason"],
+            [[u["session_id"], u.get("reason") or ""] for u in report.undigestible],
+            max_rows,
+            [],
+            "None.",
+        )
+    tiers = ", ".join(f"{n} {tier}" for tier, n in report.tiers.items()) or "no summaries yet"
+    reasons_made = ", ".join(f"{n} {reason}" for reason, n in report.route_reasons.items()) or "none"
+    degraded = Section(
+        "Degraded share",
+        [f"{_share(report.degraded, report.summaries)} of {report.summaries} summaries are degraded. "
+         f"Source tiers: {tiers}. Routes: {reasons_made}."],
+    )  # fmt: skip
+    coverage = report.mini_coverage
+    if coverage is None:
+        mini = Section("Mini-summary coverage", ["None yet: no turn has a mini summary."])
+    else:
+        with_mini = coverage["imported"] + coverage["generated"]
+        mini = Section(
+            "Mini-summary coverage",
+            [f"{with_mini} of {coverage['turns']} turns have a mini summary ({_share(with_mini, coverage['turns'])}): "
+             f"{coverage['imported']} imported, {coverage['generated']} generated."],
+        )  # fmt: skip
+    slowest = _table_section(
+        "Slowest calls",
+        ["when", "session", "stage", "tier", "model", "prompt tokens", "seconds", "outcome"],
+        [[_when(a["created_at"]), a["session_id"], a["stage"], a["tier"], a["model"], _attempt_tokens(a),
+          _seconds(a["duration_s"]), a["outcome"]]
+         for a in report.slowest],
+        max_rows,
+        [],
+        "No model calls yet.",
+    )  # fmt: skip
+    return [overview, by_symptom, groups, pre_route, timeouts, truncations, undigestible, degraded, mini, slowest,
+            calibration_section(report, max_rows)]  # fmt: skip
+
+
+def calibration_section(report: FrictionReport, max_rows: int) -> Section:
+    s = report.settings
+    headers = ["model", "calls", "bytes/token", "prompt tok/s", "answer tok/s", "answer tokens", "cap under timeout"]
+    rows = []
+    for model, c in report.calibrations.items():
+        if c is None:
+            rows.append([model, "", "", "", "", "", f"fewer than {MIN_CALIBRATION_CALLS} measured calls"])
+            continue
+        per_s = c.completion_tokens_per_s
+        rows.append(
+            [model, str(c.calls), f"{c.bytes_per_token:.2f}", f"{c.prompt_tokens_per_s:.1f}",
+             f"{per_s:.1f}" if per_s else "not separable", str(c.answer_tokens), str(c.raw_cap_tokens)]
+        )  # fmt: skip
+    lead = [
+        "From the server's own token counts in the attempt ledger (successful calls): bytes per token, and "
+        "seconds = prompt tokens / prompt throughput + answer tokens / answer throughput, fitted per model. "
+        f"The cap is the largest raw prompt that, with the longest answer seen, fills at most "
+        f"{TIMEOUT_HEADROOM:.0%} of the {s.summary_timeout_s:g} s summary timeout."
+    ]
+    current = report.calibrations.get(report.current_model) if report.current_model else None
+    if current is None:
+        return _table_section("Calibration", headers, rows, max_rows, lead + ["No calibration to adopt yet."],
+                              "No model calls yet.")  # fmt: skip
+    advice = f"To adopt it for {current.model} (the model of the latest call), set both: the cap is in real tokens."
+    if current.raw_cap_tokens >= s.safe_limit_tokens:
+        advice += (
+            f" The safe band ({s.safe_limit_tokens}) binds first on this host, so DIGEST_RAW_CAP_TOKENS=off does as well."
+        )
+    section = _table_section("Calibration", headers, rows, max_rows, lead + [advice], "")
+    return replace(section, code=adopt_lines(current))
+
+
+def _md_cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def render_markdown(report: FrictionReport, max_rows: int = MARKDOWN_ROWS) -> str:
+    out = ["## Friction report"]
+    for section in sections(report, max_rows):
+        out.append(f"\n### {section.title}\n")
+        out.extend(f"{p}\n" for p in section.paragraphs)
+        if section.table:
+            out.append("| " + " | ".join(section.table.headers) + " |")
+            out.append("|" + "---|" * len(section.table.headers))
+            out.extend("| " + " | ".join(_md_cell(c) for c in row) + " |" for row in section.table.rows)
+        if section.after_table:
+            out.append(f"\n{section.after_table}")
+        if section.code:
+            out.append(f"\n```sh\n{section.code}\n```")
+    return "\n".join(out) + "\n"
+
+
+CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 760, 240, 44
+
+
+def render_chart(series: list[Bucket]) -> str:
+    """An inline SVG: friction events per bucket as bars (left axis), model seconds as a line (right)."""
+    if not series:
+        return '<p class="empty">No friction events or model calls yet.</p>'
+    width, height, pad = CHART_WIDTH, CHART_HEIGHT, CHART_PAD
+    plot_w, plot_h = width - 2 * pad, height - 2 * pad
+    max_events = max(b.friction_events for b in series) or 1
+    max_seconds = max(b.model_seconds for b in series) or 1.0
+    step = plot_w / len(series)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+        f'aria-label="Friction events and model seconds over time">',
+        f'<line x1="{pad}" y1="{pad + plot_h}" x2="{pad + plot_w}" y2="{pad + plot_h}" stroke="#888"/>',
+    ]
+    for i, bucket in enumerate(series):
+        bar_h = plot_h * bucket.friction_events / max_events
+        x = pad + i * step + step * 0.15
+        parts.append(
+            f'<rect class="friction" x="{x:.1f}" y="{pad + plot_h - bar_h:.1f}" width="{step * 0.7:.1f}" '
+            f'height="{bar_h:.1f}" fill="#d9822b"><title>{_when(bucket.start)}: {bucket.friction_events} friction '
+            f"events, {bucket.model_seconds:.1f} model seconds</title></rect>"
+        )
+    points = " ".join(
+        f"{pad + (i + 0.5) * step:.1f},{pad + plot_h - plot_h * b.model_seconds / max_seconds:.1f}"
+        for i, b in enumerate(series)
+    )
+    parts += [
+        f'<polyline class="model-seconds" points="{points}" fill="none" stroke="#2b6cb0" stroke-width="2"/>',
+        f'<text x="{pad - 6}" y="{pad + 4}" text-anchor="end" font-size="11" fill="#d9822b">{max_events}</text>',
+        f'<text x="{pad - 6}" y="{pad + plot_h}" text-anchor="end" font-size="11" fill="#d9822b">0</text>',
+        f'<text x="{pad + plot_w + 6}" y="{pad + 4}" font-size="11" fill="#2b6cb0">{max_seconds:.0f} s</text>',
+        f'<text x="{pad}" y="{height - pad / 2 + 6}" font-size="11">{_when(series[0].start)}</text>',
+        f'<text x="{pad + plot_w}" y="{height - pad / 2 + 6}" text-anchor="end" font-size="11">'
+        f"{_when(series[-1].start)}</text>",
+        f'<text x="{pad}" y="{pad / 2}" font-size="12" fill="#d9822b">■ friction events</text>',
+        f'<text x="{pad + 140}" y="{pad / 2}" font-size="12" fill="#2b6cb0">— model seconds</text>',
+        "</svg>",
+    ]
+    return "\n".join(parts)
+
+
+HTML_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 72rem; color: #222; }
+table { border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.9rem; }
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+pre { background: #f6f6f6; padding: 0.75rem; }
+.empty { color: #666; }
+"""
+
+
+def render_html(report: FrictionReport, max_rows: int = HTML_ROWS) -> str:
+    esc = html.escape
+    out = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>Friction report</title>',
+        f"<style>{HTML_STYLE}</style></head><body>",
+        "<h1>Friction report</h1>",
+        "<h2>Friction and model time</h2>",
+        render_chart(report.series),
+    ]
+    for section in sections(report, max_rows):
+        out.append(f"<h2>{esc(section.title)}</h2>")
+        out.extend(f"<p>{esc(p)}</p>" for p in section.paragraphs)
+        if section.table:
+            out.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in section.table.headers) + "</tr>")
+            out.extend("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in section.table.rows)
+            out.append("</table>")
+        if section.after_table:
+            out.append(f"<p>{esc(section.after_table)}</p>")
+        if section.code:
+            out.append(f"<pre>{esc(section.code)}</pre>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

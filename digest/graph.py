@@ -1,0 +1,788 @@
+"""The session graph: provenance nodes, and semantic extraction from raw turns (the original's REM pass).
+
+The evidence rule: entities and relations come only from the model's extraction over the session's
+raw turn documents, cut into turn-aligned chunks that each fit the model's budget. A summary,
+degraded or not, is a navigation index: it names its own SESSION_SUMMARY node, and its text is
+scanned for issue references (as the original's DISCUSSED_IN does), nothing more.
+
+Here: the budget and the chunker, the extraction prompt and its output model, the merge of chunk
+results, the provenance nodes and edges, the digest-state transitions and the export line shapes.
+No Dagster here: the asset wires a client, a ledger and the store in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import IO, Iterable, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from digest.friction import FrictionEvent, classify_error
+from digest.model_api import ChatClient, ChatReply, ModelError
+from digest.synthesis import Attempt, Ledger, Limits
+from digest.turns import Turn, canonical_order, input_revision
+
+CONSUMER = "session_graph"
+SERVICE_DOMAIN = "dream-pipeline"
+TURN_SEPARATOR = "\n\n---\n\n"
+# A chunk with less room than this for turn text is not worth a model call: the window is misconfigured.
+MIN_CHUNK_CONTENT_BYTES = 512
+MAX_WEIGHT = 5.0
+REINFORCE_STEP = 0.1
+DISCUSSED_IN_WEIGHT = 0.8
+MAX_NAME_CHARS = 200
+MAX_DESCRIPTION_CHARS = 500
+PROVENANCE_POLICY = "most-restrictive-source"
+
+# --- settings --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GraphPolicy:
+    """The graph's own bounds; the context, safe band and token estimate are the model's (`Limits`)."""
+
+    chunk_limit_tokens: int = 50000
+    output_limit_tokens: int = 8192
+    max_attempts: int = 3
+    timeout_s: float = 600.0
+    max_chunks: int = 64  # more chunk calls than this for one session: undigestible (size pre-check)
+
+
+def prompt_window_tokens(limits: Limits, policy: GraphPolicy) -> int:
+    """The largest extraction prompt: min(graph chunk limit, safe band, context − graph output limit)."""
+    return min(
+        policy.chunk_limit_tokens,
+        limits.safe_limit_tokens,
+        limits.context_limit_tokens - policy.output_limit_tokens,
+    )
+
+
+def chunk_content_budget_bytes(limits: Limits, policy: GraphPolicy) -> int:
+    """Bytes of turn text one chunk may carry: the window less the prompt's own size. Counted in
+    bytes, so `estimate_tokens(prompt)` of any chunk's prompt stays within the window."""
+    window_bytes = int(prompt_window_tokens(limits, policy) * limits.bytes_per_token)
+    return window_bytes - len(build_extraction_prompt("").encode("utf-8"))
+
+
+# --- the extraction prompt and its output ------------------------------------------------------
+
+EntityType = Literal["CONCEPT", "CLASS", "METHOD", "FILE", "TEST", "TECHNOLOGY", "TOOL"]
+RelationType = Literal[
+    "IMPLEMENTS", "EXTENDS", "DEPENDS_ON", "BLOCKS", "RELATES_TO", "RESOLVES", "CAUSES_ISSUE", "MODIFIES", "TESTS"
+]  # fmt: skip
+ENTITY_TYPES: tuple[str, ...] = EntityType.__args__
+RELATION_TYPES: tuple[str, ...] = RelationType.__args__
+
+# The example is off-domain on purpose: a small model copies it, and the grounding rule then drops
+# the copy (no session names a teapot's pour() method, and one that does earns the entity).
+SHAPE_EXAMPLE = json.dumps(
+    {
+        "entities": [
+            {"name": "Teapot", "type": "CLASS", "description": "Brews the tea."},
+            {"name": "pour()", "type": "METHOD", "description": "Pours the tea."},
+        ],
+        "relations": [
+            {"source": "Teapot", "target": "pour()", "type": "IMPLEMENTS", "description": "The teapot pours.", "weight": 1.0}
+        ],
+    }
+)
+EXTRACTION_INSTRUCTIONS = f"""Extract a knowledge graph from this excerpt of an AI-agent work session.
+Reply with one JSON object, no markdown, with two lists:
+- "entities": what the excerpt works on, each with "name", "type" (one of {", ".join(ENTITY_TYPES)}) and a short "description".
+- "relations": how those entities relate, each with "source" and "target" (entity names from your list), "type" (one of {", ".join(RELATION_TYPES)}), a short "description" and a "weight" from 0.1 (weak) to 5 (strong).
+Keep to the most important: at most 8 entities and 8 relations. Use the names as the excerpt writes them. Issue numbers are found separately: leave them out.
+The shape, by an example that is not from this session:
+{SHAPE_EXAMPLE}"""
+
+
+def build_extraction_prompt(content: str) -> str:
+    return f"{EXTRACTION_INSTRUCTIONS}\n\n--- Session excerpt ---\n{content}"
+
+
+def _upper_token(value: object) -> object:
+    """`depends on`, `Depends-On` → `DEPENDS_ON`: servers without a grammar get the case wrong."""
+    return re.sub(r"[\s-]+", "_", value.strip()).upper() if isinstance(value, str) else value
+
+
+def _one_line(value: object, limit: int) -> object:
+    return " ".join(value.split())[:limit] if isinstance(value, str) else value
+
+
+class ExtractedEntity(BaseModel):
+    name: str = Field(min_length=1)
+    type: EntityType
+    description: str
+
+    _type = field_validator("type", mode="before")(_upper_token)
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name(cls, value: object) -> object:
+        return _one_line(value, MAX_NAME_CHARS)
+
+    @field_validator("description", mode="before")
+    @classmethod
+    def _description(cls, value: object) -> object:
+        return _one_line(value, MAX_DESCRIPTION_CHARS)
+
+
+class ExtractedRelation(BaseModel):
+    source: str = Field(min_length=1)
+    target: str = Field(min_length=1)
+    type: RelationType
+    description: str
+    weight: float
+
+    _type = field_validator("type", mode="before")(_upper_token)
+
+    @field_validator("source", "target", mode="before")
+    @classmethod
+    def _endpoint(cls, value: object) -> object:
+        return _one_line(value, MAX_NAME_CHARS)
+
+    @field_validator("description", mode="before")
+    @classmethod
+    def _description(cls, value: object) -> object:
+        return _one_line(value, MAX_DESCRIPTION_CHARS)
+
+    @field_validator("weight")
+    @classmethod
+    def _weight(cls, value: float) -> float:
+        # Clamped rather than bounded in the schema: a numeric bound is one more grammar rule to trip on.
+        return min(max(value, REINFORCE_STEP), MAX_WEIGHT)
+
+
+class GraphExtraction(BaseModel):
+    entities: list[ExtractedEntity]
+    relations: list[ExtractedRelation]
+
+
+class GraphParseError(ValueError):
+    """The model's reply is not a graph extraction."""
+
+
+# llama.cpp compiles the schema into a grammar: length bounds unroll into rules that crash its
+# parser, and `$ref`s are not understood everywhere, so the schema sent is inlined and unbounded.
+_GRAMMAR_UNSAFE_KEYS = ("minLength", "maxLength", "minItems", "maxItems", "title")
+
+
+def _inline(node: object, defs: dict) -> object:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            return _inline(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+        return {k: _inline(v, defs) for k, v in node.items() if k not in _GRAMMAR_UNSAFE_KEYS and k != "$defs"}
+    if isinstance(node, list):
+        return [_inline(item, defs) for item in node]
+    return node
+
+
+def extraction_json_schema() -> dict:
+    schema = GraphExtraction.model_json_schema()
+    return _inline(schema, schema.get("$defs", {}))
+
+
+_FENCE = re.compile(r"^\s*```(?:json|js|javascript)?\s*\n?(.*?)\n?```\s*$", re.DOTALL)
+
+
+def parse_extraction(text: str) -> GraphExtraction:
+    """Strip a markdown fence if there is one, then parse and validate."""
+    match = _FENCE.match(text)
+    body = match.group(1) if match else text
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise GraphParseError(f"reply is not JSON ({exc.msg} at char {exc.pos}): {body[:120]!r}") from None
+    try:
+        return GraphExtraction.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors()[:5])
+        raise GraphParseError(f"reply violates the graph schema: {problems}") from None
+
+
+# --- chunking ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    text: str
+    turn_ids: tuple[str, ...]  # the turns whose text (whole, or a piece) it carries
+
+
+def _byte_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _cut_bytes(text: str, budget: int) -> list[str]:
+    """Pieces of at most `budget` UTF-8 bytes, cut between characters."""
+    data, pieces, start = text.encode("utf-8"), [], 0
+    while start < len(data):
+        end = min(start + budget, len(data))
+        while end < len(data) and (data[end] & 0xC0) == 0x80:  # inside a multi-byte character
+            end -= 1
+        pieces.append(data[start:end].decode("utf-8"))
+        start = end
+    return pieces
+
+
+def split_oversized(text: str, budget: int) -> list[str]:
+    """A turn too large for a chunk on its own: pieces on line boundaries, a longer line on
+    character boundaries, each piece within `budget` bytes."""
+    if _byte_len(text) <= budget:
+        return [text]
+    pieces, current, size = [], [], 0
+    for line in text.splitlines(keepends=True):
+        n = _byte_len(line)
+        if size + n > budget and current:
+            pieces.append("".join(current))
+            current, size = [], 0
+        if n > budget:
+            pieces.extend(_cut_bytes(line, budget))
+        else:
+            current.append(line)
+            size += n
+    if current:
+        pieces.append("".join(current))
+    return pieces
+
+
+def chunk_turns(turns: list[Turn], budget_bytes: int) -> list[Chunk]:
+    """Turn-aligned chunks of the turn documents, each within `budget_bytes`: whole turns joined
+    by the summary's separator, and a turn over the budget split into budget-sized pieces."""
+    separator = _byte_len(TURN_SEPARATOR)
+    chunks: list[Chunk] = []
+    texts: list[str] = []
+    ids: list[str] = []
+    size = 0
+
+    def flush() -> None:
+        if texts:
+            chunks.append(Chunk(len(chunks), TURN_SEPARATOR.join(texts), tuple(dict.fromkeys(ids))))
+            texts.clear()
+            ids.clear()
+
+    for turn in turns:
+        if not turn.document.strip():
+            continue
+        for piece in split_oversized(turn.document, budget_bytes):
+            n = _byte_len(piece)
+            if texts and size + separator + n > budget_bytes:
+                flush()
+            size = n if not texts else size + separator + n
+            texts.append(piece)
+            ids.append(turn.id)
+    flush()
+    return chunks
+
+
+# --- nodes, edges and the merge ------------------------------------------------------------------
+
+
+@dataclass
+class GraphNode:
+    id: str
+    label: str
+    properties: dict
+
+
+@dataclass
+class GraphEdge:
+    id: str
+    source: str
+    target: str
+    type: str
+    properties: dict  # always holds "weight"
+
+    @property
+    def weight(self) -> float:
+        return self.properties["weight"]
+
+
+def edge_id(source: str, target: str, edge_type: str) -> str:
+    """The original import's id for an edge without one."""
+    return f"{source}->{target}:{edge_type}"
+
+
+def reinforce(weight: float, added: float) -> float:
+    """`linkNodes` on an existing edge: the weight grows by a tenth of the new link's, up to 5.0."""
+    return min(weight + REINFORCE_STEP * added, MAX_WEIGHT)
+
+
+def normalize_name(name: str) -> str:
+    return " ".join(name.strip().strip("`'\"").casefold().split())
+
+
+def entity_id(entity_type: str, name: str) -> str:
+    """The original's `Type:Name` id, on the normalized name, so chunks and sessions agree."""
+    return f"{entity_type}:{normalize_name(name)}"
+
+
+class GraphBuilder:
+    """Nodes and edges keyed by id, with the original's upsert semantics: a repeated node merges
+    its properties, a repeated edge is reinforced (`linkNodes`), an edge to a missing node is culled."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, GraphNode] = {}
+        self.edges: dict[str, GraphEdge] = {}
+
+    def add_node(self, node_id: str, label: str, properties: dict) -> None:
+        existing = self.nodes.get(node_id)
+        if existing is None:
+            self.nodes[node_id] = GraphNode(node_id, label, dict(properties))
+        else:
+            existing.properties.update({k: v for k, v in properties.items() if v not in (None, "")})
+
+    def link(self, source: str, target: str, edge_type: str, weight: float, properties: dict | None = None) -> bool:
+        """False when the edge was culled (a missing endpoint, or a loop)."""
+        if source not in self.nodes or target not in self.nodes or source == target:
+            return False
+        key = edge_id(source, target, edge_type)
+        existing = self.edges.get(key)
+        if existing is None:
+            self.edges[key] = GraphEdge(key, source, target, edge_type, {"weight": weight, **(properties or {})})
+        else:
+            merged = {**existing.properties, **{k: v for k, v in (properties or {}).items() if v not in (None, "")}}
+            merged["weight"] = reinforce(existing.weight, weight)
+            existing.properties = merged
+        return True
+
+
+@dataclass(frozen=True)
+class ExtractionStats:
+    entities: int
+    relations: int
+    ungrounded_entities: int  # named nowhere in the raw text they were extracted from: dropped
+    culled_relations: int  # an endpoint unknown or dropped
+
+
+def grounded(name: str, raw_text_folded: str) -> bool:
+    """The entity is named in the raw text it was extracted from: every word of its name occurs
+    there. Keeps the model's paraphrase-free picks and drops what it copied or made up."""
+    words = re.findall(r"\w+", name.casefold())
+    return bool(words) and all(word in raw_text_folded for word in words)
+
+
+def merge_extractions(
+    builder: GraphBuilder, session_node: str, extractions: list[tuple[Chunk, GraphExtraction]]
+) -> ExtractionStats:
+    """Chunk results into the graph: entities grounded in their chunk's raw text, merged on
+    (type, normalized name), each relation's endpoints remapped from the names the model used to
+    the merged node ids (looked up in its own chunk first, then among earlier chunks' entities;
+    an unknown name is culled). Every entity is linked MENTIONED_IN the session, reinforced once
+    per chunk that names it."""
+    by_name: dict[str, str] = {}  # normalized name → node id, first seen wins
+    entity_ids: set[str] = set()
+    relation_ids: set[str] = set()
+    ungrounded = culled = 0
+    for chunk, extraction in extractions:
+        raw_text_folded = chunk.text.casefold()
+        local: dict[str, str] = {}
+        for entity in extraction.entities:
+            key = normalize_name(entity.name)
+            if not grounded(entity.name, raw_text_folded):
+                ungrounded += 1
+                continue
+            node_id = entity_id(entity.type, entity.name)
+            local.setdefault(key, node_id)
+            by_name.setdefault(key, node_id)
+            builder.add_node(
+                node_id, entity.type, {"name": entity.name, "description": entity.description, "evidence": "raw-turns"}
+            )
+            builder.link(node_id, session_node, "MENTIONED_IN", 1.0, {"evidence": "raw-turns"})
+            entity_ids.add(node_id)
+        for relation in extraction.relations:
+            source = local.get(normalize_name(relation.source)) or by_name.get(normalize_name(relation.source))
+            target = local.get(normalize_name(relation.target)) or by_name.get(normalize_name(relation.target))
+            properties = {"description": relation.description, "evidence": "raw-turns"}
+            if source is None or target is None or not builder.link(source, target, relation.type, relation.weight, properties):
+                culled += 1
+                continue
+            relation_ids.add(edge_id(source, target, relation.type))
+    return ExtractionStats(
+        entities=len(entity_ids), relations=len(relation_ids), ungrounded_entities=ungrounded, culled_relations=culled
+    )
+
+
+# --- provenance --------------------------------------------------------------------------------
+
+_ISSUE_REFERENCE = re.compile(r"(?<!&)#(\d+)\b|\bissue-(\d+)\b", re.IGNORECASE)
+
+
+def issue_references(text: str) -> list[int]:
+    """Issue numbers named as `#123` or `issue-123` (an HTML entity `&#123;` is not one), in order."""
+    found = (int(m.group(1) or m.group(2)) for m in _ISSUE_REFERENCE.finditer(text))
+    return list(dict.fromkeys(found))
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """JavaScript's `toISOString()`, as the original stamps graph timestamps."""
+    if ms is None:
+        return None
+    stamp = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def payload_hash(properties: dict) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(properties, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def _without_none(properties: dict) -> dict:
+    return {k: v for k, v in properties.items() if v is not None}
+
+
+def summary_node_id(session_id: str) -> str:
+    return f"summary_{session_id}"
+
+
+def session_node_id(session_id: str) -> str:
+    return f"session:{session_id}"
+
+
+def add_provenance(builder: GraphBuilder, turns: list[Turn], summary: dict, created_at: str) -> int:
+    """SESSION_SUMMARY, SESSION, one AGENT_MEMORY per turn and the agents and issues they name,
+    with ORIGINATES_IN, AUTHORED_BY and DISCUSSED_IN edges (reference §4.1–4.3). `summary` is the
+    stored summary row; only its title, category and provenance flags are used, and its text only
+    for issue references. Returns the number of issues linked."""
+    session_id = turns[0].session_id
+    summary_id, session_node = summary_node_id(session_id), session_node_id(session_id)
+    user_id = next((t.user_id for t in turns if t.user_id), None)
+    identities = list(dict.fromkeys(t.agent_identity for t in turns if t.agent_identity))
+    agents = ", ".join(summary.get("participating_agents") or []) or "unknown agents"
+    last_activity = iso_ms(summary.get("last_activity_ms"))
+
+    builder.add_node(
+        summary_id,
+        "SESSION_SUMMARY",
+        _without_none(
+            {
+                "name": summary["title"],
+                "description": f"{summary['category']} session by {agents}",
+                "semanticVectorId": summary_id,
+                "sessionId": session_id,
+                "sourceAgentIdentities": identities,
+                # No identity registry here, so no identity has a known trust tier.
+                "sourceTrustTier": "unclassified",
+                "provenancePolicy": PROVENANCE_POLICY,
+                "sourceTier": summary["source_tier"],
+                "degraded": bool(summary["degraded"]),
+                "rawCanonical": bool(summary["raw_canonical"]),
+                "inputRevision": summary["input_revision"],
+                "userId": user_id,
+            }
+        ),
+    )
+    session_props = _without_none(
+        {"chromaId": summary_id, "liveIngested": True, "sessionId": session_id, "userId": user_id}
+    )
+    builder.add_node(
+        session_node,
+        "SESSION",
+        {"name": summary["title"], **session_props, "payloadHash": payload_hash(session_props), "createdAt": created_at},
+    )
+    for identity in identities:
+        builder.add_node(identity, "AGENT", {"name": identity})
+        builder.link(
+            summary_id,
+            identity,
+            "AUTHORED_BY",
+            1.0,
+            _without_none(
+                {"timestamp": last_activity, "userId": user_id, "sharedEntity": True, "provenancePolicy": PROVENANCE_POLICY}
+            ),
+        )
+    for turn in turns:
+        memory_props = _without_none(
+            {
+                "agentIdentity": turn.agent_identity,
+                "userId": turn.user_id,
+                "sessionId": session_id,
+                "timestamp": iso_ms(turn.ts_ms),
+                "miniSummary": turn.mini_summary,
+                "chromaId": turn.id,
+                "liveIngested": True,
+            }
+        )
+        builder.add_node(
+            turn.id,
+            "AGENT_MEMORY",
+            {
+                "name": f"Memory: {iso_ms(turn.ts_ms) or 'unknown time'}",
+                **memory_props,
+                "payloadHash": payload_hash(memory_props),
+                "createdAt": created_at,
+            },
+        )
+        builder.link(turn.id, session_node, "ORIGINATES_IN", 1.0)
+        if turn.agent_identity:
+            builder.link(turn.id, turn.agent_identity, "AUTHORED_BY", 1.0, _without_none({"userId": turn.user_id}))
+
+    # The raw turns are scanned whatever the summary's tier; the summary text as the original does.
+    found_in: dict[int, list[str]] = {}
+    for number in issue_references("\n".join(t.document for t in turns)):
+        found_in.setdefault(number, []).append("raw-turns")
+    for number in issue_references(summary.get("summary") or ""):
+        found_in.setdefault(number, []).append("summary")
+    for number, sources in found_in.items():
+        issue = f"issue-{number}"
+        builder.add_node(issue, "ISSUE", {"name": f"#{number}", "number": number})
+        builder.link(summary_id, issue, "DISCUSSED_IN", DISCUSSED_IN_WEIGHT, {"foundIn": sources})
+    return len(found_in)
+
+
+# --- digest state ----------------------------------------------------------------------------------
+
+DIGESTED, UNDIGESTED, UNDIGESTIBLE = "digested", "undigested", "undigestible"
+# Deterministic failures: the same input fails the same way, so retrying only costs model time.
+UNDIGESTIBLE_AT_ONCE = frozenset({"size-precheck-skip", "context-overflow"})
+DEFER_REASONS = {
+    "size-precheck-skip": "skip-over-band",
+    "timeout": "wall-clock-timeout",
+    "parse-failure": "schema-failure",
+    "provider-error": "provider-error",  # ours: the original files it under schema-failure
+}
+DEFAULT_DEFER_REASON = "under-band-choke"  # context-overflow and anything else, as the original
+
+
+@dataclass(frozen=True)
+class DigestState:
+    digest_state: str  # digested | undigested | undigestible
+    attempts: int  # failed attempts at `revision`
+    defer_reason: str | None
+    revision: str
+
+
+def after_success(revision: str) -> DigestState:
+    return DigestState(DIGESTED, 0, None, revision)
+
+
+def after_failure(previous: DigestState | None, revision: str, symptom: str, max_attempts: int) -> DigestState:
+    """Count the failure (from 1 again when the turns changed); undigestible at once for a size
+    pre-check or a context overflow, after `max_attempts` for anything else."""
+    attempts = (previous.attempts if previous and previous.revision == revision else 0) + 1
+    terminal = symptom in UNDIGESTIBLE_AT_ONCE or attempts >= max_attempts
+    return DigestState(
+        UNDIGESTIBLE if terminal else UNDIGESTED, attempts, DEFER_REASONS.get(symptom, DEFAULT_DEFER_REASON), revision
+    )
+
+
+def after_reset(previous: DigestState) -> DigestState:
+    """An operator's reset: back in the cadence with its attempts restored."""
+    return DigestState(UNDIGESTED, 0, "operator-reset", previous.revision)
+
+
+def digest_gate(current_revision: str, summary: dict | None, state: DigestState | None) -> str | None:
+    """Why this session must not be digested now, or None. The summary must describe the turns
+    as they are (the revision contract), and an undigestible verdict holds until the turns change
+    or an operator resets it."""
+    if summary is None:
+        return "no summary yet: summarize the session first"
+    if summary["input_revision"] != current_revision:
+        return "turns changed since the summary (input revision mismatch): pending a new summary"
+    if state is not None and state.digest_state == UNDIGESTIBLE and state.revision == current_revision:
+        return f"undigestible ({state.defer_reason}, {state.attempts} attempts): `session-digest reset-digest` to retry"
+    return None
+
+
+# --- the digest -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionGraph:
+    session_id: str
+    input_revision: str
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    chunks: int
+    stats: ExtractionStats
+    issues: int
+
+
+@dataclass(frozen=True)
+class DigestResult:
+    graph: SessionGraph | None
+    failure: str | None  # the friction symptom that stopped it
+    chunks_planned: int
+    chunks_done: int
+    note: str = ""
+
+
+def _friction(session_id: str, client: ChatClient, limits: Limits, prompt: str, symptom: str, point: str, note: str, error=None) -> FrictionEvent:
+    return FrictionEvent(
+        asset_ref=session_id,
+        consumer=CONSUMER,
+        model=client.model,
+        symptom=symptom,
+        emission_point=point,
+        input_bytes=_byte_len(prompt),
+        input_tokens_estimate=limits.estimate_tokens(prompt),
+        context_limit_tokens=limits.context_limit_tokens,
+        safe_limit_tokens=limits.safe_limit_tokens,
+        raw_cap_tokens=limits.raw_cap_tokens,
+        note=note,
+        error_text=str(error)[:2000] if error is not None else None,
+        service_domain=SERVICE_DOMAIN,
+    )
+
+
+def _extract(
+    client: ChatClient, chunk: Chunk, total: int, limits: Limits, policy: GraphPolicy, ledger: Ledger, session_id: str
+) -> tuple[GraphExtraction | None, BaseException | None, str]:
+    """One chunk's model call, its attempt recorded whatever happens."""
+    prompt = build_extraction_prompt(chunk.text)
+    reply: ChatReply | None = None
+    error: BaseException | None = None
+    extraction = None
+    try:
+        reply = client.chat(
+            prompt, schema=extraction_json_schema(), max_output_tokens=policy.output_limit_tokens, timeout_s=policy.timeout_s
+        )
+        extraction = parse_extraction(reply.text)
+    except (ModelError, GraphParseError) as exc:
+        error = exc
+    ledger.record_attempt(
+        Attempt(
+            session_id=session_id,
+            stage="graph",
+            tier="raw",  # graph evidence is always the raw turns
+            prompt_bytes=_byte_len(prompt),
+            tokens_estimate=limits.estimate_tokens(prompt),
+            outcome="ok" if error is None else classify_error(error),
+            duration_s=reply.duration_s if reply else getattr(error, "duration_s", 0.0),
+            model=client.model,
+            prompt_tokens=reply.prompt_tokens if reply else None,
+            completion_tokens=reply.completion_tokens if reply else None,
+            error_text=None if error is None else f"chunk {chunk.index + 1}/{total}: {error}"[:2000],
+        )
+    )
+    return extraction, error, prompt
+
+
+def digest_session(
+    turns: list[Turn],
+    summary: dict,
+    client: ChatClient,
+    limits: Limits,
+    policy: GraphPolicy,
+    ledger: Ledger,
+    created_at: datetime | None = None,
+) -> DigestResult:
+    """The session's graph: provenance from the stored rows, semantics from the model over raw
+    turn chunks. The first failed chunk stops the digest (friction recorded, no graph), so a
+    failing session costs one call a try, not one per chunk."""
+    if not turns:
+        raise ValueError("a session with no turns cannot be digested")
+    ordered = canonical_order(turns)
+    session_id = ordered[0].session_id
+    budget = chunk_content_budget_bytes(limits, policy)
+    chunks = chunk_turns(ordered, max(budget, 1))
+    over = None
+    if budget < MIN_CHUNK_CONTENT_BYTES:
+        over = f"the prompt window ({prompt_window_tokens(limits, policy)} tokens) leaves {budget} bytes for turn text"
+    elif len(chunks) > policy.max_chunks:
+        over = f"{len(chunks)} chunks of {budget} bytes needed, over DIGEST_GRAPH_MAX_CHUNKS={policy.max_chunks}"
+    if over:
+        whole = build_extraction_prompt(TURN_SEPARATOR.join(t.document for t in ordered))
+        ledger.record_friction(
+            _friction(session_id, client, limits, whole, "size-precheck-skip", "pre-invocation", f"no graph call: {over}")
+        )
+        return DigestResult(None, "size-precheck-skip", len(chunks), 0, over)
+
+    extractions: list[tuple[Chunk, GraphExtraction]] = []
+    for chunk in chunks:
+        extraction, error, prompt = _extract(client, chunk, len(chunks), limits, policy, ledger, session_id)
+        if error is not None:
+            symptom = classify_error(error)
+            note = f"chunk {chunk.index + 1}/{len(chunks)}"
+            ledger.record_friction(
+                _friction(session_id, client, limits, prompt, symptom, "post-invocation-failure", note, error)
+            )
+            return DigestResult(None, symptom, len(chunks), chunk.index, f"{note}: {error}")
+        extractions.append((chunk, extraction))
+
+    stamp = (created_at or datetime.now(timezone.utc)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    builder = GraphBuilder()
+    issues = add_provenance(builder, ordered, summary, stamp)
+    stats = merge_extractions(builder, session_node_id(session_id), extractions)
+    graph = SessionGraph(
+        session_id=session_id,
+        input_revision=input_revision(ordered),
+        nodes=list(builder.nodes.values()),
+        edges=list(builder.edges.values()),
+        chunks=len(chunks),
+        stats=stats,
+        issues=issues,
+    )
+    return DigestResult(graph, None, len(chunks), len(chunks))
+
+
+# --- export (graph-backup JSONL) ------------------------------------------------------------------
+
+
+def node_line(node: GraphNode) -> dict:
+    return {"type": "node", "data": {"id": node.id, "label": node.label, "properties": node.properties}}
+
+
+def edge_line(edge: GraphEdge) -> dict:
+    return {
+        "type": "edge",
+        "data": {"id": edge.id, "source": edge.source, "target": edge.target, "type": edge.type, "properties": edge.properties},
+    }
+
+
+def _properties(row: dict) -> dict:
+    value = row["properties"]
+    return value if isinstance(value, dict) else json.loads(value)
+
+
+def merge_stored_nodes(rows: Iterable[dict]) -> Iterable[GraphNode]:
+    """Stored rows (one per session, sorted by id) → one node per id, properties merged in order:
+    a node several sessions name (an entity, an agent, an issue) is exported once."""
+    current: GraphNode | None = None
+    for row in rows:
+        if current is not None and current.id == row["id"]:
+            current.properties.update({k: v for k, v in _properties(row).items() if v not in (None, "")})
+            continue
+        if current is not None:
+            yield current
+        current = GraphNode(row["id"], row["label"], _properties(row))
+    if current is not None:
+        yield current
+
+
+def merge_stored_edges(rows: Iterable[dict]) -> Iterable[GraphEdge]:
+    """Stored rows (sorted by id) → one edge per id; the same link from another session
+    reinforces the weight as `linkNodes` does."""
+    current: GraphEdge | None = None
+    for row in rows:
+        props = _properties(row)
+        if current is not None and current.id == row["id"]:
+            current.properties = {**current.properties, **props, "weight": reinforce(current.weight, props["weight"])}
+            continue
+        if current is not None:
+            yield current
+        current = GraphEdge(row["id"], row["source"], row["target"], row["type"], props)
+    if current is not None:
+        yield current
+
+
+def _write_line(out: IO[str], line: dict) -> None:
+    out.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
+def write_graph_backup(node_pages: Iterable[list[dict]], edge_pages: Iterable[list[dict]], out: IO[str]) -> tuple[int, int]:
+    """Every node line, then every edge line, as the original's `graph-backup-*.jsonl`. Each page
+    holds whole id groups, sorted by id. Returns how many nodes and edges were written."""
+    nodes = edges = 0
+    for page in node_pages:
+        for node in merge_stored_nodes(page):
+            _write_line(out, node_line(node))
+            nodes += 1
+    for page in edge_pages:
+        for edge in merge_stored_edges(page):
+            _write_line(out, edge_line(edge))
+            edges += 1
+    return nodes, edges

@@ -1,0 +1,258 @@
+"""The friction report: the surfacing rule, the calibration arithmetic, rendering, and the asset."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from dagster import instance_for_test
+
+from digest.friction_report import (
+    activity_series,
+    build_report,
+    calibrate,
+    calibrate_model,
+    fit_call_seconds,
+    group_friction,
+    percentile,
+    pre_routes,
+    render_html,
+    render_markdown,
+    surfaced_at,
+)
+from digest.settings import load_settings
+from pipelines.definitions import build_definitions
+from pipelines.sensors import register_partitions
+from resources.store import DigestStore
+from tests.bundles import write_bundle
+from tests.conftest import make_turns
+from tests.model_server import ModelServer
+
+T0 = datetime(2026, 11, 20, 9, 0, tzinfo=timezone.utc)
+SETTINGS = load_settings({"DIGEST_MODEL_PROVIDER": "openai", "DIGEST_CONTEXT_LIMIT_TOKENS": "8192"})
+
+
+def event(symptom: str, minutes: float, asset_ref: str = "s1", consumer: str = "session_summaries", note: str = "n") -> dict:
+    return {
+        "occurred_at": T0 + timedelta(minutes=minutes),
+        "asset_ref": asset_ref,
+        "consumer": consumer,
+        "symptom": symptom,
+        "suggestion_kind": "unknown",
+        "note": note,
+        "error_text": None,
+    }
+
+
+def attempt(prompt_tokens, completion_tokens, seconds, model="qwen", outcome="ok", minutes=0.0, **extra) -> dict:
+    row = {
+        "session_id": "s1",
+        "stage": "session-summary",
+        "tier": "raw",
+        "model": model,
+        "prompt_bytes": round((prompt_tokens or 100) * 4.6),
+        "tokens_estimate": round((prompt_tokens or 100) * 4.6 / 3),
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "duration_s": seconds,
+        "outcome": outcome,
+        "suspected_truncation": False,
+        "created_at": T0 + timedelta(minutes=minutes),
+    }
+    row.update(extra)
+    return row
+
+
+# --- the surfacing rule -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("symptom", ["size-precheck-skip", "context-overflow"])
+def test_deterministic_symptoms_surface_on_their_first_occurrence(symptom):
+    assert surfaced_at(symptom, [T0]) == T0
+    assert surfaced_at(symptom, [T0 + timedelta(hours=5), T0]) == T0
+
+
+def test_probabilistic_symptoms_surface_on_the_third_within_one_hour():
+    minutes = lambda *ms: [T0 + timedelta(minutes=m) for m in ms]  # noqa: E731
+    assert surfaced_at("timeout", minutes(0, 10)) is None
+    assert surfaced_at("timeout", minutes(0, 10, 59)) == T0 + timedelta(minutes=59)
+    assert surfaced_at("timeout", minutes(0, 10, 60)) == T0 + timedelta(minutes=60)  # the window is inclusive
+    assert surfaced_at("parse-failure", minutes(0, 40, 80, 120, 160)) is None  # never three in one hour
+    # The window slides: the first occurrence is too old, but the next three fit.
+    assert surfaced_at("provider-error", minutes(0, 70, 100, 110)) == T0 + timedelta(minutes=110)
+
+
+def test_events_group_by_asset_consumer_and_symptom():
+    events = [
+        event("timeout", 0, note="first"),
+        event("timeout", 30, note="second"),
+        event("timeout", 5, asset_ref="s2"),
+        event("size-precheck-skip", 1, asset_ref="s3"),
+        event("parse-failure", 2, consumer="turn_mini_summaries"),
+    ]
+    groups = group_friction(events)
+    assert len(groups) == 4
+    assert (groups[0].asset_ref, groups[0].symptom) == ("s3", "size-precheck-skip")  # surfaced groups first
+    assert not any(g.surfaced for g in groups[1:])
+    s1_timeouts = next(g for g in groups if g.asset_ref == "s1" and g.symptom == "timeout")
+    assert (s1_timeouts.count, s1_timeouts.first_seen, s1_timeouts.last_seen) == (2, T0, T0 + timedelta(minutes=30))
+    assert s1_timeouts.latest_note == "second"
+
+
+def test_a_group_shows_the_providers_own_error_text():
+    overflow = event("context-overflow", 0, note="tier=raw")
+    overflow["error_text"] = "Requested tokens (9000) exceed context window of 8192"
+    markdown = render_markdown(build_report([overflow], [], [], SETTINGS))
+    assert "| tier=raw; Requested tokens (9000) exceed context window of 8192 |" in markdown
+
+
+# --- calibration --------------------------------------------------------------------------------
+
+
+def test_calibration_recovers_the_throughput_of_a_ledger_with_known_counts():
+    # 50 prompt tokens/s and 10 answer tokens/s exactly; 4.6 bytes a token.
+    ledger = [attempt(p, c, p / 50 + c / 10) for p, c in [(1000, 100), (2000, 200), (4000, 150), (3000, 50)]]
+    ledger += [
+        attempt(None, None, 180.0, outcome="timeout"),  # no server counts: not a measurement
+        attempt(500, 10, 99.0, outcome="parse-failure"),  # failed calls are not measurements either
+        attempt(800, 80, 1.0, model="other"),  # another model, too few calls
+    ]
+    calibrations = calibrate(ledger, timeout_s=180.0)
+    assert calibrations["other"] is None
+    qwen = calibrations["qwen"]
+    assert qwen.calls == 4
+    assert qwen.bytes_per_token == pytest.approx(4.6, abs=0.001)
+    assert qwen.prompt_tokens_per_s == pytest.approx(50.0)
+    assert qwen.completion_tokens_per_s == pytest.approx(10.0)
+    assert qwen.answer_tokens == 200
+    # 90% of 180 s is 162 s; the longest answer takes 20 s; 142 s at 50 tokens/s is 7100 tokens.
+    assert qwen.raw_cap_tokens == 7100
+
+
+def test_calibration_charges_the_whole_call_to_the_prompt_when_it_cannot_separate_them():
+    # Every answer is 10% of its prompt: prompt and answer costs cannot be told apart.
+    calls = [(1000, 100, 30.0), (2000, 200, 60.0), (3000, 300, 90.0)]
+    assert fit_call_seconds(calls) == (pytest.approx(0.03), 0.0)
+    ledger = [attempt(p, c, s) for p, c, s in calls]
+    calibration = calibrate_model("qwen", ledger, timeout_s=180.0)
+    assert calibration.completion_tokens_per_s is None
+    assert calibration.raw_cap_tokens == 5400  # 162 s at 33.3 tokens/s: smaller than the truth, never larger
+
+
+def test_pre_routes_price_the_raw_tokens_never_sent():
+    ledger = [attempt(p, 0, p / 100) for p in (1000, 2000, 3000)]  # 100 tokens/s, 4.6 bytes a token
+    calibrations = calibrate(ledger, timeout_s=180.0)
+    summaries = [
+        {"route_reason": "over-raw-cap", "raw_tokens_estimate": 4600, "model": "qwen"},  # 3000 real tokens: 30 s
+        {"route_reason": "over-safe-band", "raw_tokens_estimate": 92000, "model": "qwen"},  # 600 s, capped at 180
+        {"route_reason": "over-raw-cap", "raw_tokens_estimate": 9000, "model": "unmeasured"},
+        {"route_reason": "within-cap", "raw_tokens_estimate": 100, "model": "qwen"},
+        {"route_reason": "raw-timeout", "raw_tokens_estimate": 1900, "model": "qwen"},  # it was sent
+    ]
+    routes = pre_routes(summaries, calibrations, bytes_per_token=3.0, timeout_s=180.0)
+    assert routes.count == 3
+    assert routes.by_reason == {"over-raw-cap": 2, "over-safe-band": 1}
+    assert routes.tokens_avoided == 4600 + 92000 + 9000
+    assert routes.model_seconds_avoided == pytest.approx(30.0 + 180.0)
+    assert routes.unpriced == 1
+
+
+def test_percentile_interpolates_linearly():
+    assert percentile([], 95) == 0.0
+    assert percentile([4.0], 95) == 4.0
+    assert percentile([float(v) for v in range(1, 101)], 95) == pytest.approx(95.05)
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+
+def test_the_report_renders_with_no_events():
+    report = build_report([], [], [], SETTINGS, mini_coverage={"turns": 0, "imported": 0, "generated": 0})
+    numbers = report.numbers()
+    assert numbers["degraded_share"] == 0.0 and numbers["pre_routes"] == 0 and numbers["timeouts"] == 0
+    assert numbers["p95_call_seconds"] == 0.0 and numbers["tokens_avoided"] == 0
+    markdown = render_markdown(report)
+    assert "No friction recorded yet." in markdown
+    assert "None yet: the store has no digest state." in markdown
+    assert "None yet: no turn has a mini summary." in markdown
+    assert "No calibration to adopt yet." in markdown
+    page = render_html(report)
+    assert "No friction events or model calls yet." in page and "<svg" not in page
+
+
+def test_the_report_renders_with_many_events():
+    symptoms = ["timeout", "parse-failure", "size-precheck-skip", "provider-error"]
+    events = [event(symptoms[i % 4], minutes=i * 7, asset_ref=f"s{i % 37}", note="a | b") for i in range(600)]
+    calls = [(1000 + 10 * i, 100 + i % 50) for i in range(300)]  # at 50 prompt and 10 answer tokens/s
+    attempts = [attempt(p, c, p / 50 + c / 10, minutes=i * 14) for i, (p, c) in enumerate(calls)]
+    attempts.append(attempt(None, None, 180.0, outcome="timeout", minutes=5))
+    attempts.append(attempt(None, None, 30.0, outcome="timeout-outer", minutes=5, stage="mini-summary", tier="turn"))
+    attempts.append(attempt(100, 5, 1.0, minutes=6, suspected_truncation=True, tokens_estimate=900))
+    summaries = [
+        {"session_id": f"s{i}", "source_tier": "raw" if i % 3 else "miniSummary", "degraded": not i % 3,
+         "route_reason": "within-cap" if i % 3 else "over-raw-cap", "raw_tokens_estimate": 3000, "model": "qwen"}
+        for i in range(30)
+    ]  # fmt: skip
+    report = build_report(
+        events,
+        attempts,
+        summaries,
+        SETTINGS,
+        mini_coverage={"turns": 200, "imported": 50, "generated": 30},
+        undigestible=[{"session_id": "s7", "reason": "skip-over-band"}],
+    )
+    numbers = report.numbers()
+    assert numbers["friction_events"] == 600 and numbers["summaries"] == 30
+    assert numbers["degraded_share"] == pytest.approx(10 / 30, abs=1e-4)
+    assert numbers["pre_routes"] == 10 and numbers["tokens_avoided"] == 30000
+    assert numbers["timeouts"] == 2 and numbers["suspected_truncations"] == 1
+    assert numbers["p95_call_seconds"] > 20
+    markdown = render_markdown(report)
+    assert len(report.groups) == 148  # every (session, symptom) pair that occurs
+    assert "… and 133 more rows" in markdown.split("### Pre-routes")[0]  # 15 shown in the UI's preview
+    assert "a \\| b" in markdown  # a pipe in a note does not break the table
+    assert "80 of 200 turns have a mini summary (40%): 50 imported, 30 generated." in markdown
+    assert "| s7 | skip-over-band |" in markdown
+    assert re.search(r"DIGEST_BYTES_PER_TOKEN=4\.60\nDIGEST_RAW_CAP_TOKENS=\d+", markdown)
+    page = render_html(report)
+    # 70 hours of activity over four calendar days: one bar a day.
+    assert page.count('<rect class="friction"') == len(report.series) == 4
+    assert "<td>a | b</td>" in page and "more rows" not in page.split("Friction groups")[1].split("<h2>")[0]
+
+
+def test_the_series_buckets_by_hour_for_a_short_span():
+    series = activity_series([event("timeout", 0), event("timeout", 150)], [attempt(10, 1, 2.5, minutes=70)])
+    assert [(b.friction_events, b.model_seconds) for b in series] == [(1, 0.0), (0, 2.5), (1, 0.0)]
+
+
+# --- the asset, over a store the real jobs filled ------------------------------------------------
+
+
+def test_the_asset_writes_the_report_file_and_plots_its_numbers(tmp_path):
+    settings = load_settings(
+        {"DIGEST_HOME": str(tmp_path / "home"), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_RAW_CAP_TOKENS": "2000"}
+    )
+    folder = write_bundle(tmp_path / "bundle", make_turns("small", 3) + make_turns("big", 40, doc_bytes=400, minis=40))
+    with instance_for_test() as instance, ModelServer() as server:
+        definitions = build_definitions(dataclasses.replace(settings, model_url=server.url))
+        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
+        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+        register_partitions(instance, DigestStore(settings.db_path))
+        summarize = definitions.resolve_job_def("summarize_sessions")
+        for key in ("small", "big"):
+            assert summarize.execute_in_process(instance=instance, partition_key=key).success
+        result = definitions.resolve_job_def("report_friction").execute_in_process(instance=instance)
+    assert result.success
+    meta = {k: v.value for k, v in result.asset_materializations_for_node("friction_report")[0].metadata.items()}
+    big = DigestStore(settings.db_path).query("SELECT raw_tokens_estimate FROM session_summaries WHERE session_id = 'big'")
+    assert meta["pre_routes"] == 1 and meta["tokens_avoided"] == int(big["raw_tokens_estimate"][0])
+    assert meta["degraded_share"] == 0.5 and meta["timeouts"] == 0 and meta["friction_events"] == 1
+    assert meta["p95_call_seconds"] >= 0
+    assert "size-precheck-skip" in meta["report"]
+    report_file = Path(meta["report_path"])
+    assert report_file == settings.db_path.parent / "friction-report.html"
+    assert "<svg" in report_file.read_text() and "Pre-routes" in report_file.read_text()
+    assert all(e.passed for e in result.get_asset_check_evaluations())
