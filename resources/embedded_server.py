@@ -3,8 +3,10 @@ OpenAI-compatible server on loopback, started and stopped by the project. No net
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +40,16 @@ def gguf_path() -> Path:
     return path
 
 
+def _die_with_parent() -> None:
+    """Runs in the child before exec: the server gets SIGTERM when the process that started it
+    dies, even by SIGKILL, so a killed run never leaves a model server behind. (Linux ties this to
+    the starting thread: start servers from a thread that lives as long as the run.)"""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not glibc/Linux: the server then outlives a killed parent
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -68,7 +80,9 @@ class EmbeddedServer:
             "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
         ]  # fmt: skip
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self._process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent
+        )
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
