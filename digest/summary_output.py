@@ -15,7 +15,7 @@ class SessionSummaryOutput(BaseModel):
     """All eight fields are required, as in the original `sessionSummary` response schema."""
 
     summary: str = Field(min_length=1, max_length=4000, description="Goal, key decisions, modified code, outcome.")
-    title: str = Field(min_length=1, max_length=80, description="At most 10 words.")
+    title: str = Field(min_length=1, description="At most 10 words.")
     category: Category
     quality: int = Field(ge=0, le=100, description="Flow and focus.")
     productivity: int = Field(ge=0, le=100, description="Goals met.")
