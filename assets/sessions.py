@@ -55,6 +55,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _run_ended(instance, run_id: str) -> bool:
+    """A lease holder that Dagster knows as finished. One it does not know is presumed alive."""
+    run = instance.get_run_by_id(run_id)
+    return run is not None and run.is_finished
+
+
 def _session(store, partition_key: str) -> dict:
     session = store.session_by_partition(partition_key)
     if session is None:
@@ -109,11 +115,18 @@ def session_summaries(
     # Held across the raw call and the degraded one, each up to the timeout, with room to write.
     lease_ttl_s = 2 * limits.timeout_s + 120
     holder = db.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
+    if holder is not None and _run_ended(context.instance, holder):
+        # Its process died holding the lease (killed mid-run, marked failed since): take it over.
+        db.release_summary_lease(session_id, holder)
+        holder = db.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
     if holder is not None:
         raise Failure(f"session {session_id!r} is being summarized by run {holder}; not summarizing it twice")
     try:
         turns = db.load_turns([session_id])
-        result = summarize_session(turns, model.client(), limits, RunLedger(db, run_id))
+        # Each usable reply is staged in DuckDB before the summary is built from it: a run killed
+        # before the write below is finished by the next one, from the reply, with no model call.
+        client = model.client(db, session=(session_id, session["input_revision"]))
+        result = summarize_session(turns, client, limits, RunLedger(db, run_id))
         if result.summary is None:
             failures = db.record_summary_failure(
                 session_id, session["input_revision"], result.failure, now_ms(),
@@ -126,6 +139,8 @@ def session_summaries(
             )
         summary = result.summary
         db.write_summary(summary, run_id=run_id)
+        if not model.response_cache:
+            db.drop_staged_replies(session_id)
         db.clear_summary_failures(session_id)
     finally:
         db.release_summary_lease(session_id, run_id)

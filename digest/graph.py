@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import IO, Iterable, Literal
 
@@ -50,21 +50,25 @@ class GraphPolicy:
     max_attempts: int = 3
     timeout_s: float = 600.0
     max_chunks: int = 64  # more chunk calls than this for one session: undigestible (size pre-check)
+    batch_sessions: int = 10  # sessions one digest sensor tick launches at most
+    fresh_reserve: int = 2  # of those, the newest; the rest are the oldest, so nothing starves
 
 
-def prompt_window_tokens(limits: Limits, policy: GraphPolicy) -> int:
+def graph_limits(model: Limits, policy: GraphPolicy) -> Limits:
+    """The model's context, safe band and estimate, with the graph's output cap and timeout. No raw
+    cap: it bounds one whole-session call, and graph calls are bounded chunk by chunk instead."""
+    return replace(model, raw_cap_tokens=None, max_output_tokens=policy.output_limit_tokens, timeout_s=policy.timeout_s)
+
+
+def prompt_window_tokens(model: Limits, policy: GraphPolicy) -> int:
     """The largest extraction prompt: min(graph chunk limit, safe band, context − graph output limit)."""
-    return min(
-        policy.chunk_limit_tokens,
-        limits.safe_limit_tokens,
-        limits.context_limit_tokens - policy.output_limit_tokens,
-    )
+    return min(policy.chunk_limit_tokens, graph_limits(model, policy).prompt_budget_tokens)
 
 
-def chunk_content_budget_bytes(limits: Limits, policy: GraphPolicy) -> int:
+def chunk_content_budget_bytes(model: Limits, policy: GraphPolicy) -> int:
     """Bytes of turn text one chunk may carry: the window less the prompt's own size. Counted in
-    bytes, so `estimate_tokens(prompt)` of any chunk's prompt stays within the window."""
-    window_bytes = int(prompt_window_tokens(limits, policy) * limits.bytes_per_token)
+    bytes, so `estimate_tokens` of any chunk's prompt stays within the window."""
+    window_bytes = int(prompt_window_tokens(model, policy) * model.bytes_per_token)
     return window_bytes - len(build_extraction_prompt("").encode("utf-8"))
 
 
@@ -86,7 +90,13 @@ SHAPE_EXAMPLE = json.dumps(
             {"name": "pour()", "type": "METHOD", "description": "Pours the tea."},
         ],
         "relations": [
-            {"source": "Teapot", "target": "pour()", "type": "IMPLEMENTS", "description": "The teapot pours.", "weight": 1.0}
+            {
+                "source": "Teapot",
+                "target": "pour()",
+                "type": "IMPLEMENTS",
+                "description": "The teapot pours.",
+                "weight": 1.0,
+            }
         ],
     }
 )
@@ -167,7 +177,7 @@ class GraphParseError(ValueError):
 
 # llama.cpp compiles the schema into a grammar: length bounds unroll into rules that crash its
 # parser, and `$ref`s are not understood everywhere, so the schema sent is inlined and unbounded.
-_GRAMMAR_UNSAFE_KEYS = ("minLength", "maxLength", "minItems", "maxItems", "title")
+_GRAMMAR_UNSAFE_KEYS = ("minLength", "maxLength", "minItems", "maxItems")
 
 
 def _inline(node: object, defs: dict) -> object:
@@ -188,19 +198,52 @@ def extraction_json_schema() -> dict:
 _FENCE = re.compile(r"^\s*```(?:json|js|javascript)?\s*\n?(.*?)\n?```\s*$", re.DOTALL)
 
 
-def parse_extraction(text: str) -> GraphExtraction:
-    """Strip a markdown fence if there is one, then parse and validate."""
-    match = _FENCE.match(text)
-    body = match.group(1) if match else text
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise GraphParseError(f"reply is not JSON ({exc.msg} at char {exc.pos}): {body[:120]!r}") from None
+def _validate(data: object) -> GraphExtraction:
     try:
         return GraphExtraction.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors()[:5])
         raise GraphParseError(f"reply violates the graph schema: {problems}") from None
+
+
+def _unfenced(text: str) -> str:
+    match = _FENCE.match(text)
+    return match.group(1) if match else text
+
+
+def parse_extraction(text: str) -> GraphExtraction:
+    """Strip a markdown fence if there is one, then parse and validate."""
+    body = _unfenced(text)
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise GraphParseError(f"reply is not JSON ({exc.msg} at char {exc.pos}): {body[:120]!r}") from None
+    return _validate(data)
+
+
+def salvage_cut_reply(text: str) -> GraphExtraction:
+    """A reply cut at the output cap, mid-list: its complete entities and relations, validated.
+    Small models under a grammar often repeat list items until the cap; what came before the cut
+    is whole objects the model emitted, so the cut costs the tail, not the chunk."""
+    body, decoder = _unfenced(text), json.JSONDecoder()
+    data: dict[str, list] = {}
+    for key in ("entities", "relations"):
+        start = re.search(rf'"{key}"\s*:\s*\[', body)
+        items: list = []
+        position = start.end() if start else len(body)
+        while position < len(body):
+            position = len(body) - len(body[position:].lstrip(" \t\r\n,"))
+            if body.startswith("]", position):
+                break
+            try:
+                item, position = decoder.raw_decode(body, position)
+            except json.JSONDecodeError:
+                break
+            items.append(item)
+        data[key] = items
+    if not data["entities"]:
+        raise GraphParseError(f"reply was cut at the output cap before one complete entity: {body[:120]!r}")
+    return _validate(data)
 
 
 # --- chunking ------------------------------------------------------------------------------------
@@ -360,10 +403,13 @@ class ExtractionStats:
 
 
 def grounded(name: str, raw_text_folded: str) -> bool:
-    """The entity is named in the raw text it was extracted from: every word of its name occurs
-    there. Keeps the model's paraphrase-free picks and drops what it copied or made up."""
+    """The entity is named in the raw text it was extracted from: every word of its name starts a
+    word there (`sort` grounds in "sorting", not in "resort"), and one word has 3+ characters (an
+    entity "A" would ground anywhere). Drops what a model copied from the prompt or made up."""
     words = re.findall(r"\w+", name.casefold())
-    return bool(words) and all(word in raw_text_folded for word in words)
+    return any(len(word) >= 3 for word in words) and all(
+        re.search(rf"\b{re.escape(word)}", raw_text_folded) for word in words
+    )
 
 
 def merge_extractions(
@@ -398,7 +444,8 @@ def merge_extractions(
             source = local.get(normalize_name(relation.source)) or by_name.get(normalize_name(relation.source))
             target = local.get(normalize_name(relation.target)) or by_name.get(normalize_name(relation.target))
             properties = {"description": relation.description, "evidence": "raw-turns"}
-            if source is None or target is None or not builder.link(source, target, relation.type, relation.weight, properties):
+            linked = source is not None and target is not None
+            if not (linked and builder.link(source, target, relation.type, relation.weight, properties)):
                 culled += 1
                 continue
             relation_ids.add(edge_id(source, target, relation.type))
@@ -427,7 +474,8 @@ def iso_ms(ms: int | None) -> str | None:
 
 
 def payload_hash(properties: dict) -> str:
-    return "sha256:" + hashlib.sha256(json.dumps(properties, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+    stable = json.dumps(properties, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(stable.encode("utf-8")).hexdigest()
 
 
 def _without_none(properties: dict) -> dict:
@@ -481,7 +529,12 @@ def add_provenance(builder: GraphBuilder, turns: list[Turn], summary: dict, crea
     builder.add_node(
         session_node,
         "SESSION",
-        {"name": summary["title"], **session_props, "payloadHash": payload_hash(session_props), "createdAt": created_at},
+        {
+            "name": summary["title"],
+            **session_props,
+            "payloadHash": payload_hash(session_props),
+            "createdAt": created_at,
+        },
     )
     for identity in identities:
         builder.add_node(identity, "AGENT", {"name": identity})
@@ -491,7 +544,12 @@ def add_provenance(builder: GraphBuilder, turns: list[Turn], summary: dict, crea
             "AUTHORED_BY",
             1.0,
             _without_none(
-                {"timestamp": last_activity, "userId": user_id, "sharedEntity": True, "provenancePolicy": PROVENANCE_POLICY}
+                {
+                    "timestamp": last_activity,
+                    "userId": user_id,
+                    "sharedEntity": True,
+                    "provenancePolicy": PROVENANCE_POLICY,
+                }
             ),
         )
     for turn in turns:
@@ -597,6 +655,7 @@ class SessionGraph:
     nodes: list[GraphNode]
     edges: list[GraphEdge]
     chunks: int
+    cut_replies: int  # chunks whose reply hit the output cap; their complete items were kept
     stats: ExtractionStats
     issues: int
 
@@ -610,7 +669,9 @@ class DigestResult:
     note: str = ""
 
 
-def _friction(session_id: str, client: ChatClient, limits: Limits, prompt: str, symptom: str, point: str, note: str, error=None) -> FrictionEvent:
+def _friction(
+    session_id: str, client: ChatClient, limits: Limits, prompt: str, symptom: str, point: str, note: str, error=None
+) -> FrictionEvent:
     return FrictionEvent(
         asset_ref=session_id,
         consumer=CONSUMER,
@@ -630,17 +691,27 @@ def _friction(session_id: str, client: ChatClient, limits: Limits, prompt: str, 
 
 def _extract(
     client: ChatClient, chunk: Chunk, total: int, limits: Limits, policy: GraphPolicy, ledger: Ledger, session_id: str
-) -> tuple[GraphExtraction | None, BaseException | None, str]:
-    """One chunk's model call, its attempt recorded whatever happens."""
+) -> tuple[GraphExtraction | None, BaseException | None, str, bool]:
+    """One chunk's model call, its attempt recorded whatever happens; True when its reply was cut
+    at the output cap and only its complete items were kept."""
     prompt = build_extraction_prompt(chunk.text)
     reply: ChatReply | None = None
     error: BaseException | None = None
     extraction = None
+    cut = False
     try:
         reply = client.chat(
-            prompt, schema=extraction_json_schema(), max_output_tokens=policy.output_limit_tokens, timeout_s=policy.timeout_s
+            prompt,
+            schema=extraction_json_schema(),
+            max_output_tokens=policy.output_limit_tokens,
+            timeout_s=policy.timeout_s,
         )
-        extraction = parse_extraction(reply.text)
+        try:
+            extraction = parse_extraction(reply.text)
+        except GraphParseError:
+            if reply.finish_reason != "length":
+                raise
+            extraction, cut = salvage_cut_reply(reply.text), True
     except (ModelError, GraphParseError) as exc:
         error = exc
     ledger.record_attempt(
@@ -658,7 +729,7 @@ def _extract(
             error_text=None if error is None else f"chunk {chunk.index + 1}/{total}: {error}"[:2000],
         )
     )
-    return extraction, error, prompt
+    return extraction, error, prompt, cut
 
 
 def digest_session(
@@ -678,22 +749,28 @@ def digest_session(
     ordered = canonical_order(turns)
     session_id = ordered[0].session_id
     budget = chunk_content_budget_bytes(limits, policy)
+    window = prompt_window_tokens(limits, policy)
+    limits = graph_limits(limits, policy)
     chunks = chunk_turns(ordered, max(budget, 1))
     over = None
     if budget < MIN_CHUNK_CONTENT_BYTES:
-        over = f"the prompt window ({prompt_window_tokens(limits, policy)} tokens) leaves {budget} bytes for turn text"
+        over = f"the prompt window ({window} tokens) leaves {budget} bytes for turn text"
     elif len(chunks) > policy.max_chunks:
         over = f"{len(chunks)} chunks of {budget} bytes needed, over DIGEST_GRAPH_MAX_CHUNKS={policy.max_chunks}"
     if over:
         whole = build_extraction_prompt(TURN_SEPARATOR.join(t.document for t in ordered))
         ledger.record_friction(
-            _friction(session_id, client, limits, whole, "size-precheck-skip", "pre-invocation", f"no graph call: {over}")
+            _friction(
+                session_id, client, limits, whole, "size-precheck-skip", "pre-invocation", f"no graph call: {over}"
+            )
         )
         return DigestResult(None, "size-precheck-skip", len(chunks), 0, over)
 
     extractions: list[tuple[Chunk, GraphExtraction]] = []
+    cut_replies = 0
     for chunk in chunks:
-        extraction, error, prompt = _extract(client, chunk, len(chunks), limits, policy, ledger, session_id)
+        extraction, error, prompt, cut = _extract(client, chunk, len(chunks), limits, policy, ledger, session_id)
+        cut_replies += cut
         if error is not None:
             symptom = classify_error(error)
             note = f"chunk {chunk.index + 1}/{len(chunks)}"
@@ -713,6 +790,7 @@ def digest_session(
         nodes=list(builder.nodes.values()),
         edges=list(builder.edges.values()),
         chunks=len(chunks),
+        cut_replies=cut_replies,
         stats=stats,
         issues=issues,
     )
@@ -729,7 +807,13 @@ def node_line(node: GraphNode) -> dict:
 def edge_line(edge: GraphEdge) -> dict:
     return {
         "type": "edge",
-        "data": {"id": edge.id, "source": edge.source, "target": edge.target, "type": edge.type, "properties": edge.properties},
+        "data": {
+            "id": edge.id,
+            "source": edge.source,
+            "target": edge.target,
+            "type": edge.type,
+            "properties": edge.properties,
+        },
     }
 
 
@@ -773,7 +857,9 @@ def _write_line(out: IO[str], line: dict) -> None:
     out.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
-def write_graph_backup(node_pages: Iterable[list[dict]], edge_pages: Iterable[list[dict]], out: IO[str]) -> tuple[int, int]:
+def write_graph_backup(
+    node_pages: Iterable[list[dict]], edge_pages: Iterable[list[dict]], out: IO[str]
+) -> tuple[int, int]:
     """Every node line, then every edge line, as the original's `graph-backup-*.jsonl`. Each page
     holds whole id groups, sorted by id. Returns how many nodes and edges were written."""
     nodes = edges = 0

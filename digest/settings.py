@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from digest.graph import MIN_CHUNK_CONTENT_BYTES, GraphPolicy, chunk_content_budget_bytes, prompt_window_tokens
 from digest.mini_summaries import PRIORITIES as MINI_SUMMARY_PRIORITIES, MiniSummaryPolicy
 from digest.scheduling import SweepPolicy
 from digest.synthesis import Limits
@@ -41,6 +42,8 @@ class Settings:
     summary_max_output_tokens: int
     sweep: SweepPolicy
     mini_summaries: MiniSummaryPolicy
+    graph: GraphPolicy
+    response_cache: bool  # reuse model replies from DuckDB (staging for crash safety stays either way)
 
     @property
     def dagster_home(self) -> Path:
@@ -81,6 +84,15 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     if not value > 0 or value == float("inf"):
         raise SettingsError(f"{name}={raw!r} must be a positive finite number")
     return value
+
+
+def _on_off(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in ("on", "off"):
+        raise SettingsError(f"{name}={raw!r} is neither 'on' nor 'off'")
+    return raw == "on"
 
 
 # A raw call must finish inside DIGEST_SUMMARY_TIMEOUT_S (180 s) on a CPU host. Prompt evaluation
@@ -131,6 +143,46 @@ def _mini_summary_policy(env: Mapping[str, str]) -> MiniSummaryPolicy:
     )
 
 
+# The reference's graph output limit is 8192 tokens for a 131072-token context. On a small context
+# (the embedded SmolLM2's is 8192) that would leave no room for a prompt, so the default is an eighth
+# of the context when that is less: 1024 for 8192, enough for 8 entities and 8 relations, and the
+# safe band (6144) stays the bound on the prompt.
+REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS = 8192
+
+
+def _graph_policy(env: Mapping[str, str], context: int, safe: int) -> GraphPolicy:
+    """Defaults as the reference's `localModels.chat` leaves: 50000-token chunks, 8192 output tokens
+    (less on a small context), 3 attempts; a chunk's call waits up to 600 s; a session needing more
+    than 64 chunk calls is not tried."""
+    default_output = min(REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS, context // 8)
+    policy = GraphPolicy(
+        chunk_limit_tokens=_int(env, "DIGEST_GRAPH_CHUNK_LIMIT_TOKENS", 50000),
+        output_limit_tokens=_int(env, "DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS", default_output, minimum=64),
+        max_attempts=_int(env, "DIGEST_GRAPH_MAX_ATTEMPTS", 3),
+        timeout_s=_float(env, "DIGEST_GRAPH_TIMEOUT_S", 600.0),
+        max_chunks=_int(env, "DIGEST_GRAPH_MAX_CHUNKS", 64),
+        batch_sessions=_int(env, "DIGEST_GRAPH_BATCH_SESSIONS", 10),
+        fresh_reserve=_int(env, "DIGEST_GRAPH_FRESH_RESERVE", 2, minimum=0),
+    )
+    model = Limits(
+        context_limit_tokens=context,
+        safe_limit_tokens=safe,
+        raw_cap_tokens=None,
+        bytes_per_token=_float(env, "DIGEST_BYTES_PER_TOKEN", 3.0),
+        max_output_tokens=policy.output_limit_tokens,
+        timeout_s=policy.timeout_s,
+    )
+    room = chunk_content_budget_bytes(model, policy)
+    if room < MIN_CHUNK_CONTENT_BYTES:
+        raise SettingsError(
+            f"the graph prompt window, min(DIGEST_GRAPH_CHUNK_LIMIT_TOKENS, DIGEST_SAFE_LIMIT_TOKENS, "
+            f"DIGEST_CONTEXT_LIMIT_TOKENS - DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS) = {prompt_window_tokens(model, policy)} "
+            f"tokens, leaves {room} bytes for turn text after the extraction prompt; at least "
+            f"{MIN_CHUNK_CONTENT_BYTES} are needed"
+        )
+    return policy
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     home = Path(env.get("DIGEST_HOME", "").strip() or ".digest").resolve()
@@ -167,4 +219,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             backoff_max_s=_float(env, "DIGEST_BACKOFF_MAX_S", 86400.0),
         ),
         mini_summaries=_mini_summary_policy(env),
+        graph=_graph_policy(env, context, safe),
+        response_cache=_on_off(env, "DIGEST_RESPONSE_CACHE", True),
     )

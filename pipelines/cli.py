@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -79,33 +80,103 @@ def _store(settings: Settings):
     return store
 
 
-def _selection(settings: Settings, limit: int | None):
+def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozenset()):
     from pipelines.selection import next_summary_batch
 
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
-    return next_summary_batch(_store(settings), settings.limits(), policy, settings.model_name, int(time.time() * 1000))
+    return next_summary_batch(
+        _store(settings), settings.limits(), policy, settings.model_name, int(time.time() * 1000), exclude=exclude
+    )
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _record_summaries(instance, rows: list[dict], note: str) -> int:
+    """Tell Dagster about summaries DuckDB holds that no run of it materialized (restored from a
+    bundle, or written by a run killed before it could say so), so the asset page matches the store."""
+    from dagster import AssetMaterialization
+
+    from digest.turns import partition_key
+
+    for row in rows:
+        instance.report_runless_asset_event(
+            AssetMaterialization(
+                asset_key="session_summaries",
+                partition=partition_key(row["session_id"]),
+                description=note,
+                metadata={
+                    "session_id": row["session_id"],
+                    "source_tier": row["source_tier"],
+                    "degraded": row["degraded"],
+                    "route_reason": row["route_reason"],
+                    "input_revision": row["input_revision"],
+                    "model": row["model"],
+                    "recorded_by": note,
+                },
+            )
+        )
+    return len(rows)
+
+
+def recover_interrupted_runs(instance, store) -> list[str]:
+    """Summary runs this host's CLI started whose process is gone (killed mid-sweep). Dagster would
+    show them running for ever, the sensor would never relaunch their partitions, and their leases
+    would hold their sessions until they expire. Each is marked failed, and a summary it wrote
+    before dying is recorded as materialized. Returns their run ids."""
+    from dagster import AssetKey, DagsterEventType, RunsFilter
+
+    from pipelines.sensors import IN_FLIGHT
+
+    host = socket.gethostname()
+    runs = instance.get_runs(
+        filters=RunsFilter(job_name="summarize_sessions", statuses=IN_FLIGHT, tags={"digest/host": host})
+    )
+    dead = [run for run in runs if "digest/pid" in run.tags and not _process_alive(int(run.tags["digest/pid"]))]
+    written = {row["run_id"]: row for row in store.summaries_where("run_id", [run.run_id for run in dead])}
+    for run in dead:
+        events = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+        said_so = any(e.dagster_event.asset_key == AssetKey("session_summaries") for e in events)
+        if run.run_id in written and not said_so:
+            _record_summaries(instance, [written[run.run_id]], f"written by run {run.run_id}, whose process died")
+        instance.report_run_failed(run, message=f"process {run.tags['digest/pid']} on {host} is gone: the run was killed")
+    return [run.run_id for run in dead]
 
 
 def sweep(settings: Settings, limit: int | None) -> dict:
-    """The summary sensor's selection and budget, run now: one Dagster run per session."""
+    """Runs that died mid-sweep are closed, and summaries their model calls finished (staged in
+    DuckDB) are written first, with no model call. Then the summary sensor's selection and budget,
+    run now: one Dagster run per session."""
     from pipelines.definitions import build_definitions
     from pipelines.sensors import register_partitions
 
-    selection = _selection(settings, limit)
+    instance = _instance()
+    store = _store(settings)
+    recovered = recover_interrupted_runs(instance, store)
+    staged = store.staged_summary_keys()
+    selection = _selection(settings, limit, exclude=set(staged))
+    todo = [(key, "staged") for key in staged] + [(i.candidate.partition_key, i.tier) for i in selection.batch]
     outcomes = []
-    if selection.batch:
-        instance = _instance()
-        register_partitions(instance, _store(settings))
+    if todo:
+        register_partitions(instance, store)
+        # Which process runs it: a later sweep closes the run if this process dies.
+        process = {"digest/host": socket.gethostname(), "digest/pid": str(os.getpid())}
         with _model_url(settings) as run_settings:
             job = build_definitions(run_settings).resolve_job_def("summarize_sessions")
-            for item in selection.batch:
-                key = item.candidate.partition_key
+            for key, route in todo:
                 started = time.monotonic()
                 result = job.execute_in_process(
                     instance=instance,
                     partition_key=key,
                     raise_on_error=False,
-                    tags={"digest/sweep": "cli", "digest/route": item.tier},
+                    tags={"digest/sweep": "cli", "digest/route": route, **process},
                 )
                 outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
                 for event in result.asset_materializations_for_node("session_summaries"):
@@ -117,9 +188,65 @@ def sweep(settings: Settings, limit: int | None) -> dict:
     return {
         "pending": selection.pending,
         "skipped": selection.skip_reason,
+        "interrupted_runs_closed": recovered,
+        "staged_replayed": staged,
         "summarized": sum(o["success"] for o in outcomes),
         "runs": outcomes,
     }
+
+
+def archive(settings: Settings, sessions: list[str], retire: bool, out: str | None) -> dict:
+    """A bundle of these sessions (ids or partition keys; none: the whole store), recorded in
+    `archives`; `retire` then takes them out of every sweep."""
+    store = _store(settings)
+    try:
+        ids = store.resolve_sessions(sessions) if sessions else None
+    except ValueError as exc:
+        raise SystemExit(f"session-digest: {exc}") from None
+    return store.write_archive(Path(out) if out else settings.home / "archives", ids, retire)
+
+
+def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
+    """Validate the whole bundle, restore it in one transaction, then bring Dagster in line: the
+    partitions of the restored sessions exist, those of sessions the restore removed are gone, and
+    restored summaries are recorded as materialized. Sessions whose turns differ from what was
+    summarized are pending: the summary sensor (or `sweep`) reruns them."""
+    from assets.partitions import sessions_partitions
+    from digest.archive import BundleError, validate_bundle
+    from digest.turns import partition_key
+    from pipelines.sensors import register_partitions
+
+    store = _store(settings)
+    try:
+        bundle = validate_bundle(bundle_path)
+        result = store.restore_archive(bundle, mode)
+    except BundleError as exc:
+        raise SystemExit(f"session-digest: {exc}") from None
+    outcome = result["outcome"]
+    instance = _instance()
+    added = register_partitions(instance, store)
+    known = set(instance.get_dynamic_partitions(sessions_partitions.name))
+    removed = [key for key in map(partition_key, outcome.removed) if key in known]
+    for key in removed:
+        instance.delete_dynamic_partition(sessions_partitions.name, key)
+    recorded = _record_summaries(
+        instance, store.summaries_where("session_id", outcome.summaries_restored), f"restored from {bundle.path}"
+    )
+    return {
+        "bundle": str(bundle.path),
+        "archive_id": bundle.archive_id,
+        "mode": mode,
+        "rows": result["rows"],
+        "pending": [partition_key(s) for s in outcome.pending],
+        "summaries_restored": recorded,
+        "unchanged": len(outcome.unchanged),
+        "still_retired": outcome.retired,
+        "partitions": {"added": added, "removed": removed},
+    }
+
+
+def clear_cache(settings: Settings) -> dict:
+    return {"cleared": _store(settings).clear_response_cache()}
 
 
 def plan(settings: Settings, limit: int | None) -> dict:
@@ -163,6 +290,47 @@ def unarchive_turns(settings: Settings, session: str | None, turn_ids: list[str]
         session_id = row["session_id"] if row else session
     ids = store.unarchive_turns(turn_ids=turn_ids, session_id=session_id)
     return {"unarchived": len(ids), "turn_ids": ids}
+
+
+def export_graph(settings: Settings, path: str) -> dict:
+    """The graph as the original's `graph-backup` JSONL (every node line, then every edge line),
+    loadable into Neo.mjs. PATH is a file, or a folder to write `graph-backup-<timestamp>.jsonl` in."""
+    from datetime import datetime, timezone
+
+    from digest.graph import write_graph_backup
+
+    store = _store(settings)
+    target = Path(path)
+    if target.is_dir():
+        stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z").replace(":", "-")
+        target = target / f"graph-backup-{stamp}.jsonl"
+    partial = target.with_name(target.name + ".partial")  # a reader never sees half a file
+    with partial.open("w", encoding="utf-8") as out:
+        nodes, edges = write_graph_backup(store.graph_pages("graph_nodes"), store.graph_pages("graph_edges"), out)
+    partial.replace(target)
+    return {"path": str(target.resolve()), "nodes": nodes, "edges": edges}
+
+
+def reset_digest(settings: Settings, session: str) -> dict:
+    """An undigestible session (id or partition key) back in the digest cadence, attempts restored."""
+    store = _store(settings)
+    row = store.session_by_partition(session)
+    session_id = row["session_id"] if row else session
+    previous = store.reset_digest(session_id)
+    if previous is None:
+        current = store.digest_state(session_id)
+        return {
+            "session_id": session_id,
+            "reset": False,
+            "digest_state": current.digest_state if current else None,
+            "note": "only an undigestible session is reset",
+        }
+    return {
+        "session_id": session_id,
+        "reset": True,
+        "was": {"digest_state": previous.digest_state, "attempts": previous.attempts, "defer_reason": previous.defer_reason},
+        "digest_state": "undigested",
+    }
 
 
 def status(settings: Settings) -> dict:
@@ -212,6 +380,19 @@ def main(argv: list[str] | None = None) -> None:
     p_ui = sub.add_parser("ui", help="start the Dagster UI on loopback over the same instance")
     p_ui.add_argument("--port", type=int, default=3000)
     sub.add_parser("demo", help="ingest the bundled samples, summarize them, print where to look")
+    p_archive = sub.add_parser("archive", help="write a bundle of the store (or of some sessions) with a manifest")
+    p_archive.add_argument("--sessions", nargs="+", default=[], metavar="ID", help="session ids or partition keys")
+    p_archive.add_argument("--retire", action="store_true", help="then take these sessions out of every sweep")
+    p_archive.add_argument("--out", help="the folder to write the bundle in (default: $DIGEST_HOME/archives)")
+    p_restore = sub.add_parser("restore", help="validate a bundle, then restore it in one transaction")
+    p_restore.add_argument("bundle")
+    p_restore.add_argument("--mode", choices=["merge", "replace"], default="merge")
+    p_cache = sub.add_parser("cache", help="the response cache of model replies")
+    p_cache.add_argument("action", choices=["clear"])
+    p_export = sub.add_parser("export-graph", help="write the graph as graph-backup JSONL, loadable into Neo.mjs")
+    p_export.add_argument("path", help="a file, or a folder to write graph-backup-<timestamp>.jsonl in")
+    p_reset = sub.add_parser("reset-digest", help="put an undigestible session back in the digest cadence")
+    p_reset.add_argument("session", metavar="SESSION_ID", help="session id or partition key")
     args = parser.parse_args(argv)
 
     try:
@@ -234,6 +415,18 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "ui":
         ui(settings, args.port)
         return
+    elif args.command == "archive":
+        if args.retire and not args.sessions:
+            parser.error("archive --retire needs --sessions: the sessions to retire")
+        result = archive(settings, args.sessions, args.retire, args.out)
+    elif args.command == "restore":
+        result = restore(settings, args.bundle, args.mode)
+    elif args.command == "cache":
+        result = clear_cache(settings)
+    elif args.command == "export-graph":
+        result = export_graph(settings, args.path)
+    elif args.command == "reset-digest":
+        result = reset_digest(settings, args.session)
     else:
         result = demo(settings)
     print(json.dumps(result, indent=2, default=str))

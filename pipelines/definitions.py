@@ -8,13 +8,20 @@ import os
 from dagster import AssetSelection, DefaultScheduleStatus, Definitions, EnvVar, ScheduleDefinition, define_asset_job
 
 from assets.friction_report import build_friction_report_asset
+from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import raw_sessions, raw_turns, session_summaries
 from digest.settings import Settings, load_settings
 from pipelines.checks import store_checks
-from pipelines.jobs import fill_mini_summaries_job, ingest_job, summarize_job
-from pipelines.sensors import inbox_sensor, mini_summary_sensor, summary_sensor
-from resources.bindings import ChatModelResource, DigestStoreResource, MiniSummaryPolicyResource, SweepPolicyResource
+from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
+from pipelines.sensors import digest_sensor, inbox_sensor, mini_summary_sensor, summary_sensor
+from resources.bindings import (
+    ChatModelResource,
+    DigestStoreResource,
+    GraphPolicyResource,
+    MiniSummaryPolicyResource,
+    SweepPolicyResource,
+)
 
 # The friction report and the store's checks, hourly: no model call, a few DuckDB reads.
 report_job = define_asset_job(
@@ -37,11 +44,18 @@ def _env_or(name: str, value):
 
 def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
-        assets=[raw_turns, raw_sessions, turn_mini_summaries, session_summaries, build_friction_report_asset(settings)],
+        assets=[
+            raw_turns,
+            raw_sessions,
+            turn_mini_summaries,
+            session_summaries,
+            session_graph,
+            build_friction_report_asset(settings),
+        ],
         asset_checks=store_checks,
-        jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job],
+        jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job, digest_job],
         schedules=[report_schedule],
-        sensors=[inbox_sensor, summary_sensor, mini_summary_sensor],
+        sensors=[inbox_sensor, summary_sensor, mini_summary_sensor, digest_sensor],
         resources={
             "store": DigestStoreResource(
                 db_path=str(settings.db_path),
@@ -60,6 +74,7 @@ def build_definitions(settings: Settings) -> Definitions:
             ),
             "sweep": SweepPolicyResource(**dataclasses.asdict(settings.sweep)),
             "mini_summaries": MiniSummaryPolicyResource(**dataclasses.asdict(settings.mini_summaries)),
+            "graph": GraphPolicyResource(**dataclasses.asdict(settings.graph)),
         },
     )
 

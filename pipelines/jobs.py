@@ -1,5 +1,6 @@
 from dagster import define_asset_job, in_process_executor
 
+from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import raw_sessions, raw_turns, session_summaries
 
@@ -18,4 +19,14 @@ fill_mini_summaries_job = define_asset_job(
     selection=[turn_mini_summaries],
     executor_def=in_process_executor,
     description="The mini-summary backfill: one session's missing mini summaries, within the run budget.",
+)
+# Its own job, not a step of `summarize_sessions`: a digest is one model call per chunk (dozens for a
+# large session on a small context), retried and marked undigestible on its own terms, and run on
+# its own cadence as the original's REM pass is; inside the summary runs it would blow their budget.
+digest_job = define_asset_job(
+    "digest_sessions",
+    selection=[session_graph],
+    executor_def=in_process_executor,
+    description="Digest one summarized session into the graph: provenance nodes and the entities and "
+    "relations extracted from its raw turns, chunk by chunk.",
 )

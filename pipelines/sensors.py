@@ -17,9 +17,15 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
-from pipelines.jobs import fill_mini_summaries_job, ingest_job, summarize_job
+from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.selection import next_summary_batch
-from resources.bindings import ChatModelResource, DigestStoreResource, MiniSummaryPolicyResource, SweepPolicyResource
+from resources.bindings import (
+    ChatModelResource,
+    DigestStoreResource,
+    GraphPolicyResource,
+    MiniSummaryPolicyResource,
+    SweepPolicyResource,
+)
 
 # A file modified more recently than this may still be being copied in.
 SETTLE_S = 5.0
@@ -148,3 +154,21 @@ def mini_summary_sensor(
         partition_key=registered[0],
         tags={"digest/sweep": "mini-summaries", "digest/budget": f"{policy.budget_s:.0f}s", "digest/priority": policy.priority},
     )
+
+
+@sensor(job=digest_job, minimum_interval_seconds=300, default_status=DefaultSensorStatus.RUNNING)
+def digest_sensor(context: SensorEvaluationContext, store: DigestStoreResource, graph: GraphPolicyResource):
+    """Digests summarized sessions into the graph, as the original's REM pass: at most
+    `DIGEST_GRAPH_BATCH_SESSIONS` a tick, `DIGEST_GRAPH_FRESH_RESERVE` of them the newest and the
+    rest the oldest; undigestible sessions and sessions whose turns changed since their summary
+    are left out, and so are those already queued or running."""
+    policy = graph.policy()
+    keys = store.store().pending_digest_keys(
+        policy.fresh_reserve, policy.batch_sessions, exclude=in_flight_partitions(context.instance, digest_job.name)
+    )
+    if not keys:
+        return SkipReason("no summarized session waits for its graph")
+    return [
+        RunRequest(partition_key=key, tags={"digest/sweep": "graph", "digest/budget": f"{policy.batch_sessions} sessions"})
+        for key in keys
+    ]

@@ -6,12 +6,14 @@ from typing import Optional
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
+from digest.graph import GraphPolicy
 from digest.mini_summaries import MiniSummaryPolicy
 from digest.model_api import ChatClient
 from digest.scheduling import SweepPolicy
 from digest.synthesis import Limits
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
+from resources.response_cache import CachedChatClient
 from resources.store import DigestStore
 
 
@@ -43,6 +45,7 @@ class ChatModelResource(ConfigurableResource):
     bytes_per_token: float
     summary_timeout_s: float
     summary_max_output_tokens: int
+    response_cache: bool = True  # DIGEST_RESPONSE_CACHE: reuse replies stored in DuckDB
 
     _server: Optional[EmbeddedServer] = PrivateAttr(default=None)
 
@@ -61,7 +64,20 @@ class ChatModelResource(ConfigurableResource):
             timeout_s=self.summary_timeout_s,
         )
 
-    def client(self) -> ChatClient:
+    def client(self, store: Optional[DigestStore] = None, session: Optional[tuple[str, str]] = None) -> ChatClient:
+        """The provider's client; given the store, behind the response cache. `session`: the
+        (session id, input revision) a summary's replies are staged for, so a rerun after a crash
+        finishes from them even with reuse off."""
+        inner = self._provider_client()
+        if store is None:
+            return inner
+        # What the server sees besides the model, prompt, schema and output cap (added per call).
+        wire = {"provider": self.provider}
+        if self.provider == "ollama":
+            wire["num_ctx"] = self.context_limit_tokens
+        return CachedChatClient(inner, store, wire, reuse=self.response_cache, session=session)
+
+    def _provider_client(self) -> ChatClient:
         if self.provider == "ollama":
             return OllamaChatClient(self.url or "http://127.0.0.1:11434", self.model, num_ctx=self.context_limit_tokens)
         if self.provider == "embedded":
@@ -100,3 +116,18 @@ class MiniSummaryPolicyResource(ConfigurableResource):
 
     def policy(self) -> MiniSummaryPolicy:
         return MiniSummaryPolicy(**self.model_dump())
+
+
+class GraphPolicyResource(ConfigurableResource):
+    """The session graph's bounds: chunk and output limits, call timeout, attempts, chunk count."""
+
+    chunk_limit_tokens: int
+    output_limit_tokens: int
+    max_attempts: int
+    timeout_s: float
+    max_chunks: int
+    batch_sessions: int
+    fresh_reserve: int
+
+    def policy(self) -> GraphPolicy:
+        return GraphPolicy(**self.model_dump())

@@ -7,6 +7,9 @@ retries while another process holds the lock, so concurrent runs wait instead of
 
 from __future__ import annotations
 
+import json
+import re
+import tempfile
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -16,7 +19,34 @@ from typing import Iterable, Iterator
 import duckdb
 import pandas as pd
 
+from digest.archive import (
+    ARCHIVED_TURN_COLUMNS,
+    MANIFEST,
+    Bundle,
+    BundleError,
+    BundleFile,
+    JsonlWriter,
+    SessionState,
+    archive_stamp,
+    build_manifest,
+    bundle_file_names,
+    dump_line,
+    jsonable,
+    memory_row,
+    mini_summary_node_row,
+    read_lines,
+    restore_outcome,
+    sha256_file,
+    summary_backup_row,
+    table_file_name,
+    turn_from_memory_row,
+    validate_bundle,
+    write_manifest,
+)
 from digest.friction import FrictionEvent
+from digest.graph import UNDIGESTIBLE, DigestState, SessionGraph, after_failure, after_reset, after_success
+from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
+from digest.model_api import ChatReply
 from digest.mini_summaries import ARCHIVE_GENERATION_TIMEOUT, PendingSession, PendingTurn, order_sessions
 from digest.synthesis import Limits  # for the mini summary priority
 from digest.scheduling import Candidate
@@ -25,6 +55,16 @@ from digest.turns import Turn, canonical_order, input_revision, partition_key
 
 SCHEMA_VERSION = 1
 LOCK_WAIT_S = 120.0
+# Archives: rows fetched per batch, and the largest line read back (a turn can be a big document).
+EXPORT_BATCH_ROWS = 2000
+MAX_LINE_BYTES = 1 << 30
+# Not the store's content, so never archived: the schema version (in the manifest), leases of live
+# runs, the record of archives written, and `sessions`, recomputed from turns on restore. Turns are
+# archived, but as the memory-backup file.
+NOT_ARCHIVED = frozenset({"schema_meta", "summary_leases", "archives", "sessions", "turns"})
+# The column naming a row's session, where it is not `session_id`.
+SESSION_COLUMN = {"friction_events": "asset_ref"}
+RESTORE_MODES = ("merge", "replace")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_meta (version INTEGER NOT NULL, migrated_at TIMESTAMPTZ NOT NULL);
@@ -210,12 +250,84 @@ CREATE TABLE IF NOT EXISTS imported_summaries (
     source_file VARCHAR NOT NULL,
     imported_at TIMESTAMPTZ NOT NULL
 );
+
+-- Archives written from this store (`session-digest archive`).
+CREATE TABLE IF NOT EXISTS archives (
+    archive_id VARCHAR PRIMARY KEY,
+    path VARCHAR NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    sessions VARCHAR[],               -- NULL: the whole store
+    manifest_sha256 VARCHAR NOT NULL,
+    retired BOOLEAN NOT NULL          -- its sessions were retired from the live store
+);
+
+-- Tombstones of sessions archived with --retire: their rows stay, every sweep leaves them out,
+-- until a replace-mode restore of their bundle brings them back.
+CREATE TABLE IF NOT EXISTS retired_sessions (
+    session_id VARCHAR PRIMARY KEY,
+    archive_id VARCHAR NOT NULL,
+    retired_at TIMESTAMPTZ NOT NULL
+);
+
+-- Usable model replies by request: reused by reruns (after a restore, say), and the staging of a
+-- summary's reply until the summary is written (resources/response_cache.py).
+CREATE TABLE IF NOT EXISTS response_cache (
+    request_key VARCHAR PRIMARY KEY,  -- sha256 of (model, wire parameters, prompt, schema)
+    model VARCHAR NOT NULL,
+    text VARCHAR NOT NULL,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    duration_s DOUBLE NOT NULL,       -- of the call that produced it
+    finish_reason VARCHAR,
+    session_id VARCHAR,               -- the session whose summary asked, at which turns
+    input_revision VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL
+);
+
+-- The session graph (`session_graph`): each session's nodes and edges, replaced whole when the
+-- session is digested again. A node or edge several sessions share is merged on export.
+CREATE TABLE IF NOT EXISTS graph_nodes (
+    session_id VARCHAR NOT NULL,
+    id VARCHAR NOT NULL,
+    label VARCHAR NOT NULL,           -- SESSION_SUMMARY | SESSION | AGENT_MEMORY | AGENT | ISSUE | an entity type
+    properties JSON NOT NULL,
+    input_revision VARCHAR NOT NULL,  -- of the turns it was digested from
+    run_id VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (session_id, id)
+);
+
+CREATE TABLE IF NOT EXISTS graph_edges (
+    session_id VARCHAR NOT NULL,
+    id VARCHAR NOT NULL,              -- <source>-><target>:<type>
+    source VARCHAR NOT NULL,
+    target VARCHAR NOT NULL,
+    type VARCHAR NOT NULL,
+    properties JSON NOT NULL,         -- always holds "weight"
+    input_revision VARCHAR NOT NULL,
+    run_id VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (session_id, id)
+);
+
+-- Graph digestion per session: undigestible sessions are out of the cadence until their turns
+-- change or an operator resets them (`session-digest reset-digest`).
+CREATE TABLE IF NOT EXISTS digest_state (
+    session_id VARCHAR PRIMARY KEY,
+    digest_state VARCHAR NOT NULL,    -- digested | undigested | undigestible
+    attempts INTEGER NOT NULL,        -- failed attempts at `revision`
+    defer_reason VARCHAR,             -- skip-over-band | wall-clock-timeout | schema-failure | under-band-choke | provider-error | operator-reset
+    revision VARCHAR NOT NULL,        -- the input revision the state is about
+    updated_at TIMESTAMPTZ NOT NULL
+);
 """
 
 # Sessions with no summary, or whose turns changed since it was made.
+# Retired sessions (archived with --retire) are left out: they are out of every sweep.
 PENDING_SUMMARIES = (
     "FROM sessions s LEFT JOIN session_summaries x USING (session_id) "
-    "WHERE x.session_id IS NULL OR x.input_revision <> s.input_revision"
+    "WHERE (x.session_id IS NULL OR x.input_revision <> s.input_revision) "
+    "AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)"
 )
 
 # Turns that still need a mini summary: none yet, and not archived (by us, or by the export unless
@@ -237,6 +349,43 @@ TURN_COLUMNS = [
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _load_turns(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> list[Turn]:
+    rows = con.execute(
+        """
+        SELECT t.id, t.session_id, t.document, t.ts_ms, t.agent, t.agent_identity, t.model, t.user_id,
+               t.amount_tool_calls, t.tools_used, m.text
+        FROM turns t LEFT JOIN mini_summaries m ON m.turn_id = t.id
+        WHERE t.session_id IN (SELECT unnest(?::VARCHAR[]))
+        """,
+        [session_ids],
+    ).fetchall()
+    return [Turn(*row) for row in rows]
+
+
+def _session_rows(turns: Iterable[Turn]) -> list[dict]:
+    """The `sessions` rows of these turns' sessions."""
+    by_session: dict[str, list[Turn]] = {}
+    for turn in turns:
+        by_session.setdefault(turn.session_id, []).append(turn)
+    rows = []
+    for sid, session_turns in by_session.items():
+        ordered = canonical_order(session_turns)
+        stamps = [t.ts_ms for t in ordered if t.ts_ms is not None]
+        rows.append(
+            {
+                "session_id": sid,
+                "partition_key": partition_key(sid),
+                "turn_count": len(ordered),
+                "first_activity_ms": min(stamps) if stamps else None,
+                "last_activity_ms": max(stamps) if stamps else None,
+                "raw_bytes": sum(len(t.document.encode("utf-8")) for t in ordered),
+                "input_revision": input_revision(ordered),
+                "updated_at": _now(),
+            }
+        )
+    return rows
 
 
 def _upsert_sql(table: str, columns: list[str], key: list[str], keep: Iterable[str] = ()) -> str:
@@ -346,25 +495,7 @@ class DigestStore:
         ids = sorted(set(session_ids))
         if not ids:
             return []
-        by_session: dict[str, list[Turn]] = {}
-        for turn in self.load_turns(ids):
-            by_session.setdefault(turn.session_id, []).append(turn)
-        rows = []
-        for sid, turns in by_session.items():
-            ordered = canonical_order(turns)
-            stamps = [t.ts_ms for t in ordered if t.ts_ms is not None]
-            rows.append(
-                {
-                    "session_id": sid,
-                    "partition_key": partition_key(sid),
-                    "turn_count": len(ordered),
-                    "first_activity_ms": min(stamps) if stamps else None,
-                    "last_activity_ms": max(stamps) if stamps else None,
-                    "raw_bytes": sum(len(t.document.encode("utf-8")) for t in ordered),
-                    "input_revision": input_revision(ordered),
-                    "updated_at": _now(),
-                }
-            )
+        rows = _session_rows(self.load_turns(ids))
         batch = pd.DataFrame(rows)
         with self.transaction() as con:
             con.register("batch", batch)
@@ -375,16 +506,7 @@ class DigestStore:
 
     def load_turns(self, session_ids: list[str]) -> list[Turn]:
         with self.connect() as con:
-            rows = con.execute(
-                """
-                SELECT t.id, t.session_id, t.document, t.ts_ms, t.agent, t.agent_identity, t.model, t.user_id,
-                       t.amount_tool_calls, t.tools_used, m.text
-                FROM turns t LEFT JOIN mini_summaries m ON m.turn_id = t.id
-                WHERE t.session_id IN (SELECT unnest(?::VARCHAR[]))
-                """,
-                [session_ids],
-            ).fetchall()
-        return [Turn(*row) for row in rows]
+            return _load_turns(con, session_ids)
 
     def session_by_partition(self, key: str) -> dict | None:
         with self.connect() as con:
@@ -494,7 +616,8 @@ class DigestStore:
             FROM sessions s
             LEFT JOIN session_summaries x USING (session_id)
             LEFT JOIN summary_state st USING (session_id)
-            WHERE x.session_id IS NULL OR x.input_revision <> s.input_revision
+            WHERE (x.session_id IS NULL OR x.input_revision <> s.input_revision)
+              AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)
         """
         with self.connect() as con:
             counts = con.execute(
@@ -531,7 +654,8 @@ class DigestStore:
             row = con.execute(
                 """SELECT sum(duration_s) / nullif(sum(tokens_estimate), 0) FROM (
                        SELECT duration_s, tokens_estimate FROM attempts
-                       WHERE outcome = 'ok' AND model = ? AND stage = 'session-summary'
+                       -- duration 0: a reply replayed from the response cache, which says nothing of the model's speed
+                       WHERE outcome = 'ok' AND model = ? AND stage = 'session-summary' AND duration_s > 0
                        ORDER BY attempt_id DESC LIMIT ?)""",
                 [model, recent],
             ).fetchone()
@@ -674,7 +798,8 @@ class DigestStore:
                     FROM ({PENDING_MINI_SUMMARY_TURNS}) p
                     JOIN sessions s ON s.session_id = p.session_id
                     LEFT JOIN backfill_state b ON b.session_id = p.session_id
-                    WHERE b.backoff_until_ms IS NULL OR b.backoff_until_ms <= ?""",
+                    WHERE (b.backoff_until_ms IS NULL OR b.backoff_until_ms <= ?)
+                      AND p.session_id NOT IN (SELECT session_id FROM retired_sessions)""",
                 [now_ms],
             ).fetchall()
         ordered = order_sessions([PendingSession(*row) for row in rows], limits, priority)
@@ -794,6 +919,463 @@ class DigestStore:
         with self.connect() as con:
             return self._records(con, "SELECT * FROM session_summaries ORDER BY session_id")
 
+    # --- archive and cache ---
+
+    def cached_reply(self, key: str, session: tuple[str, str] | None = None) -> ChatReply | None:
+        """The stored reply for this request; with `session`, only one staged by that session at
+        that input revision. Replayed, it took no model time: duration 0."""
+        sql = "SELECT text, prompt_tokens, completion_tokens, finish_reason FROM response_cache WHERE request_key = ?"
+        params = [key]
+        if session is not None:
+            sql += " AND session_id = ? AND input_revision = ?"
+            params += list(session)
+        with self.connect() as con:
+            row = con.execute(sql, params).fetchone()
+        if row is None:
+            return None
+        text, prompt_tokens, completion_tokens, finish_reason = row
+        return ChatReply(text, prompt_tokens, completion_tokens, 0.0, finish_reason)
+
+    def save_reply(self, key: str, model: str, reply: ChatReply, session: tuple[str, str] | None = None) -> None:
+        session_id, revision = session or (None, None)
+        with self.connect() as con:
+            con.execute(
+                "INSERT OR REPLACE INTO response_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [key, model, reply.text, reply.prompt_tokens, reply.completion_tokens, reply.duration_s,
+                 reply.finish_reason, session_id, revision, _now()],
+            )  # fmt: skip
+
+    def drop_staged_replies(self, session_id: str) -> None:
+        """With reuse off, a session's staged reply goes once its summary is written."""
+        with self.connect() as con:
+            con.execute("DELETE FROM response_cache WHERE session_id = ?", [session_id])
+
+    def clear_response_cache(self) -> int:
+        with self.connect() as con:
+            return con.execute("DELETE FROM response_cache").fetchone()[0]
+
+    def staged_summary_keys(self) -> list[str]:
+        """Pending sessions with a reply staged at their current turns: a run died between the model
+        call and the summary write. Their rerun finishes without a model call."""
+        with self.connect() as con:
+            rows = con.execute(
+                f"""SELECT DISTINCT s.partition_key {PENDING_SUMMARIES}
+                    AND s.session_id IN (SELECT c.session_id FROM response_cache c
+                                         WHERE c.input_revision = s.input_revision)
+                    ORDER BY 1"""
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def summaries_where(self, column: str, values: list[str]) -> list[dict]:
+        """Summary rows by `session_id` or `run_id`."""
+        if column not in ("session_id", "run_id"):
+            raise ValueError(f"summaries are not looked up by {column!r}")
+        with self.connect() as con:
+            cursor = con.execute(
+                f"SELECT * FROM session_summaries WHERE {column} IN (SELECT unnest(?::VARCHAR[])) ORDER BY session_id",
+                [values],
+            )
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+    def resolve_sessions(self, refs: list[str]) -> list[str]:
+        """Session ids for session ids or partition keys; ValueError naming any that is neither."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT session_id, partition_key FROM sessions "
+                "WHERE session_id IN (SELECT unnest(?::VARCHAR[])) OR partition_key IN (SELECT unnest(?::VARCHAR[]))",
+                [refs, refs],
+            ).fetchall()
+        by_ref = {ref: sid for sid, key in rows for ref in (sid, key)}
+        unknown = [ref for ref in refs if ref not in by_ref]
+        if unknown:
+            raise ValueError(f"no such session: {', '.join(unknown)}")
+        return sorted({by_ref[ref] for ref in refs})
+
+    def _table_columns(self, con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str]]]:
+        """Every table with its (column, type) in order, from the catalog: tables added later are
+        archived and restored too, with no list to keep up to date."""
+        tables: dict[str, list[tuple[str, str]]] = {}
+        for table, column, kind in con.execute(
+            """SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c
+               JOIN information_schema.tables t USING (table_schema, table_name)
+               WHERE t.table_type = 'BASE TABLE' AND t.table_schema = current_schema()
+               ORDER BY c.table_name, c.ordinal_position"""
+        ).fetchall():
+            tables.setdefault(table, []).append((column, kind))
+        return tables
+
+    def _archive_tables(self, con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str]]]:
+        return {t: columns for t, columns in self._table_columns(con).items() if t not in NOT_ARCHIVED}
+
+    def _scope(self, columns: list[str], table: str, sessions: list[str] | None) -> tuple[str, list] | None:
+        """The WHERE clause that keeps these sessions' rows; None if the table has no session column
+        (its rows belong to the whole store, so only a whole-store archive holds them)."""
+        if sessions is None:
+            return "", []
+        column = SESSION_COLUMN.get(table, "session_id")
+        if column not in columns:
+            return None
+        return f'WHERE "{column}" IN (SELECT unnest(?::VARCHAR[]))', [sessions]
+
+    def _rows(self, con: duckdb.DuckDBPyConnection, sql: str, params: list) -> Iterator[dict]:
+        """A query's rows as dicts, fetched in batches: an archive never holds a table in memory."""
+        cursor = con.execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        while batch := cursor.fetchmany(EXPORT_BATCH_ROWS):
+            for row in batch:
+                yield dict(zip(names, row))
+
+    def _export_graph(self, con, writer: JsonlWriter, tables: dict, sessions: list[str] | None) -> None:
+        """Node lines, then edge lines: the graph tables' rows when there are graph tables, and each
+        turn's mini summary on its AGENT_MEMORY node (ours win over the graph's copy)."""
+        node_parts, params = [], []
+        graph_nodes = [c for c, _ in tables.get("graph_nodes", [])]
+        if {"id", "label", "properties"} <= set(graph_nodes) and (scope := self._scope(graph_nodes, "graph_nodes", sessions)):
+            node_parts.append(
+                f"SELECT id, label, properties::VARCHAR AS properties, NULL AS session_id, NULL AS text, 0 AS mini "
+                f"FROM graph_nodes {scope[0]}"
+            )
+            params += scope[1]
+        where, scope_params = self._scope(["session_id"], "mini_summaries", sessions)
+        node_parts.append(f"SELECT turn_id AS id, 'AGENT_MEMORY' AS label, NULL AS properties, session_id, text, 1 AS mini FROM mini_summaries {where}")
+        params += scope_params
+
+        rows = self._rows(con, " UNION ALL ".join(node_parts) + " ORDER BY 1, 6", params)
+        node_rows = (
+            mini_summary_node_row({"turn_id": r["id"], "session_id": r["session_id"], "text": r["text"]})
+            if r["mini"]
+            else r
+            for r in rows
+        )
+        for node in merge_stored_nodes(node_rows):
+            writer.write(node_line(node))
+        graph_edges = [c for c, _ in tables.get("graph_edges", [])]
+        if {"id", "source", "target", "type", "properties"} <= set(graph_edges) and (
+            scope := self._scope(graph_edges, "graph_edges", sessions)
+        ):
+            sql = f"SELECT id, source, target, type, properties::VARCHAR AS properties FROM graph_edges {scope[0]} ORDER BY id"
+            for edge in merge_stored_edges(self._rows(con, sql, scope[1])):
+                writer.write(edge_line(edge))
+
+    def write_archive(self, out_dir: Path, sessions: list[str] | None = None, retire: bool = False) -> dict:
+        """Write a bundle of these sessions (None: the whole store) into `out_dir` and record it.
+        `retire`: the sessions then leave the live sweeps (tombstones), once the bundle is verified."""
+        if retire and not sessions:
+            raise ValueError("retiring needs the sessions to retire")
+        sessions = sorted(set(sessions)) if sessions is not None else None
+        created_at = _now()
+        stamp = archive_stamp(created_at)
+        names = bundle_file_names(stamp)
+        final = Path(out_dir) / f"session-digest-archive-{stamp}"
+        # Written under another name and renamed once complete: a bundle folder is never half there.
+        partial = final.with_name(f".{final.name}.partial")
+        partial.mkdir(parents=True)
+        files: list[BundleFile] = []
+
+        def export(name: str, kind: str, table: str | None, sql: str, params: list, shape, columns=None) -> None:
+            writer = JsonlWriter(partial / name)
+            for row in self._rows(con, sql, params):
+                writer.write(shape(row))
+            files.append(BundleFile(name, kind, table, writer.rows, writer.close(), columns))
+
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")  # one snapshot for every file
+            tables = self._archive_tables(con)
+            where, params = self._scope(["session_id"], "turns", sessions)
+            export(names["memory"], "memory", "turns", f"SELECT * FROM turns {where} ORDER BY id", params, memory_row)
+            export(
+                names["summaries"], "summaries", None, f"SELECT * FROM session_summaries {where} ORDER BY session_id",
+                params, summary_backup_row,
+            )  # fmt: skip
+            writer = JsonlWriter(partial / names["graph"])
+            self._export_graph(con, writer, tables, sessions)
+            files.append(BundleFile(names["graph"], "graph", None, writer.rows, writer.close()))
+            for table, columns in tables.items():
+                scope = self._scope([c for c, _ in columns], table, sessions)
+                if scope is not None:
+                    export(
+                        table_file_name(table), "table", table, f'SELECT * FROM "{table}" {scope[0]} ORDER BY ALL',
+                        scope[1], lambda row: {k: jsonable(v) for k, v in row.items()}, columns,
+                    )  # fmt: skip
+            con.execute("ROLLBACK")
+        write_manifest(partial, build_manifest(stamp, created_at, sessions, SCHEMA_VERSION, files))
+        partial.rename(final)
+        if retire:
+            validate_bundle(final)  # never retire sessions whose bundle did not land intact
+        manifest_sha256 = sha256_file(final / MANIFEST)
+        with self.transaction() as con:
+            con.execute(
+                "INSERT INTO archives VALUES (?, ?, ?, ?, ?, ?)",
+                [stamp, str(final), created_at, sessions, manifest_sha256, retire],
+            )
+            if retire:
+                con.execute(
+                    "INSERT OR REPLACE INTO retired_sessions SELECT unnest(?::VARCHAR[]), ?, ?",
+                    [sessions, stamp, created_at],
+                )
+        return {
+            "archive_id": stamp,
+            "path": str(final),
+            "sessions": len(sessions) if sessions is not None else "all",
+            "rows": {f.name: f.rows for f in files},
+            "manifest_sha256": manifest_sha256,
+            "retired": sessions if retire else [],
+        }
+
+    def restore_archive(self, bundle: Bundle, mode: str) -> dict:
+        """Restore a validated bundle in one transaction: a failure anywhere changes nothing.
+
+        `merge` adds what the store lacks (by key; ledger rows by content, with new ids). `replace`
+        empties the bundle's tables of the bundle's sessions (of every row, for a whole-store bundle)
+        and loads them from it; tables the bundle does not hold are not touched. Then the sessions'
+        rows are recomputed from their turns, so the pending query sees which turns differ from
+        what was summarized. Returns rows loaded per table and the sessions' `RestoreOutcome`."""
+        if mode not in RESTORE_MODES:
+            raise ValueError(f"restore mode {mode!r} is not one of {', '.join(RESTORE_MODES)}")
+        if bundle.manifest["schema_version"] > SCHEMA_VERSION:
+            raise BundleError(bundle.path, [f"schema version {bundle.manifest['schema_version']} is newer than {SCHEMA_VERSION}"])
+        with tempfile.TemporaryDirectory() as tmp:
+            turns_path = Path(tmp) / "turns.jsonl"
+            with turns_path.open("w", encoding="utf-8") as out:
+                for _, obj in read_lines(bundle.path / bundle.file("memory").name):
+                    out.write(dump_line(turn_from_memory_row(obj)))
+            with self.transaction() as con:
+                live = self._table_columns(con)
+                live_turns = dict(live["turns"])
+                sources = [("turns", bundle.file("memory").name, turns_path, [(c, live_turns.get(c, "?")) for c in ARCHIVED_TURN_COLUMNS])]
+                sources += [(f.table, f.name, bundle.path / f.name, f.columns) for f in bundle.tables()]
+                problems = [p for table, name, _, columns in sources for p in self._unfit(name, table, columns, live, bundle.sessions)]
+                if problems:
+                    raise BundleError(bundle.path, problems)
+                before = self._session_states(con, bundle.sessions)
+                rows = {
+                    table: self._load_table(con, table, path, columns, mode, bundle.sessions)
+                    for table, _, path, columns in sources
+                }
+                self._rebuild_sessions(con, mode, bundle.sessions, turns_path)
+                after = self._session_states(con, bundle.sessions)
+        return {"rows": rows, "outcome": restore_outcome(before, after)}
+
+    def _unfit(self, name: str, table: str, columns: list, live: dict, sessions: list[str] | None) -> list[str]:
+        """Why a bundle file cannot go into this store's table, if it cannot."""
+        if table in NOT_ARCHIVED - {"turns"}:
+            return [f"{name}: table {table} is never restored"]
+        if table not in live:
+            return [f"{name}: this store has no table {table} (a bundle from newer code?)"]
+        missing = [c for c, _ in columns if c not in dict(live[table])]
+        if missing:
+            return [f"{name}: table {table} has no column {', '.join(missing)} here (a bundle from newer code?)"]
+        if self._scope([c for c, _ in columns], table, sessions) is None:
+            return [f"{name}: table {table} has no session column, so a bundle of some sessions cannot hold it"]
+        return []
+
+    def _load_table(
+        self, con: duckdb.DuckDBPyConnection, table: str, path: Path, columns: list, mode: str, sessions: list[str] | None
+    ) -> int:
+        """Load one JSONL file into its table; returns the rows inserted."""
+        names = [c for c, _ in columns]
+        # JSON columns were written as their text, so their text comes back unchanged.
+        types = ", ".join(f"'{c}': '{('VARCHAR' if t == 'JSON' else t).replace(chr(39), chr(39) * 2)}'" for c, t in columns)
+        source = f"read_json(?, format='newline_delimited', columns={{{types}}}, maximum_object_size={MAX_LINE_BYTES})"
+        serial = self._serial_column(con, table)
+
+        def quoted(cols: list[str]) -> str:
+            return ", ".join(f'"{c}"' for c in cols)
+
+        if mode == "replace":
+            where, params = self._scope(names, table, sessions)
+            con.execute(f'DELETE FROM "{table}" {where}', params)
+            # A whole table keeps its ids; some sessions' ledger rows take new ones (the bundle's may
+            # belong to other sessions here).
+            keep_ids = sessions is None
+            cols = [c for c in names if keep_ids or c != (serial and serial[0])]
+            inserted = con.execute(f'INSERT INTO "{table}" ({quoted(cols)}) SELECT {quoted(cols)} FROM {source}', [str(path)])
+            count = inserted.fetchone()[0]
+            if keep_ids and serial:
+                self._advance_sequence(con, table, *serial)
+            return count
+        cols = [c for c in names if c != (serial and serial[0])]
+        has_key = con.execute(
+            "SELECT count(*) FROM duckdb_constraints() WHERE table_name = ? AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')",
+            [table],
+        ).fetchone()[0]
+        ignore = "OR IGNORE " if has_key else ""
+        inserted = con.execute(
+            f'INSERT {ignore}INTO "{table}" ({quoted(cols)}) '
+            f'SELECT {quoted(cols)} FROM {source} EXCEPT SELECT {quoted(cols)} FROM "{table}"',
+            [str(path)],
+        )
+        return inserted.fetchone()[0]
+
+    def _serial_column(self, con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, str] | None:
+        """(column, sequence) of a column numbered by a sequence (attempt ids, friction ids)."""
+        row = con.execute(
+            "SELECT column_name, column_default FROM information_schema.columns "
+            "WHERE table_name = ? AND column_default LIKE 'nextval(%'",
+            [table],
+        ).fetchone()
+        if row is None:
+            return None
+        return row[0], re.search(r"nextval\('([^']+)'", row[1]).group(1)
+
+    def _advance_sequence(self, con: duckdb.DuckDBPyConnection, table: str, column: str, sequence: str) -> None:
+        """Past the largest restored id, so the next row does not collide (DuckDB cannot set a sequence)."""
+        top = con.execute(f'SELECT max("{column}") FROM "{table}"').fetchone()[0]
+        if top is None:
+            return
+        following = con.execute(f"SELECT nextval('{sequence}')").fetchone()[0]
+        if following < top:
+            con.execute(f"SELECT max(nextval('{sequence}')) FROM range(?)", [top - following])
+
+    def _rebuild_sessions(self, con: duckdb.DuckDBPyConnection, mode: str, sessions: list[str] | None, turns_path: Path) -> None:
+        """`sessions` rows are derived from turns: recomputed for the restored ones (and, in replace
+        mode, dropped first, so a session the bundle does not hold any more is gone)."""
+        if mode == "replace":
+            where, params = self._scope(["session_id"], "sessions", sessions)
+            con.execute(f"DELETE FROM sessions {where}", params)
+        ids = [
+            r[0]
+            for r in con.execute(
+                "SELECT DISTINCT session_id FROM read_json(?, format='newline_delimited', "
+                f"columns={{'session_id': 'VARCHAR'}}, maximum_object_size={MAX_LINE_BYTES})",
+                [str(turns_path)],
+            ).fetchall()
+        ]
+        rows = _session_rows(_load_turns(con, ids))
+        if rows:
+            con.register("batch", pd.DataFrame(rows))
+            con.execute(_upsert_sql("sessions", list(rows[0]), ["session_id"]))
+            con.unregister("batch")
+
+    def _session_states(self, con: duckdb.DuckDBPyConnection, sessions: list[str] | None) -> dict[str, SessionState]:
+        where, params = self._scope(["session_id"], "sessions", sessions)
+        rows = con.execute(
+            f"""SELECT s.session_id, s.partition_key, s.input_revision, x.input_revision, x.created_at::VARCHAR,
+                       r.session_id IS NOT NULL
+                FROM (SELECT * FROM sessions {where}) s
+                LEFT JOIN session_summaries x USING (session_id)
+                LEFT JOIN retired_sessions r USING (session_id)""",
+            params,
+        ).fetchall()
+        return {row[0]: SessionState(*row[1:]) for row in rows}
+
+
+    # --- graph ---
+
+    def summary_row(self, session_id: str) -> dict | None:
+        with self.connect() as con:
+            cursor = con.execute("SELECT * FROM session_summaries WHERE session_id = ?", [session_id])
+            row = cursor.fetchone()
+            return dict(zip([d[0] for d in cursor.description], row)) if row else None
+
+    def digest_state(self, session_id: str) -> DigestState | None:
+        with self.connect() as con:
+            row = con.execute(
+                "SELECT digest_state, attempts, defer_reason, revision FROM digest_state WHERE session_id = ?", [session_id]
+            ).fetchone()
+        return DigestState(*row) if row else None
+
+    def _put_digest_state(self, con: duckdb.DuckDBPyConnection, session_id: str, state: DigestState) -> None:
+        con.execute(
+            "INSERT OR REPLACE INTO digest_state VALUES (?, ?, ?, ?, ?, ?)",
+            [session_id, state.digest_state, state.attempts, state.defer_reason, state.revision, _now()],
+        )
+
+    def write_graph(self, graph: SessionGraph, run_id: str | None = None) -> None:
+        """Replace the session's graph and mark it digested at its revision, in one transaction."""
+        now = _now()
+        common = {"session_id": graph.session_id, "input_revision": graph.input_revision, "run_id": run_id, "created_at": now}
+        nodes = pd.DataFrame(
+            [{**common, "id": n.id, "label": n.label, "properties": json.dumps(n.properties)} for n in graph.nodes],
+            columns=[*common, "id", "label", "properties"],
+        )
+        edges = pd.DataFrame(
+            [
+                {**common, "id": e.id, "source": e.source, "target": e.target, "type": e.type, "properties": json.dumps(e.properties)}
+                for e in graph.edges
+            ],
+            columns=[*common, "id", "source", "target", "type", "properties"],
+        )
+        with self.transaction() as con:
+            con.execute("DELETE FROM graph_nodes WHERE session_id = ?", [graph.session_id])
+            con.execute("DELETE FROM graph_edges WHERE session_id = ?", [graph.session_id])
+            con.register("node_batch", nodes)
+            con.register("edge_batch", edges)
+            con.execute(f"INSERT INTO graph_nodes ({', '.join(nodes.columns)}) SELECT * FROM node_batch")
+            con.execute(f"INSERT INTO graph_edges ({', '.join(edges.columns)}) SELECT * FROM edge_batch")
+            self._put_digest_state(con, graph.session_id, after_success(graph.input_revision))
+
+    def record_digest_failure(self, session_id: str, revision: str, symptom: str, max_attempts: int) -> DigestState:
+        """Count a failed digest; the session's last good graph, if any, stays. Returns the new state."""
+        with self.transaction() as con:
+            row = con.execute(
+                "SELECT digest_state, attempts, defer_reason, revision FROM digest_state WHERE session_id = ?", [session_id]
+            ).fetchone()
+            state = after_failure(DigestState(*row) if row else None, revision, symptom, max_attempts)
+            self._put_digest_state(con, session_id, state)
+        return state
+
+    def reset_digest(self, session_id: str) -> DigestState | None:
+        """An operator's reset of an undigestible session; returns the state it had, or None if it
+        was not undigestible (nothing changed)."""
+        with self.transaction() as con:
+            row = con.execute(
+                "SELECT digest_state, attempts, defer_reason, revision FROM digest_state WHERE session_id = ?", [session_id]
+            ).fetchone()
+            previous = DigestState(*row) if row else None
+            if previous is None or previous.digest_state != UNDIGESTIBLE:
+                return None
+            self._put_digest_state(con, session_id, after_reset(previous))
+        return previous
+
+    def pending_digest_keys(self, fresh: int, total: int, exclude: Iterable[str] = ()) -> list[str]:
+        """Sessions the digest cadence takes, as the original's REM pass does: `fresh` of the newest,
+        the rest oldest first, `total` at most. Pending means summarized from the turns as they are,
+        not yet digested at that revision, not undigestible at it, not retired."""
+        fresh = min(fresh, max(0, total - 1))
+        pending = """
+            SELECT s.partition_key, s.session_id, s.last_activity_ms FROM sessions s
+            JOIN session_summaries x USING (session_id)
+            LEFT JOIN digest_state d USING (session_id)
+            WHERE x.input_revision = s.input_revision
+              AND NOT coalesce(d.revision = s.input_revision AND d.digest_state IN ('digested', 'undigestible'), false)
+              AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)
+              AND s.partition_key NOT IN (SELECT unnest(?::VARCHAR[]))
+        """
+        with self.connect() as con:
+            newest = con.execute(
+                f"SELECT partition_key FROM ({pending}) ORDER BY last_activity_ms DESC NULLS LAST, session_id LIMIT ?",
+                [list(exclude), fresh],
+            ).fetchall()
+            oldest = con.execute(
+                f"""SELECT partition_key FROM ({pending}) WHERE partition_key NOT IN (SELECT unnest(?::VARCHAR[]))
+                    ORDER BY last_activity_ms ASC NULLS FIRST, session_id LIMIT ?""",
+                [list(exclude), [r[0] for r in newest], total - len(newest)],
+            ).fetchall()
+        return [r[0] for r in newest + oldest]
+
+    def graph_pages(self, table: str, ids_per_page: int = 2000) -> Iterator[list[dict]]:
+        """Every row of `graph_nodes` or `graph_edges` sorted by id (then oldest digest first), a
+        page of whole id groups per short connection, for the export's merge."""
+        columns = {
+            "graph_nodes": "id, label, properties::VARCHAR AS properties",
+            "graph_edges": "id, source, target, type, properties::VARCHAR AS properties",
+        }[table]
+        after = ""
+        while True:
+            with self.connect() as con:
+                cursor = con.execute(
+                    f"""WITH page AS (SELECT DISTINCT id FROM {table} WHERE id > ? ORDER BY id LIMIT {int(ids_per_page)})
+                        SELECT {columns} FROM {table} JOIN page USING (id) ORDER BY id, created_at, session_id""",
+                    [after],
+                )
+                names = [d[0] for d in cursor.description]
+                rows = [dict(zip(names, row)) for row in cursor.fetchall()]
+            if not rows:
+                return
+            yield rows
+            after = rows[-1]["id"]
 
 
 class RunLedger:

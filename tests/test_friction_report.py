@@ -32,7 +32,7 @@ from tests.conftest import make_turns
 from tests.model_server import ModelServer
 
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=timezone.utc)
-SETTINGS = load_settings({"DIGEST_MODEL_PROVIDER": "openai", "DIGEST_CONTEXT_LIMIT_TOKENS": "8192"})
+SETTINGS = load_settings({"DIGEST_MODEL_PROVIDER": "openai"})
 
 
 def event(symptom: str, minutes: float, asset_ref: str = "s1", consumer: str = "session_summaries", note: str = "n") -> dict:

@@ -13,12 +13,21 @@ from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
 
 from digest.scheduling import SweepPolicy, failure_backoff_s
 from digest.settings import load_settings
+from digest.summary_output import SessionSummaryOutput
+from digest.synthesis import SessionSummary
 from pipelines.definitions import build_definitions
-from pipelines.sensors import PARTITION_CHUNK, inbox_sensor, mini_summary_sensor, register_partitions, summary_sensor
+from pipelines.sensors import (
+    PARTITION_CHUNK,
+    digest_sensor,
+    inbox_sensor,
+    mini_summary_sensor,
+    register_partitions,
+    summary_sensor,
+)
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
-from tests.model_server import Behaviour, ModelServer
+from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
 HOUR_MS = 3_600_000
 
@@ -61,6 +70,17 @@ def _seed_sessions(store: DigestStore, count: int, last_activity_ms: int, prefix
     for start in range(0, count, 5000):
         store.write_turns(rows[start : start + 5000])
     store.refresh_sessions(r["session_id"] for r in rows)
+
+
+def _summary(session_id: str, turns: int, revision: str) -> SessionSummary:
+    """A raw summary of the session at `revision`, as a run would have written it."""
+    return SessionSummary(
+        session_id=session_id, output=SessionSummaryOutput(**GOOD_SUMMARY), source_tier="raw", degraded=False,
+        raw_canonical=True, memory_count=turns, mini_summary_count=0, input_revision=revision, model="m",
+        raw_tokens_estimate=100, prompt_tokens_estimate=100, raw_cap_tokens=2000, route_reason="within-cap",
+        first_activity_ms=None, last_activity_ms=None, participating_agents=[], models=[], total_tool_calls=0,
+        tools_used=[], source_agent_identities=[],
+    )  # fmt: skip
 
 
 def _requested(result) -> list[str]:
@@ -282,3 +302,26 @@ def test_mini_summary_sensor_serves_degraded_sessions_first_one_run_at_a_time(tm
     job = build_definitions(settings).resolve_job_def("fill_mini_summaries")
     instance.create_run_for_job(job, tags={"dagster/partition": "huge"}, status=DagsterRunStatus.NOT_STARTED)
     assert "still going" in _tick(instance, resources, mini_summary_sensor).skip_message
+
+
+def test_digest_sensor_takes_a_fresh_reserve_then_the_oldest_and_skips_undigestible(tmp_path, instance):
+    settings = _settings(tmp_path, DIGEST_GRAPH_BATCH_SESSIONS="4", DIGEST_GRAPH_FRESH_RESERVE="1")
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    _seed_sessions(store, 8, int(time.time() * 1000) - 2 * HOUR_MS)  # s000000 newest .. s000007 oldest
+    register_partitions(instance, store)
+    resources = _resources(settings)
+    assert "no summarized session" in _tick(instance, resources, digest_sensor).skip_message
+    for row in store.query("SELECT session_id, turn_count, input_revision FROM sessions").itertuples():
+        store.write_summary(_summary(row.session_id, row.turn_count, row.input_revision))
+    with store.connect() as con:
+        con.execute(
+            """INSERT INTO digest_state (session_id, digest_state, attempts, defer_reason, revision, updated_at)
+               SELECT session_id, 'undigestible', 1, 'skip-over-band', input_revision, now() FROM sessions
+               WHERE session_id = 's000007'"""
+        )
+    requests = _tick(instance, resources, digest_sensor)
+    assert [r.partition_key for r in requests] == ["s000000", "s000006", "s000005", "s000004"]
+    job = build_definitions(settings).resolve_job_def("digest_sessions")
+    instance.create_run_for_job(job, tags={"dagster/partition": "s000000"}, status=DagsterRunStatus.NOT_STARTED)
+    assert [r.partition_key for r in _tick(instance, resources, digest_sensor)] == ["s000001", "s000006", "s000005", "s000004"]

@@ -1,0 +1,131 @@
+"""The `session_graph` asset: thin over `digest.graph` (policy) and the store."""
+
+from collections import Counter
+
+from dagster import AssetExecutionContext, AssetObservation, Failure, MaterializeResult, MetadataValue, asset
+
+from assets.partitions import sessions_partitions
+from assets.sessions import session_summaries
+from digest.graph import (
+    ENTITY_TYPES,
+    RELATION_TYPES,
+    UNDIGESTIBLE,
+    SessionGraph,
+    chunk_content_budget_bytes,
+    digest_gate,
+    digest_session,
+    prompt_window_tokens,
+)
+from digest.turns import canonical_order, input_revision
+from resources.bindings import ChatModelResource, DigestStoreResource, GraphPolicyResource
+from resources.store import RunLedger
+
+# Bump when the extraction prompt, the schema or the graph's shape changes.
+GRAPH_CODE_VERSION = "graph-v1"
+PREVIEW_ROWS = 15
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _preview(graph: SessionGraph) -> str:
+    names = {n.id: n.properties.get("name", n.id) for n in graph.nodes}
+    entities = [n for n in graph.nodes if n.label in ENTITY_TYPES]
+    relations = [e for e in graph.edges if e.type in RELATION_TYPES]
+    by_label = ", ".join(f"{label} {count}" for label, count in sorted(Counter(n.label for n in graph.nodes).items()))
+    lines = [f"**nodes by label**: {by_label}", ""]
+    if entities:
+        lines += ["| entity | type | description |", "|---|---|---|"]
+        lines += [f"| {_cell(n.properties['name'])} | {n.label} | {_cell(n.properties.get('description', ''))} |"
+                  for n in entities[:PREVIEW_ROWS]]  # fmt: skip
+        lines.append("")
+    if relations:
+        lines += ["| source | relation | target | weight |", "|---|---|---|---|"]
+        lines += [f"| {_cell(names[e.source])} | {e.type} | {_cell(names[e.target])} | {e.weight:.2f} |"
+                  for e in relations[:PREVIEW_ROWS]]  # fmt: skip
+    if not entities:
+        lines.append("no entity extracted from the raw turns")
+    return "\n".join(lines)
+
+
+@asset(
+    partitions_def=sessions_partitions,
+    deps=[session_summaries],
+    group_name="sessions",
+    kinds={"duckdb"},
+    pool="model",
+    code_version=GRAPH_CODE_VERSION,
+    output_required=False,
+)
+def session_graph(
+    context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource, graph: GraphPolicyResource
+):
+    """The session's knowledge graph in `graph_nodes` / `graph_edges`: provenance nodes (summary,
+    session, one per turn, agents, issues) and the entities and relations the model extracts from
+    the raw turns, chunk by chunk within its budget. Never from a summary's text, degraded or not.
+
+    Not digested (nothing materialized, an observation says why) when the turns changed since the
+    summary, or the session is undigestible at its current turns.
+    """
+    db = store.store()
+    session = db.session_by_partition(context.partition_key)
+    if session is None:
+        raise Failure(f"no session has partition key {context.partition_key!r}: ingest its bundle first")
+    session_id = session["session_id"]
+    turns = canonical_order(db.load_turns([session_id]))
+    revision = input_revision(turns)
+    summary = db.summary_row(session_id)
+    blocked = digest_gate(revision, summary, db.digest_state(session_id))
+    if blocked:
+        context.log.info(f"session {session_id!r} not digested: {blocked}")
+        context.log_event(
+            AssetObservation(
+                asset_key=context.asset_key,
+                partition=context.partition_key,
+                metadata={"session_id": session_id, "digested": False, "reason": blocked, "input_revision": revision},
+            )
+        )
+        return
+
+    limits, policy = model.limits(), graph.policy()
+    result = digest_session(turns, summary, model.client(db), limits, policy, RunLedger(db, context.run.run_id))
+    if result.graph is None:
+        state = db.record_digest_failure(session_id, revision, result.failure, policy.max_attempts)
+        then = "out of the cadence until reset" if state.digest_state == UNDIGESTIBLE else "will be retried"
+        raise Failure(
+            description=f"no graph for session {session_id!r}: {result.failure} ({result.note}); "
+            f"{state.digest_state} after {state.attempts} attempt(s), {then}",
+            metadata={
+                "symptom": result.failure,
+                "digest_state": state.digest_state,
+                "attempts": state.attempts,
+                "defer_reason": state.defer_reason,
+                "chunks_planned": result.chunks_planned,
+                "chunks_done": result.chunks_done,
+            },
+        )
+    built = result.graph
+    db.write_graph(built, run_id=context.run.run_id)
+    stats = built.stats
+    yield MaterializeResult(
+        metadata={
+            "session_id": session_id,
+            "digest_state": "digested",
+            "input_revision": revision,
+            "summary_source_tier": summary["source_tier"],
+            "evidence": "raw turns only",
+            "nodes": len(built.nodes),
+            "edges": len(built.edges),
+            "entities": stats.entities,
+            "relations": stats.relations,
+            "ungrounded_entities_dropped": stats.ungrounded_entities,
+            "relations_culled": stats.culled_relations,
+            "issues_discussed": built.issues,
+            "chunks": built.chunks,
+            "replies_cut_at_output_cap": built.cut_replies,
+            "prompt_window_tokens": prompt_window_tokens(limits, policy),
+            "chunk_content_budget_bytes": chunk_content_budget_bytes(limits, policy),
+            "graph": MetadataValue.md(_preview(built)),
+        }
+    )

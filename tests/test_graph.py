@@ -1,0 +1,588 @@
+"""The session graph: chunking, extraction, merge, provenance, digest state and export, over a
+real DuckDB file, real HTTP to tests/model_server.py, and a real Dagster instance for the asset."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+from dagster import instance_for_test
+
+from digest.graph import (
+    ENTITY_TYPES,
+    TURN_SEPARATOR,
+    Chunk,
+    DigestState,
+    GraphBuilder,
+    GraphExtraction,
+    GraphParseError,
+    GraphPolicy,
+    after_failure,
+    after_reset,
+    after_success,
+    chunk_turns,
+    digest_gate,
+    digest_session,
+    extraction_json_schema,
+    grounded,
+    issue_references,
+    merge_extractions,
+    parse_extraction,
+    prompt_window_tokens,
+    reinforce,
+    salvage_cut_reply,
+)
+from digest.ingest import parse_graph_line
+from digest.settings import SettingsError, load_settings
+from digest.turns import Turn, compose_document, input_revision
+from pipelines.cli import export_graph, reset_digest
+from pipelines.definitions import build_definitions
+from pipelines.sensors import register_partitions
+from resources.model_clients import OpenAIChatClient
+from resources.store import DigestStore, RunLedger
+from tests.bundles import write_bundle
+from tests.conftest import make_limits, make_turns
+from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer, Received
+
+PLANTED = "Zanzibarquux"
+# The graph bounds of a small-context model: the reference's 8192 output tokens would fill make_limits' context.
+SMALL_MODEL = GraphPolicy(output_limit_tokens=1024)
+
+
+# --- a stand-in model ------------------------------------------------------------------------------
+
+
+def is_graph_request(received: Received) -> bool:
+    return received.prompt.startswith("Extract a knowledge graph")
+
+
+def echo_extraction(prompt: str) -> dict:
+    """What a model would extract if it took every capitalized word of the excerpt it was given:
+    whatever reaches the graph prompt reaches the graph, so a leak would show."""
+    excerpt = prompt.split("--- Session excerpt ---\n", 1)[1]
+    names = list(dict.fromkeys(re.findall(r"\b[A-Z][A-Za-z]{5,}\b", excerpt)))[:6]
+    return {
+        "entities": [{"name": n, "type": "CONCEPT", "description": f"{n} as the excerpt names it."} for n in names],
+        "relations": [
+            {"source": a, "target": b, "type": "RELATES_TO", "description": "named together", "weight": 1.0}
+            for a, b in zip(names, names[1:])
+        ],
+    }
+
+
+def script(summary: dict = GOOD_SUMMARY, graph=None):
+    """Summary requests get `summary`; graph requests get `graph(received)` (default: the echo)."""
+
+    def answer(received: Received) -> Behaviour:
+        if is_graph_request(received):
+            return graph(received) if graph else Behaviour.reply(echo_extraction(received.prompt))
+        return Behaviour.reply(summary)
+
+    return answer
+
+
+def summary_row(turns: list[Turn], **overrides) -> dict:
+    """A stored summary row as `DigestStore.summary_row` returns it."""
+    row = {
+        "session_id": turns[0].session_id,
+        "summary": "The agent fixed the grid.",
+        "title": "Fix the grid",
+        "category": "bugfix",
+        "source_tier": "raw",
+        "degraded": False,
+        "raw_canonical": True,
+        "input_revision": input_revision(turns),
+        "participating_agents": ["claude-code"],
+        "last_activity_ms": max(t.ts_ms for t in turns),
+    }
+    return {**row, **overrides}
+
+
+def turn(session_id: str, index: int, response: str, **fields) -> Turn:
+    return Turn(
+        id=f"{session_id}-t{index}",
+        session_id=session_id,
+        document=compose_document(f"step {index}", "thinking", response),
+        ts_ms=1_760_000_000_000 + index * 60_000,
+        agent="claude-code",
+        agent_identity="@neo-opus-ada",
+        **fields,
+    )
+
+
+# --- settings ------------------------------------------------------------------------------------
+
+
+def test_graph_settings_defaults_and_overrides(tmp_path):
+    embedded = load_settings({"DIGEST_HOME": str(tmp_path)})
+    assert embedded.graph == GraphPolicy(output_limit_tokens=1024)  # 8192 would fill SmolLM2's whole context
+    assert prompt_window_tokens(embedded.limits(), embedded.graph) == 6144  # the safe band binds
+    small_remote = load_settings({"DIGEST_MODEL_PROVIDER": "openai", "DIGEST_CONTEXT_LIMIT_TOKENS": "8192"})
+    assert small_remote.graph.output_limit_tokens == 1024  # an eighth of a small context, whatever the provider
+    remote = load_settings({"DIGEST_MODEL_PROVIDER": "ollama"})
+    assert remote.graph == GraphPolicy(chunk_limit_tokens=50000, output_limit_tokens=8192, max_attempts=3)
+    assert prompt_window_tokens(remote.limits(), remote.graph) == 50000  # the chunk limit binds
+    tuned = load_settings(
+        {
+            "DIGEST_MODEL_PROVIDER": "openai",
+            "DIGEST_GRAPH_CHUNK_LIMIT_TOKENS": "4000",
+            "DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS": "512",
+            "DIGEST_GRAPH_MAX_ATTEMPTS": "5",
+            "DIGEST_GRAPH_TIMEOUT_S": "90",
+            "DIGEST_GRAPH_MAX_CHUNKS": "10",
+        }
+    )
+    assert tuned.graph == GraphPolicy(4000, 512, 5, 90.0, 10)
+    with pytest.raises(SettingsError, match="DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS"):
+        load_settings({"DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS": "8192"})  # the embedded context, all of it
+    with pytest.raises(SettingsError, match="DIGEST_GRAPH_MAX_ATTEMPTS"):
+        load_settings({"DIGEST_GRAPH_MAX_ATTEMPTS": "zero"})
+
+
+# --- chunking ------------------------------------------------------------------------------------
+
+
+def test_chunks_are_turn_aligned_and_an_oversized_turn_is_split_within_the_budget():
+    budget = 1200
+    small = [turn("s", i, f"small turn {i} " * 10) for i in range(6)]
+    lines = "\n".join(f"line {i}: " + "word " * 30 for i in range(40))  # many lines, each under the budget
+    one_long_line = "é" * 1500  # 3000 bytes, no line break, 2-byte characters
+    big = turn("s", 6, lines + "\n" + one_long_line)
+    last = turn("s", 7, "the last turn")
+    chunks = chunk_turns(small + [big, last], budget)
+    assert all(len(c.text.encode("utf-8")) <= budget for c in chunks)
+    for t in small:  # whole, in exactly one chunk
+        assert sum(t.document in c.text for c in chunks) == 1
+    others = {t.document for t in small + [last]}
+    parts = [part for c in chunks if big.id in c.turn_ids for part in c.text.split(TURN_SEPARATOR)]
+    pieces = [part for part in parts if part not in others]
+    assert len(pieces) > 3 and "".join(pieces) == big.document  # nothing lost, nothing cut mid-character
+    assert chunks[-1].text.endswith("the last turn")
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+
+
+def test_chunks_at_the_model_server_never_exceed_the_budget(store):
+    """A large session on a small budget: every prompt that reaches the server fits the window."""
+    limits = make_limits(context_limit_tokens=8192, safe_limit_tokens=6144, bytes_per_token=3.0)
+    policy = GraphPolicy(chunk_limit_tokens=900, output_limit_tokens=256, max_chunks=100, timeout_s=5)
+    window = prompt_window_tokens(limits, policy)
+    assert window == 900
+    turns = make_turns("large", 30, doc_bytes=700) + [turn("large", 99, "x" * 9000)]  # one turn over a chunk
+    with ModelServer(script()) as server:
+        client = OpenAIChatClient(server.url, "fake-model", schema_style="json_object")
+        result = digest_session(turns, summary_row(turns), client, limits, policy, RunLedger(store, "run-1"))
+    prompts = [r.prompt for r in server.chat_requests()]
+    assert result.graph is not None and len(prompts) == result.graph.chunks > 10
+    assert max(limits.estimate_tokens(p) for p in prompts) <= window
+    sent = "".join(p.split("--- Session excerpt ---\n", 1)[1] for p in prompts)
+    assert all(t.document in sent for t in turns[:30])  # every small turn reached the model whole
+    # Each request carries the output cap and the schema, and each call is in the ledger as stage=graph.
+    body = server.chat_requests()[0].body
+    assert body["max_tokens"] == 256 and body["response_format"]["schema"] == extraction_json_schema()
+    ledger = store.query("SELECT stage, tier, outcome, count(*) AS n FROM attempts GROUP BY ALL")
+    assert ledger.to_dict("records") == [{"stage": "graph", "tier": "raw", "outcome": "ok", "n": len(prompts)}]
+
+
+def test_a_session_needing_too_many_chunks_is_precheck_skipped_without_a_call(store):
+    limits = make_limits()
+    policy = GraphPolicy(chunk_limit_tokens=900, output_limit_tokens=256, max_chunks=3)
+    turns = make_turns("huge", 40, doc_bytes=700)
+    with ModelServer(script()) as server:
+        client = OpenAIChatClient(server.url, "fake-model")
+        result = digest_session(turns, summary_row(turns), client, limits, policy, RunLedger(store, "run-1"))
+    assert (result.graph, result.failure) == (None, "size-precheck-skip")
+    assert server.chat_requests() == []
+    event = store.query("SELECT consumer, symptom, emission_point, service_domain, note FROM friction_events").iloc[0]
+    assert event["consumer"] == "session_graph" and event["symptom"] == "size-precheck-skip"
+    assert event["emission_point"] == "pre-invocation"
+    assert event["service_domain"] == "dream-pipeline" and "DIGEST_GRAPH_MAX_CHUNKS=3" in event["note"]
+
+
+# --- output, merge and remap -------------------------------------------------------------------------
+
+
+def test_the_schema_sent_has_no_bounds_or_refs_and_the_parser_validates():
+    schema = json.dumps(extraction_json_schema())
+    for key in ("minLength", "maxLength", "minItems", "maxItems", "$ref", "$defs"):
+        assert key not in schema
+    reply = {
+        "entities": [{"name": " Grid  Store ", "type": "class", "description": "holds rows"}],
+        "relations": [{"source": "a", "target": "b", "type": "depends on", "description": "", "weight": 12}],
+    }
+    parsed = parse_extraction("```json\n" + json.dumps(reply) + "\n```")
+    assert parsed.entities[0].name == "Grid Store" and parsed.entities[0].type == "CLASS"
+    assert parsed.relations[0].type == "DEPENDS_ON" and parsed.relations[0].weight == 5.0  # clamped
+    with pytest.raises(GraphParseError, match="graph schema"):
+        parse_extraction('{"entities": [{"name": "x", "type": "PLANET", "description": ""}], "relations": []}')
+    with pytest.raises(GraphParseError, match="not JSON"):
+        parse_extraction("no json here")
+    # Cut at the output cap mid-list: the complete items stand, the torn one goes.
+    cut = '{"entities": [{"name": "Grid", "type": "CLASS", "description": "rows"}, {"name": "Sto'
+    assert [e.name for e in salvage_cut_reply(cut).entities] == ["Grid"]
+    with pytest.raises(GraphParseError, match="before one complete entity"):
+        salvage_cut_reply('{"entities": [{"name": "Gr')
+
+
+def extraction(entities: list[tuple[str, str]], relations: list[tuple[str, str, str, float]]) -> GraphExtraction:
+    return GraphExtraction.model_validate(
+        {
+            "entities": [{"name": n, "type": t, "description": f"about {n}"} for n, t in entities],
+            "relations": [
+                {"source": s, "target": d, "type": t, "description": "", "weight": w} for s, d, t, w in relations
+            ],
+        }
+    )
+
+
+def test_chunk_results_merge_by_type_and_normalized_name_and_edges_are_remapped():
+    builder = GraphBuilder()
+    builder.add_node("session:s", "SESSION", {"name": "s"})
+    first = Chunk(0, "RowSelectionModel depends on the Store; onStoreSort() sorts it.", ("t1",))
+    second = Chunk(1, "rowselectionmodel again, and the store, and a Teapot in passing.", ("t2",))
+    stats = merge_extractions(
+        builder,
+        "session:s",
+        [
+            (first, extraction([("RowSelectionModel", "CLASS"), ("Store", "CLASS"), ("onStoreSort()", "METHOD")],
+                               [("RowSelectionModel", "Store", "DEPENDS_ON", 2.0),
+                                ("onStoreSort()", "Nowhere", "RELATES_TO", 1.0)])),
+            (second, extraction([(" rowselectionmodel ", "CLASS"), ("store", "CLASS"), ("Kettle", "TOOL")],
+                                [("rowselectionmodel", "store", "DEPENDS_ON", 1.0),
+                                 ("Kettle", "store", "RELATES_TO", 1.0)])),
+        ],
+    )  # fmt: skip
+    entities = sorted(n for n, node in builder.nodes.items() if node.label in ENTITY_TYPES)
+    assert entities == ["CLASS:rowselectionmodel", "CLASS:store", "METHOD:onstoresort()"]
+    edge = builder.edges["CLASS:rowselectionmodel->CLASS:store:DEPENDS_ON"]
+    assert edge.weight == pytest.approx(reinforce(2.0, 1.0)) == pytest.approx(2.1)  # re-linked: reinforced
+    # Kettle is named nowhere in its chunk's raw text: dropped, and its relation culled with the unknown target.
+    assert (stats.entities, stats.relations, stats.ungrounded_entities, stats.culled_relations) == (3, 1, 1, 2)
+    assert builder.edges["CLASS:store->session:s:MENTIONED_IN"].weight == pytest.approx(1.1)  # in two chunks
+
+
+def test_an_entity_is_grounded_only_by_its_name_in_the_raw_text():
+    raw = "rowselectionmodel kept rows by index; onstoresort() sorts the store. a test."
+    assert all(grounded(n, raw) for n in ("RowSelectionModel", "onStoreSort()", "Store", "sort", "store sort"))
+    # Copied from the prompt's example, made up, a stray letter, or only inside another word.
+    assert not any(grounded(n, raw) for n in ("Teapot", "pour()", "user_prompt", "A", "tore", "Row Selection"))
+
+
+def test_reinforcement_is_capped_at_five():
+    weight = 4.8
+    for _ in range(5):
+        weight = reinforce(weight, 1.0)
+    assert weight == 5.0
+
+
+# --- provenance --------------------------------------------------------------------------------
+
+
+def test_issue_references_are_found_in_raw_turns_and_the_summary():
+    assert issue_references("fixes #123 and issue-45, ISSUE-45 again, not &#38; but neo#7") == [123, 45, 7]
+    turns = [
+        turn("s", 0, "Looked at #123 and issue-9.", mini_summary="Turn 0 mini."),
+        turn("s", 1, "Nothing here.", user_id="tobi"),
+    ]
+    summary = summary_row(turns, summary="Closes #500.", source_tier="miniSummary", degraded=True)
+    with ModelServer(script()) as server:
+        client = OpenAIChatClient(server.url, "fake-model")
+        result = digest_session(turns, summary, client, make_limits(), SMALL_MODEL, _NullLedger())
+    graph = result.graph
+    nodes = {n.id: n for n in graph.nodes}
+    edges = {e.id: e for e in graph.edges}
+    assert {nodes[i].label for i in ("issue-123", "issue-9", "issue-500")} == {"ISSUE"}
+    assert edges["summary_s->issue-123:DISCUSSED_IN"].properties == {"weight": 0.8, "foundIn": ["raw-turns"]}
+    assert edges["summary_s->issue-500:DISCUSSED_IN"].properties["foundIn"] == ["summary"]
+    assert graph.issues == 3
+    summary_node = nodes["summary_s"]
+    assert summary_node.label == "SESSION_SUMMARY"
+    assert {k: summary_node.properties[k] for k in ("sourceTier", "degraded", "rawCanonical")} == {
+        "sourceTier": "miniSummary", "degraded": True, "rawCanonical": True}  # fmt: skip
+    assert summary_node.properties["description"] == "bugfix session by claude-code"
+    assert nodes["session:s"].label == "SESSION" and nodes["session:s"].properties["userId"] == "tobi"
+    memory = nodes["s-t0"]
+    assert memory.label == "AGENT_MEMORY" and memory.properties["miniSummary"] == "Turn 0 mini."
+    assert memory.properties["timestamp"] == "2025-10-09T08:53:20.000Z"
+    for key in ("s-t0->session:s:ORIGINATES_IN", "s-t0->@neo-opus-ada:AUTHORED_BY", "summary_s->@neo-opus-ada:AUTHORED_BY"):
+        assert edges[key].weight == 1.0
+
+
+class _NullLedger:
+    def record_attempt(self, attempt) -> None:
+        pass
+
+    def record_friction(self, event) -> None:
+        pass
+
+
+# --- digest state --------------------------------------------------------------------------------
+
+
+def test_digest_state_transitions():
+    assert after_success("r1") == DigestState("digested", 0, None, "r1")
+    first = after_failure(None, "r1", "timeout", 3)
+    assert first == DigestState("undigested", 1, "wall-clock-timeout", "r1")
+    second = after_failure(first, "r1", "parse-failure", 3)
+    assert second == DigestState("undigested", 2, "schema-failure", "r1")
+    assert after_failure(second, "r1", "provider-error", 3) == DigestState("undigestible", 3, "provider-error", "r1")
+    assert after_failure(second, "r2", "parse-failure", 3).attempts == 1  # the turns changed: counted afresh
+    # Deterministic failures: undigestible at once.
+    assert after_failure(None, "r1", "size-precheck-skip", 3) == DigestState("undigestible", 1, "skip-over-band", "r1")
+    assert after_failure(None, "r1", "context-overflow", 3) == DigestState("undigestible", 1, "under-band-choke", "r1")
+    stuck = DigestState("undigestible", 3, "schema-failure", "r1")
+    assert after_reset(stuck) == DigestState("undigested", 0, "operator-reset", "r1")
+
+    summary = {"input_revision": "r1"}
+    assert digest_gate("r1", None, None).startswith("no summary")
+    assert "input revision mismatch" in digest_gate("r2", summary, None)
+    assert "undigestible" in digest_gate("r1", summary, stuck)
+    assert digest_gate("r2", {"input_revision": "r2"}, stuck) is None  # new turns: tried again
+    assert digest_gate("r1", summary, after_reset(stuck)) is None
+
+
+# --- through Dagster -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as instance:
+        yield instance
+
+
+def _definitions(tmp_path, url: str, **env):
+    settings = load_settings(
+        {
+            "DIGEST_HOME": str(tmp_path / "home"),
+            "DIGEST_MODEL_PROVIDER": "openai",
+            "DIGEST_RAW_CAP_TOKENS": "2000",
+            "DIGEST_GRAPH_CHUNK_LIMIT_TOKENS": "1500",
+            "DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS": "512",
+            **env,
+        }
+    )
+    return build_definitions(dataclasses.replace(settings, model_url=url)), settings
+
+
+def _ingest(definitions, instance, folder) -> DigestStore:
+    config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
+    assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+    store = DigestStore(definitions.resources["store"].db_path)
+    register_partitions(instance, store)
+    return store
+
+
+def _run(definitions, instance, job: str, key: str):
+    job_def = definitions.resolve_job_def(job)
+    return job_def.execute_in_process(instance=instance, partition_key=key, raise_on_error=False)
+
+
+def test_a_degraded_sessions_graph_holds_nothing_from_its_summary_text(tmp_path, instance):
+    turns = make_turns("big", 40, doc_bytes=400, minis=40)  # over the raw cap: a degraded summary
+    folder = write_bundle(tmp_path / "bundle", turns)
+    planted = {**GOOD_SUMMARY, "summary": f"The agent rebuilt the {PLANTED} pipeline and the Quokkawidget cache."}
+    with ModelServer(script(summary=planted)) as server:
+        definitions, _ = _definitions(tmp_path, server.url)
+        store = _ingest(definitions, instance, folder)
+        assert _run(definitions, instance, "summarize_sessions", "big").success
+        result = _run(definitions, instance, "digest_sessions", "big")
+    assert store.summary_row("big")["source_tier"] == "miniSummary"
+    assert PLANTED in store.summary_row("big")["summary"]
+    assert result.success
+    graph_prompts = [r.prompt for r in server.chat_requests() if is_graph_request(r)]
+    assert len(graph_prompts) > 1 and not any(PLANTED in p or "Quokkawidget" in p for p in graph_prompts)
+    rows = store.query(
+        "SELECT id, label, properties::VARCHAR AS p FROM graph_nodes UNION ALL "
+        "SELECT id, type, properties::VARCHAR FROM graph_edges"
+    )
+    assert len(rows) > 80
+    for column in ("id", "p"):
+        assert not rows[column].str.contains(f"{PLANTED}|Quokkawidget", case=False).any()
+    # The echo model extracted what the raw turns say, and it landed as raw-turn evidence.
+    entities = store.query("SELECT properties->>'name' AS name, properties->>'evidence' AS evidence FROM graph_nodes "
+                           "WHERE label = 'CONCEPT'")  # fmt: skip
+    assert "Prompt" in entities["name"].tolist() and set(entities["evidence"]) == {"raw-turns"}
+    meta = result.asset_materializations_for_node("session_graph")[0].metadata
+    assert meta["summary_source_tier"].value == "miniSummary" and meta["evidence"].value == "raw turns only"
+    assert meta["chunks"].value == len(graph_prompts) and meta["nodes"].value == store.query(
+        "SELECT count(*) AS n FROM graph_nodes")["n"][0]  # fmt: skip
+    assert "| entity | type | description |" in meta["graph"].value
+    assert store.digest_state("big").digest_state == "digested"
+    assert store.pending_digest_keys(fresh=2, total=10) == []
+
+
+def test_the_revision_gate_leaves_a_changed_session_pending(tmp_path, instance):
+    folder = write_bundle(tmp_path / "bundle", make_turns("s1", 3))
+    with ModelServer(script()) as server:
+        definitions, _ = _definitions(tmp_path, server.url)
+        store = _ingest(definitions, instance, folder)
+        assert _run(definitions, instance, "summarize_sessions", "s1").success
+        assert store.pending_digest_keys(fresh=2, total=10) == ["s1"]
+        # A turn changes after the summary was made.
+        changed = {"id": "s1-t001", "session_id": "s1", "ts_ms": 1_760_000_060_000, "type": "agent-interaction",
+                   "document": "User Prompt: changed\nAgent Thought: t\nAgent Response: r", "document_rebuilt": False,
+                   "source_file": "edit.jsonl", "source_line": 1}  # fmt: skip
+        store.write_turns([changed])
+        store.refresh_sessions(["s1"])
+        result = _run(definitions, instance, "digest_sessions", "s1")
+        assert result.success and result.asset_materializations_for_node("session_graph") == []
+        (observation,) = result.asset_observations_for_node("session_graph")
+        assert "input revision mismatch" in observation.metadata["reason"].value
+        assert not any(is_graph_request(r) for r in server.chat_requests())
+        assert store.query("SELECT count(*) AS n FROM graph_nodes")["n"][0] == 0
+        assert store.digest_state("s1") is None  # not a failure: no attempt counted
+        assert store.pending_digest_keys(fresh=2, total=10) == []  # pending a new summary, not a digest
+        assert _run(definitions, instance, "summarize_sessions", "s1").success
+        assert store.pending_digest_keys(fresh=2, total=10) == ["s1"]
+        assert _run(definitions, instance, "digest_sessions", "s1").success
+    assert store.digest_state("s1").revision == store.session_by_partition("s1")["input_revision"]
+
+
+def test_failures_count_to_undigestible_and_an_operator_reset_brings_it_back(tmp_path, instance):
+    folder = write_bundle(tmp_path / "bundle", make_turns("flaky", 2))
+    replies = {"graph": lambda received: Behaviour.text("not json")}
+    with ModelServer(script(graph=lambda received: replies["graph"](received))) as server:
+        definitions, settings = _definitions(tmp_path, server.url)
+        store = _ingest(definitions, instance, folder)
+        assert _run(definitions, instance, "summarize_sessions", "flaky").success
+        states = []
+        for _ in range(3):
+            result = _run(definitions, instance, "digest_sessions", "flaky")
+            assert not result.success
+            state = store.digest_state("flaky")
+            states.append((state.digest_state, state.attempts, state.defer_reason))
+        assert states == [
+            ("undigested", 1, "schema-failure"),
+            ("undigested", 2, "schema-failure"),
+            ("undigestible", 3, "schema-failure"),
+        ]
+        failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
+        assert "undigestible after 3 attempt(s)" in failure.event_specific_data.error.message
+        assert store.pending_digest_keys(fresh=2, total=10) == []  # out of the cadence
+        calls = len(server.chat_requests())
+        skipped = _run(definitions, instance, "digest_sessions", "flaky")
+        assert skipped.success and len(server.chat_requests()) == calls  # not tried again
+        assert "reset-digest" in skipped.asset_observations_for_node("session_graph")[0].metadata["reason"].value
+        report = store.friction_report_rows()["undigestible"]
+        assert report == [{"session_id": "flaky", "reason": "schema-failure"}]
+
+        assert reset_digest(settings, "flaky")["was"] == {"digest_state": "undigestible", "attempts": 3,
+                                                          "defer_reason": "schema-failure"}  # fmt: skip
+        assert reset_digest(settings, "flaky")["reset"] is False  # only an undigestible session is reset
+        assert store.pending_digest_keys(fresh=2, total=10) == ["flaky"]
+        replies["graph"] = lambda received: Behaviour.reply(echo_extraction(received.prompt))
+        assert _run(definitions, instance, "digest_sessions", "flaky").success
+    revision = store.session_by_partition("flaky")["input_revision"]
+    assert store.digest_state("flaky") == DigestState("digested", 0, None, revision)
+    outcomes = store.query("SELECT outcome FROM attempts WHERE stage = 'graph' ORDER BY attempt_id")["outcome"].tolist()
+    assert outcomes == ["parse-failure"] * 3 + ["ok"]
+
+
+def test_a_context_overflow_is_undigestible_at_once(tmp_path, instance):
+    folder = write_bundle(tmp_path / "bundle", make_turns("wide", 2))
+    with ModelServer(script(graph=lambda received: Behaviour.overflow())) as server:
+        definitions, _ = _definitions(tmp_path, server.url)
+        store = _ingest(definitions, instance, folder)
+        assert _run(definitions, instance, "summarize_sessions", "wide").success
+        assert not _run(definitions, instance, "digest_sessions", "wide").success
+    state = store.digest_state("wide")
+    assert (state.digest_state, state.attempts, state.defer_reason) == ("undigestible", 1, "under-band-choke")
+    symptoms = store.query("SELECT consumer, symptom FROM friction_events WHERE consumer = 'session_graph'")
+    assert symptoms.to_dict("records") == [{"consumer": "session_graph", "symptom": "context-overflow"}]
+
+
+# --- export ----------------------------------------------------------------------------------------
+
+
+def test_the_export_is_node_lines_then_edge_lines_in_the_graph_backup_shape(tmp_path, store):
+    """Two sessions that name the same entities: one node each in the export, their shared
+    relation reinforced across sessions, and AGENT_MEMORY mini summaries readable by an import."""
+    both = "The RowSelectionModel depends on the RecordStore."
+    sessions = {
+        sid: [turn(sid, 0, both, mini_summary=f"{sid} mini"), turn(sid, 1, f"#42 in {sid}")] for sid in ("a", "b")
+    }
+    shared = {
+        "entities": [
+            {"name": "RowSelectionModel", "type": "CLASS", "description": "keeps the selection"},
+            {"name": "RecordStore", "type": "CLASS", "description": "holds records"},
+        ],
+        "relations": [{"source": "RowSelectionModel", "target": "RecordStore", "type": "DEPENDS_ON",
+                       "description": "reads records", "weight": 2.0}],
+    }  # fmt: skip
+    with ModelServer(script(graph=lambda received: Behaviour.reply(shared))) as server:
+        client = OpenAIChatClient(server.url, "fake-model")
+        for turns in sessions.values():
+            ledger = RunLedger(store, "r")
+            result = digest_session(turns, summary_row(turns), client, make_limits(), SMALL_MODEL, ledger)
+            store.write_graph(result.graph, run_id="r")
+    settings = dataclasses.replace(load_settings({"DIGEST_HOME": str(tmp_path)}), db_path=store.path)
+    out = export_graph(settings, str(tmp_path))
+    path = Path(out["path"])
+    assert path.name.startswith("graph-backup-") and path.suffix == ".jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    kinds = [line["type"] for line in lines]
+    assert kinds == ["node"] * out["nodes"] + ["edge"] * out["edges"]  # every node line first
+    shapes = {"node": {"id", "label", "properties"}, "edge": {"id", "source", "target", "type", "properties"}}
+    for line in lines:
+        assert set(line) == {"type", "data"} and set(line["data"]) == shapes[line["type"]]
+    nodes = {line["data"]["id"]: line["data"] for line in lines if line["type"] == "node"}
+    edges = {line["data"]["id"]: line["data"] for line in lines if line["type"] == "edge"}
+    assert all(isinstance(e["properties"]["weight"], float) for e in edges.values())
+    assert all(e["source"] in nodes and e["target"] in nodes for e in edges.values())  # no dangling edge
+    # Shared across the two sessions: one node each, the relation reinforced as a re-link.
+    assert [i for i in nodes if i.startswith("CLASS:")] == ["CLASS:recordstore", "CLASS:rowselectionmodel"]
+    assert nodes["issue-42"]["label"] == "ISSUE" and nodes["@neo-opus-ada"]["label"] == "AGENT"
+    relation = edges["CLASS:rowselectionmodel->CLASS:recordstore:DEPENDS_ON"]
+    assert relation["properties"]["weight"] == pytest.approx(reinforce(2.0, 2.0))
+    assert {"summary_a", "summary_b", "session:a", "session:b"} <= set(nodes)
+    # Loadable back: the AGENT_MEMORY lines carry the mini summaries an import reads.
+    minis = [parse_graph_line(line) for line in lines]
+    assert sorted(m["text"] for m in minis if m) == ["a mini", "b mini"]
+
+
+# --- the real embedded model -------------------------------------------------------------------------
+
+
+@pytest.mark.embedded
+def test_embedded_model_extraction_validates_and_lands_in_duckdb(store):
+    from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
+
+    turns = [
+        turn("grid-fix", 0, "RowSelectionModel kept selected rows by index; I changed it to keep record ids "
+                            "in onStoreSort() and added a test."),
+    ]  # fmt: skip
+    replies = []
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner, self.model = inner, inner.model
+
+        def chat(self, prompt, **kwargs):
+            replies.append(self.inner.chat(prompt, **kwargs))
+            return replies[-1]
+
+    # A short output cap keeps it fast; a reply cut there keeps its complete items.
+    policy = GraphPolicy(output_limit_tokens=128, timeout_s=170)
+    # One thread: on a shared 2-core host, llama.cpp's spinning thread barriers collapse when oversubscribed.
+    with EmbeddedServer(threads=1) as server:
+        client = Recording(OpenAIChatClient(server.url, MODEL_ALIAS, schema_style="json_object"))
+        result = digest_session(turns, summary_row(turns), client, make_limits(), policy, RunLedger(store, "embedded"))
+    assert result.failure is None, store.query("SELECT error_text FROM attempts").to_dict("records")
+    (reply,) = replies
+    parsed = parse_extraction(reply.text) if reply.finish_reason != "length" else salvage_cut_reply(reply.text)
+    assert isinstance(parsed, GraphExtraction) and parsed.entities
+    store.write_graph(result.graph, run_id="embedded")
+    labels = store.query("SELECT label, count(*) AS n FROM graph_nodes GROUP BY 1")
+    counts = dict(zip(labels["label"], labels["n"]))
+    assert counts["SESSION_SUMMARY"] == counts["SESSION"] == counts["AGENT_MEMORY"] == 1
+    entity_rows = store.query(
+        "SELECT label, properties->>'evidence' AS evidence FROM graph_nodes "
+        "WHERE label NOT IN ('SESSION_SUMMARY', 'SESSION', 'AGENT_MEMORY', 'AGENT', 'ISSUE')"
+    )
+    assert set(entity_rows["label"]) <= set(ENTITY_TYPES) and set(entity_rows["evidence"]) <= {"raw-turns"}
+    assert len(entity_rows) == result.graph.stats.entities
+    attempt = store.query("SELECT stage, outcome, prompt_tokens, completion_tokens FROM attempts").iloc[0]
+    assert (attempt["stage"], attempt["outcome"]) == ("graph", "ok") and attempt["completion_tokens"] > 0
+    assert store.digest_state("grid-fix").digest_state == "digested"
