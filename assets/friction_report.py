@@ -5,6 +5,8 @@ from pathlib import Path
 
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
 
+from assets.graph import session_graph
+from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import session_summaries
 from digest.friction_report import build_report, render_html, render_markdown
 from digest.settings import Settings
@@ -24,7 +26,8 @@ def build_friction_report_asset(settings: Settings) -> AssetsDefinition:
     """The asset, closed over the settings the definitions load with (the calibration needs the
     timeout): the model resource is not used, since binding it would start the embedded server."""
 
-    @asset(deps=[session_summaries], group_name="reports", kinds={"duckdb", "html"})
+    # It reads what these three leave in the ledger: attempts, friction, coverage, digest state.
+    @asset(deps=[turn_mini_summaries, session_summaries, session_graph], group_name="reports", kinds={"duckdb", "html"})
     def friction_report(context: AssetExecutionContext, store: DigestStoreResource) -> MaterializeResult:
         """Friction grouped by (asset, consumer, symptom) with the surfacing rule, the pre-routes and
         the model time they saved, timeouts, suspected truncation, the degraded share, mini-summary

@@ -9,22 +9,27 @@ surfacing rule, the calibration arithmetic and the rendering are tested without 
 - Calibration reads the server's own token counts in the attempt ledger: measured bytes per token,
   prompt and generation throughput per model, and the raw cap that keeps a raw call inside the
   summary timeout on this host, printed as the settings to adopt.
+- Pre-routes are read from the friction the router records when it keeps a raw prompt from the
+  model, so one whose degraded call then failed (no summary row) still counts.
 """
 
 from __future__ import annotations
 
 import html
 import math
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.settings import Settings
+from digest.synthesis import CONSUMER as SUMMARY_CONSUMER
 
 PROBABILISTIC_SURFACE_COUNT = 3
 SURFACING_WINDOW = timedelta(hours=1)
-PRE_ROUTE_REASONS = ("over-raw-cap", "over-safe-band")
+# The note `digest.synthesis` gives a raw prompt it kept from the model, naming the bound it was over.
+PRE_ROUTE_NOTE = re.compile(r"^pre-routed to the degraded summary: .* > (over-raw-cap|over-safe-band) ")
 # A raw call is planned to fill at most this share of the timeout: the rest absorbs a slow moment.
 TIMEOUT_HEADROOM = 0.9
 # Fewer calls than this with server token counts give no calibration for the model.
@@ -37,11 +42,6 @@ ERROR_CHARS = 160  # of the provider's error text, per friction group
 
 def _utc(stamp: datetime) -> datetime:
     return stamp.astimezone(timezone.utc)
-
-
-def is_timeout(attempt: dict) -> bool:
-    """Summary calls say `timeout`; mini-summary calls say which deadline: `timeout-inner` or `-outer`."""
-    return attempt["outcome"].startswith("timeout")
 
 
 def _when(stamp: datetime | None) -> str:
@@ -186,12 +186,9 @@ class ModelCalibration:
 
 
 def calibrate_model(model: str, attempts: list[dict], timeout_s: float) -> ModelCalibration | None:
-    """The calibration of one model from its successful calls that carry the server's counts."""
-    measured = [
-        a
-        for a in attempts
-        if a["model"] == model and a["outcome"] == "ok" and a.get("prompt_tokens") and a["duration_s"] > 0
-    ]
+    """The calibration of one model from its calls that carry the server's counts: every call the
+    server finished, an unparseable reply included (a timeout has no counts)."""
+    measured = [a for a in attempts if a["model"] == model and a.get("prompt_tokens") and a["duration_s"] > 0]
     if len(measured) < MIN_CALIBRATION_CALLS:
         return None
     fit = fit_call_seconds([(a["prompt_tokens"], a.get("completion_tokens") or 0, a["duration_s"]) for a in measured])
@@ -229,6 +226,11 @@ def adopt_lines(calibration: ModelCalibration) -> str:
 # --- the other figures --------------------------------------------------------------------------
 
 
+def is_timeout(attempt: dict) -> bool:
+    """Summary calls say `timeout`; mini-summary calls say which deadline: `timeout-inner` or `-outer`."""
+    return attempt["outcome"].startswith("timeout")
+
+
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile with linear interpolation (numpy's default); 0 for no values."""
     if not values:
@@ -239,9 +241,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def pre_route_reason(event: dict) -> str | None:
+    """`over-raw-cap` or `over-safe-band` when the event is the router keeping a raw summary prompt
+    from the model; None for any other friction (a compact prompt over budget included)."""
+    if event["consumer"] != SUMMARY_CONSUMER or event["symptom"] != "size-precheck-skip":
+        return None
+    match = PRE_ROUTE_NOTE.match(event.get("note") or "")
+    return match.group(1) if match else None
+
+
 @dataclass(frozen=True)
 class PreRoutes:
-    """Sessions whose raw prompt was routed to the degraded summary before any model call."""
+    """Raw summary prompts routed to the degraded summary before any model call."""
 
     count: int
     by_reason: dict[str, int]
@@ -250,24 +261,22 @@ class PreRoutes:
     unpriced: int  # pre-routes whose model has no calibration yet, left out of the seconds
 
 
-def pre_routes(
-    summaries: list[dict], calibrations: dict[str, ModelCalibration | None], bytes_per_token: float, timeout_s: float
-) -> PreRoutes:
-    routed = [s for s in summaries if s["route_reason"] in PRE_ROUTE_REASONS]
+def pre_routes(events: list[dict], calibrations: dict[str, ModelCalibration | None], timeout_s: float) -> PreRoutes:
+    routed = [(e, reason) for e in events if (reason := pre_route_reason(e))]
     seconds, unpriced = 0.0, 0
-    for summary in routed:
-        calibration = calibrations.get(summary["model"])
+    for event, _ in routed:
+        calibration = calibrations.get(event["model"])
         if calibration is None:
             unpriced += 1
             continue
-        # The estimate counts bytes / the configured ratio; the server counts bytes / the measured one.
-        real_tokens = summary["raw_tokens_estimate"] * bytes_per_token / calibration.bytes_per_token
+        # The prompt's bytes at the measured bytes per token: the tokens the server would have counted.
+        real_tokens = event["input_bytes"] / calibration.bytes_per_token
         # A raw call that ran longer than the timeout would have been cut off there.
         seconds += min(real_tokens * calibration.seconds_per_prompt_token, timeout_s)
     return PreRoutes(
         count=len(routed),
-        by_reason=dict(Counter(s["route_reason"] for s in routed)),
-        tokens_avoided=sum(s["raw_tokens_estimate"] for s in routed),
+        by_reason=dict(Counter(reason for _, reason in routed)),
+        tokens_avoided=sum(e["input_tokens_estimate"] for e, _ in routed),
         model_seconds_avoided=seconds,
         unpriced=unpriced,
     )
@@ -336,7 +345,7 @@ class FrictionReport:
     tiers: dict[str, int]
     route_reasons: dict[str, int]
     mini_coverage: dict | None  # {"turns", "imported", "generated"}; None: no mini summaries yet
-    undigestible: list[dict] | None  # None: the store has no digest state yet
+    undigestible: list[dict]  # {"session_id", "reason", "attempts", "updated_at"}
     series: list[Bucket]
     call_seconds: list[float] = field(repr=False)
 
@@ -371,7 +380,7 @@ def build_report(
     summaries: list[dict],
     settings: Settings,
     mini_coverage: dict | None = None,
-    undigestible: list[dict] | None = None,
+    undigestible: list[dict] = (),
 ) -> FrictionReport:
     groups = group_friction(events)
     calibrations = calibrate(attempts, settings.summary_timeout_s)
@@ -383,7 +392,7 @@ def build_report(
         symptoms=rollup_by_symptom(groups),
         calibrations=calibrations,
         current_model=newest_first[0]["model"] if newest_first else None,
-        pre_routes=pre_routes(summaries, calibrations, settings.bytes_per_token, settings.summary_timeout_s),
+        pre_routes=pre_routes(events, calibrations, settings.summary_timeout_s),
         timeouts=[a for a in newest_first if is_timeout(a)],
         truncations=[a for a in newest_first if a["suspected_truncation"]],
         slowest=sorted(attempts, key=lambda a: a["duration_s"], reverse=True)[:SLOWEST_CALLS],
@@ -392,7 +401,7 @@ def build_report(
         tiers=dict(sorted(Counter(s["source_tier"] for s in summaries).items())),
         route_reasons=dict(sorted(Counter(s["route_reason"] for s in summaries).items())),
         mini_coverage=mini_coverage if mini_coverage and mini_coverage["imported"] + mini_coverage["generated"] else None,
-        undigestible=undigestible,
+        undigestible=list(undigestible),
         series=activity_series(events, attempts),
         call_seconds=[a["duration_s"] for a in attempts],
     )
@@ -508,8 +517,8 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
     pre_route = Section(
         "Pre-routes",
         [
-            f"{_count(routes.count, 'session')} routed to the degraded summary before any raw call ({reasons}); "
-            f"{routes.tokens_avoided} raw prompt tokens (estimated) never reached the model, about "
+            f"{_count(routes.count, 'raw summary prompt')} routed to the degraded summary before any model call "
+            f"({reasons}); {routes.tokens_avoided} prompt tokens (estimated) never reached the model, about "
             f"{_seconds(routes.model_seconds_avoided)} of model time at the measured prompt throughput "
             f"(each capped at the {s.summary_timeout_s:g} s timeout)"
             + (f"; {routes.unpriced} with an uncalibrated model are not priced." if routes.unpriced else "."),
@@ -537,17 +546,14 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         ["Calls whose server counted under 40% of the estimated prompt tokens: the server most likely cut the prompt."],
         "None.",
     )  # fmt: skip
-    if report.undigestible is None:
-        undigestible = Section("Undigestible sessions", ["None yet: the store has no digest state."])
-    else:
-        undigestible = _table_section(
-            "Undigestible sessions",
-            ["session", "reason"],
-            [[u["session_id"], u.get("reason") or ""] for u in report.undigestible],
-            max_rows,
-            [],
-            "None.",
-        )
+    undigestible = _table_section(
+        "Undigestible sessions",
+        ["session", "defer reason", "attempts", "since"],
+        [[u["session_id"], u["reason"] or "", str(u["attempts"]), _when(u["updated_at"])] for u in report.undigestible],
+        max_rows,
+        ["Out of the graph cadence at their current turns, until an operator runs session-digest reset-digest."],
+        "None.",
+    )
     tiers = ", ".join(f"{n} {tier}" for tier, n in report.tiers.items()) or "no summaries yet"
     reasons_made = ", ".join(f"{n} {reason}" for reason, n in report.route_reasons.items()) or "none"
     degraded = Section(
@@ -593,7 +599,7 @@ def calibration_section(report: FrictionReport, max_rows: int) -> Section:
              f"{per_s:.1f}" if per_s else "not separable", str(c.answer_tokens), str(c.raw_cap_tokens)]
         )  # fmt: skip
     lead = [
-        "From the server's own token counts in the attempt ledger (successful calls): bytes per token, and "
+        "From the server's own token counts in the attempt ledger (every call the server finished): bytes per token, and "
         "seconds = prompt tokens / prompt throughput + answer tokens / answer throughput, fitted per model. "
         f"The cap is the largest raw prompt that, with the longest answer seen, fills at most "
         f"{TIMEOUT_HEADROOM:.0%} of the {s.summary_timeout_s:g} s summary timeout."
@@ -676,9 +682,12 @@ def render_chart(series: list[Bucket]) -> str:
 
 
 HTML_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 72rem; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; }
+p { max-width: 72rem; }
 table { border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.9rem; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; vertical-align: top; }
+td { white-space: nowrap; }
+td:last-child { white-space: normal; min-width: 24rem; }
 th { background: #f3f3f3; }
 pre { background: #f6f6f6; padding: 0.75rem; }
 .empty { color: #666; }

@@ -1,18 +1,21 @@
-"""Asset checks on the store's invariants, over every stored summary.
+"""Asset checks on the store's invariants, over the whole store.
 
-Each check is a plain rule on one summary row (tested on its own) wrapped in an `@asset_check`
-that reads the rows and reports the violations. They run in the hourly `report_friction` job and
-on demand from the UI, not in the per-session runs, where a whole-store scan would repeat per run.
+Each check is a plain rule on one row (or one session's graph), tested on its own, wrapped in an
+`@asset_check` that reads the store and lists the violations. Dagster runs a check after each
+materialization of its asset (the jobs select it with the asset), in the hourly `report_friction`
+job, and on demand from the asset's Checks tab.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 from dagster import AssetCheckResult, MetadataValue, asset_check
 from pydantic import ValidationError
 
+from assets.graph import session_graph
 from assets.sessions import session_summaries
+from digest.graph import grounded
 from digest.summary_output import SessionSummaryOutput
 from resources.bindings import DigestStoreResource
 
@@ -20,6 +23,11 @@ SOURCE_TIERS = ("raw", "miniSummary", "truncatedRaw")
 ROUTE_REASONS = ("within-cap", "over-raw-cap", "over-safe-band", "raw-timeout")
 OUTPUT_FIELDS = tuple(SessionSummaryOutput.model_fields)
 EXAMPLES = 20  # violations listed in the check's metadata
+# What `digest.graph` builds from stored rows rather than from extraction: the summary, session,
+# turns, agents and issues, and the edges between them. Everything else is evidence.
+PROVENANCE_LABELS = frozenset({"SESSION_SUMMARY", "SESSION", "AGENT_MEMORY", "AGENT", "ISSUE"})
+PROVENANCE_EDGES = frozenset({"ORIGINATES_IN", "AUTHORED_BY", "DISCUSSED_IN"})
+RAW_EVIDENCE = "raw-turns"
 
 
 def provenance_problems(row: dict) -> list[str]:
@@ -72,8 +80,34 @@ def schema_problems(row: dict) -> list[str]:
     return []
 
 
-def check_rows(rows: list[dict], rule: Callable[[dict], list[str]]) -> AssetCheckResult:
-    violations = [(row["session_id"], problems) for row in rows if (problems := rule(row))]
+def graph_evidence_problems(graph: dict) -> list[str]:
+    """Entities and relations of one session's graph that its raw turns do not ground: each must say
+    it came from the raw turns and, for an entity, be named there (the rule `digest.graph` applies
+    when it builds the graph), so a word found only in the summary text is caught."""
+    raw_folded = graph["raw_text"].casefold()
+    problems = []
+    for node in graph["nodes"]:
+        if node["label"] in PROVENANCE_LABELS:
+            continue
+        name, evidence = str(node["properties"].get("name") or ""), node["properties"].get("evidence")
+        if evidence != RAW_EVIDENCE:
+            problems.append(f"{node['label']} {name!r} has evidence {evidence!r}")
+        elif not grounded(name, raw_folded):
+            problems.append(f"{node['label']} {name!r} is named nowhere in the raw turns")
+    for edge in graph["edges"]:
+        evidence = edge["properties"].get("evidence")
+        if edge["type"] not in PROVENANCE_EDGES and evidence != RAW_EVIDENCE:
+            problems.append(f"edge {edge['id']} has evidence {evidence!r}")
+    return problems
+
+
+def check_rows(rows: Iterable[dict], rule: Callable[[dict], list[str]], what: str = "summaries") -> AssetCheckResult:
+    """The rule over every row (read one at a time), its violations listed by session."""
+    checked, violations = 0, []
+    for row in rows:
+        checked += 1
+        if problems := rule(row):
+            violations.append((row["session_id"], problems))
     table = "\n".join(
         f"| {session_id} | {'; '.join(problems).replace('|', '/')} |" for session_id, problems in violations[:EXAMPLES]
     )
@@ -81,7 +115,7 @@ def check_rows(rows: list[dict], rule: Callable[[dict], list[str]]) -> AssetChec
     return AssetCheckResult(
         passed=not violations,
         metadata={
-            "summaries_checked": len(rows),
+            f"{what}_checked": checked,
             "violations": len(violations),
             "examples": MetadataValue.md(
                 f"| session | problems |\n|---|---|\n{table}{more}" if violations else "no violations"
@@ -108,4 +142,20 @@ def summaries_match_output_schema(store: DigestStoreResource) -> AssetCheckResul
     return check_rows(store.store().summary_rows(), schema_problems)
 
 
-store_checks = [summaries_have_complete_provenance, no_raw_summary_over_its_cap, summaries_match_output_schema]
+@asset_check(
+    asset=session_graph,
+    description="No graph evidence drawn from a degraded summary's text: every entity and relation in the graph "
+    "of a session with a degraded summary is grounded in its raw turns.",
+)
+def graph_evidence_from_raw_turns_only(store: DigestStoreResource) -> AssetCheckResult:
+    db = store.store()
+    graphs = ({"session_id": sid, **db.graph_evidence(sid)} for sid in db.degraded_graph_sessions())
+    return check_rows(graphs, graph_evidence_problems, what="degraded_session_graphs")
+
+
+store_checks = [
+    summaries_have_complete_provenance,
+    no_raw_summary_over_its_cap,
+    summaries_match_output_schema,
+    graph_evidence_from_raw_turns_only,
+]

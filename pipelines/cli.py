@@ -128,9 +128,10 @@ def _record_summaries(instance, rows: list[dict], note: str) -> int:
 
 def recover_interrupted_runs(instance, store) -> list[str]:
     """Summary runs this host's CLI started whose process is gone (killed mid-sweep). Dagster would
-    show them running for ever, the sensor would never relaunch their partitions, and their leases
-    would hold their sessions until they expire. Each is marked failed, and a summary it wrote
-    before dying is recorded as materialized. Returns their run ids."""
+    show them running for ever, the sensor would never relaunch their partitions, their leases would
+    hold their sessions until they expire, and their `model` pool slot would block every other run.
+    Each is marked failed and its slot freed, and a summary it wrote before dying is recorded as
+    materialized. Returns their run ids."""
     from dagster import AssetKey, DagsterEventType, RunsFilter
 
     from pipelines.sensors import IN_FLIGHT
@@ -147,6 +148,9 @@ def recover_interrupted_runs(instance, store) -> list[str]:
         if run.run_id in written and not said_so:
             _record_summaries(instance, [written[run.run_id]], f"written by run {run.run_id}, whose process died")
         instance.report_run_failed(run, message=f"process {run.tags['digest/pid']} on {host} is gone: the run was killed")
+        # Its slot in the `model` pool too (as Dagster's daemon does for ended runs): held by a dead
+        # run, it would block every later summary run for ever.
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
     return [run.run_id for run in dead]
 
 

@@ -856,24 +856,15 @@ class DigestStore:
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 
-    def has_tables(self, *names: str) -> bool:
-        with self.connect() as con:
-            found = con.execute(
-                "SELECT count(DISTINCT table_name) FROM information_schema.tables WHERE table_name IN "
-                "(SELECT unnest(?::VARCHAR[]))",
-                [list(names)],
-            ).fetchone()[0]
-        return found == len(set(names))
-
     def friction_report_rows(self) -> dict:
-        """What the friction report reads, in one connection: events, attempts, summaries, coverage,
-        and undigestible sessions (None until the store has a digest state)."""
+        """What the friction report reads, in one connection: events, attempts, summaries, mini-summary
+        coverage and undigestible sessions."""
         with self.connect() as con:
             rows = {
                 "events": self._records(
                     con,
-                    "SELECT occurred_at, asset_ref, consumer, symptom, suggestion_kind, note, error_text "
-                    "FROM friction_events ORDER BY occurred_at",
+                    "SELECT occurred_at, asset_ref, consumer, model, symptom, suggestion_kind, input_bytes, "
+                    "input_tokens_estimate, note, error_text FROM friction_events ORDER BY occurred_at",
                 ),
                 "attempts": self._records(
                     con,
@@ -882,8 +873,7 @@ class DigestStore:
                 ),
                 "summaries": self._records(
                     con,
-                    "SELECT session_id, source_tier, degraded, route_reason, raw_tokens_estimate, raw_cap_tokens, "
-                    "model FROM session_summaries",
+                    "SELECT session_id, source_tier, degraded, route_reason FROM session_summaries",
                 ),
                 "mini_coverage": self._records(
                     con,
@@ -892,32 +882,44 @@ class DigestStore:
                     "FROM turns t LEFT JOIN mini_summaries m ON m.turn_id = t.id",
                 )[0],
             }
-            # The digest state is a later addition: any table with session_id and digest_state columns.
-            state_tables = [
-                r[0]
-                for r in con.execute(
-                    "SELECT table_name FROM information_schema.columns WHERE column_name IN ('session_id', "
-                    "'digest_state') GROUP BY table_name HAVING count(DISTINCT column_name) = 2 ORDER BY 1"
-                ).fetchall()
-            ]
-            rows["undigestible"] = None
-            if state_tables:
-                table = state_tables[0]
-                columns = {r[0] for r in con.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
-                ).fetchall()}  # fmt: skip
-                reason = "defer_reason" if "defer_reason" in columns else "NULL"
-                rows["undigestible"] = self._records(
-                    con,
-                    f'SELECT session_id, {reason} AS reason FROM "{table}" '
-                    "WHERE digest_state = 'undigestible' ORDER BY session_id",
-                )
+            # Undigestible at the session's current turns: new turns make a session digestible again.
+            rows["undigestible"] = self._records(
+                con,
+                "SELECT d.session_id, d.defer_reason AS reason, d.attempts, d.updated_at FROM digest_state d "
+                "JOIN sessions s ON s.session_id = d.session_id AND s.input_revision = d.revision "
+                "WHERE d.digest_state = 'undigestible' ORDER BY d.updated_at DESC",
+            )
         return rows
 
     def summary_rows(self) -> list[dict]:
         """Every stored summary, every column: what the asset checks validate."""
         with self.connect() as con:
             return self._records(con, "SELECT * FROM session_summaries ORDER BY session_id")
+
+    def degraded_graph_sessions(self) -> list[str]:
+        """Sessions with a graph whose summary is degraded: where summary text could leak into it."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT DISTINCT g.session_id FROM graph_nodes g JOIN session_summaries s USING (session_id) "
+                "WHERE s.degraded ORDER BY 1"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def graph_evidence(self, session_id: str) -> dict:
+        """One session's raw turn text and its graph's nodes and edges (properties parsed)."""
+        with self.connect() as con:
+            documents = con.execute("SELECT document FROM turns WHERE session_id = ?", [session_id]).fetchall()
+            nodes = con.execute(
+                "SELECT id, label, properties FROM graph_nodes WHERE session_id = ?", [session_id]
+            ).fetchall()
+            edges = con.execute(
+                "SELECT id, type, properties FROM graph_edges WHERE session_id = ?", [session_id]
+            ).fetchall()
+        return {
+            "raw_text": "\n".join(d[0] for d in documents),
+            "nodes": [{"id": i, "label": label, "properties": json.loads(props)} for i, label, props in nodes],
+            "edges": [{"id": i, "type": kind, "properties": json.loads(props)} for i, kind, props in edges],
+        }
 
     # --- archive and cache ---
 

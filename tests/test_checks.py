@@ -1,11 +1,17 @@
-"""The asset checks: each passes on summaries the real synthesis made and fails on a crafted violation."""
+"""The asset checks: each passes on what the real synthesis and graph code stored, and fails on a
+crafted violation (and only that check does)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from digest.graph import GraphPolicy, digest_session
+from digest.ingest import ingest_paths
 from digest.synthesis import summarize_session
 from pipelines.checks import (
+    graph_evidence_from_raw_turns_only,
     no_raw_summary_over_its_cap,
     raw_cap_problems,
     store_checks,
@@ -15,27 +21,46 @@ from pipelines.checks import (
 from resources.bindings import DigestStoreResource
 from resources.model_clients import OpenAIChatClient
 from resources.store import DigestStore, RunLedger
+from tests.bundles import write_bundle
 from tests.conftest import make_limits, make_turns
-from tests.model_server import ModelServer
+from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
+
+# "auth.py" is in the model's summary (GOOD_SUMMARY) and nowhere in the raw turns; "Row.mjs" is in both.
+assert "auth.py" in GOOD_SUMMARY["summary"]
+EXTRACTION = {
+    "entities": [
+        {"name": "Row.mjs", "type": "FILE", "description": "the grid row"},
+        {"name": "auth.py", "type": "FILE", "description": "named only in the summary"},
+    ],
+    "relations": [{"source": "Row.mjs", "target": "auth.py", "type": "DEPENDS_ON", "description": "d", "weight": 1.0}],
+}
 
 
 @pytest.fixture(scope="module")
 def clean_store(tmp_path_factory) -> DigestStore:
-    """One summary per source tier, made by the real synthesis over real HTTP (raw cap 2000)."""
-    store = DigestStore(tmp_path_factory.mktemp("clean") / "digest.duckdb")
+    """One summary per source tier (raw cap 2000), and the degraded sessions' graphs, all made by
+    the real code over real HTTP."""
+    folder = tmp_path_factory.mktemp("clean")
+    store = DigestStore(folder / "digest.duckdb")
     store.migrate()
-    sessions = {
-        "small": make_turns("small", 3),  # raw
-        "big": make_turns("big", 40, doc_bytes=400, minis=40),  # miniSummary
-        "bare": make_turns("bare", 40, doc_bytes=400),  # truncatedRaw
-    }
-    with ModelServer() as server:
-        client = OpenAIChatClient(server.url, "fake-model")
-        for turns in sessions.values():
-            result = summarize_session(turns, client, make_limits(), RunLedger(store, "run-1"))
+    turns = make_turns("small", 3) + make_turns("big", 40, doc_bytes=400, minis=40) + make_turns("bare", 40, doc_bytes=400)
+    ingest_paths([write_bundle(folder / "bundle", turns)], store)
+    with ModelServer() as summaries, ModelServer(lambda _: Behaviour.reply(EXTRACTION)) as extraction:
+        for session_id in ("small", "big", "bare"):  # raw, miniSummary, truncatedRaw
+            client = OpenAIChatClient(summaries.url, "fake-model")
+            result = summarize_session(store.load_turns([session_id]), client, make_limits(), RunLedger(store, "run-1"))
             store.write_summary(result.summary, run_id="run-1")
+        for session_id in ("big", "bare"):
+            client = OpenAIChatClient(extraction.url, "fake-model")
+            digest = digest_session(
+                store.load_turns([session_id]), store.summary_row(session_id), client, make_limits(),
+                GraphPolicy(output_limit_tokens=1024), RunLedger(store, "run-2"),
+            )  # fmt: skip
+            store.write_graph(digest.graph, run_id="run-2")
     tiers = store.query("SELECT session_id, source_tier FROM session_summaries ORDER BY 1")
     assert tiers.values.tolist() == [["bare", "truncatedRaw"], ["big", "miniSummary"], ["small", "raw"]]
+    entities = store.query("SELECT session_id, properties->>'name' AS name FROM graph_nodes WHERE label = 'FILE'")
+    assert sorted(entities.values.tolist()) == [["bare", "Row.mjs"], ["big", "Row.mjs"]]  # auth.py was dropped
     return store
 
 
@@ -52,31 +77,61 @@ def _run_checks(store: DigestStore) -> dict:
     return {check.check_key.name: check(store=resource) for check in store_checks}
 
 
-def test_every_check_passes_on_clean_summaries(store):
-    for name, result in _run_checks(store).items():
-        assert result.passed, name
-        assert result.metadata["summaries_checked"].value == 3
-        assert result.metadata["violations"].value == 0
+def test_every_check_passes_on_what_the_real_code_stored(store):
+    results = _run_checks(store)
+    failed = {name: result.metadata["examples"].value for name, result in results.items() if not result.passed}
+    assert not failed
+    assert all(result.metadata["violations"].value == 0 for result in results.values())
+    assert results["summaries_match_output_schema"].metadata["summaries_checked"].value == 3
+    graphs = results["graph_evidence_from_raw_turns_only"].metadata["degraded_session_graphs_checked"]
+    assert graphs.value == 2
+
+
+def _props(**values) -> str:
+    return json.dumps(values)
 
 
 VIOLATIONS = [
-    (summaries_have_complete_provenance, "big", "degraded = false", "contradicts source_tier 'miniSummary'"),
-    (summaries_have_complete_provenance, "small", "run_id = NULL", "run_id is empty"),
-    (summaries_have_complete_provenance, "small", "route_reason = 'over-raw-cap'", "contradicts source_tier 'raw'"),
-    (summaries_have_complete_provenance, "bare", "mini_summary_count = 3", "truncatedRaw although turns had mini"),
-    (summaries_have_complete_provenance, "big", "input_revision = 'r1'", "not a sha256 revision"),
-    (no_raw_summary_over_its_cap, "small", "raw_tokens_estimate = raw_cap_tokens + 1", "over the raw cap 2000"),
-    (summaries_match_output_schema, "small", "quality = 150", "quality: Input should be less than or equal to 100"),
-    (summaries_match_output_schema, "big", "title = 'one two three four five six seven eight nine ten eleven'",
-     "title has 11 words"),
-    (summaries_match_output_schema, "bare", "category = 'chitchat'", "category: Input should be"),
+    (summaries_have_complete_provenance, "big", "UPDATE session_summaries SET degraded = false WHERE session_id = ?",
+     "contradicts source_tier 'miniSummary'"),
+    (summaries_have_complete_provenance, "small", "UPDATE session_summaries SET run_id = NULL WHERE session_id = ?",
+     "run_id is empty"),
+    (summaries_have_complete_provenance, "small",
+     "UPDATE session_summaries SET route_reason = 'over-raw-cap' WHERE session_id = ?", "contradicts source_tier 'raw'"),
+    (summaries_have_complete_provenance, "bare",
+     "UPDATE session_summaries SET mini_summary_count = 3 WHERE session_id = ?", "truncatedRaw although turns had mini"),
+    (summaries_have_complete_provenance, "big", "UPDATE session_summaries SET input_revision = 'r1' WHERE session_id = ?",
+     "not a sha256 revision"),
+    (no_raw_summary_over_its_cap, "small",
+     "UPDATE session_summaries SET raw_tokens_estimate = raw_cap_tokens + 1 WHERE session_id = ?",
+     "over the raw cap 2000"),
+    (summaries_match_output_schema, "small", "UPDATE session_summaries SET quality = 150 WHERE session_id = ?",
+     "quality: Input should be less than or equal to 100"),
+    (summaries_match_output_schema, "big",
+     "UPDATE session_summaries SET title = 'one two three four five six seven eight nine ten eleven' "
+     "WHERE session_id = ?", "title has 11 words"),
+    (summaries_match_output_schema, "bare", "UPDATE session_summaries SET category = 'chitchat' WHERE session_id = ?",
+     "category: Input should be"),
+    # The summary's own word, planted in the graph as if it had been extracted from the turns.
+    (graph_evidence_from_raw_turns_only, "big",
+     "INSERT INTO graph_nodes VALUES (?, 'file:auth.py', 'FILE', "
+     f"'{_props(name='auth.py', evidence='raw-turns')}', 'sha256:x', NULL, now())",
+     "FILE 'auth.py' is named nowhere in the raw turns"),
+    (graph_evidence_from_raw_turns_only, "bare",
+     "INSERT INTO graph_nodes VALUES (?, 'concept:grid', 'CONCEPT', "
+     f"'{_props(name='grid', evidence='summary')}', 'sha256:x', NULL, now())",
+     "CONCEPT 'grid' has evidence 'summary'"),
+    (graph_evidence_from_raw_turns_only, "big",
+     "INSERT INTO graph_edges VALUES (?, 'a->b:DEPENDS_ON', 'a', 'b', 'DEPENDS_ON', "
+     f"'{_props(weight=1.0)}', 'sha256:x', NULL, now())",
+     "edge a->b:DEPENDS_ON has evidence None"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("check", "session_id", "assignment", "problem"), VIOLATIONS)
-def test_each_check_fails_on_its_crafted_violation_and_only_that_check(store, check, session_id, assignment, problem):
+@pytest.mark.parametrize(("check", "session_id", "sql", "problem"), VIOLATIONS)
+def test_each_check_fails_on_its_crafted_violation_and_only_that_check(store, check, session_id, sql, problem):
     with store.connect() as con:
-        con.execute(f"UPDATE session_summaries SET {assignment} WHERE session_id = ?", [session_id])
+        con.execute(sql, [session_id])
     results = _run_checks(store)
     failed = results.pop(check.check_key.name)
     assert not failed.passed

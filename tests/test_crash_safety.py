@@ -4,6 +4,7 @@ CLI in a subprocess, as a user runs it."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -27,6 +28,7 @@ from digest.model_api import ModelError
 from digest.settings import SettingsError, load_settings
 from digest.summary_output import response_json_schema
 from digest.synthesis import summarize_session
+from pipelines.cli import INSTANCE_CONFIG
 from pipelines.definitions import build_definitions
 from resources.bindings import ChatModelResource
 from resources.model_clients import OpenAIChatClient
@@ -154,10 +156,14 @@ def _dead_pid() -> int:
 
 
 def _killed_run(instance, settings, key: str):
-    """A summary run as a CLI sweep left it when SIGKILL hit: started, never ended, its process gone."""
+    """A summary run as a CLI sweep left it when SIGKILL hit: started, never ended, its process gone,
+    its step still holding the `model` pool's one slot."""
     job = build_definitions(settings).resolve_job_def("summarize_sessions")
     tags = {"dagster/partition": key, "digest/sweep": "cli", "digest/host": socket.gethostname(), "digest/pid": str(_dead_pid())}
-    return instance.create_run_for_job(job, tags=tags, status=DagsterRunStatus.STARTED)
+    run = instance.create_run_for_job(job, tags=tags, status=DagsterRunStatus.STARTED)
+    instance.event_log_storage.initialize_concurrency_limit_to_default("model")
+    instance.event_log_storage.claim_concurrency_slot("model", run.run_id, "session_summaries")
+    return run
 
 
 def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
@@ -172,6 +178,7 @@ def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
         ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)
         model = build_definitions(settings).resources["model"]
         (home / "dagster").mkdir(parents=True)
+        (home / "dagster" / "dagster.yaml").write_text(INSTANCE_CONFIG)  # the pool limit of 1, as the CLI writes it
         instance = DagsterInstance.from_config(str(home / "dagster"))
         runs = {}
         for key in ("staged", "written"):
@@ -183,6 +190,7 @@ def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
             )
             if key == "written":
                 store.write_summary(result.summary, run_id=runs[key].run_id)
+        assert instance.event_log_storage.get_concurrency_info("model").active_slot_count == 1
         instance.dispose()
     assert store.staged_summary_keys() == ["staged"]
 
@@ -201,6 +209,7 @@ def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
     try:
         assert all(instance.get_run_by_id(r.run_id).status == DagsterRunStatus.FAILURE for r in runs.values())
         assert instance.get_materialized_partitions(AssetKey("session_summaries")) == {"staged", "written"}
+        assert instance.event_log_storage.get_concurrency_info("model").active_slot_count == 0
     finally:
         instance.dispose()
     assert store.pending_summary_keys() == [] and store.staged_summary_keys() == []
@@ -276,7 +285,12 @@ def test_a_sweep_killed_at_random_points_loses_no_summary_and_duplicates_none(tm
     rng = random.Random(20261129)
     home = tmp_path / "home"
     model = RecordingModel(rng)
-    turns = [t for i in range(SESSIONS) for t in make_turns(f"s{i:02d}", 2, minis=2)]
+    # Distinct documents: sessions with the same prompt would share one cached reply.
+    turns = [
+        dataclasses.replace(t, document=f"{t.document} ({t.session_id})")
+        for i in range(SESSIONS)
+        for t in make_turns(f"s{i:02d}", 2, minis=2)
+    ]
     settings = load_settings({"DIGEST_HOME": str(home)})
     store = _store(settings.db_path)
     ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)

@@ -35,16 +35,26 @@ T0 = datetime(2026, 11, 20, 9, 0, tzinfo=timezone.utc)
 SETTINGS = load_settings({"DIGEST_MODEL_PROVIDER": "openai"})
 
 
-def event(symptom: str, minutes: float, asset_ref: str = "s1", consumer: str = "session_summaries", note: str = "n") -> dict:
+def event(symptom: str, minutes: float, asset_ref: str = "s1", consumer: str = "session_summaries", note: str = "n",
+          model: str = "qwen", input_bytes: int = 3000) -> dict:  # fmt: skip
     return {
         "occurred_at": T0 + timedelta(minutes=minutes),
         "asset_ref": asset_ref,
         "consumer": consumer,
+        "model": model,
         "symptom": symptom,
         "suggestion_kind": "unknown",
+        "input_bytes": input_bytes,
+        "input_tokens_estimate": input_bytes // 3,
         "note": note,
         "error_text": None,
     }
+
+
+def pre_route(minutes: float, input_bytes: int, bound: str = "over-raw-cap", model: str = "qwen") -> dict:
+    """The event `digest.synthesis` records when it keeps a raw prompt from the model."""
+    note = f"pre-routed to the degraded summary: raw estimate {input_bytes // 3} tokens > {bound} 8192"
+    return event("size-precheck-skip", minutes, note=note, model=model, input_bytes=input_bytes)
 
 
 def attempt(prompt_tokens, completion_tokens, seconds, model="qwen", outcome="ok", minutes=0.0, **extra) -> dict:
@@ -116,14 +126,14 @@ def test_calibration_recovers_the_throughput_of_a_ledger_with_known_counts():
     # 50 prompt tokens/s and 10 answer tokens/s exactly; 4.6 bytes a token.
     ledger = [attempt(p, c, p / 50 + c / 10) for p, c in [(1000, 100), (2000, 200), (4000, 150), (3000, 50)]]
     ledger += [
+        attempt(500, 10, 500 / 50 + 10 / 10, outcome="parse-failure"),  # the server finished it: a measurement
         attempt(None, None, 180.0, outcome="timeout"),  # no server counts: not a measurement
-        attempt(500, 10, 99.0, outcome="parse-failure"),  # failed calls are not measurements either
         attempt(800, 80, 1.0, model="other"),  # another model, too few calls
     ]
     calibrations = calibrate(ledger, timeout_s=180.0)
     assert calibrations["other"] is None
     qwen = calibrations["qwen"]
-    assert qwen.calls == 4
+    assert qwen.calls == 5
     assert qwen.bytes_per_token == pytest.approx(4.6, abs=0.001)
     assert qwen.prompt_tokens_per_s == pytest.approx(50.0)
     assert qwen.completion_tokens_per_s == pytest.approx(10.0)
@@ -142,20 +152,22 @@ def test_calibration_charges_the_whole_call_to_the_prompt_when_it_cannot_separat
     assert calibration.raw_cap_tokens == 5400  # 162 s at 33.3 tokens/s: smaller than the truth, never larger
 
 
-def test_pre_routes_price_the_raw_tokens_never_sent():
+def test_pre_routes_price_the_raw_prompts_never_sent():
     ledger = [attempt(p, 0, p / 100) for p in (1000, 2000, 3000)]  # 100 tokens/s, 4.6 bytes a token
     calibrations = calibrate(ledger, timeout_s=180.0)
-    summaries = [
-        {"route_reason": "over-raw-cap", "raw_tokens_estimate": 4600, "model": "qwen"},  # 3000 real tokens: 30 s
-        {"route_reason": "over-safe-band", "raw_tokens_estimate": 92000, "model": "qwen"},  # 600 s, capped at 180
-        {"route_reason": "over-raw-cap", "raw_tokens_estimate": 9000, "model": "unmeasured"},
-        {"route_reason": "within-cap", "raw_tokens_estimate": 100, "model": "qwen"},
-        {"route_reason": "raw-timeout", "raw_tokens_estimate": 1900, "model": "qwen"},  # it was sent
+    events = [
+        pre_route(0, input_bytes=13800),  # 3000 real tokens: 30 s
+        pre_route(1, input_bytes=276000, bound="over-safe-band"),  # 600 s, but a call ends at the 180 s timeout
+        pre_route(2, input_bytes=27000, model="unmeasured"),
+        # A compact prompt over budget, another consumer's pre-check, a failed raw call: not pre-routes.
+        event("size-precheck-skip", 3, note="tier=miniSummary: compact input over the prompt budget 6144"),
+        event("size-precheck-skip", 4, consumer="session_graph", note="no graph call: 70 chunks"),
+        event("timeout", 5, note="tier=raw"),
     ]
-    routes = pre_routes(summaries, calibrations, bytes_per_token=3.0, timeout_s=180.0)
+    routes = pre_routes(events, calibrations, timeout_s=180.0)
     assert routes.count == 3
     assert routes.by_reason == {"over-raw-cap": 2, "over-safe-band": 1}
-    assert routes.tokens_avoided == 4600 + 92000 + 9000
+    assert routes.tokens_avoided == (13800 + 276000 + 27000) // 3
     assert routes.model_seconds_avoided == pytest.approx(30.0 + 180.0)
     assert routes.unpriced == 1
 
@@ -176,7 +188,6 @@ def test_the_report_renders_with_no_events():
     assert numbers["p95_call_seconds"] == 0.0 and numbers["tokens_avoided"] == 0
     markdown = render_markdown(report)
     assert "No friction recorded yet." in markdown
-    assert "None yet: the store has no digest state." in markdown
     assert "None yet: no turn has a mini summary." in markdown
     assert "No calibration to adopt yet." in markdown
     page = render_html(report)
@@ -186,6 +197,7 @@ def test_the_report_renders_with_no_events():
 def test_the_report_renders_with_many_events():
     symptoms = ["timeout", "parse-failure", "size-precheck-skip", "provider-error"]
     events = [event(symptoms[i % 4], minutes=i * 7, asset_ref=f"s{i % 37}", note="a | b") for i in range(600)]
+    events += [pre_route(i * 400, input_bytes=27000) for i in range(10)]
     calls = [(1000 + 10 * i, 100 + i % 50) for i in range(300)]  # at 50 prompt and 10 answer tokens/s
     attempts = [attempt(p, c, p / 50 + c / 10, minutes=i * 14) for i, (p, c) in enumerate(calls)]
     attempts.append(attempt(None, None, 180.0, outcome="timeout", minutes=5))
@@ -193,7 +205,7 @@ def test_the_report_renders_with_many_events():
     attempts.append(attempt(100, 5, 1.0, minutes=6, suspected_truncation=True, tokens_estimate=900))
     summaries = [
         {"session_id": f"s{i}", "source_tier": "raw" if i % 3 else "miniSummary", "degraded": not i % 3,
-         "route_reason": "within-cap" if i % 3 else "over-raw-cap", "raw_tokens_estimate": 3000, "model": "qwen"}
+         "route_reason": "within-cap" if i % 3 else "over-raw-cap"}
         for i in range(30)
     ]  # fmt: skip
     report = build_report(
@@ -202,12 +214,12 @@ def test_the_report_renders_with_many_events():
         summaries,
         SETTINGS,
         mini_coverage={"turns": 200, "imported": 50, "generated": 30},
-        undigestible=[{"session_id": "s7", "reason": "skip-over-band"}],
+        undigestible=[{"session_id": "s7", "reason": "skip-over-band", "attempts": 1, "updated_at": T0}],
     )
     numbers = report.numbers()
-    assert numbers["friction_events"] == 600 and numbers["summaries"] == 30
+    assert numbers["friction_events"] == 610 and numbers["summaries"] == 30
     assert numbers["degraded_share"] == pytest.approx(10 / 30, abs=1e-4)
-    assert numbers["pre_routes"] == 10 and numbers["tokens_avoided"] == 30000
+    assert numbers["pre_routes"] == 10 and numbers["tokens_avoided"] == 10 * 9000
     assert numbers["timeouts"] == 2 and numbers["suspected_truncations"] == 1
     assert numbers["p95_call_seconds"] > 20
     markdown = render_markdown(report)
@@ -215,7 +227,7 @@ def test_the_report_renders_with_many_events():
     assert "… and 133 more rows" in markdown.split("### Pre-routes")[0]  # 15 shown in the UI's preview
     assert "a \\| b" in markdown  # a pipe in a note does not break the table
     assert "80 of 200 turns have a mini summary (40%): 50 imported, 30 generated." in markdown
-    assert "| s7 | skip-over-band |" in markdown
+    assert "| s7 | skip-over-band | 1 | 2026-11-20 09:00Z |" in markdown
     assert re.search(r"DIGEST_BYTES_PER_TOKEN=4\.60\nDIGEST_RAW_CAP_TOKENS=\d+", markdown)
     page = render_html(report)
     # 70 hours of activity over four calendar days: one bar a day.

@@ -45,14 +45,13 @@ GRAPH_GEOMETRY_JS = """() => ({
   })),
   edges: [...document.querySelectorAll('path[stroke="var(--color-lineage-edge)"]')].map(p => p.getAttribute('d')),
 })"""
-# Whether every named node lies inside the graph's visible frame (its first ancestor that clips).
-GRAPH_FITS_JS = """names => {
-  const nodes = [...document.querySelectorAll('foreignObject')]
-    .filter(f => names.includes(f.querySelector('[data-tooltip]')?.getAttribute('data-tooltip')));
-  let frame = nodes[0].ownerSVGElement;
+# Whether every group and node lies inside the graph's visible frame (its first ancestor that clips).
+GRAPH_FITS_JS = """() => {
+  const boxes = [...document.querySelectorAll('foreignObject')];
+  let frame = boxes[0].ownerSVGElement;
   while (getComputedStyle(frame).overflow !== 'hidden') frame = frame.parentElement;
   const box = frame.getBoundingClientRect();
-  return nodes.every(f => { const r = f.getBoundingClientRect(); return r.left >= box.left && r.right <= box.right; });
+  return boxes.every(f => { const r = f.getBoundingClientRect(); return r.left >= box.left && r.right <= box.right; });
 }"""
 
 
@@ -176,7 +175,7 @@ def test_the_asset_graph_lineage_and_a_summary_materialization_in_a_real_browser
             executable_path=str(CHROMIUM),
             args=CHROMIUM_FLAGS,
             headless=True,
-            viewport={"width": 1600, "height": 1000},
+            viewport={"width": 1920, "height": 1080},
         )
         try:
             page = browser.new_page()
@@ -198,7 +197,7 @@ def test_the_asset_graph_lineage_and_a_summary_materialization_in_a_real_browser
             assert drawn_names == names
             assert drawn_edges == edges
             for _ in range(6):  # zoom out until the whole lineage is in the picture
-                if page.evaluate(GRAPH_FITS_JS, sorted(names)):
+                if page.evaluate(GRAPH_FITS_JS):
                     break
                 page.locator("button:has([aria-label='zoom_out'])").click()
                 page.wait_for_timeout(400)  # the zoom animates
