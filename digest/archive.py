@@ -321,11 +321,11 @@ def _line_check(kind: str, columns: set[str] | None) -> Callable[[dict], None]:
     return check
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for every line of a validated file."""
+def read_objects(path: Path) -> Iterator[dict]:
+    """Every line of a validated file."""
     with path.open("r", encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            yield line_no, json.loads(line)
+        for line in handle:
+            yield json.loads(line)
 
 
 def _check_file(folder: Path, entry: dict, problems: _Problems) -> BundleFile | None:

@@ -132,7 +132,7 @@ def recover_interrupted_runs(instance, store) -> list[str]:
     hold their sessions until they expire, and their `model` pool slot would block every other run.
     Each is marked failed and its slot freed, and a summary it wrote before dying is recorded as
     materialized. Returns their run ids."""
-    from dagster import AssetKey, DagsterEventType, RunsFilter
+    from dagster import AssetKey, AssetRecordsFilter, RunsFilter
 
     from pipelines.sensors import IN_FLIGHT
 
@@ -143,14 +143,19 @@ def recover_interrupted_runs(instance, store) -> list[str]:
     dead = [run for run in runs if "digest/pid" in run.tags and not _process_alive(int(run.tags["digest/pid"]))]
     written = {row["run_id"]: row for row in store.summaries_where("run_id", [run.run_id for run in dead])}
     for run in dead:
-        events = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
-        said_so = any(e.dagster_event.asset_key == AssetKey("session_summaries") for e in events)
-        if run.run_id in written and not said_so:
+        # Asked of the asset index, not the run's log: a kill can land after Dagster wrote the event
+        # to the run's log and before it indexed it, and only the index feeds the asset page.
+        latest = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey("session_summaries"), asset_partitions=[run.tags["dagster/partition"]]),
+            limit=1,
+        ).records
+        if run.run_id in written and not (latest and latest[0].run_id == run.run_id):
             _record_summaries(instance, [written[run.run_id]], f"written by run {run.run_id}, whose process died")
-        instance.report_run_failed(run, message=f"process {run.tags['digest/pid']} on {host} is gone: the run was killed")
-        # Its slot in the `model` pool too (as Dagster's daemon does for ended runs): held by a dead
-        # run, it would block every later summary run for ever.
+        # Its slot in the `model` pool (as Dagster's daemon frees an ended run's): held by a dead run,
+        # it would block every later summary run for ever.
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        # Last: once failed, the run is not found here again.
+        instance.report_run_failed(run, message=f"process {run.tags['digest/pid']} on {host} is gone: the run was killed")
     return [run.run_id for run in dead]
 
 

@@ -34,7 +34,7 @@ from digest.archive import (
     jsonable,
     memory_row,
     mini_summary_node_row,
-    read_lines,
+    read_objects,
     restore_outcome,
     sha256_file,
     summary_backup_row,
@@ -1028,37 +1028,24 @@ class DigestStore:
             for row in batch:
                 yield dict(zip(names, row))
 
-    def _export_graph(self, con, writer: JsonlWriter, tables: dict, sessions: list[str] | None) -> None:
-        """Node lines, then edge lines: the graph tables' rows when there are graph tables, and each
-        turn's mini summary on its AGENT_MEMORY node (ours win over the graph's copy)."""
-        node_parts, params = [], []
-        graph_nodes = [c for c, _ in tables.get("graph_nodes", [])]
-        if {"id", "label", "properties"} <= set(graph_nodes) and (scope := self._scope(graph_nodes, "graph_nodes", sessions)):
-            node_parts.append(
-                f"SELECT id, label, properties::VARCHAR AS properties, NULL AS session_id, NULL AS text, 0 AS mini "
-                f"FROM graph_nodes {scope[0]}"
-            )
-            params += scope[1]
-        where, scope_params = self._scope(["session_id"], "mini_summaries", sessions)
-        node_parts.append(f"SELECT turn_id AS id, 'AGENT_MEMORY' AS label, NULL AS properties, session_id, text, 1 AS mini FROM mini_summaries {where}")
-        params += scope_params
-
-        rows = self._rows(con, " UNION ALL ".join(node_parts) + " ORDER BY 1, 6", params)
+    def _graph_lines(self, con: duckdb.DuckDBPyConnection, sessions: list[str] | None) -> Iterator[dict]:
+        """Node lines, then edge lines, merged per id as `export-graph` does (oldest digest first),
+        with each turn's mini summary on its AGENT_MEMORY node: ours win over the graph's copy."""
+        where, params = self._scope(["session_id"], "graph_nodes", sessions)
+        nodes = f"""
+            SELECT id, label, properties::VARCHAR AS properties, session_id, NULL AS text, 0 AS mini, created_at
+            FROM graph_nodes {where}
+            UNION ALL
+            SELECT turn_id, 'AGENT_MEMORY', NULL, session_id, text, 1, NULL FROM mini_summaries {where}
+            ORDER BY id, mini, created_at, session_id"""
         node_rows = (
-            mini_summary_node_row({"turn_id": r["id"], "session_id": r["session_id"], "text": r["text"]})
-            if r["mini"]
-            else r
-            for r in rows
+            mini_summary_node_row({"turn_id": r["id"], "session_id": r["session_id"], "text": r["text"]}) if r["mini"] else r
+            for r in self._rows(con, nodes, params * 2)
         )
-        for node in merge_stored_nodes(node_rows):
-            writer.write(node_line(node))
-        graph_edges = [c for c, _ in tables.get("graph_edges", [])]
-        if {"id", "source", "target", "type", "properties"} <= set(graph_edges) and (
-            scope := self._scope(graph_edges, "graph_edges", sessions)
-        ):
-            sql = f"SELECT id, source, target, type, properties::VARCHAR AS properties FROM graph_edges {scope[0]} ORDER BY id"
-            for edge in merge_stored_edges(self._rows(con, sql, scope[1])):
-                writer.write(edge_line(edge))
+        yield from map(node_line, merge_stored_nodes(node_rows))
+        edges = f"""SELECT id, source, target, type, properties::VARCHAR AS properties FROM graph_edges {where}
+                    ORDER BY id, created_at, session_id"""
+        yield from map(edge_line, merge_stored_edges(self._rows(con, edges, params)))
 
     def write_archive(self, out_dir: Path, sessions: list[str] | None = None, retire: bool = False) -> dict:
         """Write a bundle of these sessions (None: the whole store) into `out_dir` and record it.
@@ -1075,31 +1062,25 @@ class DigestStore:
         partial.mkdir(parents=True)
         files: list[BundleFile] = []
 
-        def export(name: str, kind: str, table: str | None, sql: str, params: list, shape, columns=None) -> None:
+        def write(name: str, kind: str, table: str | None, lines: Iterable[dict], columns=None) -> None:
             writer = JsonlWriter(partial / name)
-            for row in self._rows(con, sql, params):
-                writer.write(shape(row))
+            for line in lines:
+                writer.write(line)
             files.append(BundleFile(name, kind, table, writer.rows, writer.close(), columns))
 
         with self.connect() as con:
             con.execute("BEGIN TRANSACTION")  # one snapshot for every file
-            tables = self._archive_tables(con)
             where, params = self._scope(["session_id"], "turns", sessions)
-            export(names["memory"], "memory", "turns", f"SELECT * FROM turns {where} ORDER BY id", params, memory_row)
-            export(
-                names["summaries"], "summaries", None, f"SELECT * FROM session_summaries {where} ORDER BY session_id",
-                params, summary_backup_row,
-            )  # fmt: skip
-            writer = JsonlWriter(partial / names["graph"])
-            self._export_graph(con, writer, tables, sessions)
-            files.append(BundleFile(names["graph"], "graph", None, writer.rows, writer.close()))
-            for table, columns in tables.items():
+            turns = self._rows(con, f"SELECT * FROM turns {where} ORDER BY id", params)
+            write(names["memory"], "memory", "turns", map(memory_row, turns))
+            summaries = self._rows(con, f"SELECT * FROM session_summaries {where} ORDER BY session_id", params)
+            write(names["summaries"], "summaries", None, map(summary_backup_row, summaries))
+            write(names["graph"], "graph", None, self._graph_lines(con, sessions))
+            for table, columns in self._archive_tables(con).items():
                 scope = self._scope([c for c, _ in columns], table, sessions)
                 if scope is not None:
-                    export(
-                        table_file_name(table), "table", table, f'SELECT * FROM "{table}" {scope[0]} ORDER BY ALL',
-                        scope[1], lambda row: {k: jsonable(v) for k, v in row.items()}, columns,
-                    )  # fmt: skip
+                    rows = self._rows(con, f'SELECT * FROM "{table}" {scope[0]} ORDER BY ALL', scope[1])
+                    write(table_file_name(table), "table", table, ({k: jsonable(v) for k, v in r.items()} for r in rows), columns)
             con.execute("ROLLBACK")
         write_manifest(partial, build_manifest(stamp, created_at, sessions, SCHEMA_VERSION, files))
         partial.rename(final)
@@ -1140,7 +1121,7 @@ class DigestStore:
         with tempfile.TemporaryDirectory() as tmp:
             turns_path = Path(tmp) / "turns.jsonl"
             with turns_path.open("w", encoding="utf-8") as out:
-                for _, obj in read_lines(bundle.path / bundle.file("memory").name):
+                for obj in read_objects(bundle.path / bundle.file("memory").name):
                     out.write(dump_line(turn_from_memory_row(obj)))
             with self.transaction() as con:
                 live = self._table_columns(con)

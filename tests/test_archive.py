@@ -76,6 +76,18 @@ def _populated_store(tmp_path, url: str) -> tuple:
     store.record_friction(
         FrictionEvent("small", "c", "m", "timeout", "post-invocation-failure", 10, 4, 8192, 6144, 2000, note="n"), "run-x"
     )
+    # Graph rows: an entity both sessions name, and a turn node holding an older copy of its mini summary.
+    store.query(
+        """INSERT INTO graph_nodes (session_id, id, label, properties, input_revision, run_id, created_at) VALUES
+           ('small', 'concept:grid', 'CONCEPT', '{"name": "grid", "description": "rows"}', 'r', 'g', '2026-01-01 00:00:00+00'),
+           ('big', 'concept:grid', 'CONCEPT', '{"name": "grid", "seenIn": "big"}', 'r', 'g', '2026-01-02 00:00:00+00'),
+           ('big', 'big-t000', 'AGENT_MEMORY', '{"sessionId": "big", "miniSummary": "stale"}', 'r', 'g', '2026-01-02 00:00:00+00')"""
+    )
+    store.query(
+        """INSERT INTO graph_edges (session_id, id, source, target, type, properties, input_revision, run_id, created_at)
+           VALUES ('big', 'concept:grid->session:big:MENTIONED_IN', 'concept:grid', 'session:big', 'MENTIONED_IN',
+                   '{"weight": 1.0}', 'r', 'g', '2026-01-02 00:00:00+00')"""
+    )
     return settings, store
 
 
@@ -133,8 +145,12 @@ def test_the_bundle_has_the_originals_shapes(tmp_path, server):
     small = next(s for s in summaries if s["id"] == "summary_small")
     assert small["metadata"]["technologies"] == "C, C++,duckdb" and small["document"] == GOOD_SUMMARY["summary"]
     graph = [json.loads(line) for line in next(bundle.glob("graph-backup-*.jsonl")).read_text().splitlines()]
-    minis = {g["data"]["id"]: g["data"]["properties"]["miniSummary"] for g in graph if g["data"]["label"] == "AGENT_MEMORY"}
+    nodes = {g["data"]["id"]: g["data"] for g in graph if g["type"] == "node"}
+    minis = {i: n["properties"]["miniSummary"] for i, n in nodes.items() if n["label"] == "AGENT_MEMORY"}
     assert len(minis) == 21 and minis["big-t025"] == "generated line"
+    assert minis["big-t000"].startswith("Turn 0 mini summary")  # the store's, not the graph's older copy
+    assert nodes["concept:grid"]["properties"] == {"name": "grid", "description": "rows", "seenIn": "big"}
+    assert [g["type"] for g in graph][-1] == "edge" and len(graph) == len(nodes) + 1
     # The bundle is also an export `session-digest ingest` reads: turns and mini summaries come in.
     other = _new_store(_settings(tmp_path / "other", server.url))
     report = ingest_paths([bundle], other)
