@@ -92,7 +92,7 @@ def turn_mini_summaries(
     else:
         report = fill_mini_summaries(
             db.pending_mini_summary_turns(session_id),
-            model.client(),
+            model.client(db),
             model.limits(),
             policy,
             MiniSummaryLedger(db, context.run.run_id),

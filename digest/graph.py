@@ -726,6 +726,7 @@ def _extract(
             model=client.model,
             prompt_tokens=reply.prompt_tokens if reply else None,
             completion_tokens=reply.completion_tokens if reply else None,
+            cached=reply is not None and reply.cached,
             error_text=None if error is None else f"chunk {chunk.index + 1}/{total}: {error}"[:2000],
         )
     )

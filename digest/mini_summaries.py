@@ -307,6 +307,7 @@ def fill_mini_summaries(
                 model=client.model,
                 prompt_tokens=reply.prompt_tokens if reply is not None else None,
                 completion_tokens=reply.completion_tokens if reply is not None else None,
+                cached=reply is not None and reply.cached,
                 error_text=f"turn {turn.id}: {error or 'the reply was empty'}"[:2000] if cause != "ok" else None,
             )
         )

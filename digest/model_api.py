@@ -13,6 +13,7 @@ class ChatReply:
     completion_tokens: int | None
     duration_s: float
     finish_reason: str | None = None
+    cached: bool = False  # replayed from the response cache: no model call, no model time
 
 
 class ModelError(Exception):
@@ -34,6 +35,7 @@ class ProviderError(ModelError):
 class ChatClient(Protocol):
     model: str
 
-    def chat(self, prompt: str, *, schema: dict, max_output_tokens: int, timeout_s: float) -> ChatReply:
-        """Send one user message and return the reply; raise a ModelError subclass on failure."""
+    def chat(self, prompt: str, *, schema: dict | None, max_output_tokens: int, timeout_s: float) -> ChatReply:
+        """Send one user message and return the reply; raise a ModelError subclass on failure.
+        With `schema`, the reply is asked for as JSON of that schema; without, as plain text."""
         ...

@@ -79,6 +79,7 @@ class Attempt:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error_text: str | None = None
+    cached: bool = False  # a replay from the response cache, not a model call
 
     @property
     def suspected_truncation(self) -> bool:
@@ -286,6 +287,7 @@ def _call(
             model=client.model,
             prompt_tokens=reply.prompt_tokens,
             completion_tokens=reply.completion_tokens,
+            cached=reply.cached,
         )
     )
     return output, None

@@ -71,6 +71,7 @@ def build_definitions(settings: Settings) -> Definitions:
                 bytes_per_token=settings.bytes_per_token,
                 summary_timeout_s=settings.summary_timeout_s,
                 summary_max_output_tokens=settings.summary_max_output_tokens,
+                response_cache=settings.response_cache,
             ),
             "sweep": SweepPolicyResource(**dataclasses.asdict(settings.sweep)),
             "mini_summaries": MiniSummaryPolicyResource(**dataclasses.asdict(settings.mini_summaries)),

@@ -182,6 +182,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     duration_s DOUBLE NOT NULL,
     outcome VARCHAR NOT NULL,         -- ok | a friction symptom
     suspected_truncation BOOLEAN NOT NULL,
+    cached BOOLEAN NOT NULL DEFAULT false,  -- replayed from response_cache: no model call
     error_text VARCHAR,
     run_id VARCHAR,
     created_at TIMESTAMPTZ NOT NULL
@@ -535,12 +536,12 @@ class DigestStore:
         with self.connect() as con:
             con.execute(
                 """INSERT INTO attempts (session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens,
-                   completion_tokens, duration_s, outcome, suspected_truncation, error_text, run_id, created_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   completion_tokens, duration_s, outcome, suspected_truncation, cached, error_text, run_id, created_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [
                     attempt.session_id, attempt.stage, attempt.tier, attempt.model, attempt.prompt_bytes,
                     attempt.tokens_estimate, attempt.prompt_tokens, attempt.completion_tokens, attempt.duration_s,
-                    attempt.outcome, attempt.suspected_truncation, attempt.error_text, run_id, _now(),
+                    attempt.outcome, attempt.suspected_truncation, attempt.cached, attempt.error_text, run_id, _now(),
                 ],
             )  # fmt: skip
 
@@ -655,7 +656,7 @@ class DigestStore:
                 """SELECT sum(duration_s) / nullif(sum(tokens_estimate), 0) FROM (
                        SELECT duration_s, tokens_estimate FROM attempts
                        -- duration 0: a reply replayed from the response cache, which says nothing of the model's speed
-                       WHERE outcome = 'ok' AND model = ? AND stage = 'session-summary' AND duration_s > 0
+                       WHERE outcome = 'ok' AND model = ? AND stage = 'session-summary' AND NOT cached
                        ORDER BY attempt_id DESC LIMIT ?)""",
                 [model, recent],
             ).fetchone()
@@ -869,7 +870,8 @@ class DigestStore:
                 "attempts": self._records(
                     con,
                     "SELECT session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens, "
-                    "completion_tokens, duration_s, outcome, suspected_truncation, created_at FROM attempts",
+                    "completion_tokens, duration_s, outcome, suspected_truncation, created_at FROM attempts "
+                    "WHERE NOT cached",  # a replay from the response cache is no model call
                 ),
                 "summaries": self._records(
                     con,
@@ -936,7 +938,7 @@ class DigestStore:
         if row is None:
             return None
         text, prompt_tokens, completion_tokens, finish_reason = row
-        return ChatReply(text, prompt_tokens, completion_tokens, 0.0, finish_reason)
+        return ChatReply(text, prompt_tokens, completion_tokens, 0.0, finish_reason, cached=True)
 
     def save_reply(self, key: str, model: str, reply: ChatReply, session: tuple[str, str] | None = None) -> None:
         session_id, revision = session or (None, None)

@@ -366,3 +366,19 @@ def _in_flight():
     from pipelines.sensors import IN_FLIGHT
 
     return RunsFilter(statuses=IN_FLIGHT)
+
+
+def test_a_replayed_reply_is_ledgered_as_cached_and_priced_at_no_model_time(tmp_path):
+    store = _store(tmp_path / "d.duckdb")
+    turns = make_turns("s", 2)
+    with ModelServer(lambda received: Behaviour.hang(0.3)) as server:
+        client = CachedChatClient(OpenAIChatClient(server.url, "m", schema_style="json_object"), store, {"provider": "openai"})
+        limits = dataclasses.replace(load_settings({}).limits(), raw_cap_tokens=None)
+        for _ in range(2):
+            assert summarize_session(turns, client, limits, RunLedger(store, "r")).summary is not None
+    assert len(server.chat_requests()) == 1
+    rows = store.query("SELECT cached, duration_s FROM attempts ORDER BY attempt_id").to_dict("records")
+    assert [r["cached"] for r in rows] == [False, True] and rows[1]["duration_s"] == 0
+    # Throughput comes from the real call alone.
+    assert store.seconds_per_token("m") == pytest.approx(rows[0]["duration_s"] / store.query(
+        "SELECT tokens_estimate FROM attempts WHERE NOT cached")["tokens_estimate"][0])
