@@ -159,41 +159,48 @@ def recover_interrupted_runs(instance, store) -> list[str]:
     return [run.run_id for run in dead]
 
 
+def _run_partitions(settings: Settings, instance, store, job_name: str, todo, asset: str) -> list[dict]:
+    """One in-process Dagster run per (partition, route) in `todo`, tagged with this process so a
+    later sweep can close the run if the process dies; the embedded model starts once for all."""
+    from pipelines.definitions import build_definitions
+    from pipelines.sensors import register_partitions
+
+    outcomes = []
+    if not todo:
+        return outcomes
+    register_partitions(instance, store)
+    process = {"digest/host": socket.gethostname(), "digest/pid": str(os.getpid())}
+    with _model_url(settings) as run_settings:
+        job = build_definitions(run_settings).resolve_job_def(job_name)
+        for key, route in todo:
+            started = time.monotonic()
+            result = job.execute_in_process(
+                instance=instance,
+                partition_key=key,
+                raise_on_error=False,
+                tags={"digest/sweep": "cli", "digest/route": route, **process},
+            )
+            outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
+            for event in result.asset_materializations_for_node(asset):
+                meta = event.metadata
+                outcome.update({k: meta[k].value for k in ("source_tier", "route_reason", "nodes", "edges") if k in meta})
+            outcome["seconds"] = round(time.monotonic() - started, 2)
+            outcomes.append(outcome)
+            print(json.dumps(outcome), file=sys.stderr)
+    return outcomes
+
+
 def sweep(settings: Settings, limit: int | None) -> dict:
     """Runs that died mid-sweep are closed, and summaries their model calls finished (staged in
     DuckDB) are written first, with no model call. Then the summary sensor's selection and budget,
     run now: one Dagster run per session."""
-    from pipelines.definitions import build_definitions
-    from pipelines.sensors import register_partitions
-
     instance = _instance()
     store = _store(settings)
     recovered = recover_interrupted_runs(instance, store)
     staged = store.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
     todo = [(key, "staged") for key in staged] + [(i.candidate.partition_key, i.tier) for i in selection.batch]
-    outcomes = []
-    if todo:
-        register_partitions(instance, store)
-        # Which process runs it: a later sweep closes the run if this process dies.
-        process = {"digest/host": socket.gethostname(), "digest/pid": str(os.getpid())}
-        with _model_url(settings) as run_settings:
-            job = build_definitions(run_settings).resolve_job_def("summarize_sessions")
-            for key, route in todo:
-                started = time.monotonic()
-                result = job.execute_in_process(
-                    instance=instance,
-                    partition_key=key,
-                    raise_on_error=False,
-                    tags={"digest/sweep": "cli", "digest/route": route, **process},
-                )
-                outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
-                for event in result.asset_materializations_for_node("session_summaries"):
-                    meta = event.metadata
-                    outcome.update(source_tier=meta["source_tier"].value, route_reason=meta["route_reason"].value)
-                outcome["seconds"] = round(time.monotonic() - started, 2)
-                outcomes.append(outcome)
-                print(json.dumps(outcome), file=sys.stderr)
+    outcomes = _run_partitions(settings, instance, store, "summarize_sessions", todo, "session_summaries")
     return {
         "pending": selection.pending,
         "skipped": selection.skip_reason,
@@ -202,6 +209,27 @@ def sweep(settings: Settings, limit: int | None) -> dict:
         "summarized": sum(o["success"] for o in outcomes),
         "runs": outcomes,
     }
+
+
+def digest(settings: Settings, limit: int | None) -> dict:
+    """The digest sensor's selection, run now: one `digest_sessions` run per session."""
+    store = _store(settings)
+    policy = settings.graph
+    keys = store.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
+    runs = _run_partitions(settings, _instance(), store, "digest_sessions", [(k, "graph") for k in keys], "session_graph")
+    return {"digested": sum(r["success"] for r in runs), "runs": runs}
+
+
+def friction_report(settings: Settings) -> dict:
+    from pipelines.definitions import build_definitions
+
+    job = build_definitions(settings).resolve_job_def("report_friction")
+    result = job.execute_in_process(instance=_instance(), raise_on_error=False)
+    events = result.asset_materializations_for_node("friction_report")
+    if not result.success or not events:
+        raise SystemExit(f"the friction report failed (run {result.run_id}); see `session-digest ui`")
+    # The numbers and the report file; the Markdown copy is for the UI.
+    return {"run_id": result.run_id, **{k: v.value for k, v in events[0].metadata.items() if k != "report"}}
 
 
 def archive(settings: Settings, sessions: list[str], retire: bool, out: str | None) -> dict:
@@ -358,17 +386,20 @@ def demo(settings: Settings) -> dict:
     runs = []
     while batch := sweep(settings, None)["runs"]:  # one budgeted sweep after another
         runs.extend(batch)
+    friction = friction_report(settings)
     report = {
         "ingest": ingested,
         "summary_runs": runs,
         "status": status(settings),
         "seconds": round(time.monotonic() - started, 1),
     }
+    query = "SELECT session_id, source_tier, degraded, route_reason, title FROM session_summaries"
     report["where_to_look"] = {
         "database": str(settings.db_path),
-        "try": f"duckdb {settings.db_path} \"SELECT session_id, source_tier, degraded, route_reason, title "
-        "FROM session_summaries\"",
-        "ui": "session-digest ui  # then open http://127.0.0.1:3000 : Runs, Assets > session_summaries",
+        "query": f".venv/bin/python -c \"import duckdb; duckdb.connect('{settings.db_path}', read_only=True).sql('{query}').show()\"",
+        "friction_report": friction["report_path"],
+        "ui": ".venv/bin/session-digest ui, then http://127.0.0.1:3000: Runs; Assets > session_summaries",
+        "next": "session-digest digest (the session graph), session-digest plan, session-digest archive",
     }
     return report
 
@@ -389,6 +420,9 @@ def main(argv: list[str] | None = None) -> None:
     p_ui = sub.add_parser("ui", help="start the Dagster UI on loopback over the same instance")
     p_ui.add_argument("--port", type=int, default=3000)
     sub.add_parser("demo", help="ingest the bundled samples, summarize them, print where to look")
+    p_digest = sub.add_parser("digest", help="digest the next batch of summarized sessions into the graph")
+    p_digest.add_argument("--limit", type=int, default=None, help="at most this many sessions")
+    sub.add_parser("friction-report", help="refresh the friction report now")
     p_archive = sub.add_parser("archive", help="write a bundle of the store (or of some sessions) with a manifest")
     p_archive.add_argument("--sessions", nargs="+", default=[], metavar="ID", help="session ids or partition keys")
     p_archive.add_argument("--retire", action="store_true", help="then take these sessions out of every sweep")
@@ -413,6 +447,10 @@ def main(argv: list[str] | None = None) -> None:
         result = ingest(settings, args.paths)
     elif args.command == "sweep":
         result = sweep(settings, args.limit)
+    elif args.command == "digest":
+        result = digest(settings, args.limit)
+    elif args.command == "friction-report":
+        result = friction_report(settings)
     elif args.command == "plan":
         result = plan(settings, args.limit)
     elif args.command == "unarchive-turns":

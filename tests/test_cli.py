@@ -12,7 +12,7 @@ from dagster import DagsterInstance
 
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
-from tests.model_server import ModelServer
+from tests.model_server import Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
 
@@ -27,7 +27,14 @@ def test_ingest_sweep_status_and_the_ui_instance_agree(tmp_path):
     home = tmp_path / "home"
     folder = write_bundle(tmp_path / "bundle", make_turns("small", 3) + make_turns("big", 40, doc_bytes=400, minis=40))
     (folder / "turns-extra.jsonl").write_text('{"id": "x1"}\nnot json\n')
-    with ModelServer() as server:
+    extraction = {"entities": [{"name": "Grid", "type": "CONCEPT", "description": "the grid"}], "relations": []}
+
+    def script(received):
+        if received.prompt.startswith("Extract a knowledge graph"):
+            return Behaviour.reply(extraction)
+        return Behaviour.reply()
+
+    with ModelServer(script) as server:
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
             "DIGEST_HOME": str(home),
@@ -42,6 +49,9 @@ def test_ingest_sweep_status_and_the_ui_instance_agree(tmp_path):
         swept = _run(["sweep"], env)
         assert swept["pending"] == 1 and swept["summarized"] == 1
         status = _run(["status"], env)
+        plan = _run(["plan"], env)
+        digested = _run(["digest", "--limit", "1"], env)
+        report = _run(["friction-report"], env)
     assert status["sessions"] == 2 and status["summaries"] == 2 and status["pending_summaries"] == 0
     assert status["summaries_by_source_tier"] == {"miniSummary": 1, "raw": 1}
     assert status["rejects"] == 2
@@ -52,7 +62,10 @@ def test_ingest_sweep_status_and_the_ui_instance_agree(tmp_path):
         jobs = sorted(run.job_name for run in instance.get_runs())
     finally:
         instance.dispose()
-    assert jobs == ["ingest", "summarize_sessions", "summarize_sessions"]
+    assert jobs == ["digest_sessions", "ingest", "report_friction", "summarize_sessions", "summarize_sessions"]
+    assert plan["pending"] == 0 and plan["skipped"] == "no session needs a summary"
+    assert digested["digested"] == 1 and digested["runs"][0]["nodes"] > 0
+    assert Path(report["report_path"]).is_file() and report["pre_routes"] == 1
 
 
 def test_an_invalid_setting_stops_the_cli_with_the_reason(tmp_path):
