@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from digest.friction import FrictionEvent, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError
-from digest.synthesis import Attempt, Ledger, Limits
+from digest.synthesis import Attempt, Ledger, Limits, prompt_friction
 from digest.turns import Turn, canonical_order, input_revision
 
 CONSUMER = "session_graph"
@@ -669,24 +669,8 @@ class DigestResult:
     note: str = ""
 
 
-def _friction(
-    session_id: str, client: ChatClient, limits: Limits, prompt: str, symptom: str, point: str, note: str, error=None
-) -> FrictionEvent:
-    return FrictionEvent(
-        asset_ref=session_id,
-        consumer=CONSUMER,
-        model=client.model,
-        symptom=symptom,
-        emission_point=point,
-        input_bytes=_byte_len(prompt),
-        input_tokens_estimate=limits.estimate_tokens(prompt),
-        context_limit_tokens=limits.context_limit_tokens,
-        safe_limit_tokens=limits.safe_limit_tokens,
-        raw_cap_tokens=limits.raw_cap_tokens,
-        note=note,
-        error_text=str(error)[:2000] if error is not None else None,
-        service_domain=SERVICE_DOMAIN,
-    )
+def _friction(session_id, client, limits, prompt, symptom, point, note, error=None) -> FrictionEvent:
+    return prompt_friction(CONSUMER, session_id, client, limits, prompt, symptom, point, note, error, SERVICE_DOMAIN)
 
 
 def _extract(

@@ -251,54 +251,50 @@ def _call(
     client: ChatClient, prompt: str, limits: Limits, ledger: Ledger, session_id: str, tier: str
 ) -> tuple[SessionSummaryOutput | None, BaseException | None]:
     """One model call, with its attempt recorded whatever happens."""
-    tokens = limits.estimate_tokens(prompt)
     reply: ChatReply | None = None
+    output, error = None, None
     try:
         reply = client.chat(
             prompt, schema=response_json_schema(), max_output_tokens=limits.max_output_tokens, timeout_s=limits.timeout_s
         )
         output = parse_summary_output(reply.text)
-    except (ModelError, OutputParseError) as error:
-        ledger.record_attempt(
-            Attempt(
-                session_id=session_id,
-                stage="session-summary",
-                tier=tier,
-                prompt_bytes=len(prompt.encode("utf-8")),
-                tokens_estimate=tokens,
-                outcome=classify_error(error),
-                duration_s=reply.duration_s if reply else getattr(error, "duration_s", 0.0),
-                model=client.model,
-                prompt_tokens=reply.prompt_tokens if reply else None,
-                completion_tokens=reply.completion_tokens if reply else None,
-                error_text=str(error)[:2000],
-            )
-        )
-        return None, error
+    except (ModelError, OutputParseError) as exc:
+        error = exc
     ledger.record_attempt(
         Attempt(
             session_id=session_id,
             stage="session-summary",
             tier=tier,
             prompt_bytes=len(prompt.encode("utf-8")),
-            tokens_estimate=tokens,
-            outcome="ok",
-            duration_s=reply.duration_s,
+            tokens_estimate=limits.estimate_tokens(prompt),
+            outcome="ok" if error is None else classify_error(error),
+            duration_s=reply.duration_s if reply else getattr(error, "duration_s", 0.0),
             model=client.model,
-            prompt_tokens=reply.prompt_tokens,
-            completion_tokens=reply.completion_tokens,
-            cached=reply.cached,
+            prompt_tokens=reply.prompt_tokens if reply else None,
+            completion_tokens=reply.completion_tokens if reply else None,
+            cached=reply is not None and reply.cached,
+            error_text=None if error is None else str(error)[:2000],
         )
     )
-    return output, None
+    return output, error
 
 
-def _friction(
-    session_id: str, client: ChatClient, limits: Limits, prompt: str, symptom: str, point: str, note: str, error=None
+def prompt_friction(
+    consumer: str,
+    session_id: str,
+    client: ChatClient,
+    limits: Limits,
+    prompt: str,
+    symptom: str,
+    point: str,
+    note: str,
+    error: BaseException | None = None,
+    service_domain: str = "memory-core",
 ) -> FrictionEvent:
+    """A friction event about one prompt, sized and bounded as the consumer saw it."""
     return FrictionEvent(
         asset_ref=session_id,
-        consumer=CONSUMER,
+        consumer=consumer,
         model=client.model,
         symptom=symptom,
         emission_point=point,
@@ -309,7 +305,12 @@ def _friction(
         raw_cap_tokens=limits.raw_cap_tokens,
         note=note,
         error_text=str(error)[:2000] if error is not None else None,
+        service_domain=service_domain,
     )
+
+
+def _friction(session_id, client, limits, prompt, symptom, point, note, error=None) -> FrictionEvent:
+    return prompt_friction(CONSUMER, session_id, client, limits, prompt, symptom, point, note, error)
 
 
 def raw_route(raw_tokens: int, limits: Limits) -> str:
