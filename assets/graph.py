@@ -5,7 +5,7 @@ from collections import Counter
 from dagster import AssetExecutionContext, AssetObservation, Failure, MaterializeResult, MetadataValue, asset
 
 from assets.partitions import sessions_partitions
-from assets.sessions import session_summaries
+from assets.sessions import session_or_fail, session_summaries
 from digest.graph import (
     ENTITY_TYPES,
     RELATION_TYPES,
@@ -69,9 +69,7 @@ def session_graph(
     summary, or the session is undigestible at its current turns.
     """
     db = store.store()
-    session = db.session_by_partition(context.partition_key)
-    if session is None:
-        raise Failure(f"no session has partition key {context.partition_key!r}: ingest its bundle first")
+    session = session_or_fail(db, context.partition_key)
     session_id = session["session_id"]
     turns = canonical_order(db.load_turns([session_id]))
     revision = input_revision(turns)

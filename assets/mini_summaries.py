@@ -3,10 +3,10 @@
 import time
 from datetime import datetime, timezone
 
-from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
 
 from assets.partitions import sessions_partitions
-from assets.sessions import raw_sessions
+from assets.sessions import raw_sessions, session_or_fail
 from digest.mini_summaries import FillReport, fill_mini_summaries, headed_for_degraded
 from resources.bindings import ChatModelResource, DigestStoreResource, MiniSummaryPolicyResource
 from resources.store import MiniSummaryLedger
@@ -76,9 +76,7 @@ def turn_mini_summaries(
     the raw summary input, but is not tried again until un-archived.
     """
     db = store.store()
-    session = db.session_by_partition(context.partition_key)
-    if session is None:
-        raise Failure(f"no session has partition key {context.partition_key!r}: ingest its bundle first")
+    session = session_or_fail(db, context.partition_key)
     session_id = session["session_id"]
     policy = mini_summaries.policy()
 

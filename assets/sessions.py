@@ -61,7 +61,8 @@ def _run_ended(instance, run_id: str) -> bool:
     return run is not None and run.is_finished
 
 
-def _session(store, partition_key: str) -> dict:
+def session_or_fail(store, partition_key: str) -> dict:
+    """The partition's `sessions` row; a partition with none fails its run with the reason."""
     session = store.session_by_partition(partition_key)
     if session is None:
         raise Failure(f"no session has partition key {partition_key!r}: ingest its bundle first")
@@ -72,7 +73,7 @@ def _session(store, partition_key: str) -> dict:
 def raw_sessions(context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource) -> MaterializeResult:
     """One session's raw turns in canonical order, with the size and the route its summary will take."""
     db = store.store()
-    session_id = _session(db, context.partition_key)["session_id"]
+    session_id = session_or_fail(db, context.partition_key)["session_id"]
     row = db.refresh_sessions([session_id])[0]
     turns = canonical_order(db.load_turns([session_id]))
     limits = model.limits()
@@ -109,7 +110,7 @@ def session_summaries(
     (else truncated raw snippets) and says so in `source_tier`, `degraded` and `raw_canonical`.
     """
     db = store.store()
-    session = _session(db, context.partition_key)
+    session = session_or_fail(db, context.partition_key)
     session_id, run_id = session["session_id"], context.run.run_id
     limits = model.limits()
     # Held across the raw call and the degraded one, each up to the timeout, with room to write.

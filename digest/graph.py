@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from digest.friction import FrictionEvent, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError
-from digest.synthesis import Attempt, Ledger, Limits, prompt_friction
+from digest.synthesis import Ledger, Limits, call_attempt, prompt_friction
 from digest.turns import Turn, canonical_order, input_revision
 
 CONSUMER = "session_graph"
@@ -698,22 +698,9 @@ def _extract(
             extraction, cut = salvage_cut_reply(reply.text), True
     except (ModelError, GraphParseError) as exc:
         error = exc
-    ledger.record_attempt(
-        Attempt(
-            session_id=session_id,
-            stage="graph",
-            tier="raw",  # graph evidence is always the raw turns
-            prompt_bytes=_byte_len(prompt),
-            tokens_estimate=limits.estimate_tokens(prompt),
-            outcome="ok" if error is None else classify_error(error),
-            duration_s=reply.duration_s if reply else getattr(error, "duration_s", 0.0),
-            model=client.model,
-            prompt_tokens=reply.prompt_tokens if reply else None,
-            completion_tokens=reply.completion_tokens if reply else None,
-            cached=reply is not None and reply.cached,
-            error_text=None if error is None else f"chunk {chunk.index + 1}/{total}: {error}"[:2000],
-        )
-    )
+    # Tier "raw": graph evidence is always the raw turns.
+    where = f"chunk {chunk.index + 1}/{total}: "
+    ledger.record_attempt(call_attempt(session_id, "graph", "raw", prompt, limits, client.model, reply, error, where))
     return extraction, error, prompt, cut
 
 

@@ -260,23 +260,37 @@ def _call(
         output = parse_summary_output(reply.text)
     except (ModelError, OutputParseError) as exc:
         error = exc
-    ledger.record_attempt(
-        Attempt(
-            session_id=session_id,
-            stage="session-summary",
-            tier=tier,
-            prompt_bytes=len(prompt.encode("utf-8")),
-            tokens_estimate=limits.estimate_tokens(prompt),
-            outcome="ok" if error is None else classify_error(error),
-            duration_s=reply.duration_s if reply else getattr(error, "duration_s", 0.0),
-            model=client.model,
-            prompt_tokens=reply.prompt_tokens if reply else None,
-            completion_tokens=reply.completion_tokens if reply else None,
-            cached=reply is not None and reply.cached,
-            error_text=None if error is None else str(error)[:2000],
-        )
-    )
+    ledger.record_attempt(call_attempt(session_id, "session-summary", tier, prompt, limits, client.model, reply, error))
     return output, error
+
+
+def call_attempt(
+    session_id: str,
+    stage: str,
+    tier: str,
+    prompt: str,
+    limits: Limits,
+    model: str,
+    reply: ChatReply | None,
+    error: BaseException | None,
+    where: str = "",
+) -> Attempt:
+    """The ledger row of one model call, whatever its end: a reply, a bad reply, or no reply.
+    `where` prefixes the error text (e.g. which chunk)."""
+    return Attempt(
+        session_id=session_id,
+        stage=stage,
+        tier=tier,
+        prompt_bytes=len(prompt.encode("utf-8")),
+        tokens_estimate=limits.estimate_tokens(prompt),
+        outcome="ok" if error is None else classify_error(error),
+        duration_s=reply.duration_s if reply else getattr(error, "duration_s", 0.0),
+        model=model,
+        prompt_tokens=reply.prompt_tokens if reply else None,
+        completion_tokens=reply.completion_tokens if reply else None,
+        cached=reply is not None and reply.cached,
+        error_text=None if error is None else f"{where}{error}"[:2000],
+    )
 
 
 def prompt_friction(
