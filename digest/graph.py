@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from digest.friction import FrictionEvent, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError
+from digest.summary_output import unfenced
 from digest.synthesis import Ledger, Limits, call_attempt, prompt_friction
 from digest.turns import Turn, canonical_order, input_revision
 
@@ -195,9 +196,6 @@ def extraction_json_schema() -> dict:
     return _inline(schema, schema.get("$defs", {}))
 
 
-_FENCE = re.compile(r"^\s*```(?:json|js|javascript)?\s*\n?(.*?)\n?```\s*$", re.DOTALL)
-
-
 def _validate(data: object) -> GraphExtraction:
     try:
         return GraphExtraction.model_validate(data)
@@ -206,14 +204,9 @@ def _validate(data: object) -> GraphExtraction:
         raise GraphParseError(f"reply violates the graph schema: {problems}") from None
 
 
-def _unfenced(text: str) -> str:
-    match = _FENCE.match(text)
-    return match.group(1) if match else text
-
-
 def parse_extraction(text: str) -> GraphExtraction:
     """Strip a markdown fence if there is one, then parse and validate."""
-    body = _unfenced(text)
+    body = unfenced(text)
     try:
         data = json.loads(body)
     except json.JSONDecodeError as exc:
@@ -225,7 +218,7 @@ def salvage_cut_reply(text: str) -> GraphExtraction:
     """A reply cut at the output cap, mid-list: its complete entities and relations, validated.
     Small models under a grammar often repeat list items until the cap; what came before the cut
     is whole objects the model emitted, so the cut costs the tail, not the chunk."""
-    body, decoder = _unfenced(text), json.JSONDecoder()
+    body, decoder = unfenced(text), json.JSONDecoder()
     data: dict[str, list] = {}
     for key in ("entities", "relations"):
         start = re.search(rf'"{key}"\s*:\s*\[', body)

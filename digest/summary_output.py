@@ -73,10 +73,15 @@ class OutputParseError(ValueError):
 _FENCE = re.compile(r"^\s*```(?:json|js|javascript)?\s*\n?(.*?)\n?```\s*$", re.DOTALL)
 
 
-def parse_summary_output(text: str) -> SessionSummaryOutput:
-    """Strip a markdown code fence if there is one, then parse and validate (`Json.extract`)."""
+def unfenced(text: str) -> str:
+    """The reply without a markdown code fence around it, if it has one (`Json.extract`)."""
     match = _FENCE.match(text)
-    body = match.group(1) if match else text
+    return match.group(1) if match else text
+
+
+def parse_summary_output(text: str) -> SessionSummaryOutput:
+    """Strip a markdown code fence if there is one, then parse and validate."""
+    body = unfenced(text)
     try:
         # strict=False: a raw newline inside a string is a small model's habit, not a wrong answer.
         data = json.loads(body, strict=False)
