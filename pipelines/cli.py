@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -89,79 +88,8 @@ def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozen
     )
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
-def _record_summaries(instance, rows: list[dict], note: str) -> int:
-    """Tell Dagster about summaries DuckDB holds that no run of it materialized (restored from a
-    bundle, or written by a run killed before it could say so), so the asset page matches the store."""
-    from dagster import AssetMaterialization
-
-    from digest.turns import partition_key
-
-    for row in rows:
-        instance.report_runless_asset_event(
-            AssetMaterialization(
-                asset_key="session_summaries",
-                partition=partition_key(row["session_id"]),
-                description=note,
-                metadata={
-                    "session_id": row["session_id"],
-                    "source_tier": row["source_tier"],
-                    "degraded": row["degraded"],
-                    "route_reason": row["route_reason"],
-                    "input_revision": row["input_revision"],
-                    "model": row["model"],
-                    "recorded_by": note,
-                },
-            )
-        )
-    return len(rows)
-
-
-def recover_interrupted_runs(instance, store) -> list[str]:
-    """Summary runs this host's CLI started whose process is gone (killed mid-sweep). Dagster would
-    show them running for ever, the sensor would never relaunch their partitions, their leases would
-    hold their sessions until they expire, and their `model` pool slot would block every other run.
-    Each is marked failed and its slot freed, and a summary it wrote before dying is recorded as
-    materialized. Returns their run ids."""
-    from dagster import AssetKey, AssetRecordsFilter, RunsFilter
-
-    from pipelines.sensors import IN_FLIGHT
-
-    host = socket.gethostname()
-    runs = instance.get_runs(
-        filters=RunsFilter(job_name="summarize_sessions", statuses=IN_FLIGHT, tags={"digest/host": host})
-    )
-    dead = [run for run in runs if "digest/pid" in run.tags and not _process_alive(int(run.tags["digest/pid"]))]
-    written = {row["run_id"]: row for row in store.summaries_where("run_id", [run.run_id for run in dead])}
-    for run in dead:
-        # Asked of the asset index, not the run's log: a kill can land after Dagster wrote the event
-        # to the run's log and before it indexed it, and only the index feeds the asset page.
-        latest = instance.fetch_materializations(
-            AssetRecordsFilter(asset_key=AssetKey("session_summaries"), asset_partitions=[run.tags["dagster/partition"]]),
-            limit=1,
-        ).records
-        if run.run_id in written and not (latest and latest[0].run_id == run.run_id):
-            _record_summaries(instance, [written[run.run_id]], f"written by run {run.run_id}, whose process died")
-        # Its slot in the `model` pool (as Dagster's daemon frees an ended run's): held by a dead run,
-        # it would block every later summary run for ever.
-        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-        # Last: once failed, the run is not found here again.
-        instance.report_run_failed(run, message=f"process {run.tags['digest/pid']} on {host} is gone: the run was killed")
-    return [run.run_id for run in dead]
-
-
 def _run_partitions(settings: Settings, instance, store, job_name: str, todo, asset: str) -> list[dict]:
-    """One in-process Dagster run per (partition, route) in `todo`, tagged with this process so a
-    later sweep can close the run if the process dies; the embedded model starts once for all."""
+    """One in-process Dagster run per (partition, route) in `todo`; the embedded model starts once for all."""
     from pipelines.definitions import build_definitions
     from pipelines.sensors import register_partitions
 
@@ -169,7 +97,6 @@ def _run_partitions(settings: Settings, instance, store, job_name: str, todo, as
     if not todo:
         return outcomes
     register_partitions(instance, store)
-    process = {"digest/host": socket.gethostname(), "digest/pid": str(os.getpid())}
     with _model_url(settings) as run_settings:
         job = build_definitions(run_settings).resolve_job_def(job_name)
         for key, route in todo:
@@ -178,7 +105,7 @@ def _run_partitions(settings: Settings, instance, store, job_name: str, todo, as
                 instance=instance,
                 partition_key=key,
                 raise_on_error=False,
-                tags={"digest/sweep": "cli", "digest/route": route, **process},
+                tags={"digest/sweep": "cli", "digest/route": route},
             )
             outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
             for event in result.asset_materializations_for_node(asset):
@@ -194,9 +121,11 @@ def sweep(settings: Settings, limit: int | None) -> dict:
     """Runs that died mid-sweep are closed, and summaries their model calls finished (staged in
     DuckDB) are written first, with no model call. Then the summary sensor's selection and budget,
     run now: one Dagster run per session."""
+    from pipelines.interrupted_runs import close_interrupted_runs
+
     instance = _instance()
     store = _store(settings)
-    recovered = recover_interrupted_runs(instance, store)
+    recovered = close_interrupted_runs(instance, store)
     staged = store.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
     todo = [(key, "staged") for key in staged] + [(i.candidate.partition_key, i.tier) for i in selection.batch]
@@ -251,6 +180,7 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
     from assets.partitions import sessions_partitions
     from digest.archive import BundleError, validate_bundle
     from digest.turns import partition_key
+    from pipelines.interrupted_runs import record_summaries
     from pipelines.sensors import register_partitions
 
     store = _store(settings)
@@ -266,7 +196,7 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
     removed = [key for key in map(partition_key, outcome.removed) if key in known]
     for key in removed:
         instance.delete_dynamic_partition(sessions_partitions.name, key)
-    recorded = _record_summaries(
+    recorded = record_summaries(
         instance, store.summaries_where("session_id", outcome.summaries_restored), f"restored from {bundle.path}"
     )
     return {

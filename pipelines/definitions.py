@@ -14,7 +14,7 @@ from assets.sessions import raw_sessions, raw_turns, session_summaries
 from digest.settings import Settings, load_settings
 from pipelines.checks import store_checks
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
-from pipelines.sensors import digest_sensor, inbox_sensor, mini_summary_sensor, summary_sensor
+from pipelines.sensors import digest_sensor, inbox_sensor, interrupted_runs_sensor, mini_summary_sensor, summary_sensor
 from resources.bindings import (
     ChatModelResource,
     DigestStoreResource,
@@ -55,7 +55,7 @@ def build_definitions(settings: Settings) -> Definitions:
         asset_checks=store_checks,
         jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job, digest_job],
         schedules=[report_schedule],
-        sensors=[inbox_sensor, summary_sensor, mini_summary_sensor, digest_sensor],
+        sensors=[inbox_sensor, summary_sensor, mini_summary_sensor, digest_sensor, interrupted_runs_sensor],
         resources={
             "store": DigestStoreResource(
                 db_path=str(settings.db_path),

@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 from dagster import (
-    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
     RunsFilter,
@@ -17,6 +16,7 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
+from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.selection import next_summary_batch
 from resources.bindings import (
@@ -31,12 +31,6 @@ from resources.bindings import (
 SETTLE_S = 5.0
 # Partition keys registered per tick: SQLite refuses very large single requests.
 PARTITION_CHUNK = 1000
-IN_FLIGHT = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-]
 
 
 def _file_signature(path: Path) -> str:
@@ -172,3 +166,13 @@ def digest_sensor(context: SensorEvaluationContext, store: DigestStoreResource, 
         RunRequest(partition_key=key, tags={"digest/sweep": "graph", "digest/budget": f"{policy.batch_sessions} sessions"})
         for key in keys
     ]
+
+
+@sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+def interrupted_runs_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
+    """Closes runs on this host whose process died, so their partitions can run again and their
+    `model` pool slot is freed (Dagster's run monitoring cannot tell for the default launcher)."""
+    closed = close_interrupted_runs(context.instance, store.store())
+    if not closed:
+        return SkipReason("no run lost its process")
+    return SkipReason(f"closed {len(closed)} run(s) whose process died: {', '.join(closed)}")

@@ -11,6 +11,7 @@ from digest.mini_summaries import MiniSummaryPolicy
 from digest.model_api import ChatClient
 from digest.scheduling import SweepPolicy
 from digest.synthesis import Limits
+from pipelines.interrupted_runs import worker_tags
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
 from resources.response_cache import CachedChatClient
@@ -22,6 +23,11 @@ class DigestStoreResource(ConfigurableResource):
 
     db_path: str
     inbox: str
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        # Which process runs this run, so a run whose process dies can be told apart and closed.
+        if context.run is not None and context.instance is not None:
+            context.instance.add_run_tags(context.run.run_id, worker_tags())
 
     def store(self) -> DigestStore:
         store = DigestStore(self.db_path)

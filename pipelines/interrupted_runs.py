@@ -1,0 +1,104 @@
+"""Runs whose process died (SIGKILL, the OOM killer, a reboot). Dagster would show them running for
+ever: the sensors would never relaunch their partitions, and their `model` pool slot would block
+every later model run. The default run launcher cannot tell a dead run worker from a live one, so
+each run worker tags its run with its host and process (`worker_tags`, set by the store resource
+when the run starts), and `close_interrupted_runs` (the `interrupted_runs_sensor` and every CLI
+sweep) closes the runs whose process is gone."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
+
+from digest.turns import partition_key
+from resources.store import DigestStore
+
+HOST_TAG = "digest/host"
+PID_TAG = "digest/pid"
+# The process's start time, so a recycled pid is not mistaken for the run's own process.
+STARTED_TAG = "digest/pid_started"
+IN_FLIGHT = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
+
+
+def _process_start_ticks(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat: clock ticks after boot. None where there is no /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces; the fields after its closing paren do not.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def worker_tags() -> dict[str, str]:
+    pid = os.getpid()
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(pid)}
+    started = _process_start_ticks(pid)
+    if started is not None:
+        tags[STARTED_TAG] = started
+    return tags
+
+
+def _process_alive(pid: int, started: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        pass
+    return started is None or _process_start_ticks(pid) == started
+
+
+def record_summaries(instance: DagsterInstance, rows: list[dict], note: str) -> int:
+    """Tell Dagster about summaries DuckDB holds that no run of it materialized (restored from a
+    bundle, or written by a run killed before it could say so), so the asset page matches the store."""
+    for row in rows:
+        instance.report_runless_asset_event(
+            AssetMaterialization(
+                asset_key="session_summaries",
+                partition=partition_key(row["session_id"]),
+                description=note,
+                metadata={
+                    "session_id": row["session_id"],
+                    "source_tier": row["source_tier"],
+                    "degraded": row["degraded"],
+                    "route_reason": row["route_reason"],
+                    "input_revision": row["input_revision"],
+                    "model": row["model"],
+                    "recorded_by": note,
+                },
+            )
+        )
+    return len(rows)
+
+
+def close_interrupted_runs(instance: DagsterInstance, store: DigestStore) -> list[str]:
+    """Marks failed every unfinished run on this host whose process is gone and frees its pool
+    slot; a summary such a run wrote before it died is recorded as materialized. (Its lease on the
+    session expires on its own.) Returns the closed runs' ids."""
+    host = socket.gethostname()
+    runs = instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT, tags={HOST_TAG: host}))
+    dead = [r for r in runs if PID_TAG in r.tags and not _process_alive(int(r.tags[PID_TAG]), r.tags.get(STARTED_TAG))]
+    written = {row["run_id"]: row for row in store.summaries_where("run_id", [run.run_id for run in dead])}
+    for run in dead:
+        if run.run_id in written:
+            # Asked of the asset index, not the run's log: a kill can land after Dagster wrote the
+            # event to the run's log and before it indexed it, and only the index feeds the asset page.
+            latest = instance.fetch_materializations(
+                AssetRecordsFilter(asset_key=AssetKey("session_summaries"), asset_partitions=[run.tags["dagster/partition"]]),
+                limit=1,
+            ).records
+            if not (latest and latest[0].run_id == run.run_id):
+                record_summaries(instance, [written[run.run_id]], f"written by run {run.run_id}, whose process died")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        # Last: once failed, the run is not found here again.
+        instance.report_run_failed(run, message=f"process {run.tags[PID_TAG]} on {host} is gone: the run was killed")
+    return [run.run_id for run in dead]

@@ -1,0 +1,100 @@
+"""Runs whose process died are told apart from live ones and closed, on a real Dagster instance."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
+
+from digest.ingest import ingest_paths
+from digest.settings import load_settings
+from pipelines.definitions import build_definitions
+from pipelines.interrupted_runs import HOST_TAG, PID_TAG, STARTED_TAG, _process_start_ticks, worker_tags
+from pipelines.sensors import interrupted_runs_sensor
+from tests.bundles import write_bundle
+from tests.conftest import make_turns
+from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
+
+POOL = {"concurrency": {"pools": {"default_limit": 1}}}
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def _definitions(tmp_path, url="http://127.0.0.1:9"):
+    env = {"DIGEST_HOME": str(tmp_path / "home"), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_MODEL_URL": url}
+    return build_definitions(load_settings(env))
+
+
+def test_a_run_is_tagged_with_the_process_that_runs_it(tmp_path):
+    defs = _definitions(tmp_path)
+    with instance_for_test() as instance:
+        result = defs.resolve_job_def("report_friction").execute_in_process(instance=instance)
+        tags = instance.get_run_by_id(result.run_id).tags
+    assert result.success
+    assert tags[PID_TAG] == str(os.getpid())
+    assert tags[STARTED_TAG] == _process_start_ticks(os.getpid())
+
+
+def test_the_sensor_closes_the_runs_whose_process_died_and_leaves_live_ones(tmp_path):
+    defs = _definitions(tmp_path)
+    defs.resources["store"].store()  # an empty store
+    live = worker_tags()
+    recycled = {**live, STARTED_TAG: str(int(live[STARTED_TAG]) + 1)}  # our pid, another process's start
+    dead = {HOST_TAG: live[HOST_TAG], PID_TAG: str(_dead_pid())}
+    with instance_for_test(overrides=POOL) as instance:
+        runs = {}
+        for name, job, tags in [
+            ("live", "summarize_sessions", live),
+            ("recycled", "summarize_sessions", recycled),
+            ("dead", "digest_sessions", dead),
+            ("other host", "digest_sessions", {**dead, HOST_TAG: "elsewhere"}),
+        ]:
+            runs[name] = instance.create_run_for_job(defs.resolve_job_def(job), tags=tags, status=DagsterRunStatus.STARTED)
+        instance.event_log_storage.initialize_concurrency_limit_to_default("model")
+        instance.event_log_storage.claim_concurrency_slot("model", runs["dead"].run_id, "session_graph")
+
+        with build_sensor_context(instance=instance, resources=defs.resources) as context:
+            tick = interrupted_runs_sensor(context)
+
+        status = {name: instance.get_run_by_id(run.run_id).status for name, run in runs.items()}
+        assert status == {
+            "live": DagsterRunStatus.STARTED,
+            "recycled": DagsterRunStatus.FAILURE,
+            "dead": DagsterRunStatus.FAILURE,
+            "other host": DagsterRunStatus.STARTED,  # not ours to judge
+        }
+        assert instance.event_log_storage.get_concurrency_info("model").active_slot_count == 0
+        assert "closed 2 run(s)" in tick.skip_message
+        with build_sensor_context(instance=instance, resources=defs.resources) as context:
+            assert interrupted_runs_sensor(context).skip_message == "no run lost its process"
+
+
+def test_a_summary_a_killed_run_wrote_is_recorded_when_its_run_is_closed(tmp_path):
+    """The run died after DuckDB had its summary and before Dagster heard of it."""
+    turns = make_turns("s1", 2, minis=2)
+    with ModelServer(lambda r: Behaviour.reply(GOOD_SUMMARY)) as server:
+        defs = _definitions(tmp_path, server.url)
+        store = defs.resources["store"].store()
+        ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)
+        with instance_for_test(overrides=POOL) as instance:
+            instance.add_dynamic_partitions("sessions", ["s1"])
+            job = defs.resolve_job_def("summarize_sessions")
+            done = job.execute_in_process(instance=instance, partition_key="s1")
+            assert done.success
+            # The same summary, as if a run killed before its materialization event had written it.
+            killed = instance.create_run_for_job(
+                job, tags={"dagster/partition": "s1", HOST_TAG: worker_tags()[HOST_TAG], PID_TAG: str(_dead_pid())},
+                status=DagsterRunStatus.STARTED,
+            )
+            with store.connect() as con:
+                con.execute("UPDATE session_summaries SET run_id = ? WHERE session_id = 's1'", [killed.run_id])
+            with build_sensor_context(instance=instance, resources=defs.resources) as context:
+                interrupted_runs_sensor(context)
+            latest = instance.get_latest_materialization_event(defs.resolve_assets_def("session_summaries").key)
+            assert "whose process died" in latest.asset_materialization.description
+            assert instance.get_run_by_id(killed.run_id).status == DagsterRunStatus.FAILURE
