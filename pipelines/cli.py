@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from digest.settings import Settings, SettingsError, load_settings
+from resources.store import StoreUnreadable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "samples" / "bundle"
@@ -334,6 +335,40 @@ def demo(settings: Settings) -> dict:
     return report
 
 
+def _run_command(args, settings: Settings, parser: argparse.ArgumentParser) -> dict | None:
+    if args.command == "ingest":
+        return ingest(settings, args.paths)
+    if args.command == "sweep":
+        return sweep(settings, args.limit)
+    if args.command == "digest":
+        return digest(settings, args.limit)
+    if args.command == "friction-report":
+        return friction_report(settings)
+    if args.command == "plan":
+        return plan(settings, args.limit)
+    if args.command == "unarchive-turns":
+        if not args.session and not args.turn_ids:
+            parser.error("unarchive-turns needs --session ID or TURN_ID...")
+        return unarchive_turns(settings, args.session, args.turn_ids)
+    if args.command == "status":
+        return status(settings)
+    if args.command == "ui":
+        return ui(settings, args.port)
+    if args.command == "archive":
+        if args.retire and not args.sessions:
+            parser.error("archive --retire needs --sessions: the sessions to retire")
+        return archive(settings, args.sessions, args.retire, args.out)
+    if args.command == "restore":
+        return restore(settings, args.bundle, args.mode)
+    if args.command == "cache":
+        return clear_cache(settings)
+    if args.command == "export-graph":
+        return export_graph(settings, args.path)
+    if args.command == "reset-digest":
+        return reset_digest(settings, args.session)
+    return demo(settings)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="session-digest", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -373,40 +408,12 @@ def main(argv: list[str] | None = None) -> None:
     except SettingsError as exc:
         raise SystemExit(f"session-digest: {exc}") from None
     _prepare_home(settings)
-    if args.command == "ingest":
-        result = ingest(settings, args.paths)
-    elif args.command == "sweep":
-        result = sweep(settings, args.limit)
-    elif args.command == "digest":
-        result = digest(settings, args.limit)
-    elif args.command == "friction-report":
-        result = friction_report(settings)
-    elif args.command == "plan":
-        result = plan(settings, args.limit)
-    elif args.command == "unarchive-turns":
-        if not args.session and not args.turn_ids:
-            parser.error("unarchive-turns needs --session ID or TURN_ID...")
-        result = unarchive_turns(settings, args.session, args.turn_ids)
-    elif args.command == "status":
-        result = status(settings)
-    elif args.command == "ui":
-        ui(settings, args.port)
-        return
-    elif args.command == "archive":
-        if args.retire and not args.sessions:
-            parser.error("archive --retire needs --sessions: the sessions to retire")
-        result = archive(settings, args.sessions, args.retire, args.out)
-    elif args.command == "restore":
-        result = restore(settings, args.bundle, args.mode)
-    elif args.command == "cache":
-        result = clear_cache(settings)
-    elif args.command == "export-graph":
-        result = export_graph(settings, args.path)
-    elif args.command == "reset-digest":
-        result = reset_digest(settings, args.session)
-    else:
-        result = demo(settings)
-    print(json.dumps(result, indent=2, default=str))
+    try:
+        result = _run_command(args, settings, parser)
+    except StoreUnreadable as exc:
+        raise SystemExit(f"session-digest: {exc}") from None
+    if result is not None:
+        print(json.dumps(result, indent=2, default=str))
 
 
 if __name__ == "__main__":

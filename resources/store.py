@@ -91,7 +91,9 @@ CREATE TABLE IF NOT EXISTS turns (
     source_line INTEGER NOT NULL,
     ingested_at TIMESTAMPTZ NOT NULL
 );
-CREATE INDEX IF NOT EXISTS turns_session ON turns (session_id);
+-- No index on turns(session_id): DuckDB (1.4 to 1.5.5 at least, duckdb/duckdb#23848) can persist a
+-- secondary index stale when a writer is killed and the next process checkpoints its WAL, and then
+-- a session's lookup silently misses turns. A scan costs ~20 ms a lookup at a million turns.
 
 CREATE TABLE IF NOT EXISTS sessions (
     session_id VARCHAR PRIMARY KEY,
@@ -399,6 +401,16 @@ def _upsert_sql(table: str, columns: list[str], key: list[str], keep: Iterable[s
     )
 
 
+class StoreUnreadable(RuntimeError):
+    def __init__(self, path: Path, cause: Exception):
+        super().__init__(
+            f"cannot open the store {path}: {cause}\n"
+            "If the file is damaged, move it (and its .wal) aside and restore your latest bundle into a fresh "
+            "store with `session-digest restore BUNDLE`; a bundle holds the turns, summaries, graph, attempts "
+            "and friction (`session-digest archive` writes one)."
+        )
+
+
 class DigestStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -416,10 +428,15 @@ class DigestStore:
                 con = duckdb.connect(str(self.path), read_only=read_only)
                 break
             except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                # Another process holds the file: "Could not set lock on file ...: Conflicting lock ...".
+                if "could not set lock" not in str(exc).lower():
+                    raise StoreUnreadable(self.path, exc) from exc
+                if time.monotonic() > deadline:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
+            except duckdb.Error as exc:  # a damaged file: DuckDB raises its base error
+                raise StoreUnreadable(self.path, exc) from exc
         try:
             yield con
         finally:

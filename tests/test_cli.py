@@ -73,3 +73,17 @@ def test_an_invalid_setting_stops_the_cli_with_the_reason(tmp_path):
     done = subprocess.run(CLI + ["status"], env=env, capture_output=True, text=True)
     assert done.returncode != 0
     assert "DIGEST_RAW_CAP_TOKENS='sometimes'" in done.stderr
+
+
+def test_a_damaged_store_stops_the_cli_with_the_file_and_the_way_back(tmp_path):
+    env = {**os.environ, "DIGEST_HOME": str(tmp_path)}
+    _run(["status"], env)  # creates the store
+    db = tmp_path / "digest.duckdb"
+    with open(db, "r+b") as f:  # scribble over the first block (the catalog) after the file headers
+        f.seek(12288 + 64)
+        f.write(os.urandom(4096))
+    done = subprocess.run(CLI + ["status"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"cannot open the store {db}" in done.stderr
+    assert "session-digest restore BUNDLE" in done.stderr
+    assert "Traceback" not in done.stderr
