@@ -92,12 +92,15 @@ def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozen
 def _run_partitions(settings: Settings, instance, store, job_name: str, todo, asset: str) -> list[dict]:
     """One in-process Dagster run per (partition, route) in `todo`; the embedded model starts once for all."""
     from pipelines.definitions import build_definitions
+    from pipelines.interrupted_runs import worker_tags
     from pipelines.sensors import register_partitions
 
     outcomes = []
     if not todo:
         return outcomes
     register_partitions(instance, store)
+    # Tagged at creation, not only when the run's resources start: a kill can land in between.
+    process = worker_tags()
     with _model_url(settings) as run_settings:
         job = build_definitions(run_settings).resolve_job_def(job_name)
         for key, route in todo:
@@ -106,7 +109,7 @@ def _run_partitions(settings: Settings, instance, store, job_name: str, todo, as
                 instance=instance,
                 partition_key=key,
                 raise_on_error=False,
-                tags={"digest/sweep": "cli", "digest/route": route},
+                tags={"digest/sweep": "cli", "digest/route": route, **process},
             )
             outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
             for event in result.asset_materializations_for_node(asset):

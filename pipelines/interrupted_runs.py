@@ -1,8 +1,9 @@
 """Runs whose process died (SIGKILL, the OOM killer, a reboot). Dagster would show them running for
 ever: the sensors would never relaunch their partitions, and their `model` pool slot would block
 every later model run. The default run launcher cannot tell a dead run worker from a live one, so
-each run worker tags its run with its host and process (`worker_tags`, set by the store resource
-when the run starts), and `close_interrupted_runs` (the `interrupted_runs_sensor` and every CLI
+each run worker tags its run with its host and process (`worker_tags`: the store resource adds them
+when the run starts; the CLI sets them already when it creates its in-process runs), and
+`close_interrupted_runs` (the `interrupted_runs_sensor` and every CLI
 sweep) closes the runs whose process is gone."""
 
 from __future__ import annotations
