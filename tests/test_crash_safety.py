@@ -240,6 +240,7 @@ def test_with_reuse_off_the_staged_reply_goes_once_the_summary_is_written(tmp_pa
 
 # --- SIGKILL at random points --------------------------------------------------------------------
 
+# CI's size (about 2 minutes); 120 and 60 make the longer stress run quoted in the README.
 SESSIONS = 45
 KILLS = 22
 
@@ -289,7 +290,7 @@ def test_a_sweep_killed_at_random_points_loses_no_summary_and_duplicates_none(tm
     turns = [
         dataclasses.replace(t, document=f"{t.document} ({t.session_id})")
         for i in range(SESSIONS)
-        for t in make_turns(f"s{i:02d}", 2, minis=2)
+        for t in make_turns(f"s{i:03d}", 2, minis=2)
     ]
     settings = load_settings({"DIGEST_HOME": str(home)})
     store = _store(settings.db_path)
@@ -340,7 +341,7 @@ def test_a_sweep_killed_at_random_points_loses_no_summary_and_duplicates_none(tm
         texts.setdefault((sid, row["input_revision"]), set()).add(row["summary"])
     requests = len(server.chat_requests())
 
-    assert sorted(final) == [f"s{i:02d}" for i in range(SESSIONS)] and store.pending_summary_keys() == []
+    assert sorted(final) == [f"s{i:03d}" for i in range(SESSIONS)] and store.pending_summary_keys() == []
     assert store.query("SELECT count(*) - count(DISTINCT session_id) AS dup FROM session_summaries")["dup"][0] == 0
     assert all(len(seen) == 1 for seen in texts.values()), "two different summaries for one revision"
     # A staged reply is finished as it was, never asked again: each kill costs at most the one
