@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from digest.synthesis import Limits
@@ -46,3 +48,10 @@ def make_turns(session_id: str, count: int, doc_bytes: int = 300, minis: int = 0
             )
         )
     return turns
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited: a run's worker that was killed."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid

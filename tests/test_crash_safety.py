@@ -35,7 +35,7 @@ from resources.model_clients import OpenAIChatClient
 from resources.response_cache import CachedChatClient, usable_reply
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import dead_pid, make_turns
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -149,17 +149,12 @@ def _env(home: Path, url: str, **extra) -> dict:
     }
 
 
-def _dead_pid() -> int:
-    child = subprocess.Popen(["true"])
-    child.wait()
-    return child.pid
-
 
 def _killed_run(instance, settings, key: str):
     """A summary run as a CLI sweep left it when SIGKILL hit: started, never ended, its process gone,
     its step still holding the `model` pool's one slot."""
     job = build_definitions(settings).resolve_job_def("summarize_sessions")
-    tags = {"dagster/partition": key, "digest/sweep": "cli", "digest/host": socket.gethostname(), "digest/pid": str(_dead_pid())}
+    tags = {"dagster/partition": key, "digest/sweep": "cli", "digest/host": socket.gethostname(), "digest/pid": str(dead_pid())}
     run = instance.create_run_for_job(job, tags=tags, status=DagsterRunStatus.STARTED)
     instance.event_log_storage.initialize_concurrency_limit_to_default("model")
     instance.event_log_storage.claim_concurrency_slot("model", run.run_id, "session_summaries")

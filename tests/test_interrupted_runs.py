@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
 
@@ -13,16 +12,11 @@ from pipelines.definitions import build_definitions
 from pipelines.interrupted_runs import HOST_TAG, PID_TAG, STARTED_TAG, _process_start_ticks, worker_tags
 from pipelines.sensors import interrupted_runs_sensor
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import dead_pid, make_turns
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
 POOL = {"concurrency": {"pools": {"default_limit": 1}}}
 
-
-def _dead_pid() -> int:
-    child = subprocess.Popen(["true"])
-    child.wait()
-    return child.pid
 
 
 def _definitions(tmp_path, url="http://127.0.0.1:9"):
@@ -45,7 +39,7 @@ def test_the_sensor_closes_the_runs_whose_process_died_and_leaves_live_ones(tmp_
     defs.resources["store"].store()  # an empty store
     live = worker_tags()
     recycled = {**live, STARTED_TAG: str(int(live[STARTED_TAG]) + 1)}  # our pid, another process's start
-    dead = {HOST_TAG: live[HOST_TAG], PID_TAG: str(_dead_pid())}
+    dead = {HOST_TAG: live[HOST_TAG], PID_TAG: str(dead_pid())}
     with instance_for_test(overrides=POOL) as instance:
         runs = {}
         for name, job, tags in [
@@ -88,7 +82,7 @@ def test_a_summary_a_killed_run_wrote_is_recorded_when_its_run_is_closed(tmp_pat
             assert done.success
             # The same summary, as if a run killed before its materialization event had written it.
             killed = instance.create_run_for_job(
-                job, tags={"dagster/partition": "s1", HOST_TAG: worker_tags()[HOST_TAG], PID_TAG: str(_dead_pid())},
+                job, tags={"dagster/partition": "s1", HOST_TAG: worker_tags()[HOST_TAG], PID_TAG: str(dead_pid())},
                 status=DagsterRunStatus.STARTED,
             )
             with store.connect() as con:
