@@ -1,7 +1,8 @@
 """The largest prompt any model call sent in the graph scenario of issue 11.4.
 
-Run (after): PYTHONPATH=$PWD .venv/bin/python bench/graph_cap.py [--cap 3000] [--kilobytes 90]
-Run (before, on another checkout): PYTHONPATH=/path/to/that/checkout .venv/bin/python bench/graph_cap.py
+Run: PYTHONPATH=. .venv/bin/python bench/graph_cap.py [--cap 3000] [--kilobytes 90]
+PYTHONPATH picks the code measured (and its tests/model_server.py): point it at a checkout of an
+older commit for the "before" figure.
 
 An Ollama host of context 131072 with `DIGEST_RAW_CAP_TOKENS=--cap`, and one session of about
 `--kilobytes` of turn documents (one turn of them over the cap), digested into the graph against
@@ -15,27 +16,24 @@ from __future__ import annotations
 import argparse
 import math
 import re
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.model_server
-
-from digest.graph import digest_session  # noqa: E402
-from digest.settings import load_settings  # noqa: E402
-from digest.turns import Turn, compose_document, input_revision  # noqa: E402
-from resources.model_clients import OllamaChatClient  # noqa: E402
-from resources.store import DigestStore, RunLedger  # noqa: E402
-from tests.model_server import Behaviour, ModelServer, Received  # noqa: E402
+from digest.graph import digest_session
+from digest.settings import load_settings
+from digest.turns import Turn, compose_document, input_revision
+from resources.model_clients import OllamaChatClient
+from resources.store import DigestStore, RunLedger
+from tests.model_server import Behaviour, ModelServer, Received
 
 CPU_PROMPT_TOKENS_PER_S = 50
 
 
 def session(kilobytes: int) -> list[Turn]:
-    """Turns of ~3 KB, the middle one of ~16 KB, until the documents hold `kilobytes`."""
+    """Turns of ~1.7 KB, the 14th of ~14 KB (over a 3000-token cap), until the documents hold `kilobytes`."""
     turns, total, i = [], 0, 0
     while total < kilobytes * 1000:
-        lines = 120 if i == 13 else 24
+        lines = 200 if i == 13 else 24
         response = "\n".join(f"Step {i}.{n}: Quillmotor touched src/grid/Row.mjs and Kestrelbus again." for n in range(lines))
         document = compose_document(f"Prompt {i}: fix the grid", f"Thinking about step {i}", response)
         turns.append(Turn(id=f"bench-t{i:03d}", session_id="bench", document=document, ts_ms=i * 60_000, agent="claude-code"))
