@@ -775,7 +775,10 @@ def digest_session(
                 f"{len(chunks) - left}/{len(chunks)} chunks done, {spent:.0f}s of the {policy.budget_s:g}s "
                 "budget spent: the next run goes on from here"
             )
-            return DigestResult(None, None, len(chunks), len(chunks) - left, note, left, resumed, spent)
+            return DigestResult(
+                None, None, len(chunks), len(chunks) - left, note, left_for_later=left, chunks_resumed=resumed,
+                model_seconds=spent,
+            )  # fmt: skip
         else:
             extraction, error, prompt, cut, seconds = _extract(
                 client, chunk, len(chunks), limits, policy, ledger, session_id
@@ -788,8 +791,9 @@ def digest_session(
                     _friction(session_id, client, limits, prompt, symptom, "post-invocation-failure", note, error)
                 )
                 return DigestResult(
-                    None, symptom, len(chunks), chunk.index, f"{note}: {error}", 0, resumed, spent
-                )
+                    None, symptom, len(chunks), chunk.index, f"{note}: {error}", chunks_resumed=resumed,
+                    model_seconds=spent,
+                )  # fmt: skip
             if chunk_store is not None:
                 chunk_store.save_chunk(session_id, revision, chunk, extraction, cut, client.model)
         cut_replies += cut

@@ -650,6 +650,35 @@ def test_a_session_over_the_run_budget_is_finished_by_the_next_run_with_no_chunk
     assert ledger.to_dict("records") == [{"outcome": "ok", "n": 2}]
 
 
+def test_a_retry_after_a_failed_chunk_sends_only_the_chunks_not_done(store):
+    """A chunk's result is stored as it arrives; a failure later in the session costs that chunk
+    only, and a stored result counts only for the same text (another chunking sends all again)."""
+    limits, policy = make_limits(), GraphPolicy(chunk_limit_tokens=900, output_limit_tokens=256, timeout_s=5)
+    turns = make_turns("retry", 9, doc_bytes=700)
+    failing = {"on": True}
+
+    def graph(received: Received) -> Behaviour:
+        if failing["on"] and turns[4].document in received.prompt:
+            return Behaviour.text("not json")
+        return Behaviour.reply(echo_extraction(received.prompt))
+
+    ledger = RunLedger(store, "run")
+    with ModelServer(script(graph=graph)) as server:
+        client = OpenAIChatClient(server.url, "fake-model")
+        first = digest_session(turns, summary_row(turns), client, limits, policy, ledger, chunk_store=ledger)
+        sent_first = [r.prompt for r in server.chat_requests()]
+        failing["on"] = False
+        second = digest_session(turns, summary_row(turns), client, limits, policy, ledger, chunk_store=ledger)
+        sent_second = [r.prompt for r in server.chat_requests()][len(sent_first) :]
+        rechunked = dataclasses.replace(policy, chunk_limit_tokens=1200)
+        third = digest_session(turns, summary_row(turns), client, limits, rechunked, ledger, chunk_store=ledger)
+    assert first.failure == "parse-failure" and first.chunks_done == len(sent_first) - 1 > 0
+    assert second.graph is not None and second.chunks_resumed == first.chunks_done
+    assert sent_second[0] == sent_first[-1] and not set(sent_second[1:]) & set(sent_first)
+    assert len(sent_first) - 1 + len(sent_second) == second.graph.chunks  # the failed chunk alone sent twice
+    assert third.chunks_resumed == 0 and third.graph.chunks < second.graph.chunks
+
+
 def _tick_digest_sensor(instance, definitions) -> list[str]:
     with build_sensor_context(instance=instance, resources=definitions.resources) as context:
         result = digest_sensor(context)
