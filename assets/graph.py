@@ -66,7 +66,9 @@ def session_graph(
     the raw turns, chunk by chunk within its budget. Never from a summary's text, degraded or not.
 
     Not digested (nothing materialized, an observation says why) when the turns changed since the
-    summary, or the session is undigestible at its current turns.
+    summary, or the session is undigestible at its current turns. A run spends at most
+    `DIGEST_GRAPH_BUDGET_S` of model time: a session whose chunks do not fit keeps the finished ones
+    and the next run (the digest sensor's) goes on from there; not a failure.
     """
     db = store.store()
     session = session_or_fail(db, context.partition_key)
@@ -87,7 +89,28 @@ def session_graph(
         return
 
     limits, policy = model.limits(), graph.policy()
-    result = digest_session(turns, summary, model.client(db), limits, policy, RunLedger(db, context.run.run_id))
+    ledger = RunLedger(db, context.run.run_id)
+    result = digest_session(turns, summary, model.client(db), limits, policy, ledger, chunk_store=ledger)
+    if result.left_for_later:
+        context.log.info(f"session {session_id!r} part-digested: {result.note}")
+        context.log_event(
+            AssetObservation(
+                asset_key=context.asset_key,
+                partition=context.partition_key,
+                metadata={
+                    "session_id": session_id,
+                    "digested": False,
+                    "reason": result.note,
+                    "input_revision": revision,
+                    "chunks_planned": result.chunks_planned,
+                    "chunks_done": result.chunks_done,
+                    "chunks_left_for_later": result.left_for_later,
+                    "model_seconds": round(result.model_seconds, 2),
+                    "budget_s": policy.budget_s,
+                },
+            )
+        )
+        return
     if result.graph is None:
         state = db.record_digest_failure(session_id, revision, result.failure, policy.max_attempts)
         then = "out of the cadence until reset" if state.digest_state == UNDIGESTIBLE else "will be retried"
@@ -121,6 +144,8 @@ def session_graph(
             "relations_culled": stats.culled_relations,
             "issues_discussed": built.issues,
             "chunks": built.chunks,
+            "chunks_from_earlier_runs": result.chunks_resumed,
+            "model_seconds": round(result.model_seconds, 2),
             "replies_cut_at_output_cap": built.cut_replies,
             "prompt_window_tokens": prompt_window_tokens(limits, policy),
             "chunk_content_budget_bytes": chunk_content_budget_bytes(limits, policy),

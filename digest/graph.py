@@ -17,7 +17,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import IO, Iterable, Literal
+from typing import IO, Iterable, Literal, Protocol
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -53,16 +53,18 @@ class GraphPolicy:
     max_chunks: int = 64  # more chunk calls than this for one session: undigestible (size pre-check)
     batch_sessions: int = 10  # sessions one digest sensor tick launches at most
     fresh_reserve: int = 2  # of those, the newest; the rest are the oldest, so nothing starves
+    budget_s: float = 1800.0  # model time one digest run may spend; it starts no chunk after that
 
 
 def graph_limits(model: Limits, policy: GraphPolicy) -> Limits:
-    """The model's context, safe band and estimate, with the graph's output cap and timeout. No raw
-    cap: it bounds one whole-session call, and graph calls are bounded chunk by chunk instead."""
-    return replace(model, raw_cap_tokens=None, max_output_tokens=policy.output_limit_tokens, timeout_s=policy.timeout_s)
+    """The model's context, safe band, raw cap and estimate, with the graph's output cap and timeout.
+    The raw cap stays: it is the host's largest prompt that finishes in time, whatever the call."""
+    return replace(model, max_output_tokens=policy.output_limit_tokens, timeout_s=policy.timeout_s)
 
 
 def prompt_window_tokens(model: Limits, policy: GraphPolicy) -> int:
-    """The largest extraction prompt: min(graph chunk limit, safe band, context − graph output limit)."""
+    """The largest extraction prompt: min(graph chunk limit, raw cap when on, safe band, context −
+    graph output limit)."""
     return min(policy.chunk_limit_tokens, graph_limits(model, policy).prompt_budget_tokens)
 
 
@@ -247,6 +249,11 @@ class Chunk:
     index: int
     text: str
     turn_ids: tuple[str, ...]  # the turns whose text (whole, or a piece) it carries
+
+    @property
+    def digest(self) -> str:
+        """Names the chunk's range of text: a stored result is reused only for the same text."""
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
 
 def _byte_len(text: str) -> int:
@@ -660,6 +667,23 @@ class DigestResult:
     chunks_planned: int
     chunks_done: int
     note: str = ""
+    left_for_later: int = 0  # chunks the run's budget did not reach: the next run does them
+    chunks_resumed: int = 0  # results stored by earlier runs, used with no model call
+    model_seconds: float = 0.0
+
+
+class ChunkStore(Protocol):
+    """Where finished chunk results are kept between runs (DuckDB in production), keyed by session,
+    input revision, chunk index and the chunk's text digest: a session cut short by the budget goes
+    on in the next run, and no chunk is sent twice."""
+
+    def finished_chunks(self, session_id: str, revision: str) -> dict[tuple[int, str], tuple[GraphExtraction, bool]]:
+        """(index, digest) → (extraction, whether its reply was cut at the output cap)."""
+        ...
+
+    def save_chunk(
+        self, session_id: str, revision: str, chunk: Chunk, extraction: GraphExtraction, cut: bool, model: str
+    ) -> None: ...
 
 
 def _friction(session_id, client, limits, prompt, symptom, point, note, error=None) -> FrictionEvent:
@@ -668,9 +692,9 @@ def _friction(session_id, client, limits, prompt, symptom, point, note, error=No
 
 def _extract(
     client: ChatClient, chunk: Chunk, total: int, limits: Limits, policy: GraphPolicy, ledger: Ledger, session_id: str
-) -> tuple[GraphExtraction | None, BaseException | None, str, bool]:
+) -> tuple[GraphExtraction | None, BaseException | None, str, bool, float]:
     """One chunk's model call, its attempt recorded whatever happens; True when its reply was cut
-    at the output cap and only its complete items were kept."""
+    at the output cap and only its complete items were kept; the call's model seconds."""
     prompt = build_extraction_prompt(chunk.text)
     reply: ChatReply | None = None
     error: BaseException | None = None
@@ -693,8 +717,9 @@ def _extract(
         error = exc
     # Tier "raw": graph evidence is always the raw turns.
     where = f"chunk {chunk.index + 1}/{total}: "
-    ledger.record_attempt(call_attempt(session_id, "graph", "raw", prompt, limits, client.model, reply, error, where))
-    return extraction, error, prompt, cut
+    attempt = call_attempt(session_id, "graph", "raw", prompt, limits, client.model, reply, error, where)
+    ledger.record_attempt(attempt)
+    return extraction, error, prompt, cut, attempt.duration_s
 
 
 def digest_session(
@@ -705,10 +730,13 @@ def digest_session(
     policy: GraphPolicy,
     ledger: Ledger,
     created_at: datetime | None = None,
+    chunk_store: ChunkStore | None = None,
 ) -> DigestResult:
     """The session's graph: provenance from the stored rows, semantics from the model over raw
     turn chunks. The first failed chunk stops the digest (friction recorded, no graph), so a
-    failing session costs one call a try, not one per chunk."""
+    failing session costs one call a try, not one per chunk. A chunk is started only while the
+    run's model time (`policy.budget_s`) is left; with `chunk_store`, finished chunks are kept
+    there and a later run starts where this one stopped."""
     if not turns:
         raise ValueError("a session with no turns cannot be digested")
     ordered = canonical_order(turns)
@@ -731,18 +759,44 @@ def digest_session(
         )
         return DigestResult(None, "size-precheck-skip", len(chunks), 0, over)
 
+    revision = input_revision(ordered)
+    finished = chunk_store.finished_chunks(session_id, revision) if chunk_store else {}
     extractions: list[tuple[Chunk, GraphExtraction]] = []
-    cut_replies = 0
+    cut_replies = resumed = 0
+    spent = 0.0
     for chunk in chunks:
-        extraction, error, prompt, cut = _extract(client, chunk, len(chunks), limits, policy, ledger, session_id)
-        cut_replies += cut
-        if error is not None:
-            symptom = classify_error(error)
-            note = f"chunk {chunk.index + 1}/{len(chunks)}"
-            ledger.record_friction(
-                _friction(session_id, client, limits, prompt, symptom, "post-invocation-failure", note, error)
+        stored = finished.get((chunk.index, chunk.digest))
+        if stored is not None:
+            extraction, cut = stored
+            resumed += 1
+        elif spent >= policy.budget_s:
+            left = sum((c.index, c.digest) not in finished for c in chunks[chunk.index :])
+            note = (
+                f"{len(chunks) - left}/{len(chunks)} chunks done, {spent:.0f}s of the {policy.budget_s:g}s "
+                "budget spent: the next run goes on from here"
             )
-            return DigestResult(None, symptom, len(chunks), chunk.index, f"{note}: {error}")
+            return DigestResult(
+                None, None, len(chunks), len(chunks) - left, note, left_for_later=left, chunks_resumed=resumed,
+                model_seconds=spent,
+            )  # fmt: skip
+        else:
+            extraction, error, prompt, cut, seconds = _extract(
+                client, chunk, len(chunks), limits, policy, ledger, session_id
+            )
+            spent += seconds
+            if error is not None:
+                symptom = classify_error(error)
+                note = f"chunk {chunk.index + 1}/{len(chunks)}"
+                ledger.record_friction(
+                    _friction(session_id, client, limits, prompt, symptom, "post-invocation-failure", note, error)
+                )
+                return DigestResult(
+                    None, symptom, len(chunks), chunk.index, f"{note}: {error}", chunks_resumed=resumed,
+                    model_seconds=spent,
+                )  # fmt: skip
+            if chunk_store is not None:
+                chunk_store.save_chunk(session_id, revision, chunk, extraction, cut, client.model)
+        cut_replies += cut
         extractions.append((chunk, extraction))
 
     stamp = (created_at or datetime.now(timezone.utc)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -751,7 +805,7 @@ def digest_session(
     stats = merge_extractions(builder, session_node_id(session_id), extractions)
     graph = SessionGraph(
         session_id=session_id,
-        input_revision=input_revision(ordered),
+        input_revision=revision,
         nodes=list(builder.nodes.values()),
         edges=list(builder.edges.values()),
         chunks=len(chunks),
@@ -759,7 +813,7 @@ def digest_session(
         stats=stats,
         issues=issues,
     )
-    return DigestResult(graph, None, len(chunks), len(chunks))
+    return DigestResult(graph, None, len(chunks), len(chunks), chunks_resumed=resumed, model_seconds=spent)
 
 
 # --- export (graph-backup JSONL) ------------------------------------------------------------------

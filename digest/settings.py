@@ -150,10 +150,12 @@ def _mini_summary_policy(env: Mapping[str, str]) -> MiniSummaryPolicy:
 REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS = 8192
 
 
-def _graph_policy(env: Mapping[str, str], context: int, safe: int) -> GraphPolicy:
+def _graph_policy(env: Mapping[str, str], context: int, safe: int, raw_cap: int | None) -> GraphPolicy:
     """Defaults as the reference's `localModels.chat` leaves: 50000-token chunks, 8192 output tokens
     (less on a small context), 3 attempts; a chunk's call waits up to 600 s; a session needing more
-    than 64 chunk calls is not tried."""
+    than 64 chunk calls is not tried. The raw cap, when on, bounds every chunk's prompt too. A run
+    spends up to 1800 s of model time, as a sweep may (`DIGEST_SWEEP_MODEL_SECONDS`), so one
+    session does not hold the `model` pool for longer."""
     default_output = min(REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS, context // 8)
     policy = GraphPolicy(
         chunk_limit_tokens=_int(env, "DIGEST_GRAPH_CHUNK_LIMIT_TOKENS", 50000),
@@ -163,11 +165,12 @@ def _graph_policy(env: Mapping[str, str], context: int, safe: int) -> GraphPolic
         max_chunks=_int(env, "DIGEST_GRAPH_MAX_CHUNKS", 64),
         batch_sessions=_int(env, "DIGEST_GRAPH_BATCH_SESSIONS", 10),
         fresh_reserve=_int(env, "DIGEST_GRAPH_FRESH_RESERVE", 2, minimum=0),
+        budget_s=_float(env, "DIGEST_GRAPH_BUDGET_S", 1800.0),
     )
     model = Limits(
         context_limit_tokens=context,
         safe_limit_tokens=safe,
-        raw_cap_tokens=None,
+        raw_cap_tokens=raw_cap,
         bytes_per_token=_float(env, "DIGEST_BYTES_PER_TOKEN", 3.0),
         max_output_tokens=policy.output_limit_tokens,
         timeout_s=policy.timeout_s,
@@ -175,8 +178,9 @@ def _graph_policy(env: Mapping[str, str], context: int, safe: int) -> GraphPolic
     room = chunk_content_budget_bytes(model, policy)
     if room < MIN_CHUNK_CONTENT_BYTES:
         raise SettingsError(
-            f"the graph prompt window, min(DIGEST_GRAPH_CHUNK_LIMIT_TOKENS, DIGEST_SAFE_LIMIT_TOKENS, "
-            f"DIGEST_CONTEXT_LIMIT_TOKENS - DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS) = {prompt_window_tokens(model, policy)} "
+            f"the graph prompt window, min(DIGEST_GRAPH_CHUNK_LIMIT_TOKENS, DIGEST_RAW_CAP_TOKENS (when on), "
+            f"DIGEST_SAFE_LIMIT_TOKENS, DIGEST_CONTEXT_LIMIT_TOKENS - DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS) = "
+            f"{prompt_window_tokens(model, policy)} "
             f"tokens, leaves {room} bytes for turn text after the extraction prompt; at least "
             f"{MIN_CHUNK_CONTENT_BYTES} are needed"
         )
@@ -197,6 +201,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"DIGEST_SAFE_LIMIT_TOKENS={safe} is above DIGEST_CONTEXT_LIMIT_TOKENS={context}"
         )
     default_name = {"embedded": "smollm2", "openai": "default", "ollama": "llama3.2"}[provider]
+    raw_cap = parse_raw_cap(env.get("DIGEST_RAW_CAP_TOKENS"))
     return Settings(
         home=home,
         db_path=Path(env.get("DIGEST_DB_PATH", "").strip() or home / "digest.duckdb").resolve(),
@@ -206,7 +211,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         model_name=env.get("DIGEST_MODEL_NAME", "").strip() or default_name,
         context_limit_tokens=context,
         safe_limit_tokens=safe,
-        raw_cap_tokens=parse_raw_cap(env.get("DIGEST_RAW_CAP_TOKENS")),
+        raw_cap_tokens=raw_cap,
         bytes_per_token=_float(env, "DIGEST_BYTES_PER_TOKEN", 3.0),
         summary_timeout_s=_float(env, "DIGEST_SUMMARY_TIMEOUT_S", 180.0),
         summary_max_output_tokens=_int(env, "DIGEST_SUMMARY_MAX_OUTPUT_TOKENS", 1024, minimum=64),
@@ -219,6 +224,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             backoff_max_s=_float(env, "DIGEST_BACKOFF_MAX_S", 86400.0),
         ),
         mini_summaries=_mini_summary_policy(env),
-        graph=_graph_policy(env, context, safe),
+        graph=_graph_policy(env, context, safe, raw_cap),
         response_cache=_on_off(env, "DIGEST_RESPONSE_CACHE", True),
     )

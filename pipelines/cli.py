@@ -145,12 +145,13 @@ def sweep(settings: Settings, limit: int | None) -> dict:
 
 
 def digest(settings: Settings, limit: int | None) -> dict:
-    """The digest sensor's selection, run now: one `digest_sessions` run per session."""
+    """The digest sensor's selection, run now: one `digest_sessions` run per session. A run that
+    succeeds without a graph left its session part-done (its budget ran out) or gated."""
     store = _store(settings)
     policy = settings.graph
     keys = store.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
     runs = _run_partitions(settings, _instance(), store, "digest_sessions", [(k, "graph") for k in keys], "session_graph")
-    return {"digested": sum(r["success"] for r in runs), "runs": runs}
+    return {"digested": sum("nodes" in r for r in runs), "runs": runs}
 
 
 def friction_report(settings: Settings) -> dict:

@@ -125,7 +125,8 @@ class MiniSummaryPolicyResource(ConfigurableResource):
 
 
 class GraphPolicyResource(ConfigurableResource):
-    """The session graph's bounds: chunk and output limits, call timeout, attempts, chunk count."""
+    """The session graph's bounds: chunk and output limits, call timeout, attempts, chunk count,
+    the sensor's batch, and the model time one run may spend."""
 
     chunk_limit_tokens: int
     output_limit_tokens: int
@@ -134,6 +135,7 @@ class GraphPolicyResource(ConfigurableResource):
     max_chunks: int
     batch_sessions: int
     fresh_reserve: int
+    budget_s: float
 
     def policy(self) -> GraphPolicy:
         return GraphPolicy(**self.model_dump())

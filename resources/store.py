@@ -45,6 +45,7 @@ from digest.archive import (
 )
 from digest.friction import FrictionEvent
 from digest.graph import UNDIGESTIBLE, DigestState, SessionGraph, after_failure, after_reset, after_success
+from digest.graph import Chunk, GraphExtraction
 from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
 from digest.model_api import ChatReply
 from digest.mini_summaries import ARCHIVE_GENERATION_TIMEOUT, PendingSession, PendingTurn, order_sessions
@@ -311,6 +312,22 @@ CREATE TABLE IF NOT EXISTS graph_edges (
     run_id VARCHAR,
     created_at TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (session_id, id)
+);
+
+-- Finished graph chunks of a session not yet digested at its turns: a digest run its budget cut
+-- short goes on from them (no chunk is sent twice). Dropped when the session's graph is written.
+CREATE TABLE IF NOT EXISTS graph_chunks (
+    session_id VARCHAR NOT NULL,
+    input_revision VARCHAR NOT NULL,  -- of the turns the chunk was cut from
+    chunk_index INTEGER NOT NULL,
+    chunk_sha256 VARCHAR NOT NULL,    -- of the chunk's text: another chunking is another chunk
+    turn_ids VARCHAR[] NOT NULL,
+    extraction JSON NOT NULL,         -- the validated entities and relations
+    cut_at_output_cap BOOLEAN NOT NULL,
+    model VARCHAR NOT NULL,
+    run_id VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (session_id, input_revision, chunk_index, chunk_sha256)
 );
 
 -- Graph digestion per session: undigestible sessions are out of the cadence until their turns
@@ -1302,11 +1319,35 @@ class DigestStore:
         with self.transaction() as con:
             con.execute("DELETE FROM graph_nodes WHERE session_id = ?", [graph.session_id])
             con.execute("DELETE FROM graph_edges WHERE session_id = ?", [graph.session_id])
+            con.execute("DELETE FROM graph_chunks WHERE session_id = ?", [graph.session_id])
             con.register("node_batch", nodes)
             con.register("edge_batch", edges)
             con.execute(f"INSERT INTO graph_nodes ({', '.join(nodes.columns)}) SELECT * FROM node_batch")
             con.execute(f"INSERT INTO graph_edges ({', '.join(edges.columns)}) SELECT * FROM edge_batch")
             self._put_digest_state(con, graph.session_id, after_success(graph.input_revision))
+
+    def finished_graph_chunks(self, session_id: str, revision: str) -> dict[tuple[int, str], tuple[GraphExtraction, bool]]:
+        """The session's chunk results stored at this revision, by (chunk index, text digest)."""
+        with self.connect() as con:
+            rows = con.execute(
+                """SELECT chunk_index, chunk_sha256, extraction::VARCHAR, cut_at_output_cap FROM graph_chunks
+                   WHERE session_id = ? AND input_revision = ?""",
+                [session_id, revision],
+            ).fetchall()
+        return {(index, sha): (GraphExtraction.model_validate_json(data), cut) for index, sha, data, cut in rows}
+
+    def save_graph_chunk(
+        self, session_id: str, revision: str, chunk: Chunk, extraction: GraphExtraction, cut: bool, model: str,
+        run_id: str | None = None,
+    ) -> None:  # fmt: skip
+        """One chunk's result, written as it arrives; rows of the session's older revisions go."""
+        with self.transaction() as con:
+            con.execute("DELETE FROM graph_chunks WHERE session_id = ? AND input_revision <> ?", [session_id, revision])
+            con.execute(
+                "INSERT OR REPLACE INTO graph_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [session_id, revision, chunk.index, chunk.digest, list(chunk.turn_ids), extraction.model_dump_json(),
+                 cut, model, run_id, _now()],
+            )  # fmt: skip
 
     def record_digest_failure(self, session_id: str, revision: str, symptom: str, max_attempts: int) -> DigestState:
         """Count a failed digest; the session's last good graph, if any, stays. Returns the new state."""
@@ -1334,10 +1375,11 @@ class DigestStore:
     def pending_digest_keys(self, fresh: int, total: int, exclude: Iterable[str] = ()) -> list[str]:
         """Sessions the digest cadence takes, as the original's REM pass does: `fresh` of the newest,
         the rest oldest first, `total` at most. Pending means summarized from the turns as they are,
-        not yet digested at that revision, not undigestible at it, not retired."""
-        fresh = min(fresh, max(0, total - 1))
+        not yet digested at that revision, not undigestible at it, not retired. Sessions a run's
+        budget left part-done (chunks stored at their turns) come first, oldest first: they finish
+        in a bounded number of runs, and none waits behind a backlog with its work half done."""
         pending = """
-            SELECT s.partition_key, s.session_id, s.last_activity_ms FROM sessions s
+            SELECT s.partition_key, s.session_id, s.last_activity_ms, s.input_revision FROM sessions s
             JOIN session_summaries x USING (session_id)
             LEFT JOIN digest_state d USING (session_id)
             WHERE x.input_revision = s.input_revision
@@ -1346,16 +1388,24 @@ class DigestStore:
               AND s.partition_key NOT IN (SELECT unnest(?::VARCHAR[]))
         """
         with self.connect() as con:
+            resumed = con.execute(
+                f"""SELECT partition_key FROM ({pending}) p WHERE EXISTS (SELECT 1 FROM graph_chunks g
+                    WHERE g.session_id = p.session_id AND g.input_revision = p.input_revision)
+                    ORDER BY last_activity_ms ASC NULLS FIRST, session_id LIMIT ?""",
+                [list(exclude), total],
+            ).fetchall()
+            exclude = [*exclude, *(r[0] for r in resumed)]
+            rest = total - len(resumed)
             newest = con.execute(
                 f"SELECT partition_key FROM ({pending}) ORDER BY last_activity_ms DESC NULLS LAST, session_id LIMIT ?",
-                [list(exclude), fresh],
+                [exclude, min(fresh, max(0, rest - 1))],
             ).fetchall()
             oldest = con.execute(
                 f"""SELECT partition_key FROM ({pending}) WHERE partition_key NOT IN (SELECT unnest(?::VARCHAR[]))
                     ORDER BY last_activity_ms ASC NULLS FIRST, session_id LIMIT ?""",
-                [list(exclude), [r[0] for r in newest], total - len(newest)],
+                [exclude, [r[0] for r in newest], rest - len(newest)],
             ).fetchall()
-        return [r[0] for r in newest + oldest]
+        return [r[0] for r in resumed + newest + oldest]
 
     def graph_pages(self, table: str, ids_per_page: int = 2000) -> Iterator[list[dict]]:
         """Every row of `graph_nodes` or `graph_edges` sorted by id (then oldest digest first), a
@@ -1392,6 +1442,15 @@ class RunLedger:
 
     def record_friction(self, event: FrictionEvent) -> None:
         self.store.record_friction(event, self.run_id)
+
+    # The graph's `ChunkStore`: a digest run's finished chunks, tagged with the run.
+    def finished_chunks(self, session_id: str, revision: str) -> dict[tuple[int, str], tuple[GraphExtraction, bool]]:
+        return self.store.finished_graph_chunks(session_id, revision)
+
+    def save_chunk(
+        self, session_id: str, revision: str, chunk: Chunk, extraction: GraphExtraction, cut: bool, model: str
+    ) -> None:
+        self.store.save_graph_chunk(session_id, revision, chunk, extraction, cut, model, self.run_id)
 
 
 class MiniSummaryLedger:
