@@ -3,9 +3,12 @@ batches. Both are cheap: they list files or run one DuckDB query, never call a m
 
 import json
 import time
+import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from dagster import (
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
     RunsFilter,
@@ -31,6 +34,11 @@ from resources.bindings import (
 SETTLE_S = 5.0
 # Partition keys registered per tick: SQLite refuses very large single requests.
 PARTITION_CHUNK = 1000
+# Ingest runs carry their inbox batch, so the next tick can tell which files went in.
+INBOX_BATCH_TAG = "digest/inbox_batch"
+# A batch whose ingest failed twice waits this long before its next try, doubling up to the cap.
+RETRY_BASE_S = 60.0
+RETRY_MAX_S = 3600.0
 
 
 def _file_signature(path: Path) -> str:
@@ -38,50 +46,107 @@ def _file_signature(path: Path) -> str:
     return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
-@sensor(job=ingest_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
-def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
-    """Launches an ingest of every new or changed `*.jsonl` in the inbox (`DIGEST_INBOX`)."""
-    inbox = Path(store.inbox)
-    if not inbox.is_dir():
-        return SkipReason(f"inbox {inbox} does not exist yet")
-    seen = json.loads(context.cursor) if context.cursor else {}
-    settled_before = time.time() - SETTLE_S
-    current, fresh = {}, []
-    for path in sorted(inbox.glob("*.jsonl")):
-        signature = _file_signature(path)
-        current[path.name] = signature
-        if seen.get(path.name) != signature:
-            if path.stat().st_mtime > settled_before:
-                current[path.name] = seen.get(path.name)  # look again next tick
-                continue
-            fresh.append(str(path))
-    cursor = json.dumps({k: v for k, v in current.items() if v is not None}, sort_keys=True)
-    if not fresh:
-        return SensorResult(skip_reason=SkipReason(f"no new files in {inbox}"), cursor=cursor)
-    return SensorResult(
-        run_requests=[
-            RunRequest(
-                run_config={"ops": {"raw_turns": {"config": {"paths": fresh}}}},
-                tags={"digest/sweep": "inbox", "digest/files": str(len(fresh))},
-            )
-        ],
-        cursor=cursor,
+def _batch_state(instance, batch: str) -> tuple[str, float]:
+    """("done" | "running" | "failed", when a failed batch may go again). A batch with no run at
+    all (deleted from the UI) counts as failed, due now."""
+    records = instance.get_run_records(filters=RunsFilter(job_name=ingest_job.name, tags={INBOX_BATCH_TAG: batch}))
+    statuses = {r.dagster_run.status for r in records}
+    if DagsterRunStatus.SUCCESS in statuses:
+        return "done", 0.0
+    if statuses - {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}:
+        return "running", 0.0
+    if not records:
+        return "failed", 0.0
+    # The first retry goes on the next tick; then the wait doubles, so a file that keeps failing
+    # does not fill the run list.
+    wait = 0.0 if len(records) < 2 else min(RETRY_BASE_S * 2 ** (len(records) - 2), RETRY_MAX_S)
+    return "failed", max(r.end_time or 0.0 for r in records) + wait
+
+
+def _ingest_request(batch: str, files: dict[str, str], inbox: Path) -> RunRequest:
+    return RunRequest(
+        run_config={"ops": {"raw_turns": {"config": {"paths": [str(inbox / name) for name in sorted(files)]}}}},
+        tags={"digest/sweep": "inbox", "digest/files": str(len(files)), INBOX_BATCH_TAG: batch},
     )
 
 
-def unregistered_partition_keys(instance, store) -> list[str]:
-    """Up to a chunk of sessions in DuckDB that are not yet partitions (new, or from a restore)."""
+@sensor(job=ingest_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
+    """Launches an ingest of every new or changed `*.jsonl` in the inbox (`DIGEST_INBOX`). A file is
+    done once an ingest of it succeeded: a failed run is launched again (the next tick, then after a
+    doubling wait), and a file whose run is still going is not launched twice."""
+    inbox = Path(store.inbox)
+    if not inbox.is_dir():
+        return SkipReason(f"inbox {inbox} does not exist yet")
+    state = json.loads(context.cursor) if context.cursor else {}
+    # A cursor from before runs were followed maps files to signatures: those are done.
+    done, launched = (state["done"], state["launched"]) if "done" in state else (state, {})
+    now = time.time()
+    current = {path.name: _file_signature(path) for path in sorted(inbox.glob("*.jsonl"))}
+    requests, kept, waiting = [], {}, []
+    for batch, files in launched.items():
+        outcome, retry_at = _batch_state(context.instance, batch)
+        if outcome == "done":
+            done.update(files)
+            continue
+        if outcome == "failed" and retry_at <= now:
+            # Only the files still there as they were: a changed file goes out as a new one.
+            files = {name: sig for name, sig in files.items() if current.get(name) == sig}
+            if not files:
+                continue
+            requests.append(_ingest_request(batch, files, inbox))
+        elif outcome == "failed":
+            waiting.append(f"{len(files)} file(s) retry in {retry_at - now:.0f}s")
+        kept[batch] = files
+    in_hand = {(name, sig) for files in kept.values() for name, sig in files.items()}
+    settled_before = now - SETTLE_S
+    fresh = {
+        name: sig
+        for name, sig in current.items()
+        if done.get(name) != sig and (name, sig) not in in_hand and (inbox / name).stat().st_mtime <= settled_before
+    }
+    if fresh:
+        batch = uuid.uuid4().hex
+        requests.append(_ingest_request(batch, fresh, inbox))
+        kept[batch] = fresh
+    # Files gone from the inbox drop out; a file still being written keeps its last done signature.
+    cursor = json.dumps(
+        {"done": {name: done[name] for name in current if name in done}, "launched": kept}, sort_keys=True
+    )
+    if not requests:
+        reason = f"no new files in {inbox}" + (f" ({'; '.join(waiting)})" if waiting else "")
+        return SensorResult(skip_reason=SkipReason(reason), cursor=cursor)
+    return SensorResult(run_requests=requests, cursor=cursor)
+
+
+def unregistered_partition_keys(
+    instance, store, first: Iterable[str] = (), limit: int | None = PARTITION_CHUNK
+) -> list[str]:
+    """Sessions in DuckDB that are not yet partitions (new, or from a restore), `first` (the ones a
+    tick is about to request) ahead of the rest, at most `limit`. Two plain reads, each a single
+    query however many sessions there are."""
     known = set(instance.get_dynamic_partitions(sessions_partitions.name))
-    return [key for key in store.partition_keys() if key not in known][:PARTITION_CHUNK]
+    return [key for key in dict.fromkeys([*first, *store.partition_keys()]) if key not in known][:limit]
 
 
 def register_partitions(instance, store) -> int:
     """What the summary sensor does a chunk a tick, done at once (for the CLI, which has no tick)."""
-    added = 0
-    while keys := unregistered_partition_keys(instance, store):
-        instance.add_dynamic_partitions(sessions_partitions.name, keys)
-        added += len(keys)
-    return added
+    keys = unregistered_partition_keys(instance, store, limit=None)
+    for start in range(0, len(keys), PARTITION_CHUNK):
+        instance.add_dynamic_partitions(sessions_partitions.name, keys[start : start + PARTITION_CHUNK])
+    return len(keys)
+
+
+def _with_partitions(context: SensorEvaluationContext, run_requests: list[RunRequest]) -> SensorResult:
+    """The requests, with the partitions they name that are not registered yet added in the same
+    result: Dagster fails the whole tick over one unknown partition."""
+    missing = [
+        request.partition_key
+        for request in run_requests
+        if not context.instance.has_dynamic_partition(sessions_partitions.name, request.partition_key)
+    ]
+    requests = [sessions_partitions.build_add_request(missing)] if missing else []
+    return SensorResult(run_requests=run_requests, dynamic_partitions_requests=requests)
 
 
 def in_flight_partitions(instance, job_name: str) -> set[str]:
@@ -99,14 +164,33 @@ def summary_sensor(
     """Registers new sessions as partitions, then launches the next budgeted batch of summaries:
     newest first with a share for the oldest, idle sessions only, failures in backoff skipped."""
     db = store.store()
-    new_keys = unregistered_partition_keys(context.instance, db)
     policy = sweep.policy()
-    selection = next_summary_batch(
-        db, model.limits(), policy, model.model, int(time.time() * 1000), exclude=in_flight_partitions(context.instance, summarize_job.name)
-    )
+    try:
+        selection = next_summary_batch(
+            db,
+            model.limits(),
+            policy,
+            model.model,
+            int(time.time() * 1000),
+            exclude=in_flight_partitions(context.instance, summarize_job.name),
+        )
+        batch, skip_reason = selection.batch, selection.skip_reason
+    except Exception as exc:  # the tick still registers: a raised tick would drop its chunk with it
+        context.log.exception("the summary selection failed")
+        batch, skip_reason = [], f"the summary selection failed: {exc!r}"
+    # The batch's sessions go first, so its runs never wait for their partitions.
+    new_keys = unregistered_partition_keys(context.instance, db, first=[item.candidate.partition_key for item in batch])
     partition_requests = [sessions_partitions.build_add_request(new_keys)] if new_keys else []
-    if not selection.batch:
-        return SensorResult(dynamic_partitions_requests=partition_requests, skip_reason=selection.skip_reason)
+    added = set(new_keys)
+    # Registered, or added by this result: only a batch larger than a chunk leaves some to a later tick.
+    batch = [
+        item
+        for item in batch
+        if item.candidate.partition_key in added
+        or context.instance.has_dynamic_partition(sessions_partitions.name, item.candidate.partition_key)
+    ]
+    if not batch:
+        return SensorResult(dynamic_partitions_requests=partition_requests, skip_reason=skip_reason)
     budget = f"{policy.max_sessions} sessions / {policy.model_seconds:.0f}s"
     return SensorResult(
         dynamic_partitions_requests=partition_requests,
@@ -122,7 +206,7 @@ def summary_sensor(
                     "digest/estimated_s": f"{item.model_seconds_estimate:.0f}",
                 },
             )
-            for item in selection.batch
+            for item in batch
         ],
     )
 
@@ -140,14 +224,11 @@ def mini_summary_sensor(
     if in_flight_partitions(context.instance, fill_mini_summaries_job.name):
         return SkipReason("a mini-summary backfill run is still going")
     policy = mini_summaries.policy()
-    keys = store.store().pending_mini_summary_keys(model.limits(), policy.priority, int(time.time() * 1000), limit=20)
-    registered = [k for k in keys if context.instance.has_dynamic_partition(sessions_partitions.name, k)]
-    if not registered:
+    keys = store.store().pending_mini_summary_keys(model.limits(), policy.priority, int(time.time() * 1000), limit=1)
+    if not keys:
         return SkipReason("no turn needs a mini summary (or the sessions that do are backing off)")
-    return RunRequest(
-        partition_key=registered[0],
-        tags={"digest/sweep": "mini-summaries", "digest/budget": f"{policy.budget_s:.0f}s", "digest/priority": policy.priority},
-    )
+    tags = {"digest/sweep": "mini-summaries", "digest/budget": f"{policy.budget_s:.0f}s", "digest/priority": policy.priority}
+    return _with_partitions(context, [RunRequest(partition_key=keys[0], tags=tags)])
 
 
 @sensor(job=digest_job, minimum_interval_seconds=300, default_status=DefaultSensorStatus.RUNNING)
@@ -162,10 +243,8 @@ def digest_sensor(context: SensorEvaluationContext, store: DigestStoreResource, 
     )
     if not keys:
         return SkipReason("no summarized session waits for its graph")
-    return [
-        RunRequest(partition_key=key, tags={"digest/sweep": "graph", "digest/budget": f"{policy.batch_sessions} sessions"})
-        for key in keys
-    ]
+    tags = {"digest/sweep": "graph", "digest/budget": f"{policy.batch_sessions} sessions"}
+    return _with_partitions(context, [RunRequest(partition_key=key, tags=tags) for key in keys])
 
 
 @sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)

@@ -9,8 +9,9 @@ import sys
 import time
 
 import pytest
-from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
+from dagster import DagsterRunStatus, RunsFilter, build_sensor_context, instance_for_test
 
+from assets.partitions import sessions_partitions
 from digest.scheduling import SweepPolicy, failure_backoff_s
 from digest.settings import load_settings
 from digest.summary_output import SessionSummaryOutput
@@ -30,6 +31,7 @@ from tests.conftest import make_turns
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
 HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
 
 
 @pytest.fixture
@@ -52,24 +54,41 @@ def _tick(instance, resources, sensor=summary_sensor, cursor=None):
         return sensor(context)
 
 
-def _seed_sessions(store: DigestStore, count: int, last_activity_ms: int, prefix: str = "s") -> None:
-    """`count` one-turn sessions, one minute apart, the newest at `last_activity_ms`."""
+def _daemon_tick(instance, definitions, name: str, cursor=None):
+    """A tick as the daemon runs it: evaluated (which checks every requested partition, failing the
+    whole tick over an unknown one), then its partition requests applied to the instance."""
+    with build_sensor_context(
+        instance_ref=instance.get_ref(), definitions=definitions, resources=definitions.resources, cursor=cursor
+    ) as context:
+        data = definitions.resolve_sensor_def(name).evaluate_tick(context)
+    for request in data.dynamic_partitions_requests:
+        instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
+    for request in data.run_requests:
+        if request.partition_key is not None:
+            assert instance.has_dynamic_partition(sessions_partitions.name, request.partition_key)
+    return data
+
+
+def _seed_sessions(store: DigestStore, count: int, last_activity_ms: int, prefix: str = "s", turns: int = 1) -> None:
+    """`count` sessions of `turns` turns a second apart, one minute apart, the newest ending at
+    `last_activity_ms`."""
     rows = [
         {
-            "id": f"{prefix}{i:06d}-t",
+            "id": f"{prefix}{i:06d}-t{j}",
             "session_id": f"{prefix}{i:06d}",
-            "ts_ms": last_activity_ms - i * 60_000,
+            "ts_ms": last_activity_ms - i * 60_000 - (turns - 1 - j) * 1000,
             "type": "agent-interaction",
-            "document": f"User Prompt: task {i}\nAgent Thought: plan\nAgent Response: done {i}",
+            "document": f"User Prompt: task {i}.{j}\nAgent Thought: plan\nAgent Response: done {i}.{j}",
             "document_rebuilt": False,
             "source_file": "seed.jsonl",
-            "source_line": i + 1,
+            "source_line": i * turns + j + 1,
         }
         for i in range(count)
+        for j in range(turns)
     ]
-    for start in range(0, count, 5000):
+    for start in range(0, len(rows), 5000):
         store.write_turns(rows[start : start + 5000])
-    store.refresh_sessions(r["session_id"] for r in rows)
+    store.refresh_sessions(dict.fromkeys(r["session_id"] for r in rows))
 
 
 def _summary(session_id: str, turns: int, revision: str) -> SessionSummary:
@@ -103,6 +122,57 @@ def test_budget_holds_at_a_thousand_pending_sessions(tmp_path, instance):
     # Partitions are registered in chunks a tick can afford, by the sensor result itself.
     (request,) = result.dynamic_partitions_requests
     assert len(request.partition_keys) == min(1000, PARTITION_CHUNK)
+
+
+def test_ten_thousand_new_sessions_are_registered_a_chunk_a_tick_and_run_from_the_first(tmp_path, instance):
+    settings = _settings(tmp_path)
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    _seed_sessions(store, 10_000, int(time.time() * 1000) - 3 * DAY_MS, turns=3)
+    definitions = build_definitions(dataclasses.replace(settings, model_url="http://127.0.0.1:9"))
+    registered, ticks = 0, 0
+    while registered < 10_000:
+        data = _daemon_tick(instance, definitions, "summary_sensor")  # every key it requests exists
+        ticks += 1
+        now_registered = len(instance.get_dynamic_partitions(sessions_partitions.name))
+        assert now_registered == min(registered + PARTITION_CHUNK, 10_000)  # progress on every tick
+        registered = now_registered
+        # The batch comes from the first tick on: newest first, one slot for the oldest, which the
+        # alphabetical chunks reach last (no run starts here, so each tick asks for the same five).
+        assert [r.partition_key for r in data.run_requests] == ["s000000", "s000001", "s000002", "s000003", "s009999"]
+        assert ticks <= 10_000 // PARTITION_CHUNK
+    assert _daemon_tick(instance, definitions, "summary_sensor").dynamic_partitions_requests == []
+
+
+def test_a_failing_selection_does_not_stop_registration(tmp_path, instance, monkeypatch):
+    settings = _settings(tmp_path)
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    _seed_sessions(store, 3, int(time.time() * 1000) - 2 * HOUR_MS)
+    definitions = build_definitions(dataclasses.replace(settings, model_url="http://127.0.0.1:9"))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("selection bug")
+
+    monkeypatch.setattr("pipelines.sensors.next_summary_batch", broken)
+    data = _daemon_tick(instance, definitions, "summary_sensor")
+    assert data.run_requests == [] and "selection bug" in data.skip_message
+    assert sorted(instance.get_dynamic_partitions(sessions_partitions.name)) == ["s000000", "s000001", "s000002"]
+
+
+def test_mini_summary_and_digest_sensors_register_what_they_request(tmp_path, instance):
+    settings = _settings(tmp_path)
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    _seed_sessions(store, 3, int(time.time() * 1000) - 2 * HOUR_MS)
+    for row in store.query("SELECT session_id, turn_count, input_revision FROM sessions").itertuples():
+        store.write_summary(_summary(row.session_id, row.turn_count, row.input_revision))
+    definitions = build_definitions(dataclasses.replace(settings, model_url="http://127.0.0.1:9"))
+    # None of them is a partition yet (the summary sensor may be off, or behind).
+    graph = _daemon_tick(instance, definitions, "digest_sensor")
+    assert sorted(r.partition_key for r in graph.run_requests) == ["s000000", "s000001", "s000002"]
+    (request,) = _daemon_tick(instance, definitions, "mini_summary_sensor").run_requests
+    assert instance.has_dynamic_partition(sessions_partitions.name, request.partition_key)
 
 
 def test_churn_gate_holds_active_sessions_back(tmp_path, instance):
@@ -266,23 +336,70 @@ def test_two_processes_writing_one_duckdb_file_both_succeed(tmp_path):
     assert counts.to_dict("records") == [{"session_id": "writer-a", "n": 150}, {"session_id": "writer-b", "n": 150}]
 
 
+def _settle(folder) -> None:
+    settled = time.time() - 60
+    for path in folder.glob("*.jsonl"):
+        os.utime(path, (settled, settled))
+
+
+def _launch(instance, definitions, request, status=None):
+    """What the daemon does with an ingest request: a run not started yet (`status`), or the run itself."""
+    job = definitions.resolve_job_def("ingest")
+    if status is not None:
+        return instance.create_run_for_job(job, run_config=request.run_config, tags=request.tags, status=status)
+    return job.execute_in_process(run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
+
+
 def test_inbox_sensor_launches_ingest_for_new_settled_files_only(tmp_path, instance):
     settings = _settings(tmp_path)
     settings.inbox.mkdir(parents=True)
     resources = _resources(settings)
-    old = write_bundle(settings.inbox, make_turns("a", 1))
-    settled = time.time() - 60
-    for path in old.glob("*.jsonl"):
-        os.utime(path, (settled, settled))
+    _settle(write_bundle(settings.inbox, make_turns("a", 1)))
     result = _tick(instance, resources, inbox_sensor)
     (request,) = result.run_requests
     paths = request.run_config["ops"]["raw_turns"]["config"]["paths"]
     assert sorted(p.rsplit("/", 1)[1][:6] for p in paths) == ["graph-", "memory"]
-    # The same files again: nothing. A file still being written: not yet.
+    # Its run not started yet: not launched twice. A file still being written: not yet.
+    _launch(instance, build_definitions(settings), request, status=DagsterRunStatus.NOT_STARTED)
     again = _tick(instance, resources, inbox_sensor, cursor=result.cursor)
     assert again.run_requests == []
     (settings.inbox / "turns-live.jsonl").write_text('{"id": "x"}\n')
-    assert _tick(instance, resources, inbox_sensor, cursor=result.cursor).run_requests == []
+    assert _tick(instance, resources, inbox_sensor, cursor=again.cursor).run_requests == []
+
+
+def test_inbox_sensor_retries_a_failed_ingest_until_one_succeeds(tmp_path, instance, monkeypatch):
+    settings = _settings(tmp_path)
+    settings.inbox.mkdir(parents=True)
+    resources = _resources(settings)
+    definitions = build_definitions(settings)
+    # Runs that cannot open the store (a folder where the DuckDB file should be) fail.
+    (tmp_path / "unopenable").mkdir()
+    broken = build_definitions(dataclasses.replace(settings, db_path=tmp_path / "unopenable"))
+    _settle(write_bundle(settings.inbox, make_turns("lost", 2)))
+
+    first = _tick(instance, resources, inbox_sensor)
+    (request,) = first.run_requests
+    assert not _launch(instance, broken, request).success
+    # The next tick launches the same files again, as the same batch.
+    second = _tick(instance, resources, inbox_sensor, cursor=first.cursor)
+    (retry,) = second.run_requests
+    assert retry.run_config == request.run_config and retry.tags == request.tags
+    assert not _launch(instance, broken, retry).success
+    # A second failure waits (doubling) before the next try.
+    third = _tick(instance, resources, inbox_sensor, cursor=second.cursor)
+    assert third.run_requests == [] and "2 file(s) retry in" in third.skip_reason.skip_message
+    monkeypatch.setattr("pipelines.sensors.RETRY_BASE_S", 0.0)
+    fourth = _tick(instance, resources, inbox_sensor, cursor=third.cursor)
+    (retry,) = fourth.run_requests
+    queued = _launch(instance, definitions, retry, status=DagsterRunStatus.NOT_STARTED)
+    assert _tick(instance, resources, inbox_sensor, cursor=fourth.cursor).run_requests == []  # in flight
+    instance.delete_run(queued.run_id)  # the queued run, executed for real:
+    assert _launch(instance, definitions, retry).success
+    done = _tick(instance, resources, inbox_sensor, cursor=fourth.cursor)
+    assert done.run_requests == [] and _tick(instance, resources, inbox_sensor, cursor=done.cursor).run_requests == []
+    assert DigestStore(settings.db_path).partition_keys() == ["lost"]
+    runs = instance.get_runs(filters=RunsFilter(job_name="ingest"))
+    assert sorted(run.status.value for run in runs) == ["FAILURE", "FAILURE", "SUCCESS"]
 
 
 def test_mini_summary_sensor_serves_degraded_sessions_first_one_run_at_a_time(tmp_path, instance):
@@ -293,10 +410,9 @@ def test_mini_summary_sensor_serves_degraded_sessions_first_one_run_at_a_time(tm
     from digest.ingest import ingest_paths
 
     ingest_paths([folder], store)
-    resources = _resources(settings)
-    assert _tick(instance, resources, mini_summary_sensor).skip_message.startswith("no turn")  # not partitions yet
     register_partitions(instance, store)
-    request = _tick(instance, resources, mini_summary_sensor)
+    resources = _resources(settings)
+    (request,) = _tick(instance, resources, mini_summary_sensor).run_requests
     assert request.partition_key == "huge"  # over the cap: its mini summaries reach its summary
     assert request.tags["digest/priority"] == "degraded-first"
     job = build_definitions(settings).resolve_job_def("fill_mini_summaries")
@@ -320,8 +436,7 @@ def test_digest_sensor_takes_a_fresh_reserve_then_the_oldest_and_skips_undigesti
                SELECT session_id, 'undigestible', 1, 'skip-over-band', input_revision, now() FROM sessions
                WHERE session_id = 's000007'"""
         )
-    requests = _tick(instance, resources, digest_sensor)
-    assert [r.partition_key for r in requests] == ["s000000", "s000006", "s000005", "s000004"]
+    assert _requested(_tick(instance, resources, digest_sensor)) == ["s000000", "s000006", "s000005", "s000004"]
     job = build_definitions(settings).resolve_job_def("digest_sessions")
     instance.create_run_for_job(job, tags={"dagster/partition": "s000000"}, status=DagsterRunStatus.NOT_STARTED)
-    assert [r.partition_key for r in _tick(instance, resources, digest_sensor)] == ["s000001", "s000006", "s000005", "s000004"]
+    assert _requested(_tick(instance, resources, digest_sensor)) == ["s000001", "s000006", "s000005", "s000004"]
