@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from digest.friction import classify_error
-from digest.model_api import ContextOverflow, ModelError, ModelTimeout, ProviderError
+from digest.summary_output import OutputParseError
+from digest.model_api import ContextOverflow, MalformedReply, ModelError, ModelTimeout, OutputLimitExceeded, ProviderError
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
@@ -214,7 +215,7 @@ def test_an_unreachable_server_is_a_provider_error():
 def test_a_malformed_chat_completion_is_a_provider_error(body):
     with RawServer(200, body) as server:
         error = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="json_object")))
-    assert type(error) is ProviderError
+    assert type(error) is MalformedReply and classify_error(error) == "provider-error"
     assert "malformed chat completion" in str(error)
     assert server.paths == ["/v1/chat/completions"]
 
@@ -261,7 +262,7 @@ def test_ollama_errors(server):
 
     with RawServer(200, b'{"done": true}') as raw:
         malformed = _caught(lambda: _chat(OllamaChatClient(raw.url, "m", num_ctx=4096)))
-    assert type(malformed) is ProviderError and "malformed chat reply" in str(malformed)
+    assert type(malformed) is MalformedReply and "malformed chat reply" in str(malformed)
     assert raw.paths == ["/api/chat"]
 
 
@@ -281,6 +282,6 @@ def test_classify_error_maps_the_clients_errors_to_symptoms(server):
     assert classify_error(overflow) == "context-overflow"
     assert classify_error(server_error) == "provider-error"
     assert classify_error(unreachable) == "provider-error"
-    # Untyped errors fall back to the original's message patterns.
-    assert classify_error(RuntimeError("the request timed out after 300s")) == "timeout"
-    assert classify_error(ValueError("Expecting value: line 1 column 1")) == "parse-failure"
+    # Not a model error: the caller could not parse the reply, whatever words the error quotes.
+    assert classify_error(OutputParseError("reply is not JSON: 'request timeout, aborted'")) == "parse-failure"
+    assert classify_error(OutputParseError("reply is not JSON: 'maximum context exceeded'")) == "parse-failure"
