@@ -49,7 +49,9 @@ MIN_REPLY_BYTES = 256 * 1024
 INT32_MAX = 2**31 - 1  # the ledger's INTEGER columns
 # Uncompressed, so the bytes counted are the bytes the reply holds.
 _HEADERS = {"Accept-Encoding": "identity"}
-_CONTEXT_MESSAGE = re.compile(r"context[ _](length|window|size)|maximum context|exceeds? (the )?(available )?context", re.I)
+_CONTEXT_MESSAGE = re.compile(
+    r"context[ _](length|window|size)|maximum context|exceeds? (the )?(available )?context", re.IGNORECASE
+)
 
 
 def reply_byte_cap(max_output_tokens: int) -> int:
@@ -131,9 +133,8 @@ def _send(http: httpx.Client, url: str, body: dict, deadline: _Deadline, cap: in
             for chunk in response.iter_bytes():
                 data += chunk
                 if len(data) > cap:
-                    raise deadline.error(
-                        OutputLimitExceeded, f"reply from {url} over {cap} bytes: stopped reading (HTTP {response.status_code})"
-                    )
+                    message = f"reply from {url} over {cap} bytes: stopped reading (HTTP {response.status_code})"
+                    raise deadline.error(OutputLimitExceeded, message)
             status = response.status_code
     except httpx.TimeoutException:
         raise deadline.timeout() from None
@@ -272,7 +273,8 @@ class OpenAIChatClient:
             body["response_format"] = self._response_format(schema, style)
         url = f"{self.base_url}/v1/chat/completions"
         cap = reply_byte_cap(max_output_tokens)
-        with _Deadline(timeout_s) as deadline, httpx.Client(headers=_HEADERS) as http:
+        # The client before the deadline: loading its TLS context can take 0.1 s on a loaded host.
+        with httpx.Client(headers=_HEADERS) as http, _Deadline(timeout_s) as deadline:
             status, data = _send(http, url, body, deadline, cap)
             if (
                 schema is not None
@@ -324,7 +326,7 @@ class OllamaChatClient:
         if schema is not None:
             body["format"] = schema
         url = f"{self.base_url}/api/chat"
-        with _Deadline(timeout_s) as deadline, httpx.Client(headers=_HEADERS) as http:
+        with httpx.Client(headers=_HEADERS) as http, _Deadline(timeout_s) as deadline:
             status, data = _send(http, url, body, deadline, reply_byte_cap(max_output_tokens))
             _raise_for_status(status, data, deadline, coded=False)
             reply = _validated(_OllamaReply, data, url, "chat reply", deadline)
