@@ -26,7 +26,7 @@ from tests.fault_server import FAULTS, FaultServer
 TIMEOUT_S = 2.0
 # What a call may take past its deadline: the timer, the socket shutdown, a loaded 2-core machine.
 SLACK_S = 1.5
-PROVIDERS = {"openai": "openai", "ollama": "ollama"}
+PROTOCOLS = ("openai", "ollama")  # the providers, each its own wire protocol
 TIMEOUTS = ("hang", "trickle-body", "trickle-headers")
 SYMPTOM = {
     **{fault: "timeout" for fault in TIMEOUTS},
@@ -65,17 +65,19 @@ def _rows(store, sql):
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("protocol", list(PROVIDERS))
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_every_fault_is_bounded_ledgered_and_classified(store, protocol, fault):
     turns = make_turns(f"{protocol}-{fault}", 3, minis=1)
     expected = SYMPTOM[fault]
     with FaultServer(fault) as server:
-        model = _resource(PROVIDERS[protocol], server.url)
+        model = _resource(protocol, server.url)
         client = model.client(store, session=(turns[0].session_id, input_revision(turns)))
         started = time.monotonic()
         result = summarize_session(turns, client, model.limits(), RunLedger(store, "fault-run"))
         elapsed = time.monotonic() - started
-    attempts = _rows(store, "SELECT tier, outcome, duration_s, prompt_tokens, completion_tokens FROM attempts ORDER BY attempt_id")
+    attempts = _rows(
+        store, "SELECT tier, outcome, duration_s, prompt_tokens, completion_tokens FROM attempts ORDER BY attempt_id"
+    )
     friction = [r["symptom"] for r in _rows(store, "SELECT symptom FROM friction_events ORDER BY event_id")]
     cached = _rows(store, "SELECT prompt_tokens, completion_tokens FROM response_cache")
 
@@ -112,13 +114,14 @@ def test_a_graph_reply_naming_context_or_timeout_is_a_parse_failure_and_retried(
     policy = GraphPolicy(timeout_s=TIMEOUT_S, output_limit_tokens=1024)
     with FaultServer(fault) as server:
         client = _resource("openai", server.url).client()
-        result = digest_session(turns, {"input_revision": input_revision(turns)}, client, make_limits(), policy, RunLedger(store, "graph-run"))
+        summary = {"input_revision": input_revision(turns)}
+        result = digest_session(turns, summary, client, make_limits(), policy, RunLedger(store, "graph-run"))
     assert result.graph is None and result.failure == "parse-failure"
     assert after_failure(None, input_revision(turns), result.failure, max_attempts=3).digest_state == "undigested"
     assert [r["outcome"] for r in _rows(store, "SELECT outcome FROM attempts")] == ["parse-failure"]
 
 
-@pytest.mark.parametrize("protocol", list(PROVIDERS))
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_badly_typed_reply_fails_the_asset_run_with_friction_and_backoff(tmp_path, protocol):
     """Through the real asset: content that is an object once crashed the run with no record."""
     folder = write_bundle(tmp_path / "bundle", make_turns("typed", 2))
