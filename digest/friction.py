@@ -1,16 +1,17 @@
 """Friction: what went wrong between a consumer and the model, classified as the original does.
 
 Kept durable in DuckDB (the original held it in process memory for an hour). One addition to the
-original's symptoms: `provider-error` for a server that is down or answers 5xx, which the original
-would misfile as `parse-failure`.
+original's symptoms: `provider-error` for a server that is down, answers 5xx or breaks its wire
+protocol, which the original would misfile as `parse-failure`. The original classified by regexes
+over the error message; that message quotes the model's reply, so a reply mentioning "timeout"
+passed for a timeout. Here the error's type decides.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from digest.model_api import ContextOverflow, ModelTimeout, ProviderError
+from digest.model_api import ContextOverflow, ModelError, ModelTimeout, OutputLimitExceeded
 
 SYMPTOMS = (
     "context-overflow",
@@ -32,27 +33,23 @@ SUGGESTION_KIND = {
     "provider-error": "unknown",
 }
 
-_OVERFLOW = re.compile(r"context|overflow|too large|maximum|exceed", re.IGNORECASE)
-_TIMEOUT = re.compile(r"timeout|aborted|timed[ -]out", re.IGNORECASE)
-
 
 def classify_error(error: BaseException) -> str:
-    """The symptom of a failed call: typed errors first, then the original's message patterns.
+    """The symptom of a failed call, from what failed: the error's type, which the client chose
+    from the HTTP status and the server's error code or error message (see
+    `resources.model_clients`). Never from the words of a model's reply: a reply that does not
+    parse is a `parse-failure` whatever it says, "timeout" and "context" included.
 
-    A provider error is typed before the patterns: "maximum slots exceeded" from a busy server
-    is not a context overflow.
+    Anything that is not a typed model error is the caller failing to parse or validate the reply.
     """
     if isinstance(error, ModelTimeout):
         return "timeout"
     if isinstance(error, ContextOverflow):
         return "context-overflow"
-    if isinstance(error, ProviderError):
+    if isinstance(error, OutputLimitExceeded):
+        return "token-budget-exceeded"
+    if isinstance(error, ModelError):
         return "provider-error"
-    message = str(error)
-    if _OVERFLOW.search(message):
-        return "context-overflow"
-    if _TIMEOUT.search(message):
-        return "timeout"
     return "parse-failure"
 
 

@@ -4,9 +4,10 @@ The reference backfill (`memory-summary-backfill`), made per session and budgete
 - a pending turn (no mini summary, not archived) gets one model call whose prompt carries the user
   prompt and the agent response, never the agent's thought;
 - the reply is whitespace-collapsed and cut to 280 characters;
-- every call is an attempt with an inner (HTTP) and an outer (wall-clock) timeout, and its failure
-  cause is tallied; a turn with no content is archived at once, one that fails `max_attempts` times
-  is archived too, and archived turns are never picked again until un-archived;
+- every call is an attempt with an inner timeout (the client's wall-clock deadline) and an outer
+  one (a backstop whatever the client does), and its failure cause is tallied; a turn with no
+  content is archived at once, one that fails `max_attempts` times is archived too, and archived
+  turns are never picked again until un-archived;
 - a run stops picking turns when its budget of model time is spent, and takes a fresh reserve of
   the newest turns before the oldest, so new work is served and old work does not starve.
 
@@ -47,7 +48,7 @@ RESPONSE_LABEL = "\nAgent Response: "
 @dataclass(frozen=True)
 class MiniSummaryPolicy:
     budget_s: float  # model time one run may spend
-    timeout_s: float  # inner: the HTTP call's own timeout
+    timeout_s: float  # inner: the client's own deadline
     outer_timeout_s: float  # outer: wall-clock per turn, whatever the client does
     max_attempts: int
     fresh_reserve: int

@@ -19,6 +19,8 @@ class ChatReply:
 class ModelError(Exception):
     """A model call that produced no usable reply."""
 
+    duration_s: float = 0.0  # wall-clock seconds the call took before it failed (set by the client)
+
 
 class ModelTimeout(ModelError):
     """The call did not finish within its timeout."""
@@ -32,10 +34,21 @@ class ProviderError(ModelError):
     """The server could not be reached or answered with an error."""
 
 
+class MalformedReply(ProviderError):
+    """The server answered 200 with a body that breaks its own wire protocol (not JSON, a field of
+    the wrong type, no choice). The reply text inside a well-formed reply is the caller's to parse."""
+
+
+class OutputLimitExceeded(ModelError):
+    """The reply ran past its output bound: cut at the output cap (`finish_reason` "length"), or
+    larger than the client reads for that cap."""
+
+
 class ChatClient(Protocol):
     model: str
 
     def chat(self, prompt: str, *, schema: dict | None, max_output_tokens: int, timeout_s: float) -> ChatReply:
         """Send one user message and return the reply; raise a ModelError subclass on failure.
-        With `schema`, the reply is asked for as JSON of that schema; without, as plain text."""
+        With `schema`, the reply is asked for as JSON of that schema; without, as plain text.
+        `timeout_s` is a wall-clock deadline for the whole call, whatever the server sends."""
         ...

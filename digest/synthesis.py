@@ -4,7 +4,8 @@ For each session, in canonical turn order:
 1. build the raw prompt from every turn document and estimate its tokens;
 2. over the raw-synthesis cap (or the safe band): no raw call at all, a `size-precheck-skip`
    friction event, then the degraded path;
-3. otherwise one raw call; a timeout falls through to the degraded path, any other failure
+3. otherwise one raw call, bounded by a wall-clock deadline; a timeout falls through to the
+   degraded path, any other failure (a reply cut at the output cap included: `token-budget-exceeded`)
    records friction and yields no summary;
 4. degraded input: one line per turn, its mini summary, else the first 280 characters of the raw
    document, fitted to the same bounds before it is sent.
@@ -21,7 +22,7 @@ from datetime import datetime, timezone
 from typing import Protocol
 
 from digest.friction import FrictionEvent, classify_error
-from digest.model_api import ChatClient, ChatReply, ModelError
+from digest.model_api import ChatClient, ChatReply, ModelError, OutputLimitExceeded
 from digest.summary_output import OutputParseError, SessionSummaryOutput, parse_summary_output, response_json_schema
 from digest.turns import Turn, canonical_order, input_revision
 
@@ -257,6 +258,11 @@ def _call(
         reply = client.chat(
             prompt, schema=response_json_schema(), max_output_tokens=limits.max_output_tokens, timeout_s=limits.timeout_s
         )
+        if reply.finish_reason == "length":
+            # Cut at the output cap: even when what came parses, the summary did not end where the model meant.
+            raise OutputLimitExceeded(
+                f"reply cut at the output cap of {limits.max_output_tokens} tokens (finish_reason=length)"
+            )
         output = parse_summary_output(reply.text)
     except (ModelError, OutputParseError) as exc:
         error = exc

@@ -90,6 +90,7 @@ class CachedChatClient:
         if cached is not None:
             return cached
         reply = self.inner.chat(prompt, schema=schema, max_output_tokens=max_output_tokens, timeout_s=timeout_s)
-        if usable_reply(reply.text, schema):
+        # A reply cut at the output cap is refused by the summary, and salvaged by the graph only in part.
+        if reply.finish_reason != "length" and usable_reply(reply.text, schema):
             self.store.save_reply(key, self.model, reply, self.session)
         return reply

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -10,8 +11,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from digest.friction import classify_error
-from digest.model_api import ContextOverflow, ModelError, ModelTimeout, ProviderError
-from resources.model_clients import OllamaChatClient, OpenAIChatClient
+from digest.summary_output import OutputParseError
+from digest.model_api import (
+    ContextOverflow,
+    MalformedReply,
+    ModelError,
+    ModelTimeout,
+    OutputLimitExceeded,
+    ProviderError,
+)
+from resources.model_clients import (
+    MIN_REPLY_BYTES,
+    REPLY_BYTES_PER_TOKEN,
+    OllamaChatClient,
+    OpenAIChatClient,
+    reply_byte_cap,
+)
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
 SCHEMA = {
@@ -214,7 +229,7 @@ def test_an_unreachable_server_is_a_provider_error():
 def test_a_malformed_chat_completion_is_a_provider_error(body):
     with RawServer(200, body) as server:
         error = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="json_object")))
-    assert type(error) is ProviderError
+    assert type(error) is MalformedReply and classify_error(error) == "provider-error"
     assert "malformed chat completion" in str(error)
     assert server.paths == ["/v1/chat/completions"]
 
@@ -261,7 +276,7 @@ def test_ollama_errors(server):
 
     with RawServer(200, b'{"done": true}') as raw:
         malformed = _caught(lambda: _chat(OllamaChatClient(raw.url, "m", num_ctx=4096)))
-    assert type(malformed) is ProviderError and "malformed chat reply" in str(malformed)
+    assert type(malformed) is MalformedReply and "malformed chat reply" in str(malformed)
     assert raw.paths == ["/api/chat"]
 
 
@@ -281,6 +296,94 @@ def test_classify_error_maps_the_clients_errors_to_symptoms(server):
     assert classify_error(overflow) == "context-overflow"
     assert classify_error(server_error) == "provider-error"
     assert classify_error(unreachable) == "provider-error"
-    # Untyped errors fall back to the original's message patterns.
-    assert classify_error(RuntimeError("the request timed out after 300s")) == "timeout"
-    assert classify_error(ValueError("Expecting value: line 1 column 1")) == "parse-failure"
+    # Not a model error: the caller could not parse the reply, whatever words the error quotes.
+    assert classify_error(OutputParseError("reply is not JSON: 'request timeout, aborted'")) == "parse-failure"
+    assert classify_error(OutputParseError("reply is not JSON: 'maximum context exceeded'")) == "parse-failure"
+
+
+# --- classified by what failed --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "status, error, expected",
+    [
+        # llama.cpp's server: the error type, whatever the status.
+        (
+            400,
+            {"error": {"code": 400, "type": "exceed_context_size_error", "message": "request (9000 tokens) too large"}},
+            ContextOverflow,
+        ),
+        # vLLM: only a message, on a 400.
+        (
+            400,
+            {"error": {"message": "This model's maximum context length is 8192 tokens.", "type": "BadRequestError"}},
+            ContextOverflow,
+        ),
+        # A 500 that names the context is a server failure, not the prompt's size.
+        (500, {"error": {"message": "slot timeout, context freed", "type": "server_error"}}, ProviderError),
+        (503, {"error": {"message": "maximum slots exceeded", "type": "unavailable_error"}}, ProviderError),
+    ],
+)
+def test_openai_errors_are_classified_by_code_then_by_the_servers_message(server, status, error, expected):
+    server.script = lambda received: Behaviour(status=status, error_body=error)
+    failure = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="json_object")))
+    assert type(failure) is expected
+    assert failure.duration_s > 0
+
+
+@pytest.mark.parametrize("status", [400, 413, 500])
+def test_ollamas_context_error_string_is_an_overflow_on_any_status(server, status):
+    overflow = {"error": "the input length exceeds the context length"}
+    server.script = lambda received: Behaviour(status=status, error_body=overflow)
+    failure = _caught(lambda: _chat(OllamaChatClient(server.url, "m", num_ctx=4096)))
+    assert type(failure) is ContextOverflow and f"HTTP {status}" in str(failure)
+    missing = {"error": "model 'm' not found, try pulling it first"}
+    server.script = lambda received: Behaviour(status=status, error_body=missing)
+    assert type(_caught(lambda: _chat(OllamaChatClient(server.url, "m", num_ctx=4096)))) is ProviderError
+
+
+@pytest.mark.parametrize("client_kind", ["openai", "ollama"])
+def test_a_reply_that_names_the_context_is_a_reply_not_an_error(server, client_kind):
+    words = '{"error": {"code": "context_length_exceeded", "message": "maximum context exceeded, timeout"}}'
+    server.script = lambda received: Behaviour.text(words)
+    openai = client_kind == "openai"
+    client = OpenAIChatClient(server.url, "m", "json_object") if openai else OllamaChatClient(server.url, "m", 4096)
+    assert _chat(client).text == words
+
+
+# --- bounded ----------------------------------------------------------------------------------
+
+
+def test_the_schema_style_fallback_shares_the_calls_deadline(server):
+    """Both requests of one attempt under one deadline, and the reply's duration covers both."""
+
+    server.script = lambda received: dataclasses.replace(_rejects_json_schema(received), delay_s=0.6)
+    reply = _chat(OpenAIChatClient(server.url, "m", schema_style="auto"), timeout_s=5.0)
+    assert len(server.chat_requests()) == 2 and reply.duration_s >= 1.2
+
+    server.requests.clear()
+    server.script = lambda received: dataclasses.replace(_rejects_json_schema(received), delay_s=1.5)
+    timeout = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="auto"), timeout_s=2.0))
+    assert type(timeout) is ModelTimeout and len(server.chat_requests()) == 2
+    assert 2.0 <= timeout.duration_s < 2.9  # not 1.5 + a fresh 2.0 for the retry
+
+
+def test_the_reply_byte_cap_follows_the_output_cap():
+    assert reply_byte_cap(8192) == 8192 * REPLY_BYTES_PER_TOKEN
+    assert reply_byte_cap(16) == MIN_REPLY_BYTES
+
+
+@pytest.mark.parametrize("client_kind", ["openai", "ollama"])
+def test_a_reply_over_the_byte_cap_is_refused_and_one_under_it_read(server, client_kind):
+    def client():
+        if client_kind == "openai":
+            return OpenAIChatClient(server.url, "m", "json_object")
+        return OllamaChatClient(server.url, "m", 4096)
+
+    cap = reply_byte_cap(16)
+    server.script = lambda received: Behaviour.text("a" * (cap - 1000))
+    assert len(_chat(client(), max_output_tokens=16).text) == cap - 1000
+    server.script = lambda received: Behaviour.text("a" * cap)
+    over = _caught(lambda: _chat(client(), max_output_tokens=16))
+    assert type(over) is OutputLimitExceeded and f"over {cap} bytes" in str(over)
+    assert classify_error(over) == "token-budget-exceeded"
