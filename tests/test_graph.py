@@ -682,7 +682,7 @@ def test_a_retry_after_a_failed_chunk_sends_only_the_chunks_not_done(store):
 def _tick_digest_sensor(instance, definitions) -> list[str]:
     with build_sensor_context(instance=instance, resources=definitions.resources) as context:
         result = digest_sensor(context)
-    return [r.partition_key for r in result] if isinstance(result, list) else []
+    return [r.partition_key for r in getattr(result, "run_requests", None) or []]
 
 
 # --- export ----------------------------------------------------------------------------------------
