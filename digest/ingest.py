@@ -7,8 +7,10 @@ A bad line becomes a reject with its reason and line number, and the rest of the
 Every physical line (split on `\n` only, a leading UTF-8 BOM dropped) is accounted for in the
 file's report as exactly one of: kept (`rows`), rejected, superseded or skipped (blank, or a
 graph line that carries no mini summary). A turn id seen again in the same ingest: the later line
-wins, as a later ingest overwrites an earlier one, and the earlier line is `superseded`, stored
-in `rejects` with a reason naming the line that won.
+wins, as a later ingest updates a stored turn (the original's merge import keeps the first; one
+rule for both cases is easier to trust), and the earlier line is `superseded`, stored in `rejects`
+with a reason naming the line that won. Finding repeats holds each turn id of the ingest in
+memory, some 200 bytes a turn against the 50 KB of its vector row's line.
 
 Routing is by file name, as the original's import does:
 - `memory-backup-*.jsonl`: turn rows `{id, embedding, metadata, document}`;
@@ -323,7 +325,7 @@ def _decode(raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise Reject(f"invalid-utf8: byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} ({exc.reason})") from None
+        raise Reject(f"invalid-utf8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1} ({exc.reason})") from None
 
 
 def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple[FileReport, int]]) -> FileReport:
@@ -422,8 +424,9 @@ def ingest_paths(paths: Iterable[str | Path], sink: Sink) -> IngestReport:
     report = IngestReport()
     touched: set[str] = set()
     seen: dict[str, tuple[FileReport, int]] = {}
-    for path in discover(paths):
-        report.files.append(ingest_file(path.resolve(), sink, touched, seen))
+    # A file named twice (or inside a folder also named) is read once: its lines would supersede themselves.
+    for path in dict.fromkeys(p.resolve() for p in discover(paths)):
+        report.files.append(ingest_file(path, sink, touched, seen))
     report.sessions = sink.refresh_sessions(touched)
     report.emptied = sorted(touched - {s["session_id"] for s in report.sessions})
     return report

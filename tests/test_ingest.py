@@ -593,6 +593,14 @@ def test_a_folder_ingests_every_jsonl_in_it(db, tmp_path):
     assert rows(db, "SELECT count(*) AS n FROM imported_summaries")[0]["n"] == 1
 
 
+def test_a_file_named_twice_is_ingested_once(db, tmp_path):
+    bundle = write_bundle(tmp_path / "bundle")
+    report = ingest_paths([bundle, bundle / "memory-backup-2025.jsonl", bundle], db)
+    assert [Path(f.path).name for f in report.files].count("memory-backup-2025.jsonl") == 1
+    # Read twice, each line superseded itself, and its turns counted twice.
+    assert report.turns == 4 and report.superseded == 0 and report.rejects == 2
+
+
 def test_a_missing_path_raises_and_ingests_nothing(db, tmp_path):
     good = write_jsonl(tmp_path / "memory-backup-ok.jsonl", [memory_row("t1", "s1", 1)])
     missing = tmp_path / "no-such-export"
@@ -717,8 +725,8 @@ def test_invalid_utf8_is_rejected_not_replaced(db, tmp_path):
     assert sorted(turns_by_id(db)) == ["t-ok-é"]
     got = {r["line_no"]: r for r in rows(db, "SELECT * FROM rejects")}
     assert sorted(got) == [1, 2, 4] and report.rejects == 3
-    assert got[1]["reason"] == "invalid-utf8: byte 0xff at byte 11 (invalid start byte)"
-    assert got[4]["reason"].startswith("invalid-utf8: byte 0xc3 at byte 11")
+    assert got[1]["reason"] == "invalid-utf8: byte 0xff at column 11 (invalid start byte)"
+    assert got[4]["reason"].startswith("invalid-utf8: byte 0xc3 at column 11")
     assert got[2]["excerpt"].startswith('{"id": "t-\ufffd"')
 
 

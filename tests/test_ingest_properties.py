@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,19 +148,37 @@ session_ids = st.one_of(st.sampled_from(ODD_SESSION_IDS), odd_text)
 @st.composite
 def files(draw) -> list[tuple[list[Line], str, bool, bool]]:
     out = []
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(st.integers(1, 2))):
         fmt = draw(st.sampled_from(["memory", "turns"]))
         line = st.builds(
             build_line, st.sampled_from(KINDS), st.just(fmt), turn_ids, session_ids, st.integers(0, 31), st.binary(max_size=40)
         )
-        out.append((draw(st.lists(line, min_size=1, max_size=25)), fmt, draw(st.booleans()), draw(st.booleans())))
+        out.append((draw(st.lists(line, min_size=1, max_size=40)), fmt, draw(st.booleans()), draw(st.booleans())))
     return out
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@pytest.mark.slow
+@settings(max_examples=20, deadline=None, derandomize=True, database=None)
 @given(files())
 def test_every_line_is_kept_rejected_superseded_or_skipped(generated):
     ingest_and_check(generated)
+
+
+# Ids near the hashed shape: safe characters, `-`, hex digits, and a few unsafe ones.
+near_hashed = st.text(st.sampled_from("ab_-.0123456789cdef:é"), max_size=70)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.one_of(near_hashed, st.text(max_size=120)), unique=True, max_size=30))
+def test_partition_keys_are_safe_and_never_shared(session_ids):
+    # Each id's hashed key, as an id of its own: the adversary of a kept-as-is key.
+    ids = set(session_ids) | {partition_key(sid) for sid in session_ids}
+    keys = {sid: partition_key(sid) for sid in ids}
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", k) for k in keys.values())
+    assert len(set(keys.values())) == len(ids)
+    for sid, key in keys.items():
+        if key != sid:  # a hashed key is never some other id kept as it is
+            assert partition_key(key) != key
 
 
 # --- a seeded fuzzed export ------------------------------------------------------------------
