@@ -29,23 +29,29 @@ class IngestConfig(Config):
 
 @asset(group_name="ingest", kinds={"duckdb"})
 def raw_turns(config: IngestConfig, store: DigestStoreResource) -> MaterializeResult:
-    """Export bundles streamed into DuckDB `turns`; bad lines go to `rejects` with their reason.
+    """Export bundles streamed into DuckDB `turns`; bad lines go to `rejects` with their reason,
+    as do lines superseded by a later line with the same turn id.
 
     The summary sensor (or the CLI) registers the sessions it touched as `sessions` partitions.
     """
     paths = config.paths or [store.inbox]
     report = ingest_paths(paths, store.store())
     table = "\n".join(
-        f"| `{f.path}` | {f.kind} | {f.lines} | {f.rows} | {f.rejects} |" for f in report.files
+        f"| `{f.path}` | {f.kind} | {f.lines} | {f.rows} | {f.rejects} | {f.superseded} | {f.skipped} |"
+        for f in report.files
     )
     return MaterializeResult(
         metadata={
             "files": len(report.files),
             "turns": report.turns,
             "rejects": report.rejects,
+            "superseded": report.superseded,
             "sessions_touched": len(report.sessions),
+            "sessions_emptied": len(report.emptied),
             "files_preview": MetadataValue.md(
-                "| file | kind | lines | rows | rejects |\n|---|---|---|---|---|\n" + table if table else "no files"
+                "| file | kind | lines | rows | rejects | superseded | skipped |\n|---|---|---|---|---|---|---|\n" + table
+                if table
+                else "no files"
             ),
         }
     )

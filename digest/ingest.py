@@ -4,6 +4,14 @@ Files are read line by line, so memory stays bounded whatever the file size; the
 embedding of each vector row is cut out of the line before JSON parsing, never parsed or stored.
 A bad line becomes a reject with its reason and line number, and the rest of the file goes on.
 
+Every physical line (split on `\n` only, a leading UTF-8 BOM dropped) is accounted for in the
+file's report as exactly one of: kept (`rows`), rejected, superseded or skipped (blank, or a
+graph line that carries no mini summary). A turn id seen again in the same ingest: the later line
+wins, as a later ingest updates a stored turn (the original's merge import keeps the first; one
+rule for both cases is easier to trust), and the earlier line is `superseded`, stored in `rejects`
+with a reason naming the line that won. Finding repeats holds each turn id of the ingest in
+memory, some 200 bytes a turn against the 50 KB of its vector row's line.
+
 Routing is by file name, as the original's import does:
 - `memory-backup-*.jsonl`: turn rows `{id, embedding, metadata, document}`;
 - `graph-backup-*.jsonl`: `AGENT_MEMORY` node lines give the turns' mini summaries;
@@ -24,8 +32,11 @@ from digest.turns import compose_document, parse_timestamp_ms
 
 BATCH_ROWS = 2000
 EXCERPT_CHARS = 200
+READ_BUFFER_BYTES = 1 << 20
 _EMBEDDING = re.compile(r'"embedding"\s*:\s*\[')
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_BOM = b"\xef\xbb\xbf"
+_JSON_WHITESPACE = b" \t\r\n"
 
 
 class Reject(Exception):
@@ -33,7 +44,7 @@ class Reject(Exception):
 
 
 class Sink(Protocol):
-    def write_turns(self, rows: list[dict]) -> None: ...
+    def write_turns(self, rows: list[dict]) -> list[str]: ...  # the sessions turns moved out of
     def write_imported_mini_summaries(self, rows: list[dict]) -> None: ...
     def write_imported_summaries(self, rows: list[dict]) -> None: ...
     def write_rejects(self, rows: list[dict]) -> None: ...
@@ -44,15 +55,18 @@ class Sink(Protocol):
 class FileReport:
     path: str
     kind: str
-    lines: int = 0
+    lines: int = 0  # physical lines: rows + rejects + superseded + skipped
     rows: int = 0
     rejects: int = 0
+    superseded: int = 0
+    skipped: int = 0
 
 
 @dataclass
 class IngestReport:
     files: list[FileReport] = field(default_factory=list)
     sessions: list[dict] = field(default_factory=list)  # the refreshed `sessions` rows
+    emptied: list[str] = field(default_factory=list)  # sessions all of whose turns moved away
 
     @property
     def turns(self) -> int:
@@ -61,6 +75,10 @@ class IngestReport:
     @property
     def rejects(self) -> int:
         return sum(f.rejects for f in self.files)
+
+    @property
+    def superseded(self) -> int:
+        return sum(f.superseded for f in self.files)
 
 
 def file_kind(path: Path) -> str:
@@ -293,14 +311,25 @@ def parse_summary_row(obj: dict, source: str) -> dict:
     }
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open("r", encoding="utf-8", errors="replace") as handle:
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Physical lines as bytes, split on `\n` only: a raw CR (JSON whitespace between tokens,
+    invalid inside a string) must not split a line and shift the line numbers after it."""
+    # A buffer larger than the default 8 KiB: a vector row's line is some 50 KB.
+    with path.open("rb", buffering=READ_BUFFER_BYTES) as handle:
         for line_no, line in enumerate(handle, start=1):
-            if line.strip():
-                yield line_no, line
+            yield line_no, line[len(_BOM) :] if line_no == 1 and line.startswith(_BOM) else line
 
 
-def ingest_file(path: Path, sink: Sink, touched: set[str]) -> FileReport:
+def _decode(raw: bytes) -> str:
+    """Strict: replacing invalid bytes would make ids that differ only in them one id."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Reject(f"invalid-utf8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1} ({exc.reason})") from None
+
+
+def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple[FileReport, int]]) -> FileReport:
+    """`seen`: each turn id kept so far in this ingest, with its file's report and line."""
     kind = file_kind(path)
     report = FileReport(path=str(path), kind=kind)
     if kind == "temporal":
@@ -312,27 +341,49 @@ def ingest_file(path: Path, sink: Sink, touched: set[str]) -> FileReport:
     rejects: list[dict] = []
 
     def flush() -> None:
-        sink.write_turns(turns)
+        touched.update(r["session_id"] for r in turns)
+        touched.update(sink.write_turns(turns))
         sink.write_imported_mini_summaries(minis)
         sink.write_imported_summaries(summaries)
         sink.write_rejects(rejects)
         for batch in (turns, minis, summaries, rejects):
             batch.clear()
 
-    for line_no, line in _lines(path):
+    def keep_turn(row: dict) -> None:
+        earlier = seen.get(row["id"])
+        if earlier is not None:
+            earlier_report, earlier_line = earlier
+            earlier_report.rows -= 1
+            earlier_report.superseded += 1
+            rejects.append(
+                {
+                    "source_file": earlier_report.path,
+                    "line_no": earlier_line,
+                    "reason": f"superseded: turn id {row['id']!r} comes again at line {line_no} of {source}, which is kept",
+                    "excerpt": None,
+                }
+            )
+        seen[row["id"]] = (report, line_no)
+        turns.append(row)
+
+    for line_no, raw in _lines(path):
         report.lines += 1
+        if not raw.strip(_JSON_WHITESPACE):
+            report.skipped += 1
+            continue
         try:
-            obj = _load(line)
+            obj = _load(_decode(raw))
             if kind == "memory":
-                turns.append(parse_memory_row(obj, source, line_no))
+                keep_turn(parse_memory_row(obj, source, line_no))
             elif kind == "turns":
                 row, mini = parse_simple_turn(obj, source, line_no)
-                turns.append(row)
+                keep_turn(row)
                 if mini:
                     minis.append({"turn_id": row["id"], "session_id": row["session_id"], "text": mini})
             elif kind == "graph":
                 mini = parse_graph_line(obj)
                 if mini is None:
+                    report.skipped += 1
                     continue
                 minis.append(mini)
             else:
@@ -345,13 +396,12 @@ def ingest_file(path: Path, sink: Sink, touched: set[str]) -> FileReport:
                     "source_file": source,
                     "line_no": line_no,
                     "reason": str(reason),
-                    "excerpt": _strip_embedding(line)[:EXCERPT_CHARS],  # never the embedding's floats
+                    # Never the embedding's floats.
+                    "excerpt": _strip_embedding(raw.decode("utf-8", "replace"))[:EXCERPT_CHARS],
                 }
             )
         if len(turns) + len(minis) + len(summaries) + len(rejects) >= BATCH_ROWS:
-            touched.update(r["session_id"] for r in turns)
             flush()
-    touched.update(r["session_id"] for r in turns)
     flush()
     return report
 
@@ -373,7 +423,10 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
 def ingest_paths(paths: Iterable[str | Path], sink: Sink) -> IngestReport:
     report = IngestReport()
     touched: set[str] = set()
-    for path in discover(paths):
-        report.files.append(ingest_file(path.resolve(), sink, touched))
+    seen: dict[str, tuple[FileReport, int]] = {}
+    # A file named twice (or inside a folder also named) is read once: its lines would supersede themselves.
+    for path in dict.fromkeys(p.resolve() for p in discover(paths)):
+        report.files.append(ingest_file(path, sink, touched, seen))
     report.sessions = sink.refresh_sessions(touched)
+    report.emptied = sorted(touched - {s["session_id"] for s in report.sessions})
     return report

@@ -55,20 +55,43 @@ def input_revision(turns: list[Turn]) -> str:
 
 
 _SAFE_KEY = re.compile(r"[^A-Za-z0-9_-]")
+_HASHED_SHAPE = re.compile(r"(.*)-[0-9a-f]{10}")
+_HASH_PREFIX_CHARS = 53  # + "-" + 10 hex digits = 64
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def partition_key(session_id: str) -> str:
-    """A Dagster-safe partition key: `[A-Za-z0-9_-]`, at most 64 characters.
+    """A Dagster-safe partition key: `[A-Za-z0-9_-]`, 1 to 64 characters, one per session.
 
-    An id that is already safe is kept as it is; any other gets a hash suffix so that two ids
-    that sanitize alike (`a.b`, `a,b`) never share a key.
+    A safe id is kept as it is, so the keys stores and Dagster instances hold stay valid. Any
+    other id gets a hashed key: its first 53 characters with each unsafe one made `_`, then `-`
+    and 10 hex digits of its SHA-256 (`a.b` → `a_b-2e7336dc8e`).
+
+    A safe id of that hashed shape would be kept as itself and so could take another session's
+    key (`a_b-2e7336dc8e` beside `a.b`): such an id is hashed too, but only when some id could
+    hash to it at all (`_could_be_hashed`), so `run-1700000000` keeps its key. Kept keys and hashed
+    keys are then disjoint by construction; two hashed keys meet only if the ids share their first
+    53 cleaned characters and 40 bits of SHA-256 (odds of about n²/2⁴¹ for n such ids).
     """
-    cleaned = _SAFE_KEY.sub("_", session_id)
-    if cleaned == session_id and 0 < len(session_id) <= 64:
+    if 0 < len(session_id) <= 64 and not _SAFE_KEY.search(session_id) and not _could_be_hashed(session_id):
         return session_id
+    cleaned = _SAFE_KEY.sub("_", session_id)
     digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:10]
-    return f"{cleaned[:53]}-{digest}"
+    return f"{cleaned[:_HASH_PREFIX_CHARS]}-{digest}"
+
+
+def _could_be_hashed(key: str) -> bool:
+    """Whether `key` has the shape `PREFIX-hhhhhhhhhh` with a prefix some hashed key has.
+
+    Each unsafe character becomes one `_`, so a hashed id's prefix is empty (the empty id), 53
+    characters long (a long id), holds a `_` (an unsafe character, or a safe id's own `_`), or
+    is itself of a hashed shape (a safe id hashed by this rule, such as `-0123456789`).
+    """
+    match = _HASHED_SHAPE.fullmatch(key)
+    if match is None:
+        return False
+    prefix = match.group(1)
+    return not prefix or len(prefix) == _HASH_PREFIX_CHARS or "_" in prefix or _could_be_hashed(prefix)
 
 
 def parse_timestamp_ms(value: object) -> int | None:

@@ -482,15 +482,21 @@ class DigestStore:
 
     # --- ingest -----------------------------------------------------------------------------
 
-    def write_turns(self, rows: list[dict]) -> None:
+    def write_turns(self, rows: list[dict]) -> list[str]:
+        """Upsert by id; returns the sessions that stored turns moved out of (same id, another
+        session), which need their `sessions` rows refreshed too."""
         if not rows:
-            return
+            return []
         # One row per id: DuckDB refuses to update the same row twice in one statement.
         batch = pd.DataFrame(list({r["id"]: r for r in rows}.values()), columns=TURN_COLUMNS)
         batch["ingested_at"] = _now()
         with self.transaction() as con:
             con.register("batch", batch)
+            left = con.execute(
+                "SELECT DISTINCT t.session_id FROM turns t JOIN batch b ON b.id = t.id WHERE t.session_id <> b.session_id"
+            ).fetchall()
             con.execute(_upsert_sql("turns", TURN_COLUMNS + ["ingested_at"], ["id"], keep=["ingested_at"]))
+        return [r[0] for r in left]
 
     def write_imported_mini_summaries(self, rows: list[dict]) -> None:
         """Mini summaries from an export bundle: the source system's word, so they win over ours."""
@@ -526,15 +532,22 @@ class DigestStore:
             con.execute(_upsert_sql("rejects", columns + ["rejected_at"], ["source_file", "line_no"], keep=["rejected_at"]))
 
     def refresh_sessions(self, session_ids: Iterable[str]) -> list[dict]:
-        """Recompute the `sessions` rows of these sessions from their turns; returns the rows."""
+        """Recompute the `sessions` rows of these sessions from their turns; returns the rows.
+
+        A session left with no turns (they all moved to another session) loses its row, so it
+        is not pending for ever."""
         ids = sorted(set(session_ids))
         if not ids:
             return []
-        rows = _session_rows(self.load_turns(ids))
-        batch = pd.DataFrame(rows)
         with self.transaction() as con:
-            con.register("batch", batch)
-            con.execute(_upsert_sql("sessions", list(batch.columns), ["session_id"]))
+            rows = _session_rows(_load_turns(con, ids))
+            con.execute(
+                "DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+                [sorted(set(ids) - {r["session_id"] for r in rows})],
+            )
+            if rows:
+                con.register("batch", pd.DataFrame(rows))
+                con.execute(_upsert_sql("sessions", list(rows[0]), ["session_id"]))
         return rows
 
     # --- reads ------------------------------------------------------------------------------

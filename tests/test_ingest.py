@@ -213,7 +213,8 @@ def test_graph_mini_summaries_are_imported_and_joined_onto_turns(db, tmp_path):
     report = ingest_paths([tmp_path / "bundle"], db)
 
     graph = next(f for f in report.files if f.kind == "graph")
-    assert (graph.lines, graph.rows, graph.rejects) == (6, 1, 1)
+    # The edge, the FILE node and the nodes without a mini summary are skipped.
+    assert (graph.lines, graph.rows, graph.rejects, graph.skipped) == (6, 1, 1, 4)
     assert rows(db, "SELECT turn_id, session_id, text, origin, model FROM mini_summaries") == [
         {"turn_id": "t1", "session_id": "s1", "text": "Fixed the grid row.", "origin": "imported", "model": None}
     ]
@@ -313,7 +314,7 @@ def test_bad_lines_are_rejected_with_reason_and_line_number(db, tmp_path):
         {"id": "good-3", "source_line": 10},
     ]
     [file_report] = report.files
-    assert (file_report.lines, file_report.rows, file_report.rejects) == (14, 3, 11)
+    assert (file_report.lines, file_report.rows, file_report.rejects, file_report.skipped) == (15, 3, 11, 1)
     assert report.turns == 3 and report.rejects == 11
     assert {s["session_id"]: s["turn_count"] for s in report.sessions} == {"s1": 2, "s2": 1}
 
@@ -534,7 +535,7 @@ class CountingSink:
     def write_turns(self, rows):
         if rows:
             self.turn_batches.append(len(rows))
-        self.store.write_turns(rows)
+        return self.store.write_turns(rows)
 
     def __getattr__(self, name):
         return getattr(self.store, name)
@@ -549,7 +550,7 @@ def test_more_lines_than_a_batch_ingest_every_row_exactly_once(db, tmp_path, mon
         lines.append(memory_row(f"t{i:02d}", session, 1_000 + i, with_embedding=i < 3))
         if i in (4, 8):
             lines.append("{broken")
-    # The same id again, in a later batch: one row, the later line's content.
+    # The same id again, in a later batch: one row, the later line's content; line 2 is superseded.
     lines.append(memory_row("t01", "s-early", 1_001, document="t01 again"))
     path = write_jsonl(tmp_path / "memory-backup-batches.jsonl", lines)
     sink = CountingSink(db)
@@ -561,10 +562,13 @@ def test_more_lines_than_a_batch_ingest_every_row_exactly_once(db, tmp_path, mon
     assert counts == {"n": 11, "d": 11}
     assert turns_by_id(db)["t01"]["document"] == "t01 again"
     assert turns_by_id(db)["t01"]["source_line"] == 14
-    assert [r["line_no"] for r in rows(db, "SELECT line_no FROM rejects ORDER BY 1")] == [6, 11]
+    reasons = {r["line_no"]: r["reason"] for r in rows(db, "SELECT line_no, reason FROM rejects")}
+    assert sorted(reasons) == [2, 6, 11]
+    assert reasons[2].startswith("superseded:") and "line 14" in reasons[2]
     sessions = {r["session_id"]: r["turn_count"] for r in rows(db, "SELECT * FROM sessions")}
     assert sessions == {"s-early": 3, "s-batch": 4, "s-other": 4}
-    assert report.files[0].rows == 12 and report.files[0].rejects == 2
+    assert (report.files[0].rows, report.files[0].rejects, report.files[0].superseded) == (11, 2, 1)
+    assert report.turns == 11
 
 
 def test_a_folder_ingests_every_jsonl_in_it(db, tmp_path):
@@ -589,6 +593,14 @@ def test_a_folder_ingests_every_jsonl_in_it(db, tmp_path):
     assert rows(db, "SELECT count(*) AS n FROM imported_summaries")[0]["n"] == 1
 
 
+def test_a_file_named_twice_is_ingested_once(db, tmp_path):
+    bundle = write_bundle(tmp_path / "bundle")
+    report = ingest_paths([bundle, bundle / "memory-backup-2025.jsonl", bundle], db)
+    assert [Path(f.path).name for f in report.files].count("memory-backup-2025.jsonl") == 1
+    # Read twice, each line superseded itself, and its turns counted twice.
+    assert report.turns == 4 and report.superseded == 0 and report.rejects == 2
+
+
 def test_a_missing_path_raises_and_ingests_nothing(db, tmp_path):
     good = write_jsonl(tmp_path / "memory-backup-ok.jsonl", [memory_row("t1", "s1", 1)])
     missing = tmp_path / "no-such-export"
@@ -596,3 +608,154 @@ def test_a_missing_path_raises_and_ingests_nothing(db, tmp_path):
         ingest_paths([good, missing], db)
     # Discovery fails before anything is written.
     assert rows(db, "SELECT count(*) AS n FROM turns")[0]["n"] == 0
+
+
+# --- partition keys of odd session ids (issue 14.4) ------------------------------------------
+
+ODD_SESSION_IDS = [
+    "a.b", "a_b-2e7336dc8e",  # a safe id that is the hashed key of `a.b`
+    "a_b-2e7336dc8e-a2f4eb30e6",  # ... and the hashed key of that one
+    "a,b", "a_b", "a:b", "a/b", "a\\b", "a b", " a", "a ", "a\tb", "a\nb", "a;b", "a|b", "a=b", "%2F",
+    "'q'", '"dq"', "{}", "null", "0", "-", "_", ".", "..",
+    "日本語", "emoji 😀", "é", "e\u0301", "ß", "SS", "Ab", "aB", "ab", "AB",  # unicode, case only
+    "-e3b0c44298",  # the hashed key of the empty id
+    "-0123456789", "run-1700000000", "run_x-1700000000",
+    "x" * 64, "x" * 65, "x" * 200, "x" * 200 + "y", "x" * 53 + "-0123456789", "x" * 52 + ".",
+]  # fmt: skip
+
+
+def test_odd_session_ids_get_distinct_dagster_safe_keys(db, tmp_path):
+    from dagster import instance_for_test
+
+    from digest.turns import partition_key
+
+    assert partition_key("a.b") == "a_b-2e7336dc8e"
+    keys = {sid: partition_key(sid) for sid in ODD_SESSION_IDS}
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", k) for k in keys.values()), keys
+    assert len(set(keys.values())) == len(ODD_SESSION_IDS)
+    # Safe ids keep their keys, unless some other id could hash to them.
+    kept = {sid for sid, k in keys.items() if k == sid}
+    assert {"a_b", "run-1700000000", "-", "_", "0", "SS", "Ab", "aB", "ab", "AB", "x" * 64} <= kept
+    assert not kept & {"a_b-2e7336dc8e", "a_b-2e7336dc8e-a2f4eb30e6", "-e3b0c44298", "-0123456789", "run_x-1700000000"}
+
+    # Through the ingest: every session gets its row (one UNIQUE clash used to abort them all) ...
+    path = write_jsonl(
+        tmp_path / "memory-backup-odd.jsonl",
+        [memory_row(f"t{i}", sid, i, with_embedding=False) for i, sid in enumerate(ODD_SESSION_IDS)],
+    )
+    report = ingest_paths([path], db)
+    assert report.rejects == 0 and report.turns == len(ODD_SESSION_IDS)
+    stored = {r["session_id"]: r["partition_key"] for r in rows(db, "SELECT * FROM sessions")}
+    assert stored == keys
+    assert all(db.session_by_partition(k)["session_id"] == sid for sid, k in keys.items())
+    # ... and Dagster takes every key as a partition.
+    with instance_for_test() as instance:
+        instance.add_dynamic_partitions("sessions", list(keys.values()))
+        assert sorted(instance.get_dynamic_partitions("sessions")) == sorted(keys.values())
+
+
+# --- every line accounted for (issue 14.7) ---------------------------------------------------
+
+
+def test_a_repeated_turn_id_keeps_the_later_line_and_counts_the_earlier_as_superseded(db, tmp_path):
+    first = write_jsonl(
+        tmp_path / "bundle" / "memory-backup-1.jsonl",
+        [memory_row("t1", "s1", 1, document="first"), memory_row("t2", "s1", 2), memory_row("t1", "s1", 3, document="second")],
+    )
+    second = write_jsonl(tmp_path / "bundle" / "memory-backup-2.jsonl", [memory_row("t2", "s2", 4, document="moved")])
+
+    report = ingest_paths([tmp_path / "bundle"], db)
+
+    stored = turns_by_id(db)
+    assert report.turns == len(stored) == 2  # once 4, over-counting the two superseded lines
+    assert (stored["t1"]["document"], stored["t1"]["source_line"]) == ("second", 3)
+    assert (stored["t2"]["session_id"], stored["t2"]["source_file"]) == ("s2", str(second.resolve()))
+    f1, f2 = report.files
+    assert (f1.lines, f1.rows, f1.superseded, f1.rejects) == (3, 1, 2, 0)
+    assert (f2.lines, f2.rows, f2.superseded) == (1, 1, 0)
+    assert report.superseded == 2 and report.rejects == 0
+    reasons = {(r["source_file"], r["line_no"]): r["reason"] for r in rows(db, "SELECT * FROM rejects")}
+    assert reasons == {
+        (str(first.resolve()), 1): f"superseded: turn id 't1' comes again at line 3 of {first.resolve()}, which is kept",
+        (str(first.resolve()), 2): f"superseded: turn id 't2' comes again at line 1 of {second.resolve()}, which is kept",
+    }
+    # s1 lost t2 to s2 within the ingest: both rows count what they hold.
+    assert {s["session_id"]: s["turn_count"] for s in report.sessions} == {"s1": 1, "s2": 1}
+
+
+def test_a_turn_moved_to_another_session_refreshes_or_removes_the_session_it_left(db, tmp_path):
+    write_jsonl(
+        tmp_path / "memory-backup-1.jsonl",
+        [memory_row("t1", "s1", 1), memory_row("t2", "s1", 2), memory_row("t3", "s2", 3)],
+    )
+    ingest_paths([tmp_path / "memory-backup-1.jsonl"], db)
+    before = {r["session_id"]: r for r in rows(db, "SELECT * FROM sessions")}
+
+    moved = write_jsonl(tmp_path / "memory-backup-2.jsonl", [memory_row("t1", "s2", 1)])
+    report = ingest_paths([moved], db)
+
+    after = {r["session_id"]: r for r in rows(db, "SELECT * FROM sessions")}
+    assert (after["s1"]["turn_count"], after["s2"]["turn_count"]) == (1, 2)
+    assert after["s1"]["input_revision"] != before["s1"]["input_revision"]
+    assert after["s1"]["input_revision"] == input_revision(canonical_order(db.load_turns(["s1"])))
+    assert report.emptied == []
+
+    # The last turn leaves too: the empty session's row goes, rather than stay pending for ever.
+    last = write_jsonl(tmp_path / "memory-backup-3.jsonl", [memory_row("t2", "s3", 2)])
+    report = ingest_paths([last], db)
+    assert report.emptied == ["s1"]
+    assert {r["session_id"]: r["turn_count"] for r in rows(db, "SELECT * FROM sessions")} == {"s2": 2, "s3": 1}
+    assert sorted(db.pending_summary_keys()) == ["s2", "s3"]
+
+
+def write_raw(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_invalid_utf8_is_rejected_not_replaced(db, tmp_path):
+    line = b'{"id": "t-%s", "metadata": {"sessionId": "s1", "timestamp": 1}, "document": "d"}\n'
+    path = write_raw(
+        tmp_path / "memory-backup-bytes.jsonl",
+        (line % b"\xff") + (line % b"\xfe") + (line % "ok-é".encode()) + (line % b"\xc3"),  # \xc3 starts é, cut short
+    )
+    report = ingest_paths([path], db)
+
+    # Replaced, both ids were `t-\ufffd`: one turn, the other silently overwritten.
+    assert sorted(turns_by_id(db)) == ["t-ok-é"]
+    got = {r["line_no"]: r for r in rows(db, "SELECT * FROM rejects")}
+    assert sorted(got) == [1, 2, 4] and report.rejects == 3
+    assert got[1]["reason"] == "invalid-utf8: byte 0xff at column 11 (invalid start byte)"
+    assert got[4]["reason"].startswith("invalid-utf8: byte 0xc3 at column 11")
+    assert got[2]["excerpt"].startswith('{"id": "t-\ufffd"')
+
+
+def test_a_raw_carriage_return_does_not_split_a_line(db, tmp_path):
+    good = '{"id": "%s", "metadata": {"sessionId": "s1", "timestamp": 1}, "document": "d"}'
+    path = write_raw(
+        tmp_path / "memory-backup-cr.jsonl",
+        (
+            (good % "t1") + "\r\n"  # 1: a CRLF file
+            + '{"id": "t-cr", "metadata": {"sessionId": "s1"}, "document": "one\rtwo"}\n'  # 2: raw CR in a string
+            + (good % "t3").replace(", ", ",\r ") + "\n"  # 3: raw CRs between tokens are JSON whitespace
+            + "\r\n"  # 4: blank
+            + (good % "t5") + "\n"  # 5
+        ).encode(),
+    )
+    report = ingest_paths([path], db)
+
+    assert {t["id"]: t["source_line"] for t in turns_by_id(db).values()} == {"t1": 1, "t3": 3, "t5": 5}
+    [reject] = rows(db, "SELECT * FROM rejects")
+    assert reject["line_no"] == 2 and reject["reason"].startswith("json-parse: Invalid control character")
+    [f] = report.files
+    assert (f.lines, f.rows, f.rejects, f.skipped) == (5, 3, 1, 1)
+
+
+def test_a_leading_bom_does_not_lose_the_first_line(db, tmp_path):
+    path = write_jsonl(tmp_path / "memory-backup-bom.jsonl", [memory_row("t1", "s1", 1), memory_row("t2", "s1", 2)])
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    simple = write_raw(
+        tmp_path / "harness.jsonl", b'\xef\xbb\xbf{"id": "h1", "session_id": "s2", "prompt": "p", "response": "r"}\n'
+    )
+    report = ingest_paths([path, simple], db)
+    assert report.rejects == 0 and sorted(turns_by_id(db)) == ["h1", "t1", "t2"]
