@@ -206,7 +206,8 @@ def parse_memory_row(obj: dict, source: str, line_no: int) -> dict:
     row = _turn_row(
         turn_id=turn_id,
         session_id=session_id,
-        ts_ms=_timestamp(meta.get("timestamp"), "metadata."),
+        # The original orders by `timestamp ?? createdAt`.
+        ts_ms=_timestamp(meta["timestamp"] if meta.get("timestamp") is not None else meta.get("createdAt"), "metadata."),
         kind=meta_get("type") or "agent-interaction",
         prompt=_text(meta, "prompt", "metadata."),
         thought=_text(meta, "thought", "metadata."),
@@ -226,6 +227,9 @@ def parse_memory_row(obj: dict, source: str, line_no: int) -> dict:
         tools_used=tools or None,
         archived_at=meta_get("archivedAt"),
         archived_reason=meta_get("archivedReason"),
+        # As exported, "" included: the input revision hashes them (`?? null` keeps an empty string).
+        agent_identity=_text(meta, "agentIdentity", "metadata."),
+        user_id=_text(meta, "userId", "metadata."),
     )
     return row
 
