@@ -224,7 +224,8 @@ def parse_memory_row(obj: dict, source: str, line_no: int) -> dict:
     row = _turn_row(
         turn_id=turn_id,
         session_id=session_id,
-        ts_ms=_timestamp(meta.get("timestamp"), "metadata."),
+        # The original orders by `timestamp ?? createdAt`.
+        ts_ms=_timestamp(meta["timestamp"] if meta.get("timestamp") is not None else meta.get("createdAt"), "metadata."),
         kind=meta_get("type") or "agent-interaction",
         prompt=_text(meta, "prompt", "metadata."),
         thought=_text(meta, "thought", "metadata."),
@@ -244,6 +245,9 @@ def parse_memory_row(obj: dict, source: str, line_no: int) -> dict:
         tools_used=tools or None,
         archived_at=meta_get("archivedAt"),
         archived_reason=meta_get("archivedReason"),
+        # As exported, "" included: the input revision hashes them (`?? null` keeps an empty string).
+        agent_identity=_text(meta, "agentIdentity", "metadata."),
+        user_id=_text(meta, "userId", "metadata."),
     )
     return row
 
@@ -292,22 +296,71 @@ def parse_graph_line(obj: dict) -> dict | None:
     return {"turn_id": turn_id, "session_id": session_id, "text": mini.strip()}
 
 
+SOURCE_TIERS = ("raw", "miniSummary", "truncatedRaw")
+_INT_MAX = 2**31 - 1  # the INTEGER columns: a larger value would fail the whole batch's insert
+
+
+def _whole(meta: dict, key: str, high: int = _INT_MAX) -> int | None:
+    """A count or score: a whole number in 0..high. NaN, the infinities, fractions and values out
+    of range (`3000000000`, `1e300`) are the line's reject, never an error of the whole ingest."""
+    value = meta.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Reject(f"wrong-type: metadata.{key} is {type(value).__name__}, expected number")
+    # NaN fails every comparison, so it is out of range too; the range test comes before int().
+    if not 0 <= value <= high or value != int(value):
+        raise Reject(f"out-of-range: metadata.{key} is {value!r}, expected a whole number in 0..{high}")
+    return int(value)
+
+
+def _flag(meta: dict, key: str) -> bool | None:
+    value = meta.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise Reject(f"wrong-type: metadata.{key} is {type(value).__name__}, expected boolean")
+    return value
+
+
+def _names(meta: dict, key: str) -> list[str] | None:
+    """A list the original writes comma-joined (`technologies`, `models`, ...); an array is read too."""
+    value = meta.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [name for name in value.split(",") if name]
+    if isinstance(value, list) and all(isinstance(name, str) for name in value):
+        return [name for name in value if name]
+    raise Reject(f"wrong-type: metadata.{key} is {type(value).__name__}, expected comma-joined string")
+
+
 def parse_summary_row(obj: dict, source: str) -> dict:
+    """A `summaries-backup` row → an `imported_summaries` row: what a current one needs to stand as
+    the session's summary (`DigestStore.adopt_imported_summaries`)."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         raise Reject(f"wrong-type: metadata is {type(meta).__name__}, expected object")
     session_id = _required_id(meta, "sessionId", "metadata.", "missing-session-id")
-    count = meta.get("memoryCount")
-    if count is not None and (isinstance(count, bool) or not isinstance(count, (int, float))):
-        raise Reject(f"wrong-type: metadata.memoryCount is {type(count).__name__}, expected number")
+    tier = _text(meta, "sourceTier", "metadata.")
+    if tier is not None and tier not in SOURCE_TIERS:
+        raise Reject(f"out-of-range: metadata.sourceTier is {tier!r}, expected one of {', '.join(SOURCE_TIERS)}")
     return {
         "session_id": session_id,
-        "memory_count": int(count) if count is not None else None,
+        "memory_count": _whole(meta, "memoryCount"),
         "input_revision": _text(meta, "dreamInputRevision", "metadata."),
         "title": _text(meta, "title", "metadata."),
         "summary": _text(obj, "document", ""),
-        "source_tier": _text(meta, "sourceTier", "metadata."),
+        "source_tier": tier,
         "source_file": source,
+        "category": _text(meta, "category", "metadata."),
+        **{score: _whole(meta, score, high=100) for score in ("quality", "productivity", "impact", "complexity")},
+        "technologies": _names(meta, "technologies"),
+        "degraded": _flag(meta, "degraded"),
+        "raw_canonical": _flag(meta, "rawCanonical"),
+        "participating_agents": _names(meta, "participatingAgents"),
+        "models": _names(meta, "models"),
+        "total_tool_calls": _whole(meta, "totalToolCalls"),
+        "tools_used": _names(meta, "toolsUsed"),
+        "source_agent_identities": _names(meta, "sourceAgentIdentities"),
     }
 
 

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+import icu
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -31,25 +33,36 @@ def compose_document(prompt: str, thought: str, response: str) -> str:
     return f"User Prompt: {prompt}\nAgent Thought: {thought}\nAgent Response: {response}"
 
 
+# `String.prototype.localeCompare` as Node (V8 over ICU) runs it in the original: the default
+# locale's collator (en-US, whose collation is ICU's root), tertiary strength, normalization on.
+# The order is the linked ICU's: Node 20.20 bundles ICU 78, which ranks the apostrophes (' ‘ ’ ׳)
+# alike and the double quotes (" “ ”) alike; the system ICU 72 still tells them apart, and knows
+# no character newer than Unicode 15. Ids with neither sort as Node sorts them.
+_COLLATOR = icu.Collator.createInstance(icu.Locale.getRoot())
+_COLLATOR.setAttribute(icu.UCollAttribute.NORMALIZATION_MODE, icu.UCollAttributeValue.ON)
+
+
 def canonical_order(turns: list[Turn]) -> list[Turn]:
-    """Timestamp ascending (a missing one counts as 0), ties broken by id."""
-    return sorted(turns, key=lambda t: (t.ts_ms or 0, t.id))
+    """`canonicalizeSessionTurnInput`: timestamp ascending (a missing one counts as 0), ties broken
+    by id in `localeCompare` order (`_z` < `10` < `9` < `ax` < `aY` < `Bx`), not code point order.
+
+    Ids the collator holds equal (`á` and `a` + U+0301) keep their read order in the original, whose
+    sort is stable over Chroma's order; here code point order settles them, so the order (and the
+    revision) does not depend on the order the turns were read in.
+    """
+    return sorted(turns, key=lambda t: (t.ts_ms or 0, _COLLATOR.getSortKey(t.id), t.id))
 
 
 def input_revision(turns: list[Turn]) -> str:
     """`sha256:` over the ordered turns, the contract between summary and graph digestion.
 
-    Mirrors JavaScript's JSON.stringify: compact separators and absent keys for missing values.
+    `computeSessionTurnInputRevision` byte for byte: JSON.stringify's compact separators, every
+    key present, and a missing identity as `null` (`metadata.agentIdentity ?? null`).
     """
-    rows = []
-    for t in turns:
-        row: dict[str, str] = {"id": t.id, "document": t.document}
-        if t.agent_identity is not None:
-            row["agentIdentity"] = t.agent_identity
-        row["sessionId"] = t.session_id
-        if t.user_id is not None:
-            row["userId"] = t.user_id
-        rows.append(row)
+    rows = [
+        {"id": t.id, "document": t.document, "agentIdentity": t.agent_identity, "sessionId": t.session_id, "userId": t.user_id}
+        for t in turns
+    ]
     payload = json.dumps({"version": 1, "turns": rows}, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
 

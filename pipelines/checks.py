@@ -40,13 +40,16 @@ def provenance_problems(row: dict) -> list[str]:
         problems.append(f"degraded={row.get('degraded')} contradicts source_tier {tier!r}")
     if row.get("raw_canonical") is not True:
         problems.append("raw_canonical is not true")
+    if not str(row.get("input_revision") or "").startswith("sha256:"):
+        problems.append("input_revision is not a sha256 revision")
+    if row.get("origin") == "imported":
+        # An export's summary: no run, route, model or mini summary count of ours made it.
+        return problems
     reason = row.get("route_reason")
     if reason not in ROUTE_REASONS:
         problems.append(f"route_reason {reason!r} is not one of {', '.join(ROUTE_REASONS)}")
     elif (tier == "raw") != (reason == "within-cap"):
         problems.append(f"route_reason {reason!r} contradicts source_tier {tier!r}")
-    if not str(row.get("input_revision") or "").startswith("sha256:"):
-        problems.append("input_revision is not a sha256 revision")
     if not row.get("model"):
         problems.append("model is empty")
     if not row.get("run_id"):

@@ -168,7 +168,8 @@ CREATE TABLE IF NOT EXISTS session_summaries (
     tools_used VARCHAR[] NOT NULL,
     source_agent_identities VARCHAR[] NOT NULL,
     run_id VARCHAR,
-    created_at TIMESTAMPTZ NOT NULL
+    created_at TIMESTAMPTZ NOT NULL,
+    origin VARCHAR DEFAULT 'generated'  -- generated | imported (an export's summary, current for the turns)
 );
 
 CREATE SEQUENCE IF NOT EXISTS attempt_ids;
@@ -252,7 +253,20 @@ CREATE TABLE IF NOT EXISTS imported_summaries (
     summary VARCHAR,
     source_tier VARCHAR,
     source_file VARCHAR NOT NULL,
-    imported_at TIMESTAMPTZ NOT NULL
+    imported_at TIMESTAMPTZ NOT NULL,
+    category VARCHAR,
+    quality INTEGER,
+    productivity INTEGER,
+    impact INTEGER,
+    complexity INTEGER,
+    technologies VARCHAR[],
+    degraded BOOLEAN,
+    raw_canonical BOOLEAN,
+    participating_agents VARCHAR[],
+    models VARCHAR[],
+    total_tool_calls INTEGER,
+    tools_used VARCHAR[],
+    source_agent_identities VARCHAR[]
 );
 
 -- Archives written from this store (`session-digest archive`).
@@ -342,6 +356,72 @@ CREATE TABLE IF NOT EXISTS digest_state (
 );
 """
 
+# Columns added since stores were first made: `migrate` adds them to an older store (DuckDB adds no
+# column with a constraint, so these are nullable; the writers always fill them).
+ADDED_COLUMNS = [
+    ("session_summaries", "origin VARCHAR DEFAULT 'generated'"),
+    *[
+        ("imported_summaries", column)
+        for column in (
+            "category VARCHAR", "quality INTEGER", "productivity INTEGER", "impact INTEGER", "complexity INTEGER",
+            "technologies VARCHAR[]", "degraded BOOLEAN", "raw_canonical BOOLEAN", "participating_agents VARCHAR[]",
+            "models VARCHAR[]", "total_tool_calls INTEGER", "tools_used VARCHAR[]", "source_agent_identities VARCHAR[]",
+        )
+    ],
+]  # fmt: skip
+
+IMPORTED_SUMMARY_COLUMNS = [
+    "session_id", "memory_count", "input_revision", "title", "summary", "source_tier", "source_file", "category",
+    "quality", "productivity", "impact", "complexity", "technologies", "degraded", "raw_canonical",
+    "participating_agents", "models", "total_tool_calls", "tools_used", "source_agent_identities",
+]  # fmt: skip
+
+# An exported summary is current when it was made from the turns as they are: its
+# `dreamInputRevision` is the session's input revision or, without one, the original's own rule,
+# its `memoryCount` is the session's turn count. A current one stands as the session's summary,
+# with its provenance as exported (an absent `sourceTier` predates the degraded path: raw), unless
+# the session already has a summary of these turns.
+ADOPT_IMPORTED_SUMMARIES = """
+    INSERT INTO session_summaries (session_id, summary, title, category, quality, productivity, impact, complexity,
+        technologies, source_tier, degraded, raw_canonical, memory_count, mini_summary_count, input_revision, model,
+        raw_tokens_estimate, prompt_tokens_estimate, raw_cap_tokens, route_reason, first_activity_ms,
+        last_activity_ms, participating_agents, models, total_tool_calls, tools_used, source_agent_identities,
+        run_id, created_at, origin)
+    WITH ids AS (SELECT unnest(?::VARCHAR[]) AS session_id),
+    minis AS (
+        SELECT t.session_id, count(*) AS n FROM turns t JOIN mini_summaries m ON m.turn_id = t.id
+        WHERE t.session_id IN (SELECT session_id FROM ids) GROUP BY 1
+    )
+    SELECT s.session_id, i.summary, coalesce(i.title, ''), coalesce(i.category, ''), coalesce(i.quality, 0),
+        coalesce(i.productivity, 0), coalesce(i.impact, 0), coalesce(i.complexity, 0), coalesce(i.technologies, []),
+        coalesce(i.source_tier, 'raw'), coalesce(i.degraded, coalesce(i.source_tier, 'raw') <> 'raw'),
+        coalesce(i.raw_canonical, true), s.turn_count, coalesce(minis.n, 0), s.input_revision, '', 0, 0, NULL,
+        'imported', s.first_activity_ms, s.last_activity_ms, coalesce(i.participating_agents, []),
+        coalesce(i.models, []), coalesce(i.total_tool_calls, 0), coalesce(i.tools_used, []),
+        coalesce(i.source_agent_identities, []), NULL, ?, 'imported'
+    FROM imported_summaries i
+    JOIN sessions s USING (session_id)
+    LEFT JOIN session_summaries x USING (session_id)
+    LEFT JOIN minis USING (session_id)
+    WHERE s.session_id IN (SELECT session_id FROM ids)
+      AND (i.input_revision = s.input_revision OR (i.input_revision IS NULL AND i.memory_count = s.turn_count))
+      AND trim(coalesce(i.summary, '')) <> ''
+      AND (x.session_id IS NULL OR x.input_revision <> s.input_revision)
+    ON CONFLICT (session_id) DO UPDATE SET summary = excluded.summary, title = excluded.title,
+        category = excluded.category, quality = excluded.quality, productivity = excluded.productivity,
+        impact = excluded.impact, complexity = excluded.complexity, technologies = excluded.technologies,
+        source_tier = excluded.source_tier, degraded = excluded.degraded, raw_canonical = excluded.raw_canonical,
+        memory_count = excluded.memory_count, mini_summary_count = excluded.mini_summary_count,
+        input_revision = excluded.input_revision, model = excluded.model,
+        raw_tokens_estimate = excluded.raw_tokens_estimate, prompt_tokens_estimate = excluded.prompt_tokens_estimate,
+        raw_cap_tokens = excluded.raw_cap_tokens, route_reason = excluded.route_reason,
+        first_activity_ms = excluded.first_activity_ms, last_activity_ms = excluded.last_activity_ms,
+        participating_agents = excluded.participating_agents, models = excluded.models,
+        total_tool_calls = excluded.total_tool_calls, tools_used = excluded.tools_used,
+        source_agent_identities = excluded.source_agent_identities, run_id = excluded.run_id,
+        created_at = excluded.created_at, origin = excluded.origin
+"""
+
 # Sessions with no summary, or whose turns changed since it was made.
 # Retired sessions (archived with --retire) are left out: they are out of every sweep.
 PENDING_SUMMARIES = (
@@ -406,6 +486,27 @@ def _session_rows(turns: Iterable[Turn]) -> list[dict]:
             }
         )
     return rows
+
+
+def _refresh_sessions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> list[dict]:
+    """Recompute these sessions' rows from their turns, then let a current imported summary stand
+    as the summary of any whose turns it matches; returns the rows."""
+    rows = _session_rows(_load_turns(con, session_ids))
+    # A session all of whose turns moved to another one is gone.
+    con.execute(
+        "DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+        [sorted(set(session_ids) - {r["session_id"] for r in rows})],
+    )
+    if rows:
+        con.register("batch", pd.DataFrame(rows))
+        con.execute(_upsert_sql("sessions", list(rows[0]), ["session_id"]))
+        con.unregister("batch")
+        _adopt_imported_summaries(con, [r["session_id"] for r in rows])
+    return rows
+
+
+def _adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
+    con.execute(ADOPT_IMPORTED_SUMMARIES, [session_ids, _now()])
 
 
 def _upsert_sql(table: str, columns: list[str], key: list[str], keep: Iterable[str] = ()) -> str:
@@ -479,6 +580,8 @@ class DigestStore:
                 con.execute("INSERT INTO schema_meta VALUES (?, ?)", [SCHEMA_VERSION, _now()])
             elif current > SCHEMA_VERSION:
                 raise RuntimeError(f"{self.path} has schema version {current}, newer than this code's {SCHEMA_VERSION}")
+            for table, column in ADDED_COLUMNS:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}")
 
     # --- ingest -----------------------------------------------------------------------------
 
@@ -496,7 +599,12 @@ class DigestStore:
                 "SELECT DISTINCT t.session_id FROM turns t JOIN batch b ON b.id = t.id WHERE t.session_id <> b.session_id"
             ).fetchall()
             con.execute(_upsert_sql("turns", TURN_COLUMNS + ["ingested_at"], ["id"], keep=["ingested_at"]))
-        return [r[0] for r in left]
+            con.unregister("batch")
+            moved_out = [r[0] for r in left]
+            # In the same transaction: no turn is ever stored without its session's row up to date
+            # (the sessions turns moved out of too), even when the ingest stops at a later line.
+            _refresh_sessions(con, sorted(set(batch["session_id"]) | set(moved_out)))
+        return moved_out
 
     def write_imported_mini_summaries(self, rows: list[dict]) -> None:
         """Mini summaries from an export bundle: the source system's word, so they win over ours."""
@@ -512,14 +620,18 @@ class DigestStore:
             con.execute(_upsert_sql("mini_summaries", columns, ["turn_id"], keep=["created_at"]))
 
     def write_imported_summaries(self, rows: list[dict]) -> None:
+        """The export's summaries; each current one becomes its session's summary at once if the
+        turns are already here, else when they arrive (`write_turns`)."""
         if not rows:
             return
-        columns = ["session_id", "memory_count", "input_revision", "title", "summary", "source_tier", "source_file"]
+        columns = IMPORTED_SUMMARY_COLUMNS
         batch = pd.DataFrame(list({r["session_id"]: r for r in rows}.values()), columns=columns)
         batch["imported_at"] = _now()
         with self.transaction() as con:
             con.register("batch", batch)
             con.execute(_upsert_sql("imported_summaries", columns + ["imported_at"], ["session_id"], keep=["imported_at"]))
+            con.unregister("batch")
+            _adopt_imported_summaries(con, batch["session_id"].tolist())
 
     def write_rejects(self, rows: list[dict]) -> None:
         if not rows:
@@ -540,15 +652,7 @@ class DigestStore:
         if not ids:
             return []
         with self.transaction() as con:
-            rows = _session_rows(_load_turns(con, ids))
-            con.execute(
-                "DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
-                [sorted(set(ids) - {r["session_id"] for r in rows})],
-            )
-            if rows:
-                con.register("batch", pd.DataFrame(rows))
-                con.execute(_upsert_sql("sessions", list(rows[0]), ["session_id"]))
-        return rows
+            return _refresh_sessions(con, ids)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -639,6 +743,7 @@ class DigestStore:
             "source_agent_identities": summary.source_agent_identities,
             "run_id": run_id,
             "created_at": summary.created_at,
+            "origin": "generated",
         }
         columns = list(row)
         placeholders = ", ".join("?" for _ in columns)
@@ -877,6 +982,7 @@ class DigestStore:
                 return con.execute(sql).fetchone()[0]
 
             tiers = dict(con.execute("SELECT source_tier, count(*) FROM session_summaries GROUP BY 1 ORDER BY 1").fetchall())
+            origins = dict(con.execute("SELECT origin, count(*) FROM session_summaries GROUP BY 1 ORDER BY 1").fetchall())
             friction = dict(con.execute("SELECT symptom, count(*) FROM friction_events GROUP BY 1 ORDER BY 1").fetchall())
             return {
                 "database": str(self.path),
@@ -885,6 +991,8 @@ class DigestStore:
                 "mini_summaries": scalar("SELECT count(*) FROM mini_summaries"),
                 "summaries": scalar("SELECT count(*) FROM session_summaries"),
                 "summaries_by_source_tier": tiers,
+                # imported: an export's summary, current for the turns, so no model call was owed.
+                "summaries_by_origin": origins,
                 "pending_summaries": scalar(f"SELECT count(*) {PENDING_SUMMARIES}"),
                 "attempts": scalar("SELECT count(*) FROM attempts"),
                 "rejects": scalar("SELECT count(*) FROM rejects"),

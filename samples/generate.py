@@ -2107,6 +2107,15 @@ SUMMARY_TEXT = {
 }
 
 
+def input_revision(s: dict, turns: list[dict]) -> str:
+    """The original's `computeSessionTurnInputRevision` of these turns. A session's timestamps are
+    distinct (`check`), so its canonical order is by timestamp alone, with no id tie to collate."""
+    rows = [{"id": t["id"], "document": t["document"], "agentIdentity": s["identity"], "sessionId": s["session_id"],
+             "userId": "tobiu"} for t in sorted(turns, key=lambda t: t["ts"])]
+    payload = json.dumps({"version": 1, "turns": rows}, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
 def summary_rows(rng: random.Random, sessions: list[dict]) -> list[dict]:
     rows = []
     for s in sessions:
@@ -2119,7 +2128,8 @@ def summary_rows(rng: random.Random, sessions: list[dict]) -> list[dict]:
         rows.append({
             "id": f"summary_{s['session_id']}",
             "embedding": embedding(rng),
-            "metadata": {"sessionId": s["session_id"], "memoryCount": count, "title": title, **scores,
+            "metadata": {"sessionId": s["session_id"], "memoryCount": count,
+                         "dreamInputRevision": input_revision(s, s["turns"][:count]), "title": title, **scores,
                          "sourceTier": "raw", "degraded": False, "rawCanonical": True, "timestamp": ts},
             "document": text,
         })

@@ -230,7 +230,12 @@ def test_summaries_backup_rows_land_in_imported_summaries(db, tmp_path):
     path = write_jsonl(
         tmp_path / "summaries-backup-1.jsonl",
         [
-            summary_row("s1", "The agent fixed the grid."),
+            summary_row(
+                "s1", "The agent fixed the grid.", category="bugfix", quality=80, productivity=70.0, impact=40,
+                complexity=30, technologies="python,duckdb", degraded=False, rawCanonical=True,
+                participatingAgents="claude-code", models="m1,m2", totalToolCalls=3, toolsUsed=["grep", "edit"],
+                sourceAgentIdentities="@neo-opus-ada",
+            ),
             summary_row("s2", "Docs work.", memoryCount=None, dreamInputRevision=None, title=None, sourceTier=None),
             {"id": "x", "document": "no session", "metadata": {"title": "t"}},
             summary_row("s3", "bad count", memoryCount="many"),
@@ -248,6 +253,19 @@ def test_summaries_backup_rows_land_in_imported_summaries(db, tmp_path):
         "summary": "The agent fixed the grid.",
         "source_tier": "raw",
         "source_file": str(path.resolve()),
+        "category": "bugfix",
+        "quality": 80,
+        "productivity": 70,
+        "impact": 40,
+        "complexity": 30,
+        "technologies": ["python", "duckdb"],
+        "degraded": False,
+        "raw_canonical": True,
+        "participating_agents": ["claude-code"],
+        "models": ["m1", "m2"],
+        "total_tool_calls": 3,
+        "tools_used": ["grep", "edit"],
+        "source_agent_identities": ["@neo-opus-ada"],
     }
     assert got[1]["session_id"] == "s2" and got[1]["summary"] == "Docs work." and got[1]["title"] is None
     assert len(got) == 2
