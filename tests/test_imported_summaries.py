@@ -270,7 +270,7 @@ class FailingSink:
         self.batches += 1
         if self.batches == 2:
             raise OSError("disk full")
-        self.store.write_turns(rows)
+        return self.store.write_turns(rows)
 
     def __getattr__(self, name):
         return getattr(self.store, name)
