@@ -335,23 +335,19 @@ def _type_problem(value: Any, kind: str) -> str | None:
         return None
     if kind.endswith("[]"):
         if not isinstance(value, list):
-            return f"a JSON {_json_type(value)}, expected a {kind} array"
+            return f"a JSON {_json_type(value)}, not {kind}"
         return next((p for v in value if (p := _type_problem(v, kind[:-2])) is not None), None)
     if kind in _INT_BITS:
-        bits = _INT_BITS[kind]
         if not _is_int(value):
-            return f"a JSON {_json_type(value)}, expected an {kind}"
-        if not -(1 << bits) <= value < (1 << bits):
-            return f"{value} is out of range for an {kind}"
+            return f"a JSON {_json_type(value)}, not {kind}"
+        if not -(1 << _INT_BITS[kind]) <= value < (1 << _INT_BITS[kind]):
+            return f"{value} is out of range for {kind}"
     elif kind in ("DOUBLE", "FLOAT", "REAL"):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return f"a JSON {_json_type(value)}, expected a {kind}"
-    elif kind == "BOOLEAN":
-        if not isinstance(value, bool):
-            return f"a JSON {_json_type(value)}, expected a BOOLEAN"
-    elif kind in ("VARCHAR", "JSON"):
-        if not isinstance(value, str):
-            return f"a JSON {_json_type(value)}, expected a {kind} string"
+            return f"a JSON {_json_type(value)}, not {kind}"
+    elif kind in ("BOOLEAN", "VARCHAR", "JSON"):
+        if not isinstance(value, bool if kind == "BOOLEAN" else str):
+            return f"a JSON {_json_type(value)}, not {kind}"
     elif kind.startswith("TIMESTAMP") or kind == "DATE":
         parse = dt.date.fromisoformat if kind == "DATE" else dt.datetime.fromisoformat
         try:
@@ -552,7 +548,7 @@ def _validate(folder: Path) -> Bundle:
     problems = _Problems()
     manifest_path = folder / MANIFEST
     if manifest_path.is_symlink() or not manifest_path.is_file():
-        raise BundleError(folder, [f"{MANIFEST}: missing: not a session-digest archive, or an interrupted one"])
+        raise BundleError(folder, [f"{MANIFEST}: missing (or not a regular file): not a session-digest archive, or an interrupted one"])
     if manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
         raise BundleError(folder, [f"{MANIFEST}: larger than {MAX_MANIFEST_BYTES} bytes: not a manifest this code wrote"])
     data = manifest_path.read_bytes()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import duckdb
 import pytest
 from dagster import AssetKey, build_sensor_context, instance_for_test
 
+from digest import archive
 from digest.archive import BundleError, SessionState, restore_outcome, summary_backup_row, validate_bundle
 from digest.friction import FrictionEvent
 from digest.ingest import ingest_paths
@@ -24,6 +26,7 @@ from pipelines.sensors import register_partitions, summary_sensor
 from resources.store import NOT_ARCHIVED, DigestStore, RunLedger
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
+from tests.hostile_bundles import CASES, before_restore, bundle_turn_sessions, check_accepted, fingerprint, reseal
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -360,3 +363,64 @@ def test_archive_restore_and_cache_clear_from_the_cli(tmp_path, server):
     assert restored["still_retired"] == [] and restored["pending"] == []
     assert store.query("SELECT title FROM session_summaries WHERE session_id = 'small'")["title"][0] == GOOD_SUMMARY["title"]
     assert run("cache", "clear") == {"cleared": 2}
+
+
+@pytest.fixture(scope="module")
+def restore_base(tmp_path_factory) -> dict[str, Path]:
+    """A live store of four sessions, a bundle of two of them (small, third) and one of the whole
+    store; then the store moves on (a new session, a changed summary). `own` wrote the bundles (it
+    has their records); `foreign` is the same store without them, as another host's would be."""
+    tmp = tmp_path_factory.mktemp("restore-base")
+    with ModelServer(lambda received: Behaviour.reply(GOOD_SUMMARY)) as server:
+        settings, store = _populated_store(tmp, server.url)
+    ingest_paths([write_bundle(tmp / "third", make_turns("third", 4, minis=2))], store)
+    scoped = store.write_archive(tmp / "scoped", sessions=["small", "third"])
+    whole = store.write_archive(tmp / "whole")
+    ingest_paths([write_bundle(tmp / "fresh", make_turns("fresh", 2))], store)
+    store.query("UPDATE session_summaries SET title = 'moved on', created_at = now() WHERE session_id = 'small'")
+    shutil.copy(store.path, tmp / "own.duckdb")
+    shutil.copy(store.path, tmp / "foreign.duckdb")
+    DigestStore(tmp / "foreign.duckdb").query("DELETE FROM archives")
+    return {"own": tmp / "own.duckdb", "foreign": tmp / "foreign.duckdb", "scoped": Path(scoped["path"]), "whole": Path(whole["path"])}
+
+
+def _restore_case(restore_base, tmp_path, base: str, own_store: bool) -> tuple[Path, Path, Path]:
+    """A copy of a base bundle, a folder outside it, and a copy of a store to restore into."""
+    bundle, outside, db = tmp_path / "bundle", tmp_path / "outside", tmp_path / "store.duckdb"
+    shutil.copytree(restore_base[base], bundle)
+    outside.mkdir()
+    shutil.copy(restore_base["own" if own_store else "foreign"], db)
+    return bundle, outside, db
+
+
+@pytest.mark.parametrize("base", ["scoped", "whole"])
+@pytest.mark.parametrize("mode", ["merge", "replace"])
+@pytest.mark.parametrize("own_store", [True, False])
+def test_an_intact_bundle_restores_its_sessions_and_no_other(restore_base, tmp_path, base, mode, own_store):
+    bundle, _, db = _restore_case(restore_base, tmp_path, base, own_store)
+    held = bundle_turn_sessions(bundle)
+    assert held == ({"small", "third"} if base == "scoped" else {"small", "big", "third"})
+    before = before_restore(db, held)
+    store = DigestStore(db)
+    store.restore_archive(validate_bundle(bundle), mode)
+    check_accepted(db, before, held, base == "whole", mode)
+    titles = dict(store.query("SELECT session_id, title FROM session_summaries").values.tolist())
+    assert titles["small"] == ("moved on" if mode == "merge" else GOOD_SUMMARY["title"])
+    assert ("fresh" in store.partition_keys()) == (mode == "merge" or base == "scoped")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_a_hostile_bundle_is_refused_and_changes_nothing(restore_base, tmp_path, monkeypatch, case):
+    bundle, outside, db = _restore_case(restore_base, tmp_path, case.base, case.own_store)
+    for name, value in case.limits.items():
+        monkeypatch.setattr(archive, name, value)
+    case.apply(bundle, outside)
+    if case.reseal:
+        reseal(bundle)
+    before = fingerprint(db)
+    with pytest.raises(BundleError) as refused:
+        DigestStore(db).restore_archive(validate_bundle(bundle), case.mode)
+    assert case.expect in str(refused.value)
+    assert str(refused.value).splitlines()[0].endswith("cannot be restored, nothing was changed:")
+    assert all(p.isprintable() for p in refused.value.problems)
+    assert fingerprint(db) == before
