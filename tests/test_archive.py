@@ -26,7 +26,18 @@ from pipelines.sensors import register_partitions, summary_sensor
 from resources.store import NOT_ARCHIVED, DigestStore, RunLedger
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
-from tests.hostile_bundles import CASES, before_restore, bundle_turn_sessions, check_accepted, fingerprint, reseal
+from tests.hostile_bundles import (
+    CASES,
+    before_restore,
+    bundle_turn_sessions,
+    check_accepted,
+    edit_line,
+    file_of,
+    fingerprint,
+    manifest,
+    reseal,
+    save_manifest,
+)
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -424,3 +435,69 @@ def test_a_hostile_bundle_is_refused_and_changes_nothing(restore_base, tmp_path,
     assert str(refused.value).splitlines()[0].endswith("cannot be restored, nothing was changed:")
     assert all(p.isprintable() for p in refused.value.problems)
     assert fingerprint(db) == before
+
+
+def _cli_restore(home: Path, bundle: Path, mode: str = "replace") -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}, "DIGEST_HOME": str(home)}
+    return subprocess.run(CLI + ["restore", str(bundle), "--mode", mode], env=env, capture_output=True, text=True, timeout=300)
+
+
+def _assert_refused(done: subprocess.CompletedProcess, reason: str) -> None:
+    assert done.returncode != 0 and done.stdout == ""
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("session-digest: bundle ") and "cannot be restored, nothing was changed:\n" in done.stderr
+    assert reason in done.stderr
+
+
+def test_a_replace_restore_never_deletes_sessions_the_bundle_does_not_hold(restore_base, tmp_path):
+    """Issue 14.1: a bundle of two sessions whose manifest names two more live ones."""
+    bundle, _, db = _restore_case(restore_base, tmp_path, "scoped", own_store=True)
+    home = tmp_path / "home"
+    home.mkdir()
+    db = db.rename(home / "digest.duckdb")
+    data = manifest(bundle)
+    save_manifest(bundle, {**data, "sessions": ["big", "fresh", "small", "third"]})
+    before = fingerprint(db)
+    assert {"big", "fresh"} <= {r[0] for r in before["sessions"]}
+
+    _assert_refused(_cli_restore(home, bundle), "manifest.json: its sha256 does not match its content")
+    assert fingerprint(db) == before
+    # Checksums recomputed too: the rows still say which sessions the bundle holds.
+    reseal(bundle)
+    _assert_refused(_cli_restore(home, bundle), "manifest.json: lists sessions the bundle holds no turns of: big, fresh")
+    assert fingerprint(db) == before
+    # Rows of a live session written into the bundle, and resealed: the store that wrote it knows.
+    save_manifest(bundle, data)
+    edit_line(bundle, file_of(bundle, "memory"), 0, lambda line: line["metadata"].update(sessionId="big"))
+    save_manifest(bundle, {**manifest(bundle), "sessions": ["big", "small", "third"]})
+    reseal(bundle)
+    _assert_refused(_cli_restore(home, bundle), "differs from the one this store wrote for archive")
+    assert fingerprint(db) == before
+
+
+@pytest.mark.parametrize("name", ["member-symlinked-out", "row-int-a-string", "row-not-null-violated", "line-nested-too-deep"])
+def test_a_refused_restore_from_the_cli_says_why_and_nothing_was_changed(restore_base, tmp_path, name):
+    case = next(c for c in CASES if c.name == name)
+    bundle, outside, db = _restore_case(restore_base, tmp_path, case.base, case.own_store)
+    home = tmp_path / "home"
+    home.mkdir()
+    db = db.rename(home / "digest.duckdb")
+    case.apply(bundle, outside)
+    if case.reseal:
+        reseal(bundle)
+    before = fingerprint(db)
+    _assert_refused(_cli_restore(home, bundle, case.mode), case.expect)
+    assert fingerprint(db) == before
+
+
+def test_a_restore_copies_nothing_to_a_temp_folder(restore_base, tmp_path, monkeypatch):
+    """A killed restore left a copy of the bundle's turns in the system's temp folder: DuckDB now
+    reads the bundle's files in place."""
+
+    def no_temp_folder(*args, **kwargs):
+        raise AssertionError("the restore made a temp folder")
+
+    monkeypatch.setattr("tempfile.mkdtemp", no_temp_folder)
+    monkeypatch.setattr("tempfile.mkstemp", no_temp_folder)
+    bundle, _, db = _restore_case(restore_base, tmp_path, "whole", own_store=False)
+    assert DigestStore(db).restore_archive(validate_bundle(bundle), "replace")["rows"]["turns"] == 37
