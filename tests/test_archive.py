@@ -501,3 +501,11 @@ def test_a_restore_copies_nothing_to_a_temp_folder(restore_base, tmp_path, monke
     monkeypatch.setattr("tempfile.mkstemp", no_temp_folder)
     bundle, _, db = _restore_case(restore_base, tmp_path, "whole", own_store=False)
     assert DigestStore(db).restore_archive(validate_bundle(bundle), "replace")["rows"]["turns"] == 37
+
+
+def test_an_archive_of_a_session_without_turns_is_not_written(restore_base, tmp_path):
+    """Its bundle would name a session it holds nothing of, which a restore refuses."""
+    _, _, db = _restore_case(restore_base, tmp_path, "scoped", own_store=False)
+    with pytest.raises(ValueError, match="no turns for session nope"):
+        DigestStore(db).write_archive(tmp_path / "archives", sessions=["small", "nope"])
+    assert not (tmp_path / "archives").exists()
