@@ -412,7 +412,8 @@ def _entry(entry: Any, problems: _Problems) -> BundleFile | None:
     elif (kind in ("memory", "table")) != (columns is not None):
         problems.add(f"{where}: {'columns are missing' if columns is None else 'columns are unexpected'}")
     elif columns is not None and not (
-        columns
+        isinstance(columns, list)
+        and columns
         and all(isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) and x for x in c) for c in columns)
         and len({c[0] for c in columns}) == len(columns)
     ):

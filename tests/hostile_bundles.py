@@ -429,6 +429,7 @@ CASES = [
     Case("table-columns-missing", _entry_edit("table", _drop("columns"), "attempts"), "columns are missing", reseal=True),
     Case("graph-with-columns", _entry_edit("graph", _set("columns", [["id", "VARCHAR"]])), "columns are unexpected", reseal=True),
     Case("columns-not-pairs", _entry_edit("table", _set("columns", [["a"]]), "attempts"), "distinct [name, type] pairs", reseal=True),
+    Case("columns-not-a-list", _entry_edit("memory", _set("columns", True)), "distinct [name, type] pairs", reseal=True),
     Case("columns-duplicated", _entry_edit("table", lambda e: e["columns"].append(e["columns"][0]), "attempts"), "distinct [name, type]", reseal=True),
     Case("column-unknown-here", _rename_column, "has no column backoff_until here", reseal=True),
     Case("column-type-differs", _column_type(ROW_TYPES, "model", "JSON"), "column model is JSON in the bundle, VARCHAR here", reseal=True),
