@@ -131,6 +131,8 @@ def turn_from_memory_row(obj: dict) -> dict:
     for key, kind in _REQUIRED_TURN_KEYS.items():
         if not isinstance(metadata.get(key), kind):
             raise ValueError(f"metadata.{key} is missing or not {kind.__name__}: not a line of a session-digest archive")
+    if not metadata["sessionId"]:
+        raise ValueError("metadata.sessionId is empty")
     row = {column: metadata.get(key) for column, key in TURN_METADATA_KEYS.items()}
     return {"id": obj["id"], **row, "document": obj["document"]}
 
@@ -561,7 +563,11 @@ def _validate(folder: Path) -> Bundle:
         raise BundleError(folder, [f"{MANIFEST}: format is not {FORMAT!r}"])
     if manifest.get("version") != FORMAT_VERSION:
         raise BundleError(folder, [f"{MANIFEST}: version {manifest.get('version')!r}, this code reads {FORMAT_VERSION}"])
-    if manifest.get("sha256") != manifest_digest(manifest):
+    try:
+        sealed = manifest.get("sha256") == manifest_digest(manifest)
+    except RecursionError:  # nested deeper than json.dumps goes
+        sealed = False
+    if not sealed:
         problems.add(f"{MANIFEST}: its sha256 does not match its content (edited after it was written)")
     if not isinstance(manifest.get("archive_id"), str) or not manifest["archive_id"]:
         problems.add(f"{MANIFEST}: archive_id must be a non-empty string")

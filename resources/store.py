@@ -1201,7 +1201,8 @@ class DigestStore:
             for f, source in sources:
                 with _loading(bundle, f.name):
                     rows[f.table] = self._load_table(con, f.table, source, bundle.path / f.name, f.columns, mode, bundle.sessions)
-            self._rebuild_sessions(con, mode, bundle.sessions, sorted(bundle.turn_sessions))
+            with _loading(bundle, memory.name):  # its sessions' rows, recomputed from its turns
+                self._rebuild_sessions(con, mode, bundle.sessions, sorted(bundle.turn_sessions))
             after = self._session_states(con, bundle.sessions)
         return {"rows": rows, "outcome": restore_outcome(before, after)}
 
