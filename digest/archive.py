@@ -11,8 +11,9 @@ A bundle is a folder `session-digest-archive-<ts>/` holding, as the original's e
 - `graph-backup-<ts>.jsonl`: node lines, then edge lines; each turn's mini summary is on its
   `AGENT_MEMORY` node, as in the original;
 - `tables/<table>.jsonl`: every other table of the project, one row per line, every column;
-- `manifest.json`, written last: the scope (all sessions, or a list), and per file its kind, table,
-  columns, row count and sha256. A folder without one is an interrupted archive.
+- `manifest.json`, written last: the scope (all sessions, or a list), per file its kind, table,
+  columns, row count and sha256, and its own sha256 over all that. A folder without one is an
+  interrupted archive.
 
 No DuckDB here: the store reads and writes the tables; this module shapes lines and checks files.
 """
@@ -24,15 +25,22 @@ import decimal
 import hashlib
 import json
 import os
+import re
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 FORMAT = "session-digest-archive"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the manifest's own sha256, the memory-backup file's columns
 MANIFEST = "manifest.json"
 KINDS = ("memory", "summaries", "graph", "table")
+# The longest line read back (a turn can be a big document), and the largest manifest.
+MAX_LINE_BYTES = 1 << 30
+MAX_MANIFEST_BYTES = 64 << 20
+# The column naming a row's session, where it is not `session_id`.
+SESSION_COLUMN = {"friction_events": "asset_ref"}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 # Problems listed in a refusal; the rest are counted, so a badly damaged file stays readable.
 MAX_PROBLEMS = 20
 HASH_CHUNK = 1 << 20
@@ -97,6 +105,7 @@ TURN_METADATA_KEYS = {
     "ingested_at": "ingestedAt",
 }
 ARCHIVED_TURN_COLUMNS = ["id", *TURN_METADATA_KEYS, "document"]
+MEMORY_LINE_KEYS = {"id", "embedding", "metadata", "document"}
 # Present on every line this project writes: a memory-backup without them came from elsewhere
 # (the original's own export is ingested with `session-digest ingest`, not restored).
 _REQUIRED_TURN_KEYS = {
@@ -122,6 +131,8 @@ def turn_from_memory_row(obj: dict) -> dict:
     for key, kind in _REQUIRED_TURN_KEYS.items():
         if not isinstance(metadata.get(key), kind):
             raise ValueError(f"metadata.{key} is missing or not {kind.__name__}: not a line of a session-digest archive")
+    if not metadata["sessionId"]:
+        raise ValueError("metadata.sessionId is empty")
     row = {column: metadata.get(key) for column, key in TURN_METADATA_KEYS.items()}
     return {"id": obj["id"], **row, "document": obj["document"]}
 
@@ -211,7 +222,7 @@ class JsonlWriter:
 def build_manifest(
     archive_id: str, created_at: dt.datetime, sessions: list[str] | None, schema_version: int, files: list[BundleFile]
 ) -> dict:
-    return {
+    manifest = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "archive_id": archive_id,
@@ -230,6 +241,8 @@ def build_manifest(
             for f in files
         ],
     }
+    # Covers the session list and every file's checksum: an edit of either without it is refused.
+    return {**manifest, "sha256": manifest_digest(manifest)}
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:
@@ -256,10 +269,16 @@ class BundleError(Exception):
     """A bundle that cannot be restored; `problems` says where (file, line) and why."""
 
     def __init__(self, bundle: Path, problems: list[str], more: int = 0):
-        self.problems = problems
-        listing = "\n".join(f"  {p}" for p in problems)
+        self.problems = [_one_line(p) for p in problems]
+        listing = "\n".join(f"  {p}" for p in self.problems)
         tail = f"\n  … and {more} more" if more else ""
         super().__init__(f"bundle {bundle} cannot be restored, nothing was changed:\n{listing}{tail}")
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    """A problem as one printable line: names and values come from the bundle, so they may hold anything."""
+    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -267,10 +286,12 @@ class Bundle:
     path: Path
     manifest: dict
     files: list[BundleFile]
+    manifest_sha256: str  # of manifest.json's bytes, as `archives` records it
+    turn_sessions: frozenset[str]  # the sessions the memory-backup file holds turns of
 
     @property
     def sessions(self) -> list[str] | None:
-        """The sessions the bundle holds; None: a whole store."""
+        """The sessions the bundle holds (checked against its rows); None: a whole store."""
         return self.manifest["sessions"]
 
     @property
@@ -296,105 +317,297 @@ class _Problems:
             self.more += 1
 
 
-def _line_check(kind: str, columns: set[str] | None) -> Callable[[dict], None]:
-    """The per-line check of a file kind: raises ValueError with the reason."""
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+_INT_BITS = {"TINYINT": 7, "SMALLINT": 15, "INTEGER": 31, "BIGINT": 63}
+
+
+def _type_problem(value: Any, kind: str) -> str | None:
+    """Why a JSON value cannot be a value of this DuckDB type, if it cannot. DuckDB's read_json would
+    coerce it silently (1.5 into an INTEGER 2, a list into a VARCHAR), so the check is here.
+    NULLs and types not listed are left to DuckDB."""
+    if value is None:
+        return None
+    if kind.endswith("[]"):
+        if not isinstance(value, list):
+            return f"a JSON {_json_type(value)}, not {kind}"
+        return next((p for v in value if (p := _type_problem(v, kind[:-2])) is not None), None)
+    if kind in _INT_BITS:
+        if not _is_int(value):
+            return f"a JSON {_json_type(value)}, not {kind}"
+        if not -(1 << _INT_BITS[kind]) <= value < (1 << _INT_BITS[kind]):
+            return f"{value} is out of range for {kind}"
+    elif kind in ("DOUBLE", "FLOAT", "REAL"):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return f"a JSON {_json_type(value)}, not {kind}"
+    elif kind in ("BOOLEAN", "VARCHAR", "JSON"):
+        if not isinstance(value, bool if kind == "BOOLEAN" else str):
+            return f"a JSON {_json_type(value)}, not {kind}"
+    elif kind.startswith("TIMESTAMP") or kind == "DATE":
+        parse = dt.date.fromisoformat if kind == "DATE" else dt.datetime.fromisoformat
+        try:
+            parse(value)
+        except (TypeError, ValueError):
+            return f"{_json_type(value)} {str(value)[:40]!r} is not an ISO-8601 {kind}"
+    return None
+
+
+def _row_problem(row: dict, types: dict[str, str]) -> str | None:
+    for column, value in row.items():
+        if (problem := _type_problem(value, types[column])) is not None:
+            return f"{column}: {problem}"
+    return None
+
+
+def manifest_digest(manifest: dict) -> str:
+    """sha256 of the manifest's canonical JSON (sorted keys, ASCII, no spaces), its own `sha256` left out."""
+    body = {k: v for k, v in manifest.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")).hexdigest()
+
+
+def _members(folder: Path, problems: _Problems) -> set[str]:
+    """The bundle's regular files as relative names. Symbolic links are never followed: a member
+    pointing elsewhere would restore a file that is not the bundle's."""
+    found: set[str] = set()
+    pending = [""]
+    while pending:
+        prefix = pending.pop()
+        with os.scandir(folder / prefix) as entries:
+            for entry in entries:
+                name = prefix + entry.name
+                if entry.is_symlink():
+                    problems.add(f"{name}: a symbolic link: a bundle holds only its own regular files")
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append(name + "/")
+                elif entry.is_file(follow_symlinks=False):
+                    found.add(name)
+                else:
+                    problems.add(f"{name}: not a regular file")
+    return found
+
+
+def _entry(entry: Any, problems: _Problems) -> BundleFile | None:
+    """One `files` entry of the manifest, if its fields have their types."""
+    if not isinstance(entry, dict):
+        problems.add(f"{MANIFEST}: a files entry is a JSON {_json_type(entry)}, not an object")
+        return None
+    name, kind, table, rows, sha, columns = (entry.get(k) for k in ("name", "kind", "table", "rows", "sha256", "columns"))
+    where = f"{MANIFEST}: file {name!r}"
+    parts = PurePosixPath(name).parts if isinstance(name, str) else ()
+    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name or "/".join(parts) != name or {".", ".."} & set(parts):
+        problems.add(f"{where}: not a path inside the bundle")
+    elif name == MANIFEST:
+        problems.add(f"{where}: the manifest cannot list itself")
+    elif kind not in KINDS:
+        problems.add(f"{where}: unknown kind {kind!r}")
+    elif not _is_int(rows) or rows < 0 or not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+        problems.add(f"{where}: rows must be a count and sha256 64 hex digits")
+    elif not {"memory": table == "turns", "table": isinstance(table, str) and table not in ("", "turns")}.get(kind, table is None):
+        problems.add(f"{where}: table {table!r} does not fit kind {kind}")
+    elif (kind in ("memory", "table")) != (columns is not None):
+        problems.add(f"{where}: {'columns are missing' if columns is None else 'columns are unexpected'}")
+    elif columns is not None and not (
+        isinstance(columns, list)
+        and columns
+        and all(isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) and x for x in c) for c in columns)
+        and len({c[0] for c in columns}) == len(columns)
+    ):
+        problems.add(f"{where}: columns must be distinct [name, type] pairs")
+    elif kind == "memory" and [c[0] for c in columns] != ARCHIVED_TURN_COLUMNS:
+        problems.add(f"{where}: the turn columns are not this code's ({', '.join(ARCHIVED_TURN_COLUMNS)})")
+    else:
+        return BundleFile(name, kind, table, rows, sha, [tuple(c) for c in columns] if columns is not None else None)
+    return None
+
+
+def _lines(handle: BinaryIO, digest: Any) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes) of each line, hashing as it reads; None for a line over MAX_LINE_BYTES,
+    which is skipped in chunks rather than held in memory."""
+    limit = MAX_LINE_BYTES
+    line_no = 0
+    while raw := handle.readline(limit + 1):
+        digest.update(raw)
+        line_no += 1
+        if len(raw) <= limit:
+            yield line_no, raw
+            continue
+        while not raw.endswith(b"\n") and (raw := handle.readline(HASH_CHUNK)):
+            digest.update(raw)
+        yield line_no, None
+
+
+def _line_check(f: BundleFile) -> Callable[[dict], str | None]:
+    """The per-line check of a file: raises ValueError with the reason; returns the row's session
+    (None: a graph line, or a table without a session column)."""
+    types = dict(f.columns or [])
+    session_column = SESSION_COLUMN.get(f.table, "session_id") if f.table else None
     graph_state = {"edges_started": False}
 
-    def check(obj: dict) -> None:
-        if kind == "memory":
-            turn_from_memory_row(obj)
-        elif kind == "summaries":
+    def check(obj: dict) -> str | None:
+        if f.kind == "memory":
+            if set(obj) != MEMORY_LINE_KEYS or obj["embedding"] is not None:
+                raise ValueError(f"keys {sorted(obj)}, a line of this project has {sorted(MEMORY_LINE_KEYS)} with a null embedding")
+            unknown = set(obj["metadata"]) - set(TURN_METADATA_KEYS.values()) if isinstance(obj["metadata"], dict) else set()
+            if unknown:
+                raise ValueError(f"metadata keys this code does not restore: {', '.join(sorted(unknown))}")
+            row = turn_from_memory_row(obj)
+            if (problem := _row_problem(row, types)) is not None:
+                raise ValueError(problem)
+            return row["session_id"]
+        if f.kind == "summaries":
             meta = obj.get("metadata")
             if not isinstance(obj.get("id"), str) or not isinstance(meta, dict) or not isinstance(meta.get("sessionId"), str):
                 raise ValueError("not a summary row: id and metadata.sessionId are required")
-        elif kind == "graph":
+            return meta["sessionId"]
+        if f.kind == "graph":
             if obj.get("type") not in ("node", "edge") or not isinstance(obj.get("data"), dict):
                 raise ValueError("not a graph line: type node|edge and a data object are required")
             if obj["type"] == "edge":
                 graph_state["edges_started"] = True
             elif graph_state["edges_started"]:
                 raise ValueError("a node line after the first edge line: nodes come first")
-        elif set(obj) != columns:
-            missing, extra = sorted(columns - set(obj)), sorted(set(obj) - columns)
+            return None
+        if set(obj) != set(types):
+            missing, extra = sorted(set(types) - set(obj)), sorted(set(obj) - set(types))
             raise ValueError(f"columns differ from the manifest's (missing {missing}, unexpected {extra})")
+        if (problem := _row_problem(obj, types)) is not None:
+            raise ValueError(problem)
+        return obj[session_column] if session_column in types else None
 
     return check
 
 
-def read_objects(path: Path) -> Iterator[dict]:
-    """Every line of a validated file."""
-    with path.open("r", encoding="utf-8") as handle:
-        for line in handle:
-            yield json.loads(line)
-
-
-def _check_file(folder: Path, entry: dict, problems: _Problems) -> BundleFile | None:
-    name = entry.get("name")
-    kind = entry.get("kind")
-    if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts:
-        problems.add(f"{MANIFEST}: file name {name!r} is not a path inside the bundle")
-        return None
-    if kind not in KINDS:
-        problems.add(f"{MANIFEST}: {name}: unknown kind {kind!r}")
-        return None
-    columns = entry.get("columns")
-    if kind == "table" and (not isinstance(entry.get("table"), str) or not isinstance(columns, list)):
-        problems.add(f"{MANIFEST}: {name}: a table file needs its table and columns")
-        return None
-    path = folder / name
-    if not path.is_file():
-        problems.add(f"{name}: missing")
-        return None
-    if sha256_file(path) != entry.get("sha256"):
-        problems.add(f"{name}: sha256 differs from the manifest's (changed or truncated)")
-    check = _line_check(kind, {c[0] for c in columns} if kind == "table" else None)
+def _check_file(folder: Path, f: BundleFile, scope: set[str] | None, problems: _Problems) -> set[str]:
+    """Check one file's checksum, line count and lines; returns the sessions its rows belong to."""
+    has_session = f.kind in ("memory", "summaries") or (
+        f.kind == "table" and SESSION_COLUMN.get(f.table, "session_id") in dict(f.columns)
+    )
+    if scope is not None and f.kind == "table" and not has_session:
+        problems.add(f"{f.name}: table {f.table} has no session column, so a bundle of some sessions cannot hold it")
+    check = _line_check(f)
+    sessions: set[str] = set()
+    turn_ids: set[str] = set()
+    digest = hashlib.sha256()
     rows = 0
-    with path.open("rb") as handle:
-        for line_no, raw in enumerate(handle, start=1):
-            rows += 1
+    with (folder / f.name).open("rb") as handle:
+        for line_no, raw in _lines(handle, digest):
+            rows = line_no
+            where = f"{f.name}:{line_no}"
+            if raw is None:
+                problems.add(f"{where}: longer than {MAX_LINE_BYTES} bytes")
+                continue
             if not raw.endswith(b"\n"):
-                problems.add(f"{name}:{line_no}: the last line is cut off (no newline)")
+                problems.add(f"{where}: the last line is cut off (no newline)")
             try:
                 obj = json.loads(raw.decode("utf-8"))
                 if not isinstance(obj, dict):
-                    raise ValueError(f"a JSON {type(obj).__name__}, not an object")
-                check(obj)
+                    raise ValueError(f"a JSON {_json_type(obj)}, not an object")
+                session = check(obj)
             except UnicodeDecodeError as exc:
-                problems.add(f"{name}:{line_no}: not UTF-8 ({exc.reason})")
+                problems.add(f"{where}: not UTF-8 ({exc.reason})")
+                continue
+            except RecursionError:
+                problems.add(f"{where}: JSON nested too deeply")
+                continue
             except ValueError as exc:  # json.JSONDecodeError included
-                problems.add(f"{name}:{line_no}: {exc}")
-    if rows != entry.get("rows"):
-        problems.add(f"{name}: {rows} lines, the manifest says {entry.get('rows')}")
-    return BundleFile(
-        name, kind, entry.get("table"), rows, entry.get("sha256"), [tuple(c) for c in columns] if columns else None
-    )
+                problems.add(f"{where}: {exc}")
+                continue
+            if f.kind == "memory":
+                if obj["id"] in turn_ids:
+                    problems.add(f"{where}: turn id {obj['id']!r} is on an earlier line too")
+                turn_ids.add(obj["id"])
+            if not has_session:
+                continue
+            if scope is not None and (not isinstance(session, str) or session not in scope):
+                problems.add(f"{where}: session {session!r} is not one of the manifest's sessions")
+            elif isinstance(session, str):
+                sessions.add(session)
+    if digest.hexdigest() != f.sha256:
+        problems.add(f"{f.name}: sha256 differs from the manifest's (changed or truncated)")
+    if rows != f.rows:
+        problems.add(f"{f.name}: {rows} lines, the manifest says {f.rows}")
+    return sessions
 
 
 def validate_bundle(folder: str | Path) -> Bundle:
-    """Read the whole bundle: the manifest, each file's sha256 and row count, and every line's JSON
-    and shape. Raises BundleError listing what is wrong; nothing is read into any store before this."""
+    """Read the whole bundle: the manifest and its own checksum, each file's sha256 and row count,
+    every line's JSON, shape and value types, and that the rows are the sessions the manifest names.
+    Raises BundleError listing what is wrong; nothing is read into any store before this."""
     folder = Path(folder)
+    try:
+        return _validate(folder)
+    except OSError as exc:  # a member unreadable or gone while it was read
+        raise BundleError(folder, [f"cannot be read: {exc}"]) from None
+
+
+def _validate(folder: Path) -> Bundle:
     problems = _Problems()
     manifest_path = folder / MANIFEST
-    if not manifest_path.is_file():
-        raise BundleError(folder, [f"{MANIFEST}: missing: not a session-digest archive, or an interrupted one"])
+    if manifest_path.is_symlink() or not manifest_path.is_file():
+        raise BundleError(folder, [f"{MANIFEST}: missing (or not a regular file): not a session-digest archive, or an interrupted one"])
+    if manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise BundleError(folder, [f"{MANIFEST}: larger than {MAX_MANIFEST_BYTES} bytes: not a manifest this code wrote"])
+    data = manifest_path.read_bytes()
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        manifest = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise BundleError(folder, [f"{MANIFEST}: not JSON ({exc})"]) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError(folder, [f"{MANIFEST}: format is not {FORMAT!r}"])
     if manifest.get("version") != FORMAT_VERSION:
         raise BundleError(folder, [f"{MANIFEST}: version {manifest.get('version')!r}, this code reads {FORMAT_VERSION}"])
+    try:
+        sealed = manifest.get("sha256") == manifest_digest(manifest)
+    except RecursionError:  # nested deeper than json.dumps goes
+        sealed = False
+    if not sealed:
+        problems.add(f"{MANIFEST}: its sha256 does not match its content (edited after it was written)")
+    if not isinstance(manifest.get("archive_id"), str) or not manifest["archive_id"]:
+        problems.add(f"{MANIFEST}: archive_id must be a non-empty string")
+    if not _is_int(manifest.get("schema_version")):
+        problems.add(f"{MANIFEST}: schema_version must be an integer")
     sessions = manifest.get("sessions")
-    if sessions is not None and not (isinstance(sessions, list) and all(isinstance(s, str) for s in sessions)):
-        problems.add(f"{MANIFEST}: sessions must be null or a list of ids")
-    files = [f for entry in manifest.get("files", []) if (f := _check_file(folder, entry, problems)) is not None]
-    if len([f for f in files if f.kind == "memory"]) != 1:
+    if sessions is not None and not (
+        isinstance(sessions, list) and all(isinstance(s, str) for s in sessions) and len(set(sessions)) == len(sessions)
+    ):
+        problems.add(f"{MANIFEST}: sessions must be null or a list of distinct ids")
+        sessions = []
+    entries = manifest.get("files")
+    if not isinstance(entries, list):
+        raise BundleError(folder, [*problems.listed, f"{MANIFEST}: files must be a list"])
+    files = [f for entry in entries if (f := _entry(entry, problems)) is not None]
+    if len(files) < len(entries):
+        raise BundleError(folder, problems.listed, problems.more)
+    names = [f.name for f in files]
+    tables = [f.table for f in files if f.kind == "table"]
+    for duplicate in sorted({n for n in names if names.count(n) > 1} | {t for t in tables if tables.count(t) > 1}):
+        problems.add(f"{MANIFEST}: {duplicate} is listed more than once")
+    if [f.kind for f in files].count("memory") != 1:
         problems.add(f"{MANIFEST}: a bundle holds exactly one memory-backup file")
+    members = _members(folder, problems)
+    for name in sorted(members - set(names) - {MANIFEST}):
+        problems.add(f"{name}: not in the manifest (added after the archive was written?)")
+    scope = set(sessions) if sessions is not None else None
+    turn_sessions: set[str] = set()
+    for f in files:
+        if f.name not in members:
+            problems.add(f"{f.name}: missing (or not a regular file)")
+            continue
+        held = _check_file(folder, f, scope, problems)
+        if f.kind == "memory":
+            turn_sessions = held
+    if scope is not None and (empty := scope - turn_sessions):
+        problems.add(f"{MANIFEST}: lists sessions the bundle holds no turns of: {', '.join(sorted(empty))}")
     if problems.listed:
         raise BundleError(folder, problems.listed, problems.more)
-    return Bundle(folder, manifest, files)
+    return Bundle(folder, manifest, files, hashlib.sha256(data).hexdigest(), frozenset(turn_sessions))
 
 
 # --- restore planning --------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -22,6 +21,9 @@ import pandas as pd
 from digest.archive import (
     ARCHIVED_TURN_COLUMNS,
     MANIFEST,
+    MAX_LINE_BYTES,
+    SESSION_COLUMN,
+    TURN_METADATA_KEYS,
     Bundle,
     BundleError,
     BundleFile,
@@ -30,16 +32,13 @@ from digest.archive import (
     archive_stamp,
     build_manifest,
     bundle_file_names,
-    dump_line,
     jsonable,
     memory_row,
     mini_summary_node_row,
-    read_objects,
     restore_outcome,
     sha256_file,
     summary_backup_row,
     table_file_name,
-    turn_from_memory_row,
     validate_bundle,
     write_manifest,
 )
@@ -56,15 +55,12 @@ from digest.turns import Turn, canonical_order, input_revision, partition_key
 
 SCHEMA_VERSION = 1
 LOCK_WAIT_S = 120.0
-# Archives: rows fetched per batch, and the largest line read back (a turn can be a big document).
+# Archives: rows fetched per batch.
 EXPORT_BATCH_ROWS = 2000
-MAX_LINE_BYTES = 1 << 30
 # Not the store's content, so never archived: the schema version (in the manifest), leases of live
 # runs, the record of archives written, and `sessions`, recomputed from turns on restore. Turns are
 # archived, but as the memory-backup file.
 NOT_ARCHIVED = frozenset({"schema_meta", "summary_leases", "archives", "sessions", "turns"})
-# The column naming a row's session, where it is not `session_id`.
-SESSION_COLUMN = {"friction_events": "asset_ref"}
 RESTORE_MODES = ("merge", "replace")
 
 SCHEMA = """
@@ -517,6 +513,39 @@ def _upsert_sql(table: str, columns: list[str], key: list[str], keep: Iterable[s
         f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM batch "
         f"ON CONFLICT ({', '.join(key)}) {action}"
     )
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _table_source(columns: list[tuple[str, str]]) -> str:
+    """A `tables/*.jsonl` file as rows of its columns (JSON columns were written as their text, so
+    their text comes back unchanged). The file's path is the query's parameter."""
+    types = ", ".join(f"{_sql_text(c)}: {_sql_text('VARCHAR' if t == 'JSON' else t)}" for c, t in columns)
+    return f"read_json(?, format='newline_delimited', columns={{{types}}}, maximum_object_size={MAX_LINE_BYTES})"
+
+
+def _memory_source(columns: list[tuple[str, str]]) -> str:
+    """The memory-backup file as `turns` rows: its flat metadata mapped back to the columns."""
+    types = dict(columns)
+    structure = json.dumps({key: types[column] for column, key in TURN_METADATA_KEYS.items()})
+    fields = ", ".join(f'm."{key}" AS "{column}"' for column, key in TURN_METADATA_KEYS.items())
+    lines = (
+        "read_json(?, format='newline_delimited', columns={'id': 'VARCHAR', 'metadata': 'JSON', 'document': 'VARCHAR'}, "
+        f"maximum_object_size={MAX_LINE_BYTES})"
+    )
+    return f"(SELECT id, {fields}, document FROM (SELECT id, document, json_transform(metadata, {_sql_text(structure)}) AS m FROM {lines}))"
+
+
+@contextmanager
+def _loading(bundle: Bundle, name: str) -> Iterator[None]:
+    """DuckDB refusing a bundle file's rows (a constraint, a value it cannot take) refuses the bundle."""
+    try:
+        yield
+    except duckdb.Error as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BundleError(bundle.path, [f"{name}: the store cannot take its rows: {reason}"]) from None
 
 
 class StoreUnreadable(RuntimeError):
@@ -1210,6 +1239,13 @@ class DigestStore:
         if retire and not sessions:
             raise ValueError("retiring needs the sessions to retire")
         sessions = sorted(set(sessions)) if sessions is not None else None
+        if sessions:
+            # A bundle holds a session by its turns: a restore refuses a manifest naming one it has none of.
+            with self.connect() as con:
+                where, params = self._scope(["session_id"], "turns", sessions)
+                found = {r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM turns {where}", params).fetchall()}
+            if missing := [s for s in sessions if s not in found]:
+                raise ValueError(f"no turns for session {', '.join(missing)}: nothing of it to archive")
         created_at = _now()
         stamp = archive_stamp(created_at)
         names = bundle_file_names(stamp)
@@ -1228,8 +1264,9 @@ class DigestStore:
         with self.connect() as con:
             con.execute("BEGIN TRANSACTION")  # one snapshot for every file
             where, params = self._scope(["session_id"], "turns", sessions)
+            turn_types = dict(self._table_columns(con)["turns"])
             turns = self._rows(con, f"SELECT * FROM turns {where} ORDER BY id", params)
-            write(names["memory"], "memory", "turns", map(memory_row, turns))
+            write(names["memory"], "memory", "turns", map(memory_row, turns), [(c, turn_types[c]) for c in ARCHIVED_TURN_COLUMNS])
             summaries = self._rows(con, f"SELECT * FROM session_summaries {where} ORDER BY session_id", params)
             write(names["summaries"], "summaries", None, map(summary_backup_row, summaries))
             write(names["graph"], "graph", None, self._graph_lines(con, sessions))
@@ -1270,54 +1307,83 @@ class DigestStore:
         empties the bundle's tables of the bundle's sessions (of every row, for a whole-store bundle)
         and loads them from it; tables the bundle does not hold are not touched. Then the sessions'
         rows are recomputed from their turns, so the pending query sees which turns differ from
-        what was summarized. Returns rows loaded per table and the sessions' `RestoreOutcome`."""
+        what was summarized. Whatever the store refuses (a table, a type, a key twice, a constraint)
+        is a BundleError. Returns rows loaded per table and the sessions' `RestoreOutcome`."""
         if mode not in RESTORE_MODES:
             raise ValueError(f"restore mode {mode!r} is not one of {', '.join(RESTORE_MODES)}")
         if bundle.manifest["schema_version"] > SCHEMA_VERSION:
             raise BundleError(bundle.path, [f"schema version {bundle.manifest['schema_version']} is newer than {SCHEMA_VERSION}"])
-        with tempfile.TemporaryDirectory() as tmp:
-            turns_path = Path(tmp) / "turns.jsonl"
-            with turns_path.open("w", encoding="utf-8") as out:
-                for obj in read_objects(bundle.path / bundle.file("memory").name):
-                    out.write(dump_line(turn_from_memory_row(obj)))
-            with self.transaction() as con:
-                live = self._table_columns(con)
-                live_turns = dict(live["turns"])
-                sources = [("turns", bundle.file("memory").name, turns_path, [(c, live_turns.get(c, "?")) for c in ARCHIVED_TURN_COLUMNS])]
-                sources += [(f.table, f.name, bundle.path / f.name, f.columns) for f in bundle.tables()]
-                problems = [p for table, name, _, columns in sources for p in self._unfit(name, table, columns, live, bundle.sessions)]
-                if problems:
-                    raise BundleError(bundle.path, problems)
-                before = self._session_states(con, bundle.sessions)
-                rows = {
-                    table: self._load_table(con, table, path, columns, mode, bundle.sessions)
-                    for table, _, path, columns in sources
-                }
-                self._rebuild_sessions(con, mode, bundle.sessions, turns_path)
-                after = self._session_states(con, bundle.sessions)
+        memory = bundle.file("memory")
+        # DuckDB reads the bundle's files in place: no copy of the turns is left behind by a kill.
+        sources = [(memory, _memory_source(memory.columns))] + [(f, _table_source(f.columns)) for f in bundle.tables()]
+        with self.transaction() as con:
+            live = self._table_columns(con)
+            problems = self._recorded_manifest_problems(con, bundle)
+            problems += [p for f, _ in sources for p in self._unfit(f, live)]
+            lacking = sorted(set(self._archive_tables(con)) - {f.table for f in bundle.tables()})
+            if mode == "replace" and bundle.sessions is None and lacking:
+                # It would empty the whole store: only a bundle of the whole store may.
+                problems.append(
+                    f"{MANIFEST}: a whole-store bundle holds every table, this one lacks {', '.join(lacking)} "
+                    "(a bundle of some sessions relabelled, or from older code: `--mode merge` adds it)"
+                )
+            if problems:
+                raise BundleError(bundle.path, problems)
+            for f, source in sources:
+                with _loading(bundle, f.name):
+                    problems += self._duplicate_keys(con, f, source, bundle.path / f.name)
+            if problems:
+                raise BundleError(bundle.path, problems)
+            before = self._session_states(con, bundle.sessions)
+            rows = {}
+            for f, source in sources:
+                with _loading(bundle, f.name):
+                    rows[f.table] = self._load_table(con, f.table, source, bundle.path / f.name, f.columns, mode, bundle.sessions)
+            with _loading(bundle, memory.name):  # its sessions' rows, recomputed from its turns
+                self._rebuild_sessions(con, mode, bundle.sessions, sorted(bundle.turn_sessions))
+            after = self._session_states(con, bundle.sessions)
         return {"rows": rows, "outcome": restore_outcome(before, after)}
 
-    def _unfit(self, name: str, table: str, columns: list, live: dict, sessions: list[str] | None) -> list[str]:
+    def _recorded_manifest_problems(self, con: duckdb.DuckDBPyConnection, bundle: Bundle) -> list[str]:
+        """A bundle this store wrote must have the manifest it recorded: that catches an edit even
+        with every checksum recomputed (which a bundle from elsewhere cannot be checked for)."""
+        row = con.execute("SELECT manifest_sha256, path FROM archives WHERE archive_id = ?", [bundle.archive_id]).fetchone()
+        if row is None or row[0] == bundle.manifest_sha256:
+            return []
+        return [f"{MANIFEST}: differs from the one this store wrote for archive {bundle.archive_id} (to {row[1]}): edited since"]
+
+    def _unfit(self, f: BundleFile, live: dict) -> list[str]:
         """Why a bundle file cannot go into this store's table, if it cannot."""
-        if table in NOT_ARCHIVED - {"turns"}:
-            return [f"{name}: table {table} is never restored"]
-        if table not in live:
-            return [f"{name}: this store has no table {table} (a bundle from newer code?)"]
-        missing = [c for c, _ in columns if c not in dict(live[table])]
+        if f.kind == "table" and f.table in NOT_ARCHIVED:
+            return [f"{f.name}: table {f.table} is never restored from a table file"]
+        if f.table not in live:
+            return [f"{f.name}: this store has no table {f.table} (a bundle from newer code?)"]
+        here = dict(live[f.table])
+        missing = [c for c, _ in f.columns if c not in here]
         if missing:
-            return [f"{name}: table {table} has no column {', '.join(missing)} here (a bundle from newer code?)"]
-        if self._scope([c for c, _ in columns], table, sessions) is None:
-            return [f"{name}: table {table} has no session column, so a bundle of some sessions cannot hold it"]
-        return []
+            return [f"{f.name}: table {f.table} has no column {', '.join(missing)} here (a bundle from newer code?)"]
+        return [f"{f.name}: column {c} is {t} in the bundle, {here[c]} here" for c, t in f.columns if here[c] != t]
+
+    def _duplicate_keys(self, con: duckdb.DuckDBPyConnection, f: BundleFile, source: str, path: Path) -> list[str]:
+        """A key on two rows of a file: a replace would fail on it, a merge keep either row."""
+        names = {c for c, _ in f.columns}
+        problems = []
+        for (key,) in con.execute(
+            "SELECT constraint_column_names FROM duckdb_constraints() WHERE table_name = ? AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')",
+            [f.table],
+        ).fetchall():
+            if set(key) <= names:
+                cols = ", ".join(f'"{c}"' for c in key)
+                row = con.execute(f"SELECT {cols}, count(*) FROM {source} GROUP BY ALL HAVING count(*) > 1 LIMIT 1", [str(path)]).fetchone()
+                if row is not None:
+                    problems.append(f"{f.name}: {row[-1]} rows share the key ({', '.join(key)}) = {', '.join(map(repr, row[:-1]))}")
+        return problems
 
     def _load_table(
-        self, con: duckdb.DuckDBPyConnection, table: str, path: Path, columns: list, mode: str, sessions: list[str] | None
+        self, con: duckdb.DuckDBPyConnection, table: str, source: str, path: Path, columns: list, mode: str, sessions: list[str] | None
     ) -> int:
-        """Load one JSONL file into its table; returns the rows inserted."""
+        """Load one bundle file (`source`, reading `path`) into its table; returns the rows inserted."""
         names = [c for c, _ in columns]
-        # JSON columns were written as their text, so their text comes back unchanged.
-        types = ", ".join(f"'{c}': '{('VARCHAR' if t == 'JSON' else t).replace(chr(39), chr(39) * 2)}'" for c, t in columns)
-        source = f"read_json(?, format='newline_delimited', columns={{{types}}}, maximum_object_size={MAX_LINE_BYTES})"
         serial = self._serial_column(con, table)
 
         def quoted(cols: list[str]) -> str:
@@ -1368,20 +1434,12 @@ class DigestStore:
         if following < top:
             con.execute(f"SELECT max(nextval('{sequence}')) FROM range(?)", [top - following])
 
-    def _rebuild_sessions(self, con: duckdb.DuckDBPyConnection, mode: str, sessions: list[str] | None, turns_path: Path) -> None:
-        """`sessions` rows are derived from turns: recomputed for the restored ones (and, in replace
-        mode, dropped first, so a session the bundle does not hold any more is gone)."""
+    def _rebuild_sessions(self, con: duckdb.DuckDBPyConnection, mode: str, sessions: list[str] | None, ids: list[str]) -> None:
+        """`sessions` rows are derived from turns: recomputed for the restored ones, `ids` (and, in
+        replace mode, dropped first, so a session the bundle does not hold any more is gone)."""
         if mode == "replace":
             where, params = self._scope(["session_id"], "sessions", sessions)
             con.execute(f"DELETE FROM sessions {where}", params)
-        ids = [
-            r[0]
-            for r in con.execute(
-                "SELECT DISTINCT session_id FROM read_json(?, format='newline_delimited', "
-                f"columns={{'session_id': 'VARCHAR'}}, maximum_object_size={MAX_LINE_BYTES})",
-                [str(turns_path)],
-            ).fetchall()
-        ]
         rows = _session_rows(_load_turns(con, ids))
         if rows:
             con.register("batch", pd.DataFrame(rows))
