@@ -30,7 +30,10 @@ from typing import Iterable, Iterator, Protocol
 
 from digest.turns import compose_document, parse_timestamp_ms
 
-BATCH_ROWS = 2000
+# Rows and line bytes per write: every write opens the file and checkpoints it on close, which
+# costs about half a second at a few hundred thousand turns, so batches are large but bounded.
+BATCH_ROWS = 20_000
+BATCH_BYTES = 64 << 20
 EXCERPT_CHARS = 200
 READ_BUFFER_BYTES = 1 << 20
 _EMBEDDING = re.compile(r'"embedding"\s*:\s*\[')
@@ -48,7 +51,7 @@ class Sink(Protocol):
     def write_imported_mini_summaries(self, rows: list[dict]) -> None: ...
     def write_imported_summaries(self, rows: list[dict]) -> None: ...
     def write_rejects(self, rows: list[dict]) -> None: ...
-    def refresh_sessions(self, session_ids: Iterable[str]) -> list[dict]: ...
+    def session_rows(self, session_ids: Iterable[str]) -> list[dict]: ...
 
 
 @dataclass
@@ -392,8 +395,11 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
     minis: list[dict] = []
     summaries: list[dict] = []
     rejects: list[dict] = []
+    batch_bytes = 0
 
     def flush() -> None:
+        nonlocal batch_bytes
+        batch_bytes = 0
         touched.update(r["session_id"] for r in turns)
         touched.update(sink.write_turns(turns))
         sink.write_imported_mini_summaries(minis)
@@ -421,6 +427,7 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
 
     for line_no, raw in _lines(path):
         report.lines += 1
+        batch_bytes += len(raw)
         if not raw.strip(_JSON_WHITESPACE):
             report.skipped += 1
             continue
@@ -453,7 +460,7 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
                     "excerpt": _strip_embedding(raw.decode("utf-8", "replace"))[:EXCERPT_CHARS],
                 }
             )
-        if len(turns) + len(minis) + len(summaries) + len(rejects) >= BATCH_ROWS:
+        if len(turns) + len(minis) + len(summaries) + len(rejects) >= BATCH_ROWS or batch_bytes >= BATCH_BYTES:
             flush()
     flush()
     return report
@@ -480,6 +487,7 @@ def ingest_paths(paths: Iterable[str | Path], sink: Sink) -> IngestReport:
     # A file named twice (or inside a folder also named) is read once: its lines would supersede themselves.
     for path in dict.fromkeys(p.resolve() for p in discover(paths)):
         report.files.append(ingest_file(path, sink, touched, seen))
-    report.sessions = sink.refresh_sessions(touched)
+    # Each batch of turns brought its sessions' rows up to date as it was written: read them back.
+    report.sessions = sink.session_rows(touched)
     report.emptied = sorted(touched - {s["session_id"] for s in report.sessions})
     return report

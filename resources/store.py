@@ -685,6 +685,13 @@ class DigestStore:
 
     # --- reads ------------------------------------------------------------------------------
 
+    def session_rows(self, session_ids: Iterable[str]) -> list[dict]:
+        """The stored `sessions` rows of these sessions (those that have one)."""
+        with self.connect() as con:
+            return self._records(
+                con, "SELECT * FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [sorted(set(session_ids))]
+            )
+
     def load_turns(self, session_ids: list[str]) -> list[Turn]:
         with self.connect() as con:
             return _load_turns(con, session_ids)
@@ -1035,9 +1042,9 @@ class DigestStore:
 
     # --- friction report ---
 
-    def _records(self, con: duckdb.DuckDBPyConnection, sql: str) -> list[dict]:
+    def _records(self, con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
         """Rows as dicts of plain Python values (a NULL stays None, not pandas' NaN)."""
-        cursor = con.execute(sql)
+        cursor = con.execute(sql, params)
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 

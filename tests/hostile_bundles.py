@@ -17,7 +17,6 @@ import duckdb
 
 from digest import archive
 from digest.archive import MANIFEST, SESSION_COLUMN, manifest_digest
-from digest.turns import partition_key
 
 # Sessions of the live store the scoped bundle does not hold.
 LIVE_ONLY = ["big", "fresh"]
@@ -366,13 +365,6 @@ def _rows_off_by_one(bundle: Path, outside: Path) -> None:
     save_manifest(bundle, data, digest=True)
 
 
-def _colliding_sessions(bundle: Path, outside: Path) -> None:
-    """Two sessions whose partition keys are the same: `x.` and the safe id its key is."""
-    name = file_of(bundle, "memory")
-    edit_line(bundle, name, 0, _set("metadata.sessionId", "x."))
-    edit_line(bundle, name, 1, _set("metadata.sessionId", partition_key("x.")))
-
-
 def _node_after_edge(lines: list[bytes]) -> list[bytes]:
     return [*lines, b'{"type":"edge","data":{"id":"a->b:X","source":"a","target":"b","type":"X"}}\n', lines[0]]
 
@@ -476,7 +468,6 @@ CASES = [
     Case("memory-with-embedding", _line_edit("memory", _set("embedding", [0.5])), "with a null embedding", reseal=True),
     Case("memory-id-missing", _line_edit("memory", _drop("id")), "a line of this project has", reseal=True),
     Case("memory-session-empty", _line_edit("memory", _set("metadata.sessionId", "")), "metadata.sessionId is empty", base="whole", reseal=True),
-    Case("partition-key-collision", _colliding_sessions, "the store cannot take its rows", base="whole", reseal=True),
     Case("memory-session-elsewhere", _line_edit("memory", _set("metadata.sessionId", "big")), "session 'big' is not one of the manifest's", reseal=True),
     Case("memory-duplicate-turn", _raw_edit("memory", lambda ls: [*ls, ls[0]]), "is on an earlier line too", reseal=True),
     Case("row-extra-key", _line_edit("table", _set("colour", "red"), "attempts"), "columns differ from the manifest's", reseal=True),
