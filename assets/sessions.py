@@ -4,6 +4,7 @@ import time
 
 from dagster import (
     AssetExecutionContext,
+    AssetObservation,
     Config,
     Failure,
     MaterializeResult,
@@ -21,6 +22,9 @@ from resources.store import RunLedger
 
 # Bump when a prompt or the routing rule changes, so the UI marks summaries as stale.
 SUMMARY_CODE_VERSION = "summary-v1"
+# Set on the runs a sweep launches (the sensors, the CLI), never on one asked for by hand.
+SWEEP_TAG = "digest/sweep"
+ROUTE_TAG = "digest/route"
 
 
 class IngestConfig(Config):
@@ -59,6 +63,27 @@ def _run_ended(instance, run_id: str) -> bool:
     """A lease holder that Dagster knows as finished. One it does not know is presumed alive."""
     run = instance.get_run_by_id(run_id)
     return run is not None and run.is_finished
+
+
+def nothing_to_summarize(standing: dict | None, tags: dict, now: int) -> str | None:
+    """Why a run that holds the session's lease has no summary to make, read under the lease: the
+    selection that queued the run may be stale, e.g. a concurrent sweep summarized the session (or
+    failed it) since. A run asked for by hand (a rerun from the UI after a prompt change) summarizes
+    a current session again; it is left out of a gone or retired one too."""
+    if standing is None:
+        return "the session no longer exists (a replace-mode restore removed it)"
+    if standing["retired_by"]:
+        return f"the session is retired (archive {standing['retired_by']}): restore its bundle to summarize it"
+    if SWEEP_TAG not in tags:
+        return None
+    revision = standing["input_revision"]
+    if standing["summary_revision"] == revision:
+        return f"already summarized at its current turns (revision {revision}) by run {standing['summary_run_id']}"
+    # A staged reply finishes with no model call, whatever the backoff.
+    backing_off = standing["failed_revision"] == revision and standing["backoff_until_ms"] > now
+    if backing_off and tags.get(ROUTE_TAG) != "staged":
+        return f"failed at its current turns since it was queued (failure {standing['failures']}): in failure backoff"
+    return None
 
 
 def session_or_fail(store, partition_key: str) -> dict:
@@ -100,14 +125,18 @@ def raw_sessions(context: AssetExecutionContext, store: DigestStoreResource, mod
     kinds={"duckdb"},
     pool="model",
     code_version=SUMMARY_CODE_VERSION,
+    output_required=False,
 )
 def session_summaries(
     context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource, sweep: SweepPolicyResource
-) -> MaterializeResult:
+):
     """The session summary, raw when the session fits the raw-synthesis cap, else degraded.
 
     Over the cap the raw prompt is never sent: the summary is built from per-turn mini summaries
     (else truncated raw snippets) and says so in `source_tier`, `degraded` and `raw_canonical`.
+
+    Nothing is materialized (an observation says why; the latest materialization stays the one that
+    made the summary) when, under the lease, there is nothing to do (`nothing_to_summarize`).
     """
     db = store.store()
     session = session_or_fail(db, context.partition_key)
@@ -123,6 +152,17 @@ def session_summaries(
     if holder is not None:
         raise Failure(f"session {session_id!r} is being summarized by run {holder}; not summarizing it twice")
     try:
+        skip = nothing_to_summarize(db.summary_standing(session_id), context.run.tags, now_ms())
+        if skip:
+            context.log.info(f"session {session_id!r} not summarized, no model call: {skip}")
+            context.log_event(
+                AssetObservation(
+                    asset_key=context.asset_key,
+                    partition=context.partition_key,
+                    metadata={"session_id": session_id, "summarized": False, "reason": skip},
+                )
+            )
+            return
         turns = db.load_turns([session_id])
         # Each usable reply is staged in DuckDB before the summary is built from it: a run killed
         # before the write below is finished by the next one, from the reply, with no model call.
@@ -147,7 +187,7 @@ def session_summaries(
         db.release_summary_lease(session_id, run_id)
     out = summary.output
     coverage = summary.mini_summary_count / summary.memory_count
-    return MaterializeResult(
+    yield MaterializeResult(
         metadata={
             "session_id": session_id,
             "source_tier": summary.source_tier,

@@ -701,11 +701,11 @@ class DigestStore:
 
     def claim_summary_lease(self, session_id: str, run_id: str, now_ms: int, ttl_s: float) -> str | None:
         """Claim the session for this run; returns None when granted, else the holding run's id.
-        An expired lease (a crashed run) is taken over."""
+        An expired lease (a crashed run) is taken over, and every other expired one is dropped."""
         with self.transaction() as con:
             con.execute(
-                "DELETE FROM summary_leases WHERE session_id = ? AND (expires_at_ms <= ? OR run_id = ?)",
-                [session_id, now_ms, run_id],
+                "DELETE FROM summary_leases WHERE expires_at_ms <= ? OR (session_id = ? AND run_id = ?)",
+                [now_ms, session_id, run_id],
             )
             holder = con.execute("SELECT run_id FROM summary_leases WHERE session_id = ?", [session_id]).fetchone()
             if holder:
@@ -716,6 +716,30 @@ class DigestStore:
     def release_summary_lease(self, session_id: str, run_id: str) -> None:
         with self.connect() as con:
             con.execute("DELETE FROM summary_leases WHERE session_id = ? AND run_id = ?", [session_id, run_id])
+
+    def release_leases_of_runs(self, run_ids: list[str]) -> int:
+        """Every lease these (dead) runs hold; returns how many there were."""
+        with self.connect() as con:
+            return con.execute(
+                "DELETE FROM summary_leases WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [run_ids]
+            ).fetchone()[0]
+
+    def summary_standing(self, session_id: str) -> dict | None:
+        """What a run holding the session's lease reads before its model work: the session's current
+        revision, its summary's, whether it is retired, its failure backoff. None: no such session."""
+        with self.connect() as con:
+            cursor = con.execute(
+                """SELECT s.input_revision, x.input_revision AS summary_revision, x.run_id AS summary_run_id,
+                          r.archive_id AS retired_by, st.failures, st.failed_revision, st.backoff_until_ms
+                   FROM sessions s
+                   LEFT JOIN session_summaries x USING (session_id)
+                   LEFT JOIN retired_sessions r USING (session_id)
+                   LEFT JOIN summary_state st USING (session_id)
+                   WHERE s.session_id = ?""",
+                [session_id],
+            )
+            row = cursor.fetchone()
+            return dict(zip([d[0] for d in cursor.description], row)) if row else None
 
     # --- mini summaries ---------------------------------------------------------------------
 
