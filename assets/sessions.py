@@ -86,6 +86,18 @@ def nothing_to_summarize(standing: dict | None, tags: dict, now: int) -> str | N
     return None
 
 
+def _not_summarized(context: AssetExecutionContext, session_id: str, reason: str) -> None:
+    """Said in the run's log and, as an observation, on the partition; nothing is materialized."""
+    context.log.info(f"session {session_id!r} not summarized, no model call: {reason}")
+    context.log_event(
+        AssetObservation(
+            asset_key=context.asset_key,
+            partition=context.partition_key,
+            metadata={"session_id": session_id, "summarized": False, "reason": reason},
+        )
+    )
+
+
 def session_or_fail(store, partition_key: str) -> dict:
     """The partition's `sessions` row; a partition with none fails its run with the reason."""
     session = store.session_by_partition(partition_key)
@@ -136,7 +148,8 @@ def session_summaries(
     (else truncated raw snippets) and says so in `source_tier`, `degraded` and `raw_canonical`.
 
     Nothing is materialized (an observation says why; the latest materialization stays the one that
-    made the summary) when, under the lease, there is nothing to do (`nothing_to_summarize`).
+    made the summary) when, under the lease, there is nothing to do (`nothing_to_summarize`), or
+    when a run a sweep launched finds another run holding the lease: that run is doing it.
     """
     db = store.store()
     session = session_or_fail(db, context.partition_key)
@@ -150,18 +163,15 @@ def session_summaries(
         db.release_summary_lease(session_id, holder)
         holder = db.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
     if holder is not None:
-        raise Failure(f"session {session_id!r} is being summarized by run {holder}; not summarizing it twice")
+        busy = f"session {session_id!r} is being summarized by run {holder}"
+        if SWEEP_TAG not in context.run.tags:
+            raise Failure(f"{busy}; not summarizing it twice")
+        _not_summarized(context, session_id, f"{busy} (a concurrent sweep's)")
+        return
     try:
         skip = nothing_to_summarize(db.summary_standing(session_id), context.run.tags, now_ms())
         if skip:
-            context.log.info(f"session {session_id!r} not summarized, no model call: {skip}")
-            context.log_event(
-                AssetObservation(
-                    asset_key=context.asset_key,
-                    partition=context.partition_key,
-                    metadata={"session_id": session_id, "summarized": False, "reason": skip},
-                )
-            )
+            _not_summarized(context, session_id, skip)
             return
         turns = db.load_turns([session_id])
         # Each usable reply is staged in DuckDB before the summary is built from it: a run killed

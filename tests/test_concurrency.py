@@ -25,6 +25,10 @@ from tests.model_server import Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
 SWEEPS = 4
+FIRST, SECOND = 6, 2  # sessions in the bundle ingested first, and in the one ingested during the sweeps
+# Four model steps at once, so runs of one session truly overlap and meet at the lease. (The CLI's
+# default of 1 serializes them, and Dagster polls a blocked step up to 15 s apart: too slow here.)
+POOL = 4
 FAILING = "c05"  # the model answers its summary with a 500
 
 
@@ -94,11 +98,13 @@ class Command:
 
 def test_concurrent_sweeps_and_an_ingest_summarize_each_session_once(tmp_path):
     home = tmp_path / "home"
-    first = write_bundle(tmp_path / "first", _turns("c", 8))
-    second = write_bundle(tmp_path / "second", _turns("d", 2), stamp="2026-11-21T09-00-00.000Z")
+    first = write_bundle(tmp_path / "first", _turns("c", FIRST))
+    second = write_bundle(tmp_path / "second", _turns("d", SECOND), stamp="2026-11-21T09-00-00.000Z")
     model = CountingModel()
     with model.server as server:
         env = _env(home, server.url)
+        (home / "dagster").mkdir(parents=True)
+        (home / "dagster" / "dagster.yaml").write_text(f"concurrency:\n  pools:\n    default_limit: {POOL}\n")
         logs = tmp_path / "logs"
         logs.mkdir()
         Command(logs, "ingest-first", ["ingest", str(first)], env).result(timeout=120)
@@ -115,7 +121,7 @@ def test_concurrent_sweeps_and_an_ingest_summarize_each_session_once(tmp_path):
 
     store = DigestStore(home / "digest.duckdb")
     summarized = {row["session_id"] for row in store.summary_rows()}
-    everyone = {f"c{i:02d}" for i in range(8)} | {f"d{i:02d}" for i in range(2)}
+    everyone = {f"c{i:02d}" for i in range(FIRST)} | {f"d{i:02d}" for i in range(SECOND)}
     # Nothing lost: every session has its summary but the one the model fails.
     assert summarized == everyone - {FAILING}
     # Nothing twice: one summary request per session, the failing one included (it backs off).
@@ -129,9 +135,11 @@ def test_concurrent_sweeps_and_an_ingest_summarize_each_session_once(tmp_path):
     assert store.query("SELECT session_id, failures FROM summary_state").to_dict("records") == [
         {"session_id": FAILING, "failures": 1}
     ]
-    # The runs that found the session done said so; every run is closed and no lease is left.
+    # The runs that found the session done (or being done) said so, and failed none; every run is
+    # closed and no lease is left.
     assert sum(s["summarized"] for s in sweeps) == len(everyone) - 1
     assert sum(s["nothing_to_do"] for s in sweeps) > 0
+    assert [r["partition"] for s in sweeps for r in s["runs"] if not r["success"]] == [FAILING]
     assert store.query("SELECT count(*) AS n FROM summary_leases")["n"][0] == 0
     instance = DagsterInstance.from_config(str(home / "dagster"))
     try:

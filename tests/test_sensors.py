@@ -240,9 +240,16 @@ def test_a_leased_session_is_not_summarized_twice(tmp_path, instance):
         result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
             instance=instance, partition_key="busy", raise_on_error=False
         )
+        # A sweep's run leaves it to the holder: a concurrent sweep's run is on it.
+        swept = definitions.resolve_job_def("summarize_sessions").execute_in_process(
+            instance=instance, partition_key="busy", tags={"digest/sweep": "cli"}, raise_on_error=False
+        )
     assert not result.success
     failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
     assert "being summarized by run other-run" in failure.event_specific_data.error.message
+    assert swept.success and swept.asset_materializations_for_node("session_summaries") == []
+    (observation,) = swept.asset_observations_for_node("session_summaries")
+    assert "being summarized by run other-run" in observation.metadata["reason"].value
     assert not any("AI-agent work session" in r.prompt for r in server.chat_requests())
     assert store.query("SELECT run_id FROM summary_leases")["run_id"].tolist() == ["other-run"]
 
