@@ -750,6 +750,11 @@ class DigestStore:
             ).fetchall()
         return [PendingTurn(*row) for row in rows]
 
+    def mini_summary_pending(self, turn_id: str) -> bool:
+        with self.connect() as con:
+            row = con.execute(f"SELECT count(*) FROM ({PENDING_MINI_SUMMARY_TURNS}) WHERE id = ?", [turn_id]).fetchone()
+        return row[0] > 0
+
     def save_generated_mini_summary(self, turn_id: str, session_id: str, text: str, model: str) -> None:
         """Never over an existing one: an imported mini summary is the source system's word."""
         with self.connect() as con:
@@ -1436,3 +1441,6 @@ class MiniSummaryLedger:
 
     def archive(self, turn: PendingTurn, reason: str) -> None:
         self.store.archive_turn(turn.id, turn.session_id, reason)
+
+    def still_pending(self, turn: PendingTurn) -> bool:
+        return self.store.mini_summary_pending(turn.id)

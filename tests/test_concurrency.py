@@ -25,7 +25,7 @@ from tests.model_server import Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
 SWEEPS = 4
-FIRST, SECOND = 6, 2  # sessions in the bundle ingested first, and in the one ingested during the sweeps
+FIRST, SECOND = 8, 2  # sessions in the bundle ingested first, and in the one ingested during the sweeps
 # Four model steps at once, so runs of one session truly overlap and meet at the lease. (The CLI's
 # default of 1 serializes them, and Dagster polls a blocked step up to 15 s apart: too slow here.)
 POOL = 4
