@@ -66,10 +66,10 @@ def _run_ended(instance, run_id: str) -> bool:
 
 
 def nothing_to_summarize(standing: dict | None, tags: dict, now: int) -> str | None:
-    """Why a run that holds the session's lease has no summary to make, read under the lease: the
-    selection that queued the run may be stale, e.g. a concurrent sweep summarized the session (or
-    failed it) since. A run asked for by hand (a rerun from the UI after a prompt change) summarizes
-    a current session again; it is left out of a gone or retired one too."""
+    """Why a run has no summary to make, asked under the lease (and by the CLI's sweep just before
+    the run): the selection that queued the run may be stale, e.g. a concurrent sweep summarized the
+    session (or failed it) since. A run asked for by hand (a rerun from the UI after a prompt change)
+    summarizes a current session again; it is left out of a gone or retired one too."""
     if standing is None:
         return "the session no longer exists (a replace-mode restore removed it)"
     if standing["retired_by"]:
@@ -166,7 +166,7 @@ def session_summaries(
         busy = f"session {session_id!r} is being summarized by run {holder}"
         if SWEEP_TAG not in context.run.tags:
             raise Failure(f"{busy}; not summarizing it twice")
-        _not_summarized(context, session_id, f"{busy} (a concurrent sweep's)")
+        _not_summarized(context, session_id, busy)
         return
     try:
         skip = nothing_to_summarize(db.summary_standing(session_id), context.run.tags, now_ms())

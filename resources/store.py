@@ -717,16 +717,15 @@ class DigestStore:
         with self.connect() as con:
             con.execute("DELETE FROM summary_leases WHERE session_id = ? AND run_id = ?", [session_id, run_id])
 
-    def release_leases_of_runs(self, run_ids: list[str]) -> int:
-        """Every lease these (dead) runs hold; returns how many there were."""
+    def release_leases_of_runs(self, run_ids: list[str]) -> None:
+        """Every lease these (dead) runs hold."""
         with self.connect() as con:
-            return con.execute(
-                "DELETE FROM summary_leases WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [run_ids]
-            ).fetchone()[0]
+            con.execute("DELETE FROM summary_leases WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [run_ids])
 
     def summary_standing(self, session_id: str) -> dict | None:
-        """What a run holding the session's lease reads before its model work: the session's current
-        revision, its summary's, whether it is retired, its failure backoff. None: no such session."""
+        """What a summary run reads under the lease before its model work (and a sweep just before
+        the run): the session's current revision, its summary's, whether it is retired, its failure
+        backoff. None: no such session."""
         with self.connect() as con:
             cursor = con.execute(
                 """SELECT s.input_revision, x.input_revision AS summary_revision, x.run_id AS summary_run_id,

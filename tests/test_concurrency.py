@@ -111,7 +111,7 @@ def test_concurrent_sweeps_and_an_ingest_summarize_each_session_once(tmp_path):
         commands = [Command(logs, f"sweep-{i}", ["sweep"], env) for i in range(SWEEPS)]
         commands.append(Command(logs, "ingest-second", ["ingest", str(second)], env))
         try:
-            outputs = [command.result(timeout=180) for command in commands]
+            outputs = [command.result(timeout=300) for command in commands]
         finally:
             for command in commands:
                 command.stop()
