@@ -5,8 +5,9 @@ from collections import Counter
 from dagster import AssetExecutionContext, AssetObservation, Failure, MaterializeResult, MetadataValue, asset
 
 from assets.partitions import sessions_partitions
-from assets.sessions import session_or_fail, session_summaries
+from assets.sessions import SWEEP_TAG, session_or_fail, session_summaries
 from digest.graph import (
+    DIGESTED,
     ENTITY_TYPES,
     RELATION_TYPES,
     UNDIGESTIBLE,
@@ -66,9 +67,10 @@ def session_graph(
     the raw turns, chunk by chunk within its budget. Never from a summary's text, degraded or not.
 
     Not digested (nothing materialized, an observation says why) when the turns changed since the
-    summary, or the session is undigestible at its current turns. A run spends at most
-    `DIGEST_GRAPH_BUDGET_S` of model time: a session whose chunks do not fit keeps the finished ones
-    and the next run (the digest sensor's) goes on from there; not a failure.
+    summary, or the session is undigestible at its current turns, or, in a run a sweep launched, it
+    was digested at its current turns since the run was queued (by a concurrent sweep's run). A run
+    spends at most `DIGEST_GRAPH_BUDGET_S` of model time: a session whose chunks do not fit keeps the
+    finished ones and the next run (the digest sensor's) goes on from there; not a failure.
     """
     db = store.store()
     session = session_or_fail(db, context.partition_key)
@@ -76,7 +78,11 @@ def session_graph(
     turns = canonical_order(db.load_turns([session_id]))
     revision = input_revision(turns)
     summary = db.summary_row(session_id)
-    blocked = digest_gate(revision, summary, db.digest_state(session_id))
+    state = db.digest_state(session_id)
+    blocked = digest_gate(revision, summary, state)
+    digested = state is not None and (state.digest_state, state.revision) == (DIGESTED, revision)
+    if not blocked and digested and SWEEP_TAG in context.run.tags:
+        blocked = f"already digested at its current turns (revision {revision})"
     if blocked:
         context.log.info(f"session {session_id!r} not digested: {blocked}")
         context.log_event(

@@ -4,6 +4,7 @@ import time
 
 from dagster import (
     AssetExecutionContext,
+    AssetObservation,
     Config,
     Failure,
     MaterializeResult,
@@ -21,6 +22,9 @@ from resources.store import RunLedger
 
 # Bump when a prompt or the routing rule changes, so the UI marks summaries as stale.
 SUMMARY_CODE_VERSION = "summary-v1"
+# Set on the runs a sweep launches (the sensors, the CLI), never on one asked for by hand.
+SWEEP_TAG = "digest/sweep"
+ROUTE_TAG = "digest/route"
 
 
 class IngestConfig(Config):
@@ -67,6 +71,39 @@ def _run_ended(instance, run_id: str) -> bool:
     return run is not None and run.is_finished
 
 
+def nothing_to_summarize(standing: dict | None, tags: dict, now: int) -> str | None:
+    """Why a run has no summary to make, asked under the lease (and by the CLI's sweep just before
+    the run): the selection that queued the run may be stale, e.g. a concurrent sweep summarized the
+    session (or failed it) since. A run asked for by hand (a rerun from the UI after a prompt change)
+    summarizes a current session again; it is left out of a gone or retired one too."""
+    if standing is None:
+        return "the session no longer exists (a replace-mode restore removed it)"
+    if standing["retired_by"]:
+        return f"the session is retired (archive {standing['retired_by']}): restore its bundle to summarize it"
+    if SWEEP_TAG not in tags:
+        return None
+    revision = standing["input_revision"]
+    if standing["summary_revision"] == revision:
+        return f"already summarized at its current turns (revision {revision}) by run {standing['summary_run_id']}"
+    # A staged reply finishes with no model call, whatever the backoff.
+    backing_off = standing["failed_revision"] == revision and standing["backoff_until_ms"] > now
+    if backing_off and tags.get(ROUTE_TAG) != "staged":
+        return f"failed at its current turns since it was queued (failure {standing['failures']}): in failure backoff"
+    return None
+
+
+def _not_summarized(context: AssetExecutionContext, session_id: str, reason: str) -> None:
+    """Said in the run's log and, as an observation, on the partition; nothing is materialized."""
+    context.log.info(f"session {session_id!r} not summarized, no model call: {reason}")
+    context.log_event(
+        AssetObservation(
+            asset_key=context.asset_key,
+            partition=context.partition_key,
+            metadata={"session_id": session_id, "summarized": False, "reason": reason},
+        )
+    )
+
+
 def session_or_fail(store, partition_key: str) -> dict:
     """The partition's `sessions` row; a partition with none fails its run with the reason."""
     session = store.session_by_partition(partition_key)
@@ -106,14 +143,19 @@ def raw_sessions(context: AssetExecutionContext, store: DigestStoreResource, mod
     kinds={"duckdb"},
     pool="model",
     code_version=SUMMARY_CODE_VERSION,
+    output_required=False,
 )
 def session_summaries(
     context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource, sweep: SweepPolicyResource
-) -> MaterializeResult:
+):
     """The session summary, raw when the session fits the raw-synthesis cap, else degraded.
 
     Over the cap the raw prompt is never sent: the summary is built from per-turn mini summaries
     (else truncated raw snippets) and says so in `source_tier`, `degraded` and `raw_canonical`.
+
+    Nothing is materialized (an observation says why; the latest materialization stays the one that
+    made the summary) when, under the lease, there is nothing to do (`nothing_to_summarize`), or
+    when a run a sweep launched finds another run holding the lease: that run is doing it.
     """
     db = store.store()
     session = session_or_fail(db, context.partition_key)
@@ -121,7 +163,8 @@ def session_summaries(
     stored = db.summary_row(session_id)
     if stored and stored["origin"] == "imported" and stored["input_revision"] == session["input_revision"]:
         # The export's summary of these very turns: no model call is owed.
-        return MaterializeResult(metadata=summary_metadata(stored))
+        yield MaterializeResult(metadata=summary_metadata(stored))
+        return
     limits = model.limits()
     # Held across the raw call and the degraded one, each up to the timeout, with room to write.
     lease_ttl_s = 2 * limits.timeout_s + 120
@@ -131,8 +174,16 @@ def session_summaries(
         db.release_summary_lease(session_id, holder)
         holder = db.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
     if holder is not None:
-        raise Failure(f"session {session_id!r} is being summarized by run {holder}; not summarizing it twice")
+        busy = f"session {session_id!r} is being summarized by run {holder}"
+        if SWEEP_TAG not in context.run.tags:
+            raise Failure(f"{busy}; not summarizing it twice")
+        _not_summarized(context, session_id, busy)
+        return
     try:
+        skip = nothing_to_summarize(db.summary_standing(session_id), context.run.tags, now_ms())
+        if skip:
+            _not_summarized(context, session_id, skip)
+            return
         turns = db.load_turns([session_id])
         # Each usable reply is staged in DuckDB before the summary is built from it: a run killed
         # before the write below is finished by the next one, from the reply, with no model call.
@@ -155,7 +206,7 @@ def session_summaries(
         db.clear_summary_failures(session_id)
     finally:
         db.release_summary_lease(session_id, run_id)
-    return MaterializeResult(metadata=summary_metadata(db.summary_row(session_id)))
+    yield MaterializeResult(metadata=summary_metadata(db.summary_row(session_id)))
 
 
 def summary_metadata(row: dict) -> dict:

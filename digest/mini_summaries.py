@@ -89,6 +89,10 @@ class MiniSummaryStore(Protocol):
 
     def archive(self, turn: PendingTurn, reason: str) -> None: ...
 
+    def still_pending(self, turn: PendingTurn) -> bool:
+        """False when another run has given the turn its mini summary (or archived it) meanwhile."""
+        ...
+
 
 @dataclass
 class FillReport:
@@ -101,6 +105,7 @@ class FillReport:
     causes: Counter = field(default_factory=Counter)
     model_seconds: float = 0.0
     left_for_later: int = 0  # turns with content the budget did not reach
+    done_by_another_run: int = 0  # pending when this run started, not any more when their turn came
 
     @property
     def budget_exhausted(self) -> bool:
@@ -287,6 +292,9 @@ def fill_mini_summaries(
         if report.model_seconds >= policy.budget_s:
             report.left_for_later = len(ordered) - position
             break
+        if not store.still_pending(turn):  # runs of one session can overlap when the model pool allows
+            report.done_by_another_run += 1
+            continue
         prompt = build_prompt(*texts[turn.id], max_bytes=max_prompt_bytes)
         reply, error, seconds = call_with_deadline(client, prompt, policy)
         report.model_seconds += seconds

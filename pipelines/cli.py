@@ -89,8 +89,11 @@ def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozen
     )
 
 
-def _run_partitions(settings: Settings, instance, store, job_name: str, todo, asset: str) -> list[dict]:
-    """One in-process Dagster run per (partition, route) in `todo`; the embedded model starts once for all."""
+def _run_partitions(
+    settings: Settings, instance, store, job_name: str, todo, asset: str, nothing_to_do=lambda key, tags: None
+) -> list[dict]:
+    """One in-process Dagster run per (partition, route) in `todo`; the embedded model starts once for all.
+    `nothing_to_do(key, tags)`: why a partition needs no run any more, asked just before its run."""
     from pipelines.definitions import build_definitions
     from pipelines.interrupted_runs import worker_tags
     from pipelines.sensors import register_partitions
@@ -105,16 +108,22 @@ def _run_partitions(settings: Settings, instance, store, job_name: str, todo, as
         job = build_definitions(run_settings).resolve_job_def(job_name)
         for key, route in todo:
             started = time.monotonic()
-            result = job.execute_in_process(
-                instance=instance,
-                partition_key=key,
-                raise_on_error=False,
-                tags={"digest/sweep": "cli", "digest/route": route, **process},
-            )
+            tags = {"digest/sweep": "cli", "digest/route": route, **process}
+            reason = nothing_to_do(key, tags)
+            if reason:
+                outcome = {"partition": key, "run_id": None, "success": True, "nothing_to_do": reason}
+                outcomes.append(outcome)
+                print(json.dumps(outcome), file=sys.stderr)
+                continue
+            result = job.execute_in_process(instance=instance, partition_key=key, raise_on_error=False, tags=tags)
             outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
             for event in result.asset_materializations_for_node(asset):
                 meta = event.metadata
                 outcome.update({k: meta[k].value for k in ("source_tier", "route_reason", "nodes", "edges") if k in meta})
+            for event in result.asset_observations_for_node(asset):
+                # The run found nothing to do (e.g. a concurrent sweep had done it): no model call.
+                if "reason" in event.metadata:
+                    outcome["nothing_to_do"] = event.metadata["reason"].value
             outcome["seconds"] = round(time.monotonic() - started, 2)
             outcomes.append(outcome)
             print(json.dumps(outcome), file=sys.stderr)
@@ -124,22 +133,32 @@ def _run_partitions(settings: Settings, instance, store, job_name: str, todo, as
 def sweep(settings: Settings, limit: int | None) -> dict:
     """Runs that died mid-sweep are closed, and summaries their model calls finished (staged in
     DuckDB) are written first, with no model call. Then the summary sensor's selection and budget,
-    run now: one Dagster run per session."""
+    run now: one Dagster run per session. A session another sweep running at the same time has
+    summarized meanwhile gets no run, or its run no model call (counted in `nothing_to_do`)."""
+    from assets.sessions import nothing_to_summarize
     from pipelines.interrupted_runs import close_interrupted_runs
 
     instance = _instance()
     store = _store(settings)
+
+    def nothing_to_do(key: str, tags: dict) -> str | None:
+        # The selection is as old as the sweep: another sweep may have done the session since.
+        session = store.session_by_partition(key)
+        standing = store.summary_standing(session["session_id"]) if session else None
+        return nothing_to_summarize(standing, tags, int(time.time() * 1000))
+
     recovered = close_interrupted_runs(instance, store)
     staged = store.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
     todo = [(key, "staged") for key in staged] + [(i.candidate.partition_key, i.tier) for i in selection.batch]
-    outcomes = _run_partitions(settings, instance, store, "summarize_sessions", todo, "session_summaries")
+    outcomes = _run_partitions(settings, instance, store, "summarize_sessions", todo, "session_summaries", nothing_to_do)
     return {
         "pending": selection.pending,
         "skipped": selection.skip_reason,
         "interrupted_runs_closed": recovered,
         "staged_replayed": staged,
-        "summarized": sum(o["success"] for o in outcomes),
+        "summarized": sum(o["success"] and "nothing_to_do" not in o for o in outcomes),
+        "nothing_to_do": sum("nothing_to_do" in o for o in outcomes),
         "runs": outcomes,
     }
 
@@ -151,7 +170,11 @@ def digest(settings: Settings, limit: int | None) -> dict:
     policy = settings.graph
     keys = store.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
     runs = _run_partitions(settings, _instance(), store, "digest_sessions", [(k, "graph") for k in keys], "session_graph")
-    return {"digested": sum("nodes" in r for r in runs), "runs": runs}
+    return {
+        "digested": sum("nodes" in r for r in runs),  # graphs written (a run may stop part-done)
+        "nothing_to_do": sum("nothing_to_do" in r for r in runs),
+        "runs": runs,
+    }
 
 
 def friction_report(settings: Settings) -> dict:

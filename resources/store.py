@@ -872,11 +872,11 @@ class DigestStore:
 
     def claim_summary_lease(self, session_id: str, run_id: str, now_ms: int, ttl_s: float) -> str | None:
         """Claim the session for this run; returns None when granted, else the holding run's id.
-        An expired lease (a crashed run) is taken over."""
+        An expired lease (a crashed run) is taken over, and every other expired one is dropped."""
         with self.transaction() as con:
             con.execute(
-                "DELETE FROM summary_leases WHERE session_id = ? AND (expires_at_ms <= ? OR run_id = ?)",
-                [session_id, now_ms, run_id],
+                "DELETE FROM summary_leases WHERE expires_at_ms <= ? OR (session_id = ? AND run_id = ?)",
+                [now_ms, session_id, run_id],
             )
             holder = con.execute("SELECT run_id FROM summary_leases WHERE session_id = ?", [session_id]).fetchone()
             if holder:
@@ -888,6 +888,29 @@ class DigestStore:
         with self.connect() as con:
             con.execute("DELETE FROM summary_leases WHERE session_id = ? AND run_id = ?", [session_id, run_id])
 
+    def release_leases_of_runs(self, run_ids: list[str]) -> None:
+        """Every lease these (dead) runs hold."""
+        with self.connect() as con:
+            con.execute("DELETE FROM summary_leases WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [run_ids])
+
+    def summary_standing(self, session_id: str) -> dict | None:
+        """What a summary run reads under the lease before its model work (and a sweep just before
+        the run): the session's current revision, its summary's, whether it is retired, its failure
+        backoff. None: no such session."""
+        with self.connect() as con:
+            cursor = con.execute(
+                """SELECT s.input_revision, x.input_revision AS summary_revision, x.run_id AS summary_run_id,
+                          r.archive_id AS retired_by, st.failures, st.failed_revision, st.backoff_until_ms
+                   FROM sessions s
+                   LEFT JOIN session_summaries x USING (session_id)
+                   LEFT JOIN retired_sessions r USING (session_id)
+                   LEFT JOIN summary_state st USING (session_id)
+                   WHERE s.session_id = ?""",
+                [session_id],
+            )
+            row = cursor.fetchone()
+            return dict(zip([d[0] for d in cursor.description], row)) if row else None
+
     # --- mini summaries ---------------------------------------------------------------------
 
     def pending_mini_summary_turns(self, session_id: str) -> list[PendingTurn]:
@@ -896,6 +919,11 @@ class DigestStore:
                 f"SELECT * FROM ({PENDING_MINI_SUMMARY_TURNS}) WHERE session_id = ?", [session_id]
             ).fetchall()
         return [PendingTurn(*row) for row in rows]
+
+    def mini_summary_pending(self, turn_id: str) -> bool:
+        with self.connect() as con:
+            row = con.execute(f"SELECT count(*) FROM ({PENDING_MINI_SUMMARY_TURNS}) WHERE id = ?", [turn_id]).fetchone()
+        return row[0] > 0
 
     def save_generated_mini_summary(self, turn_id: str, session_id: str, text: str, model: str) -> None:
         """Never over an existing one: an imported mini summary is the source system's word."""
@@ -1657,3 +1685,6 @@ class MiniSummaryLedger:
 
     def archive(self, turn: PendingTurn, reason: str) -> None:
         self.store.archive_turn(turn.id, turn.session_id, reason)
+
+    def still_pending(self, turn: PendingTurn) -> bool:
+        return self.store.mini_summary_pending(turn.id)

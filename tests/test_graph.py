@@ -447,6 +447,24 @@ def test_the_revision_gate_leaves_a_changed_session_pending(tmp_path, instance):
     assert store.digest_state("s1").revision == store.session_by_partition("s1")["input_revision"]
 
 
+def test_a_swept_digest_run_leaves_a_session_another_run_digested_meanwhile(tmp_path, instance):
+    folder = write_bundle(tmp_path / "bundle", make_turns("s1", 3))
+    with ModelServer(script()) as server:
+        definitions, _ = _definitions(tmp_path, server.url, DIGEST_RESPONSE_CACHE="off")  # every chunk a call
+        _ingest(definitions, instance, folder)
+        assert _run(definitions, instance, "summarize_sessions", "s1").success
+        job = definitions.resolve_job_def("digest_sessions")
+        swept = {"digest/sweep": "cli"}  # two `session-digest digest` at once both queued s1
+        assert job.execute_in_process(instance=instance, partition_key="s1", tags=swept).success
+        calls = len(server.chat_requests())
+        again = job.execute_in_process(instance=instance, partition_key="s1", tags=swept)
+        assert again.success and again.asset_materializations_for_node("session_graph") == []
+        assert "already digested" in again.asset_observations_for_node("session_graph")[0].metadata["reason"].value
+        assert len(server.chat_requests()) == calls
+        by_hand = _run(definitions, instance, "digest_sessions", "s1")  # e.g. after a prompt change
+        assert by_hand.asset_materializations_for_node("session_graph") and len(server.chat_requests()) > calls
+
+
 def test_failures_count_to_undigestible_and_an_operator_reset_brings_it_back(tmp_path, instance):
     folder = write_bundle(tmp_path / "bundle", make_turns("flaky", 2))
     replies = {"graph": lambda received: Behaviour.text("not json")}

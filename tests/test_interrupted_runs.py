@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
 
@@ -51,6 +52,9 @@ def test_the_sensor_closes_the_runs_whose_process_died_and_leaves_live_ones(tmp_
             runs[name] = instance.create_run_for_job(defs.resolve_job_def(job), tags=tags, status=DagsterRunStatus.STARTED)
         instance.event_log_storage.initialize_concurrency_limit_to_default("model")
         instance.event_log_storage.claim_concurrency_slot("model", runs["dead"].run_id, "session_graph")
+        store = defs.resources["store"].store()
+        for session, name in (("a", "live"), ("b", "dead"), ("c", "recycled")):  # held for an hour
+            store.claim_summary_lease(session, runs[name].run_id, int(time.time() * 1000), ttl_s=3600)
 
         with build_sensor_context(instance=instance, resources=defs.resources) as context:
             tick = interrupted_runs_sensor(context)
@@ -63,6 +67,8 @@ def test_the_sensor_closes_the_runs_whose_process_died_and_leaves_live_ones(tmp_
             "other host": DagsterRunStatus.STARTED,  # not ours to judge
         }
         assert instance.event_log_storage.get_concurrency_info("model").active_slot_count == 0
+        # The dead runs' leases go with them, so their sessions are not held for the rest of the hour.
+        assert store.query("SELECT run_id FROM summary_leases")["run_id"].tolist() == [runs["live"].run_id]
         assert "closed 2 run(s)" in tick.skip_message
         with build_sensor_context(instance=instance, resources=defs.resources) as context:
             assert interrupted_runs_sensor(context).skip_message == "no run lost its process"

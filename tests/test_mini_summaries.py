@@ -103,6 +103,27 @@ def _closed_port_url() -> str:
 # --- generation ---------------------------------------------------------------------------------
 
 
+def test_a_turn_another_run_summarized_meanwhile_costs_no_call(store):
+    """Two fills of one session overlap when the model pool has room, each with the pending turns it
+    read at its start: a turn the other run has done by the time it comes up is not asked again."""
+    _add(store, _session("s1", 3))
+    pending = store.pending_mini_summary_turns("s1")
+    other = MiniSummaryLedger(store, "other-run")
+
+    def script(received):
+        # While this run's first call is out, the other run does the rest.
+        for turn in pending:
+            if turn.prompt not in received.prompt:
+                other.save_mini_summary(turn, "by the other run", "m")
+        return Behaviour.text("by this run")
+
+    with ModelServer(script) as server:
+        report = _fill(store, "s1", server.url)
+    assert len(server.chat_requests()) == 1 and report.attempted == 1 and report.done_by_another_run == 2
+    texts = store.query("SELECT text, count(*) AS n FROM mini_summaries GROUP BY 1 ORDER BY 1").to_dict("records")
+    assert texts == [{"text": "by the other run", "n": 2}, {"text": "by this run", "n": 1}]
+
+
 def test_generation_stores_one_clean_line_of_at_most_280_characters(store):
     _add(store, _session("s1", 2))
     rambling = "The agent fixed\n\n the   grid selection.\t" + "It kept record ids after sorting. " * 30

@@ -1,0 +1,155 @@
+"""Concurrent sweeps on one store: four `session-digest sweep` processes and an `ingest` at once,
+as a user (or cron) may start them. Real DuckDB file, real Dagster instance, real HTTP to a model
+server that counts what it is asked, response cache off so nothing hides a repeated call."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, RunsFilter
+
+from digest.synthesis import INSTRUCTIONS
+from pipelines.interrupted_runs import IN_FLIGHT
+from resources.store import DigestStore
+from tests.bundles import write_bundle
+from tests.conftest import make_turns
+from tests.model_server import Behaviour, ModelServer
+
+CLI = [sys.executable, "-m", "pipelines.cli"]
+SWEEPS = 4
+FIRST, SECOND = 8, 2  # sessions in the bundle ingested first, and in the one ingested during the sweeps
+# Four model steps at once, so runs of one session truly overlap and meet at the lease. (The CLI's
+# default of 1 serializes them, and Dagster polls a blocked step up to 15 s apart: too slow here.)
+POOL = 4
+FAILING = "c05"  # the model answers its summary with a 500
+
+
+def _turns(prefix: str, count: int):
+    """Sessions whose documents name them, so the server can tell whose summary it is asked for."""
+    return [
+        dataclasses.replace(t, document=f"{t.document} [{t.session_id}]")
+        for i in range(count)
+        for t in make_turns(f"{prefix}{i:02d}", 2, minis=2)
+    ]
+
+
+class CountingModel:
+    """Counts summary requests per session; answers each after a short delay, so runs overlap."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.summaries: Counter[str] = Counter()
+        self.server = ModelServer(self.script)
+
+    def script(self, received) -> Behaviour:
+        named = re.search(r"\[([cd]\d\d)\]", received.prompt)
+        session = named.group(1) if named else "unnamed"
+        if INSTRUCTIONS[:40] in received.prompt:
+            with self.lock:
+                self.summaries[session] += 1
+        if session == FAILING:
+            return Behaviour.server_error()
+        return Behaviour(content=Behaviour.reply().content, delay_s=0.05)
+
+
+def _env(home: Path, url: str) -> dict:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        "DIGEST_HOME": str(home),
+        "DIGEST_MODEL_PROVIDER": "openai",
+        "DIGEST_MODEL_URL": url,
+        "DIGEST_RESPONSE_CACHE": "off",
+        "DIGEST_SWEEP_MAX_SESSIONS": "20",
+    }
+
+
+class Command:
+    """The CLI in a subprocess, its output in files: a full pipe would stall it while others wait on it."""
+
+    def __init__(self, folder: Path, name: str, args: list[str], env: dict):
+        self.out, self.err = folder / f"{name}.out", folder / f"{name}.err"
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.proc = subprocess.Popen(CLI + args, env=env, stdout=out, stderr=err)
+
+    def result(self, timeout: float) -> dict:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        finally:
+            self.stop()
+        err = self.err.read_text()
+        assert code == 0, err[-3000:]
+        assert not re.search(r"could not set lock|conflicting lock|database is locked", err, re.I), err[-3000:]
+        return json.loads(self.out.read_text())
+
+    def stop(self) -> None:
+        """A CLI still running when the test gives up is not left behind."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_concurrent_sweeps_and_an_ingest_summarize_each_session_once(tmp_path):
+    home = tmp_path / "home"
+    first = write_bundle(tmp_path / "first", _turns("c", FIRST))
+    second = write_bundle(tmp_path / "second", _turns("d", SECOND), stamp="2026-11-21T09-00-00.000Z")
+    model = CountingModel()
+    with model.server as server:
+        env = _env(home, server.url)
+        (home / "dagster").mkdir(parents=True)
+        (home / "dagster" / "dagster.yaml").write_text(f"concurrency:\n  pools:\n    default_limit: {POOL}\n")
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        Command(logs, "ingest-first", ["ingest", str(first)], env).result(timeout=120)
+        commands = [Command(logs, f"sweep-{i}", ["sweep"], env) for i in range(SWEEPS)]
+        commands.append(Command(logs, "ingest-second", ["ingest", str(second)], env))
+        try:
+            outputs = [command.result(timeout=300) for command in commands]
+        finally:
+            for command in commands:
+                command.stop()
+        # The second bundle's sessions, ingested while the sweeps ran.
+        outputs.append(Command(logs, "sweep-last", ["sweep"], env).result(timeout=120))
+    sweeps = outputs[:SWEEPS] + outputs[-1:]
+
+    store = DigestStore(home / "digest.duckdb")
+    summarized = {row["session_id"] for row in store.summary_rows()}
+    everyone = {f"c{i:02d}" for i in range(FIRST)} | {f"d{i:02d}" for i in range(SECOND)}
+    # Nothing lost: every session has its summary but the one the model fails.
+    assert summarized == everyone - {FAILING}
+    # Nothing twice: one summary request per session, the failing one included (it backs off).
+    duplicates = {s: n for s, n in model.summaries.items() if n != 1}
+    assert duplicates == {}, f"{sum(duplicates.values()) - len(duplicates)} duplicate summary calls: {duplicates}"
+    assert set(model.summaries) == everyone
+    # Every call, and the failure, is in the ledger.
+    ledger = store.query("SELECT session_id, outcome FROM attempts WHERE stage = 'session-summary' AND NOT cached")
+    assert Counter(ledger["session_id"]) == model.summaries
+    assert ledger[ledger["outcome"] != "ok"]["session_id"].tolist() == [FAILING]
+    assert store.query("SELECT session_id, failures FROM summary_state").to_dict("records") == [
+        {"session_id": FAILING, "failures": 1}
+    ]
+    # The runs that found the session done (or being done) said so, and failed none; every run is
+    # closed and no lease is left.
+    assert sum(s["summarized"] for s in sweeps) == len(everyone) - 1
+    assert sum(s["nothing_to_do"] for s in sweeps) > 0
+    assert [r["partition"] for s in sweeps for r in s["runs"] if not r["success"]] == [FAILING]
+    assert store.query("SELECT count(*) AS n FROM summary_leases")["n"][0] == 0
+    instance = DagsterInstance.from_config(str(home / "dagster"))
+    try:
+        assert instance.get_runs_count(filters=RunsFilter(statuses=IN_FLIGHT)) == 0
+        materialized = Counter(
+            record.partition_key
+            for record in instance.fetch_materializations(
+                AssetRecordsFilter(asset_key=AssetKey("session_summaries")), limit=1000
+            ).records
+        )
+    finally:
+        instance.dispose()
+    assert materialized == Counter(summarized)  # once each: a run with nothing to do materializes nothing
