@@ -22,7 +22,7 @@ from resources.bindings import ChatModelResource, DigestStoreResource, GraphPoli
 from resources.store import RunLedger
 
 # Bump when the extraction prompt, the schema or the graph's shape changes.
-GRAPH_CODE_VERSION = "graph-v1"
+GRAPH_CODE_VERSION = "graph-v2"  # v2: Neo.mjs's node ids, labels and edges
 PREVIEW_ROWS = 15
 
 
@@ -63,8 +63,9 @@ def session_graph(
     context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource, graph: GraphPolicyResource
 ):
     """The session's knowledge graph in `graph_nodes` / `graph_edges`: provenance nodes (summary,
-    session, one per turn, agents, issues) and the entities and relations the model extracts from
-    the raw turns, chunk by chunk within its budget. Never from a summary's text, degraded or not.
+    session, one per turn, with edges to the agents and issues Neo.mjs holds) and the entities and
+    relations the model extracts from the raw turns, chunk by chunk within its budget. Never from a
+    summary's text, degraded or not.
 
     Not digested (nothing materialized, an observation says why) when the turns changed since the
     summary, or the session is undigestible at its current turns, or, in a run a sweep launched, it

@@ -83,6 +83,11 @@ RelationType = Literal[
 ]  # fmt: skip
 ENTITY_TYPES: tuple[str, ...] = EntityType.__args__
 RELATION_TYPES: tuple[str, ...] = RelationType.__args__
+# Ours that the original's graph does not have (its SemanticGraphExtractor VALID_TYPES and
+# relationships), filed as it files them: an unknown type as CONCEPT (the extracted type kept in
+# `tags`), an unknown relation as RELATES_TO (kept in `justification`).
+NEO_NODE_TYPE = {"TECHNOLOGY": "CONCEPT", "TOOL": "CONCEPT"}
+NEO_RELATION = {"MODIFIES": "RELATES_TO", "TESTS": "RELATES_TO"}
 
 # The example is off-domain on purpose: a small model copies it, and the grounding rule then drops
 # the copy (no session names a teapot's pour() method, and one that does earns the entity).
@@ -356,17 +361,26 @@ def reinforce(weight: float, added: float) -> float:
 
 
 def normalize_name(name: str) -> str:
+    """How relation endpoints are matched to entity names when the model's spelling drifts."""
     return " ".join(name.strip().strip("`'\"").casefold().split())
 
 
+_NOT_ID_SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
 def entity_id(entity_type: str, name: str) -> str:
-    """The original's `Type:Name` id, on the normalized name, so chunks and sessions agree."""
-    return f"{entity_type}:{normalize_name(name)}"
+    """The original's id for an extracted node with no `Type:Name` id of its own (SemanticGraphExtractor
+    commit): `TYPE:` and the name as written, case kept, each character outside `[A-Za-z0-9_.-]`
+    replaced by `_` per UTF-16 code unit (JavaScript's `replace`), so an astral character gives `__`."""
+    clean = _NOT_ID_SAFE.sub(lambda m: "_" * (2 if ord(m.group()) > 0xFFFF else 1), name)
+    return f"{NEO_NODE_TYPE.get(entity_type, entity_type)}:{clean}"
 
 
 class GraphBuilder:
-    """Nodes and edges keyed by id, with the original's upsert semantics: a repeated node merges
-    its properties, a repeated edge is reinforced (`linkNodes`), an edge to a missing node is culled."""
+    """One session's nodes and edges keyed by id, merged as the original's chunk reduce does: a
+    repeated node keeps its first properties but the longest description and every tag, a repeated
+    edge keeps the larger weight and every justification. An edge to a node it does not hold is
+    culled, unless that node is the target graph's own (`outside`)."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, GraphNode] = {}
@@ -376,21 +390,34 @@ class GraphBuilder:
         existing = self.nodes.get(node_id)
         if existing is None:
             self.nodes[node_id] = GraphNode(node_id, label, dict(properties))
-        else:
-            existing.properties.update({k: v for k, v in properties.items() if v not in (None, "")})
+            return
+        old = existing.properties
+        if len(properties.get("description") or "") > len(old.get("description") or ""):
+            old["description"] = properties["description"]
+        if properties.get("tags"):
+            old["tags"] = list(dict.fromkeys([*old.get("tags", []), *properties["tags"]]))
 
-    def link(self, source: str, target: str, edge_type: str, weight: float, properties: dict | None = None) -> bool:
-        """False when the edge was culled (a missing endpoint, or a loop)."""
-        if source not in self.nodes or target not in self.nodes or source == target:
+    def link(
+        self, source: str, target: str, edge_type: str, weight: float, properties: dict | None = None,
+        outside: bool = False,
+    ) -> bool:  # fmt: skip
+        """False when the edge was culled: a loop, or an endpoint missing. With `outside`, one
+        endpoint is a node the target graph holds itself (the seeded frontier or an agent identity,
+        an issue node): not exported, so not checked here; the import culls the edge without it."""
+        known = [node in self.nodes for node in (source, target)]
+        if source == target or not (all(known) or (outside and any(known))):
             return False
         key = edge_id(source, target, edge_type)
         existing = self.edges.get(key)
         if existing is None:
             self.edges[key] = GraphEdge(key, source, target, edge_type, {"weight": weight, **(properties or {})})
-        else:
-            merged = {**existing.properties, **{k: v for k, v in (properties or {}).items() if v not in (None, "")}}
-            merged["weight"] = reinforce(existing.weight, weight)
-            existing.properties = merged
+            return True
+        merged = {**existing.properties, **{k: v for k, v in (properties or {}).items() if v not in (None, "")}}
+        old, added = existing.properties.get("justification") or "", (properties or {}).get("justification") or ""
+        if added:
+            merged["justification"] = old if added in old else " / ".join(filter(None, (old, added)))
+        merged["weight"] = max(existing.weight, weight)
+        existing.properties = merged
         return True
 
 
@@ -412,43 +439,71 @@ def grounded(name: str, raw_text_folded: str) -> bool:
     )
 
 
+RAW_EVIDENCE = "raw-turns"
+
+
 def merge_extractions(
-    builder: GraphBuilder, session_node: str, extractions: list[tuple[Chunk, GraphExtraction]]
+    builder: GraphBuilder, session_id: str, extractions: list[tuple[Chunk, GraphExtraction]]
 ) -> ExtractionStats:
-    """Chunk results into the graph: entities grounded in their chunk's raw text, merged on
-    (type, normalized name), each relation's endpoints remapped from the names the model used to
-    the merged node ids (looked up in its own chunk first, then among earlier chunks' entities;
-    an unknown name is culled). Every entity is linked MENTIONED_IN the session, reinforced once
-    per chunk that names it."""
-    by_name: dict[str, str] = {}  # normalized name → node id, first seen wins
+    """Chunk results into the graph: entities grounded in their chunk's raw text, one node per id
+    (the original's `(TYPE, name)` as written; `entity_id`), with the original's properties and
+    defaults. Each relation's endpoints are the names the model used, looked up in its own chunk
+    first, then among earlier chunks' entities, as written before case-folded; an unknown name is
+    culled. Every entity is linked MENTIONED_IN the session."""
+    session_node, summary_id = session_node_id(session_id), summary_node_id(session_id)
+    earlier: tuple[dict[str, str], dict[str, str]] = ({}, {})  # name as written / folded → node id
     entity_ids: set[str] = set()
     relation_ids: set[str] = set()
     ungrounded = culled = 0
     for chunk, extraction in extractions:
         raw_text_folded = chunk.text.casefold()
-        local: dict[str, str] = {}
+        local: tuple[dict[str, str], dict[str, str]] = ({}, {})
         for entity in extraction.entities:
-            key = normalize_name(entity.name)
             if not grounded(entity.name, raw_text_folded):
                 ungrounded += 1
                 continue
             node_id = entity_id(entity.type, entity.name)
-            local.setdefault(key, node_id)
-            by_name.setdefault(key, node_id)
+            for names in (local, earlier):
+                names[0].setdefault(entity.name, node_id)
+                names[1].setdefault(normalize_name(entity.name), node_id)
+            label = NEO_NODE_TYPE.get(entity.type, entity.type)
             builder.add_node(
-                node_id, entity.type, {"name": entity.name, "description": entity.description, "evidence": "raw-turns"}
+                node_id,
+                label,
+                {
+                    "name": entity.name,
+                    "description": entity.description,
+                    "semanticVectorId": summary_id,
+                    "logical_layer": "Unknown",
+                    "stability": "UNKNOWN",
+                    "gravity_well": False,
+                    "strategic_weight": 0.1,
+                    "confidence": 0.5,
+                    "tags": [entity.type] if label != entity.type else [],
+                    "context_source": session_id,
+                    "evidence": RAW_EVIDENCE,
+                },
             )
-            builder.link(node_id, session_node, "MENTIONED_IN", 1.0, {"evidence": "raw-turns"})
+            provenance = {"justification": "", "context_source": session_id, "evidence": RAW_EVIDENCE}
+            builder.link(node_id, session_node, "MENTIONED_IN", 1.0, provenance)
             entity_ids.add(node_id)
+
+        def resolve(name: str) -> str | None:
+            folded = normalize_name(name)
+            return local[0].get(name) or earlier[0].get(name) or local[1].get(folded) or earlier[1].get(folded)
+
         for relation in extraction.relations:
-            source = local.get(normalize_name(relation.source)) or by_name.get(normalize_name(relation.source))
-            target = local.get(normalize_name(relation.target)) or by_name.get(normalize_name(relation.target))
-            properties = {"description": relation.description, "evidence": "raw-turns"}
+            source, target = resolve(relation.source), resolve(relation.target)
+            relation_type = NEO_RELATION.get(relation.type, relation.type)
+            justification = relation.description
+            if relation_type != relation.type:
+                justification = f"{relation.type}: {justification}" if justification else relation.type
+            properties = {"justification": justification, "context_source": session_id, "evidence": RAW_EVIDENCE}
             linked = source is not None and target is not None
-            if not (linked and builder.link(source, target, relation.type, relation.weight, properties)):
+            if not (linked and builder.link(source, target, relation_type, relation.weight, properties)):
                 culled += 1
                 continue
-            relation_ids.add(edge_id(source, target, relation.type))
+            relation_ids.add(edge_id(source, target, relation_type))
     return ExtractionStats(
         entities=len(entity_ids), relations=len(relation_ids), ungrounded_entities=ungrounded, culled_relations=culled
     )
@@ -456,13 +511,18 @@ def merge_extractions(
 
 # --- provenance --------------------------------------------------------------------------------
 
-_ISSUE_REFERENCE = re.compile(r"(?<!&)#(\d+)\b|\bissue-(\d+)\b", re.IGNORECASE)
+# The original's scan, as it is: no word boundary, the digits as written (`issue-0012` is its own
+# id), `&#38;` counts. ASCII digits, as JavaScript's `\d`.
+_ISSUE_REFERENCE = re.compile(r"(?:#|issue-)(\d+)", re.IGNORECASE | re.ASCII)
+# `RequestContextService.CORE_SWARM_USER_IDS`: a summary any of them took part in is shared.
+CORE_SWARM_USER_IDS = frozenset({"neo-opus-ada", "neo-opus-grace", "neo-opus-vega", "neo-gemini-pro", "neo-gpt"})
+SHARED_USER_ID = "shared"
+FRONTIER = "frontier"  # the original's seeded SYSTEM_ANCHOR node
 
 
-def issue_references(text: str) -> list[int]:
-    """Issue numbers named as `#123` or `issue-123` (an HTML entity `&#123;` is not one), in order."""
-    found = (int(m.group(1) or m.group(2)) for m in _ISSUE_REFERENCE.finditer(text))
-    return list(dict.fromkeys(found))
+def issue_references(text: str) -> list[str]:
+    """Issue numbers named as `#123` or `issue-123`, digits as written, in order, once each."""
+    return list(dict.fromkeys(m.group(1) for m in _ISSUE_REFERENCE.finditer(text)))
 
 
 def iso_ms(ms: int | None) -> str | None:
@@ -473,9 +533,24 @@ def iso_ms(ms: int | None) -> str | None:
     return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def payload_hash(properties: dict) -> str:
-    stable = json.dumps(properties, sort_keys=True, separators=(",", ":"), default=str)
-    return "sha256:" + hashlib.sha256(stable.encode("utf-8")).hexdigest()
+def payload_hash(fields: dict) -> str:
+    """MemorySessionIngestor's `payloadHash`: hex sha256 of the fields' stable stringify (keys
+    sorted, no spaces), so its REM pass sees the node as unchanged."""
+    stable = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(stable.encode("utf-8")).hexdigest()
+
+
+def normalize_user_id(value: str | None) -> str | None:
+    """`normalizeUserId`: one leading `@` stripped (an identity node id to a userId)."""
+    return value[1:] if value and value.startswith("@") else value
+
+
+def summary_user_id(participating_agents: Iterable[str]) -> str | None:
+    """`resolveSummaryVisibilityUserId` with no request user (ours is never one): `shared` when a
+    core swarm agent took part (`parseAgentList`: ` (…)` wrappers dropped, lower-cased, `@` stripped),
+    else none, so the summary is visible to every tenant."""
+    agents = {normalize_user_id(re.sub(r"\s*\(.*?\)\s*", "", a.strip()).lower()) for a in participating_agents}
+    return SHARED_USER_ID if agents & CORE_SWARM_USER_IDS else None
 
 
 def _without_none(properties: dict) -> dict:
@@ -490,25 +565,25 @@ def session_node_id(session_id: str) -> str:
     return f"session:{session_id}"
 
 
-def add_provenance(builder: GraphBuilder, turns: list[Turn], summary: dict, created_at: str) -> int:
-    """SESSION_SUMMARY, SESSION, one AGENT_MEMORY per turn and the agents and issues they name,
-    with ORIGINATES_IN, AUTHORED_BY and DISCUSSED_IN edges (reference §4.1–4.3). `summary` is the
-    stored summary row; only its title, category and provenance flags are used, and its text only
-    for issue references. Returns the number of issues linked."""
+def add_summary_provenance(builder: GraphBuilder, turns: list[Turn], summary: dict) -> int:
+    """What the original writes when the summary is written (reference §4.1): the SESSION_SUMMARY
+    node, `frontier` SESSION_COMPLETED it, AUTHORED_BY each agent identity of the turns and
+    DISCUSSED_IN each issue its text or the raw turns name. `summary` is the stored summary row;
+    its text is used only for issue references. The frontier, identity and issue nodes are the
+    target graph's own: an edge to one it lacks is culled by its import, as `linkNodes` culls.
+    Returns the number of issues linked."""
     session_id = turns[0].session_id
-    summary_id, session_node = summary_node_id(session_id), session_node_id(session_id)
-    user_id = next((t.user_id for t in turns if t.user_id), None)
+    summary_id = summary_node_id(session_id)
     identities = list(dict.fromkeys(t.agent_identity for t in turns if t.agent_identity))
-    agents = ", ".join(summary.get("participating_agents") or []) or "unknown agents"
-    last_activity = iso_ms(summary.get("last_activity_ms"))
-
+    agents = summary.get("participating_agents") or []
+    user_id = summary_user_id(agents)
     builder.add_node(
         summary_id,
         "SESSION_SUMMARY",
         _without_none(
             {
-                "name": summary["title"],
-                "description": f"{summary['category']} session by {agents}",
+                "name": summary["title"] or summary_id,
+                "description": f"{summary['category']} session by {', '.join(agents)}",
                 "semanticVectorId": summary_id,
                 "sessionId": session_id,
                 "sourceAgentIdentities": identities,
@@ -518,77 +593,97 @@ def add_provenance(builder: GraphBuilder, turns: list[Turn], summary: dict, crea
                 "sourceTier": summary["source_tier"],
                 "degraded": bool(summary["degraded"]),
                 "rawCanonical": bool(summary["raw_canonical"]),
-                "inputRevision": summary["input_revision"],
                 "userId": user_id,
             }
         ),
     )
-    session_props = _without_none(
-        {"chromaId": summary_id, "liveIngested": True, "sessionId": session_id, "userId": user_id}
-    )
+    builder.link(FRONTIER, summary_id, "SESSION_COMPLETED", 1.0, outside=True)
+    last_activity = iso_ms(summary.get("last_activity_ms"))
+    for identity in identities:
+        authored = {
+            "timestamp": last_activity,
+            "userId": normalize_user_id(identity),
+            "sharedEntity": True,
+            "provenancePolicy": PROVENANCE_POLICY,
+        }
+        builder.link(summary_id, identity, "AUTHORED_BY", 1.0, _without_none(authored), outside=True)
+    # The summary text, then the raw turns whatever the summary's tier, as the original scans them.
+    found_in: dict[str, list[str]] = {}
+    for number in issue_references(summary.get("summary") or ""):
+        found_in.setdefault(number, []).append("summary")
+    for number in issue_references("\n".join(t.document for t in turns)):
+        found_in.setdefault(number, []).append(RAW_EVIDENCE)
+    for number, sources in found_in.items():
+        issue = f"issue-{number}"
+        builder.link(summary_id, issue, "DISCUSSED_IN", DISCUSSED_IN_WEIGHT, {"foundIn": sources}, outside=True)
+    return len(found_in)
+
+
+def summary_graph(turns: list[Turn], summary: dict) -> tuple[list[GraphNode], list[GraphEdge]]:
+    """The summary-time rows of a session (`add_summary_provenance`), for the store to write with
+    the summary; the digest later rewrites them, built the same way from the same row."""
+    builder = GraphBuilder()
+    add_summary_provenance(builder, canonical_order(turns), summary)
+    return list(builder.nodes.values()), list(builder.edges.values())
+
+
+def add_provenance(builder: GraphBuilder, turns: list[Turn], summary: dict) -> int:
+    """The summary-time rows, then the SESSION node and one AGENT_MEMORY per turn as the original's
+    write time and REM pass make them (reference §4.2–4.3), with ORIGINATES_IN, SPAWNED_MEMORY
+    and AUTHORED_BY edges. Agent identity nodes are not built: the original seeds its own, and
+    only those. Returns the number of issues linked."""
+    issues = add_summary_provenance(builder, turns, summary)
+    session_id = turns[0].session_id
+    session_node = session_node_id(session_id)
+    user_id = summary_user_id(summary.get("participating_agents") or [])
+    title = summary["title"] or ""
     builder.add_node(
         session_node,
         "SESSION",
-        {
-            "name": summary["title"],
-            **session_props,
-            "payloadHash": payload_hash(session_props),
-            "createdAt": created_at,
-        },
-    )
-    for identity in identities:
-        builder.add_node(identity, "AGENT", {"name": identity})
-        builder.link(
-            summary_id,
-            identity,
-            "AUTHORED_BY",
-            1.0,
-            _without_none(
-                {
-                    "timestamp": last_activity,
-                    "userId": user_id,
-                    "sharedEntity": True,
-                    "provenancePolicy": PROVENANCE_POLICY,
-                }
-            ),
-        )
-    for turn in turns:
-        memory_props = _without_none(
+        _without_none(
             {
-                "agentIdentity": turn.agent_identity,
-                "userId": turn.user_id,
-                "sessionId": session_id,
-                "timestamp": iso_ms(turn.ts_ms),
-                "miniSummary": turn.mini_summary,
-                "chromaId": turn.id,
+                "name": title or session_id,
+                "description": "",
+                "chromaId": summary_node_id(session_id),
                 "liveIngested": True,
+                # The summary row has no createdAt, so the original hashes ''.
+                "payloadHash": payload_hash(
+                    {"createdAt": "", "sessionId": session_id, "title": title, "userId": user_id or ""}
+                ),
+                "sessionId": session_id,
+                "userId": user_id,
             }
-        )
+        ),
+    )
+    for turn in turns:
+        stamp = iso_ms(turn.ts_ms)
         builder.add_node(
             turn.id,
             "AGENT_MEMORY",
-            {
-                "name": f"Memory: {iso_ms(turn.ts_ms) or 'unknown time'}",
-                **memory_props,
-                "payloadHash": payload_hash(memory_props),
-                "createdAt": created_at,
-            },
+            _without_none(
+                {
+                    "name": f"Memory: {stamp or 'unknown time'}",
+                    "description": f"Agent thought flow inside session {session_id}.",
+                    "semanticVectorId": turn.id,
+                    "agentIdentity": turn.agent_identity,
+                    "userId": normalize_user_id(turn.user_id),
+                    "sessionId": session_id,
+                    "timestamp": stamp,
+                    "miniSummary": turn.mini_summary,
+                    "chromaId": turn.id,
+                    "liveIngested": True,
+                    "payloadHash": payload_hash(
+                        {"createdAt": "", "sessionId": session_id, "userId": turn.user_id or ""}
+                    ),
+                }
+            ),
         )
         builder.link(turn.id, session_node, "ORIGINATES_IN", 1.0)
+        builder.link(FRONTIER, turn.id, "SPAWNED_MEMORY", 0.8, outside=True)
         if turn.agent_identity:
-            builder.link(turn.id, turn.agent_identity, "AUTHORED_BY", 1.0, _without_none({"userId": turn.user_id}))
-
-    # The raw turns are scanned whatever the summary's tier; the summary text as the original does.
-    found_in: dict[int, list[str]] = {}
-    for number in issue_references("\n".join(t.document for t in turns)):
-        found_in.setdefault(number, []).append("raw-turns")
-    for number in issue_references(summary.get("summary") or ""):
-        found_in.setdefault(number, []).append("summary")
-    for number, sources in found_in.items():
-        issue = f"issue-{number}"
-        builder.add_node(issue, "ISSUE", {"name": f"#{number}", "number": number})
-        builder.link(summary_id, issue, "DISCUSSED_IN", DISCUSSED_IN_WEIGHT, {"foundIn": sources})
-    return len(found_in)
+            authored = {"timestamp": stamp, "userId": normalize_user_id(turn.agent_identity), "sharedEntity": True}
+            builder.link(turn.id, turn.agent_identity, "AUTHORED_BY", 1.0, _without_none(authored), outside=True)
+    return issues
 
 
 # --- digest state ----------------------------------------------------------------------------------
@@ -729,7 +824,6 @@ def digest_session(
     limits: Limits,
     policy: GraphPolicy,
     ledger: Ledger,
-    created_at: datetime | None = None,
     chunk_store: ChunkStore | None = None,
 ) -> DigestResult:
     """The session's graph: provenance from the stored rows, semantics from the model over raw
@@ -799,10 +893,9 @@ def digest_session(
         cut_replies += cut
         extractions.append((chunk, extraction))
 
-    stamp = (created_at or datetime.now(timezone.utc)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     builder = GraphBuilder()
-    issues = add_provenance(builder, ordered, summary, stamp)
-    stats = merge_extractions(builder, session_node_id(session_id), extractions)
+    issues = add_provenance(builder, ordered, summary)
+    stats = merge_extractions(builder, session_id, extractions)
     graph = SessionGraph(
         session_id=session_id,
         input_revision=revision,

@@ -26,7 +26,7 @@ EXAMPLES = 20  # violations listed in the check's metadata
 # What `digest.graph` builds from stored rows rather than from extraction: the summary, session,
 # turns, agents and issues, and the edges between them. Everything else is evidence.
 PROVENANCE_LABELS = frozenset({"SESSION_SUMMARY", "SESSION", "AGENT_MEMORY", "AGENT", "ISSUE"})
-PROVENANCE_EDGES = frozenset({"ORIGINATES_IN", "AUTHORED_BY", "DISCUSSED_IN"})
+PROVENANCE_EDGES = frozenset({"ORIGINATES_IN", "AUTHORED_BY", "DISCUSSED_IN", "SESSION_COMPLETED", "SPAWNED_MEMORY"})
 RAW_EVIDENCE = "raw-turns"
 
 

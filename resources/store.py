@@ -44,7 +44,7 @@ from digest.archive import (
 )
 from digest.friction import FrictionEvent
 from digest.graph import UNDIGESTIBLE, DigestState, SessionGraph, after_failure, after_reset, after_success
-from digest.graph import Chunk, GraphExtraction
+from digest.graph import Chunk, GraphEdge, GraphExtraction, GraphNode, summary_graph, summary_node_id
 from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
 from digest.model_api import ChatReply
 from digest.mini_summaries import ARCHIVE_GENERATION_TIMEOUT, PendingSession, PendingTurn, order_sessions
@@ -299,11 +299,12 @@ CREATE TABLE IF NOT EXISTS response_cache (
 );
 
 -- The session graph (`session_graph`): each session's nodes and edges, replaced whole when the
--- session is digested again. A node or edge several sessions share is merged on export.
+-- session is digested again; its SESSION_SUMMARY node and summary-time edges are written with its
+-- summary (digested or not). A node or edge several sessions share is merged on export.
 CREATE TABLE IF NOT EXISTS graph_nodes (
     session_id VARCHAR NOT NULL,
     id VARCHAR NOT NULL,
-    label VARCHAR NOT NULL,           -- SESSION_SUMMARY | SESSION | AGENT_MEMORY | AGENT | ISSUE | an entity type
+    label VARCHAR NOT NULL,           -- SESSION_SUMMARY | SESSION | AGENT_MEMORY | an entity type (before graph-v2 also AGENT, ISSUE)
     properties JSON NOT NULL,
     input_revision VARCHAR NOT NULL,  -- of the turns it was digested from
     run_id VARCHAR,
@@ -416,6 +417,7 @@ ADOPT_IMPORTED_SUMMARIES = """
         total_tool_calls = excluded.total_tool_calls, tools_used = excluded.tools_used,
         source_agent_identities = excluded.source_agent_identities, run_id = excluded.run_id,
         created_at = excluded.created_at, origin = excluded.origin
+    RETURNING *
 """
 
 # Sessions with no summary, or whose turns changed since it was made.
@@ -502,7 +504,66 @@ def _refresh_sessions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) ->
 
 
 def _adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
-    con.execute(ADOPT_IMPORTED_SUMMARIES, [session_ids, _now()])
+    cursor = con.execute(ADOPT_IMPORTED_SUMMARIES, [session_ids, _now()])
+    names = [d[0] for d in cursor.description]
+    _write_summary_graphs(con, [dict(zip(names, row)) for row in cursor.fetchall()])
+
+
+GRAPH_NODE_COLUMNS = ["session_id", "input_revision", "run_id", "created_at", "id", "label", "properties"]
+GRAPH_EDGE_COLUMNS = ["session_id", "input_revision", "run_id", "created_at", "id", "source", "target", "type", "properties"]
+
+
+def _insert_graph(
+    con: duckdb.DuckDBPyConnection, parts: Iterable[tuple[dict, list[GraphNode], list[GraphEdge]]]
+) -> None:
+    """Insert graph rows: each part is the columns its rows share (session, revision, run, time)
+    and its nodes and edges."""
+    nodes, edges = [], []
+    for common, part_nodes, part_edges in parts:
+        nodes += [{**common, "id": n.id, "label": n.label, "properties": json.dumps(n.properties)} for n in part_nodes]
+        edges += [
+            {**common, "id": e.id, "source": e.source, "target": e.target, "type": e.type, "properties": json.dumps(e.properties)}
+            for e in part_edges
+        ]
+    con.register("node_batch", pd.DataFrame(nodes, columns=GRAPH_NODE_COLUMNS))
+    con.register("edge_batch", pd.DataFrame(edges, columns=GRAPH_EDGE_COLUMNS))
+    con.execute(f"INSERT INTO graph_nodes ({', '.join(GRAPH_NODE_COLUMNS)}) SELECT * FROM node_batch")
+    con.execute(f"INSERT INTO graph_edges ({', '.join(GRAPH_EDGE_COLUMNS)}) SELECT * FROM edge_batch")
+    con.unregister("node_batch")
+    con.unregister("edge_batch")
+
+
+def _write_summary_graphs(con: duckdb.DuckDBPyConnection, summaries: list[dict]) -> None:
+    """Each summary row's SESSION_SUMMARY node and summary-time edges, in place of the session's
+    earlier ones, as the original writes them with the summary: every summary's provenance is in
+    the graph, digested or not. The rest of a session's graph (its last digest) stays; the next
+    digest rewrites it all, the summary rows built the same way from the same row."""
+    if not summaries:
+        return
+    session_ids = [row["session_id"] for row in summaries]
+    turns: dict[str, list[Turn]] = {}
+    for turn in _load_turns(con, session_ids):
+        turns.setdefault(turn.session_id, []).append(turn)
+    scope = "session_id IN (SELECT unnest(?::VARCHAR[]))"
+    summary_ids = [summary_node_id(sid) for sid in session_ids]
+    con.execute(f"DELETE FROM graph_nodes WHERE {scope} AND id IN (SELECT unnest(?::VARCHAR[]))", [session_ids, summary_ids])
+    con.execute(
+        f"DELETE FROM graph_edges WHERE {scope} AND (source IN (SELECT unnest(?::VARCHAR[])) "
+        "OR target IN (SELECT unnest(?::VARCHAR[])))",
+        [session_ids, summary_ids, summary_ids],
+    )
+    now = _now()
+    _insert_graph(
+        con,
+        (
+            (
+                {"session_id": row["session_id"], "input_revision": row["input_revision"], "run_id": row["run_id"], "created_at": now},
+                *summary_graph(turns[row["session_id"]], row),
+            )
+            for row in summaries
+            if row["session_id"] in turns
+        ),
+    )
 
 
 def _upsert_sql(table: str, columns: list[str], key: list[str], keep: Iterable[str] = ()) -> str:
@@ -784,12 +845,13 @@ class DigestStore:
         columns = list(row)
         placeholders = ", ".join("?" for _ in columns)
         updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != "session_id")
-        with self.connect() as con:
+        with self.transaction() as con:
             con.execute(
                 f"INSERT INTO session_summaries ({', '.join(columns)}) VALUES ({placeholders}) "
                 f"ON CONFLICT (session_id) DO UPDATE SET {updates}",
                 list(row.values()),
             )
+            _write_summary_graphs(con, [row])
 
     # --- sweeps -------------------------------------------------------------------------------
 
@@ -1517,27 +1579,12 @@ class DigestStore:
 
     def write_graph(self, graph: SessionGraph, run_id: str | None = None) -> None:
         """Replace the session's graph and mark it digested at its revision, in one transaction."""
-        now = _now()
-        common = {"session_id": graph.session_id, "input_revision": graph.input_revision, "run_id": run_id, "created_at": now}
-        nodes = pd.DataFrame(
-            [{**common, "id": n.id, "label": n.label, "properties": json.dumps(n.properties)} for n in graph.nodes],
-            columns=[*common, "id", "label", "properties"],
-        )
-        edges = pd.DataFrame(
-            [
-                {**common, "id": e.id, "source": e.source, "target": e.target, "type": e.type, "properties": json.dumps(e.properties)}
-                for e in graph.edges
-            ],
-            columns=[*common, "id", "source", "target", "type", "properties"],
-        )
+        common = {"session_id": graph.session_id, "input_revision": graph.input_revision, "run_id": run_id, "created_at": _now()}
         with self.transaction() as con:
             con.execute("DELETE FROM graph_nodes WHERE session_id = ?", [graph.session_id])
             con.execute("DELETE FROM graph_edges WHERE session_id = ?", [graph.session_id])
             con.execute("DELETE FROM graph_chunks WHERE session_id = ?", [graph.session_id])
-            con.register("node_batch", nodes)
-            con.register("edge_batch", edges)
-            con.execute(f"INSERT INTO graph_nodes ({', '.join(nodes.columns)}) SELECT * FROM node_batch")
-            con.execute(f"INSERT INTO graph_edges ({', '.join(edges.columns)}) SELECT * FROM edge_batch")
+            _insert_graph(con, [(common, graph.nodes, graph.edges)])
             self._put_digest_state(con, graph.session_id, after_success(graph.input_revision))
 
     def finished_graph_chunks(self, session_id: str, revision: str) -> dict[tuple[int, str], tuple[GraphExtraction, bool]]:

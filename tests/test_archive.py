@@ -164,7 +164,10 @@ def test_the_bundle_has_the_originals_shapes(tmp_path, server):
     assert len(minis) == 21 and minis["big-t025"] == "generated line"
     assert minis["big-t000"].startswith("Turn 0 mini summary")  # the store's, not the graph's older copy
     assert nodes["concept:grid"]["properties"] == {"name": "grid", "description": "rows", "seenIn": "big"}
-    assert [g["type"] for g in graph][-1] == "edge" and len(graph) == len(nodes) + 1
+    edges = {g["data"]["id"] for g in graph if g["type"] == "edge"}
+    assert [g["type"] for g in graph] == ["node"] * len(nodes) + ["edge"] * len(edges)
+    assert "concept:grid->session:big:MENTIONED_IN" in edges
+    assert {"summary_small", "summary_big"} <= set(nodes)  # written with the summaries
     # The bundle is also an export `session-digest ingest` reads: turns and mini summaries come in.
     other = _new_store(_settings(tmp_path / "other", server.url))
     report = ingest_paths([bundle], other)

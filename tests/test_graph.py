@@ -4,6 +4,7 @@ real DuckDB file, real HTTP to tests/model_server.py, and a real Dagster instanc
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -27,6 +28,7 @@ from digest.graph import (
     chunk_turns,
     digest_gate,
     digest_session,
+    entity_id,
     extraction_json_schema,
     grounded,
     issue_references,
@@ -35,10 +37,11 @@ from digest.graph import (
     prompt_window_tokens,
     reinforce,
     salvage_cut_reply,
+    summary_user_id,
 )
 from digest.ingest import parse_graph_line
 from digest.settings import SettingsError, load_settings
-from digest.turns import Turn, compose_document, input_revision
+from digest.turns import Turn, canonical_order, compose_document, input_revision
 from pipelines.cli import export_graph, reset_digest
 from pipelines.definitions import build_definitions
 from pipelines.sensors import digest_sensor, register_partitions
@@ -47,6 +50,7 @@ from resources.store import DigestStore, RunLedger
 from tests.bundles import memory_row, write_bundle
 from tests.conftest import make_limits, make_turns
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer, Received
+from tests.test_imported_summaries import exported_summary, write_summaries
 
 PLANTED = "Zanzibarquux"
 # The graph bounds of a small-context model: the reference's 8192 output tokens would fill make_limits' context.
@@ -109,8 +113,7 @@ def turn(session_id: str, index: int, response: str, **fields) -> Turn:
         document=compose_document(f"step {index}", "thinking", response),
         ts_ms=1_760_000_000_000 + index * 60_000,
         agent="claude-code",
-        agent_identity="@neo-opus-ada",
-        **fields,
+        **{"agent_identity": "@neo-opus-ada", **fields},
     )
 
 
@@ -244,30 +247,61 @@ def extraction(entities: list[tuple[str, str]], relations: list[tuple[str, str, 
     )
 
 
-def test_chunk_results_merge_by_type_and_normalized_name_and_edges_are_remapped():
+def _entity_props(name: str, description: str, session_id: str = "s", tags: list | None = None) -> dict:
+    """An extracted node's properties as the original's commit writes them, with our evidence key."""
+    return {
+        "name": name, "description": description, "semanticVectorId": f"summary_{session_id}",
+        "logical_layer": "Unknown", "stability": "UNKNOWN", "gravity_well": False, "strategic_weight": 0.1,
+        "confidence": 0.5, "tags": tags or [], "context_source": session_id, "evidence": "raw-turns",
+    }  # fmt: skip
+
+
+def test_entity_ids_are_the_originals_type_and_name_as_written():
+    """`TYPE:` + the name, case kept, each character outside [A-Za-z0-9_.-] → `_` per UTF-16 unit."""
+    assert entity_id("CLASS", "RecordStore") == "CLASS:RecordStore"
+    assert entity_id("CLASS", "Neo.data.RecordStore") == "CLASS:Neo.data.RecordStore"
+    assert entity_id("METHOD", "onStoreSort()") == "METHOD:onStoreSort__"
+    assert entity_id("FILE", "src/a b.py") == "FILE:src_a_b.py"
+    assert entity_id("CONCEPT", "multi-threading in café 🚀") == "CONCEPT:multi-threading_in_caf____"  # é: 1, 🚀: 2
+    assert entity_id("TECHNOLOGY", "DuckDB") == entity_id("TOOL", "DuckDB") == "CONCEPT:DuckDB"
+
+
+def test_chunk_results_merge_on_the_originals_type_and_name_and_edges_are_remapped():
     builder = GraphBuilder()
     builder.add_node("session:s", "SESSION", {"name": "s"})
-    first = Chunk(0, "RowSelectionModel depends on the Store; onStoreSort() sorts it.", ("t1",))
-    second = Chunk(1, "rowselectionmodel again, and the store, and a Teapot in passing.", ("t2",))
-    stats = merge_extractions(
-        builder,
-        "session:s",
-        [
-            (first, extraction([("RowSelectionModel", "CLASS"), ("Store", "CLASS"), ("onStoreSort()", "METHOD")],
-                               [("RowSelectionModel", "Store", "DEPENDS_ON", 2.0),
-                                ("onStoreSort()", "Nowhere", "RELATES_TO", 1.0)])),
-            (second, extraction([(" rowselectionmodel ", "CLASS"), ("store", "CLASS"), ("Kettle", "TOOL")],
-                                [("rowselectionmodel", "store", "DEPENDS_ON", 1.0),
-                                 ("Kettle", "store", "RELATES_TO", 1.0)])),
-        ],
-    )  # fmt: skip
-    entities = sorted(n for n, node in builder.nodes.items() if node.label in ENTITY_TYPES)
-    assert entities == ["CLASS:rowselectionmodel", "CLASS:store", "METHOD:onstoresort()"]
-    edge = builder.edges["CLASS:rowselectionmodel->CLASS:store:DEPENDS_ON"]
-    assert edge.weight == pytest.approx(reinforce(2.0, 1.0)) == pytest.approx(2.1)  # re-linked: reinforced
+    first = Chunk(0, "RowSelectionModel depends on the RecordStore; onStoreSort() sorts it with DuckDB.", ("t1",))
+    second = Chunk(1, "The RowSelectionModel again, a recordstore in lower case, and a Teapot in passing.", ("t2",))
+    one = extraction([("RowSelectionModel", "CLASS"), ("RecordStore", "CLASS"), ("onStoreSort()", "METHOD"),
+                      ("DuckDB", "TECHNOLOGY")],
+                     [("RowSelectionModel", "RecordStore", "DEPENDS_ON", 2.0), ("onStoreSort()", "RecordStore", "MODIFIES", 1.0),
+                      ("onStoreSort()", "Nowhere", "RELATES_TO", 1.0)])  # fmt: skip
+    one.entities[0].description = "keeps rows"
+    one.relations[0].description = "reads records"
+    one.relations[1].description = "sorts"
+    two = extraction([("RowSelectionModel", "CLASS"), ("recordstore", "CLASS"), ("Kettle", "TOOL")],
+                     [("RowSelectionModel", "RecordStore", "DEPENDS_ON", 1.0), ("Kettle", "recordstore", "RELATES_TO", 1.0)])  # fmt: skip
+    two.entities[0].description = "keeps the selected rows by record id"
+    two.relations[0].description = "again"
+    stats = merge_extractions(builder, "s", [(first, one), (second, two)])
+    nodes = {i: (n.label, n.properties) for i, n in builder.nodes.items() if i != "session:s"}
+    # Case-sensitive, as the original: `recordstore` is another node than `RecordStore`.
+    assert nodes == {
+        "CLASS:RowSelectionModel": ("CLASS", _entity_props("RowSelectionModel", "keeps the selected rows by record id")),
+        "CLASS:RecordStore": ("CLASS", _entity_props("RecordStore", "about RecordStore")),
+        "METHOD:onStoreSort__": ("METHOD", _entity_props("onStoreSort()", "about onStoreSort()")),
+        "CONCEPT:DuckDB": ("CONCEPT", _entity_props("DuckDB", "about DuckDB", tags=["TECHNOLOGY"])),
+        "CLASS:recordstore": ("CLASS", _entity_props("recordstore", "about recordstore")),
+    }
+    edges = {i: e.properties for i, e in builder.edges.items()}
+    raw = {"context_source": "s", "evidence": "raw-turns"}
+    # Re-linked in a later chunk: the larger weight and both justifications (the chunk reduce).
+    assert edges["CLASS:RowSelectionModel->CLASS:RecordStore:DEPENDS_ON"] == {
+        "weight": 2.0, "justification": "reads records / again", **raw}  # fmt: skip
+    # MODIFIES is not one of the original's relationships: RELATES_TO, the type kept in the justification.
+    assert edges["METHOD:onStoreSort__->CLASS:RecordStore:RELATES_TO"] == {"weight": 1.0, "justification": "MODIFIES: sorts", **raw}
+    assert edges["CLASS:RowSelectionModel->session:s:MENTIONED_IN"] == {"weight": 1.0, "justification": "", **raw}
     # Kettle is named nowhere in its chunk's raw text: dropped, and its relation culled with the unknown target.
-    assert (stats.entities, stats.relations, stats.ungrounded_entities, stats.culled_relations) == (3, 1, 1, 2)
-    assert builder.edges["CLASS:store->session:s:MENTIONED_IN"].weight == pytest.approx(1.1)  # in two chunks
+    assert (stats.entities, stats.relations, stats.ungrounded_entities, stats.culled_relations) == (5, 2, 1, 2)
 
 
 def test_an_entity_is_grounded_only_by_its_name_in_the_raw_text():
@@ -287,34 +321,79 @@ def test_reinforcement_is_capped_at_five():
 # --- provenance --------------------------------------------------------------------------------
 
 
-def test_issue_references_are_found_in_raw_turns_and_the_summary():
-    assert issue_references("fixes #123 and issue-45, ISSUE-45 again, not &#38; but neo#7") == [123, 45, 7]
+def test_issue_references_are_the_originals_scan():
+    # No word boundary, the digits as written, an HTML entity counts: the original's regex as it is.
+    text = "fixes #123 and issue-45, ISSUE-45 again, &#38; neo#7, issue-0012 and #12abc"
+    assert issue_references(text) == ["123", "45", "38", "7", "0012", "12"]
+    assert issue_references("#١٢") == []  # JavaScript's \d is ASCII
+
+
+def test_visibility_of_a_summary_follows_the_originals_core_swarm_rule():
+    assert summary_user_id(["claude-code", "Neo-Opus-Ada (Claude Code)"]) == "shared"
+    assert summary_user_id(["@neo-gpt"]) == "shared"
+    assert summary_user_id(["claude-code"]) is None  # no request user here: visible to every tenant
+
+
+def _hex(stable: str) -> str:
+    return hashlib.sha256(stable.encode()).hexdigest()
+
+
+def test_provenance_nodes_and_edges_are_the_originals_field_by_field():
+    """Each line built by hand from the original's code (SessionService.summarizeSession,
+    MemoryService._projectMemoryToGraph, MemorySessionIngestor), for a session whose summary is
+    degraded and whose turns name issues."""
     turns = [
-        turn("s", 0, "Looked at #123 and issue-9.", mini_summary="Turn 0 mini."),
-        turn("s", 1, "Nothing here.", user_id="tobi"),
+        turn("s", 0, "Looked at #123 and issue-9.", mini_summary="Turn 0 mini.", user_id="@tobi"),
+        turn("s", 1, "Nothing here.", agent_identity=None),
     ]
-    summary = summary_row(turns, summary="Closes #500.", source_tier="miniSummary", degraded=True)
-    with ModelServer(script()) as server:
+    summary = summary_row(turns, summary="Closes #500 and #123.", source_tier="miniSummary", degraded=True)
+    swarm_summary = {**summary, "participating_agents": ["neo-gpt (Codex)"]}
+    with ModelServer(script(graph=lambda received: Behaviour.reply({"entities": [], "relations": []}))) as server:
         client = OpenAIChatClient(server.url, "fake-model")
-        result = digest_session(turns, summary, client, make_limits(), SMALL_MODEL, _NullLedger())
-    graph = result.graph
-    nodes = {n.id: n for n in graph.nodes}
-    edges = {e.id: e for e in graph.edges}
-    assert {nodes[i].label for i in ("issue-123", "issue-9", "issue-500")} == {"ISSUE"}
-    assert edges["summary_s->issue-123:DISCUSSED_IN"].properties == {"weight": 0.8, "foundIn": ["raw-turns"]}
-    assert edges["summary_s->issue-500:DISCUSSED_IN"].properties["foundIn"] == ["summary"]
+        graph = digest_session(turns, summary, client, make_limits(), SMALL_MODEL, _NullLedger()).graph
+        swarm = digest_session(turns, swarm_summary, client, make_limits(), SMALL_MODEL, _NullLedger()).graph
+    nodes = {n.id: (n.label, n.properties) for n in graph.nodes}
+    t0, t1 = "2025-10-09T08:53:20.000Z", "2025-10-09T08:54:20.000Z"
+    # Seeded by the original (identities, the frontier) or never made by it (issue stubs): not exported.
+    assert sorted(nodes) == ["s-t0", "s-t1", "session:s", "summary_s"]
+    assert nodes["summary_s"] == ("SESSION_SUMMARY", {
+        "name": "Fix the grid", "description": "bugfix session by claude-code", "semanticVectorId": "summary_s",
+        "sessionId": "s", "sourceAgentIdentities": ["@neo-opus-ada"], "sourceTrustTier": "unclassified",
+        "provenancePolicy": "most-restrictive-source", "sourceTier": "miniSummary", "degraded": True,
+        "rawCanonical": True})  # fmt: skip
+    assert nodes["session:s"] == ("SESSION", {
+        "name": "Fix the grid", "description": "", "chromaId": "summary_s", "liveIngested": True,
+        "payloadHash": _hex('{"createdAt":"","sessionId":"s","title":"Fix the grid","userId":""}'), "sessionId": "s"})  # fmt: skip
+    assert nodes["s-t0"] == ("AGENT_MEMORY", {
+        "name": f"Memory: {t0}", "description": "Agent thought flow inside session s.", "semanticVectorId": "s-t0",
+        "agentIdentity": "@neo-opus-ada", "userId": "tobi", "sessionId": "s", "timestamp": t0,
+        "miniSummary": "Turn 0 mini.", "chromaId": "s-t0", "liveIngested": True,
+        "payloadHash": _hex('{"createdAt":"","sessionId":"s","userId":"@tobi"}')})  # fmt: skip
+    assert nodes["s-t1"][1]["payloadHash"] == _hex('{"createdAt":"","sessionId":"s","userId":""}')
+    edges = {e.id: (e.source, e.target, e.type, e.properties) for e in graph.edges}
+    assert edges == {
+        "frontier->summary_s:SESSION_COMPLETED": ("frontier", "summary_s", "SESSION_COMPLETED", {"weight": 1.0}),
+        "summary_s->@neo-opus-ada:AUTHORED_BY": ("summary_s", "@neo-opus-ada", "AUTHORED_BY", {
+            "weight": 1.0, "timestamp": t1, "userId": "neo-opus-ada", "sharedEntity": True,
+            "provenancePolicy": "most-restrictive-source"}),
+        # The summary text, then the raw turns, whatever the summary's tier.
+        "summary_s->issue-500:DISCUSSED_IN": ("summary_s", "issue-500", "DISCUSSED_IN", {"weight": 0.8, "foundIn": ["summary"]}),
+        "summary_s->issue-123:DISCUSSED_IN": ("summary_s", "issue-123", "DISCUSSED_IN", {
+            "weight": 0.8, "foundIn": ["summary", "raw-turns"]}),
+        "summary_s->issue-9:DISCUSSED_IN": ("summary_s", "issue-9", "DISCUSSED_IN", {"weight": 0.8, "foundIn": ["raw-turns"]}),
+        "s-t0->session:s:ORIGINATES_IN": ("s-t0", "session:s", "ORIGINATES_IN", {"weight": 1.0}),
+        "s-t1->session:s:ORIGINATES_IN": ("s-t1", "session:s", "ORIGINATES_IN", {"weight": 1.0}),
+        "frontier->s-t0:SPAWNED_MEMORY": ("frontier", "s-t0", "SPAWNED_MEMORY", {"weight": 0.8}),
+        "frontier->s-t1:SPAWNED_MEMORY": ("frontier", "s-t1", "SPAWNED_MEMORY", {"weight": 0.8}),
+        "s-t0->@neo-opus-ada:AUTHORED_BY": ("s-t0", "@neo-opus-ada", "AUTHORED_BY", {
+            "weight": 1.0, "timestamp": t0, "userId": "neo-opus-ada", "sharedEntity": True}),
+    }  # fmt: skip
     assert graph.issues == 3
-    summary_node = nodes["summary_s"]
-    assert summary_node.label == "SESSION_SUMMARY"
-    assert {k: summary_node.properties[k] for k in ("sourceTier", "degraded", "rawCanonical")} == {
-        "sourceTier": "miniSummary", "degraded": True, "rawCanonical": True}  # fmt: skip
-    assert summary_node.properties["description"] == "bugfix session by claude-code"
-    assert nodes["session:s"].label == "SESSION" and nodes["session:s"].properties["userId"] == "tobi"
-    memory = nodes["s-t0"]
-    assert memory.label == "AGENT_MEMORY" and memory.properties["miniSummary"] == "Turn 0 mini."
-    assert memory.properties["timestamp"] == "2025-10-09T08:53:20.000Z"
-    for key in ("s-t0->session:s:ORIGINATES_IN", "s-t0->@neo-opus-ada:AUTHORED_BY", "summary_s->@neo-opus-ada:AUTHORED_BY"):
-        assert edges[key].weight == 1.0
+    # A core swarm agent took part: the summary and session are shared, and hashed so.
+    shared = {n.id: n.properties for n in swarm.nodes}
+    assert shared["summary_s"]["userId"] == shared["session:s"]["userId"] == "shared"
+    assert shared["summary_s"]["description"] == "bugfix session by neo-gpt (Codex)"
+    assert shared["session:s"]["payloadHash"] == _hex('{"createdAt":"","sessionId":"s","title":"Fix the grid","userId":"shared"}')
 
 
 class _NullLedger:
@@ -438,7 +517,8 @@ def test_the_revision_gate_leaves_a_changed_session_pending(tmp_path, instance):
         (observation,) = result.asset_observations_for_node("session_graph")
         assert "input revision mismatch" in observation.metadata["reason"].value
         assert not any(is_graph_request(r) for r in server.chat_requests())
-        assert store.query("SELECT count(*) AS n FROM graph_nodes")["n"][0] == 0
+        # Only what the summary wrote: its SESSION_SUMMARY node.
+        assert store.query("SELECT label FROM graph_nodes")["label"].tolist() == ["SESSION_SUMMARY"]
         assert store.digest_state("s1") is None  # not a failure: no attempt counted
         assert store.pending_digest_keys(fresh=2, total=10) == []  # pending a new summary, not a digest
         assert _run(definitions, instance, "summarize_sessions", "s1").success
@@ -503,6 +583,66 @@ def test_failures_count_to_undigestible_and_an_operator_reset_brings_it_back(tmp
     assert store.digest_state("flaky") == DigestState("digested", 0, None, revision)
     outcomes = store.query("SELECT outcome FROM attempts WHERE stage = 'graph' ORDER BY attempt_id")["outcome"].tolist()
     assert outcomes == ["parse-failure"] * 3 + ["ok"]
+
+
+def _export_lines(settings, path: Path) -> tuple[dict, dict]:
+    """`export-graph` into `path`: its node lines by id (each id once) and its edge lines by id."""
+    export_graph(settings, str(path))
+    lines = [json.loads(line)["data"] for line in path.read_text().splitlines()]
+    nodes = [d for d in lines if "label" in d]
+    assert len({n["id"] for n in nodes}) == len(nodes)
+    return {n["id"]: n for n in nodes}, {d["id"]: d for d in lines if "source" in d}
+
+
+def test_every_summary_is_in_the_graph_from_when_it_is_written(tmp_path, instance):
+    """Issue 12.2: the original writes the SESSION_SUMMARY node (tier, degraded, raw canonical) and
+    its summary-time edges with the summary. A session summarized under the raw cap and never
+    digested, one whose digest ends undigestible, and one whose exported summary is adopted all have
+    theirs in `export-graph`; the digest that succeeds at last rewrites it, once and the same."""
+    big, flaky, adopted = make_turns("big", 40, doc_bytes=400, minis=40), make_turns("flaky", 2), make_turns("adopted", 2)
+    folder = write_bundle(tmp_path / "bundle", big + flaky + adopted)
+    revision = input_revision(canonical_order(adopted))
+    write_summaries(folder, [exported_summary("adopted", memoryCount=2, dreamInputRevision=revision,
+                                              sourceTier="truncatedRaw", degraded=True, participatingAgents="neo-gpt")])  # fmt: skip
+    replies = {"graph": lambda received: Behaviour.text("not json")}
+    with ModelServer(script(graph=lambda received: replies["graph"](received))) as server:
+        definitions, settings = _definitions(tmp_path, server.url)
+        store = _ingest(definitions, instance, folder)
+        for key in ("big", "flaky"):
+            assert _run(definitions, instance, "summarize_sessions", key).success
+        for _ in range(3):
+            assert not _run(definitions, instance, "digest_sessions", "flaky").success
+        assert store.digest_state("flaky").digest_state == "undigestible"
+        assert store.digest_state("big") is None and store.digest_state("adopted") is None
+        assert store.summary_row("big")["raw_cap_tokens"] == 2000
+        assert store.summary_row("adopted")["origin"] == "imported"
+        nodes, edges = _export_lines(settings, tmp_path / "before.jsonl")
+        assert sorted(nodes) == ["summary_adopted", "summary_big", "summary_flaky"]
+        provenance = {sid: {k: nodes[f"summary_{sid}"]["properties"].get(k) for k in ("sourceTier", "degraded", "rawCanonical", "userId")}
+                      for sid in ("big", "flaky", "adopted")}  # fmt: skip
+        assert provenance == {
+            "big": {"sourceTier": "miniSummary", "degraded": True, "rawCanonical": True, "userId": None},
+            "flaky": {"sourceTier": "raw", "degraded": False, "rawCanonical": True, "userId": None},
+            "adopted": {"sourceTier": "truncatedRaw", "degraded": True, "rawCanonical": True, "userId": "shared"},
+        }
+        assert nodes["summary_big"]["label"] == "SESSION_SUMMARY"
+        assert nodes["summary_big"]["properties"]["name"] == GOOD_SUMMARY["title"]
+        assert nodes["summary_adopted"]["properties"]["description"] == "bugfix session by neo-gpt"
+        for sid in ("big", "flaky", "adopted"):
+            assert edges[f"frontier->summary_{sid}:SESSION_COMPLETED"]["properties"] == {"weight": 1.0}
+            assert edges[f"summary_{sid}->@neo-opus-ada:AUTHORED_BY"]["properties"]["sharedEntity"] is True
+        assert len(edges) == 6
+
+        assert reset_digest(settings, "flaky")["reset"] is not False
+        replies["graph"] = lambda received: Behaviour.reply(echo_extraction(received.prompt))
+        assert _run(definitions, instance, "digest_sessions", "flaky").success
+        after, after_edges = _export_lines(settings, tmp_path / "after.jsonl")
+    assert after["summary_flaky"] == nodes["summary_flaky"]  # rewritten by the digest, the same
+    assert after["summary_big"] == nodes["summary_big"] and after["summary_adopted"] == nodes["summary_adopted"]
+    assert {"session:flaky", "flaky-t000", "flaky-t001"} <= set(after)
+    assert {i: after_edges[i] for i in edges} == edges
+    stored = store.query("SELECT id, count(*) AS n FROM graph_nodes WHERE label = 'SESSION_SUMMARY' GROUP BY id ORDER BY id")
+    assert stored.to_dict("records") == [{"id": f"summary_{sid}", "n": 1} for sid in ("adopted", "big", "flaky")]
 
 
 def test_a_context_overflow_is_undigestible_at_once(tmp_path, instance):
@@ -598,13 +738,15 @@ def test_with_the_raw_cap_off_the_chunk_limit_alone_bounds_the_graph(store):
     assert result.graph.chunks == 1 and 30_000 < _estimate(prompt) <= 50000
 
 
-def _graph_rows(store: DigestStore) -> tuple[set, set]:
-    """The stored graph without its creation stamps."""
+def _graph_rows(store: DigestStore, session_id: str) -> tuple[set, set]:
+    """A session's stored graph (no property holds a time the digest ran)."""
     def props(raw: str) -> str:
-        return json.dumps({k: v for k, v in json.loads(raw).items() if k != "createdAt"}, sort_keys=True)
+        return json.dumps(json.loads(raw), sort_keys=True)
 
-    nodes = store.query("SELECT id, label, properties::VARCHAR AS p FROM graph_nodes")
-    edges = store.query("SELECT id, source, target, type, properties::VARCHAR AS p FROM graph_edges")
+    nodes = store.query("SELECT id, label, properties::VARCHAR AS p FROM graph_nodes WHERE session_id = ?", [session_id])
+    edges = store.query(
+        "SELECT id, source, target, type, properties::VARCHAR AS p FROM graph_edges WHERE session_id = ?", [session_id]
+    )
     return ({(r.id, r.label, props(r.p)) for r in nodes.itertuples()},
             {(r.id, r.source, r.target, r.type, props(r.p)) for r in edges.itertuples()})  # fmt: skip
 
@@ -650,7 +792,7 @@ def test_a_session_over_the_run_budget_is_finished_by_the_next_run_with_no_chunk
         assert (meta["chunks"].value, meta["chunks_from_earlier_runs"].value) == (2, 1)
         assert store.digest_state("two").digest_state == "digested"
         assert store.query("SELECT count(*) AS n FROM graph_chunks")["n"][0] == 0  # dropped with the graph write
-        two_runs = _graph_rows(store)
+        two_runs = _graph_rows(store, "two")
 
         # The same session in one run, with room in the budget: the same graph.
         one_run_store = DigestStore(tmp_path / "one-run.duckdb")
@@ -662,7 +804,7 @@ def test_a_session_over_the_run_budget_is_finished_by_the_next_run_with_no_chunk
         )  # fmt: skip
     assert one_run.graph.chunks == 2 and one_run.chunks_resumed == 0
     one_run_store.write_graph(one_run.graph)
-    assert two_runs == _graph_rows(one_run_store)
+    assert two_runs == _graph_rows(one_run_store, "two")
     assert len(two_runs[0]) > 10 and any(n[1] == "CONCEPT" for n in two_runs[0])
     ledger = store.query("SELECT outcome, count(*) AS n FROM attempts WHERE stage = 'graph' GROUP BY ALL")
     assert ledger.to_dict("records") == [{"outcome": "ok", "n": 2}]
@@ -706,9 +848,15 @@ def _tick_digest_sensor(instance, definitions) -> list[str]:
 # --- export ----------------------------------------------------------------------------------------
 
 
+# The nodes an exported edge may end on that the export leaves to the target graph: seeded there
+# (the frontier, agent identities) or its own (issues). Its import culls an edge to one it lacks.
+OUTSIDE = {"frontier", "@neo-opus-ada", "issue-42"}
+
+
 def test_the_export_is_node_lines_then_edge_lines_in_the_graph_backup_shape(tmp_path, store):
-    """Two sessions that name the same entities: one node each in the export, their shared
-    relation reinforced across sessions, and AGENT_MEMORY mini summaries readable by an import."""
+    """Two sessions that name the same entities: one node line each, with the original's id, so a
+    merge import into a Neo graph that holds them adds edges to them rather than new nodes; their
+    shared relation reinforced across sessions, and AGENT_MEMORY mini summaries readable by an import."""
     both = "The RowSelectionModel depends on the RecordStore."
     sessions = {
         sid: [turn(sid, 0, both, mini_summary=f"{sid} mini"), turn(sid, 1, f"#42 in {sid}")] for sid in ("a", "b")
@@ -737,15 +885,25 @@ def test_the_export_is_node_lines_then_edge_lines_in_the_graph_backup_shape(tmp_
     shapes = {"node": {"id", "label", "properties"}, "edge": {"id", "source", "target", "type", "properties"}}
     for line in lines:
         assert set(line) == {"type", "data"} and set(line["data"]) == shapes[line["type"]]
-    nodes = {line["data"]["id"]: line["data"] for line in lines if line["type"] == "node"}
+    node_lines = [line["data"] for line in lines if line["type"] == "node"]
+    nodes = {n["id"]: n for n in node_lines}
     edges = {line["data"]["id"]: line["data"] for line in lines if line["type"] == "edge"}
+    assert len(nodes) == len(node_lines)  # one line per id
     assert all(isinstance(e["properties"]["weight"], float) for e in edges.values())
-    assert all(e["source"] in nodes and e["target"] in nodes for e in edges.values())  # no dangling edge
-    # Shared across the two sessions: one node each, the relation reinforced as a re-link.
-    assert [i for i in nodes if i.startswith("CLASS:")] == ["CLASS:recordstore", "CLASS:rowselectionmodel"]
-    assert nodes["issue-42"]["label"] == "ISSUE" and nodes["@neo-opus-ada"]["label"] == "AGENT"
-    relation = edges["CLASS:rowselectionmodel->CLASS:recordstore:DEPENDS_ON"]
+    assert all({e["source"], e["target"]} <= set(nodes) | OUTSIDE for e in edges.values())
+    assert {n["label"] for n in node_lines} == {"SESSION_SUMMARY", "SESSION", "AGENT_MEMORY", "CLASS"}
+    # Shared across the two sessions: one node line each, with the original's id, the relation
+    # reinforced as a re-link; the node's context is the later session's, as the original's upsert.
+    assert [i for i in nodes if i.startswith("CLASS:")] == ["CLASS:RecordStore", "CLASS:RowSelectionModel"]
+    assert nodes["CLASS:RecordStore"] == {"id": "CLASS:RecordStore", "label": "CLASS", "properties": {
+        "name": "RecordStore", "description": "holds records", "semanticVectorId": "summary_b",
+        "logical_layer": "Unknown", "stability": "UNKNOWN", "gravity_well": False, "strategic_weight": 0.1,
+        "confidence": 0.5, "tags": [], "context_source": "b", "evidence": "raw-turns"}}  # fmt: skip
+    relation = edges["CLASS:RowSelectionModel->CLASS:RecordStore:DEPENDS_ON"]
     assert relation["properties"]["weight"] == pytest.approx(reinforce(2.0, 2.0))
+    assert relation["properties"]["justification"] == "reads records"
+    for sid in ("a", "b"):
+        assert f"frontier->summary_{sid}:SESSION_COMPLETED" in edges and f"summary_{sid}->issue-42:DISCUSSED_IN" in edges
     assert {"summary_a", "summary_b", "session:a", "session:b"} <= set(nodes)
     # Loadable back: the AGENT_MEMORY lines carry the mini summaries an import reads.
     minis = [parse_graph_line(line) for line in lines]
