@@ -727,6 +727,13 @@ def after_reset(previous: DigestState) -> DigestState:
     return DigestState(UNDIGESTED, 0, "operator-reset", previous.revision)
 
 
+def reset_undigestible(previous: DigestState | None) -> DigestState | None:
+    """`reset-digest`: only an undigestible session is reset; None for any other (no change)."""
+    if previous is None or previous.digest_state != UNDIGESTIBLE:
+        return None
+    return after_reset(previous)
+
+
 def digest_gate(current_revision: str, summary: dict | None, state: DigestState | None) -> str | None:
     """Why this session must not be digested now, or None. The summary must describe the turns
     as they are (the revision contract), and an undigestible verdict holds until the turns change

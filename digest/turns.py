@@ -146,3 +146,27 @@ def _in_bigint_range(ms: int, value: object) -> int:
     if not -(2**63) <= ms < 2**63:
         raise ValueError(f"timestamp {value!r} is out of range")
     return ms
+
+
+def session_rows(turns: list[Turn]) -> list[dict]:
+    """What a session is, derived from its turns: one row per session of these turns (its
+    partition key, turn count, activity span, raw bytes and input revision)."""
+    by_session: dict[str, list[Turn]] = {}
+    for turn in turns:
+        by_session.setdefault(turn.session_id, []).append(turn)
+    rows = []
+    for sid, session_turns in by_session.items():
+        ordered = canonical_order(session_turns)
+        stamps = [t.ts_ms for t in ordered if t.ts_ms is not None]
+        rows.append(
+            {
+                "session_id": sid,
+                "partition_key": partition_key(sid),
+                "turn_count": len(ordered),
+                "first_activity_ms": min(stamps) if stamps else None,
+                "last_activity_ms": max(stamps) if stamps else None,
+                "raw_bytes": sum(len(t.document.encode("utf-8")) for t in ordered),
+                "input_revision": input_revision(ordered),
+            }
+        )
+    return rows

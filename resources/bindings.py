@@ -31,7 +31,7 @@ class DigestStoreResource(ConfigurableResource):
 
     def store(self) -> DigestStore:
         store = DigestStore(self.db_path)
-        store.migrate()
+        store.migrate_once()  # every sensor tick and check calls this: no write transaction each time
         return store
 
 

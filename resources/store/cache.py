@@ -1,0 +1,55 @@
+"""The response cache (`resources/response_cache.py` reads and writes through it): usable model
+replies by request, reused by reruns, and a summary's reply staged until its summary is written."""
+
+from __future__ import annotations
+
+from digest.model_api import ChatReply
+from resources.store.connection import Connection, now
+from resources.store.summaries import PENDING_SUMMARY_SESSIONS
+
+
+class Cache(Connection):
+    def cached_reply(self, key: str, session: tuple[str, str] | None = None) -> ChatReply | None:
+        """The stored reply for this request; with `session`, only one staged by that session at
+        that input revision. Replayed, it took no model time: duration 0."""
+        sql = "SELECT text, prompt_tokens, completion_tokens, finish_reason FROM response_cache WHERE request_key = ?"
+        params = [key]
+        if session is not None:
+            sql += " AND session_id = ? AND input_revision = ?"
+            params += list(session)
+        with self.connect() as con:
+            row = con.execute(sql, params).fetchone()
+        if row is None:
+            return None
+        text, prompt_tokens, completion_tokens, finish_reason = row
+        return ChatReply(text, prompt_tokens, completion_tokens, 0.0, finish_reason, cached=True)
+
+    def save_reply(self, key: str, model: str, reply: ChatReply, session: tuple[str, str] | None = None) -> None:
+        session_id, revision = session or (None, None)
+        with self.connect() as con:
+            con.execute(
+                "INSERT OR REPLACE INTO response_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [key, model, reply.text, reply.prompt_tokens, reply.completion_tokens, reply.duration_s,
+                 reply.finish_reason, session_id, revision, now()],
+            )  # fmt: skip
+
+    def drop_staged_replies(self, session_id: str) -> None:
+        """With reuse off, a session's staged reply goes once its summary is written."""
+        with self.connect() as con:
+            con.execute("DELETE FROM response_cache WHERE session_id = ?", [session_id])
+
+    def clear_response_cache(self) -> int:
+        with self.connect() as con:
+            return con.execute("DELETE FROM response_cache").fetchone()[0]
+
+    def staged_summary_keys(self) -> list[str]:
+        """Pending sessions with a reply staged at their current turns: a run died between the model
+        call and the summary write. Their rerun finishes without a model call."""
+        with self.connect() as con:
+            rows = con.execute(
+                f"""SELECT DISTINCT s.partition_key FROM ({PENDING_SUMMARY_SESSIONS}) s
+                    WHERE s.session_id IN (SELECT c.session_id FROM response_cache c
+                                           WHERE c.input_revision = s.input_revision)
+                    ORDER BY 1"""
+            ).fetchall()
+        return [r[0] for r in rows]

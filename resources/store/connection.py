@@ -1,0 +1,158 @@
+"""The store's file: short-lived connections that wait out another process's lock, transactions,
+and the schema (`schema.sql`) with its migrations.
+
+DuckDB allows one writer per file across processes, so every method opens a connection, does a
+short piece of work and closes it: no connection is ever held across a model call. Opening
+retries while another process holds the lock, so concurrent runs wait instead of failing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from importlib.resources import files
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import duckdb
+import pandas as pd
+
+SCHEMA_VERSION = 1
+LOCK_WAIT_S = 120.0
+SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+
+# Columns added since stores were first made: `migrate` adds them to an older store (DuckDB adds no
+# column with a constraint, so these are nullable; the writers always fill them).
+ADDED_COLUMNS = [
+    ("session_summaries", "origin VARCHAR DEFAULT 'generated'"),
+    *[
+        ("imported_summaries", column)
+        for column in (
+            "category VARCHAR", "quality INTEGER", "productivity INTEGER", "impact INTEGER", "complexity INTEGER",
+            "technologies VARCHAR[]", "degraded BOOLEAN", "raw_canonical BOOLEAN", "participating_agents VARCHAR[]",
+            "models VARCHAR[]", "total_tool_calls INTEGER", "tools_used VARCHAR[]", "source_agent_identities VARCHAR[]",
+        )
+    ],
+]  # fmt: skip
+
+# Store files this process has migrated, by (path, device, inode): a file replaced or deleted since
+# is another file and is migrated again.
+_migrated: set[tuple[str, int, int]] = set()
+_migrated_lock = threading.Lock()
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def upsert_sql(table: str, columns: list[str], key: list[str], keep: Iterable[str] = ()) -> str:
+    """INSERT ... ON CONFLICT DO UPDATE of every column but the key and those in `keep`, from the
+    registered frame `batch`."""
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key and c not in keep)
+    action = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
+    return (
+        f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM batch "
+        f"ON CONFLICT ({', '.join(key)}) {action}"
+    )
+
+
+def records(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
+    """Rows as dicts of plain Python values (a NULL stays None, not pandas' NaN)."""
+    cursor = con.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def record(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> dict | None:
+    """The first row as a dict, or None."""
+    cursor = con.execute(sql, params)
+    row = cursor.fetchone()
+    return dict(zip([d[0] for d in cursor.description], row)) if row else None
+
+
+class StoreUnreadable(RuntimeError):
+    def __init__(self, path: Path, cause: Exception):
+        super().__init__(
+            f"cannot open the store {path}: {cause}\n"
+            "If the file is damaged, move it (and its .wal) aside and restore your latest bundle into a fresh "
+            "store with `session-digest restore BUNDLE`; a bundle holds the turns, summaries, graph, attempts "
+            "and friction (`session-digest archive` writes one)."
+        )
+
+
+class Connection:
+    """The file and its connections; every feature's part of `DigestStore` builds on this."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @contextmanager
+    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short-lived connection; waits (with backoff) while another process holds the file."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        delay = 0.05
+        while True:
+            try:
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                break
+            except duckdb.IOException as exc:
+                # Another process holds the file: "Could not set lock on file ...: Conflicting lock ...".
+                if "could not set lock" not in str(exc).lower():
+                    raise StoreUnreadable(self.path, exc) from exc
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            except duckdb.Error as exc:  # a damaged file: DuckDB raises its base error
+                raise StoreUnreadable(self.path, exc) from exc
+        try:
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+    def migrate(self) -> None:
+        """Create what is missing and add later columns; idempotent."""
+        with self.transaction() as con:
+            con.execute(SCHEMA)
+            row = con.execute("SELECT max(version) FROM schema_meta").fetchone()
+            current = row[0] if row else None
+            if current is None:
+                con.execute("INSERT INTO schema_meta VALUES (?, ?)", [SCHEMA_VERSION, now()])
+            elif current > SCHEMA_VERSION:
+                raise RuntimeError(f"{self.path} has schema version {current}, newer than this code's {SCHEMA_VERSION}")
+            for table, column in ADDED_COLUMNS:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}")
+
+    def migrate_once(self) -> None:
+        """`migrate`, unless this process already migrated this file: a migration is a write
+        transaction, and a sensor tick or a check that only reads should not wait for the writer."""
+        with _migrated_lock:
+            if self._identity() in _migrated:
+                return
+            self.migrate()
+            _migrated.add(self._identity())
+
+    def _identity(self) -> tuple[str, int, int] | None:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return str(self.path.resolve()), stat.st_dev, stat.st_ino
+
+    def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
+        with self.connect() as con:
+            return con.execute(sql, params or []).df()

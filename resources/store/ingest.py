@@ -1,0 +1,112 @@
+"""What an ingest writes from an export bundle (`digest.ingest` reads and checks it): turns, the
+export's mini summaries and summaries, and the lines it rejected; each write keeps the `sessions`
+rows of the sessions it touched up to date in the same transaction."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import duckdb
+import pandas as pd
+
+from resources.store.connection import Connection, now, upsert_sql
+from resources.store.sessions import derived_session_rows, upsert_sessions
+from resources.store.summaries import adopt_imported_summaries
+
+TURN_COLUMNS = [
+    "id", "session_id", "ts_ms", "type", "prompt", "thought", "response", "document", "document_rebuilt",
+    "agent", "agent_identity", "model", "user_id", "amount_tool_calls", "tools_used", "archived_at",
+    "archived_reason", "source_file", "source_line",
+]  # fmt: skip
+
+IMPORTED_SUMMARY_COLUMNS = [
+    "session_id", "memory_count", "input_revision", "title", "summary", "source_tier", "source_file", "category",
+    "quality", "productivity", "impact", "complexity", "technologies", "degraded", "raw_canonical",
+    "participating_agents", "models", "total_tool_calls", "tools_used", "source_agent_identities",
+]  # fmt: skip
+
+
+def refresh_sessions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> list[dict]:
+    """Recompute these sessions' rows from their turns, then let a current imported summary stand
+    as the summary of any whose turns it matches; returns the rows."""
+    rows = derived_session_rows(con, session_ids)
+    # A session all of whose turns moved to another one is gone.
+    con.execute(
+        "DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+        [sorted(set(session_ids) - {r["session_id"] for r in rows})],
+    )
+    if rows:
+        upsert_sessions(con, rows)
+        adopt_imported_summaries(con, [r["session_id"] for r in rows])
+    return rows
+
+
+class Ingest(Connection):
+    def write_turns(self, rows: list[dict]) -> list[str]:
+        """Upsert by id; returns the sessions that stored turns moved out of (same id, another
+        session), which need their `sessions` rows refreshed too."""
+        if not rows:
+            return []
+        # One row per id: DuckDB refuses to update the same row twice in one statement.
+        batch = pd.DataFrame(list({r["id"]: r for r in rows}.values()), columns=TURN_COLUMNS)
+        batch["ingested_at"] = now()
+        with self.transaction() as con:
+            con.register("batch", batch)
+            left = con.execute(
+                "SELECT DISTINCT t.session_id FROM turns t JOIN batch b ON b.id = t.id WHERE t.session_id <> b.session_id"
+            ).fetchall()
+            con.execute(upsert_sql("turns", TURN_COLUMNS + ["ingested_at"], ["id"], keep=["ingested_at"]))
+            con.unregister("batch")
+            moved_out = [r[0] for r in left]
+            # In the same transaction: no turn is ever stored without its session's row up to date
+            # (the sessions turns moved out of too), even when the ingest stops at a later line.
+            refresh_sessions(con, sorted(set(batch["session_id"]) | set(moved_out)))
+        return moved_out
+
+    def write_imported_mini_summaries(self, rows: list[dict]) -> None:
+        """Mini summaries from an export bundle: the source system's word, so they win over ours."""
+        if not rows:
+            return
+        batch = pd.DataFrame(list({r["turn_id"]: r for r in rows}.values()), columns=["turn_id", "session_id", "text"])
+        batch["origin"] = "imported"
+        batch["model"] = None
+        batch["created_at"] = now()
+        columns = ["turn_id", "session_id", "text", "origin", "model", "created_at"]
+        with self.transaction() as con:
+            con.register("batch", batch)
+            con.execute(upsert_sql("mini_summaries", columns, ["turn_id"], keep=["created_at"]))
+
+    def write_imported_summaries(self, rows: list[dict]) -> None:
+        """The export's summaries; each current one becomes its session's summary at once if the
+        turns are already here, else when they arrive (`write_turns`)."""
+        if not rows:
+            return
+        columns = IMPORTED_SUMMARY_COLUMNS
+        batch = pd.DataFrame(list({r["session_id"]: r for r in rows}.values()), columns=columns)
+        batch["imported_at"] = now()
+        with self.transaction() as con:
+            con.register("batch", batch)
+            con.execute(upsert_sql("imported_summaries", columns + ["imported_at"], ["session_id"], keep=["imported_at"]))
+            con.unregister("batch")
+            adopt_imported_summaries(con, batch["session_id"].tolist())
+
+    def write_rejects(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        columns = ["source_file", "line_no", "reason", "excerpt"]
+        batch = pd.DataFrame(rows, columns=columns).drop_duplicates(["source_file", "line_no"], keep="last")
+        batch["rejected_at"] = now()
+        with self.transaction() as con:
+            con.register("batch", batch)
+            con.execute(upsert_sql("rejects", columns + ["rejected_at"], ["source_file", "line_no"], keep=["rejected_at"]))
+
+    def refresh_sessions(self, session_ids: Iterable[str]) -> list[dict]:
+        """Recompute the `sessions` rows of these sessions from their turns; returns the rows.
+
+        A session left with no turns (they all moved to another session) loses its row, so it
+        is not pending for ever."""
+        ids = sorted(set(session_ids))
+        if not ids:
+            return []
+        with self.transaction() as con:
+            return refresh_sessions(con, ids)

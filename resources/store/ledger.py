@@ -1,0 +1,67 @@
+"""The model ledger: every model call's attempt and every friction event, written as it happens
+(the friction report and the sweep's time estimate read them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from digest.friction import FrictionEvent
+from digest.graph import Chunk, GraphExtraction
+from digest.synthesis import Attempt
+from resources.store.connection import Connection, now
+
+if TYPE_CHECKING:
+    from resources.store import DigestStore
+
+
+class Ledger(Connection):
+    def record_attempt(self, attempt: Attempt, run_id: str | None = None) -> None:
+        with self.connect() as con:
+            con.execute(
+                """INSERT INTO attempts (session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens,
+                   completion_tokens, duration_s, outcome, suspected_truncation, cached, error_text, run_id, created_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                [
+                    attempt.session_id, attempt.stage, attempt.tier, attempt.model, attempt.prompt_bytes,
+                    attempt.tokens_estimate, attempt.prompt_tokens, attempt.completion_tokens, attempt.duration_s,
+                    attempt.outcome, attempt.suspected_truncation, attempt.cached, attempt.error_text, run_id, now(),
+                ],
+            )  # fmt: skip
+
+    def record_friction(self, event: FrictionEvent, run_id: str | None = None) -> None:
+        with self.connect() as con:
+            con.execute(
+                """INSERT INTO friction_events (occurred_at, asset_ref, consumer, model, symptom, emission_point,
+                   suggestion_kind, input_bytes, input_tokens_estimate, context_limit_tokens, safe_limit_tokens,
+                   raw_cap_tokens, service_domain, note, error_text, run_id)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                [
+                    now(), event.asset_ref, event.consumer, event.model, event.symptom, event.emission_point,
+                    event.suggestion_kind, event.input_bytes, event.input_tokens_estimate, event.context_limit_tokens,
+                    event.safe_limit_tokens, event.raw_cap_tokens, event.service_domain, event.note, event.error_text,
+                    run_id,
+                ],
+            )  # fmt: skip
+
+
+class RunLedger:
+    """The synthesis ledger for one run: each attempt and friction event written as it happens."""
+
+    def __init__(self, store: DigestStore, run_id: str | None):
+        self.store = store
+        self.run_id = run_id
+
+    def record_attempt(self, attempt: Attempt) -> None:
+        self.store.record_attempt(attempt, self.run_id)
+
+    def record_friction(self, event: FrictionEvent) -> None:
+        self.store.record_friction(event, self.run_id)
+
+    # The graph's `ChunkStore`: a digest run's finished chunks, tagged with the run.
+    def finished_chunks(self, session_id: str, revision: str) -> dict[tuple[int, str], tuple[GraphExtraction, bool]]:
+        return self.store.finished_graph_chunks(session_id, revision)
+
+    def save_chunk(
+        self, session_id: str, revision: str, chunk: Chunk, extraction: GraphExtraction, cut: bool, model: str
+    ) -> None:
+        self.store.save_graph_chunk(session_id, revision, chunk, extraction, cut, model, self.run_id)

@@ -1,0 +1,170 @@
+"""Per-turn mini summaries (`digest.mini_summaries` makes them): the turns still needing one, each
+turn's failed attempts and archive, each session's backoff, and the sessions pending one."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from digest.mini_summaries import ARCHIVE_GENERATION_TIMEOUT, PendingSession, PendingTurn
+from digest.synthesis import Attempt
+from resources.store.connection import Connection, now
+
+if TYPE_CHECKING:
+    from resources.store import DigestStore
+
+# Turns that still need a mini summary: none yet, and not archived (by us, or by the export unless
+# un-archived here). The thought is not selected: it never reaches the mini summary prompt.
+PENDING_MINI_SUMMARY_TURNS = """
+    SELECT t.id, t.session_id, t.ts_ms, t.prompt, t.response, t.document
+    FROM turns t
+    LEFT JOIN mini_summaries m ON m.turn_id = t.id
+    LEFT JOIN mini_summary_state st ON st.turn_id = t.id
+    WHERE m.turn_id IS NULL AND st.archived_at IS NULL AND (t.archived_at IS NULL OR st.unarchived_at IS NOT NULL)
+"""
+
+
+class MiniSummaries(Connection):
+    def pending_mini_summary_turns(self, session_id: str) -> list[PendingTurn]:
+        with self.connect() as con:
+            rows = con.execute(
+                f"SELECT * FROM ({PENDING_MINI_SUMMARY_TURNS}) WHERE session_id = ?", [session_id]
+            ).fetchall()
+        return [PendingTurn(*row) for row in rows]
+
+    def mini_summary_pending(self, turn_id: str) -> bool:
+        with self.connect() as con:
+            row = con.execute(f"SELECT count(*) FROM ({PENDING_MINI_SUMMARY_TURNS}) WHERE id = ?", [turn_id]).fetchone()
+        return row[0] > 0
+
+    def pending_mini_summary_sessions(self, now_ms: int) -> list[PendingSession]:
+        """Sessions with turns that need a mini summary and no backoff in force, in no order."""
+        with self.connect() as con:
+            rows = con.execute(
+                f"""SELECT DISTINCT s.partition_key, s.session_id, s.raw_bytes, s.turn_count, s.last_activity_ms
+                    FROM ({PENDING_MINI_SUMMARY_TURNS}) p
+                    JOIN sessions s ON s.session_id = p.session_id
+                    LEFT JOIN backfill_state b ON b.session_id = p.session_id
+                    WHERE (b.backoff_until_ms IS NULL OR b.backoff_until_ms <= ?)
+                      AND p.session_id NOT IN (SELECT session_id FROM retired_sessions)""",
+                [now_ms],
+            ).fetchall()
+        return [PendingSession(*row) for row in rows]
+
+    def save_generated_mini_summary(self, turn_id: str, session_id: str, text: str, model: str) -> None:
+        """Never over an existing one: an imported mini summary is the source system's word."""
+        with self.connect() as con:
+            con.execute(
+                """INSERT INTO mini_summaries (turn_id, session_id, text, origin, model, created_at)
+                   VALUES (?, ?, ?, 'generated', ?, ?) ON CONFLICT (turn_id) DO NOTHING""",
+                [turn_id, session_id, text, model, now()],
+            )
+
+    def record_mini_summary_failure(self, turn_id: str, session_id: str, cause: str, max_attempts: int) -> bool:
+        """Count a failed attempt; at `max_attempts` the turn is archived. True if it was."""
+        with self.transaction() as con:
+            row = con.execute("SELECT attempts FROM mini_summary_state WHERE turn_id = ?", [turn_id]).fetchone()
+            attempts = (row[0] if row else 0) + 1
+            archived = attempts >= max_attempts
+            stamp = now()
+            con.execute(
+                """INSERT INTO mini_summary_state (turn_id, session_id, attempts, last_cause, archived_at,
+                       archived_reason, updated_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (turn_id) DO UPDATE SET attempts = excluded.attempts, last_cause = excluded.last_cause,
+                       archived_at = excluded.archived_at, archived_reason = excluded.archived_reason,
+                       updated_at = excluded.updated_at""",
+                [turn_id, session_id, attempts, cause, stamp if archived else None,
+                 ARCHIVE_GENERATION_TIMEOUT if archived else None, stamp],
+            )  # fmt: skip
+        return archived
+
+    def archive_turn(self, turn_id: str, session_id: str, reason: str) -> None:
+        """Out of mini summary generation; the turn keeps its text and stays in the raw summary input."""
+        stamp = now()
+        with self.connect() as con:
+            con.execute(
+                """INSERT INTO mini_summary_state (turn_id, session_id, attempts, archived_at, archived_reason, updated_at)
+                   VALUES (?, ?, 0, ?, ?, ?)
+                   ON CONFLICT (turn_id) DO UPDATE SET archived_at = excluded.archived_at,
+                       archived_reason = excluded.archived_reason, updated_at = excluded.updated_at""",
+                [turn_id, session_id, stamp, reason, stamp],
+            )
+
+    def unarchive_turns(self, turn_ids: list[str] | None = None, session_id: str | None = None) -> list[str]:
+        """Give archived turns (ours or the export's) their attempts back; returns their ids."""
+        if not turn_ids and not session_id:
+            raise ValueError("name turn ids or a session")
+        stamp = now()
+        with self.transaction() as con:
+            ids = [
+                r[0]
+                for r in con.execute(
+                    """SELECT t.id FROM turns t LEFT JOIN mini_summary_state st ON st.turn_id = t.id
+                       WHERE (t.session_id = ? OR t.id IN (SELECT unnest(?::VARCHAR[])))
+                         AND (st.archived_at IS NOT NULL OR (t.archived_at IS NOT NULL AND st.unarchived_at IS NULL))
+                       ORDER BY t.id""",
+                    [session_id, turn_ids or []],
+                ).fetchall()
+            ]
+            con.execute(
+                """INSERT INTO mini_summary_state (turn_id, session_id, attempts, archived_at, archived_reason,
+                       unarchived_at, updated_at)
+                   SELECT id, session_id, 0, NULL, NULL, ?, ? FROM turns WHERE id IN (SELECT unnest(?::VARCHAR[]))
+                   ON CONFLICT (turn_id) DO UPDATE SET attempts = 0, archived_at = NULL, archived_reason = NULL,
+                       unarchived_at = excluded.unarchived_at, updated_at = excluded.updated_at""",
+                [stamp, stamp, ids],
+            )
+        return ids
+
+    def record_backfill_run(
+        self, session_id: str, attempted: int, generated: int, backoff_until_ms: int | None, run_id: str | None
+    ) -> None:
+        with self.connect() as con:
+            con.execute(
+                "INSERT OR REPLACE INTO backfill_state VALUES (?, ?, ?, ?, ?, ?)",
+                [session_id, backoff_until_ms, attempted, generated, run_id, now()],
+            )
+
+    def mini_summary_backoff_until_ms(self, session_id: str) -> int | None:
+        with self.connect() as con:
+            row = con.execute("SELECT backoff_until_ms FROM backfill_state WHERE session_id = ?", [session_id]).fetchone()
+        return row[0] if row else None
+
+    def mini_summary_counts(self, session_id: str) -> dict:
+        """Coverage of one session: its turns, those with a mini summary by origin, archived, pending."""
+        with self.connect() as con:
+            row = con.execute(
+                f"""SELECT count(*), count(m.turn_id), count(*) FILTER (m.origin = 'imported'),
+                           count(*) FILTER (m.origin = 'generated'), count(*) FILTER (st.archived_at IS NOT NULL),
+                           (SELECT count(*) FROM ({PENDING_MINI_SUMMARY_TURNS}) WHERE session_id = ?)
+                    FROM turns t
+                    LEFT JOIN mini_summaries m ON m.turn_id = t.id
+                    LEFT JOIN mini_summary_state st ON st.turn_id = t.id
+                    WHERE t.session_id = ?""",
+                [session_id, session_id],
+            ).fetchone()
+        keys = ("turns", "with_mini_summary", "imported", "generated", "archived", "pending")
+        return dict(zip(keys, row))
+
+
+class MiniSummaryLedger:
+    """Where one mini summary run writes (`digest.mini_summaries.MiniSummaryStore`), as it happens."""
+
+    def __init__(self, store: DigestStore, run_id: str | None):
+        self.store = store
+        self.run_id = run_id
+
+    def record_attempt(self, attempt: Attempt) -> None:
+        self.store.record_attempt(attempt, self.run_id)
+
+    def save_mini_summary(self, turn: PendingTurn, text: str, model: str) -> None:
+        self.store.save_generated_mini_summary(turn.id, turn.session_id, text, model)
+
+    def record_failure(self, turn: PendingTurn, cause: str, max_attempts: int) -> bool:
+        return self.store.record_mini_summary_failure(turn.id, turn.session_id, cause, max_attempts)
+
+    def archive(self, turn: PendingTurn, reason: str) -> None:
+        self.store.archive_turn(turn.id, turn.session_id, reason)
+
+    def still_pending(self, turn: PendingTurn) -> bool:
+        return self.store.mini_summary_pending(turn.id)

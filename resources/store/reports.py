@@ -1,0 +1,109 @@
+"""What `status`, the friction report and the asset checks read: counts, the ledger's rows, the
+stored summaries, and a session's raw text beside its graph."""
+
+from __future__ import annotations
+
+import json
+
+from resources.store.connection import Connection, records
+from resources.store.summaries import PENDING_SUMMARY_SESSIONS
+
+
+class Reports(Connection):
+    def status(self) -> dict:
+        """Counts for `session-digest status`."""
+        with self.connect() as con:
+
+            def scalar(sql: str) -> int:
+                return con.execute(sql).fetchone()[0]
+
+            tiers = dict(con.execute("SELECT source_tier, count(*) FROM session_summaries GROUP BY 1 ORDER BY 1").fetchall())
+            origins = dict(con.execute("SELECT origin, count(*) FROM session_summaries GROUP BY 1 ORDER BY 1").fetchall())
+            friction = dict(con.execute("SELECT symptom, count(*) FROM friction_events GROUP BY 1 ORDER BY 1").fetchall())
+            return {
+                "database": str(self.path),
+                "sessions": scalar("SELECT count(*) FROM sessions"),
+                "turns": scalar("SELECT count(*) FROM turns"),
+                "mini_summaries": scalar("SELECT count(*) FROM mini_summaries"),
+                "summaries": scalar("SELECT count(*) FROM session_summaries"),
+                "summaries_by_source_tier": tiers,
+                # imported: an export's summary, current for the turns, so no model call was owed.
+                "summaries_by_origin": origins,
+                "pending_summaries": scalar(f"SELECT count(*) FROM ({PENDING_SUMMARY_SESSIONS})"),
+                "attempts": scalar("SELECT count(*) FROM attempts"),
+                "rejects": scalar("SELECT count(*) FROM rejects"),
+                # Sessions whose exported summary counted another number of turns than we hold.
+                "drifted_from_export": scalar(
+                    "SELECT count(*) FROM imported_summaries i JOIN sessions s USING (session_id) "
+                    "WHERE i.memory_count IS DISTINCT FROM s.turn_count"
+                ),
+                "friction_by_symptom": friction,
+            }
+
+    def friction_report_rows(self) -> dict:
+        """What the friction report reads, in one connection: events, attempts, summaries, mini-summary
+        coverage and undigestible sessions."""
+        with self.connect() as con:
+            rows = {
+                "events": records(
+                    con,
+                    "SELECT occurred_at, asset_ref, consumer, model, symptom, suggestion_kind, input_bytes, "
+                    "input_tokens_estimate, note, error_text FROM friction_events ORDER BY occurred_at",
+                ),
+                "attempts": records(
+                    con,
+                    "SELECT session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens, "
+                    "completion_tokens, duration_s, outcome, suspected_truncation, created_at FROM attempts "
+                    "WHERE NOT cached",  # a replay from the response cache is no model call
+                ),
+                "summaries": records(
+                    con,
+                    "SELECT session_id, source_tier, degraded, route_reason FROM session_summaries",
+                ),
+                "mini_coverage": records(
+                    con,
+                    "SELECT count(*) AS turns, count(*) FILTER (m.origin = 'imported') AS imported, "
+                    "count(*) FILTER (m.origin = 'generated') AS generated "
+                    "FROM turns t LEFT JOIN mini_summaries m ON m.turn_id = t.id",
+                )[0],
+            }
+            # Undigestible at the session's current turns: new turns make a session digestible again.
+            rows["undigestible"] = records(
+                con,
+                "SELECT d.session_id, d.defer_reason AS reason, d.attempts, d.updated_at FROM digest_state d "
+                "JOIN sessions s ON s.session_id = d.session_id AND s.input_revision = d.revision "
+                "WHERE d.digest_state = 'undigestible' ORDER BY d.updated_at DESC",
+            )
+        return rows
+
+    # --- the asset checks' reads ------------------------------------------------------------
+
+    def summary_rows(self) -> list[dict]:
+        """Every stored summary, every column: what the asset checks validate."""
+        with self.connect() as con:
+            return records(con, "SELECT * FROM session_summaries ORDER BY session_id")
+
+    def degraded_graph_sessions(self) -> list[str]:
+        """Sessions with a graph whose summary is degraded: where summary text could leak into it."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT DISTINCT g.session_id FROM graph_nodes g JOIN session_summaries s USING (session_id) "
+                "WHERE s.degraded ORDER BY 1"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def graph_evidence(self, session_id: str) -> dict:
+        """One session's raw turn text and its graph's nodes and edges (properties parsed)."""
+        with self.connect() as con:
+            documents = con.execute("SELECT document FROM turns WHERE session_id = ?", [session_id]).fetchall()
+            nodes = con.execute(
+                "SELECT id, label, properties FROM graph_nodes WHERE session_id = ?", [session_id]
+            ).fetchall()
+            edges = con.execute(
+                "SELECT id, type, properties FROM graph_edges WHERE session_id = ?", [session_id]
+            ).fetchall()
+        return {
+            "raw_text": "\n".join(d[0] for d in documents),
+            "nodes": [{"id": i, "label": label, "properties": json.loads(props)} for i, label, props in nodes],
+            "edges": [{"id": i, "type": kind, "properties": json.loads(props)} for i, kind, props in edges],
+        }

@@ -1,0 +1,290 @@
+-- The store's tables (resources/store/connection.py runs this on migrate; every statement is
+-- idempotent). A column added since stores were first made is also in connection.ADDED_COLUMNS.
+
+CREATE TABLE IF NOT EXISTS schema_meta (version INTEGER NOT NULL, migrated_at TIMESTAMPTZ NOT NULL);
+
+CREATE TABLE IF NOT EXISTS turns (
+    id VARCHAR PRIMARY KEY,
+    session_id VARCHAR NOT NULL,
+    ts_ms BIGINT,
+    type VARCHAR,
+    prompt VARCHAR,
+    thought VARCHAR,
+    response VARCHAR,
+    document VARCHAR NOT NULL,
+    document_rebuilt BOOLEAN NOT NULL,
+    agent VARCHAR,
+    agent_identity VARCHAR,
+    model VARCHAR,
+    user_id VARCHAR,
+    amount_tool_calls INTEGER,
+    tools_used VARCHAR,
+    archived_at VARCHAR,
+    archived_reason VARCHAR,
+    source_file VARCHAR NOT NULL,
+    source_line INTEGER NOT NULL,
+    ingested_at TIMESTAMPTZ NOT NULL
+);
+-- No index on turns(session_id): DuckDB (1.4 to 1.5.5 at least, duckdb/duckdb#23848) can persist a
+-- secondary index stale when a writer is killed and the next process checkpoints its WAL, and then
+-- a session's lookup silently misses turns. A scan costs ~20 ms a lookup at a million turns.
+
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id VARCHAR PRIMARY KEY,
+    partition_key VARCHAR NOT NULL UNIQUE,
+    turn_count INTEGER NOT NULL,
+    first_activity_ms BIGINT,
+    last_activity_ms BIGINT,
+    raw_bytes BIGINT NOT NULL,
+    input_revision VARCHAR NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS mini_summaries (
+    turn_id VARCHAR PRIMARY KEY,
+    session_id VARCHAR NOT NULL,
+    text VARCHAR NOT NULL,
+    origin VARCHAR NOT NULL,          -- imported | generated
+    model VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL
+);
+
+-- Mini summary generation per turn: failed attempts and the archive (ours, apart from the export's
+-- turns.archived_at, which a re-ingest rewrites).
+CREATE TABLE IF NOT EXISTS mini_summary_state (
+    turn_id VARCHAR PRIMARY KEY,
+    session_id VARCHAR NOT NULL,
+    attempts INTEGER NOT NULL,        -- failed attempts since the last un-archive
+    last_cause VARCHAR,               -- timeout-inner | timeout-outer | no-model | empty-output | provider-error | unspecified
+    archived_at TIMESTAMPTZ,
+    archived_reason VARCHAR,          -- no-content | generation-timeout
+    unarchived_at TIMESTAMPTZ,        -- set by un-archive; also overrides the export's archive flag
+    updated_at TIMESTAMPTZ NOT NULL
+);
+
+-- Mini summary runs per session: one that attempted turns and generated none backs off.
+CREATE TABLE IF NOT EXISTS backfill_state (
+    session_id VARCHAR PRIMARY KEY,
+    backoff_until_ms BIGINT,          -- NULL: no backoff
+    last_attempted INTEGER NOT NULL,
+    last_generated INTEGER NOT NULL,
+    last_run_id VARCHAR,
+    updated_at TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS session_summaries (
+    session_id VARCHAR PRIMARY KEY,
+    summary VARCHAR NOT NULL,
+    title VARCHAR NOT NULL,
+    category VARCHAR NOT NULL,
+    quality INTEGER NOT NULL,
+    productivity INTEGER NOT NULL,
+    impact INTEGER NOT NULL,
+    complexity INTEGER NOT NULL,
+    technologies VARCHAR[] NOT NULL,
+    source_tier VARCHAR NOT NULL,     -- raw | miniSummary | truncatedRaw
+    degraded BOOLEAN NOT NULL,
+    raw_canonical BOOLEAN NOT NULL,
+    memory_count INTEGER NOT NULL,
+    mini_summary_count INTEGER NOT NULL,
+    input_revision VARCHAR NOT NULL,
+    model VARCHAR NOT NULL,
+    raw_tokens_estimate INTEGER NOT NULL,
+    prompt_tokens_estimate INTEGER NOT NULL,
+    raw_cap_tokens INTEGER,           -- NULL: the cap was off
+    route_reason VARCHAR NOT NULL,    -- within-cap | over-raw-cap | over-safe-band | raw-timeout
+    first_activity_ms BIGINT,
+    last_activity_ms BIGINT,
+    participating_agents VARCHAR[] NOT NULL,
+    models VARCHAR[] NOT NULL,
+    total_tool_calls INTEGER NOT NULL,
+    tools_used VARCHAR[] NOT NULL,
+    source_agent_identities VARCHAR[] NOT NULL,
+    run_id VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL,
+    origin VARCHAR DEFAULT 'generated'  -- generated | imported (an export's summary, current for the turns)
+);
+
+CREATE SEQUENCE IF NOT EXISTS attempt_ids;
+CREATE TABLE IF NOT EXISTS attempts (
+    attempt_id BIGINT PRIMARY KEY DEFAULT nextval('attempt_ids'),
+    session_id VARCHAR NOT NULL,
+    stage VARCHAR NOT NULL,
+    tier VARCHAR NOT NULL,
+    model VARCHAR NOT NULL,
+    prompt_bytes INTEGER NOT NULL,
+    tokens_estimate INTEGER NOT NULL,
+    prompt_tokens INTEGER,            -- the server's own count
+    completion_tokens INTEGER,
+    duration_s DOUBLE NOT NULL,
+    outcome VARCHAR NOT NULL,         -- ok | a friction symptom
+    suspected_truncation BOOLEAN NOT NULL,
+    cached BOOLEAN NOT NULL DEFAULT false,  -- replayed from response_cache: no model call
+    error_text VARCHAR,
+    run_id VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL
+);
+
+CREATE SEQUENCE IF NOT EXISTS friction_ids;
+CREATE TABLE IF NOT EXISTS friction_events (
+    event_id BIGINT PRIMARY KEY DEFAULT nextval('friction_ids'),
+    occurred_at TIMESTAMPTZ NOT NULL,
+    asset_ref VARCHAR NOT NULL,
+    consumer VARCHAR NOT NULL,
+    model VARCHAR NOT NULL,
+    symptom VARCHAR NOT NULL,
+    emission_point VARCHAR NOT NULL,
+    suggestion_kind VARCHAR NOT NULL,
+    input_bytes BIGINT NOT NULL,
+    input_tokens_estimate BIGINT NOT NULL,
+    context_limit_tokens INTEGER NOT NULL,
+    safe_limit_tokens INTEGER NOT NULL,
+    raw_cap_tokens INTEGER,
+    service_domain VARCHAR NOT NULL,
+    note VARCHAR,
+    error_text VARCHAR,
+    run_id VARCHAR
+);
+
+CREATE OR REPLACE VIEW friction_aggregates AS
+SELECT asset_ref, consumer, symptom, any_value(suggestion_kind) AS suggestion_kind,
+       count(*) AS count, min(occurred_at) AS first_seen_at, max(occurred_at) AS last_seen_at,
+       arg_max(note, occurred_at) AS latest_note, arg_max(error_text, occurred_at) AS latest_error
+FROM friction_events GROUP BY asset_ref, consumer, symptom;
+
+-- Failure backoff: a failed session waits before it is tried again, unless its turns change.
+CREATE TABLE IF NOT EXISTS summary_state (
+    session_id VARCHAR PRIMARY KEY,
+    failures INTEGER NOT NULL,
+    last_symptom VARCHAR,
+    failed_revision VARCHAR NOT NULL,
+    backoff_until_ms BIGINT NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL
+);
+
+-- A session is claimed before its model work, so two runs never summarize it at once.
+CREATE TABLE IF NOT EXISTS summary_leases (
+    session_id VARCHAR PRIMARY KEY,
+    run_id VARCHAR NOT NULL,
+    expires_at_ms BIGINT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS rejects (
+    source_file VARCHAR NOT NULL,
+    line_no INTEGER NOT NULL,
+    reason VARCHAR NOT NULL,
+    excerpt VARCHAR,
+    rejected_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (source_file, line_no)
+);
+
+CREATE TABLE IF NOT EXISTS imported_summaries (
+    session_id VARCHAR PRIMARY KEY,
+    memory_count INTEGER,
+    input_revision VARCHAR,
+    title VARCHAR,
+    summary VARCHAR,
+    source_tier VARCHAR,
+    source_file VARCHAR NOT NULL,
+    imported_at TIMESTAMPTZ NOT NULL,
+    category VARCHAR,
+    quality INTEGER,
+    productivity INTEGER,
+    impact INTEGER,
+    complexity INTEGER,
+    technologies VARCHAR[],
+    degraded BOOLEAN,
+    raw_canonical BOOLEAN,
+    participating_agents VARCHAR[],
+    models VARCHAR[],
+    total_tool_calls INTEGER,
+    tools_used VARCHAR[],
+    source_agent_identities VARCHAR[]
+);
+
+-- Archives written from this store (`session-digest archive`).
+CREATE TABLE IF NOT EXISTS archives (
+    archive_id VARCHAR PRIMARY KEY,
+    path VARCHAR NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    sessions VARCHAR[],               -- NULL: the whole store
+    manifest_sha256 VARCHAR NOT NULL,
+    retired BOOLEAN NOT NULL          -- its sessions were retired from the live store
+);
+
+-- Tombstones of sessions archived with --retire: their rows stay, every sweep leaves them out,
+-- until a replace-mode restore of their bundle brings them back.
+CREATE TABLE IF NOT EXISTS retired_sessions (
+    session_id VARCHAR PRIMARY KEY,
+    archive_id VARCHAR NOT NULL,
+    retired_at TIMESTAMPTZ NOT NULL
+);
+
+-- Usable model replies by request: reused by reruns (after a restore, say), and the staging of a
+-- summary's reply until the summary is written (resources/response_cache.py).
+CREATE TABLE IF NOT EXISTS response_cache (
+    request_key VARCHAR PRIMARY KEY,  -- sha256 of (model, wire parameters, prompt, schema)
+    model VARCHAR NOT NULL,
+    text VARCHAR NOT NULL,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    duration_s DOUBLE NOT NULL,       -- of the call that produced it
+    finish_reason VARCHAR,
+    session_id VARCHAR,               -- the session whose summary asked, at which turns
+    input_revision VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL
+);
+
+-- The session graph (`session_graph`): each session's nodes and edges, replaced whole when the
+-- session is digested again; its SESSION_SUMMARY node and summary-time edges are written with its
+-- summary (digested or not). A node or edge several sessions share is merged on export.
+CREATE TABLE IF NOT EXISTS graph_nodes (
+    session_id VARCHAR NOT NULL,
+    id VARCHAR NOT NULL,
+    label VARCHAR NOT NULL,           -- SESSION_SUMMARY | SESSION | AGENT_MEMORY | an entity type (before graph-v2 also AGENT, ISSUE)
+    properties JSON NOT NULL,
+    input_revision VARCHAR NOT NULL,  -- of the turns it was digested from
+    run_id VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (session_id, id)
+);
+
+CREATE TABLE IF NOT EXISTS graph_edges (
+    session_id VARCHAR NOT NULL,
+    id VARCHAR NOT NULL,              -- <source>-><target>:<type>
+    source VARCHAR NOT NULL,
+    target VARCHAR NOT NULL,
+    type VARCHAR NOT NULL,
+    properties JSON NOT NULL,         -- always holds "weight"
+    input_revision VARCHAR NOT NULL,
+    run_id VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (session_id, id)
+);
+
+-- Finished graph chunks of a session not yet digested at its turns: a digest run its budget cut
+-- short goes on from them (no chunk is sent twice). Dropped when the session's graph is written.
+CREATE TABLE IF NOT EXISTS graph_chunks (
+    session_id VARCHAR NOT NULL,
+    input_revision VARCHAR NOT NULL,  -- of the turns the chunk was cut from
+    chunk_index INTEGER NOT NULL,
+    chunk_sha256 VARCHAR NOT NULL,    -- of the chunk's text: another chunking is another chunk
+    turn_ids VARCHAR[] NOT NULL,
+    extraction JSON NOT NULL,         -- the validated entities and relations
+    cut_at_output_cap BOOLEAN NOT NULL,
+    model VARCHAR NOT NULL,
+    run_id VARCHAR,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (session_id, input_revision, chunk_index, chunk_sha256)
+);
+
+-- Graph digestion per session: undigestible sessions are out of the cadence until their turns
+-- change or an operator resets them (`session-digest reset-digest`).
+CREATE TABLE IF NOT EXISTS digest_state (
+    session_id VARCHAR PRIMARY KEY,
+    digest_state VARCHAR NOT NULL,    -- digested | undigested | undigestible
+    attempts INTEGER NOT NULL,        -- failed attempts at `revision`
+    defer_reason VARCHAR,             -- skip-over-band | wall-clock-timeout | schema-failure | under-band-choke | provider-error | operator-reset
+    revision VARCHAR NOT NULL,        -- the input revision the state is about
+    updated_at TIMESTAMPTZ NOT NULL
+);

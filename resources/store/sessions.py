@@ -1,0 +1,74 @@
+"""Turns as the summarizer and the graph read them back, and the `sessions` rows derived from them
+(`digest.turns.session_rows`): what every later stage looks a session up by."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import duckdb
+import pandas as pd
+
+from digest.turns import Turn, session_rows
+from resources.store.connection import Connection, now, record, records, upsert_sql
+
+
+def load_turns(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> list[Turn]:
+    rows = con.execute(
+        """
+        SELECT t.id, t.session_id, t.document, t.ts_ms, t.agent, t.agent_identity, t.model, t.user_id,
+               t.amount_tool_calls, t.tools_used, m.text
+        FROM turns t LEFT JOIN mini_summaries m ON m.turn_id = t.id
+        WHERE t.session_id IN (SELECT unnest(?::VARCHAR[]))
+        """,
+        [session_ids],
+    ).fetchall()
+    return [Turn(*row) for row in rows]
+
+
+def derived_session_rows(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> list[dict]:
+    """The `sessions` rows of these sessions as their stored turns make them (none for a session
+    with no turns)."""
+    stamp = now()
+    return [{**row, "updated_at": stamp} for row in session_rows(load_turns(con, session_ids))]
+
+
+def upsert_sessions(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> None:
+    if rows:
+        con.register("batch", pd.DataFrame(rows))
+        con.execute(upsert_sql("sessions", list(rows[0]), ["session_id"]))
+        con.unregister("batch")
+
+
+class Sessions(Connection):
+    def session_rows(self, session_ids: Iterable[str]) -> list[dict]:
+        """The stored `sessions` rows of these sessions (those that have one)."""
+        with self.connect() as con:
+            return records(
+                con, "SELECT * FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [sorted(set(session_ids))]
+            )
+
+    def load_turns(self, session_ids: list[str]) -> list[Turn]:
+        with self.connect() as con:
+            return load_turns(con, session_ids)
+
+    def session_by_partition(self, key: str) -> dict | None:
+        with self.connect() as con:
+            return record(con, "SELECT * FROM sessions WHERE partition_key = ?", [key])
+
+    def partition_keys(self) -> list[str]:
+        with self.connect() as con:
+            return [r[0] for r in con.execute("SELECT partition_key FROM sessions ORDER BY partition_key").fetchall()]
+
+    def resolve_sessions(self, refs: list[str]) -> list[str]:
+        """Session ids for session ids or partition keys; ValueError naming any that is neither."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT session_id, partition_key FROM sessions "
+                "WHERE session_id IN (SELECT unnest(?::VARCHAR[])) OR partition_key IN (SELECT unnest(?::VARCHAR[]))",
+                [refs, refs],
+            ).fetchall()
+        by_ref = {ref: sid for sid, key in rows for ref in (sid, key)}
+        unknown = [ref for ref in refs if ref not in by_ref]
+        if unknown:
+            raise ValueError(f"no such session: {', '.join(unknown)}")
+        return sorted({by_ref[ref] for ref in refs})

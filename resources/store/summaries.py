@@ -1,0 +1,263 @@
+"""Session summaries and the sweeps that make them: which sessions are pending, the sweep's queue
+behind the churn gate and failure backoff, the lease a run holds while it summarizes, a summary
+written (or an export's adopted) with its summary-time graph rows."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import duckdb
+
+from digest.scheduling import Candidate
+from digest.synthesis import FALLBACK_CHARS, SessionSummary
+from resources.store.connection import Connection, now, record, records
+from resources.store.graph import write_summary_graphs
+
+# The sessions with no summary, or whose turns changed since it was made; retired sessions
+# (archived with --retire) are left out: they are out of every sweep. Rows: `sessions` columns.
+PENDING_SUMMARY_SESSIONS = """
+    SELECT s.* FROM sessions s LEFT JOIN session_summaries x USING (session_id)
+    WHERE (x.session_id IS NULL OR x.input_revision <> s.input_revision)
+      AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)
+"""
+
+# An exported summary is current when it was made from the turns as they are: its
+# `dreamInputRevision` is the session's input revision or, without one, the original's own rule,
+# its `memoryCount` is the session's turn count. A current one stands as the session's summary,
+# with its provenance as exported (an absent `sourceTier` predates the degraded path: raw), unless
+# the session already has a summary of these turns.
+ADOPT_IMPORTED_SUMMARIES = """
+    INSERT INTO session_summaries (session_id, summary, title, category, quality, productivity, impact, complexity,
+        technologies, source_tier, degraded, raw_canonical, memory_count, mini_summary_count, input_revision, model,
+        raw_tokens_estimate, prompt_tokens_estimate, raw_cap_tokens, route_reason, first_activity_ms,
+        last_activity_ms, participating_agents, models, total_tool_calls, tools_used, source_agent_identities,
+        run_id, created_at, origin)
+    WITH ids AS (SELECT unnest(?::VARCHAR[]) AS session_id),
+    minis AS (
+        SELECT t.session_id, count(*) AS n FROM turns t JOIN mini_summaries m ON m.turn_id = t.id
+        WHERE t.session_id IN (SELECT session_id FROM ids) GROUP BY 1
+    )
+    SELECT s.session_id, i.summary, coalesce(i.title, ''), coalesce(i.category, ''), coalesce(i.quality, 0),
+        coalesce(i.productivity, 0), coalesce(i.impact, 0), coalesce(i.complexity, 0), coalesce(i.technologies, []),
+        coalesce(i.source_tier, 'raw'), coalesce(i.degraded, coalesce(i.source_tier, 'raw') <> 'raw'),
+        coalesce(i.raw_canonical, true), s.turn_count, coalesce(minis.n, 0), s.input_revision, '', 0, 0, NULL,
+        'imported', s.first_activity_ms, s.last_activity_ms, coalesce(i.participating_agents, []),
+        coalesce(i.models, []), coalesce(i.total_tool_calls, 0), coalesce(i.tools_used, []),
+        coalesce(i.source_agent_identities, []), NULL, ?, 'imported'
+    FROM imported_summaries i
+    JOIN sessions s USING (session_id)
+    LEFT JOIN session_summaries x USING (session_id)
+    LEFT JOIN minis USING (session_id)
+    WHERE s.session_id IN (SELECT session_id FROM ids)
+      AND (i.input_revision = s.input_revision OR (i.input_revision IS NULL AND i.memory_count = s.turn_count))
+      AND trim(coalesce(i.summary, '')) <> ''
+      AND (x.session_id IS NULL OR x.input_revision <> s.input_revision)
+    ON CONFLICT (session_id) DO UPDATE SET summary = excluded.summary, title = excluded.title,
+        category = excluded.category, quality = excluded.quality, productivity = excluded.productivity,
+        impact = excluded.impact, complexity = excluded.complexity, technologies = excluded.technologies,
+        source_tier = excluded.source_tier, degraded = excluded.degraded, raw_canonical = excluded.raw_canonical,
+        memory_count = excluded.memory_count, mini_summary_count = excluded.mini_summary_count,
+        input_revision = excluded.input_revision, model = excluded.model,
+        raw_tokens_estimate = excluded.raw_tokens_estimate, prompt_tokens_estimate = excluded.prompt_tokens_estimate,
+        raw_cap_tokens = excluded.raw_cap_tokens, route_reason = excluded.route_reason,
+        first_activity_ms = excluded.first_activity_ms, last_activity_ms = excluded.last_activity_ms,
+        participating_agents = excluded.participating_agents, models = excluded.models,
+        total_tool_calls = excluded.total_tool_calls, tools_used = excluded.tools_used,
+        source_agent_identities = excluded.source_agent_identities, run_id = excluded.run_id,
+        created_at = excluded.created_at, origin = excluded.origin
+    RETURNING *
+"""
+
+
+def adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
+    """Let a current imported summary stand as the summary of these sessions, graph rows and all."""
+    write_summary_graphs(con, records(con, ADOPT_IMPORTED_SUMMARIES, [session_ids, now()]))
+
+
+class Summaries(Connection):
+    def pending_summary_keys(self, limit: int | None = None) -> list[str]:
+        """Sessions with no summary, or whose turns changed since it: newest activity first."""
+        sql = f"SELECT partition_key FROM ({PENDING_SUMMARY_SESSIONS}) ORDER BY last_activity_ms DESC NULLS LAST, session_id"
+        with self.connect() as con:
+            rows = con.execute(sql + (f" LIMIT {int(limit)}" if limit else "")).fetchall()
+        return [r[0] for r in rows]
+
+    def write_summary(self, summary: SessionSummary, run_id: str | None = None) -> None:
+        out = summary.output
+        row = {
+            "session_id": summary.session_id,
+            "summary": out.summary,
+            "title": out.title,
+            "category": out.category,
+            "quality": out.quality,
+            "productivity": out.productivity,
+            "impact": out.impact,
+            "complexity": out.complexity,
+            "technologies": list(out.technologies),
+            "source_tier": summary.source_tier,
+            "degraded": summary.degraded,
+            "raw_canonical": summary.raw_canonical,
+            "memory_count": summary.memory_count,
+            "mini_summary_count": summary.mini_summary_count,
+            "input_revision": summary.input_revision,
+            "model": summary.model,
+            "raw_tokens_estimate": summary.raw_tokens_estimate,
+            "prompt_tokens_estimate": summary.prompt_tokens_estimate,
+            "raw_cap_tokens": summary.raw_cap_tokens,
+            "route_reason": summary.route_reason,
+            "first_activity_ms": summary.first_activity_ms,
+            "last_activity_ms": summary.last_activity_ms,
+            "participating_agents": summary.participating_agents,
+            "models": summary.models,
+            "total_tool_calls": summary.total_tool_calls,
+            "tools_used": summary.tools_used,
+            "source_agent_identities": summary.source_agent_identities,
+            "run_id": run_id,
+            "created_at": summary.created_at,
+            "origin": "generated",
+        }
+        columns = list(row)
+        placeholders = ", ".join("?" for _ in columns)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != "session_id")
+        with self.transaction() as con:
+            con.execute(
+                f"INSERT INTO session_summaries ({', '.join(columns)}) VALUES ({placeholders}) "
+                f"ON CONFLICT (session_id) DO UPDATE SET {updates}",
+                list(row.values()),
+            )
+            write_summary_graphs(con, [row])
+
+    def summary_row(self, session_id: str) -> dict | None:
+        with self.connect() as con:
+            return record(con, "SELECT * FROM session_summaries WHERE session_id = ?", [session_id])
+
+    def summaries_where(self, column: str, values: list[str]) -> list[dict]:
+        """Summary rows by `session_id` or `run_id`."""
+        if column not in ("session_id", "run_id"):
+            raise ValueError(f"summaries are not looked up by {column!r}")
+        with self.connect() as con:
+            return records(
+                con,
+                f"SELECT * FROM session_summaries WHERE {column} IN (SELECT unnest(?::VARCHAR[])) ORDER BY session_id",
+                [values],
+            )
+
+    # --- sweeps -----------------------------------------------------------------------------
+
+    def summary_queue(self, now_ms: int, idle_window_s: float, newest: int, oldest: int) -> dict:
+        """The pending sessions a sweep may take, the newest `newest` and the oldest `oldest`
+        after the churn gate and failure backoff, with how many each gate held back."""
+        idle_ms = int(idle_window_s * 1000)
+        gates = f"""
+            SELECT s.*,
+                   coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false) AS active,
+                   coalesce(st.backoff_until_ms > {now_ms} AND st.failed_revision = s.input_revision, false)
+                       AS backing_off
+            FROM ({PENDING_SUMMARY_SESSIONS}) s
+            LEFT JOIN summary_state st USING (session_id)
+        """
+        with self.connect() as con:
+            counts = con.execute(
+                f"SELECT count(*), count(*) FILTER (active), count(*) FILTER (backing_off AND NOT active) FROM ({gates})"
+            ).fetchone()
+            rows = con.execute(
+                f"""
+                WITH eligible AS (SELECT * FROM ({gates}) WHERE NOT active AND NOT backing_off),
+                picked AS (
+                    (SELECT session_id FROM eligible ORDER BY last_activity_ms DESC NULLS LAST, session_id LIMIT {int(newest)})
+                    UNION
+                    (SELECT session_id FROM eligible ORDER BY last_activity_ms ASC NULLS FIRST, session_id LIMIT {int(oldest)})
+                )
+                SELECT s.partition_key, s.session_id, s.last_activity_ms, s.turn_count, s.raw_bytes,
+                       sum(least(coalesce(length(m.text), length(t.document)), {FALLBACK_CHARS}))::BIGINT,
+                       count(m.turn_id)
+                FROM picked JOIN sessions s USING (session_id)
+                JOIN turns t ON t.session_id = s.session_id
+                LEFT JOIN mini_summaries m ON m.turn_id = t.id
+                GROUP BY ALL
+                ORDER BY s.last_activity_ms DESC NULLS LAST, s.session_id
+                """
+            ).fetchall()
+        return {
+            "pending": counts[0],
+            "active": counts[1],
+            "backing_off": counts[2],
+            "candidates": [Candidate(*row) for row in rows],
+        }
+
+    def seconds_per_token(self, model: str, recent: int = 50) -> float | None:
+        """Measured model seconds per estimated prompt token over the model's recent good calls."""
+        with self.connect() as con:
+            row = con.execute(
+                """SELECT sum(duration_s) / nullif(sum(tokens_estimate), 0) FROM (
+                       SELECT duration_s, tokens_estimate FROM attempts
+                       -- duration 0: a reply replayed from the response cache, which says nothing of the model's speed
+                       WHERE outcome = 'ok' AND model = ? AND stage = 'session-summary' AND NOT cached
+                       ORDER BY attempt_id DESC LIMIT ?)""",
+                [model, recent],
+            ).fetchone()
+        return row[0]
+
+    # --- failure backoff --------------------------------------------------------------------
+
+    def record_summary_failure(
+        self, session_id: str, revision: str, symptom: str, now_ms: int, backoff_s: Callable[[int], float]
+    ) -> int:
+        """Count a failure (from 1 again when the turns changed) and back the session off;
+        returns the failure count. `backoff_s(failures)` gives the wait."""
+        with self.transaction() as con:
+            row = con.execute(
+                "SELECT failures, failed_revision FROM summary_state WHERE session_id = ?", [session_id]
+            ).fetchone()
+            failures = row[0] + 1 if row and row[1] == revision else 1
+            con.execute(
+                """INSERT OR REPLACE INTO summary_state VALUES (?, ?, ?, ?, ?, ?)""",
+                [session_id, failures, symptom, revision, now_ms + int(backoff_s(failures) * 1000), now()],
+            )
+        return failures
+
+    def clear_summary_failures(self, session_id: str) -> None:
+        with self.connect() as con:
+            con.execute("DELETE FROM summary_state WHERE session_id = ?", [session_id])
+
+    # --- leases -----------------------------------------------------------------------------
+
+    def claim_summary_lease(self, session_id: str, run_id: str, now_ms: int, ttl_s: float) -> str | None:
+        """Claim the session for this run; returns None when granted, else the holding run's id.
+        An expired lease (a crashed run) is taken over, and every other expired one is dropped."""
+        with self.transaction() as con:
+            con.execute(
+                "DELETE FROM summary_leases WHERE expires_at_ms <= ? OR (session_id = ? AND run_id = ?)",
+                [now_ms, session_id, run_id],
+            )
+            holder = con.execute("SELECT run_id FROM summary_leases WHERE session_id = ?", [session_id]).fetchone()
+            if holder:
+                return holder[0]
+            con.execute("INSERT INTO summary_leases VALUES (?, ?, ?)", [session_id, run_id, now_ms + int(ttl_s * 1000)])
+        return None
+
+    def release_summary_lease(self, session_id: str, run_id: str) -> None:
+        with self.connect() as con:
+            con.execute("DELETE FROM summary_leases WHERE session_id = ? AND run_id = ?", [session_id, run_id])
+
+    def release_leases_of_runs(self, run_ids: list[str]) -> None:
+        """Every lease these (dead) runs hold."""
+        with self.connect() as con:
+            con.execute("DELETE FROM summary_leases WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [run_ids])
+
+    def summary_standing(self, session_id: str) -> dict | None:
+        """What a summary run reads under the lease before its model work (and a sweep just before
+        the run): the session's current revision, its summary's, whether it is retired, its failure
+        backoff. None: no such session."""
+        with self.connect() as con:
+            return record(
+                con,
+                """SELECT s.input_revision, x.input_revision AS summary_revision, x.run_id AS summary_run_id,
+                          r.archive_id AS retired_by, st.failures, st.failed_revision, st.backoff_until_ms
+                   FROM sessions s
+                   LEFT JOIN session_summaries x USING (session_id)
+                   LEFT JOIN retired_sessions r USING (session_id)
+                   LEFT JOIN summary_state st USING (session_id)
+                   WHERE s.session_id = ?""",
+                [session_id],
+            )
