@@ -214,6 +214,11 @@ def order_sessions(sessions: list[PendingSession], limits: Limits, priority: str
     return sorted(newest, key=lambda s: not headed_for_degraded(s.raw_bytes, s.turn_count, limits))
 
 
+def archive_reason_after(attempts: int, max_attempts: int) -> str | None:
+    """Why a turn that has failed `attempts` times leaves generation, or None: it is tried again."""
+    return ARCHIVE_GENERATION_TIMEOUT if attempts >= max_attempts else None
+
+
 # --- one call -----------------------------------------------------------------------------------
 
 

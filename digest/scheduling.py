@@ -101,3 +101,9 @@ def choose_batch(planned_newest_first: list[PlannedSession], policy: SweepPolicy
             break
         take(item)
     return chosen
+
+
+def failures_after(previous: tuple[int, str] | None, revision: str) -> int:
+    """A session's failure count after one more at `revision`: `previous` is its (failures,
+    revision) so far; new turns start the count again."""
+    return previous[0] + 1 if previous and previous[1] == revision else 1

@@ -2,27 +2,31 @@
 ledger. One module per feature, each with its SQL beside its code, in the order one session
 passes through them:
 
-- `connection.py`   the file: connections that wait out another process's lock, transactions,
-                    `migrate` (the tables are `schema.sql`)
-- `ingest.py`       bundle → turns: the export's turns, mini summaries, summaries and rejected lines
-- `sessions.py`     turns read back, and the `sessions` rows derived from them
+- `connection.py`     the file: connections that wait out another process's lock, transactions,
+                      `migrate` (the tables are `schema.sql`)
+- `ingest.py`         bundle → turns: the export's turns, mini summaries, summaries and rejected lines
+- `sessions.py`       turns read back, and the `sessions` rows derived from them
 - `mini_summaries.py` turns → mini summaries: pending turns, failed attempts, archive, backoff
-- `summaries.py`    turns → summary: pending sessions, the sweep's queue, failure backoff, leases,
-                    a summary written or an export's adopted (with its summary-time graph rows)
-- `graph.py`        summary → graph: nodes and edges, finished chunks, digest state, the cadence
-- `ledger.py`       every model call's attempt and friction event (`RunLedger` for one run)
-- `cache.py`        the response cache and staged replies
-- `reports.py`      what `status`, the friction report and the asset checks read
-- `archive.py`      archive bundles written and restored
+- `summaries.py`      turns → summary: pending sessions, the sweep's queue, failure backoff, leases,
+                      a summary written or an export's adopted (with its summary-time graph rows)
+- `graph.py`          summary → graph: nodes and edges, finished chunks, digest state, the cadence
+- `ledger.py`         every model call's attempt and friction event (`RunLedger` for one run)
+- `cache.py`          the response cache and staged replies
+- `reports.py`        what `status`, the friction report and the asset checks read
+- `archive.py`        archive bundles written and restored
 
 `DigestStore` is all of them over one file. Decisions stay in `digest/` (the order mini summaries
-are made in, the digest states); where the store applies one, it is below, in `DigestStore`.
+are made in, when a failing turn is archived, how failures count, the digest states): the
+feature modules only read and write, and `DigestStore` below is where a decision is applied.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from digest.graph import DigestState, SessionGraph, after_failure, after_success, reset_undigestible
-from digest.mini_summaries import order_sessions
+from digest.mini_summaries import archive_reason_after, order_sessions
+from digest.scheduling import failures_after
 from digest.synthesis import Limits
 from resources.store.archive import NOT_ARCHIVED, RESTORE_MODES, Archive
 from resources.store.cache import Cache
@@ -52,6 +56,19 @@ class DigestStore(Ingest, Sessions, MiniSummaries, Summaries, Graph, Ledger, Cac
         """Sessions with turns that need a mini summary and no backoff in force, in priority order."""
         ordered = order_sessions(self.pending_mini_summary_sessions(now_ms), limits, priority)
         return [s.partition_key for s in ordered[:limit]]
+
+    def record_mini_summary_failure(self, turn_id: str, session_id: str, cause: str, max_attempts: int) -> bool:
+        """Count a failed attempt; at `max_attempts` the turn is archived. True if it was."""
+        return self.count_mini_summary_failure(turn_id, session_id, cause, lambda n: archive_reason_after(n, max_attempts))
+
+    def record_summary_failure(
+        self, session_id: str, revision: str, symptom: str, now_ms: int, backoff_s: Callable[[int], float]
+    ) -> int:
+        """Count a failure (from 1 again when the turns changed) and back the session off;
+        returns the failure count. `backoff_s(failures)` gives the wait."""
+        return self.count_summary_failure(
+            session_id, revision, symptom, now_ms, lambda previous: failures_after(previous, revision), backoff_s
+        )
 
     def write_graph(self, graph: SessionGraph, run_id: str | None = None) -> None:
         """Replace the session's graph and mark it digested at its revision, in one transaction."""

@@ -11,8 +11,7 @@ from typing import Callable, Iterable, Iterator
 import duckdb
 import pandas as pd
 
-from digest.graph import Chunk, DigestState, GraphEdge, GraphExtraction, GraphNode, SessionGraph
-from digest.graph import summary_graph, summary_node_id
+from digest.graph import Chunk, DigestState, GraphEdge, GraphExtraction, GraphNode, SessionGraph, summary_graph, summary_node_id
 from digest.turns import Turn
 from resources.store.connection import Connection, now
 from resources.store.sessions import load_turns

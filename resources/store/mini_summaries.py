@@ -3,9 +3,9 @@ turn's failed attempts and archive, each session's backoff, and the sessions pen
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
-from digest.mini_summaries import ARCHIVE_GENERATION_TIMEOUT, PendingSession, PendingTurn
+from digest.mini_summaries import PendingSession, PendingTurn
 from digest.synthesis import Attempt
 from resources.store.connection import Connection, now
 
@@ -59,12 +59,16 @@ class MiniSummaries(Connection):
                 [turn_id, session_id, text, model, now()],
             )
 
-    def record_mini_summary_failure(self, turn_id: str, session_id: str, cause: str, max_attempts: int) -> bool:
-        """Count a failed attempt; at `max_attempts` the turn is archived. True if it was."""
+    def count_mini_summary_failure(
+        self, turn_id: str, session_id: str, cause: str, archive_reason: Callable[[int], str | None]
+    ) -> bool:
+        """Count a failed attempt, and archive the turn if `archive_reason(attempts)` gives a reason,
+        in one transaction. True if it was archived."""
         with self.transaction() as con:
             row = con.execute("SELECT attempts FROM mini_summary_state WHERE turn_id = ?", [turn_id]).fetchone()
             attempts = (row[0] if row else 0) + 1
-            archived = attempts >= max_attempts
+            reason = archive_reason(attempts)
+            archived = reason is not None
             stamp = now()
             con.execute(
                 """INSERT INTO mini_summary_state (turn_id, session_id, attempts, last_cause, archived_at,
@@ -73,8 +77,7 @@ class MiniSummaries(Connection):
                    ON CONFLICT (turn_id) DO UPDATE SET attempts = excluded.attempts, last_cause = excluded.last_cause,
                        archived_at = excluded.archived_at, archived_reason = excluded.archived_reason,
                        updated_at = excluded.updated_at""",
-                [turn_id, session_id, attempts, cause, stamp if archived else None,
-                 ARCHIVE_GENERATION_TIMEOUT if archived else None, stamp],
+                [turn_id, session_id, attempts, cause, stamp if archived else None, reason, stamp],
             )  # fmt: skip
         return archived
 

@@ -200,16 +200,17 @@ class Summaries(Connection):
 
     # --- failure backoff --------------------------------------------------------------------
 
-    def record_summary_failure(
-        self, session_id: str, revision: str, symptom: str, now_ms: int, backoff_s: Callable[[int], float]
-    ) -> int:
-        """Count a failure (from 1 again when the turns changed) and back the session off;
-        returns the failure count. `backoff_s(failures)` gives the wait."""
+    def count_summary_failure(
+        self, session_id: str, revision: str, symptom: str, now_ms: int,
+        count: Callable[[tuple[int, str] | None], int], backoff_s: Callable[[int], float],
+    ) -> int:  # fmt: skip
+        """Store the session's failure count, `count((failures, failed revision) so far)`, and its
+        backoff, `backoff_s(failures)` from now, in one transaction; returns the count."""
         with self.transaction() as con:
             row = con.execute(
                 "SELECT failures, failed_revision FROM summary_state WHERE session_id = ?", [session_id]
             ).fetchone()
-            failures = row[0] + 1 if row and row[1] == revision else 1
+            failures = count(row)
             con.execute(
                 """INSERT OR REPLACE INTO summary_state VALUES (?, ?, ?, ?, ?, ?)""",
                 [session_id, failures, symptom, revision, now_ms + int(backoff_s(failures) * 1000), now()],
