@@ -13,7 +13,7 @@ import pandas as pd
 
 from digest.graph import Chunk, DigestState, GraphEdge, GraphExtraction, GraphNode, SessionGraph, summary_graph, summary_node_id
 from digest.turns import Turn
-from resources.store.connection import Connection, now
+from resources.store.connection import Connection, now, records
 from resources.store.sessions import load_turns
 
 GRAPH_NODE_COLUMNS = ["session_id", "input_revision", "run_id", "created_at", "id", "label", "properties"]
@@ -181,13 +181,12 @@ class Graph(Connection):
         after = ""
         while True:
             with self.connect() as con:
-                cursor = con.execute(
+                rows = records(
+                    con,
                     f"""WITH page AS (SELECT DISTINCT id FROM {table} WHERE id > ? ORDER BY id LIMIT {int(ids_per_page)})
                         SELECT {columns} FROM {table} JOIN page USING (id) ORDER BY id, created_at, session_id""",
                     [after],
                 )
-                names = [d[0] for d in cursor.description]
-                rows = [dict(zip(names, row)) for row in cursor.fetchall()]
             if not rows:
                 return
             yield rows
