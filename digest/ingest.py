@@ -1,7 +1,8 @@
 """Streaming ingest of Neo.mjs export bundles and of the simple JSONL turn format.
 
 Files are read line by line, so memory stays bounded whatever the file size; the 4096-float
-embedding of each vector row is cut out of the line before JSON parsing, never parsed or stored.
+embedding of each vector row is cut out of the line before JSON parsing and kept as the JSON text
+it was (`embedding_text`: checked cheaply, never parsed), so an archive writes it back verbatim.
 A bad line becomes a reject with its reason and line number, and the rest of the file goes on.
 
 Every physical line (split on `\n` only, a leading UTF-8 BOM dropped) is accounted for in the
@@ -23,6 +24,7 @@ Routing is by file name, as the original's import does:
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +33,16 @@ from typing import Iterable, Iterator, Protocol
 from digest.turns import compose_document, parse_timestamp_ms
 
 BATCH_ROWS = 2000
+MAX_VECTOR_PROBLEMS = 20
 EXCERPT_CHARS = 200
 READ_BUFFER_BYTES = 1 << 20
 _EMBEDDING = re.compile(r'"embedding"\s*:\s*\[')
+# What a vector's text may hold between its brackets: JSON numbers, commas and blanks. Checking
+# the characters costs a tenth of parsing the 4096 floats; a malformed number made of them (`1-2`)
+# is not caught (JSON.stringify, which writes the original's exports, never writes one).
+_VECTOR_BODY = re.compile(r"[0-9.eE+\-, \t]*")
+# A number JavaScript reads as Infinity: an exponent of 3+ digits (checked exactly), or 309+ digits.
+_HUGE_NUMBER = re.compile(r"[eE]\+?0*[1-9]\d{2}|\d{309}")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _BOM = b"\xef\xbb\xbf"
 _JSON_WHITESPACE = b" \t\r\n"
@@ -60,6 +69,10 @@ class FileReport:
     rejects: int = 0
     superseded: int = 0
     skipped: int = 0
+    # Vector rows: embeddings kept, and those dropped as malformed (their turn or summary is kept).
+    vectors: int = 0
+    vectors_dropped: int = 0
+    vector_problems: list[str] = field(default_factory=list)  # "line N: reason", the first few
 
 
 @dataclass
@@ -94,20 +107,48 @@ def file_kind(path: Path) -> str:
     return "turns"
 
 
-def _strip_embedding(line: str) -> str:
+def _cut_embedding(line: str) -> tuple[str, str | None]:
     """Cut the embedding array out of the raw line: `]` cannot occur inside a float array, and
-    the pattern cannot occur inside a JSON string, whose quotes are escaped."""
+    the pattern cannot occur inside a JSON string, whose quotes are escaped. Returns the line with
+    a null embedding and the array's text as it was."""
     match = _EMBEDDING.search(line)
     if not match:
-        return line
+        return line, None
     end = line.find("]", match.end())
     if end < 0:
-        return line
-    return line[: match.start()] + '"embedding":null' + line[end + 1 :]
+        return line, None
+    return line[: match.start()] + '"embedding":null' + line[end + 1 :], line[match.end() - 1 : end + 1]
 
 
-def _load(line: str) -> dict:
-    text = _strip_embedding(line)
+def _strip_embedding(line: str) -> str:
+    return _cut_embedding(line)[0]
+
+
+def embedding_text(cut: str) -> str:
+    """The vector's JSON text as cut, if it is a non-empty array of finite numbers; else Reject,
+    whose reason the file's report keeps (the turn itself is kept, without the vector: an archive
+    lists it as needing the original's re-embed). Checked without parsing the floats: the
+    characters, no empty element; the rare huge exponent is parsed to see it is finite."""
+    if not _VECTOR_BODY.fullmatch(cut, 1, len(cut) - 1):
+        raise Reject("bad-embedding: holds something other than numbers")
+    body = cut[1:-1].replace(" ", "").replace("\t", "")
+    if not body:
+        raise Reject("empty-embedding: no numbers")
+    if ",," in body or body[0] == "," or body[-1] == ",":
+        raise Reject("bad-embedding: an empty element")
+    if _HUGE_NUMBER.search(body):
+        try:
+            finite = all(math.isfinite(float(x)) for x in body.split(","))
+        except ValueError:
+            raise Reject("bad-embedding: a malformed number") from None
+        if not finite:
+            raise Reject("non-finite-values: a number JSON readers take as Infinity")
+    return cut
+
+
+def _load(line: str) -> tuple[dict, str | None]:
+    """The line's JSON with its embedding cut out, and the embedding's text as cut (unchecked)."""
+    text, cut = _cut_embedding(line)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -118,7 +159,7 @@ def _load(line: str) -> dict:
         raise Reject(f"not-an-object: line holds a JSON {type(value).__name__}")
     if _SURROGATE_ESCAPE.search(text):
         value = _without_lone_surrogates(value)
-    return value
+    return value, cut
 
 
 def _without_lone_surrogates(value):
@@ -272,6 +313,7 @@ def parse_simple_turn(obj: dict, source: str, line_no: int) -> tuple[dict, str |
         required=("prompt", "response"),  # thought is optional in this format
     )
     row["amount_tool_calls"] = _tool_calls(obj.get("tool_calls"))
+    row["embedding"] = None  # the format has none
     mini = _text(obj, "mini_summary", "")
     return row, (mini.strip() or None) if mini else None
 
@@ -361,6 +403,8 @@ def parse_summary_row(obj: dict, source: str) -> dict:
         "total_tool_calls": _whole(meta, "totalToolCalls"),
         "tools_used": _names(meta, "toolsUsed"),
         "source_agent_identities": _names(meta, "sourceAgentIdentities"),
+        # As exported: an archive writes an imported summary back with the metadata it came with.
+        "metadata": json.dumps(meta, ensure_ascii=False),
     }
 
 
@@ -402,6 +446,19 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
         for batch in (turns, minis, summaries, rejects):
             batch.clear()
 
+    def vector(cut: str | None) -> str | None:
+        if cut is None:
+            return None
+        try:
+            text = embedding_text(cut)
+        except Reject as reason:
+            report.vectors_dropped += 1
+            if len(report.vector_problems) < MAX_VECTOR_PROBLEMS:
+                report.vector_problems.append(f"line {line_no}: {reason}")
+            return None
+        report.vectors += 1
+        return text
+
     def keep_turn(row: dict) -> None:
         earlier = seen.get(row["id"])
         if earlier is not None:
@@ -425,9 +482,10 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
             report.skipped += 1
             continue
         try:
-            obj = _load(_decode(raw))
+            obj, cut = _load(_decode(raw))
             if kind == "memory":
-                keep_turn(parse_memory_row(obj, source, line_no))
+                row = parse_memory_row(obj, source, line_no)
+                keep_turn({**row, "embedding": vector(cut)})
             elif kind == "turns":
                 row, mini = parse_simple_turn(obj, source, line_no)
                 keep_turn(row)
@@ -440,7 +498,7 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
                     continue
                 minis.append(mini)
             else:
-                summaries.append(parse_summary_row(obj, source))
+                summaries.append({**parse_summary_row(obj, source), "embedding": vector(cut)})
             report.rows += 1
         except Reject as reason:
             report.rejects += 1
