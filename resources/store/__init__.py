@@ -22,7 +22,7 @@ feature modules only read and write, and `DigestStore` below is where a decision
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from digest.graph import DigestState, SessionGraph, after_failure, after_success, reset_undigestible
 from digest.mini_summaries import archive_reason_after, order_sessions
@@ -59,7 +59,9 @@ class DigestStore(Ingest, Sessions, MiniSummaries, Summaries, Graph, Ledger, Cac
 
     def record_mini_summary_failure(self, turn_id: str, session_id: str, cause: str, max_attempts: int) -> bool:
         """Count a failed attempt; at `max_attempts` the turn is archived. True if it was."""
-        return self.count_mini_summary_failure(turn_id, session_id, cause, lambda n: archive_reason_after(n, max_attempts))
+        return self.count_mini_summary_failure(
+            turn_id, session_id, cause, lambda n: archive_reason_after(n, max_attempts)
+        )
 
     def record_summary_failure(
         self, session_id: str, revision: str, symptom: str, now_ms: int, backoff_s: Callable[[int], float]
@@ -86,4 +88,3 @@ class DigestStore(Ingest, Sessions, MiniSummaries, Summaries, Graph, Ledger, Cac
         was not undigestible (nothing changed)."""
         previous, state = self.transition_digest_state(session_id, reset_undigestible)
         return previous if state is not None else None
-

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import duckdb
 
@@ -23,6 +23,7 @@ from digest.archive import (
     BundleFile,
     JsonlWriter,
     SessionState,
+    VectorCount,
     archive_stamp,
     build_manifest,
     bundle_file_names,
@@ -34,6 +35,7 @@ from digest.archive import (
     summary_backup_row,
     table_file_name,
     validate_bundle,
+    vector_line,
     write_manifest,
 )
 from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
@@ -60,16 +62,33 @@ def _table_source(columns: list[tuple[str, str]]) -> str:
     return f"read_json(?, format='newline_delimited', columns={{{types}}}, maximum_object_size={MAX_LINE_BYTES})"
 
 
+# A line of the memory-backup file, read whole: its embedding is taken as the text it is, verbatim
+# (read_json would rewrite its numbers). A validated line holds no raw control character, so no
+# \x01 to split on, and no other `"embedding": [` than its own: a JSON string's quotes are
+# escaped and its metadata has only the turn's keys.
+_LINE_SOURCE = (
+    "read_csv(?, columns={'line': 'VARCHAR'}, delim='\\x01', quote='', escape='', header=false, new_line='\\n', "
+    f"auto_detect=false, max_line_size={MAX_LINE_BYTES})"
+)
+_LINE_EMBEDDING = r'"embedding"\s*:\s*(\[[^\]]*\])'
+
+
 def _memory_source(columns: list[tuple[str, str]]) -> str:
-    """The memory-backup file as `turns` rows: its flat metadata mapped back to the columns."""
+    """The memory-backup file as `turns` rows: its flat metadata mapped back to the columns, the
+    embedding's JSON text as written (a bundle from older code has none: NULL)."""
     types = dict(columns)
-    structure = json.dumps({key: types[column] for column, key in TURN_METADATA_KEYS.items()})
-    fields = ", ".join(f'm."{key}" AS "{column}"' for column, key in TURN_METADATA_KEYS.items())
-    lines = (
-        "read_json(?, format='newline_delimited', columns={'id': 'VARCHAR', 'metadata': 'JSON', 'document': 'VARCHAR'}, "
-        f"maximum_object_size={MAX_LINE_BYTES})"
+    metadata = {key: types[column] for column, key in TURN_METADATA_KEYS.items()}
+    structure = json.dumps({"id": "VARCHAR", "document": "VARCHAR", "metadata": metadata})
+    fields = ", ".join(f'j.metadata."{key}" AS "{column}"' for column, key in TURN_METADATA_KEYS.items())
+    embedding = (
+        f"nullif(regexp_extract(line, {_sql_text(_LINE_EMBEDDING)}, 1), '')"
+        if "embedding" in types
+        else "NULL::VARCHAR"
     )
-    return f"(SELECT id, {fields}, document FROM (SELECT id, document, json_transform(metadata, {_sql_text(structure)}) AS m FROM {lines}))"
+    return (
+        f"(SELECT j.id AS id, {fields}, j.document AS document, embedding FROM "
+        f"(SELECT json_transform(line, {_sql_text(structure)}) AS j, {embedding} AS embedding FROM {_LINE_SOURCE}))"
+    )
 
 
 @contextmanager
@@ -128,7 +147,9 @@ class Archive(Connection):
             SELECT turn_id, 'AGENT_MEMORY', NULL, session_id, text, 1, NULL FROM mini_summaries {where}
             ORDER BY id, mini, created_at, session_id"""
         node_rows = (
-            mini_summary_node_row({"turn_id": r["id"], "session_id": r["session_id"], "text": r["text"]}) if r["mini"] else r
+            mini_summary_node_row({"turn_id": r["id"], "session_id": r["session_id"], "text": r["text"]})
+            if r["mini"]
+            else r
             for r in self._rows(con, nodes, params * 2)
         )
         yield from map(node_line, merge_stored_nodes(node_rows))
@@ -158,26 +179,61 @@ class Archive(Connection):
         partial.mkdir(parents=True)
         files: list[BundleFile] = []
 
-        def write(name: str, kind: str, table: str | None, lines: Iterable[dict], columns=None) -> None:
+        def write(
+            name: str, kind: str, table: str | None, lines: Iterable[dict | str], columns=None, vectors=None
+        ) -> None:
             writer = JsonlWriter(partial / name)
             for line in lines:
                 writer.write(line)
-            files.append(BundleFile(name, kind, table, writer.rows, writer.close(), columns))
+            entry = vectors.entry() if vectors is not None else None
+            files.append(BundleFile(name, kind, table, writer.rows, writer.close(), columns, entry))
+
+        def vector_lines(rows: Iterable[dict], shape, embedding_of, vectors: VectorCount) -> Iterator[str]:
+            for r in rows:
+                line = shape(r)
+                embedding = embedding_of(r)
+                vectors.add(embedding is not None, line["metadata"]["sessionId"])
+                yield vector_line(line, embedding)
 
         with self.connect() as con:
             con.execute("BEGIN TRANSACTION")  # one snapshot for every file
             where, params = self._scope(["session_id"], "turns", sessions)
             turn_types = dict(self._table_columns(con)["turns"])
             turns = self._rows(con, f"SELECT * FROM turns {where} ORDER BY id", params)
-            write(names["memory"], "memory", "turns", map(memory_row, turns), [(c, turn_types[c]) for c in ARCHIVED_TURN_COLUMNS])
-            summaries = self._rows(con, f"SELECT * FROM session_summaries {where} ORDER BY session_id", params)
-            write(names["summaries"], "summaries", None, map(summary_backup_row, summaries))
+            counted = VectorCount()
+            lines = vector_lines(turns, memory_row, lambda r: r["embedding"], counted)
+            write(
+                names["memory"], "memory", "turns", lines, [(c, turn_types[c]) for c in ARCHIVED_TURN_COLUMNS], counted
+            )
+            # What the original's gates read beside the row: the digest state, and an imported
+            # summary's own metadata and vector (kept while it stands as the session's summary).
+            summaries = self._rows(
+                con,
+                f"""SELECT x.*, s.input_revision AS session_revision, d.digest_state, d.revision AS digest_revision,
+                           i.metadata::VARCHAR AS imported_metadata, i.embedding AS imported_embedding
+                    FROM (SELECT * FROM session_summaries {where}) x
+                    LEFT JOIN sessions s USING (session_id)
+                    LEFT JOIN digest_state d USING (session_id)
+                    LEFT JOIN imported_summaries i ON i.session_id = x.session_id AND x.origin = 'imported'
+                        AND i.summary = x.summary AND coalesce(i.input_revision, x.input_revision) = x.input_revision
+                    ORDER BY x.session_id""",
+                params,
+            )
+            counted = VectorCount()
+            lines = vector_lines(summaries, summary_backup_row, lambda r: r["imported_embedding"], counted)
+            write(names["summaries"], "summaries", None, lines, vectors=counted)
             write(names["graph"], "graph", None, self._graph_lines(con, sessions))
             for table, columns in self._archive_tables(con).items():
                 scope = self._scope([c for c, _ in columns], table, sessions)
                 if scope is not None:
                     rows = self._rows(con, f'SELECT * FROM "{table}" {scope[0]} ORDER BY ALL', scope[1])
-                    write(table_file_name(table), "table", table, ({k: jsonable(v) for k, v in r.items()} for r in rows), columns)
+                    write(
+                        table_file_name(table),
+                        "table",
+                        table,
+                        ({k: jsonable(v) for k, v in r.items()} for r in rows),
+                        columns,
+                    )
             con.execute("ROLLBACK")
         write_manifest(partial, build_manifest(stamp, created_at, sessions, SCHEMA_VERSION, files))
         partial.rename(final)
@@ -215,7 +271,9 @@ class Archive(Connection):
         if mode not in RESTORE_MODES:
             raise ValueError(f"restore mode {mode!r} is not one of {', '.join(RESTORE_MODES)}")
         if bundle.manifest["schema_version"] > SCHEMA_VERSION:
-            raise BundleError(bundle.path, [f"schema version {bundle.manifest['schema_version']} is newer than {SCHEMA_VERSION}"])
+            raise BundleError(
+                bundle.path, [f"schema version {bundle.manifest['schema_version']} is newer than {SCHEMA_VERSION}"]
+            )
         memory = bundle.file("memory")
         # DuckDB reads the bundle's files in place: no copy of the turns is left behind by a kill.
         sources = [(memory, _memory_source(memory.columns))] + [(f, _table_source(f.columns)) for f in bundle.tables()]
@@ -241,7 +299,9 @@ class Archive(Connection):
             rows = {}
             for f, source in sources:
                 with _loading(bundle, f.name):
-                    rows[f.table] = self._load_table(con, f.table, source, bundle.path / f.name, f.columns, mode, bundle.sessions)
+                    rows[f.table] = self._load_table(
+                        con, f.table, source, bundle.path / f.name, f.columns, mode, bundle.sessions
+                    )
             with _loading(bundle, memory.name):  # its sessions' rows, recomputed from its turns
                 self._rebuild_sessions(con, mode, bundle.sessions, sorted(bundle.turn_sessions))
             after = self._session_states(con, bundle.sessions)
@@ -250,10 +310,14 @@ class Archive(Connection):
     def _recorded_manifest_problems(self, con: duckdb.DuckDBPyConnection, bundle: Bundle) -> list[str]:
         """A bundle this store wrote must have the manifest it recorded: that catches an edit even
         with every checksum recomputed (which a bundle from elsewhere cannot be checked for)."""
-        row = con.execute("SELECT manifest_sha256, path FROM archives WHERE archive_id = ?", [bundle.archive_id]).fetchone()
+        row = con.execute(
+            "SELECT manifest_sha256, path FROM archives WHERE archive_id = ?", [bundle.archive_id]
+        ).fetchone()
         if row is None or row[0] == bundle.manifest_sha256:
             return []
-        return [f"{MANIFEST}: differs from the one this store wrote for archive {bundle.archive_id} (to {row[1]}): edited since"]
+        return [
+            f"{MANIFEST}: differs from the one this store wrote for archive {bundle.archive_id} (to {row[1]}): edited since"
+        ]
 
     def _unfit(self, f: BundleFile, live: dict) -> list[str]:
         """Why a bundle file cannot go into this store's table, if it cannot."""
@@ -277,13 +341,24 @@ class Archive(Connection):
         ).fetchall():
             if set(key) <= names:
                 cols = ", ".join(f'"{c}"' for c in key)
-                row = con.execute(f"SELECT {cols}, count(*) FROM {source} GROUP BY ALL HAVING count(*) > 1 LIMIT 1", [str(path)]).fetchone()
+                row = con.execute(
+                    f"SELECT {cols}, count(*) FROM {source} GROUP BY ALL HAVING count(*) > 1 LIMIT 1", [str(path)]
+                ).fetchone()
                 if row is not None:
-                    problems.append(f"{f.name}: {row[-1]} rows share the key ({', '.join(key)}) = {', '.join(map(repr, row[:-1]))}")
+                    problems.append(
+                        f"{f.name}: {row[-1]} rows share the key ({', '.join(key)}) = {', '.join(map(repr, row[:-1]))}"
+                    )
         return problems
 
     def _load_table(
-        self, con: duckdb.DuckDBPyConnection, table: str, source: str, path: Path, columns: list, mode: str, sessions: list[str] | None
+        self,
+        con: duckdb.DuckDBPyConnection,
+        table: str,
+        source: str,
+        path: Path,
+        columns: list,
+        mode: str,
+        sessions: list[str] | None,
     ) -> int:
         """Load one bundle file (`source`, reading `path`) into its table; returns the rows inserted."""
         names = [c for c, _ in columns]
@@ -299,7 +374,9 @@ class Archive(Connection):
             # belong to other sessions here).
             keep_ids = sessions is None
             cols = [c for c in names if keep_ids or c != (serial and serial[0])]
-            inserted = con.execute(f'INSERT INTO "{table}" ({quoted(cols)}) SELECT {quoted(cols)} FROM {source}', [str(path)])
+            inserted = con.execute(
+                f'INSERT INTO "{table}" ({quoted(cols)}) SELECT {quoted(cols)} FROM {source}', [str(path)]
+            )
             count = inserted.fetchone()[0]
             if keep_ids and serial:
                 self._advance_sequence(con, table, *serial)
@@ -337,7 +414,9 @@ class Archive(Connection):
         if following < top:
             con.execute(f"SELECT max(nextval('{sequence}')) FROM range(?)", [top - following])
 
-    def _rebuild_sessions(self, con: duckdb.DuckDBPyConnection, mode: str, sessions: list[str] | None, ids: list[str]) -> None:
+    def _rebuild_sessions(
+        self, con: duckdb.DuckDBPyConnection, mode: str, sessions: list[str] | None, ids: list[str]
+    ) -> None:
         """`sessions` rows are derived from turns: recomputed for the restored ones, `ids` (and, in
         replace mode, dropped first, so a session the bundle does not hold any more is gone)."""
         if mode == "replace":

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import duckdb
 import pandas as pd
@@ -27,6 +27,9 @@ SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
 # column with a constraint, so these are nullable; the writers always fill them).
 ADDED_COLUMNS = [
     ("session_summaries", "origin VARCHAR DEFAULT 'generated'"),
+    ("turns", "embedding VARCHAR"),
+    ("imported_summaries", "metadata JSON"),
+    ("imported_summaries", "embedding VARCHAR"),
     *[
         ("imported_summaries", column)
         for column in (
@@ -44,7 +47,7 @@ _migrated_lock = threading.Lock()
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def upsert_sql(table: str, columns: list[str], key: list[str], keep: Iterable[str] = ()) -> str:

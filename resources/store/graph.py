@@ -6,28 +6,56 @@ digest state and the digest cadence's pick. The states a digest moves through ar
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import duckdb
 import pandas as pd
 
-from digest.graph import Chunk, DigestState, GraphEdge, GraphExtraction, GraphNode, SessionGraph, summary_graph, summary_node_id
+from digest.graph import (
+    Chunk,
+    DigestState,
+    GraphEdge,
+    GraphExtraction,
+    GraphNode,
+    SessionGraph,
+    summary_graph,
+    summary_node_id,
+)
 from digest.turns import Turn
 from resources.store.connection import Connection, now, records
 from resources.store.sessions import load_turns
 
 GRAPH_NODE_COLUMNS = ["session_id", "input_revision", "run_id", "created_at", "id", "label", "properties"]
-GRAPH_EDGE_COLUMNS = ["session_id", "input_revision", "run_id", "created_at", "id", "source", "target", "type", "properties"]
+GRAPH_EDGE_COLUMNS = [
+    "session_id",
+    "input_revision",
+    "run_id",
+    "created_at",
+    "id",
+    "source",
+    "target",
+    "type",
+    "properties",
+]
 
 
-def insert_graph(con: duckdb.DuckDBPyConnection, parts: Iterable[tuple[dict, list[GraphNode], list[GraphEdge]]]) -> None:
+def insert_graph(
+    con: duckdb.DuckDBPyConnection, parts: Iterable[tuple[dict, list[GraphNode], list[GraphEdge]]]
+) -> None:
     """Insert graph rows: each part is the columns its rows share (session, revision, run, time)
     and its nodes and edges."""
     nodes, edges = [], []
     for common, part_nodes, part_edges in parts:
         nodes += [{**common, "id": n.id, "label": n.label, "properties": json.dumps(n.properties)} for n in part_nodes]
         edges += [
-            {**common, "id": e.id, "source": e.source, "target": e.target, "type": e.type, "properties": json.dumps(e.properties)}
+            {
+                **common,
+                "id": e.id,
+                "source": e.source,
+                "target": e.target,
+                "type": e.type,
+                "properties": json.dumps(e.properties),
+            }
             for e in part_edges
         ]
     con.register("node_batch", pd.DataFrame(nodes, columns=GRAPH_NODE_COLUMNS))
@@ -51,7 +79,9 @@ def write_summary_graphs(con: duckdb.DuckDBPyConnection, summaries: list[dict]) 
         turns.setdefault(turn.session_id, []).append(turn)
     scope = "session_id IN (SELECT unnest(?::VARCHAR[]))"
     summary_ids = [summary_node_id(sid) for sid in session_ids]
-    con.execute(f"DELETE FROM graph_nodes WHERE {scope} AND id IN (SELECT unnest(?::VARCHAR[]))", [session_ids, summary_ids])
+    con.execute(
+        f"DELETE FROM graph_nodes WHERE {scope} AND id IN (SELECT unnest(?::VARCHAR[]))", [session_ids, summary_ids]
+    )
     con.execute(
         f"DELETE FROM graph_edges WHERE {scope} AND (source IN (SELECT unnest(?::VARCHAR[])) "
         "OR target IN (SELECT unnest(?::VARCHAR[])))",
@@ -62,7 +92,12 @@ def write_summary_graphs(con: duckdb.DuckDBPyConnection, summaries: list[dict]) 
         con,
         (
             (
-                {"session_id": row["session_id"], "input_revision": row["input_revision"], "run_id": row["run_id"], "created_at": stamp},
+                {
+                    "session_id": row["session_id"],
+                    "input_revision": row["input_revision"],
+                    "run_id": row["run_id"],
+                    "created_at": stamp,
+                },
                 *summary_graph(turns[row["session_id"]], row),
             )
             for row in summaries
@@ -105,7 +140,12 @@ class Graph(Connection):
     def replace_graph(self, graph: SessionGraph, run_id: str | None, state: DigestState) -> None:
         """Replace the session's graph (its finished chunks go) and store its digest state, in one
         transaction."""
-        common = {"session_id": graph.session_id, "input_revision": graph.input_revision, "run_id": run_id, "created_at": now()}
+        common = {
+            "session_id": graph.session_id,
+            "input_revision": graph.input_revision,
+            "run_id": run_id,
+            "created_at": now(),
+        }
         with self.transaction() as con:
             con.execute("DELETE FROM graph_nodes WHERE session_id = ?", [graph.session_id])
             con.execute("DELETE FROM graph_edges WHERE session_id = ?", [graph.session_id])
@@ -113,7 +153,9 @@ class Graph(Connection):
             insert_graph(con, [(common, graph.nodes, graph.edges)])
             _put_digest_state(con, graph.session_id, state)
 
-    def finished_graph_chunks(self, session_id: str, revision: str) -> dict[tuple[int, str], tuple[GraphExtraction, bool]]:
+    def finished_graph_chunks(
+        self, session_id: str, revision: str
+    ) -> dict[tuple[int, str], tuple[GraphExtraction, bool]]:
         """The session's chunk results stored at this revision, by (chunk index, text digest)."""
         with self.connect() as con:
             rows = con.execute(

@@ -4,7 +4,7 @@ rows of the sessions it touched up to date in the same transaction."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import duckdb
 import pandas as pd
@@ -16,13 +16,14 @@ from resources.store.summaries import adopt_imported_summaries
 TURN_COLUMNS = [
     "id", "session_id", "ts_ms", "type", "prompt", "thought", "response", "document", "document_rebuilt",
     "agent", "agent_identity", "model", "user_id", "amount_tool_calls", "tools_used", "archived_at",
-    "archived_reason", "source_file", "source_line",
+    "archived_reason", "source_file", "source_line", "embedding",
 ]  # fmt: skip
 
 IMPORTED_SUMMARY_COLUMNS = [
     "session_id", "memory_count", "input_revision", "title", "summary", "source_tier", "source_file", "category",
     "quality", "productivity", "impact", "complexity", "technologies", "degraded", "raw_canonical",
-    "participating_agents", "models", "total_tool_calls", "tools_used", "source_agent_identities",
+    "participating_agents", "models", "total_tool_calls", "tools_used", "source_agent_identities", "metadata",
+    "embedding",
 ]  # fmt: skip
 
 
@@ -86,7 +87,9 @@ class Ingest(Connection):
         batch["imported_at"] = now()
         with self.transaction() as con:
             con.register("batch", batch)
-            con.execute(upsert_sql("imported_summaries", columns + ["imported_at"], ["session_id"], keep=["imported_at"]))
+            con.execute(
+                upsert_sql("imported_summaries", columns + ["imported_at"], ["session_id"], keep=["imported_at"])
+            )
             con.unregister("batch")
             adopt_imported_summaries(con, batch["session_id"].tolist())
 
@@ -98,7 +101,9 @@ class Ingest(Connection):
         batch["rejected_at"] = now()
         with self.transaction() as con:
             con.register("batch", batch)
-            con.execute(upsert_sql("rejects", columns + ["rejected_at"], ["source_file", "line_no"], keep=["rejected_at"]))
+            con.execute(
+                upsert_sql("rejects", columns + ["rejected_at"], ["source_file", "line_no"], keep=["rejected_at"])
+            )
 
     def refresh_sessions(self, session_ids: Iterable[str]) -> list[dict]:
         """Recompute the `sessions` rows of these sessions from their turns; returns the rows.

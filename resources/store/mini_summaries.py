@@ -3,7 +3,8 @@ turn's failed attempts and archive, each session's backoff, and the sessions pen
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from digest.mini_summaries import PendingSession, PendingTurn
 from digest.synthesis import Attempt
@@ -130,7 +131,9 @@ class MiniSummaries(Connection):
 
     def mini_summary_backoff_until_ms(self, session_id: str) -> int | None:
         with self.connect() as con:
-            row = con.execute("SELECT backoff_until_ms FROM backfill_state WHERE session_id = ?", [session_id]).fetchone()
+            row = con.execute(
+                "SELECT backoff_until_ms FROM backfill_state WHERE session_id = ?", [session_id]
+            ).fetchone()
         return row[0] if row else None
 
     def mini_summary_counts(self, session_id: str) -> dict:

@@ -17,9 +17,15 @@ class Reports(Connection):
             def scalar(sql: str) -> int:
                 return con.execute(sql).fetchone()[0]
 
-            tiers = dict(con.execute("SELECT source_tier, count(*) FROM session_summaries GROUP BY 1 ORDER BY 1").fetchall())
-            origins = dict(con.execute("SELECT origin, count(*) FROM session_summaries GROUP BY 1 ORDER BY 1").fetchall())
-            friction = dict(con.execute("SELECT symptom, count(*) FROM friction_events GROUP BY 1 ORDER BY 1").fetchall())
+            tiers = dict(
+                con.execute("SELECT source_tier, count(*) FROM session_summaries GROUP BY 1 ORDER BY 1").fetchall()
+            )
+            origins = dict(
+                con.execute("SELECT origin, count(*) FROM session_summaries GROUP BY 1 ORDER BY 1").fetchall()
+            )
+            friction = dict(
+                con.execute("SELECT symptom, count(*) FROM friction_events GROUP BY 1 ORDER BY 1").fetchall()
+            )
             return {
                 "database": str(self.path),
                 "sessions": scalar("SELECT count(*) FROM sessions"),

@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS turns (
     archived_reason VARCHAR,
     source_file VARCHAR NOT NULL,
     source_line INTEGER NOT NULL,
-    ingested_at TIMESTAMPTZ NOT NULL
+    ingested_at TIMESTAMPTZ NOT NULL,
+    embedding VARCHAR                 -- the export's vector, its JSON text as cut from the line (never parsed)
 );
 -- No index on turns(session_id): DuckDB (1.4 to 1.5.5 at least, duckdb/duckdb#23848) can persist a
 -- secondary index stale when a writer is killed and the next process checkpoints its WAL, and then
@@ -199,7 +200,9 @@ CREATE TABLE IF NOT EXISTS imported_summaries (
     models VARCHAR[],
     total_tool_calls INTEGER,
     tools_used VARCHAR[],
-    source_agent_identities VARCHAR[]
+    source_agent_identities VARCHAR[],
+    metadata JSON,                    -- the line's metadata as exported: an archive writes it back
+    embedding VARCHAR                 -- the line's vector, its JSON text as cut
 );
 
 -- Archives written from this store (`session-digest archive`).

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import duckdb
 import pandas as pd
@@ -44,7 +44,9 @@ class Sessions(Connection):
         """The stored `sessions` rows of these sessions (those that have one)."""
         with self.connect() as con:
             return records(
-                con, "SELECT * FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [sorted(set(session_ids))]
+                con,
+                "SELECT * FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+                [sorted(set(session_ids))],
             )
 
     def load_turns(self, session_ids: list[str]) -> list[Turn]:

@@ -4,7 +4,7 @@ written (or an export's adopted) with its summary-time graph rows."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import duckdb
 
