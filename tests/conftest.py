@@ -32,6 +32,7 @@ TIERS = {
     "test_pipeline": "integration",
     "test_round_trip": "integration",
     "test_sensors": "integration",
+    "test_store": "integration",
     # embedded: the real SmolLM2 model under llama.cpp
     "test_embedded": "embedded",
     # browser: the Dagster UI in headless Chromium
