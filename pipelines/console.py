@@ -168,6 +168,8 @@ def _value(value, limit: int = 10) -> str:
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
     if isinstance(value, dict):
         return ", ".join(f"{k} {_value(v)}" for k, v in value.items()) or "none"
     if isinstance(value, list):
@@ -195,14 +197,18 @@ def _render_status(console: Console, result: dict) -> None:
 
 
 def _render_plan(console: Console, result: dict) -> None:
-    console.print(_fields(result, "Next sweep (no model call)", skip=("next_sweep",)))
+    held = result["held_back"]
+    held = f"{held['active_within_idle_window']} active within the idle window, {held['in_failure_backoff']} in failure backoff"
+    console.print(_fields({**result, "held_back": held}, "Next sweep (planned, no model call)", skip=("next_sweep",)))
     sweep = result["next_sweep"]
     estimate = f"{_duration(sweep['estimated_model_seconds'])} of model time, {sweep['estimated_prompt_tokens']} prompt tokens"
-    console.print(_fields({"sessions": sweep["sessions"], "by route": sweep["by_route"], "estimated": estimate}))
+    console.print()
+    console.print(_fields({"sessions": sweep["sessions"], "by tier": sweep["by_route"], "estimated": estimate}))
     if sweep["sessions_detail"]:
-        table = Table(title_justify="left")
-        for name in ("partition", "tier", "route", "prompt tokens", "model seconds"):
-            table.add_column(name, justify="right" if name.endswith(("tokens", "seconds")) else "left")
+        table = Table()
+        table.add_column("partition", overflow="fold")  # whole: it is what `archive --sessions` takes
+        for name in ("tier", "route", "prompt tokens", "model seconds"):
+            table.add_column(name, justify="right" if name.endswith(("tokens", "seconds")) else "left", no_wrap=True)
         for item in sweep["sessions_detail"]:
             table.add_row(
                 item["partition"], item["tier"], item["route"], str(item["prompt_tokens_estimate"]), str(item["model_seconds_estimate"])
@@ -217,8 +223,11 @@ def _render_sweep(console: Console, result: dict) -> None:
 def _render_demo(console: Console, result: dict) -> None:
     ingest = {k: result["ingest"][k] for k in ("files", "turns", "rejects", "sessions_touched") if k in result["ingest"]}
     console.print(_fields({**ingest, "summary runs": len(result["summary_runs"]), "seconds": result["seconds"]}, "Demo"))
+    console.print()
     console.print(_fields(result["status"], "Store"))
-    console.print(_fields(result["where_to_look"], "Where to look"))
+    console.print("\n[bold]Where to look[/bold]")
+    for label, text in result["where_to_look"].items():  # whole lines, so a command copies as one
+        console.print(f"{label}: {text}", markup=False, soft_wrap=True)
 
 
 RENDER = {"status": _render_status, "plan": _render_plan, "sweep": _render_sweep, "digest": _render_sweep, "demo": _render_demo}
