@@ -56,8 +56,9 @@ def run_log_config(path: Path) -> dict:
 
 
 def _terminal(stream):
-    """The terminal, as a handle of its own: while a run executes, Dagster mirrors file descriptors 1
-    and 2 into the run's compute logs, and the bar redrawing meanwhile belongs on the screen only."""
+    """The terminal, as a handle of its own: while a run executes, Dagster points file descriptors 1
+    and 2 at the run's compute log files, so through them the bar would stop redrawing (no longer a
+    terminal) or land in those logs."""
     return os.fdopen(os.dup(stream.fileno()), "w", buffering=1, encoding="utf-8", errors="replace")
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from dagster import DagsterEventType, DagsterInstance
@@ -129,3 +133,53 @@ def test_a_damaged_store_stops_the_cli_with_the_file_and_the_way_back(tmp_path):
     assert f"cannot open the store {db}" in done.stderr
     assert "session-digest restore BUNDLE" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_sweep_on_a_terminal_redraws_a_bar_with_the_plans_time_left_while_runs_run(tmp_path):
+    home = tmp_path / "home"
+    folder = write_bundle(tmp_path / "bundle", make_turns("small", 3) + make_turns("other", 4))
+    drawn = bytearray()
+    drawn_during_calls = []
+
+    def script(received):
+        # While the run waits on the model, Dagster has fds 1 and 2 captured: the bar still redraws.
+        before = len(drawn)
+        time.sleep(1.0)
+        drawn_during_calls.append(len(drawn) - before)
+        return Behaviour.reply()
+
+    with ModelServer(script) as server:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+            "DIGEST_HOME": str(home),
+            "DIGEST_MODEL_PROVIDER": "openai",
+            "DIGEST_MODEL_URL": server.url,
+            "TERM": "xterm-256color",
+            "COLUMNS": "160",
+        }
+        _run(["ingest", str(folder)], env)
+        leader, follower = pty.openpty()  # stderr is a terminal, stdout a pipe
+
+        def drain():
+            with contextlib.suppress(OSError):  # EIO once the sweep has exited
+                while chunk := os.read(leader, 65536):
+                    drawn.extend(chunk)
+
+        reader = threading.Thread(target=drain)
+        reader.start()
+        try:
+            done = subprocess.run(CLI + ["sweep"], env=env, stdout=subprocess.PIPE, stderr=follower, text=True, timeout=300)
+        finally:
+            os.close(follower)
+            reader.join(timeout=30)
+            os.close(leader)
+    screen = drawn.decode("utf-8", "replace")
+    assert done.returncode == 0, screen[-3000:]
+    assert _row(done.stdout, "summarized") == "2"
+    assert "left (plan)" in screen and "━" in screen and "\x1b[" in screen
+    assert drawn_during_calls and all(drawn_during_calls), drawn_during_calls
+    assert re.search(r"✓ small  within-cap  raw  [0-9.]+s", screen) and re.search(r"✓ other  within-cap  raw", screen)
+    assert not DAGSTER_LOG_LINE.search(screen)
+    # Dagster mirrors fds 1 and 2 into each run's compute logs while it runs: the bar is not there.
+    compute_logs = [p for p in (home / "dagster" / "storage").rglob("compute_logs/*") if p.suffix in (".err", ".out")]
+    assert compute_logs and not any("left (plan)" in p.read_text(errors="replace") for p in compute_logs)
