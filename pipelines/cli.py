@@ -91,10 +91,12 @@ def _instance():
 
 
 @contextlib.contextmanager
-def _model_url(settings: Settings):
+def _model_url(settings: Settings, output: Output):
     """One embedded server for the whole sweep, instead of one per run."""
     if settings.provider == "embedded" and not settings.model_url:
         from resources.embedded_server import EmbeddedServer
+
+        output.note("Starting the embedded model server…")
 
         with EmbeddedServer(n_ctx=settings.context_limit_tokens) as server:
             yield dataclasses.replace(settings, model_url=server.url)
@@ -156,7 +158,7 @@ def _run_partitions(
     # Tagged at creation, not only when the run's resources start: a kill can land in between.
     process = worker_tags()
     title = {"summarize_sessions": "summarizing", "digest_sessions": "digesting"}[job_name]
-    with _model_url(settings) as run_settings, output.sessions(title, estimates) as progress:
+    with _model_url(settings, output) as run_settings, output.sessions(title, estimates) as progress:
         job = _job(run_settings, job_name)
         for key, route in todo:
             started = time.monotonic()
