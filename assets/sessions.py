@@ -50,6 +50,11 @@ def raw_turns(config: IngestConfig, store: DigestStoreResource) -> MaterializeRe
             "turns": report.turns,
             "rejects": report.rejects,
             "superseded": report.superseded,
+            # Embeddings kept (archives write them back), and malformed ones dropped with where and why.
+            "vectors": report.vectors,
+            "vectors_dropped": report.vectors_dropped,
+            **({"vector_problems": MetadataValue.md("\n".join(f"- {p}" for p in problems))}
+               if (problems := report.vector_problems()) else {}),
             "sessions_touched": len(report.sessions),
             "sessions_emptied": len(report.emptied),
             "files_preview": MetadataValue.md(

@@ -87,7 +87,10 @@ print(json.dumps({"seconds": s, "rows": rows, "peak_mb": resource.getrusage(reso
 def run_side(code: str, corpus: Path, db: Path) -> dict:
     db.unlink(missing_ok=True)
     done = subprocess.run([sys.executable, "-c", code, str(corpus), str(db)], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    side = json.loads(done.stdout.strip().splitlines()[-1])
+    # The store's size on disk once its process has closed it (a WAL left over counts too).
+    side["store_mb"] = sum(p.stat().st_size for p in db.parent.glob(db.name + "*")) / 1024 / 1024
+    return side
 
 
 def main() -> None:
@@ -105,9 +108,13 @@ def main() -> None:
     ours = run_side(PROJECT_SIDE, corpus, OUT / "bench-ours.duckdb")
     theirs = run_side(DUCKDB_SIDE, corpus, OUT / "bench-readjson.duckdb")
     print(f"corpus: {size_mb:.0f} MB, {ours['rows']} rows with {DIMENSIONS}-float embeddings")
-    print(f"{'side':<28} {'seconds':>8} {'MB/s':>7} {'peak MB':>8}")
+    print(f"{'side':<28} {'seconds':>8} {'MB/s':>7} {'peak MB':>8} {'store MB':>9} {'store KB/turn':>14}")
     for name, side in (("session-digest ingest", ours), ("duckdb read_json", theirs)):
-        print(f"{name:<28} {side['seconds']:>8.1f} {size_mb / side['seconds']:>7.1f} {side['peak_mb']:>8.0f}")
+        per_turn = side["store_mb"] * 1024 / max(side["rows"], 1)
+        print(
+            f"{name:<28} {side['seconds']:>8.1f} {size_mb / side['seconds']:>7.1f} {side['peak_mb']:>8.0f} "
+            f"{side['store_mb']:>9.0f} {per_turn:>14.1f}"
+        )
     print(f"ratio (ours / read_json time): {ours['seconds'] / theirs['seconds']:.2f}")
     if not args.keep:
         corpus.unlink()

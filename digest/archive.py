@@ -1,13 +1,17 @@
 """Archive bundles: their line shapes, the manifest and its checksums, validation, and restore planning.
 
 A bundle is a folder `session-digest-archive-<ts>/` holding, as the original's export does,
-- `memory-backup-<ts>.jsonl`: one turn per line, `{id, embedding, metadata, document}`. There is no
-  embedding (the ingest never keeps one), so it is null; the flat metadata carries the original's
-  keys plus the project's own (`documentRebuilt`, `sourceFile`, `sourceLine`, `ingestedAt`), so a
-  turn comes back exactly. `session-digest ingest` reads this file too;
+- `memory-backup-<ts>.jsonl`: one turn per line, `{id, embedding, metadata, document}`. The
+  embedding is the one the turn was ingested with, its JSON text written back verbatim, or null for
+  a turn that came without one (the original's import needs its re-embed option for those; the
+  manifest counts them); the flat metadata carries the original's keys plus the project's own
+  (`documentRebuilt`, `sourceFile`, `sourceLine`, `ingestedAt`), so a turn comes back exactly.
+  `session-digest ingest` reads this file too;
 - `summaries-backup-<ts>.jsonl`: one session summary per line in the original's shape (§1.3 keys,
-  lists comma-joined). It is for readers of that shape: a comma inside a technology's name would not
-  survive the join, so the exact rows are in `tables/session_summaries.jsonl`;
+  lists comma-joined), with the Dream keys of a session digested here at its revision, so the
+  original's sweeps take it as summarized and digested. An imported summary goes out with the
+  metadata and embedding it came with. It is for readers of that shape: a comma inside a
+  technology's name would not survive the join, so the exact rows are in `tables/session_summaries.jsonl`;
 - `graph-backup-<ts>.jsonl`: node lines, then edge lines; each turn's mini summary is on its
   `AGENT_MEMORY` node, as in the original;
 - `tables/<table>.jsonl`: every other table of the project, one row per line, every column;
@@ -24,6 +28,7 @@ import datetime as dt
 import decimal
 import hashlib
 import json
+import math
 import os
 import re
 import uuid
@@ -104,7 +109,9 @@ TURN_METADATA_KEYS = {
     "source_line": "sourceLine",
     "ingested_at": "ingestedAt",
 }
-ARCHIVED_TURN_COLUMNS = ["id", *TURN_METADATA_KEYS, "document"]
+ARCHIVED_TURN_COLUMNS = ["id", *TURN_METADATA_KEYS, "document", "embedding"]
+# Bundles written before turns kept their embedding: every line's is null.
+ARCHIVED_TURN_COLUMNS_NO_EMBEDDING = ARCHIVED_TURN_COLUMNS[:-1]
 MEMORY_LINE_KEYS = {"id", "embedding", "metadata", "document"}
 # Present on every line this project writes: a memory-backup without them came from elsewhere
 # (the original's own export is ingested with `session-digest ingest`, not restored).
@@ -114,9 +121,30 @@ _REQUIRED_TURN_KEYS = {
 
 
 def memory_row(turn: dict) -> dict:
-    """A `turns` row → a `memory-backup` line. Absent values are left out, as flat metadata does."""
+    """A `turns` row → a `memory-backup` line, its embedding null (`vector_line` puts the text in).
+    Absent values are left out, as flat metadata does."""
     metadata = {key: jsonable(turn[column]) for column, key in TURN_METADATA_KEYS.items() if turn[column] is not None}
     return {"id": turn["id"], "embedding": None, "metadata": metadata, "document": turn["document"]}
+
+
+def vector_line(row: dict, embedding: str | None) -> str:
+    """A vector row's JSON line with the embedding's stored JSON text in it, verbatim. The first
+    `"embedding":null` of the line is the key's: the id before it is a JSON string, whose quotes
+    are escaped."""
+    line = dump_line(row)
+    return line if embedding is None else line.replace('"embedding":null', f'"embedding":{embedding}', 1)
+
+
+def embedding_problem(value: Any) -> str | None:
+    """Why a parsed line's embedding is not one the original's import takes as given, if it is not
+    (null is allowed: the line then needs its re-embed option)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        return "the embedding is not a non-empty array"
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value):
+        return "the embedding holds something other than finite numbers"
+    return None
 
 
 def turn_from_memory_row(obj: dict) -> dict:
@@ -141,8 +169,43 @@ def _joined(values: Iterable[str] | None) -> str:
     return ",".join(values or [])
 
 
+# The original's core swarm (RequestContextService): a summary one of them took part in is shared.
+CORE_SWARM_USER_IDS = frozenset({"neo-opus-ada", "neo-opus-grace", "neo-opus-vega", "neo-gemini-pro", "neo-gpt"})
+SHARED_USER_ID = "shared"
+_AGENT_WRAPPER = re.compile(r"\s*\(.*?\)\s*")
+
+
+def summary_user_id(participating_agents: Iterable[str] | None) -> str | None:
+    """The original's `resolveSummaryVisibilityUserId` with no request user (as offline): `shared`
+    when a participating agent is a core swarm id (wrappers like ` (Antigravity)` and one `@`
+    dropped, lower-cased), else none."""
+    for agent in participating_agents or []:
+        name = _AGENT_WRAPPER.sub("", agent.strip()).lower()
+        if name.removeprefix("@") in CORE_SWARM_USER_IDS:
+            return SHARED_USER_ID
+    return None
+
+
+def dream_keys(summary: dict) -> dict:
+    """The keys the original's Dream pass writes on success, for a session digested here at the
+    revision its summary was made from, which is its turns' revision now: the original's REM then
+    takes it as digested (`dreamCompletedRevision == dreamInputRevision`). Nothing for any other
+    state: an undigestible verdict is this project's model's, so the original tries for itself."""
+    revision = summary["input_revision"]
+    if summary.get("digest_state") != "digested" or summary.get("digest_revision") != revision:
+        return {}
+    if summary.get("session_revision", revision) != revision:
+        return {}
+    return {"graphDigested": True, "digestState": "digested", "dreamCompletedRevision": revision, "dreamStateRevision": revision}
+
+
 def summary_backup_row(summary: dict) -> dict:
-    """A `session_summaries` row → a `summaries-backup` line with the original's keys and types (§1.3)."""
+    """A `session_summaries` row → a `summaries-backup` line with the original's keys and types (§1.3),
+    plus the Dream keys (`dream_keys`). An imported summary (`imported_metadata`, its line's metadata
+    as ingested) goes out with its own metadata. None values are left out: Chroma takes none."""
+    if summary.get("origin") == "imported" and summary.get("imported_metadata"):
+        metadata = {**json.loads(summary["imported_metadata"]), **dream_keys(summary)}
+        return {"id": f"summary_{summary['session_id']}", "embedding": None, "metadata": metadata, "document": summary["summary"]}
     created_ms = int(summary["created_at"].timestamp() * 1000)
     metadata = {
         "sessionId": summary["session_id"],
@@ -168,7 +231,12 @@ def summary_backup_row(summary: dict) -> dict:
         "sourceTier": summary["source_tier"],
         "degraded": summary["degraded"],
         "rawCanonical": summary["raw_canonical"],
+        # Every source is unclassified while no identity has a known tier (rows without one too).
+        "unclassifiedSourceCount": summary["memory_count"] or None,
+        "userId": summary_user_id(summary["participating_agents"]),
+        **dream_keys(summary),
     }
+    metadata = {k: v for k, v in metadata.items() if v is not None}
     return {"id": f"summary_{summary['session_id']}", "embedding": None, "metadata": metadata, "document": summary["summary"]}
 
 
@@ -193,6 +261,7 @@ class BundleFile:
     rows: int
     sha256: str
     columns: list[tuple[str, str]] | None = None  # (name, DuckDB type), for table files
+    vectors: dict | None = None  # vector files: rows with and without an embedding (`VectorCount`)
 
 
 class JsonlWriter:
@@ -205,8 +274,9 @@ class JsonlWriter:
         self._hash = hashlib.sha256()
         self._out = path.open("wb")
 
-    def write(self, obj: dict) -> None:
-        data = dump_line(obj).encode("utf-8")
+    def write(self, obj: dict | str) -> None:
+        """A row, or a line already made (`vector_line`)."""
+        data = (obj if isinstance(obj, str) else dump_line(obj)).encode("utf-8")
         self._hash.update(data)
         self._out.write(data)
         self.rows += 1
@@ -237,6 +307,7 @@ def build_manifest(
                 "rows": f.rows,
                 "sha256": f.sha256,
                 **({"columns": [list(c) for c in f.columns]} if f.columns is not None else {}),
+                **({"vectors": f.vectors} if f.vectors is not None else {}),
             }
             for f in files
         ],
@@ -420,11 +491,50 @@ def _entry(entry: Any, problems: _Problems) -> BundleFile | None:
         and len({c[0] for c in columns}) == len(columns)
     ):
         problems.add(f"{where}: columns must be distinct [name, type] pairs")
-    elif kind == "memory" and [c[0] for c in columns] != ARCHIVED_TURN_COLUMNS:
+    elif kind == "memory" and [c[0] for c in columns] not in (ARCHIVED_TURN_COLUMNS, ARCHIVED_TURN_COLUMNS_NO_EMBEDDING):
         problems.add(f"{where}: the turn columns are not this code's ({', '.join(ARCHIVED_TURN_COLUMNS)})")
+    elif not _vectors_entry_ok(kind, entry.get("vectors")):
+        problems.add(f"{where}: vectors must be {{with_embedding, without_embedding, sessions_without_embedding}}")
     else:
-        return BundleFile(name, kind, table, rows, sha, [tuple(c) for c in columns] if columns is not None else None)
+        columns = [tuple(c) for c in columns] if columns is not None else None
+        return BundleFile(name, kind, table, rows, sha, columns, entry.get("vectors"))
     return None
+
+
+def _vectors_entry_ok(kind: str, vectors: Any) -> bool:
+    """A vector file's `vectors` entry (absent in bundles from older code), none on other files."""
+    if kind not in ("memory", "summaries") or vectors is None:
+        return vectors is None
+    return (
+        isinstance(vectors, dict)
+        and set(vectors) == {"with_embedding", "without_embedding", "sessions_without_embedding"}
+        and _is_int(vectors["with_embedding"]) and _is_int(vectors["without_embedding"])
+        and isinstance(vectors["sessions_without_embedding"], list)
+        and all(isinstance(s, str) for s in vectors["sessions_without_embedding"])
+    )  # fmt: skip
+
+
+class VectorCount:
+    """Counts a vector file's rows with and without an embedding, as the manifest records them."""
+
+    def __init__(self) -> None:
+        self.with_embedding = 0
+        self.without = 0
+        self.sessions_without: set[str] = set()
+
+    def add(self, has_embedding: bool, session_id: str) -> None:
+        if has_embedding:
+            self.with_embedding += 1
+        else:
+            self.without += 1
+            self.sessions_without.add(session_id)
+
+    def entry(self) -> dict:
+        return {
+            "with_embedding": self.with_embedding,
+            "without_embedding": self.without,
+            "sessions_without_embedding": sorted(self.sessions_without),
+        }
 
 
 def _lines(handle: BinaryIO, digest: Any) -> Iterator[tuple[int, bytes | None]]:
@@ -452,8 +562,12 @@ def _line_check(f: BundleFile) -> Callable[[dict], str | None]:
 
     def check(obj: dict) -> str | None:
         if f.kind == "memory":
-            if set(obj) != MEMORY_LINE_KEYS or obj["embedding"] is not None:
-                raise ValueError(f"keys {sorted(obj)}, a line of this project has {sorted(MEMORY_LINE_KEYS)} with a null embedding")
+            if set(obj) != MEMORY_LINE_KEYS:
+                raise ValueError(f"keys {sorted(obj)}, a line of this project has {sorted(MEMORY_LINE_KEYS)}")
+            if "embedding" not in types and obj["embedding"] is not None:
+                raise ValueError("an embedding in a bundle whose turn columns have none")
+            if (problem := embedding_problem(obj["embedding"])) is not None:
+                raise ValueError(problem)
             unknown = set(obj["metadata"]) - set(TURN_METADATA_KEYS.values()) if isinstance(obj["metadata"], dict) else set()
             if unknown:
                 raise ValueError(f"metadata keys this code does not restore: {', '.join(sorted(unknown))}")
@@ -465,6 +579,8 @@ def _line_check(f: BundleFile) -> Callable[[dict], str | None]:
             meta = obj.get("metadata")
             if not isinstance(obj.get("id"), str) or not isinstance(meta, dict) or not isinstance(meta.get("sessionId"), str):
                 raise ValueError("not a summary row: id and metadata.sessionId are required")
+            if (problem := embedding_problem(obj.get("embedding"))) is not None:
+                raise ValueError(problem)
             return meta["sessionId"]
         if f.kind == "graph":
             if obj.get("type") not in ("node", "edge") or not isinstance(obj.get("data"), dict):
@@ -494,6 +610,7 @@ def _check_file(folder: Path, f: BundleFile, scope: set[str] | None, problems: _
     check = _line_check(f)
     sessions: set[str] = set()
     turn_ids: set[str] = set()
+    vectors = VectorCount()
     digest = hashlib.sha256()
     rows = 0
     with (folder / f.name).open("rb") as handle:
@@ -519,6 +636,8 @@ def _check_file(folder: Path, f: BundleFile, scope: set[str] | None, problems: _
             except ValueError as exc:  # json.JSONDecodeError included
                 problems.add(f"{where}: {exc}")
                 continue
+            if f.kind in ("memory", "summaries"):
+                vectors.add(obj.get("embedding") is not None, session)
             if f.kind == "memory":
                 if obj["id"] in turn_ids:
                     problems.add(f"{where}: turn id {obj['id']!r} is on an earlier line too")
@@ -533,6 +652,8 @@ def _check_file(folder: Path, f: BundleFile, scope: set[str] | None, problems: _
         problems.add(f"{f.name}: sha256 differs from the manifest's (changed or truncated)")
     if rows != f.rows:
         problems.add(f"{f.name}: {rows} lines, the manifest says {f.rows}")
+    if f.vectors is not None and vectors.entry() != f.vectors:
+        problems.add(f"{f.name}: its rows with and without an embedding are not the manifest's count ({vectors.entry()})")
     return sessions
 
 

@@ -1,7 +1,8 @@
 """Streaming ingest of Neo.mjs export bundles and of the simple JSONL turn format.
 
 Files are read line by line, so memory stays bounded whatever the file size; the 4096-float
-embedding of each vector row is cut out of the line before JSON parsing, never parsed or stored.
+embedding of each vector row is cut out of the line before JSON parsing and kept as the JSON text
+it was (`embedding_text`: checked cheaply, never parsed), so an archive writes it back verbatim.
 A bad line becomes a reject with its reason and line number, and the rest of the file goes on.
 
 Every physical line (split on `\n` only, a leading UTF-8 BOM dropped) is accounted for in the
@@ -23,6 +24,7 @@ Routing is by file name, as the original's import does:
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,9 +36,20 @@ from digest.turns import compose_document, parse_timestamp_ms
 # costs about half a second at a few hundred thousand turns, so batches are large but bounded.
 BATCH_ROWS = 20_000
 BATCH_BYTES = 64 << 20
+MAX_VECTOR_PROBLEMS = 20
 EXCERPT_CHARS = 200
 READ_BUFFER_BYTES = 1 << 20
 _EMBEDDING = re.compile(r'"embedding"\s*:\s*\[')
+# What a vector's text may hold between its brackets: JSON numbers, commas and blanks. Checking
+# the characters (bytes.translate, in C) costs a small part of parsing the 4096 floats; a
+# malformed number made of them (`1-2`) is not caught (JSON.stringify, which writes the
+# original's exports, never writes one).
+_NUMBER_BYTES = b"0123456789.eE+-,"
+_BLANKS = b" \t"
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+# A number JavaScript reads as Infinity: an exponent of 3+ digits (checked exactly), or 309+ digits.
+_HUGE_EXPONENT = re.compile(rb"[eE]\+?0*[1-9]\d{2}")
+_HUGE_DIGITS = b"0" * 309
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _BOM = b"\xef\xbb\xbf"
 _JSON_WHITESPACE = b" \t\r\n"
@@ -63,6 +76,10 @@ class FileReport:
     rejects: int = 0
     superseded: int = 0
     skipped: int = 0
+    # Vector rows: embeddings kept, and those dropped as malformed (their turn or summary is kept).
+    vectors: int = 0
+    vectors_dropped: int = 0
+    vector_problems: list[str] = field(default_factory=list)  # "line N: reason", the first few
 
 
 @dataclass
@@ -83,6 +100,17 @@ class IngestReport:
     def superseded(self) -> int:
         return sum(f.superseded for f in self.files)
 
+    @property
+    def vectors(self) -> int:
+        return sum(f.vectors for f in self.files)
+
+    @property
+    def vectors_dropped(self) -> int:
+        return sum(f.vectors_dropped for f in self.files)
+
+    def vector_problems(self) -> list[str]:
+        return [f"{f.path}: {p}" for f in self.files for p in f.vector_problems]
+
 
 def file_kind(path: Path) -> str:
     name = path.name
@@ -97,20 +125,53 @@ def file_kind(path: Path) -> str:
     return "turns"
 
 
-def _strip_embedding(line: str) -> str:
+def _cut_embedding(line: str) -> tuple[str, str | None]:
     """Cut the embedding array out of the raw line: `]` cannot occur inside a float array, and
-    the pattern cannot occur inside a JSON string, whose quotes are escaped."""
+    the pattern cannot occur inside a JSON string, whose quotes are escaped. Returns the line with
+    a null embedding and the array's text as it was."""
     match = _EMBEDDING.search(line)
     if not match:
-        return line
+        return line, None
     end = line.find("]", match.end())
     if end < 0:
-        return line
-    return line[: match.start()] + '"embedding":null' + line[end + 1 :]
+        return line, None
+    return line[: match.start()] + '"embedding":null' + line[end + 1 :], line[match.end() - 1 : end + 1]
 
 
-def _load(line: str) -> dict:
-    text = _strip_embedding(line)
+def _strip_embedding(line: str) -> str:
+    return _cut_embedding(line)[0]
+
+
+def embedding_text(cut: str) -> str:
+    """The vector's JSON text as cut, if it is a non-empty array of finite numbers; else Reject,
+    whose reason the file's report keeps (the turn itself is kept, without the vector: an archive
+    lists it as needing the original's re-embed). Checked without parsing the floats: the
+    characters, no empty element; the rare huge number is parsed to see it is finite."""
+    try:
+        body = cut[1:-1].encode("ascii")
+    except UnicodeEncodeError:
+        raise Reject("bad-embedding: holds something other than numbers") from None
+    # Every digit a 0, blanks gone: one pass, and the checks below read the short alphabet.
+    shape = body.translate(_DIGITS_TO_ZERO, _BLANKS)
+    if shape.translate(None, _NUMBER_BYTES):
+        raise Reject("bad-embedding: holds something other than numbers")
+    if not shape:
+        raise Reject("empty-embedding: no numbers")
+    if b",," in shape or shape[:1] == b"," or shape[-1:] == b",":
+        raise Reject("bad-embedding: an empty element")
+    if ((b"e" in shape or b"E" in shape) and _HUGE_EXPONENT.search(body)) or _HUGE_DIGITS in shape:
+        try:
+            finite = all(math.isfinite(float(x)) for x in body.translate(None, _BLANKS).split(b","))
+        except ValueError:
+            raise Reject("bad-embedding: a malformed number") from None
+        if not finite:
+            raise Reject("non-finite-values: a number JSON readers take as Infinity")
+    return cut
+
+
+def _load(line: str) -> tuple[dict, str | None]:
+    """The line's JSON with its embedding cut out, and the embedding's text as cut (unchecked)."""
+    text, cut = _cut_embedding(line)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -121,7 +182,7 @@ def _load(line: str) -> dict:
         raise Reject(f"not-an-object: line holds a JSON {type(value).__name__}")
     if _SURROGATE_ESCAPE.search(text):
         value = _without_lone_surrogates(value)
-    return value
+    return value, cut
 
 
 def _without_lone_surrogates(value):
@@ -275,6 +336,7 @@ def parse_simple_turn(obj: dict, source: str, line_no: int) -> tuple[dict, str |
         required=("prompt", "response"),  # thought is optional in this format
     )
     row["amount_tool_calls"] = _tool_calls(obj.get("tool_calls"))
+    row["embedding"] = None  # the format has none
     mini = _text(obj, "mini_summary", "")
     return row, (mini.strip() or None) if mini else None
 
@@ -364,6 +426,8 @@ def parse_summary_row(obj: dict, source: str) -> dict:
         "total_tool_calls": _whole(meta, "totalToolCalls"),
         "tools_used": _names(meta, "toolsUsed"),
         "source_agent_identities": _names(meta, "sourceAgentIdentities"),
+        # As exported: an archive writes an imported summary back with the metadata it came with.
+        "metadata": json.dumps(meta, ensure_ascii=False),
     }
 
 
@@ -408,6 +472,19 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
         for batch in (turns, minis, summaries, rejects):
             batch.clear()
 
+    def vector(cut: str | None) -> str | None:
+        if cut is None:
+            return None
+        try:
+            text = embedding_text(cut)
+        except Reject as reason:
+            report.vectors_dropped += 1
+            if len(report.vector_problems) < MAX_VECTOR_PROBLEMS:
+                report.vector_problems.append(f"line {line_no}: {reason}")
+            return None
+        report.vectors += 1
+        return text
+
     def keep_turn(row: dict) -> None:
         earlier = seen.get(row["id"])
         if earlier is not None:
@@ -432,9 +509,10 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
             report.skipped += 1
             continue
         try:
-            obj = _load(_decode(raw))
+            obj, cut = _load(_decode(raw))
             if kind == "memory":
-                keep_turn(parse_memory_row(obj, source, line_no))
+                row = parse_memory_row(obj, source, line_no)
+                keep_turn({**row, "embedding": vector(cut)})
             elif kind == "turns":
                 row, mini = parse_simple_turn(obj, source, line_no)
                 keep_turn(row)
@@ -447,7 +525,7 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
                     continue
                 minis.append(mini)
             else:
-                summaries.append(parse_summary_row(obj, source))
+                summaries.append({**parse_summary_row(obj, source), "embedding": vector(cut)})
             report.rows += 1
         except Reject as reason:
             report.rejects += 1

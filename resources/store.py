@@ -40,7 +40,9 @@ from digest.archive import (
     summary_backup_row,
     table_file_name,
     validate_bundle,
+    vector_line,
     write_manifest,
+    VectorCount,
 )
 from digest.friction import FrictionEvent
 from digest.graph import UNDIGESTIBLE, DigestState, SessionGraph, after_failure, after_reset, after_success
@@ -86,7 +88,8 @@ CREATE TABLE IF NOT EXISTS turns (
     archived_reason VARCHAR,
     source_file VARCHAR NOT NULL,
     source_line INTEGER NOT NULL,
-    ingested_at TIMESTAMPTZ NOT NULL
+    ingested_at TIMESTAMPTZ NOT NULL,
+    embedding VARCHAR                 -- the export's vector, its JSON text as cut from the line (never parsed)
 );
 -- No index on turns(session_id): DuckDB (1.4 to 1.5.5 at least, duckdb/duckdb#23848) can persist a
 -- secondary index stale when a writer is killed and the next process checkpoints its WAL, and then
@@ -262,7 +265,9 @@ CREATE TABLE IF NOT EXISTS imported_summaries (
     models VARCHAR[],
     total_tool_calls INTEGER,
     tools_used VARCHAR[],
-    source_agent_identities VARCHAR[]
+    source_agent_identities VARCHAR[],
+    metadata JSON,                    -- the line's metadata as exported: an archive writes it back
+    embedding VARCHAR                 -- the line's vector, its JSON text as cut
 );
 
 -- Archives written from this store (`session-digest archive`).
@@ -357,6 +362,9 @@ CREATE TABLE IF NOT EXISTS digest_state (
 # column with a constraint, so these are nullable; the writers always fill them).
 ADDED_COLUMNS = [
     ("session_summaries", "origin VARCHAR DEFAULT 'generated'"),
+    ("turns", "embedding VARCHAR"),
+    ("imported_summaries", "metadata JSON"),
+    ("imported_summaries", "embedding VARCHAR"),
     *[
         ("imported_summaries", column)
         for column in (
@@ -370,7 +378,8 @@ ADDED_COLUMNS = [
 IMPORTED_SUMMARY_COLUMNS = [
     "session_id", "memory_count", "input_revision", "title", "summary", "source_tier", "source_file", "category",
     "quality", "productivity", "impact", "complexity", "technologies", "degraded", "raw_canonical",
-    "participating_agents", "models", "total_tool_calls", "tools_used", "source_agent_identities",
+    "participating_agents", "models", "total_tool_calls", "tools_used", "source_agent_identities", "metadata",
+    "embedding",
 ]  # fmt: skip
 
 # An exported summary is current when it was made from the turns as they are: its
@@ -441,7 +450,7 @@ PENDING_MINI_SUMMARY_TURNS = """
 TURN_COLUMNS = [
     "id", "session_id", "ts_ms", "type", "prompt", "thought", "response", "document", "document_rebuilt",
     "agent", "agent_identity", "model", "user_id", "amount_tool_calls", "tools_used", "archived_at",
-    "archived_reason", "source_file", "source_line",
+    "archived_reason", "source_file", "source_line", "embedding",
 ]  # fmt: skip
 
 
@@ -587,16 +596,31 @@ def _table_source(columns: list[tuple[str, str]]) -> str:
     return f"read_json(?, format='newline_delimited', columns={{{types}}}, maximum_object_size={MAX_LINE_BYTES})"
 
 
+# A line of the memory-backup file, read whole: its embedding is taken as the text it is, verbatim
+# (read_json would rewrite its numbers). A validated line holds no raw control character, so no
+# \x01 to split on, and no other `"embedding": [` than its own: a JSON string's quotes are
+# escaped and its metadata has only the turn's keys.
+_LINE_SOURCE = (
+    "read_csv(?, columns={'line': 'VARCHAR'}, delim='\\x01', quote='', escape='', header=false, new_line='\\n', "
+    f"auto_detect=false, max_line_size={MAX_LINE_BYTES})"
+)
+_LINE_EMBEDDING = r'"embedding"\s*:\s*(\[[^\]]*\])'
+
+
 def _memory_source(columns: list[tuple[str, str]]) -> str:
-    """The memory-backup file as `turns` rows: its flat metadata mapped back to the columns."""
+    """The memory-backup file as `turns` rows: its flat metadata mapped back to the columns, the
+    embedding's JSON text as written (a bundle from older code has none: NULL)."""
     types = dict(columns)
-    structure = json.dumps({key: types[column] for column, key in TURN_METADATA_KEYS.items()})
-    fields = ", ".join(f'm."{key}" AS "{column}"' for column, key in TURN_METADATA_KEYS.items())
-    lines = (
-        "read_json(?, format='newline_delimited', columns={'id': 'VARCHAR', 'metadata': 'JSON', 'document': 'VARCHAR'}, "
-        f"maximum_object_size={MAX_LINE_BYTES})"
+    metadata = {key: types[column] for column, key in TURN_METADATA_KEYS.items()}
+    structure = json.dumps({"id": "VARCHAR", "document": "VARCHAR", "metadata": metadata})
+    fields = ", ".join(f'j.metadata."{key}" AS "{column}"' for column, key in TURN_METADATA_KEYS.items())
+    embedding = (
+        f"nullif(regexp_extract(line, {_sql_text(_LINE_EMBEDDING)}, 1), '')" if "embedding" in types else "NULL::VARCHAR"
     )
-    return f"(SELECT id, {fields}, document FROM (SELECT id, document, json_transform(metadata, {_sql_text(structure)}) AS m FROM {lines}))"
+    return (
+        f"(SELECT j.id AS id, {fields}, j.document AS document, embedding FROM "
+        f"(SELECT json_transform(line, {_sql_text(structure)}) AS j, {embedding} AS embedding FROM {_LINE_SOURCE}))"
+    )
 
 
 @contextmanager
@@ -1352,20 +1376,45 @@ class DigestStore:
         partial.mkdir(parents=True)
         files: list[BundleFile] = []
 
-        def write(name: str, kind: str, table: str | None, lines: Iterable[dict], columns=None) -> None:
+        def write(name: str, kind: str, table: str | None, lines: Iterable[dict | str], columns=None, vectors=None) -> None:
             writer = JsonlWriter(partial / name)
             for line in lines:
                 writer.write(line)
-            files.append(BundleFile(name, kind, table, writer.rows, writer.close(), columns))
+            entry = vectors.entry() if vectors is not None else None
+            files.append(BundleFile(name, kind, table, writer.rows, writer.close(), columns, entry))
+
+        def vector_lines(rows: Iterable[dict], shape, embedding_of, vectors: VectorCount) -> Iterator[str]:
+            for r in rows:
+                line = shape(r)
+                embedding = embedding_of(r)
+                vectors.add(embedding is not None, line["metadata"]["sessionId"])
+                yield vector_line(line, embedding)
 
         with self.connect() as con:
             con.execute("BEGIN TRANSACTION")  # one snapshot for every file
             where, params = self._scope(["session_id"], "turns", sessions)
             turn_types = dict(self._table_columns(con)["turns"])
             turns = self._rows(con, f"SELECT * FROM turns {where} ORDER BY id", params)
-            write(names["memory"], "memory", "turns", map(memory_row, turns), [(c, turn_types[c]) for c in ARCHIVED_TURN_COLUMNS])
-            summaries = self._rows(con, f"SELECT * FROM session_summaries {where} ORDER BY session_id", params)
-            write(names["summaries"], "summaries", None, map(summary_backup_row, summaries))
+            counted = VectorCount()
+            lines = vector_lines(turns, memory_row, lambda r: r["embedding"], counted)
+            write(names["memory"], "memory", "turns", lines, [(c, turn_types[c]) for c in ARCHIVED_TURN_COLUMNS], counted)
+            # What the original's gates read beside the row: the digest state, and an imported
+            # summary's own metadata and vector (kept while it stands as the session's summary).
+            summaries = self._rows(
+                con,
+                f"""SELECT x.*, s.input_revision AS session_revision, d.digest_state, d.revision AS digest_revision,
+                           i.metadata::VARCHAR AS imported_metadata, i.embedding AS imported_embedding
+                    FROM (SELECT * FROM session_summaries {where}) x
+                    LEFT JOIN sessions s USING (session_id)
+                    LEFT JOIN digest_state d USING (session_id)
+                    LEFT JOIN imported_summaries i ON i.session_id = x.session_id AND x.origin = 'imported'
+                        AND i.summary = x.summary AND coalesce(i.input_revision, x.input_revision) = x.input_revision
+                    ORDER BY x.session_id""",
+                params,
+            )
+            counted = VectorCount()
+            lines = vector_lines(summaries, summary_backup_row, lambda r: r["imported_embedding"], counted)
+            write(names["summaries"], "summaries", None, lines, vectors=counted)
             write(names["graph"], "graph", None, self._graph_lines(con, sessions))
             for table, columns in self._archive_tables(con).items():
                 scope = self._scope([c for c, _ in columns], table, sessions)

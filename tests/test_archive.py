@@ -153,7 +153,14 @@ def test_the_bundle_has_the_originals_shapes(tmp_path, server):
     settings, store = _populated_store(tmp_path, server.url)
     bundle = Path(store.write_archive(tmp_path / "archives")["path"])
     memory = [json.loads(line) for line in next(bundle.glob("memory-backup-*.jsonl")).read_text().splitlines()]
-    assert set(memory[0]) == {"id", "embedding", "metadata", "document"} and memory[0]["embedding"] is None
+    assert set(memory[0]) == {"id", "embedding", "metadata", "document"}
+    # Each turn's vector as it was ingested, verbatim (the bundle wrote `[0.125, -0.5, 0.25, 1.0]`).
+    assert all(m["embedding"] == [0.125, -0.5, 0.25, 1.0] for m in memory)
+    assert next(bundle.glob("memory-backup-*.jsonl")).read_text().count('"embedding":[0.125, -0.5, 0.25, 1.0],') == 33
+    files = {f["kind"]: f for f in json.loads((bundle / "manifest.json").read_text())["files"]}
+    assert files["memory"]["vectors"] == {"with_embedding": 33, "without_embedding": 0, "sessions_without_embedding": []}
+    # Summaries made here have no vector: the original's import re-embeds them.
+    assert files["summaries"]["vectors"] == {"with_embedding": 0, "without_embedding": 2, "sessions_without_embedding": ["big", "small"]}
     assert {"sessionId", "timestamp", "prompt", "thought", "response"} <= set(memory[0]["metadata"])
     summaries = [json.loads(line) for line in next(bundle.glob("summaries-backup-*.jsonl")).read_text().splitlines()]
     small = next(s for s in summaries if s["id"] == "summary_small")

@@ -69,7 +69,7 @@ def graph_node(turn_id, session_id, mini, label="AGENT_MEMORY") -> dict:
     return {"type": "node", "data": {"id": turn_id, "label": label, "properties": properties}}
 
 
-def summary_row(session_id, text, **meta) -> dict:
+def summary_row(session_id, text, embedding=None, **meta) -> dict:
     metadata = {
         "sessionId": session_id,
         "memoryCount": 2,
@@ -78,7 +78,8 @@ def summary_row(session_id, text, **meta) -> dict:
         "sourceTier": "raw",
     }
     metadata.update(meta)
-    return {"id": f"summary_{session_id}", "document": text, "metadata": metadata}
+    row = {"id": f"summary_{session_id}", "document": text, "metadata": metadata}
+    return {"id": row["id"], "embedding": embedding, **row} if embedding is not None else row
 
 
 def rows(db: DigestStore, sql: str) -> list[dict]:
@@ -139,7 +140,7 @@ def test_tool_fields_are_kept(db, tmp_path):
     assert got["t3"] == (None, None)
 
 
-def test_embedding_is_never_stored(db, tmp_path):
+def test_the_embedding_is_kept_as_its_text_in_turns_only(db, tmp_path):
     # A document that itself talks about an embedding array must come through untouched.
     tricky = 'config {"embedding": [1, 2, 3]} was wrong]'
     big = memory_row("t-big", "s1", 1_000, document=tricky)
@@ -152,19 +153,57 @@ def test_embedding_is_never_stored(db, tmp_path):
     report = ingest_paths([path], db)
 
     assert report.turns == 1 and report.rejects == 1
-    assert turns_by_id(db)["t-big"]["document"] == tricky
-    # No column anywhere is meant to hold it ...
+    [file_report] = report.files
+    assert (file_report.vectors, file_report.vectors_dropped) == (1, 0)
+    stored = turns_by_id(db)["t-big"]
+    assert stored["document"] == tricky
+    # The vector's text exactly as the line had it (json.dumps spacing, `-1.25e-05`), unparsed.
+    assert stored["embedding"] == json.dumps(big["embedding"]) and "-1.25e-05" in stored["embedding"]
+    # ... and no other text column of any table holds a copy of one of its floats.
     columns = rows(db, "SELECT table_name, column_name, data_type FROM information_schema.columns")
-    assert not [c for c in columns if "embed" in c["column_name"].lower()]
-    assert not [c for c in columns if c["data_type"].endswith("[]") and c["table_name"] in ("turns", "rejects")]
-    # ... and no text column of any table holds a copy of one of its floats.
     for table in ("turns", "sessions", "mini_summaries", "rejects", "imported_summaries"):
         text_columns = [c["column_name"] for c in columns if c["table_name"] == table and c["data_type"] == "VARCHAR"]
-        for column in text_columns:
+        for column in set(text_columns) - ({"embedding"} if table == "turns" else set()):
             hits = rows(db, f"SELECT count(*) AS n FROM {table} WHERE {column} LIKE '%{SENTINEL}%'")
             assert hits[0]["n"] == 0, f"{table}.{column} holds embedding floats"
     excerpt = rows(db, "SELECT excerpt FROM rejects")[0]["excerpt"]
     assert '"id": "t-bad"' in excerpt and '"metadata"' in excerpt
+
+
+def test_a_malformed_embedding_is_dropped_with_its_reason_and_the_turn_kept(db, tmp_path):
+    def raw(turn_id: str, vector_text: str) -> str:
+        line = json.dumps(memory_row(turn_id, "s1", 1, with_embedding=False))
+        return line.replace('{"id": "%s", ' % turn_id, '{"id": "%s", "embedding": %s, ' % (turn_id, vector_text), 1)
+
+    path = write_jsonl(
+        tmp_path / "memory-backup-bad-vectors.jsonl",
+        [
+            raw("ok", "[0.5,-1e-7, 3]"),  # 1: kept verbatim
+            raw("strings", '["a", 0.5]'),  # 2
+            raw("nan", "[NaN, 0.5]"),  # 3: Python's json would take it; JSON has no NaN
+            raw("empty", "[ ]"),  # 4
+            raw("hole", "[0.5,,1]"),  # 5
+            raw("huge", "[1e400, 0.5]"),  # 6: Infinity to a JSON reader
+            raw("fine-exponent", "[1e30, 0.5]"),  # 7: big, finite
+            raw("null", "null"),  # 8: no vector at all, not a problem
+        ],
+    )
+    report = ingest_paths([path], db)
+
+    [f] = report.files
+    assert (f.rows, f.rejects, f.vectors, f.vectors_dropped) == (8, 0, 2, 5)
+    assert f.vector_problems == [
+        "line 2: bad-embedding: holds something other than numbers",
+        "line 3: bad-embedding: holds something other than numbers",
+        "line 4: empty-embedding: no numbers",
+        "line 5: bad-embedding: an empty element",
+        "line 6: non-finite-values: a number JSON readers take as Infinity",
+    ]
+    stored = {t["id"]: t["embedding"] for t in rows(db, "SELECT id, embedding FROM turns")}
+    assert stored == {
+        "ok": "[0.5,-1e-7, 3]", "strings": None, "nan": None, "empty": None, "hole": None, "huge": None,
+        "fine-exponent": "[1e30, 0.5]", "null": None,
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -231,8 +270,8 @@ def test_summaries_backup_rows_land_in_imported_summaries(db, tmp_path):
         tmp_path / "summaries-backup-1.jsonl",
         [
             summary_row(
-                "s1", "The agent fixed the grid.", category="bugfix", quality=80, productivity=70.0, impact=40,
-                complexity=30, technologies="python,duckdb", degraded=False, rawCanonical=True,
+                "s1", "The agent fixed the grid.", embedding=[0.25, -0.5], category="bugfix", quality=80,
+                productivity=70.0, impact=40, complexity=30, technologies="python,duckdb", degraded=False, rawCanonical=True,
                 participatingAgents="claude-code", models="m1,m2", totalToolCalls=3, toolsUsed=["grep", "edit"],
                 sourceAgentIdentities="@neo-opus-ada",
             ),
@@ -266,6 +305,9 @@ def test_summaries_backup_rows_land_in_imported_summaries(db, tmp_path):
         "total_tool_calls": 3,
         "tools_used": ["grep", "edit"],
         "source_agent_identities": ["@neo-opus-ada"],
+        # As exported, for the archive to write back; the vector's text as the line had it.
+        "metadata": json.dumps(json.loads(path.read_text().splitlines()[0])["metadata"]),
+        "embedding": "[0.25, -0.5]",
     }
     assert got[1]["session_id"] == "s2" and got[1]["summary"] == "Docs work." and got[1]["title"] is None
     assert len(got) == 2
