@@ -206,7 +206,8 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
     staged = store.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
     todo = [(key, "staged") for key in staged] + [(i.candidate.partition_key, i.tier) for i in selection.batch]
-    estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]  # a staged replay calls no model
+    # A staged replay calls no model.
+    estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]
     outcomes = _run_partitions(
         settings, instance, store, "summarize_sessions", todo, "session_summaries", output, estimates, nothing_to_do
     )
@@ -229,7 +230,8 @@ def digest(settings: Settings, limit: int | None, output: Output) -> dict:
     keys = store.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
     todo = [(k, "graph") for k in keys]
     # The plan estimates summaries only: a graph run's bar counts sessions, with no time left.
-    runs = _run_partitions(settings, _instance(), store, "digest_sessions", todo, "session_graph", output, [None] * len(keys))
+    estimates = [None] * len(keys)
+    runs = _run_partitions(settings, _instance(), store, "digest_sessions", todo, "session_graph", output, estimates)
     return {
         "digested": sum("nodes" in r for r in runs),  # graphs written (a run may stop part-done)
         "nothing_to_do": sum("nothing_to_do" in r for r in runs),

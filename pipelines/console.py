@@ -16,7 +16,15 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -84,7 +92,9 @@ def session_line(outcome: dict) -> str:
     if "nothing_to_do" in outcome:
         return f"- {key}  nothing to do: {outcome['nothing_to_do']}"
     if not outcome["success"]:
-        return f"✗ {key}  failed in {outcome['seconds']}s (run {outcome['run_id']}): see `session-digest ui` for its logs"
+        return (
+            f"✗ {key}  failed in {outcome['seconds']}s (run {outcome['run_id']}): see `session-digest ui` for its logs"
+        )
     parts = [outcome.get(k) for k in ("route_reason", "source_tier") if outcome.get(k)]
     if "nodes" in outcome:
         parts.append(f"{outcome['nodes']} nodes, {outcome['edges']} edges")
@@ -131,7 +141,11 @@ class Output:
     def __init__(self, as_json: bool):
         self.as_json = as_json
         self.out = Console(highlight=False)
-        self.err = Console(file=_terminal(sys.stderr), highlight=False) if sys.stderr.isatty() else Console(stderr=True, highlight=False)
+        self.err = (
+            Console(file=_terminal(sys.stderr), highlight=False)
+            if sys.stderr.isatty()
+            else Console(stderr=True, highlight=False)
+        )
 
     def note(self, text: str) -> None:
         """A line for the person (not for --json readers, whose stdout stays JSON)."""
@@ -145,10 +159,21 @@ class Output:
         if self.as_json or not self.err.is_terminal or not estimates:
             yield reporter
             return
-        columns = [SpinnerColumn(), TextColumn(f"{title} [bold]{{task.description}}"), BarColumn(), MofNCompleteColumn()]
+        columns = [
+            SpinnerColumn(),
+            TextColumn(f"{title} [bold]{{task.description}}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+        ]
         # Dagster's step capture swaps fds 1 and 2 meanwhile: rich must not swap sys.stdout/stderr too.
         progress = Progress(
-            *columns, TimeElapsedColumn(), PlanTimeLeft(), console=self.err, transient=True, redirect_stdout=False, redirect_stderr=False
+            *columns,
+            TimeElapsedColumn(),
+            PlanTimeLeft(),
+            console=self.err,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
         )
         with progress:
             reporter.progress, reporter.task = progress, progress.add_task("", total=len(estimates), after_current=None)
@@ -180,7 +205,9 @@ def _value(value, limit: int = 10) -> str:
 
 
 def _fields(result: dict, title: str | None = None, skip: tuple = ()) -> Table:
-    table = Table(title=title, show_header=False, box=None, title_justify="left", title_style="bold", padding=(0, 2, 0, 0))
+    table = Table(
+        title=title, show_header=False, box=None, title_justify="left", title_style="bold", padding=(0, 2, 0, 0)
+    )
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for key, value in result.items():
@@ -202,7 +229,9 @@ def _render_plan(console: Console, result: dict) -> None:
     held = f"{held['active_within_idle_window']} active within the idle window, {held['in_failure_backoff']} in failure backoff"
     console.print(_fields({**result, "held_back": held}, "Next sweep (planned, no model call)", skip=("next_sweep",)))
     sweep = result["next_sweep"]
-    estimate = f"{_duration(sweep['estimated_model_seconds'])} of model time, {sweep['estimated_prompt_tokens']} prompt tokens"
+    estimate = (
+        f"{_duration(sweep['estimated_model_seconds'])} of model time, {sweep['estimated_prompt_tokens']} prompt tokens"
+    )
     console.print()
     console.print(_fields({"sessions": sweep["sessions"], "by tier": sweep["by_route"], "estimated": estimate}))
     if sweep["sessions_detail"]:
@@ -212,7 +241,11 @@ def _render_plan(console: Console, result: dict) -> None:
             table.add_column(name, justify="right" if name.endswith(("tokens", "seconds")) else "left", no_wrap=True)
         for item in sweep["sessions_detail"]:
             table.add_row(
-                item["partition"], item["tier"], item["route"], str(item["prompt_tokens_estimate"]), str(item["model_seconds_estimate"])
+                item["partition"],
+                item["tier"],
+                item["route"],
+                str(item["prompt_tokens_estimate"]),
+                str(item["model_seconds_estimate"]),
             )
         console.print(table)
 
@@ -222,8 +255,12 @@ def _render_sweep(console: Console, result: dict) -> None:
 
 
 def _render_demo(console: Console, result: dict) -> None:
-    ingest = {k: result["ingest"][k] for k in ("files", "turns", "rejects", "sessions_touched") if k in result["ingest"]}
-    console.print(_fields({**ingest, "summary runs": len(result["summary_runs"]), "seconds": result["seconds"]}, "Demo"))
+    ingest = {
+        k: result["ingest"][k] for k in ("files", "turns", "rejects", "sessions_touched") if k in result["ingest"]
+    }
+    console.print(
+        _fields({**ingest, "summary runs": len(result["summary_runs"]), "seconds": result["seconds"]}, "Demo")
+    )
     console.print()
     console.print(_fields(result["status"], "Store"))
     console.print("\n[bold]Where to look[/bold]")
@@ -231,4 +268,10 @@ def _render_demo(console: Console, result: dict) -> None:
         console.print(f"{label}: {text}", markup=False, soft_wrap=True)
 
 
-RENDER = {"status": _render_status, "plan": _render_plan, "sweep": _render_sweep, "digest": _render_sweep, "demo": _render_demo}
+RENDER = {
+    "status": _render_status,
+    "plan": _render_plan,
+    "sweep": _render_sweep,
+    "digest": _render_sweep,
+    "demo": _render_demo,
+}

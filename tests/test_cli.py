@@ -101,7 +101,10 @@ def test_ingest_sweep_status_and_the_ui_instance_agree(tmp_path):
         runs = instance.get_runs()
         jobs = sorted(run.job_name for run in runs)
         # Each run's events are in the instance, for the UI, as well as in the CLI's log file.
-        logged = {run.run_id: {e.dagster_event_type for e in instance.all_logs(run.run_id) if e.is_dagster_event} for run in runs}
+        logged = {
+            run.run_id: {e.dagster_event_type for e in instance.all_logs(run.run_id) if e.is_dagster_event}
+            for run in runs
+        }
     finally:
         instance.dispose()
     assert jobs == ["digest_sessions", "ingest", "report_friction", "summarize_sessions", "summarize_sessions"]
@@ -168,7 +171,9 @@ def test_a_sweep_on_a_terminal_redraws_a_bar_with_the_plans_time_left_while_runs
         reader = threading.Thread(target=drain)
         reader.start()
         try:
-            done = subprocess.run(CLI + ["sweep"], env=env, stdout=subprocess.PIPE, stderr=follower, text=True, timeout=300)
+            done = subprocess.run(
+                CLI + ["sweep"], env=env, stdout=subprocess.PIPE, stderr=follower, text=True, timeout=300
+            )
         finally:
             os.close(follower)
             reader.join(timeout=30)
