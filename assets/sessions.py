@@ -129,7 +129,7 @@ def raw_sessions(context: AssetExecutionContext, store: DigestStoreResource, mod
             "raw_bytes": row["raw_bytes"],
             "raw_tokens_estimate": raw_tokens,
             "raw_cap_tokens": limits.raw_cap_tokens if limits.raw_cap_tokens is not None else "off",
-            "predicted_route": raw_route(raw_tokens, limits),
+            "predicted_route": str(raw_route(raw_tokens, limits)),  # Dagster's metadata takes plain text, no enum
             "mini_summary_coverage": with_mini / len(turns) if turns else 0.0,
             "input_revision": row["input_revision"],
         }
@@ -197,7 +197,7 @@ def session_summaries(
             raise Failure(
                 description=f"no summary for session {session_id!r}: {result.failure} (route {result.route_reason}); "
                 f"failure {failures}, backing off {failure_backoff_s(failures, sweep.policy()):.0f}s",
-                metadata={"symptom": result.failure, "route_reason": result.route_reason, "failures": failures},
+                metadata={"symptom": str(result.failure), "route_reason": str(result.route_reason), "failures": failures},
             )
         summary = result.summary
         db.write_summary(summary, run_id=run_id)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from digest.model_api import ChatClient, ChatReply, ContextOverflow, ModelError, ModelTimeout, ProviderError
-from digest.synthesis import Attempt, Limits, estimate_raw_tokens, raw_route
+from digest.synthesis import Attempt, Limits, Route, estimate_raw_tokens, raw_route
 
 STAGE = "mini-summary"
 INSTRUCTION = "Summarize this agent turn in one line, max 280 characters, no preamble:"
@@ -197,7 +197,7 @@ def batch_order(turns: list[PendingTurn], fresh_reserve: int) -> list[PendingTur
 
 def headed_for_degraded(raw_bytes: int, turn_count: int, limits: Limits) -> bool:
     """Whether the session's raw prompt is over the cap or the safe band, estimated from its size."""
-    return raw_route(estimate_raw_tokens(raw_bytes, turn_count, limits), limits) != "within-cap"
+    return raw_route(estimate_raw_tokens(raw_bytes, turn_count, limits), limits) != Route.WITHIN_CAP
 
 
 def order_sessions(sessions: list[PendingSession], limits: Limits, priority: str) -> list[PendingSession]:

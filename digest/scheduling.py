@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from digest.synthesis import Limits, estimate_compact_tokens, estimate_raw_tokens, raw_route
+from digest.synthesis import Limits, Route, SourceTier, estimate_compact_tokens, estimate_raw_tokens, raw_route
 
 # Before the ledger has any successful call: 50 estimated tokens a second, a CPU-class host.
 DEFAULT_SECONDS_PER_TOKEN = 1 / 50
@@ -56,8 +56,8 @@ class Candidate:
 @dataclass(frozen=True)
 class PlannedSession:
     candidate: Candidate
-    route: str  # within-cap | over-raw-cap | over-safe-band
-    tier: str  # raw | miniSummary | truncatedRaw
+    route: Route  # within-cap, over-raw-cap or over-safe-band: the raw-timeout route is known only after the call
+    tier: SourceTier
     prompt_tokens_estimate: int
     model_seconds_estimate: float
 
@@ -66,10 +66,10 @@ def plan_session(candidate: Candidate, limits: Limits, seconds_per_token: float)
     """The route a session will take and what it will cost, from its sizes alone (no model call)."""
     raw_tokens = estimate_raw_tokens(candidate.raw_bytes, candidate.turn_count, limits)
     route = raw_route(raw_tokens, limits)
-    if route == "within-cap":
-        tier, tokens = "raw", raw_tokens
+    if route == Route.WITHIN_CAP:
+        tier, tokens = SourceTier.RAW, raw_tokens
     else:
-        tier = "miniSummary" if candidate.mini_summary_count else "truncatedRaw"
+        tier = SourceTier.MINI_SUMMARY if candidate.mini_summary_count else SourceTier.TRUNCATED_RAW
         tokens = estimate_compact_tokens(candidate.compact_bytes, candidate.turn_count, limits)
     return PlannedSession(candidate, route, tier, tokens, tokens * seconds_per_token)
 

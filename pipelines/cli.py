@@ -150,7 +150,7 @@ def sweep(settings: Settings, limit: int | None) -> dict:
     recovered = close_interrupted_runs(instance, store)
     staged = store.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
-    todo = [(key, "staged") for key in staged] + [(i.candidate.partition_key, i.tier) for i in selection.batch]
+    todo = [(key, "staged") for key in staged] + [(i.candidate.partition_key, str(i.tier)) for i in selection.batch]
     outcomes = _run_partitions(settings, instance, store, "summarize_sessions", todo, "session_summaries", nothing_to_do)
     return {
         "pending": selection.pending,

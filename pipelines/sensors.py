@@ -202,7 +202,7 @@ def summary_sensor(
                 tags={
                     "digest/sweep": "sensor",
                     "digest/budget": budget,
-                    "digest/route": item.tier,
+                    "digest/route": str(item.tier),  # Dagster's tags are plain text
                     "digest/estimated_s": f"{item.model_seconds_estimate:.0f}",
                 },
             )

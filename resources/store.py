@@ -206,7 +206,8 @@ CREATE TABLE IF NOT EXISTS friction_events (
     service_domain VARCHAR NOT NULL,
     note VARCHAR,
     error_text VARCHAR,
-    run_id VARCHAR
+    run_id VARCHAR,
+    bound VARCHAR                     -- a raw summary prompt pre-routed (size-precheck-skip): over-raw-cap | over-safe-band
 );
 
 CREATE OR REPLACE VIEW friction_aggregates AS
@@ -357,6 +358,7 @@ CREATE TABLE IF NOT EXISTS digest_state (
 # column with a constraint, so these are nullable; the writers always fill them).
 ADDED_COLUMNS = [
     ("session_summaries", "origin VARCHAR DEFAULT 'generated'"),
+    ("friction_events", "bound VARCHAR"),
     *[
         ("imported_summaries", column)
         for column in (
@@ -672,6 +674,14 @@ class DigestStore:
                 raise RuntimeError(f"{self.path} has schema version {current}, newer than this code's {SCHEMA_VERSION}")
             for table, column in ADDED_COLUMNS:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}")
+            # Pre-routes recorded before `bound` was a column name it in their note (rows restored
+            # from an older bundle too, at the next migrate); a row set here is not matched again.
+            pre_route = r"^pre-routed to the degraded summary: .* > (over-raw-cap|over-safe-band) "
+            con.execute(
+                "UPDATE friction_events SET bound = regexp_extract(note, ?, 1) WHERE bound IS NULL "
+                "AND symptom = 'size-precheck-skip' AND consumer = 'session_summaries' AND regexp_matches(note, ?)",
+                [pre_route, pre_route],
+            )
 
     # --- ingest -----------------------------------------------------------------------------
 
@@ -798,13 +808,13 @@ class DigestStore:
             con.execute(
                 """INSERT INTO friction_events (occurred_at, asset_ref, consumer, model, symptom, emission_point,
                    suggestion_kind, input_bytes, input_tokens_estimate, context_limit_tokens, safe_limit_tokens,
-                   raw_cap_tokens, service_domain, note, error_text, run_id)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   raw_cap_tokens, service_domain, note, error_text, run_id, bound)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [
                     _now(), event.asset_ref, event.consumer, event.model, event.symptom, event.emission_point,
                     event.suggestion_kind, event.input_bytes, event.input_tokens_estimate, event.context_limit_tokens,
                     event.safe_limit_tokens, event.raw_cap_tokens, event.service_domain, event.note, event.error_text,
-                    run_id,
+                    run_id, event.bound,
                 ],
             )  # fmt: skip
 
@@ -1146,7 +1156,7 @@ class DigestStore:
                 "events": self._records(
                     con,
                     "SELECT occurred_at, asset_ref, consumer, model, symptom, suggestion_kind, input_bytes, "
-                    "input_tokens_estimate, note, error_text FROM friction_events ORDER BY occurred_at",
+                    "input_tokens_estimate, note, error_text, bound FROM friction_events ORDER BY occurred_at",
                 ),
                 "attempts": self._records(
                     con,
