@@ -1,7 +1,5 @@
 """The session assets: thin wrappers over `digest` (policy) and `resources` (store, model)."""
 
-import time
-
 from dagster import (
     AssetExecutionContext,
     AssetObservation,
@@ -16,7 +14,7 @@ from assets.partitions import sessions_partitions
 from digest.ingest import ingest_paths
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
 from digest.turns import canonical_order
-from digest.scheduling import failure_backoff_s
+from digest.scheduling import failure_backoff_s, now_ms
 from resources.bindings import ChatModelResource, DigestStoreResource, SweepPolicyResource
 from resources.store import RunLedger
 
@@ -59,10 +57,6 @@ def raw_turns(config: IngestConfig, store: DigestStoreResource) -> MaterializeRe
             ),
         }
     )
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _run_ended(instance, run_id: str) -> bool:

@@ -131,22 +131,22 @@ def _one_line(value: object, limit: int) -> object:
     return " ".join(value.split())[:limit] if isinstance(value, str) else value
 
 
+def _name_line(value: object) -> object:
+    return _one_line(value, MAX_NAME_CHARS)
+
+
+def _description_line(value: object) -> object:
+    return _one_line(value, MAX_DESCRIPTION_CHARS)
+
+
 class ExtractedEntity(BaseModel):
     name: str = Field(min_length=1)
     type: EntityType
     description: str
 
     _type = field_validator("type", mode="before")(_upper_token)
-
-    @field_validator("name", mode="before")
-    @classmethod
-    def _name(cls, value: object) -> object:
-        return _one_line(value, MAX_NAME_CHARS)
-
-    @field_validator("description", mode="before")
-    @classmethod
-    def _description(cls, value: object) -> object:
-        return _one_line(value, MAX_DESCRIPTION_CHARS)
+    _name = field_validator("name", mode="before")(_name_line)
+    _description = field_validator("description", mode="before")(_description_line)
 
 
 class ExtractedRelation(BaseModel):
@@ -157,16 +157,8 @@ class ExtractedRelation(BaseModel):
     weight: float
 
     _type = field_validator("type", mode="before")(_upper_token)
-
-    @field_validator("source", "target", mode="before")
-    @classmethod
-    def _endpoint(cls, value: object) -> object:
-        return _one_line(value, MAX_NAME_CHARS)
-
-    @field_validator("description", mode="before")
-    @classmethod
-    def _description(cls, value: object) -> object:
-        return _one_line(value, MAX_DESCRIPTION_CHARS)
+    _endpoint = field_validator("source", "target", mode="before")(_name_line)
+    _description = field_validator("description", mode="before")(_description_line)
 
     @field_validator("weight")
     @classmethod
@@ -266,7 +258,7 @@ def _byte_len(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
-def _cut_bytes(text: str, budget: int) -> list[str]:
+def _split_bytes(text: str, budget: int) -> list[str]:
     """Pieces of at most `budget` UTF-8 bytes, cut between characters."""
     data, pieces, start = text.encode("utf-8"), [], 0
     while start < len(data):
@@ -290,7 +282,7 @@ def split_oversized(text: str, budget: int) -> list[str]:
             pieces.append("".join(current))
             current, size = [], 0
         if n > budget:
-            pieces.extend(_cut_bytes(line, budget))
+            pieces.extend(_split_bytes(line, budget))
         else:
             current.append(line)
             size += n

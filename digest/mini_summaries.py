@@ -154,7 +154,8 @@ def turn_text(turn: PendingTurn) -> tuple[str, str] | None:
     return (prompt, response) if prompt or response else None
 
 
-def _cut_bytes(text: str, max_bytes: int) -> str:
+def _shorten_to_bytes(text: str, max_bytes: int) -> str:
+    """`text` in at most `max_bytes` UTF-8 bytes, an ellipsis where it was cut."""
     data = text.encode("utf-8")
     if len(data) <= max_bytes:
         return text
@@ -171,7 +172,7 @@ def build_prompt(prompt: str, response: str, max_bytes: int | None = None) -> st
         prompt_bytes, response_bytes = len(prompt.encode("utf-8")), len(response.encode("utf-8"))
         if prompt_bytes + response_bytes > room:
             prompt_share = min(prompt_bytes, max(room // 2, room - response_bytes))
-            prompt, response = _cut_bytes(prompt, prompt_share), _cut_bytes(response, room - prompt_share)
+            prompt, response = _shorten_to_bytes(prompt, prompt_share), _shorten_to_bytes(response, room - prompt_share)
     return f"{head}{prompt}{middle}{response}"
 
 

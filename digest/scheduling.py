@@ -8,6 +8,7 @@ estimated model-time budget as well as a count, so one tick never queues hours o
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from digest.synthesis import Limits, Route, SourceTier, estimate_compact_tokens, estimate_raw_tokens, raw_route
@@ -33,13 +34,9 @@ def failure_backoff_s(failures: int, policy: SweepPolicy) -> float:
     return min(policy.backoff_base_s * 2 ** (failures - 1), policy.backoff_max_s)
 
 
-def is_idle(last_activity_ms: int | None, now_ms: int, policy: SweepPolicy) -> bool:
-    """The churn gate: a session still being written to waits. A future timestamp passes, and a
-    missing one fails open, as in the original."""
-    if last_activity_ms is None:
-        return True
-    age_ms = now_ms - last_activity_ms
-    return not (0 <= age_ms < policy.idle_window_s * 1000)
+def now_ms() -> int:
+    """The wall clock in epoch milliseconds, the unit of every stored timestamp."""
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)

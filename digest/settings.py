@@ -70,19 +70,24 @@ class Settings:
         return self.home / "dagster"
 
     def limits(self) -> Limits:
-        return Limits(
-            context_limit_tokens=self.context_limit_tokens,
-            safe_limit_tokens=self.safe_limit_tokens,
-            raw_cap_tokens=self.raw_cap_tokens,
-            bytes_per_token=self.bytes_per_token,
-            max_output_tokens=self.summary_max_output_tokens,
-            timeout_s=self.summary_timeout_s,
-        )
+        return summary_limits(self)
 
     def value(self, setting: Setting) -> Any:
         """The setting's value: a field of these settings, or of one of their policies."""
         owner = self if setting.policy is None else getattr(self, setting.policy)
         return getattr(owner, setting.field)
+
+
+def summary_limits(model: Any) -> Limits:
+    """The bounds of a summary call, from the settings or the model resource (the same field names)."""
+    return Limits(
+        context_limit_tokens=model.context_limit_tokens,
+        safe_limit_tokens=model.safe_limit_tokens,
+        raw_cap_tokens=model.raw_cap_tokens,
+        bytes_per_token=model.bytes_per_token,
+        max_output_tokens=model.summary_max_output_tokens,
+        timeout_s=model.summary_timeout_s,
+    )
 
 
 # --- how a setting's text is read: (env var, stripped non-empty text) -> value, or SettingsError --

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
 from resources.store import StoreUnreadable
 
@@ -85,7 +86,7 @@ def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozen
 
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
     return next_summary_batch(
-        _store(settings), settings.limits(), policy, settings.model_name, int(time.time() * 1000), exclude=exclude
+        _store(settings), settings.limits(), policy, settings.model_name, now_ms(), exclude=exclude
     )
 
 
@@ -145,7 +146,7 @@ def sweep(settings: Settings, limit: int | None) -> dict:
         # The selection is as old as the sweep: another sweep may have done the session since.
         session = store.session_by_partition(key)
         standing = store.summary_standing(session["session_id"]) if session else None
-        return nothing_to_summarize(standing, tags, int(time.time() * 1000))
+        return nothing_to_summarize(standing, tags, now_ms())
 
     recovered = close_interrupted_runs(instance, store)
     staged = store.staged_summary_keys()

@@ -14,7 +14,7 @@ from digest.graph import GraphPolicy
 from digest.mini_summaries import MiniSummaryPolicy
 from digest.model_api import ChatClient
 from digest.scheduling import SweepPolicy
-from digest.settings import SETTINGS, Settings
+from digest.settings import SETTINGS, Settings, summary_limits
 from digest.synthesis import Limits
 from pipelines.interrupted_runs import worker_tags
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
@@ -66,14 +66,7 @@ class ChatModelResource(ConfigurableResource):
             self._server = None
 
     def limits(self) -> Limits:
-        return Limits(
-            context_limit_tokens=self.context_limit_tokens,
-            safe_limit_tokens=self.safe_limit_tokens,
-            raw_cap_tokens=self.raw_cap_tokens,
-            bytes_per_token=self.bytes_per_token,
-            max_output_tokens=self.summary_max_output_tokens,
-            timeout_s=self.summary_timeout_s,
-        )
+        return summary_limits(self)
 
     def client(self, store: Optional[DigestStore] = None, session: Optional[tuple[str, str]] = None) -> ChatClient:
         """The provider's client; given the store, behind the response cache. `session`: the
