@@ -35,6 +35,7 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOT = REPO_ROOT / "docs" / "images" / "partitions.png"  # with DIGEST_SCREENSHOT=1
 UI_TIMEOUT_MS = 60_000  # the webserver loads the code location in a subprocess; slow on a busy host
 
 # Every asset node's box and every lineage edge's path, as the graph draws them (SVG).
@@ -209,6 +210,14 @@ def test_the_asset_graph_lineage_and_a_summary_materialization_in_a_real_browser
             expect(source_tier).to_contain_text("miniSummary")
             expect(page.locator("tr", has=page.get_by_text("route_reason", exact=True))).to_contain_text("over-raw-cap")
             page.screenshot(path=str(tmp_path / "session-summaries.png"), full_page=True)
+
+            # The README's picture, on request only, so a test run leaves the tree clean.
+            if os.environ.get("DIGEST_SCREENSHOT") == "1":
+                page.goto(f"{url}/assets/session_summaries?view=partitions")
+                page.get_by_text("big", exact=True).first.click()  # its summary's metadata beside the list
+                expect(page.locator("tr", has=page.get_by_text("source_tier", exact=True))).to_contain_text("miniSummary")
+                SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(SCREENSHOT))
         finally:
             browser.close()
     assert (tmp_path / "asset-lineage.png").stat().st_size > 10_000
