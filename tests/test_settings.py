@@ -141,3 +141,12 @@ def test_a_value_other_than_the_env_var_is_not_bound_to_it(tmp_path, monkeypatch
     changed = dataclasses.replace(settings, model_url="http://127.0.0.1:8", model_name="in-code")
     with build_definitions(changed).resources["model"].process_config_and_initialize_cm() as model:
         assert (model.url, model.model) == ("http://127.0.0.1:8", "in-code")
+
+
+def test_the_settings_page_lists_every_setting_and_no_other():
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parent.parent / "docs" / "settings.md").read_text()
+    first_cells = [line.split("|")[1] for line in page.splitlines() if line.startswith("| `")]
+    assert set(re.findall(r"`(DIGEST_[A-Z_]+)`", "\n".join(first_cells))) == {s.env for s in SETTINGS}
