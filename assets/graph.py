@@ -7,10 +7,9 @@ from dagster import AssetExecutionContext, AssetObservation, Failure, Materializ
 from assets.partitions import sessions_partitions
 from assets.sessions import SWEEP_TAG, session_or_fail, session_summaries
 from digest.graph import (
-    DIGESTED,
     ENTITY_TYPES,
     RELATION_TYPES,
-    UNDIGESTIBLE,
+    DigestStatus,
     SessionGraph,
     chunk_content_budget_bytes,
     digest_gate,
@@ -81,7 +80,7 @@ def session_graph(
     summary = db.summary_row(session_id)
     state = db.digest_state(session_id)
     blocked = digest_gate(revision, summary, state)
-    digested = state is not None and (state.digest_state, state.revision) == (DIGESTED, revision)
+    digested = state is not None and (state.digest_state, state.revision) == (DigestStatus.DIGESTED, revision)
     if not blocked and digested and SWEEP_TAG in context.run.tags:
         blocked = f"already digested at its current turns (revision {revision})"
     if blocked:
@@ -120,15 +119,15 @@ def session_graph(
         return
     if result.graph is None:
         state = db.record_digest_failure(session_id, revision, result.failure, policy.max_attempts)
-        then = "out of the cadence until reset" if state.digest_state == UNDIGESTIBLE else "will be retried"
+        then = "out of the cadence until reset" if state.digest_state == DigestStatus.UNDIGESTIBLE else "will be retried"
         raise Failure(
             description=f"no graph for session {session_id!r}: {result.failure} ({result.note}); "
             f"{state.digest_state} after {state.attempts} attempt(s), {then}",
-            metadata={
-                "symptom": result.failure,
-                "digest_state": state.digest_state,
+            metadata={  # plain text: Dagster serializes no enum of ours
+                "symptom": str(result.failure),
+                "digest_state": str(state.digest_state),
                 "attempts": state.attempts,
-                "defer_reason": state.defer_reason,
+                "defer_reason": str(state.defer_reason),
                 "chunks_planned": result.chunks_planned,
                 "chunks_done": result.chunks_done,
             },
@@ -139,7 +138,7 @@ def session_graph(
     yield MaterializeResult(
         metadata={
             "session_id": session_id,
-            "digest_state": "digested",
+            "digest_state": str(DigestStatus.DIGESTED),
             "input_revision": revision,
             "summary_source_tier": summary["source_tier"],
             "evidence": "raw turns only",

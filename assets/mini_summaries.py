@@ -1,6 +1,5 @@
 """The `turn_mini_summaries` asset: thin over `digest.mini_summaries` (policy) and the store."""
 
-import time
 from datetime import datetime, timezone
 
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
@@ -8,6 +7,7 @@ from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataVa
 from assets.partitions import sessions_partitions
 from assets.sessions import raw_sessions, session_or_fail
 from digest.mini_summaries import FillReport, fill_mini_summaries, headed_for_degraded
+from digest.scheduling import now_ms
 from resources.bindings import ChatModelResource, DigestStoreResource, MiniSummaryPolicyResource
 from resources.store import MiniSummaryLedger
 
@@ -23,10 +23,6 @@ class MiniSummaryConfig(Config):
     # Set by the summary job: a session within the cap is summarized raw, so mini summaries would
     # cost model time there and change nothing; the mini-summary backfill fills them later.
     only_if_degraded: bool = False
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _iso(ms: int) -> str:
@@ -84,7 +80,7 @@ def turn_mini_summaries(
     if config.only_if_degraded and not headed_for_degraded(session["raw_bytes"], session["turn_count"], model.limits()):
         context.log.info(f"session {session_id!r} is within the raw cap: its summary needs no mini summaries")
         report = FillReport()
-    elif backoff_until_ms is not None and backoff_until_ms > _now_ms() and not config.ignore_backoff:
+    elif backoff_until_ms is not None and backoff_until_ms > now_ms() and not config.ignore_backoff:
         context.log.info(f"session {session_id!r} made no progress last time; backing off until {_iso(backoff_until_ms)}")
         report = FillReport()
     else:
@@ -95,7 +91,7 @@ def turn_mini_summaries(
             policy,
             MiniSummaryLedger(db, context.run.run_id),
         )
-        backoff_until_ms = report.backoff_until_ms(_now_ms())
+        backoff_until_ms = report.backoff_until_ms(now_ms())
         db.record_backfill_run(session_id, report.attempted, len(report.generated), backoff_until_ms, context.run.run_id)
 
     counts = db.mini_summary_counts(session_id)

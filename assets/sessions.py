@@ -1,7 +1,5 @@
 """The session assets: thin wrappers over `digest` (policy) and `resources` (store, model)."""
 
-import time
-
 from dagster import (
     AssetExecutionContext,
     AssetObservation,
@@ -16,7 +14,7 @@ from assets.partitions import sessions_partitions
 from digest.ingest import ingest_paths
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
 from digest.turns import canonical_order
-from digest.scheduling import failure_backoff_s
+from digest.scheduling import failure_backoff_s, now_ms
 from resources.bindings import ChatModelResource, DigestStoreResource, SweepPolicyResource
 from resources.store import RunLedger
 
@@ -64,10 +62,6 @@ def raw_turns(config: IngestConfig, store: DigestStoreResource) -> MaterializeRe
             ),
         }
     )
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _run_ended(instance, run_id: str) -> bool:
@@ -134,7 +128,7 @@ def raw_sessions(context: AssetExecutionContext, store: DigestStoreResource, mod
             "raw_bytes": row["raw_bytes"],
             "raw_tokens_estimate": raw_tokens,
             "raw_cap_tokens": limits.raw_cap_tokens if limits.raw_cap_tokens is not None else "off",
-            "predicted_route": raw_route(raw_tokens, limits),
+            "predicted_route": str(raw_route(raw_tokens, limits)),  # Dagster's metadata takes plain text, no enum
             "mini_summary_coverage": with_mini / len(turns) if turns else 0.0,
             "input_revision": row["input_revision"],
         }
@@ -202,7 +196,7 @@ def session_summaries(
             raise Failure(
                 description=f"no summary for session {session_id!r}: {result.failure} (route {result.route_reason}); "
                 f"failure {failures}, backing off {failure_backoff_s(failures, sweep.policy()):.0f}s",
-                metadata={"symptom": result.failure, "route_reason": result.route_reason, "failures": failures},
+                metadata={"symptom": str(result.failure), "route_reason": str(result.route_reason), "failures": failures},
             )
         summary = result.summary
         db.write_summary(summary, run_id=run_id)

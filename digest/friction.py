@@ -10,31 +10,40 @@ passed for a timeout. Here the error's type decides.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from digest.model_api import ContextOverflow, ModelError, ModelTimeout, OutputLimitExceeded
 
-SYMPTOMS = (
-    "context-overflow",
-    "parse-failure",
-    "token-budget-exceeded",
-    "semantic-confusion",
-    "timeout",
-    "size-precheck-skip",
-    "provider-error",
-)
-DETERMINISTIC_SYMPTOMS = frozenset({"size-precheck-skip", "context-overflow"})
+
+class Symptom(StrEnum):
+    CONTEXT_OVERFLOW = "context-overflow"
+    PARSE_FAILURE = "parse-failure"
+    TOKEN_BUDGET_EXCEEDED = "token-budget-exceeded"
+    SEMANTIC_CONFUSION = "semantic-confusion"
+    TIMEOUT = "timeout"
+    SIZE_PRECHECK_SKIP = "size-precheck-skip"
+    PROVIDER_ERROR = "provider-error"
+
+
+class EmissionPoint(StrEnum):
+    PRE_INVOCATION = "pre-invocation"  # the prompt was kept from the model
+    POST_INVOCATION_FAILURE = "post-invocation-failure"
+
+
+# The same input fails the same way: surfaced at once in the report, and undigestible at once.
+DETERMINISTIC_SYMPTOMS = frozenset({Symptom.SIZE_PRECHECK_SKIP, Symptom.CONTEXT_OVERFLOW})
 SUGGESTION_KIND = {
-    "size-precheck-skip": "compress-payload",
-    "context-overflow": "compress-payload",
-    "token-budget-exceeded": "compress-payload",
-    "parse-failure": "schema-repair",
-    "semantic-confusion": "extract-anchor",
-    "timeout": "unknown",
-    "provider-error": "unknown",
+    Symptom.SIZE_PRECHECK_SKIP: "compress-payload",
+    Symptom.CONTEXT_OVERFLOW: "compress-payload",
+    Symptom.TOKEN_BUDGET_EXCEEDED: "compress-payload",
+    Symptom.PARSE_FAILURE: "schema-repair",
+    Symptom.SEMANTIC_CONFUSION: "extract-anchor",
+    Symptom.TIMEOUT: "unknown",
+    Symptom.PROVIDER_ERROR: "unknown",
 }
 
 
-def classify_error(error: BaseException) -> str:
+def classify_error(error: BaseException) -> Symptom:
     """The symptom of a failed call, from what failed: the error's type, which the client chose
     from the HTTP status and the server's error code or error message (see
     `resources.model_clients`). Never from the words of a model's reply: a reply that does not
@@ -43,14 +52,14 @@ def classify_error(error: BaseException) -> str:
     Anything that is not a typed model error is the caller failing to parse or validate the reply.
     """
     if isinstance(error, ModelTimeout):
-        return "timeout"
+        return Symptom.TIMEOUT
     if isinstance(error, ContextOverflow):
-        return "context-overflow"
+        return Symptom.CONTEXT_OVERFLOW
     if isinstance(error, OutputLimitExceeded):
-        return "token-budget-exceeded"
+        return Symptom.TOKEN_BUDGET_EXCEEDED
     if isinstance(error, ModelError):
-        return "provider-error"
-    return "parse-failure"
+        return Symptom.PROVIDER_ERROR
+    return Symptom.PARSE_FAILURE
 
 
 @dataclass(frozen=True)
@@ -58,8 +67,8 @@ class FrictionEvent:
     asset_ref: str  # the session id
     consumer: str  # e.g. "session_summaries"
     model: str
-    symptom: str
-    emission_point: str  # "pre-invocation" | "post-invocation-failure"
+    symptom: Symptom
+    emission_point: EmissionPoint
     input_bytes: int
     input_tokens_estimate: int
     context_limit_tokens: int
@@ -68,11 +77,15 @@ class FrictionEvent:
     note: str
     error_text: str | None = None
     service_domain: str = "memory-core"
+    # A raw summary prompt kept from the model (size-precheck-skip): the route it was over,
+    # `over-raw-cap` or `over-safe-band` (`digest.synthesis.Route`). Stored for the friction report.
+    bound: str | None = None
 
     def __post_init__(self) -> None:
-        if self.symptom not in SYMPTOMS:
+        # By value: a plain string is as good as the member.
+        if self.symptom not in tuple(Symptom):
             raise ValueError(f"unknown friction symptom {self.symptom!r}")
-        if self.emission_point not in ("pre-invocation", "post-invocation-failure"):
+        if self.emission_point not in tuple(EmissionPoint):
             raise ValueError(f"unknown emission point {self.emission_point!r}")
 
     @property

@@ -17,19 +17,15 @@ from __future__ import annotations
 
 import html
 import math
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.settings import Settings
-from digest.synthesis import CONSUMER as SUMMARY_CONSUMER
 
 PROBABILISTIC_SURFACE_COUNT = 3
 SURFACING_WINDOW = timedelta(hours=1)
-# The note `digest.synthesis` gives a raw prompt it kept from the model, naming the bound it was over.
-PRE_ROUTE_NOTE = re.compile(r"^pre-routed to the degraded summary: .* > (over-raw-cap|over-safe-band) ")
 # A raw call is planned to fill at most this share of the timeout: the rest absorbs a slow moment.
 TIMEOUT_HEADROOM = 0.9
 # Fewer calls than this with server token counts give no calibration for the model.
@@ -241,15 +237,6 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def pre_route_reason(event: dict) -> str | None:
-    """`over-raw-cap` or `over-safe-band` when the event is the router keeping a raw summary prompt
-    from the model; None for any other friction (a compact prompt over budget included)."""
-    if event["consumer"] != SUMMARY_CONSUMER or event["symptom"] != "size-precheck-skip":
-        return None
-    match = PRE_ROUTE_NOTE.match(event.get("note") or "")
-    return match.group(1) if match else None
-
-
 @dataclass(frozen=True)
 class PreRoutes:
     """Raw summary prompts routed to the degraded summary before any model call."""
@@ -262,7 +249,9 @@ class PreRoutes:
 
 
 def pre_routes(events: list[dict], calibrations: dict[str, ModelCalibration | None], timeout_s: float) -> PreRoutes:
-    routed = [(e, reason) for e in events if (reason := pre_route_reason(e))]
+    # `bound` is set on the router keeping a raw summary prompt from the model, on no other
+    # friction (a compact prompt over budget included): `over-raw-cap` or `over-safe-band`.
+    routed = [(e, reason) for e in events if (reason := e.get("bound"))]
     seconds, unpriced = 0.0, 0
     for event, _ in routed:
         calibration = calibrations.get(event["model"])

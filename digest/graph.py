@@ -17,14 +17,15 @@ import json
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from enum import StrEnum
 from typing import IO, Iterable, Literal, Protocol
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from digest.friction import FrictionEvent, classify_error
+from digest.friction import DETERMINISTIC_SYMPTOMS, EmissionPoint, FrictionEvent, Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError
 from digest.summary_output import unfenced
-from digest.synthesis import Ledger, Limits, call_attempt, prompt_friction
+from digest.synthesis import Ledger, Limits, SourceTier, call_attempt, prompt_friction
 from digest.turns import Turn, canonical_order, input_revision
 
 CONSUMER = "session_graph"
@@ -130,22 +131,22 @@ def _one_line(value: object, limit: int) -> object:
     return " ".join(value.split())[:limit] if isinstance(value, str) else value
 
 
+def _name_line(value: object) -> object:
+    return _one_line(value, MAX_NAME_CHARS)
+
+
+def _description_line(value: object) -> object:
+    return _one_line(value, MAX_DESCRIPTION_CHARS)
+
+
 class ExtractedEntity(BaseModel):
     name: str = Field(min_length=1)
     type: EntityType
     description: str
 
     _type = field_validator("type", mode="before")(_upper_token)
-
-    @field_validator("name", mode="before")
-    @classmethod
-    def _name(cls, value: object) -> object:
-        return _one_line(value, MAX_NAME_CHARS)
-
-    @field_validator("description", mode="before")
-    @classmethod
-    def _description(cls, value: object) -> object:
-        return _one_line(value, MAX_DESCRIPTION_CHARS)
+    _name = field_validator("name", mode="before")(_name_line)
+    _description = field_validator("description", mode="before")(_description_line)
 
 
 class ExtractedRelation(BaseModel):
@@ -156,16 +157,8 @@ class ExtractedRelation(BaseModel):
     weight: float
 
     _type = field_validator("type", mode="before")(_upper_token)
-
-    @field_validator("source", "target", mode="before")
-    @classmethod
-    def _endpoint(cls, value: object) -> object:
-        return _one_line(value, MAX_NAME_CHARS)
-
-    @field_validator("description", mode="before")
-    @classmethod
-    def _description(cls, value: object) -> object:
-        return _one_line(value, MAX_DESCRIPTION_CHARS)
+    _endpoint = field_validator("source", "target", mode="before")(_name_line)
+    _description = field_validator("description", mode="before")(_description_line)
 
     @field_validator("weight")
     @classmethod
@@ -265,7 +258,7 @@ def _byte_len(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
-def _cut_bytes(text: str, budget: int) -> list[str]:
+def _split_bytes(text: str, budget: int) -> list[str]:
     """Pieces of at most `budget` UTF-8 bytes, cut between characters."""
     data, pieces, start = text.encode("utf-8"), [], 0
     while start < len(data):
@@ -289,7 +282,7 @@ def split_oversized(text: str, budget: int) -> list[str]:
             pieces.append("".join(current))
             current, size = [], 0
         if n > budget:
-            pieces.extend(_cut_bytes(line, budget))
+            pieces.extend(_split_bytes(line, budget))
         else:
             current.append(line)
             size += n
@@ -688,43 +681,61 @@ def add_provenance(builder: GraphBuilder, turns: list[Turn], summary: dict) -> i
 
 # --- digest state ----------------------------------------------------------------------------------
 
-DIGESTED, UNDIGESTED, UNDIGESTIBLE = "digested", "undigested", "undigestible"
-# Deterministic failures: the same input fails the same way, so retrying only costs model time.
-UNDIGESTIBLE_AT_ONCE = frozenset({"size-precheck-skip", "context-overflow"})
+class DigestStatus(StrEnum):
+    DIGESTED = "digested"
+    UNDIGESTED = "undigested"
+    UNDIGESTIBLE = "undigestible"
+
+
+class DeferReason(StrEnum):
+    """Why a session is not digested (yet): the original's reasons, and ours."""
+
+    SKIP_OVER_BAND = "skip-over-band"
+    WALL_CLOCK_TIMEOUT = "wall-clock-timeout"
+    SCHEMA_FAILURE = "schema-failure"
+    PROVIDER_ERROR = "provider-error"  # ours: the original files it under schema-failure
+    UNDER_BAND_CHOKE = "under-band-choke"  # context-overflow and anything else, as the original
+    OPERATOR_RESET = "operator-reset"
+
+
+UNDIGESTIBLE = DigestStatus.UNDIGESTIBLE  # the name `resources.store` imports
 DEFER_REASONS = {
-    "size-precheck-skip": "skip-over-band",
-    "timeout": "wall-clock-timeout",
-    "parse-failure": "schema-failure",
-    "provider-error": "provider-error",  # ours: the original files it under schema-failure
+    Symptom.SIZE_PRECHECK_SKIP: DeferReason.SKIP_OVER_BAND,
+    Symptom.TIMEOUT: DeferReason.WALL_CLOCK_TIMEOUT,
+    Symptom.PARSE_FAILURE: DeferReason.SCHEMA_FAILURE,
+    Symptom.PROVIDER_ERROR: DeferReason.PROVIDER_ERROR,
 }
-DEFAULT_DEFER_REASON = "under-band-choke"  # context-overflow and anything else, as the original
 
 
 @dataclass(frozen=True)
 class DigestState:
-    digest_state: str  # digested | undigested | undigestible
+    digest_state: DigestStatus
     attempts: int  # failed attempts at `revision`
-    defer_reason: str | None
+    defer_reason: DeferReason | None
     revision: str
 
 
 def after_success(revision: str) -> DigestState:
-    return DigestState(DIGESTED, 0, None, revision)
+    return DigestState(DigestStatus.DIGESTED, 0, None, revision)
 
 
-def after_failure(previous: DigestState | None, revision: str, symptom: str, max_attempts: int) -> DigestState:
-    """Count the failure (from 1 again when the turns changed); undigestible at once for a size
-    pre-check or a context overflow, after `max_attempts` for anything else."""
+def after_failure(previous: DigestState | None, revision: str, symptom: Symptom, max_attempts: int) -> DigestState:
+    """Count the failure (from 1 again when the turns changed); undigestible at once for a
+    deterministic symptom (a size pre-check, a context overflow: the same input fails the same
+    way, so retrying only costs model time), after `max_attempts` for anything else."""
     attempts = (previous.attempts if previous and previous.revision == revision else 0) + 1
-    terminal = symptom in UNDIGESTIBLE_AT_ONCE or attempts >= max_attempts
+    terminal = symptom in DETERMINISTIC_SYMPTOMS or attempts >= max_attempts
     return DigestState(
-        UNDIGESTIBLE if terminal else UNDIGESTED, attempts, DEFER_REASONS.get(symptom, DEFAULT_DEFER_REASON), revision
+        DigestStatus.UNDIGESTIBLE if terminal else DigestStatus.UNDIGESTED,
+        attempts,
+        DEFER_REASONS.get(symptom, DeferReason.UNDER_BAND_CHOKE),
+        revision,
     )
 
 
 def after_reset(previous: DigestState) -> DigestState:
     """An operator's reset: back in the cadence with its attempts restored."""
-    return DigestState(UNDIGESTED, 0, "operator-reset", previous.revision)
+    return DigestState(DigestStatus.UNDIGESTED, 0, DeferReason.OPERATOR_RESET, previous.revision)
 
 
 def reset_undigestible(previous: DigestState | None) -> DigestState | None:
@@ -742,7 +753,7 @@ def digest_gate(current_revision: str, summary: dict | None, state: DigestState 
         return "no summary yet: summarize the session first"
     if summary["input_revision"] != current_revision:
         return "turns changed since the summary (input revision mismatch): pending a new summary"
-    if state is not None and state.digest_state == UNDIGESTIBLE and state.revision == current_revision:
+    if state is not None and state.digest_state == DigestStatus.UNDIGESTIBLE and state.revision == current_revision:
         return f"undigestible ({state.defer_reason}, {state.attempts} attempts): `session-digest reset-digest` to retry"
     return None
 
@@ -765,7 +776,7 @@ class SessionGraph:
 @dataclass(frozen=True)
 class DigestResult:
     graph: SessionGraph | None
-    failure: str | None  # the friction symptom that stopped it
+    failure: Symptom | None  # the friction symptom that stopped it
     chunks_planned: int
     chunks_done: int
     note: str = ""
@@ -817,9 +828,9 @@ def _extract(
             extraction, cut = salvage_cut_reply(reply.text), True
     except (ModelError, GraphParseError) as exc:
         error = exc
-    # Tier "raw": graph evidence is always the raw turns.
+    # Tier raw: graph evidence is always the raw turns.
     where = f"chunk {chunk.index + 1}/{total}: "
-    attempt = call_attempt(session_id, "graph", "raw", prompt, limits, client.model, reply, error, where)
+    attempt = call_attempt(session_id, "graph", SourceTier.RAW, prompt, limits, client.model, reply, error, where)
     ledger.record_attempt(attempt)
     return extraction, error, prompt, cut, attempt.duration_s
 
@@ -855,10 +866,11 @@ def digest_session(
         whole = build_extraction_prompt(TURN_SEPARATOR.join(t.document for t in ordered))
         ledger.record_friction(
             _friction(
-                session_id, client, limits, whole, "size-precheck-skip", "pre-invocation", f"no graph call: {over}"
+                session_id, client, limits, whole, Symptom.SIZE_PRECHECK_SKIP, EmissionPoint.PRE_INVOCATION,
+                f"no graph call: {over}",
             )
         )
-        return DigestResult(None, "size-precheck-skip", len(chunks), 0, over)
+        return DigestResult(None, Symptom.SIZE_PRECHECK_SKIP, len(chunks), 0, over)
 
     revision = input_revision(ordered)
     finished = chunk_store.finished_chunks(session_id, revision) if chunk_store else {}
@@ -889,7 +901,7 @@ def digest_session(
                 symptom = classify_error(error)
                 note = f"chunk {chunk.index + 1}/{len(chunks)}"
                 ledger.record_friction(
-                    _friction(session_id, client, limits, prompt, symptom, "post-invocation-failure", note, error)
+                    _friction(session_id, client, limits, prompt, symptom, EmissionPoint.POST_INVOCATION_FAILURE, note, error)
                 )
                 return DigestResult(
                     None, symptom, len(chunks), chunk.index, f"{note}: {error}", chunks_resumed=resumed,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
+from digest.synthesis import SourceTier
 from digest.turns import compose_document, parse_timestamp_ms
 
 # Rows and line bytes per write: every write opens the file and checkpoints it on close, which
@@ -361,7 +362,7 @@ def parse_graph_line(obj: dict) -> dict | None:
     return {"turn_id": turn_id, "session_id": session_id, "text": mini.strip()}
 
 
-SOURCE_TIERS = ("raw", "miniSummary", "truncatedRaw")
+SOURCE_TIERS = tuple(SourceTier)
 _INT_MAX = 2**31 - 1  # the INTEGER columns: a larger value would fail the whole batch's insert
 
 

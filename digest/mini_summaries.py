@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from digest.model_api import ChatClient, ChatReply, ContextOverflow, ModelError, ModelTimeout, ProviderError
-from digest.synthesis import Attempt, Limits, estimate_raw_tokens, raw_route
+from digest.synthesis import Attempt, Limits, Route, estimate_raw_tokens, raw_route
 
 STAGE = "mini-summary"
 INSTRUCTION = "Summarize this agent turn in one line, max 280 characters, no preamble:"
@@ -154,7 +154,8 @@ def turn_text(turn: PendingTurn) -> tuple[str, str] | None:
     return (prompt, response) if prompt or response else None
 
 
-def _cut_bytes(text: str, max_bytes: int) -> str:
+def _shorten_to_bytes(text: str, max_bytes: int) -> str:
+    """`text` in at most `max_bytes` UTF-8 bytes, an ellipsis where it was cut."""
     data = text.encode("utf-8")
     if len(data) <= max_bytes:
         return text
@@ -171,7 +172,7 @@ def build_prompt(prompt: str, response: str, max_bytes: int | None = None) -> st
         prompt_bytes, response_bytes = len(prompt.encode("utf-8")), len(response.encode("utf-8"))
         if prompt_bytes + response_bytes > room:
             prompt_share = min(prompt_bytes, max(room // 2, room - response_bytes))
-            prompt, response = _cut_bytes(prompt, prompt_share), _cut_bytes(response, room - prompt_share)
+            prompt, response = _shorten_to_bytes(prompt, prompt_share), _shorten_to_bytes(response, room - prompt_share)
     return f"{head}{prompt}{middle}{response}"
 
 
@@ -197,7 +198,7 @@ def batch_order(turns: list[PendingTurn], fresh_reserve: int) -> list[PendingTur
 
 def headed_for_degraded(raw_bytes: int, turn_count: int, limits: Limits) -> bool:
     """Whether the session's raw prompt is over the cap or the safe band, estimated from its size."""
-    return raw_route(estimate_raw_tokens(raw_bytes, turn_count, limits), limits) != "within-cap"
+    return raw_route(estimate_raw_tokens(raw_bytes, turn_count, limits), limits) != Route.WITHIN_CAP
 
 
 def order_sessions(sessions: list[PendingSession], limits: Limits, priority: str) -> list[PendingSession]:

@@ -8,9 +8,10 @@ estimated model-time budget as well as a count, so one tick never queues hours o
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from digest.synthesis import Limits, estimate_compact_tokens, estimate_raw_tokens, raw_route
+from digest.synthesis import Limits, Route, SourceTier, estimate_compact_tokens, estimate_raw_tokens, raw_route
 
 # Before the ledger has any successful call: 50 estimated tokens a second, a CPU-class host.
 DEFAULT_SECONDS_PER_TOKEN = 1 / 50
@@ -33,13 +34,9 @@ def failure_backoff_s(failures: int, policy: SweepPolicy) -> float:
     return min(policy.backoff_base_s * 2 ** (failures - 1), policy.backoff_max_s)
 
 
-def is_idle(last_activity_ms: int | None, now_ms: int, policy: SweepPolicy) -> bool:
-    """The churn gate: a session still being written to waits. A future timestamp passes, and a
-    missing one fails open, as in the original."""
-    if last_activity_ms is None:
-        return True
-    age_ms = now_ms - last_activity_ms
-    return not (0 <= age_ms < policy.idle_window_s * 1000)
+def now_ms() -> int:
+    """The wall clock in epoch milliseconds, the unit of every stored timestamp."""
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -56,8 +53,8 @@ class Candidate:
 @dataclass(frozen=True)
 class PlannedSession:
     candidate: Candidate
-    route: str  # within-cap | over-raw-cap | over-safe-band
-    tier: str  # raw | miniSummary | truncatedRaw
+    route: Route  # within-cap, over-raw-cap or over-safe-band: the raw-timeout route is known only after the call
+    tier: SourceTier
     prompt_tokens_estimate: int
     model_seconds_estimate: float
 
@@ -66,10 +63,10 @@ def plan_session(candidate: Candidate, limits: Limits, seconds_per_token: float)
     """The route a session will take and what it will cost, from its sizes alone (no model call)."""
     raw_tokens = estimate_raw_tokens(candidate.raw_bytes, candidate.turn_count, limits)
     route = raw_route(raw_tokens, limits)
-    if route == "within-cap":
-        tier, tokens = "raw", raw_tokens
+    if route == Route.WITHIN_CAP:
+        tier, tokens = SourceTier.RAW, raw_tokens
     else:
-        tier = "miniSummary" if candidate.mini_summary_count else "truncatedRaw"
+        tier = SourceTier.MINI_SUMMARY if candidate.mini_summary_count else SourceTier.TRUNCATED_RAW
         tokens = estimate_compact_tokens(candidate.compact_bytes, candidate.turn_count, limits)
     return PlannedSession(candidate, route, tier, tokens, tokens * seconds_per_token)
 

@@ -1,8 +1,10 @@
 """Every deployment setting, in one place: its env var, its default, and how it is parsed.
 
-Settings are read once, when the definitions load. A malformed value raises `SettingsError`
-naming the variable, so a bad deployment fails loudly at load instead of running with a
-silently substituted default.
+`SETTINGS` is the one definition of each setting: env var, where its value goes (a field of
+`Settings` or of one of its policies, and the Dagster resource field it configures), its default,
+how its text is read and validated, and a line of doc. Settings are read once, when the
+definitions load. A malformed value raises `SettingsError` naming the variable and the reason, so
+a bad deployment fails loudly at load instead of running with a silently substituted default.
 """
 
 from __future__ import annotations
@@ -10,9 +12,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
-from digest.graph import MIN_CHUNK_CONTENT_BYTES, GraphPolicy, chunk_content_budget_bytes, prompt_window_tokens
+from digest.graph import (
+    MIN_CHUNK_CONTENT_BYTES,
+    GraphPolicy,
+    chunk_content_budget_bytes,
+    graph_limits,
+    prompt_window_tokens,
+)
 from digest.mini_summaries import PRIORITIES as MINI_SUMMARY_PRIORITIES, MiniSummaryPolicy
 from digest.scheduling import SweepPolicy
 from digest.synthesis import Limits
@@ -20,6 +28,18 @@ from digest.synthesis import Limits
 # The embedded SmolLM2 GGUF was trained with an 8192-token context; the server is started with it.
 EMBEDDED_CONTEXT_TOKENS = 8192
 PROVIDERS = ("embedded", "openai", "ollama")
+DEFAULT_MODEL_NAMES = {"embedded": "smollm2", "openai": "default", "ollama": "llama3.2"}
+
+# A raw call must finish inside DIGEST_SUMMARY_TIMEOUT_S (180 s) on a CPU host. Prompt evaluation
+# runs at roughly 50 tokens/s for a 4B-active or 7B Q4 model on a few CPU cores, so 8192 prompt
+# tokens cost about 165 s: the most that fits the timeout with room for the answer.
+DEFAULT_RAW_CAP_TOKENS = 8192
+
+# The reference's graph output limit is 8192 tokens for a 131072-token context. On a small context
+# (the embedded SmolLM2's is 8192) that would leave no room for a prompt, so the default is an eighth
+# of the context when that is less: 1024 for 8192, enough for 8 entities and 8 relations, and the
+# safe band (6144) stays the bound on the prompt.
+REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS = 8192
 
 
 class SettingsError(ValueError):
@@ -50,180 +70,234 @@ class Settings:
         return self.home / "dagster"
 
     def limits(self) -> Limits:
-        return Limits(
-            context_limit_tokens=self.context_limit_tokens,
-            safe_limit_tokens=self.safe_limit_tokens,
-            raw_cap_tokens=self.raw_cap_tokens,
-            bytes_per_token=self.bytes_per_token,
-            max_output_tokens=self.summary_max_output_tokens,
-            timeout_s=self.summary_timeout_s,
-        )
+        return summary_limits(self)
+
+    def value(self, setting: Setting) -> Any:
+        """The setting's value: a field of these settings, or of one of their policies."""
+        owner = self if setting.policy is None else getattr(self, setting.policy)
+        return getattr(owner, setting.field)
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
+def summary_limits(model: Any) -> Limits:
+    """The bounds of a summary call, from the settings or the model resource (the same field names)."""
+    return Limits(
+        context_limit_tokens=model.context_limit_tokens,
+        safe_limit_tokens=model.safe_limit_tokens,
+        raw_cap_tokens=model.raw_cap_tokens,
+        bytes_per_token=model.bytes_per_token,
+        max_output_tokens=model.summary_max_output_tokens,
+        timeout_s=model.summary_timeout_s,
+    )
+
+
+# --- how a setting's text is read: (env var, stripped non-empty text) -> value, or SettingsError --
+
+Parse = Callable[[str, str], Any]
+
+
+def whole(minimum: int = 1) -> Parse:
+    def parse(name: str, text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise SettingsError(f"{name}={text!r} is not a whole number") from None
+        if value < minimum:
+            raise SettingsError(f"{name}={text!r} must be at least {minimum}")
+        return value
+
+    return parse
+
+
+def positive(name: str, text: str) -> float:
     try:
-        value = int(raw)
+        value = float(text)
     except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a whole number") from None
-    if value < minimum:
-        raise SettingsError(f"{name}={raw!r} must be at least {minimum}")
-    return value
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a number") from None
+        raise SettingsError(f"{name}={text!r} is not a number") from None
     if not value > 0 or value == float("inf"):
-        raise SettingsError(f"{name}={raw!r} must be a positive finite number")
+        raise SettingsError(f"{name}={text!r} must be a positive finite number")
     return value
 
 
-def _on_off(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw not in ("on", "off"):
-        raise SettingsError(f"{name}={raw!r} is neither 'on' nor 'off'")
-    return raw == "on"
+def on_off(name: str, text: str) -> bool:
+    text = text.lower()
+    if text not in ("on", "off"):
+        raise SettingsError(f"{name}={text!r} is neither 'on' nor 'off'")
+    return text == "on"
 
 
-# A raw call must finish inside DIGEST_SUMMARY_TIMEOUT_S (180 s) on a CPU host. Prompt evaluation
-# runs at roughly 50 tokens/s for a 4B-active or 7B Q4 model on a few CPU cores, so 8192 prompt
-# tokens cost about 165 s: the most that fits the timeout with room for the answer.
-DEFAULT_RAW_CAP_TOKENS = 8192
+def one_of(choices: tuple[str, ...]) -> Parse:
+    def parse(name: str, text: str) -> str:
+        text = text.lower()
+        if text not in choices:
+            raise SettingsError(f"{name}={text!r} is not one of {', '.join(choices)}")
+        return text
+
+    return parse
 
 
-def parse_raw_cap(raw: str | None) -> int | None:
-    """`DIGEST_RAW_CAP_TOKENS`: a positive token count, `off` (no cap), or empty for the default."""
-    text = (raw or "").strip()
-    if not text:
-        return DEFAULT_RAW_CAP_TOKENS
+def raw_cap(name: str, text: str) -> int | None:
+    """A positive token count, or `off` (no cap)."""
     if text.lower() == "off":
         return None
     try:
         value = int(text)
     except ValueError:
-        raise SettingsError(
-            f"DIGEST_RAW_CAP_TOKENS={text!r} is neither a whole number of tokens nor 'off'"
-        ) from None
+        raise SettingsError(f"{name}={text!r} is neither a whole number of tokens nor 'off'") from None
     if value < 1:
-        raise SettingsError(f"DIGEST_RAW_CAP_TOKENS={text!r} must be at least 1 (or 'off')")
+        raise SettingsError(f"{name}={text!r} must be at least 1 (or 'off')")
     return value
 
 
-def _mini_summary_policy(env: Mapping[str, str]) -> MiniSummaryPolicy:
-    """Defaults as the reference backfill: 600 s a run, 20 s inner and 30 s outer per turn, 5 tries."""
-    inner = _float(env, "DIGEST_MINI_SUMMARY_TIMEOUT_S", 20.0)
-    outer = _float(env, "DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S", 30.0)
-    if outer < inner:
+def text(name: str, value: str) -> str:
+    return value
+
+
+def path(name: str, value: str) -> Path:
+    return Path(value).resolve()
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str
+    field: str  # the field of `Settings`, or of its policy `policy`
+    parse: Parse
+    default: Any  # a value, or a function of the top-level settings read before it (by field)
+    doc: str
+    policy: str | None = None  # "sweep" | "mini_summaries" | "graph": the `Settings` field it is part of
+    # The Dagster resource it configures (a policy's is the policy's own) and the field there.
+    resource: str | None = None
+    resource_field: str | None = None
+
+    @property
+    def resource_key(self) -> str | None:
+        return self.policy or self.resource
+
+    @property
+    def resource_field_name(self) -> str:
+        return self.resource_field or self.field
+
+    def read(self, env: Mapping[str, str], known: Mapping[str, Any]) -> Any:
+        raw = env.get(self.env, "").strip()
+        if raw:
+            return self.parse(self.env, raw)
+        return self.default(known) if callable(self.default) else self.default
+
+
+def _sweep(env: str, field: str, parse: Parse, default: Any, doc: str) -> Setting:
+    return Setting(env, field, parse, default, doc, policy="sweep")
+
+
+def _mini(env: str, field: str, parse: Parse, default: Any, doc: str) -> Setting:
+    return Setting(env, field, parse, default, doc, policy="mini_summaries")
+
+
+def _graph(env: str, field: str, parse: Parse, default: Any, doc: str) -> Setting:
+    return Setting(env, field, parse, default, doc, policy="graph")
+
+
+def _context_default(known: Mapping[str, Any]) -> int:
+    return EMBEDDED_CONTEXT_TOKENS if known["provider"] == "embedded" else 131072
+
+
+# In reading order: a default may depend on the settings above it.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("DIGEST_HOME", "home", path, lambda known: Path(".digest").resolve(),
+            "data folder: the DuckDB file, the inbox, the Dagster instance"),
+    Setting("DIGEST_DB_PATH", "db_path", path, lambda known: (known["home"] / "digest.duckdb").resolve(),
+            "the DuckDB file", resource="store"),
+    Setting("DIGEST_INBOX", "inbox", path, lambda known: (known["home"] / "inbox").resolve(),
+            "where the raw_turns asset looks for bundles when given no paths", resource="store"),
+    Setting("DIGEST_MODEL_PROVIDER", "provider", one_of(PROVIDERS), "embedded",
+            "embedded (SmolLM2 under llama.cpp), openai (/v1/chat/completions) or ollama (/api/chat)",
+            resource="model"),
+    Setting("DIGEST_MODEL_URL", "model_url", text, None,
+            "the server's base URL; embedded starts its own when unset", resource="model", resource_field="url"),
+    Setting("DIGEST_MODEL_NAME", "model_name", text, lambda known: DEFAULT_MODEL_NAMES[known["provider"]],
+            "the model name sent to the server", resource="model", resource_field="model"),
+    Setting("DIGEST_CONTEXT_LIMIT_TOKENS", "context_limit_tokens", whole(256), _context_default,
+            "the model's context; sent as num_ctx to Ollama", resource="model"),
+    Setting("DIGEST_SAFE_LIMIT_TOKENS", "safe_limit_tokens", whole(), lambda known: known["context_limit_tokens"] * 3 // 4,
+            "the safe band: no prompt over it is ever sent", resource="model"),
+    Setting("DIGEST_RAW_CAP_TOKENS", "raw_cap_tokens", raw_cap, DEFAULT_RAW_CAP_TOKENS,
+            "the raw-synthesis cap and the largest prompt of any model call; off disables it", resource="model"),
+    Setting("DIGEST_BYTES_PER_TOKEN", "bytes_per_token", positive, 3.0,
+            "the token estimate: UTF-8 bytes / this", resource="model"),
+    Setting("DIGEST_SUMMARY_TIMEOUT_S", "summary_timeout_s", positive, 180.0,
+            "wall-clock deadline of one summary call", resource="model"),
+    Setting("DIGEST_SUMMARY_MAX_OUTPUT_TOKENS", "summary_max_output_tokens", whole(64), 1024,
+            "output cap of one summary call", resource="model"),
+    _sweep("DIGEST_SWEEP_MAX_SESSIONS", "max_sessions", whole(), 5, "sessions one sweep launches at most"),
+    _sweep("DIGEST_SWEEP_MODEL_SECONDS", "model_seconds", positive, 1800.0, "estimated model time one sweep may queue"),
+    _sweep("DIGEST_IDLE_WINDOW_S", "idle_window_s", positive, 600.0,
+           "a session active more recently than this waits (churn gate)"),
+    _sweep("DIGEST_SWEEP_OLDEST_SHARE", "oldest_share", whole(0), 1, "of a sweep's slots, those kept for the oldest"),
+    _sweep("DIGEST_BACKOFF_BASE_S", "backoff_base_s", positive, 1800.0, "failure backoff after the first failure, doubling"),
+    _sweep("DIGEST_BACKOFF_MAX_S", "backoff_max_s", positive, 86400.0, "the longest failure backoff"),
+    # Defaults as the reference backfill: 600 s a run, 20 s inner and 30 s outer per turn, 5 tries.
+    _mini("DIGEST_MINI_SUMMARY_BUDGET_S", "budget_s", positive, 600.0, "model time one turn_mini_summaries run may spend"),
+    _mini("DIGEST_MINI_SUMMARY_TIMEOUT_S", "timeout_s", positive, 20.0, "inner timeout of one mini summary call"),
+    _mini("DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S", "outer_timeout_s", positive, 30.0,
+          "outer, wall-clock timeout per turn; at least the inner one"),
+    _mini("DIGEST_MINI_SUMMARY_MAX_ATTEMPTS", "max_attempts", whole(), 5, "failed attempts after which a turn is archived"),
+    _mini("DIGEST_MINI_SUMMARY_FRESH_RESERVE", "fresh_reserve", whole(0), 10,
+          "a run takes this many of the newest pending turns first, then the oldest"),
+    _mini("DIGEST_MINI_SUMMARY_PRIORITY", "priority", one_of(MINI_SUMMARY_PRIORITIES), "degraded-first",
+          "order of sessions with pending turns"),
+    # Defaults as the reference's `localModels.chat` leaves: 50000-token chunks, 8192 output tokens
+    # (less on a small context), 3 attempts; a chunk's call waits up to 600 s; a session needing more
+    # than 64 chunk calls is not tried. A run spends up to 1800 s of model time, as a sweep may
+    # (`DIGEST_SWEEP_MODEL_SECONDS`), so one session does not hold the `model` pool for longer.
+    _graph("DIGEST_GRAPH_CHUNK_LIMIT_TOKENS", "chunk_limit_tokens", whole(), 50000, "the graph chunk limit"),
+    _graph("DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS", "output_limit_tokens", whole(64),
+           lambda known: min(REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS, known["context_limit_tokens"] // 8),
+           "output cap of one extraction call"),
+    _graph("DIGEST_GRAPH_MAX_ATTEMPTS", "max_attempts", whole(), 3, "failed digests after which a session is undigestible"),
+    _graph("DIGEST_GRAPH_TIMEOUT_S", "timeout_s", positive, 600.0, "wall-clock deadline of one extraction call"),
+    _graph("DIGEST_GRAPH_MAX_CHUNKS", "max_chunks", whole(), 64,
+           "a session that needs more extraction calls is undigestible at once"),
+    _graph("DIGEST_GRAPH_BATCH_SESSIONS", "batch_sessions", whole(), 10, "sessions one digest sensor tick launches"),
+    _graph("DIGEST_GRAPH_FRESH_RESERVE", "fresh_reserve", whole(0), 2, "of those, how many are the newest"),
+    _graph("DIGEST_GRAPH_BUDGET_S", "budget_s", positive, 1800.0, "model time one digest_sessions run may spend"),
+    Setting("DIGEST_RESPONSE_CACHE", "response_cache", on_off, True,
+            "off: model replies are not reused (a summary's reply is still staged)", resource="model"),
+)
+
+
+def _check(settings: Settings) -> None:
+    """What no single setting can check alone."""
+    if settings.safe_limit_tokens > settings.context_limit_tokens:
         raise SettingsError(
-            f"DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S={outer:g} is below DIGEST_MINI_SUMMARY_TIMEOUT_S={inner:g}: "
-            "the outer timeout is the backstop of the inner one"
+            f"DIGEST_SAFE_LIMIT_TOKENS={settings.safe_limit_tokens} is above "
+            f"DIGEST_CONTEXT_LIMIT_TOKENS={settings.context_limit_tokens}"
         )
-    priority = env.get("DIGEST_MINI_SUMMARY_PRIORITY", "").strip().lower() or "degraded-first"
-    if priority not in MINI_SUMMARY_PRIORITIES:
+    mini = settings.mini_summaries
+    if mini.outer_timeout_s < mini.timeout_s:
         raise SettingsError(
-            f"DIGEST_MINI_SUMMARY_PRIORITY={priority!r} is not one of {', '.join(MINI_SUMMARY_PRIORITIES)}"
+            f"DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S={mini.outer_timeout_s:g} is below "
+            f"DIGEST_MINI_SUMMARY_TIMEOUT_S={mini.timeout_s:g}: the outer timeout is the backstop of the inner one"
         )
-    return MiniSummaryPolicy(
-        budget_s=_float(env, "DIGEST_MINI_SUMMARY_BUDGET_S", 600.0),
-        timeout_s=inner,
-        outer_timeout_s=outer,
-        max_attempts=_int(env, "DIGEST_MINI_SUMMARY_MAX_ATTEMPTS", 5),
-        fresh_reserve=_int(env, "DIGEST_MINI_SUMMARY_FRESH_RESERVE", 10, minimum=0),
-        priority=priority,
-    )
-
-
-# The reference's graph output limit is 8192 tokens for a 131072-token context. On a small context
-# (the embedded SmolLM2's is 8192) that would leave no room for a prompt, so the default is an eighth
-# of the context when that is less: 1024 for 8192, enough for 8 entities and 8 relations, and the
-# safe band (6144) stays the bound on the prompt.
-REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS = 8192
-
-
-def _graph_policy(env: Mapping[str, str], context: int, safe: int, raw_cap: int | None) -> GraphPolicy:
-    """Defaults as the reference's `localModels.chat` leaves: 50000-token chunks, 8192 output tokens
-    (less on a small context), 3 attempts; a chunk's call waits up to 600 s; a session needing more
-    than 64 chunk calls is not tried. The raw cap, when on, bounds every chunk's prompt too. A run
-    spends up to 1800 s of model time, as a sweep may (`DIGEST_SWEEP_MODEL_SECONDS`), so one
-    session does not hold the `model` pool for longer."""
-    default_output = min(REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS, context // 8)
-    policy = GraphPolicy(
-        chunk_limit_tokens=_int(env, "DIGEST_GRAPH_CHUNK_LIMIT_TOKENS", 50000),
-        output_limit_tokens=_int(env, "DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS", default_output, minimum=64),
-        max_attempts=_int(env, "DIGEST_GRAPH_MAX_ATTEMPTS", 3),
-        timeout_s=_float(env, "DIGEST_GRAPH_TIMEOUT_S", 600.0),
-        max_chunks=_int(env, "DIGEST_GRAPH_MAX_CHUNKS", 64),
-        batch_sessions=_int(env, "DIGEST_GRAPH_BATCH_SESSIONS", 10),
-        fresh_reserve=_int(env, "DIGEST_GRAPH_FRESH_RESERVE", 2, minimum=0),
-        budget_s=_float(env, "DIGEST_GRAPH_BUDGET_S", 1800.0),
-    )
-    model = Limits(
-        context_limit_tokens=context,
-        safe_limit_tokens=safe,
-        raw_cap_tokens=raw_cap,
-        bytes_per_token=_float(env, "DIGEST_BYTES_PER_TOKEN", 3.0),
-        max_output_tokens=policy.output_limit_tokens,
-        timeout_s=policy.timeout_s,
-    )
-    room = chunk_content_budget_bytes(model, policy)
+    # The raw cap, when on, bounds every chunk's prompt too.
+    model = graph_limits(settings.limits(), settings.graph)
+    room = chunk_content_budget_bytes(model, settings.graph)
     if room < MIN_CHUNK_CONTENT_BYTES:
         raise SettingsError(
             f"the graph prompt window, min(DIGEST_GRAPH_CHUNK_LIMIT_TOKENS, DIGEST_RAW_CAP_TOKENS (when on), "
             f"DIGEST_SAFE_LIMIT_TOKENS, DIGEST_CONTEXT_LIMIT_TOKENS - DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS) = "
-            f"{prompt_window_tokens(model, policy)} "
+            f"{prompt_window_tokens(model, settings.graph)} "
             f"tokens, leaves {room} bytes for turn text after the extraction prompt; at least "
             f"{MIN_CHUNK_CONTENT_BYTES} are needed"
         )
-    return policy
+
+
+_POLICIES = {"sweep": SweepPolicy, "mini_summaries": MiniSummaryPolicy, "graph": GraphPolicy}
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
-    home = Path(env.get("DIGEST_HOME", "").strip() or ".digest").resolve()
-    provider = env.get("DIGEST_MODEL_PROVIDER", "").strip().lower() or "embedded"
-    if provider not in PROVIDERS:
-        raise SettingsError(f"DIGEST_MODEL_PROVIDER={provider!r} is not one of {', '.join(PROVIDERS)}")
-    default_context = EMBEDDED_CONTEXT_TOKENS if provider == "embedded" else 131072
-    context = _int(env, "DIGEST_CONTEXT_LIMIT_TOKENS", default_context, minimum=256)
-    safe = _int(env, "DIGEST_SAFE_LIMIT_TOKENS", (context * 3) // 4)
-    if safe > context:
-        raise SettingsError(
-            f"DIGEST_SAFE_LIMIT_TOKENS={safe} is above DIGEST_CONTEXT_LIMIT_TOKENS={context}"
-        )
-    default_name = {"embedded": "smollm2", "openai": "default", "ollama": "llama3.2"}[provider]
-    raw_cap = parse_raw_cap(env.get("DIGEST_RAW_CAP_TOKENS"))
-    return Settings(
-        home=home,
-        db_path=Path(env.get("DIGEST_DB_PATH", "").strip() or home / "digest.duckdb").resolve(),
-        inbox=Path(env.get("DIGEST_INBOX", "").strip() or home / "inbox").resolve(),
-        provider=provider,
-        model_url=env.get("DIGEST_MODEL_URL", "").strip() or None,
-        model_name=env.get("DIGEST_MODEL_NAME", "").strip() or default_name,
-        context_limit_tokens=context,
-        safe_limit_tokens=safe,
-        raw_cap_tokens=raw_cap,
-        bytes_per_token=_float(env, "DIGEST_BYTES_PER_TOKEN", 3.0),
-        summary_timeout_s=_float(env, "DIGEST_SUMMARY_TIMEOUT_S", 180.0),
-        summary_max_output_tokens=_int(env, "DIGEST_SUMMARY_MAX_OUTPUT_TOKENS", 1024, minimum=64),
-        sweep=SweepPolicy(
-            max_sessions=_int(env, "DIGEST_SWEEP_MAX_SESSIONS", 5),
-            model_seconds=_float(env, "DIGEST_SWEEP_MODEL_SECONDS", 1800.0),
-            idle_window_s=_float(env, "DIGEST_IDLE_WINDOW_S", 600.0),
-            oldest_share=_int(env, "DIGEST_SWEEP_OLDEST_SHARE", 1, minimum=0),
-            backoff_base_s=_float(env, "DIGEST_BACKOFF_BASE_S", 1800.0),
-            backoff_max_s=_float(env, "DIGEST_BACKOFF_MAX_S", 86400.0),
-        ),
-        mini_summaries=_mini_summary_policy(env),
-        graph=_graph_policy(env, context, safe, raw_cap),
-        response_cache=_on_off(env, "DIGEST_RESPONSE_CACHE", True),
-    )
+    fields: dict[str, Any] = {}  # also what the defaults depend on: the settings read so far
+    parts: dict[str, dict[str, Any]] = {name: {} for name in _POLICIES}
+    for setting in SETTINGS:
+        (fields if setting.policy is None else parts[setting.policy])[setting.field] = setting.read(env, fields)
+    settings = Settings(**fields, **{name: _POLICIES[name](**part) for name, part in parts.items()})
+    _check(settings)
+    return settings

@@ -19,9 +19,10 @@ import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from enum import StrEnum
 from typing import Protocol
 
-from digest.friction import FrictionEvent, classify_error
+from digest.friction import EmissionPoint, FrictionEvent, Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError, OutputLimitExceeded
 from digest.summary_output import OutputParseError, SessionSummaryOutput, parse_summary_output, response_json_schema
 from digest.turns import Turn, canonical_order, input_revision
@@ -34,6 +35,25 @@ MIN_COMPACT_CHARS = 40
 # The estimate assumes 3 bytes a token; real prose runs 3.5-4.6, so a server that counted under
 # 40% of the estimate most likely cut the prompt (Ollama truncates silently).
 TRUNCATION_RATIO = 0.4
+
+
+
+class Route(StrEnum):
+    """A summary's `route_reason`: why its raw prompt was or was not sent."""
+
+    WITHIN_CAP = "within-cap"
+    OVER_RAW_CAP = "over-raw-cap"
+    OVER_SAFE_BAND = "over-safe-band"
+    RAW_TIMEOUT = "raw-timeout"  # within the cap, but the raw call timed out: degraded instead
+
+
+class SourceTier(StrEnum):
+    """What a summary's prompt was made of (`source_tier`, the original's names)."""
+
+    RAW = "raw"  # every turn document
+    MINI_SUMMARY = "miniSummary"  # a line per turn, its mini summary where it has one
+    TRUNCATED_RAW = "truncatedRaw"  # a line per turn, its document cut, no turn having a mini summary
+
 
 INSTRUCTIONS = """Analyze the following AI-agent work session and reply with one JSON object, no markdown, with these fields:
 - "summary": the goal, the key decisions, the code that was modified, and the outcome.
@@ -99,7 +119,7 @@ class Ledger(Protocol):
 class SessionSummary:
     session_id: str
     output: SessionSummaryOutput
-    source_tier: str  # raw | miniSummary | truncatedRaw
+    source_tier: SourceTier
     degraded: bool
     raw_canonical: bool
     memory_count: int
@@ -109,7 +129,7 @@ class SessionSummary:
     raw_tokens_estimate: int
     prompt_tokens_estimate: int
     raw_cap_tokens: int | None
-    route_reason: str
+    route_reason: Route
     first_activity_ms: int | None
     last_activity_ms: int | None
     participating_agents: list[str]
@@ -123,8 +143,8 @@ class SessionSummary:
 @dataclass(frozen=True)
 class SynthesisResult:
     summary: SessionSummary | None
-    route_reason: str
-    failure: str | None  # the symptom that left the session without a summary
+    route_reason: Route
+    failure: Symptom | None  # the symptom that left the session without a summary
 
 
 # --- prompt building ---------------------------------------------------------------------------
@@ -204,9 +224,9 @@ def estimate_compact_tokens(compact_bytes: int, turn_count: int, limits: Limits)
     return min(tokens, limits.prompt_budget_tokens)
 
 
-def compact_entries(turns: list[Turn]) -> tuple[str, list[str]]:
+def compact_entries(turns: list[Turn]) -> tuple[SourceTier, list[str]]:
     """One entry per turn (its mini summary, else the first 280 characters), and the tier."""
-    tier = "miniSummary" if any(t.mini_summary for t in turns) else "truncatedRaw"
+    tier = SourceTier.MINI_SUMMARY if any(t.mini_summary for t in turns) else SourceTier.TRUNCATED_RAW
     entries = []
     for t in turns:
         text = (t.mini_summary or t.document[:FALLBACK_CHARS]).strip()
@@ -305,11 +325,12 @@ def prompt_friction(
     client: ChatClient,
     limits: Limits,
     prompt: str,
-    symptom: str,
-    point: str,
+    symptom: Symptom,
+    point: EmissionPoint,
     note: str,
     error: BaseException | None = None,
     service_domain: str = "memory-core",
+    bound: Route | None = None,
 ) -> FrictionEvent:
     """A friction event about one prompt, sized and bounded as the consumer saw it."""
     return FrictionEvent(
@@ -326,20 +347,21 @@ def prompt_friction(
         note=note,
         error_text=str(error)[:2000] if error is not None else None,
         service_domain=service_domain,
+        bound=bound,
     )
 
 
-def _friction(session_id, client, limits, prompt, symptom, point, note, error=None) -> FrictionEvent:
-    return prompt_friction(CONSUMER, session_id, client, limits, prompt, symptom, point, note, error)
+def _friction(session_id, client, limits, prompt, symptom, point, note, error=None, bound=None) -> FrictionEvent:
+    return prompt_friction(CONSUMER, session_id, client, limits, prompt, symptom, point, note, error, bound=bound)
 
 
-def raw_route(raw_tokens: int, limits: Limits) -> str:
-    """Why the raw prompt may or may not be sent: `within-cap`, `over-raw-cap` or `over-safe-band`."""
+def raw_route(raw_tokens: int, limits: Limits) -> Route:
+    """Why the raw prompt may or may not be sent: within the cap, over the raw cap or over the safe band."""
     if limits.raw_cap_tokens is not None and raw_tokens > limits.raw_cap_tokens:
-        return "over-raw-cap"
+        return Route.OVER_RAW_CAP
     if raw_tokens > min(limits.safe_limit_tokens, limits.context_limit_tokens - limits.max_output_tokens):
-        return "over-safe-band"
-    return "within-cap"
+        return Route.OVER_SAFE_BAND
+    return Route.WITHIN_CAP
 
 
 def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, ledger: Ledger) -> SynthesisResult:
@@ -351,13 +373,13 @@ def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, led
     raw_tokens = limits.estimate_tokens(raw_prompt)
     route = raw_route(raw_tokens, limits)
 
-    def finish(output: SessionSummaryOutput, tier: str, prompt: str, reason: str) -> SynthesisResult:
+    def finish(output: SessionSummaryOutput, tier: SourceTier, prompt: str, reason: Route) -> SynthesisResult:
         stamps = [t.ts_ms for t in ordered if t.ts_ms is not None]
         summary = SessionSummary(
             session_id=session_id,
             output=output,
             source_tier=tier,
-            degraded=tier != "raw",
+            degraded=tier != SourceTier.RAW,
             raw_canonical=True,
             memory_count=len(ordered),
             mini_summary_count=sum(1 for t in ordered if t.mini_summary),
@@ -377,28 +399,31 @@ def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, led
         )
         return SynthesisResult(summary=summary, route_reason=reason, failure=None)
 
-    if route == "within-cap":
-        output, error = _call(client, raw_prompt, limits, ledger, session_id, "raw")
+    if route == Route.WITHIN_CAP:
+        output, error = _call(client, raw_prompt, limits, ledger, session_id, SourceTier.RAW)
         if output is not None:
-            return finish(output, "raw", raw_prompt, route)
+            return finish(output, SourceTier.RAW, raw_prompt, route)
         symptom = classify_error(error)
         ledger.record_friction(
-            _friction(session_id, client, limits, raw_prompt, symptom, "post-invocation-failure", "tier=raw", error)
+            _friction(
+                session_id, client, limits, raw_prompt, symptom, EmissionPoint.POST_INVOCATION_FAILURE, "tier=raw", error
+            )
         )
-        if symptom != "timeout":
+        if symptom != Symptom.TIMEOUT:
             return SynthesisResult(summary=None, route_reason=route, failure=symptom)
-        route = "raw-timeout"
+        route = Route.RAW_TIMEOUT
     else:
-        bound = limits.raw_cap_tokens if route == "over-raw-cap" else limits.safe_limit_tokens
+        bound = limits.raw_cap_tokens if route == Route.OVER_RAW_CAP else limits.safe_limit_tokens
         ledger.record_friction(
             _friction(
                 session_id,
                 client,
                 limits,
                 raw_prompt,
-                "size-precheck-skip",
-                "pre-invocation",
+                Symptom.SIZE_PRECHECK_SKIP,
+                EmissionPoint.PRE_INVOCATION,
                 f"pre-routed to the degraded summary: raw estimate {raw_tokens} tokens > {route} {bound}",
+                bound=route,
             )
         )
 
@@ -412,18 +437,20 @@ def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, led
                 client,
                 limits,
                 oversized,
-                "size-precheck-skip",
-                "pre-invocation",
+                Symptom.SIZE_PRECHECK_SKIP,
+                EmissionPoint.PRE_INVOCATION,
                 f"tier={tier}: compact input over the prompt budget {limits.prompt_budget_tokens} even at "
                 f"{MIN_COMPACT_CHARS} characters a turn",
             )
         )
-        return SynthesisResult(summary=None, route_reason=route, failure="size-precheck-skip")
+        return SynthesisResult(summary=None, route_reason=route, failure=Symptom.SIZE_PRECHECK_SKIP)
     output, error = _call(client, compact_prompt, limits, ledger, session_id, tier)
     if output is not None:
         return finish(output, tier, compact_prompt, route)
     symptom = classify_error(error)
     ledger.record_friction(
-        _friction(session_id, client, limits, compact_prompt, symptom, "post-invocation-failure", f"tier={tier}", error)
+        _friction(
+            session_id, client, limits, compact_prompt, symptom, EmissionPoint.POST_INVOCATION_FAILURE, f"tier={tier}", error
+        )
     )
     return SynthesisResult(summary=None, route_reason=route, failure=symptom)

@@ -17,10 +17,11 @@ from assets.graph import session_graph
 from assets.sessions import session_summaries
 from digest.graph import grounded
 from digest.summary_output import SessionSummaryOutput
+from digest.synthesis import Route, SourceTier
 from resources.bindings import DigestStoreResource
 
-SOURCE_TIERS = ("raw", "miniSummary", "truncatedRaw")
-ROUTE_REASONS = ("within-cap", "over-raw-cap", "over-safe-band", "raw-timeout")
+SOURCE_TIERS = tuple(SourceTier)
+ROUTE_REASONS = tuple(Route)
 OUTPUT_FIELDS = tuple(SessionSummaryOutput.model_fields)
 EXAMPLES = 20  # violations listed in the check's metadata
 # What `digest.graph` builds from stored rows rather than from extraction: the summary, session,
@@ -36,7 +37,7 @@ def provenance_problems(row: dict) -> list[str]:
     tier = row.get("source_tier")
     if tier not in SOURCE_TIERS:
         problems.append(f"source_tier {tier!r} is not one of {', '.join(SOURCE_TIERS)}")
-    if row.get("degraded") is None or (tier in SOURCE_TIERS and row["degraded"] != (tier != "raw")):
+    if row.get("degraded") is None or (tier in SOURCE_TIERS and row["degraded"] != (tier != SourceTier.RAW)):
         problems.append(f"degraded={row.get('degraded')} contradicts source_tier {tier!r}")
     if row.get("raw_canonical") is not True:
         problems.append("raw_canonical is not true")
@@ -48,7 +49,7 @@ def provenance_problems(row: dict) -> list[str]:
     reason = row.get("route_reason")
     if reason not in ROUTE_REASONS:
         problems.append(f"route_reason {reason!r} is not one of {', '.join(ROUTE_REASONS)}")
-    elif (tier == "raw") != (reason == "within-cap"):
+    elif (tier == SourceTier.RAW) != (reason == Route.WITHIN_CAP):
         problems.append(f"route_reason {reason!r} contradicts source_tier {tier!r}")
     if not row.get("model"):
         problems.append("model is empty")
@@ -59,9 +60,9 @@ def provenance_problems(row: dict) -> list[str]:
         problems.append("memory_count is below 1")
     if mini_count is None or not 0 <= mini_count <= memory_count:
         problems.append(f"mini_summary_count {mini_count} is outside 0..memory_count")
-    elif tier == "miniSummary" and mini_count == 0:
+    elif tier == SourceTier.MINI_SUMMARY and mini_count == 0:
         problems.append("source_tier miniSummary with no mini summary")
-    elif tier == "truncatedRaw" and mini_count > 0:
+    elif tier == SourceTier.TRUNCATED_RAW and mini_count > 0:
         problems.append("source_tier truncatedRaw although turns had mini summaries")
     return problems
 
@@ -69,7 +70,7 @@ def provenance_problems(row: dict) -> list[str]:
 def raw_cap_problems(row: dict) -> list[str]:
     """A raw summary whose raw prompt was over the cap in force when it was made: the one rule."""
     cap, estimate = row.get("raw_cap_tokens"), row.get("raw_tokens_estimate")
-    if row.get("source_tier") == "raw" and cap is not None and estimate is not None and estimate > cap:
+    if row.get("source_tier") == SourceTier.RAW and cap is not None and estimate is not None and estimate > cap:
         return [f"raw prompt of {estimate} estimated tokens was sent over the raw cap {cap}"]
     return []
 

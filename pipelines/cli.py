@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
 from pipelines.console import Output, run_log_config, run_log_file
 from resources.store import StoreUnreadable
@@ -130,7 +131,7 @@ def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozen
 
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
     return next_summary_batch(
-        _store(settings), settings.limits(), policy, settings.model_name, int(time.time() * 1000), exclude=exclude
+        _store(settings), settings.limits(), policy, settings.model_name, now_ms(), exclude=exclude
     )
 
 
@@ -200,12 +201,12 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
         # The selection is as old as the sweep: another sweep may have done the session since.
         session = store.session_by_partition(key)
         standing = store.summary_standing(session["session_id"]) if session else None
-        return nothing_to_summarize(standing, tags, int(time.time() * 1000))
+        return nothing_to_summarize(standing, tags, now_ms())
 
     recovered = close_interrupted_runs(instance, store)
     staged = store.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
-    todo = [(key, "staged") for key in staged] + [(i.candidate.partition_key, i.tier) for i in selection.batch]
+    todo = [(key, "staged") for key in staged] + [(i.candidate.partition_key, str(i.tier)) for i in selection.batch]
     # A staged replay calls no model.
     estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]
     outcomes = _run_partitions(

@@ -19,6 +19,7 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
+from digest.scheduling import now_ms
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.selection import next_summary_batch
@@ -171,7 +172,7 @@ def summary_sensor(
             model.limits(),
             policy,
             model.model,
-            int(time.time() * 1000),
+            now_ms(),
             exclude=in_flight_partitions(context.instance, summarize_job.name),
         )
         batch, skip_reason = selection.batch, selection.skip_reason
@@ -202,7 +203,7 @@ def summary_sensor(
                 tags={
                     "digest/sweep": "sensor",
                     "digest/budget": budget,
-                    "digest/route": item.tier,
+                    "digest/route": str(item.tier),  # Dagster's tags are plain text
                     "digest/estimated_s": f"{item.model_seconds_estimate:.0f}",
                 },
             )
@@ -224,7 +225,7 @@ def mini_summary_sensor(
     if in_flight_partitions(context.instance, fill_mini_summaries_job.name):
         return SkipReason("a mini-summary backfill run is still going")
     policy = mini_summaries.policy()
-    keys = store.store().pending_mini_summary_keys(model.limits(), policy.priority, int(time.time() * 1000), limit=1)
+    keys = store.store().pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
     if not keys:
         return SkipReason("no turn needs a mini summary (or the sessions that do are backing off)")
     tags = {"digest/sweep": "mini-summaries", "digest/budget": f"{policy.budget_s:.0f}s", "digest/priority": policy.priority}

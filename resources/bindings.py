@@ -1,15 +1,20 @@
-"""The Dagster resources: thin typed wrappers that hand the assets a store and a model client."""
+"""The Dagster resources: thin typed wrappers that hand the assets a store, a model client and the
+policies, configured from the settings table (`digest.settings.SETTINGS`)."""
 
+import dataclasses
+import os
+import typing
+from pathlib import Path
+from typing import Any, ClassVar, Optional
 
-from typing import Optional
-
-from dagster import ConfigurableResource, InitResourceContext
-from pydantic import PrivateAttr
+from dagster import ConfigurableResource, EnvVar, InitResourceContext
+from pydantic import Field, PrivateAttr
 
 from digest.graph import GraphPolicy
 from digest.mini_summaries import MiniSummaryPolicy
 from digest.model_api import ChatClient
 from digest.scheduling import SweepPolicy
+from digest.settings import SETTINGS, Settings, summary_limits
 from digest.synthesis import Limits
 from pipelines.interrupted_runs import worker_tags
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
@@ -61,14 +66,7 @@ class ChatModelResource(ConfigurableResource):
             self._server = None
 
     def limits(self) -> Limits:
-        return Limits(
-            context_limit_tokens=self.context_limit_tokens,
-            safe_limit_tokens=self.safe_limit_tokens,
-            raw_cap_tokens=self.raw_cap_tokens,
-            bytes_per_token=self.bytes_per_token,
-            max_output_tokens=self.summary_max_output_tokens,
-            timeout_s=self.summary_timeout_s,
-        )
+        return summary_limits(self)
 
     def client(self, store: Optional[DigestStore] = None, session: Optional[tuple[str, str]] = None) -> ChatClient:
         """The provider's client; given the store, behind the response cache. `session`: the
@@ -96,46 +94,74 @@ class ChatModelResource(ConfigurableResource):
         return OpenAIChatClient(self.url or "http://127.0.0.1:8080", self.model)
 
 
-class SweepPolicyResource(ConfigurableResource):
-    """How sweeps pick sessions (count and model-time budget, churn gate) and back failures off."""
+class PolicyResource(ConfigurableResource):
+    """A policy dataclass as a resource: its fields are the resource's config (see `policy_resource`)."""
 
-    max_sessions: int
-    model_seconds: float
-    idle_window_s: float
-    oldest_share: int
-    backoff_base_s: float
-    backoff_max_s: float
+    policy_type: ClassVar[type]
 
-    def policy(self) -> SweepPolicy:
-        return SweepPolicy(**self.model_dump())
+    def policy(self):
+        return self.policy_type(**self.model_dump())
 
 
-class MiniSummaryPolicyResource(ConfigurableResource):
-    """How per-turn mini summaries are generated: the run's budget, timeouts, attempts and order."""
+def policy_resource(policy_type: type, key: str, doc: str) -> type[PolicyResource]:
+    """The resource class of a policy dataclass: one field per dataclass field, of its type, with
+    the doc of the setting that configures it (resource key `key`), for the UI's Resources page."""
+    hints = typing.get_type_hints(policy_type)
+    docs = {s.resource_field_name: f"{s.env}: {s.doc}" for s in SETTINGS if s.resource_key == key}
+    namespace = {
+        "__module__": __name__,
+        "__qualname__": f"{policy_type.__name__}Resource",
+        "__doc__": doc,
+        "__annotations__": {f.name: hints[f.name] for f in dataclasses.fields(policy_type)},
+        "policy_type": policy_type,
+        **{f.name: Field(description=docs[f.name]) for f in dataclasses.fields(policy_type)},
+    }
+    return type(namespace["__qualname__"], (PolicyResource,), namespace)
 
-    budget_s: float
-    timeout_s: float
-    outer_timeout_s: float
-    max_attempts: int
-    fresh_reserve: int
-    priority: str
 
-    def policy(self) -> MiniSummaryPolicy:
-        return MiniSummaryPolicy(**self.model_dump())
+SweepPolicyResource = policy_resource(
+    SweepPolicy, "sweep", "How sweeps pick sessions (count and model-time budget, churn gate) and back failures off."
+)
+MiniSummaryPolicyResource = policy_resource(
+    MiniSummaryPolicy, "mini_summaries",
+    "How per-turn mini summaries are generated: the run's budget, timeouts, attempts and order.",
+)
+GraphPolicyResource = policy_resource(
+    GraphPolicy, "graph",
+    "The session graph's bounds: chunk and output limits, call timeout, attempts, chunk count, the "
+    "sensor's batch, and the model time one run may spend.",
+)
 
 
-class GraphPolicyResource(ConfigurableResource):
-    """The session graph's bounds: chunk and output limits, call timeout, attempts, chunk count,
-    the sensor's batch, and the model time one run may spend."""
+def _bound(env_var: str, value: Any) -> Any:
+    """`EnvVar` when the variable is set and Dagster reads its text as this same value, so the UI's
+    Resources page shows where the value comes from; else the value. Dagster reads env vars as text
+    or whole numbers only, so floats, on/off and normalised text (`off`, a relative path) stay values."""
+    text = os.environ.get(env_var)
+    if text is None or isinstance(value, (bool, float)):
+        return value
+    if isinstance(value, int) and text == str(value):
+        return EnvVar.int(env_var)
+    if isinstance(value, str) and text == value:
+        return EnvVar(env_var)
+    return value
 
-    chunk_limit_tokens: int
-    output_limit_tokens: int
-    max_attempts: int
-    timeout_s: float
-    max_chunks: int
-    batch_sessions: int
-    fresh_reserve: int
-    budget_s: float
 
-    def policy(self) -> GraphPolicy:
-        return GraphPolicy(**self.model_dump())
+def resource_config(settings: Settings, key: str) -> dict[str, Any]:
+    """The fields of the resource `key` (e.g. "model", "sweep"), from the settings table."""
+    config = {}
+    for setting in SETTINGS:
+        if setting.resource_key == key:
+            value = settings.value(setting)
+            config[setting.resource_field_name] = _bound(setting.env, str(value) if isinstance(value, Path) else value)
+    return config
+
+
+def build_resources(settings: Settings) -> dict[str, ConfigurableResource]:
+    return {
+        "store": DigestStoreResource(**resource_config(settings, "store")),
+        "model": ChatModelResource(**resource_config(settings, "model")),
+        "sweep": SweepPolicyResource(**resource_config(settings, "sweep")),
+        "mini_summaries": MiniSummaryPolicyResource(**resource_config(settings, "mini_summaries")),
+        "graph": GraphPolicyResource(**resource_config(settings, "graph")),
+    }

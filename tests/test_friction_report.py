@@ -36,7 +36,7 @@ SETTINGS = load_settings({"DIGEST_MODEL_PROVIDER": "openai"})
 
 
 def event(symptom: str, minutes: float, asset_ref: str = "s1", consumer: str = "session_summaries", note: str = "n",
-          model: str = "qwen", input_bytes: int = 3000) -> dict:  # fmt: skip
+          model: str = "qwen", input_bytes: int = 3000, bound: str | None = None) -> dict:  # fmt: skip
     return {
         "occurred_at": T0 + timedelta(minutes=minutes),
         "asset_ref": asset_ref,
@@ -48,13 +48,14 @@ def event(symptom: str, minutes: float, asset_ref: str = "s1", consumer: str = "
         "input_tokens_estimate": input_bytes // 3,
         "note": note,
         "error_text": None,
+        "bound": bound,
     }
 
 
 def pre_route(minutes: float, input_bytes: int, bound: str = "over-raw-cap", model: str = "qwen") -> dict:
     """The event `digest.synthesis` records when it keeps a raw prompt from the model."""
     note = f"pre-routed to the degraded summary: raw estimate {input_bytes // 3} tokens > {bound} 8192"
-    return event("size-precheck-skip", minutes, note=note, model=model, input_bytes=input_bytes)
+    return event("size-precheck-skip", minutes, note=note, model=model, input_bytes=input_bytes, bound=bound)
 
 
 def attempt(prompt_tokens, completion_tokens, seconds, model="qwen", outcome="ok", minutes=0.0, **extra) -> dict:
@@ -268,3 +269,36 @@ def test_the_asset_writes_the_report_file_and_plots_its_numbers(tmp_path):
     assert report_file == settings.db_path.parent / "friction-report.html"
     assert "<svg" in report_file.read_text() and "Pre-routes" in report_file.read_text()
     assert all(e.passed for e in result.get_asset_check_evaluations())
+
+
+def test_the_pre_route_bound_is_a_column_and_older_rows_get_it_from_their_note(tmp_path):
+    """The report counts pre-routes by the stored `bound`; a store from before the column names it
+    in the note only, and the migration fills the column from there, for pre-routes alone."""
+    from digest.friction import FrictionEvent
+
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    with store.connect() as con:
+        con.execute("ALTER TABLE friction_events DROP COLUMN bound")  # the older store
+        for asset_ref, consumer, note in [
+            ("old", "session_summaries", "pre-routed to the degraded summary: raw estimate 9000 tokens > over-raw-cap 8192"),
+            ("compact", "session_summaries", "tier=miniSummary: compact input over the prompt budget 6144"),
+            ("graph", "session_graph", "pre-routed to the degraded summary: raw estimate 9 tokens > over-raw-cap 1"),
+        ]:
+            con.execute(
+                "INSERT INTO friction_events (occurred_at, asset_ref, consumer, model, symptom, emission_point, "
+                "suggestion_kind, input_bytes, input_tokens_estimate, context_limit_tokens, safe_limit_tokens, "
+                "service_domain, note) VALUES (now(), ?, ?, 'qwen', 'size-precheck-skip', 'pre-invocation', "
+                "'compress-payload', 30, 10, 8192, 6144, 'memory-core', ?)",
+                [asset_ref, consumer, note],
+            )
+    store.migrate()
+    store.record_friction(
+        FrictionEvent("new", "session_summaries", "qwen", "size-precheck-skip", "pre-invocation", 30, 10, 8192, 6144,
+                      None, "words the report does not read", bound="over-safe-band")  # fmt: skip
+    )
+    with store.connect() as con:
+        bounds = dict(con.execute("SELECT asset_ref, bound FROM friction_events").fetchall())
+    assert bounds == {"old": "over-raw-cap", "compact": None, "graph": None, "new": "over-safe-band"}
+    routes = pre_routes(store.friction_report_rows()["events"], {}, timeout_s=180.0)
+    assert routes.count == 2 and routes.by_reason == {"over-raw-cap": 1, "over-safe-band": 1}

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from digest.settings import DEFAULT_RAW_CAP_TOKENS, SettingsError, load_settings
+from digest.settings import DEFAULT_RAW_CAP_TOKENS, SETTINGS, SettingsError, load_settings
 
 
 def test_defaults_for_the_embedded_model(tmp_path):
@@ -74,3 +74,79 @@ def test_an_invalid_cap_fails_the_code_location_load(tmp_path):
     )
     assert done.returncode != 0
     assert "DIGEST_RAW_CAP_TOKENS='lots'" in done.stderr
+
+
+# --- the resources, from the settings table -------------------------------------------------------
+
+
+def _shown(resource) -> dict:
+    """The resource's configured values as the UI's Resources page shows them."""
+    import json
+
+    return json.loads(resource.get_resource_definition().config_schema.default_value_as_json_str)
+
+
+def test_every_resource_field_is_one_setting(tmp_path):
+    from pipelines.definitions import build_definitions
+
+    resources = build_definitions(load_settings({"DIGEST_HOME": str(tmp_path)})).resources
+    for key, resource in resources.items():
+        configured = [s.resource_field_name for s in SETTINGS if s.resource_key == key]
+        assert sorted(configured) == sorted(type(resource).model_fields), key
+        assert len(set(configured)) == len(configured), key
+
+
+def test_set_variables_are_bound_as_env_vars_and_resolve_to_the_loaded_values(tmp_path, monkeypatch):
+    from pipelines.definitions import build_definitions
+
+    for name, value in {
+        "DIGEST_HOME": str(tmp_path),
+        "DIGEST_MODEL_PROVIDER": "openai",
+        "DIGEST_MODEL_URL": "http://127.0.0.1:9",
+        "DIGEST_SWEEP_MAX_SESSIONS": "7",
+        "DIGEST_GRAPH_MAX_CHUNKS": "12",
+        "DIGEST_MINI_SUMMARY_PRIORITY": "newest-first",
+        "DIGEST_RAW_CAP_TOKENS": "off",  # Dagster cannot read `off` as a number: the value is shown
+        "DIGEST_GRAPH_BUDGET_S": "90",  # nor any float
+        "DIGEST_CONTEXT_LIMIT_TOKENS": " 65536",  # nor text that is not the value's own
+    }.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings()
+    resources = build_definitions(settings).resources
+    assert _shown(resources["model"])["url"] == {"env": "DIGEST_MODEL_URL"}
+    assert _shown(resources["model"])["provider"] == {"env": "DIGEST_MODEL_PROVIDER"}
+    assert _shown(resources["model"])["raw_cap_tokens"] is None
+    assert _shown(resources["model"])["context_limit_tokens"] == 65536
+    assert _shown(resources["sweep"])["max_sessions"] == {"env": "DIGEST_SWEEP_MAX_SESSIONS"}
+    assert _shown(resources["graph"])["max_chunks"] == {"env": "DIGEST_GRAPH_MAX_CHUNKS"}
+    assert _shown(resources["graph"])["budget_s"] == 90.0
+    assert _shown(resources["mini_summaries"])["priority"] == {"env": "DIGEST_MINI_SUMMARY_PRIORITY"}
+    # What a run sees: the same values as the settings loaded.
+    assert resources["sweep"].process_config_and_initialize().policy() == settings.sweep
+    assert resources["graph"].process_config_and_initialize().policy() == settings.graph
+    assert resources["mini_summaries"].process_config_and_initialize().policy() == settings.mini_summaries
+    with resources["model"].process_config_and_initialize_cm() as model:
+        assert (model.url, model.provider, model.raw_cap_tokens) == ("http://127.0.0.1:9", "openai", None)
+
+
+def test_a_value_other_than_the_env_var_is_not_bound_to_it(tmp_path, monkeypatch):
+    """Settings changed in code (the CLI points the model at the server it started) win over the variable."""
+    import dataclasses
+
+    from pipelines.definitions import build_definitions
+
+    monkeypatch.setenv("DIGEST_MODEL_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("DIGEST_MODEL_NAME", "from-env")
+    settings = load_settings({"DIGEST_HOME": str(tmp_path)})
+    changed = dataclasses.replace(settings, model_url="http://127.0.0.1:8", model_name="in-code")
+    with build_definitions(changed).resources["model"].process_config_and_initialize_cm() as model:
+        assert (model.url, model.model) == ("http://127.0.0.1:8", "in-code")
+
+
+def test_the_settings_page_lists_every_setting_and_no_other():
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parent.parent / "docs" / "settings.md").read_text()
+    first_cells = [line.split("|")[1] for line in page.splitlines() if line.startswith("| `")]
+    assert set(re.findall(r"`(DIGEST_[A-Z_]+)`", "\n".join(first_cells))) == {s.env for s in SETTINGS}

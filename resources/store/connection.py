@@ -27,6 +27,7 @@ SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
 # column with a constraint, so these are nullable; the writers always fill them).
 ADDED_COLUMNS = [
     ("session_summaries", "origin VARCHAR DEFAULT 'generated'"),
+    ("friction_events", "bound VARCHAR"),
     ("turns", "embedding VARCHAR"),
     ("imported_summaries", "metadata JSON"),
     ("imported_summaries", "embedding VARCHAR"),
@@ -139,6 +140,14 @@ class Connection:
                 raise RuntimeError(f"{self.path} has schema version {current}, newer than this code's {SCHEMA_VERSION}")
             for table, column in ADDED_COLUMNS:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}")
+            # Pre-routes recorded before `bound` was a column name it in their note (rows restored
+            # from an older bundle too, at the next migrate); a row set here is not matched again.
+            pre_route = r"^pre-routed to the degraded summary: .* > (over-raw-cap|over-safe-band) "
+            con.execute(
+                "UPDATE friction_events SET bound = regexp_extract(note, ?, 1) WHERE bound IS NULL "
+                "AND symptom = 'size-precheck-skip' AND consumer = 'session_summaries' AND regexp_matches(note, ?)",
+                [pre_route, pre_route],
+            )
 
     def migrate_once(self) -> None:
         """`migrate`, unless this process already migrated this file: a migration is a write

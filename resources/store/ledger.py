@@ -33,13 +33,13 @@ class Ledger(Connection):
             con.execute(
                 """INSERT INTO friction_events (occurred_at, asset_ref, consumer, model, symptom, emission_point,
                    suggestion_kind, input_bytes, input_tokens_estimate, context_limit_tokens, safe_limit_tokens,
-                   raw_cap_tokens, service_domain, note, error_text, run_id)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   raw_cap_tokens, service_domain, note, error_text, run_id, bound)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [
                     now(), event.asset_ref, event.consumer, event.model, event.symptom, event.emission_point,
                     event.suggestion_kind, event.input_bytes, event.input_tokens_estimate, event.context_limit_tokens,
                     event.safe_limit_tokens, event.raw_cap_tokens, event.service_domain, event.note, event.error_text,
-                    run_id,
+                    run_id, event.bound,
                 ],
             )  # fmt: skip
 

@@ -54,7 +54,7 @@ class Reports(Connection):
                 "events": records(
                     con,
                     "SELECT occurred_at, asset_ref, consumer, model, symptom, suggestion_kind, input_bytes, "
-                    "input_tokens_estimate, note, error_text FROM friction_events ORDER BY occurred_at",
+                    "input_tokens_estimate, note, error_text, bound FROM friction_events ORDER BY occurred_at",
                 ),
                 "attempts": records(
                     con,

@@ -144,7 +144,8 @@ CREATE TABLE IF NOT EXISTS friction_events (
     service_domain VARCHAR NOT NULL,
     note VARCHAR,
     error_text VARCHAR,
-    run_id VARCHAR
+    run_id VARCHAR,
+    bound VARCHAR                     -- a raw summary prompt pre-routed (size-precheck-skip): over-raw-cap | over-safe-band
 );
 
 CREATE OR REPLACE VIEW friction_aggregates AS
