@@ -122,7 +122,8 @@ def main() -> None:
         return dataclasses.replace(Behaviour.reply(), delay_s=model_s / args.time_scale)
 
     figures: list[tuple[str, str]] = []
-    with tempfile.TemporaryDirectory(dir=ROOT / "bench") as tmp, ModelServer(fixed_rate) as server:
+    (ROOT / "bench" / "out").mkdir(exist_ok=True)  # never committed
+    with tempfile.TemporaryDirectory(dir=ROOT / "bench" / "out") as tmp, ModelServer(fixed_rate) as server:
         root = Path(tmp)
         started = time.perf_counter()
         facts = write_export(root / "export", args.sessions, args.turns, summarized_share=1 / 3)
