@@ -119,7 +119,9 @@ def session_graph(
         return
     if result.graph is None:
         state = db.record_digest_failure(session_id, revision, result.failure, policy.max_attempts)
-        then = "out of the cadence until reset" if state.digest_state == DigestStatus.UNDIGESTIBLE else "will be retried"
+        then = (
+            "out of the cadence until reset" if state.digest_state == DigestStatus.UNDIGESTIBLE else "will be retried"
+        )
         raise Failure(
             description=f"no graph for session {session_id!r}: {result.failure} ({result.note}); "
             f"{state.digest_state} after {state.attempts} attempt(s), {then}",

@@ -1,6 +1,6 @@
 """The `turn_mini_summaries` asset: thin over `digest.mini_summaries` (policy) and the store."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
 
@@ -26,7 +26,7 @@ class MiniSummaryConfig(Config):
 
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
 def _cell(text: str) -> str:
@@ -81,7 +81,9 @@ def turn_mini_summaries(
         context.log.info(f"session {session_id!r} is within the raw cap: its summary needs no mini summaries")
         report = FillReport()
     elif backoff_until_ms is not None and backoff_until_ms > now_ms() and not config.ignore_backoff:
-        context.log.info(f"session {session_id!r} made no progress last time; backing off until {_iso(backoff_until_ms)}")
+        context.log.info(
+            f"session {session_id!r} made no progress last time; backing off until {_iso(backoff_until_ms)}"
+        )
         report = FillReport()
     else:
         report = fill_mini_summaries(
@@ -92,7 +94,9 @@ def turn_mini_summaries(
             MiniSummaryLedger(db, context.run.run_id),
         )
         backoff_until_ms = report.backoff_until_ms(now_ms())
-        db.record_backfill_run(session_id, report.attempted, len(report.generated), backoff_until_ms, context.run.run_id)
+        db.record_backfill_run(
+            session_id, report.attempted, len(report.generated), backoff_until_ms, context.run.run_id
+        )
 
     counts = db.mini_summary_counts(session_id)
     return MaterializeResult(

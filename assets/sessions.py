@@ -12,9 +12,9 @@ from dagster import (
 
 from assets.partitions import sessions_partitions
 from digest.ingest import ingest_paths
+from digest.scheduling import failure_backoff_s, now_ms
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
 from digest.turns import canonical_order
-from digest.scheduling import failure_backoff_s, now_ms
 from resources.bindings import ChatModelResource, DigestStoreResource, SweepPolicyResource
 from resources.store import RunLedger
 
@@ -51,12 +51,16 @@ def raw_turns(config: IngestConfig, store: DigestStoreResource) -> MaterializeRe
             # Embeddings kept (archives write them back), and malformed ones dropped with where and why.
             "vectors": report.vectors,
             "vectors_dropped": report.vectors_dropped,
-            **({"vector_problems": MetadataValue.md("\n".join(f"- {p}" for p in problems))}
-               if (problems := report.vector_problems()) else {}),
+            **(
+                {"vector_problems": MetadataValue.md("\n".join(f"- {p}" for p in problems))}
+                if (problems := report.vector_problems())
+                else {}
+            ),
             "sessions_touched": len(report.sessions),
             "sessions_emptied": len(report.emptied),
             "files_preview": MetadataValue.md(
-                "| file | kind | lines | rows | rejects | superseded | skipped |\n|---|---|---|---|---|---|---|\n" + table
+                "| file | kind | lines | rows | rejects | superseded | skipped |\n|---|---|---|---|---|---|---|\n"
+                + table
                 if table
                 else "no files"
             ),
@@ -112,7 +116,9 @@ def session_or_fail(store, partition_key: str) -> dict:
 
 
 @asset(partitions_def=sessions_partitions, deps=[raw_turns], group_name="sessions", kinds={"duckdb"})
-def raw_sessions(context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource) -> MaterializeResult:
+def raw_sessions(
+    context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource
+) -> MaterializeResult:
     """One session's raw turns in canonical order, with the size and the route its summary will take."""
     db = store.store()
     session_id = session_or_fail(db, context.partition_key)["session_id"]
@@ -196,7 +202,11 @@ def session_summaries(
             raise Failure(
                 description=f"no summary for session {session_id!r}: {result.failure} (route {result.route_reason}); "
                 f"failure {failures}, backing off {failure_backoff_s(failures, sweep.policy()):.0f}s",
-                metadata={"symptom": str(result.failure), "route_reason": str(result.route_reason), "failures": failures},
+                metadata={
+                    "symptom": str(result.failure),
+                    "route_reason": str(result.route_reason),
+                    "failures": failures,
+                },
             )
         summary = result.summary
         db.write_summary(summary, run_id=run_id)

@@ -34,9 +34,13 @@ def session(kilobytes: int) -> list[Turn]:
     turns, total, i = [], 0, 0
     while total < kilobytes * 1000:
         lines = 200 if i == 13 else 24
-        response = "\n".join(f"Step {i}.{n}: Quillmotor touched src/grid/Row.mjs and Kestrelbus again." for n in range(lines))
+        response = "\n".join(
+            f"Step {i}.{n}: Quillmotor touched src/grid/Row.mjs and Kestrelbus again." for n in range(lines)
+        )
         document = compose_document(f"Prompt {i}: fix the grid", f"Thinking about step {i}", response)
-        turns.append(Turn(id=f"bench-t{i:03d}", session_id="bench", document=document, ts_ms=i * 60_000, agent="claude-code"))
+        turns.append(
+            Turn(id=f"bench-t{i:03d}", session_id="bench", document=document, ts_ms=i * 60_000, agent="claude-code")
+        )
         total += len(document.encode("utf-8"))
         i += 1
     return turns
@@ -45,7 +49,9 @@ def session(kilobytes: int) -> list[Turn]:
 def echo(received: Received) -> Behaviour:
     excerpt = received.prompt.split("--- Session excerpt ---\n", 1)[-1]
     names = list(dict.fromkeys(re.findall(r"\b[A-Z][a-z]{5,}\b", excerpt)))[:6]
-    return Behaviour.reply({"entities": [{"name": n, "type": "CONCEPT", "description": n} for n in names], "relations": []})
+    return Behaviour.reply(
+        {"entities": [{"name": n, "type": "CONCEPT", "description": n} for n in names], "relations": []}
+    )
 
 
 def main() -> None:

@@ -86,7 +86,9 @@ print(json.dumps({"seconds": s, "rows": rows, "peak_mb": resource.getrusage(reso
 
 def run_side(code: str, corpus: Path, db: Path) -> dict:
     db.unlink(missing_ok=True)
-    done = subprocess.run([sys.executable, "-c", code, str(corpus), str(db)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(corpus), str(db)], capture_output=True, text=True, check=True
+    )
     side = json.loads(done.stdout.strip().splitlines()[-1])
     # The store's size on disk once its process has closed it (a WAL left over counts too).
     side["store_mb"] = sum(p.stat().st_size for p in db.parent.glob(db.name + "*")) / 1024 / 1024

@@ -45,7 +45,9 @@ def corpus(sessions: int, seed: int = 5) -> list[list[Turn]]:
             response = " ".join(rng.choice(WORDS) for _ in range(words))
             doc = compose_document(f"step {i}: " + " ".join(rng.choice(WORDS) for _ in range(12)), "plan", response)
             mini = f"Step {i}: {' '.join(rng.choice(WORDS) for _ in range(10))}." if s % 2 else None
-            turns.append(Turn(id=f"s{s:02d}-t{i:03d}", session_id=f"s{s:02d}", document=doc, ts_ms=i, mini_summary=mini))
+            turns.append(
+                Turn(id=f"s{s:02d}-t{i:03d}", session_id=f"s{s:02d}", document=doc, ts_ms=i, mini_summary=mini)
+            )
             budget -= len(doc) + 7
             i += 1
         out.append(turns)

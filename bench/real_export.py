@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import resource
 import statistics
@@ -78,7 +77,10 @@ def ingest(home: Path, export: Path, url: str) -> tuple[float, float]:
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, __file__, "--child-ingest", str(export)],
-        env={**os.environ, **env_for(home, url)}, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, **env_for(home, url)},
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return time.perf_counter() - started, peak_mb
@@ -93,7 +95,11 @@ def tick(instance, resources):
         if isinstance(request, AddDynamicPartitionsRequest):
             instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
     requests = getattr(result, "run_requests", None) or []
-    unknown = [r.partition_key for r in requests if not instance.has_dynamic_partition(sessions_partitions.name, r.partition_key)]
+    unknown = [
+        r.partition_key
+        for r in requests
+        if not instance.has_dynamic_partition(sessions_partitions.name, r.partition_key)
+    ]
     assert not unknown, f"the tick requested runs of unregistered partitions: {unknown[:3]}"
     return time.perf_counter() - started, requests
 
@@ -127,16 +133,25 @@ def main() -> None:
         root = Path(tmp)
         started = time.perf_counter()
         facts = write_export(root / "export", args.sessions, args.turns, summarized_share=1 / 3)
-        figures.append(("export written", f"{facts.sessions} sessions, {facts.turns} turns, "
-                        f"{facts.memory_bytes / 1e6:.0f} MB memory file, {time.perf_counter() - started:.1f} s"))
+        figures.append(
+            (
+                "export written",
+                f"{facts.sessions} sessions, {facts.turns} turns, "
+                f"{facts.memory_bytes / 1e6:.0f} MB memory file, {time.perf_counter() - started:.1f} s",
+            )
+        )
 
         home = root / "home"
         (home / "dagster").mkdir(parents=True)
         (home / "dagster" / "dagster.yaml").write_text(INSTANCE_CONFIG)
         os.environ.update(env_for(home, server.url))
         seconds, peak_mb = ingest(home, root / "export", server.url)
-        figures.append(("ingest (raw_turns run, child process)", f"{seconds:.1f} s, peak RSS {peak_mb:.0f} MB, "
-                        f"{facts.turns / seconds:,.0f} turns/s"))
+        figures.append(
+            (
+                "ingest (raw_turns run, child process)",
+                f"{seconds:.1f} s, peak RSS {peak_mb:.0f} MB, {facts.turns / seconds:,.0f} turns/s",
+            )
+        )
 
         settings = load_settings()
         resources = build_definitions(settings).resources
@@ -150,15 +165,30 @@ def main() -> None:
             tick_s.append(seconds)
             first_runs = len(requests) if first_runs is None else first_runs
             assert len(tick_s) < 1000, "registration makes no progress"
-        figures.append(("registration", f"{len(tick_s)} ticks, {time.perf_counter() - started:.1f} s, "
-                        f"p95 tick {p95(tick_s):.2f} s (of the 60 s limit), {first_runs} runs requested by tick 1"))
+        figures.append(
+            (
+                "registration",
+                f"{len(tick_s)} ticks, {time.perf_counter() - started:.1f} s, "
+                f"p95 tick {p95(tick_s):.2f} s (of the 60 s limit), {first_runs} runs requested by tick 1",
+            )
+        )
 
         status = store.status()
         owed_after = status["pending_summaries"]
-        figures.append(("model calls owed", f"{facts.sessions} without reusing imported summaries, "
-                        f"{owed_after} with ({facts.sessions - owed_after} reused; {len(facts.summarized)} exported current)"))
-        figures.append(("DuckDB file", f"{settings.db_path.stat().st_size / 1e6:.1f} MB "
-                        f"({settings.db_path.stat().st_size / facts.turns:.0f} B per turn)"))
+        figures.append(
+            (
+                "model calls owed",
+                f"{facts.sessions} without reusing imported summaries, "
+                f"{owed_after} with ({facts.sessions - owed_after} reused; {len(facts.summarized)} exported current)",
+            )
+        )
+        figures.append(
+            (
+                "DuckDB file",
+                f"{settings.db_path.stat().st_size / 1e6:.1f} MB "
+                f"({settings.db_path.stat().st_size / facts.turns:.0f} B per turn)",
+            )
+        )
 
         job = build_definitions(settings).resolve_job_def("summarize_sessions")
         instance_before = folder_bytes(home / "dagster")
@@ -178,15 +208,29 @@ def main() -> None:
         wall = time.perf_counter() - started
         model_scaled = sum(slept) / args.time_scale
         orchestration = wall - model_scaled
-        figures.append((f"drain {args.drain} sessions", f"{wall:.1f} s wall, {runs} runs, {len(drain_ticks)} ticks; "
-                        f"model {model_scaled:.1f} s (x{args.time_scale:g} faster than {args.rate:g} tok/s), "
-                        f"orchestration {orchestration:.1f} s = {orchestration / wall:.1%} of wall"))
-        figures.append((f"  at {args.rate:g} tok/s", f"model {sum(slept):.0f} s, orchestration share "
-                        f"{orchestration / (orchestration + sum(slept)):.1%}, "
-                        f"{orchestration / runs:.2f} s orchestration per session"))
+        figures.append(
+            (
+                f"drain {args.drain} sessions",
+                f"{wall:.1f} s wall, {runs} runs, {len(drain_ticks)} ticks; "
+                f"model {model_scaled:.1f} s (x{args.time_scale:g} faster than {args.rate:g} tok/s), "
+                f"orchestration {orchestration:.1f} s = {orchestration / wall:.1%} of wall",
+            )
+        )
+        figures.append(
+            (
+                f"  at {args.rate:g} tok/s",
+                f"model {sum(slept):.0f} s, orchestration share "
+                f"{orchestration / (orchestration + sum(slept)):.1%}, "
+                f"{orchestration / runs:.2f} s orchestration per session",
+            )
+        )
         growth = folder_bytes(home / "dagster") - instance_before
-        figures.append(("Dagster instance", f"{growth / runs * 1000 / 1e6:.1f} MB per 1,000 runs "
-                        f"({growth / 1e6:.1f} MB for {runs})"))
+        figures.append(
+            (
+                "Dagster instance",
+                f"{growth / runs * 1000 / 1e6:.1f} MB per 1,000 runs ({growth / 1e6:.1f} MB for {runs})",
+            )
+        )
 
     width = max(len(name) for name, _ in figures)
     for name, value in figures:

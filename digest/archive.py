@@ -32,9 +32,10 @@ import math
 import os
 import re
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO, Callable, Iterable, Iterator
+from typing import Any, BinaryIO
 
 FORMAT = "session-digest-archive"
 FORMAT_VERSION = 2  # 2: the manifest's own sha256, the memory-backup file's columns
@@ -53,7 +54,7 @@ HASH_CHUNK = 1 << 20
 
 def archive_stamp(at: dt.datetime) -> str:
     """The original's file stamp: an ISO time in UTC with `:` replaced by `-`."""
-    utc = at.astimezone(dt.timezone.utc)
+    utc = at.astimezone(dt.UTC)
     return utc.strftime("%Y-%m-%dT%H-%M-%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
@@ -158,7 +159,9 @@ def turn_from_memory_row(obj: dict) -> dict:
         raise ValueError("metadata is not an object")
     for key, kind in _REQUIRED_TURN_KEYS.items():
         if not isinstance(metadata.get(key), kind):
-            raise ValueError(f"metadata.{key} is missing or not {kind.__name__}: not a line of a session-digest archive")
+            raise ValueError(
+                f"metadata.{key} is missing or not {kind.__name__}: not a line of a session-digest archive"
+            )
     if not metadata["sessionId"]:
         raise ValueError("metadata.sessionId is empty")
     row = {column: metadata.get(key) for column, key in TURN_METADATA_KEYS.items()}
@@ -196,7 +199,12 @@ def dream_keys(summary: dict) -> dict:
         return {}
     if summary.get("session_revision", revision) != revision:
         return {}
-    return {"graphDigested": True, "digestState": "digested", "dreamCompletedRevision": revision, "dreamStateRevision": revision}
+    return {
+        "graphDigested": True,
+        "digestState": "digested",
+        "dreamCompletedRevision": revision,
+        "dreamStateRevision": revision,
+    }
 
 
 def summary_backup_row(summary: dict) -> dict:
@@ -205,7 +213,12 @@ def summary_backup_row(summary: dict) -> dict:
     as ingested) goes out with its own metadata. None values are left out: Chroma takes none."""
     if summary.get("origin") == "imported" and summary.get("imported_metadata"):
         metadata = {**json.loads(summary["imported_metadata"]), **dream_keys(summary)}
-        return {"id": f"summary_{summary['session_id']}", "embedding": None, "metadata": metadata, "document": summary["summary"]}
+        return {
+            "id": f"summary_{summary['session_id']}",
+            "embedding": None,
+            "metadata": metadata,
+            "document": summary["summary"],
+        }
     created_ms = int(summary["created_at"].timestamp() * 1000)
     metadata = {
         "sessionId": summary["session_id"],
@@ -237,7 +250,12 @@ def summary_backup_row(summary: dict) -> dict:
         **dream_keys(summary),
     }
     metadata = {k: v for k, v in metadata.items() if v is not None}
-    return {"id": f"summary_{summary['session_id']}", "embedding": None, "metadata": metadata, "document": summary["summary"]}
+    return {
+        "id": f"summary_{summary['session_id']}",
+        "embedding": None,
+        "metadata": metadata,
+        "document": summary["summary"],
+    }
 
 
 def mini_summary_node_row(mini: dict) -> dict:
@@ -469,10 +487,19 @@ def _entry(entry: Any, problems: _Problems) -> BundleFile | None:
     if not isinstance(entry, dict):
         problems.add(f"{MANIFEST}: a files entry is a JSON {_json_type(entry)}, not an object")
         return None
-    name, kind, table, rows, sha, columns = (entry.get(k) for k in ("name", "kind", "table", "rows", "sha256", "columns"))
+    name, kind, table, rows, sha, columns = (
+        entry.get(k) for k in ("name", "kind", "table", "rows", "sha256", "columns")
+    )
     where = f"{MANIFEST}: file {name!r}"
     parts = PurePosixPath(name).parts if isinstance(name, str) else ()
-    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name or "/".join(parts) != name or {".", ".."} & set(parts):
+    if (
+        not isinstance(name, str)
+        or not name
+        or name.startswith("/")
+        or "\\" in name
+        or "/".join(parts) != name
+        or {".", ".."} & set(parts)
+    ):
         problems.add(f"{where}: not a path inside the bundle")
     elif name == MANIFEST:
         problems.add(f"{where}: the manifest cannot list itself")
@@ -480,7 +507,9 @@ def _entry(entry: Any, problems: _Problems) -> BundleFile | None:
         problems.add(f"{where}: unknown kind {kind!r}")
     elif not _is_int(rows) or rows < 0 or not isinstance(sha, str) or not _SHA256.fullmatch(sha):
         problems.add(f"{where}: rows must be a count and sha256 64 hex digits")
-    elif not {"memory": table == "turns", "table": isinstance(table, str) and table not in ("", "turns")}.get(kind, table is None):
+    elif not {"memory": table == "turns", "table": isinstance(table, str) and table not in ("", "turns")}.get(
+        kind, table is None
+    ):
         problems.add(f"{where}: table {table!r} does not fit kind {kind}")
     elif (kind in ("memory", "table")) != (columns is not None):
         problems.add(f"{where}: {'columns are missing' if columns is None else 'columns are unexpected'}")
@@ -491,7 +520,10 @@ def _entry(entry: Any, problems: _Problems) -> BundleFile | None:
         and len({c[0] for c in columns}) == len(columns)
     ):
         problems.add(f"{where}: columns must be distinct [name, type] pairs")
-    elif kind == "memory" and [c[0] for c in columns] not in (ARCHIVED_TURN_COLUMNS, ARCHIVED_TURN_COLUMNS_NO_EMBEDDING):
+    elif kind == "memory" and [c[0] for c in columns] not in (
+        ARCHIVED_TURN_COLUMNS,
+        ARCHIVED_TURN_COLUMNS_NO_EMBEDDING,
+    ):
         problems.add(f"{where}: the turn columns are not this code's ({', '.join(ARCHIVED_TURN_COLUMNS)})")
     elif not _vectors_entry_ok(kind, entry.get("vectors")):
         problems.add(f"{where}: vectors must be {{with_embedding, without_embedding, sessions_without_embedding}}")
@@ -568,7 +600,9 @@ def _line_check(f: BundleFile) -> Callable[[dict], str | None]:
                 raise ValueError("an embedding in a bundle whose turn columns have none")
             if (problem := embedding_problem(obj["embedding"])) is not None:
                 raise ValueError(problem)
-            unknown = set(obj["metadata"]) - set(TURN_METADATA_KEYS.values()) if isinstance(obj["metadata"], dict) else set()
+            unknown = (
+                set(obj["metadata"]) - set(TURN_METADATA_KEYS.values()) if isinstance(obj["metadata"], dict) else set()
+            )
             if unknown:
                 raise ValueError(f"metadata keys this code does not restore: {', '.join(sorted(unknown))}")
             row = turn_from_memory_row(obj)
@@ -577,7 +611,11 @@ def _line_check(f: BundleFile) -> Callable[[dict], str | None]:
             return row["session_id"]
         if f.kind == "summaries":
             meta = obj.get("metadata")
-            if not isinstance(obj.get("id"), str) or not isinstance(meta, dict) or not isinstance(meta.get("sessionId"), str):
+            if (
+                not isinstance(obj.get("id"), str)
+                or not isinstance(meta, dict)
+                or not isinstance(meta.get("sessionId"), str)
+            ):
                 raise ValueError("not a summary row: id and metadata.sessionId are required")
             if (problem := embedding_problem(obj.get("embedding"))) is not None:
                 raise ValueError(problem)
@@ -653,7 +691,9 @@ def _check_file(folder: Path, f: BundleFile, scope: set[str] | None, problems: _
     if rows != f.rows:
         problems.add(f"{f.name}: {rows} lines, the manifest says {f.rows}")
     if f.vectors is not None and vectors.entry() != f.vectors:
-        problems.add(f"{f.name}: its rows with and without an embedding are not the manifest's count ({vectors.entry()})")
+        problems.add(
+            f"{f.name}: its rows with and without an embedding are not the manifest's count ({vectors.entry()})"
+        )
     return sessions
 
 
@@ -672,9 +712,14 @@ def _validate(folder: Path) -> Bundle:
     problems = _Problems()
     manifest_path = folder / MANIFEST
     if manifest_path.is_symlink() or not manifest_path.is_file():
-        raise BundleError(folder, [f"{MANIFEST}: missing (or not a regular file): not a session-digest archive, or an interrupted one"])
+        raise BundleError(
+            folder,
+            [f"{MANIFEST}: missing (or not a regular file): not a session-digest archive, or an interrupted one"],
+        )
     if manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
-        raise BundleError(folder, [f"{MANIFEST}: larger than {MAX_MANIFEST_BYTES} bytes: not a manifest this code wrote"])
+        raise BundleError(
+            folder, [f"{MANIFEST}: larger than {MAX_MANIFEST_BYTES} bytes: not a manifest this code wrote"]
+        )
     data = manifest_path.read_bytes()
     try:
         manifest = json.loads(data.decode("utf-8"))
@@ -683,7 +728,9 @@ def _validate(folder: Path) -> Bundle:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError(folder, [f"{MANIFEST}: format is not {FORMAT!r}"])
     if manifest.get("version") != FORMAT_VERSION:
-        raise BundleError(folder, [f"{MANIFEST}: version {manifest.get('version')!r}, this code reads {FORMAT_VERSION}"])
+        raise BundleError(
+            folder, [f"{MANIFEST}: version {manifest.get('version')!r}, this code reads {FORMAT_VERSION}"]
+        )
     try:
         sealed = manifest.get("sha256") == manifest_digest(manifest)
     except RecursionError:  # nested deeper than json.dumps goes

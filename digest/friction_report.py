@@ -19,7 +19,7 @@ import html
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.settings import Settings
@@ -37,7 +37,7 @@ ERROR_CHARS = 160  # of the provider's error text, per friction group
 
 
 def _utc(stamp: datetime) -> datetime:
-    return stamp.astimezone(timezone.utc)
+    return stamp.astimezone(UTC)
 
 
 def _when(stamp: datetime | None) -> str:
@@ -214,8 +214,7 @@ def calibrate(attempts: list[dict], timeout_s: float) -> dict[str, ModelCalibrat
 def adopt_lines(calibration: ModelCalibration) -> str:
     """The settings that adopt a calibration: the cap is in real tokens, so the bytes go with it."""
     return (
-        f"DIGEST_BYTES_PER_TOKEN={calibration.bytes_per_token:.2f}\n"
-        f"DIGEST_RAW_CAP_TOKENS={calibration.raw_cap_tokens}"
+        f"DIGEST_BYTES_PER_TOKEN={calibration.bytes_per_token:.2f}\nDIGEST_RAW_CAP_TOKENS={calibration.raw_cap_tokens}"
     )
 
 
@@ -375,7 +374,7 @@ def build_report(
     calibrations = calibrate(attempts, settings.summary_timeout_s)
     newest_first = sorted(attempts, key=lambda a: a["created_at"], reverse=True)
     return FrictionReport(
-        generated_at=datetime.now(timezone.utc),
+        generated_at=datetime.now(UTC),
         settings=settings,
         groups=groups,
         symptoms=rollup_by_symptom(groups),
@@ -389,7 +388,9 @@ def build_report(
         degraded=sum(1 for s in summaries if s["degraded"]),
         tiers=dict(sorted(Counter(s["source_tier"] for s in summaries).items())),
         route_reasons=dict(sorted(Counter(s["route_reason"] for s in summaries).items())),
-        mini_coverage=mini_coverage if mini_coverage and mini_coverage["imported"] + mini_coverage["generated"] else None,
+        mini_coverage=mini_coverage
+        if mini_coverage and mini_coverage["imported"] + mini_coverage["generated"]
+        else None,
         undigestible=list(undigestible),
         series=activity_series(events, attempts),
         call_seconds=[a["duration_s"] for a in attempts],
@@ -599,9 +600,7 @@ def calibration_section(report: FrictionReport, max_rows: int) -> Section:
                               "No model calls yet.")  # fmt: skip
     advice = f"To adopt it for {current.model} (the model of the latest call), set both: the cap is in real tokens."
     if current.raw_cap_tokens >= s.safe_limit_tokens:
-        advice += (
-            f" The safe band ({s.safe_limit_tokens}) binds first on this host, so DIGEST_RAW_CAP_TOKENS=off does as well."
-        )
+        advice += f" The safe band ({s.safe_limit_tokens}) binds first on this host, so DIGEST_RAW_CAP_TOKENS=off does as well."
     section = _table_section("Calibration", headers, rows, max_rows, lead + [advice], "")
     return replace(section, code=adopt_lines(current))
 

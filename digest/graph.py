@@ -15,10 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import IO, Iterable, Literal, Protocol
+from typing import IO, Literal, Protocol
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -481,7 +482,7 @@ def merge_extractions(
             builder.link(node_id, session_node, "MENTIONED_IN", 1.0, provenance)
             entity_ids.add(node_id)
 
-        def resolve(name: str) -> str | None:
+        def resolve(name: str, local: tuple[dict, dict] = local) -> str | None:
             folded = normalize_name(name)
             return local[0].get(name) or earlier[0].get(name) or local[1].get(folded) or earlier[1].get(folded)
 
@@ -522,7 +523,7 @@ def iso_ms(ms: int | None) -> str | None:
     """JavaScript's `toISOString()`, as the original stamps graph timestamps."""
     if ms is None:
         return None
-    stamp = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    stamp = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -680,6 +681,7 @@ def add_provenance(builder: GraphBuilder, turns: list[Turn], summary: dict) -> i
 
 
 # --- digest state ----------------------------------------------------------------------------------
+
 
 class DigestStatus(StrEnum):
     DIGESTED = "digested"
@@ -866,7 +868,12 @@ def digest_session(
         whole = build_extraction_prompt(TURN_SEPARATOR.join(t.document for t in ordered))
         ledger.record_friction(
             _friction(
-                session_id, client, limits, whole, Symptom.SIZE_PRECHECK_SKIP, EmissionPoint.PRE_INVOCATION,
+                session_id,
+                client,
+                limits,
+                whole,
+                Symptom.SIZE_PRECHECK_SKIP,
+                EmissionPoint.PRE_INVOCATION,
                 f"no graph call: {over}",
             )
         )
@@ -901,7 +908,9 @@ def digest_session(
                 symptom = classify_error(error)
                 note = f"chunk {chunk.index + 1}/{len(chunks)}"
                 ledger.record_friction(
-                    _friction(session_id, client, limits, prompt, symptom, EmissionPoint.POST_INVOCATION_FAILURE, note, error)
+                    _friction(
+                        session_id, client, limits, prompt, symptom, EmissionPoint.POST_INVOCATION_FAILURE, note, error
+                    )
                 )
                 return DigestResult(
                     None, symptom, len(chunks), chunk.index, f"{note}: {error}", chunks_resumed=resumed,

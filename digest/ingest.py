@@ -26,9 +26,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol
+from typing import Protocol
 
 from digest.synthesis import SourceTier
 from digest.turns import compose_document, parse_timestamp_ms
@@ -240,7 +241,18 @@ def _tool_calls(value: object) -> int | None:
 
 
 def _turn_row(
-    *, turn_id, session_id, ts_ms, kind, prompt, thought, response, document, meta_get, source, line_no,
+    *,
+    turn_id,
+    session_id,
+    ts_ms,
+    kind,
+    prompt,
+    thought,
+    response,
+    document,
+    meta_get,
+    source,
+    line_no,
     required=("prompt", "thought", "response"),
 ) -> dict:
     rebuilt = False
@@ -290,7 +302,9 @@ def parse_memory_row(obj: dict, source: str, line_no: int) -> dict:
         turn_id=turn_id,
         session_id=session_id,
         # The original orders by `timestamp ?? createdAt`.
-        ts_ms=_timestamp(meta["timestamp"] if meta.get("timestamp") is not None else meta.get("createdAt"), "metadata."),
+        ts_ms=_timestamp(
+            meta["timestamp"] if meta.get("timestamp") is not None else meta.get("createdAt"), "metadata."
+        ),
         kind=meta_get("type") or "agent-interaction",
         prompt=_text(meta, "prompt", "metadata."),
         thought=_text(meta, "thought", "metadata."),
@@ -331,7 +345,9 @@ def parse_simple_turn(obj: dict, source: str, line_no: int) -> tuple[dict, str |
         thought=_text(obj, "thought", "") or "",
         response=response,
         document=_text(obj, "document", ""),
-        meta_get=lambda key: _text(obj, {"agentIdentity": "agent_identity", "userId": "user_id"}.get(key, key), "") or None,
+        meta_get=lambda key: (
+            _text(obj, {"agentIdentity": "agent_identity", "userId": "user_id"}.get(key, key), "") or None
+        ),
         source=source,
         line_no=line_no,
         required=("prompt", "response"),  # thought is optional in this format

@@ -10,9 +10,10 @@ a bad deployment fails loudly at load instead of running with a silently substit
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from digest.graph import (
     MIN_CHUNK_CONTENT_BYTES,
@@ -21,7 +22,8 @@ from digest.graph import (
     graph_limits,
     prompt_window_tokens,
 )
-from digest.mini_summaries import PRIORITIES as MINI_SUMMARY_PRIORITIES, MiniSummaryPolicy
+from digest.mini_summaries import PRIORITIES as MINI_SUMMARY_PRIORITIES
+from digest.mini_summaries import MiniSummaryPolicy
 from digest.scheduling import SweepPolicy
 from digest.synthesis import Limits
 
@@ -201,65 +203,180 @@ def _context_default(known: Mapping[str, Any]) -> int:
 
 # In reading order: a default may depend on the settings above it.
 SETTINGS: tuple[Setting, ...] = (
-    Setting("DIGEST_HOME", "home", path, lambda known: Path(".digest").resolve(),
-            "data folder: the DuckDB file, the inbox, the Dagster instance"),
-    Setting("DIGEST_DB_PATH", "db_path", path, lambda known: (known["home"] / "digest.duckdb").resolve(),
-            "the DuckDB file", resource="store"),
-    Setting("DIGEST_INBOX", "inbox", path, lambda known: (known["home"] / "inbox").resolve(),
-            "where the raw_turns asset looks for bundles when given no paths", resource="store"),
-    Setting("DIGEST_MODEL_PROVIDER", "provider", one_of(PROVIDERS), "embedded",
-            "embedded (SmolLM2 under llama.cpp), openai (/v1/chat/completions) or ollama (/api/chat)",
-            resource="model"),
-    Setting("DIGEST_MODEL_URL", "model_url", text, None,
-            "the server's base URL; embedded starts its own when unset", resource="model", resource_field="url"),
-    Setting("DIGEST_MODEL_NAME", "model_name", text, lambda known: DEFAULT_MODEL_NAMES[known["provider"]],
-            "the model name sent to the server", resource="model", resource_field="model"),
-    Setting("DIGEST_CONTEXT_LIMIT_TOKENS", "context_limit_tokens", whole(256), _context_default,
-            "the model's context; sent as num_ctx to Ollama", resource="model"),
-    Setting("DIGEST_SAFE_LIMIT_TOKENS", "safe_limit_tokens", whole(), lambda known: known["context_limit_tokens"] * 3 // 4,
-            "the safe band: no prompt over it is ever sent", resource="model"),
-    Setting("DIGEST_RAW_CAP_TOKENS", "raw_cap_tokens", raw_cap, DEFAULT_RAW_CAP_TOKENS,
-            "the raw-synthesis cap and the largest prompt of any model call; off disables it", resource="model"),
-    Setting("DIGEST_BYTES_PER_TOKEN", "bytes_per_token", positive, 3.0,
-            "the token estimate: UTF-8 bytes / this", resource="model"),
-    Setting("DIGEST_SUMMARY_TIMEOUT_S", "summary_timeout_s", positive, 180.0,
-            "wall-clock deadline of one summary call", resource="model"),
-    Setting("DIGEST_SUMMARY_MAX_OUTPUT_TOKENS", "summary_max_output_tokens", whole(64), 1024,
-            "output cap of one summary call", resource="model"),
+    Setting(
+        "DIGEST_HOME",
+        "home",
+        path,
+        lambda known: Path(".digest").resolve(),
+        "data folder: the DuckDB file, the inbox, the Dagster instance",
+    ),
+    Setting(
+        "DIGEST_DB_PATH",
+        "db_path",
+        path,
+        lambda known: (known["home"] / "digest.duckdb").resolve(),
+        "the DuckDB file",
+        resource="store",
+    ),
+    Setting(
+        "DIGEST_INBOX",
+        "inbox",
+        path,
+        lambda known: (known["home"] / "inbox").resolve(),
+        "where the raw_turns asset looks for bundles when given no paths",
+        resource="store",
+    ),
+    Setting(
+        "DIGEST_MODEL_PROVIDER",
+        "provider",
+        one_of(PROVIDERS),
+        "embedded",
+        "embedded (SmolLM2 under llama.cpp), openai (/v1/chat/completions) or ollama (/api/chat)",
+        resource="model",
+    ),
+    Setting(
+        "DIGEST_MODEL_URL",
+        "model_url",
+        text,
+        None,
+        "the server's base URL; embedded starts its own when unset",
+        resource="model",
+        resource_field="url",
+    ),
+    Setting(
+        "DIGEST_MODEL_NAME",
+        "model_name",
+        text,
+        lambda known: DEFAULT_MODEL_NAMES[known["provider"]],
+        "the model name sent to the server",
+        resource="model",
+        resource_field="model",
+    ),
+    Setting(
+        "DIGEST_CONTEXT_LIMIT_TOKENS",
+        "context_limit_tokens",
+        whole(256),
+        _context_default,
+        "the model's context; sent as num_ctx to Ollama",
+        resource="model",
+    ),
+    Setting(
+        "DIGEST_SAFE_LIMIT_TOKENS",
+        "safe_limit_tokens",
+        whole(),
+        lambda known: known["context_limit_tokens"] * 3 // 4,
+        "the safe band: no prompt over it is ever sent",
+        resource="model",
+    ),
+    Setting(
+        "DIGEST_RAW_CAP_TOKENS",
+        "raw_cap_tokens",
+        raw_cap,
+        DEFAULT_RAW_CAP_TOKENS,
+        "the raw-synthesis cap and the largest prompt of any model call; off disables it",
+        resource="model",
+    ),
+    Setting(
+        "DIGEST_BYTES_PER_TOKEN",
+        "bytes_per_token",
+        positive,
+        3.0,
+        "the token estimate: UTF-8 bytes / this",
+        resource="model",
+    ),
+    Setting(
+        "DIGEST_SUMMARY_TIMEOUT_S",
+        "summary_timeout_s",
+        positive,
+        180.0,
+        "wall-clock deadline of one summary call",
+        resource="model",
+    ),
+    Setting(
+        "DIGEST_SUMMARY_MAX_OUTPUT_TOKENS",
+        "summary_max_output_tokens",
+        whole(64),
+        1024,
+        "output cap of one summary call",
+        resource="model",
+    ),
     _sweep("DIGEST_SWEEP_MAX_SESSIONS", "max_sessions", whole(), 5, "sessions one sweep launches at most"),
     _sweep("DIGEST_SWEEP_MODEL_SECONDS", "model_seconds", positive, 1800.0, "estimated model time one sweep may queue"),
-    _sweep("DIGEST_IDLE_WINDOW_S", "idle_window_s", positive, 600.0,
-           "a session active more recently than this waits (churn gate)"),
+    _sweep(
+        "DIGEST_IDLE_WINDOW_S",
+        "idle_window_s",
+        positive,
+        600.0,
+        "a session active more recently than this waits (churn gate)",
+    ),
     _sweep("DIGEST_SWEEP_OLDEST_SHARE", "oldest_share", whole(0), 1, "of a sweep's slots, those kept for the oldest"),
-    _sweep("DIGEST_BACKOFF_BASE_S", "backoff_base_s", positive, 1800.0, "failure backoff after the first failure, doubling"),
+    _sweep(
+        "DIGEST_BACKOFF_BASE_S", "backoff_base_s", positive, 1800.0, "failure backoff after the first failure, doubling"
+    ),
     _sweep("DIGEST_BACKOFF_MAX_S", "backoff_max_s", positive, 86400.0, "the longest failure backoff"),
     # Defaults as the reference backfill: 600 s a run, 20 s inner and 30 s outer per turn, 5 tries.
-    _mini("DIGEST_MINI_SUMMARY_BUDGET_S", "budget_s", positive, 600.0, "model time one turn_mini_summaries run may spend"),
+    _mini(
+        "DIGEST_MINI_SUMMARY_BUDGET_S", "budget_s", positive, 600.0, "model time one turn_mini_summaries run may spend"
+    ),
     _mini("DIGEST_MINI_SUMMARY_TIMEOUT_S", "timeout_s", positive, 20.0, "inner timeout of one mini summary call"),
-    _mini("DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S", "outer_timeout_s", positive, 30.0,
-          "outer, wall-clock timeout per turn; at least the inner one"),
-    _mini("DIGEST_MINI_SUMMARY_MAX_ATTEMPTS", "max_attempts", whole(), 5, "failed attempts after which a turn is archived"),
-    _mini("DIGEST_MINI_SUMMARY_FRESH_RESERVE", "fresh_reserve", whole(0), 10,
-          "a run takes this many of the newest pending turns first, then the oldest"),
-    _mini("DIGEST_MINI_SUMMARY_PRIORITY", "priority", one_of(MINI_SUMMARY_PRIORITIES), "degraded-first",
-          "order of sessions with pending turns"),
+    _mini(
+        "DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S",
+        "outer_timeout_s",
+        positive,
+        30.0,
+        "outer, wall-clock timeout per turn; at least the inner one",
+    ),
+    _mini(
+        "DIGEST_MINI_SUMMARY_MAX_ATTEMPTS", "max_attempts", whole(), 5, "failed attempts after which a turn is archived"
+    ),
+    _mini(
+        "DIGEST_MINI_SUMMARY_FRESH_RESERVE",
+        "fresh_reserve",
+        whole(0),
+        10,
+        "a run takes this many of the newest pending turns first, then the oldest",
+    ),
+    _mini(
+        "DIGEST_MINI_SUMMARY_PRIORITY",
+        "priority",
+        one_of(MINI_SUMMARY_PRIORITIES),
+        "degraded-first",
+        "order of sessions with pending turns",
+    ),
     # Defaults as the reference's `localModels.chat` leaves: 50000-token chunks, 8192 output tokens
     # (less on a small context), 3 attempts; a chunk's call waits up to 600 s; a session needing more
     # than 64 chunk calls is not tried. A run spends up to 1800 s of model time, as a sweep may
     # (`DIGEST_SWEEP_MODEL_SECONDS`), so one session does not hold the `model` pool for longer.
     _graph("DIGEST_GRAPH_CHUNK_LIMIT_TOKENS", "chunk_limit_tokens", whole(), 50000, "the graph chunk limit"),
-    _graph("DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS", "output_limit_tokens", whole(64),
-           lambda known: min(REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS, known["context_limit_tokens"] // 8),
-           "output cap of one extraction call"),
-    _graph("DIGEST_GRAPH_MAX_ATTEMPTS", "max_attempts", whole(), 3, "failed digests after which a session is undigestible"),
+    _graph(
+        "DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS",
+        "output_limit_tokens",
+        whole(64),
+        lambda known: min(REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS, known["context_limit_tokens"] // 8),
+        "output cap of one extraction call",
+    ),
+    _graph(
+        "DIGEST_GRAPH_MAX_ATTEMPTS", "max_attempts", whole(), 3, "failed digests after which a session is undigestible"
+    ),
     _graph("DIGEST_GRAPH_TIMEOUT_S", "timeout_s", positive, 600.0, "wall-clock deadline of one extraction call"),
-    _graph("DIGEST_GRAPH_MAX_CHUNKS", "max_chunks", whole(), 64,
-           "a session that needs more extraction calls is undigestible at once"),
+    _graph(
+        "DIGEST_GRAPH_MAX_CHUNKS",
+        "max_chunks",
+        whole(),
+        64,
+        "a session that needs more extraction calls is undigestible at once",
+    ),
     _graph("DIGEST_GRAPH_BATCH_SESSIONS", "batch_sessions", whole(), 10, "sessions one digest sensor tick launches"),
     _graph("DIGEST_GRAPH_FRESH_RESERVE", "fresh_reserve", whole(0), 2, "of those, how many are the newest"),
     _graph("DIGEST_GRAPH_BUDGET_S", "budget_s", positive, 1800.0, "model time one digest_sessions run may spend"),
-    Setting("DIGEST_RESPONSE_CACHE", "response_cache", on_off, True,
-            "off: model replies are not reused (a summary's reply is still staged)", resource="model"),
+    Setting(
+        "DIGEST_RESPONSE_CACHE",
+        "response_cache",
+        on_off,
+        True,
+        "off: model replies are not reused (a summary's reply is still staged)",
+        resource="model",
+    ),
 )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
@@ -35,7 +35,6 @@ MIN_COMPACT_CHARS = 40
 # The estimate assumes 3 bytes a token; real prose runs 3.5-4.6, so a server that counted under
 # 40% of the estimate most likely cut the prompt (Ollama truncates silently).
 TRUNCATION_RATIO = 0.4
-
 
 
 class Route(StrEnum):
@@ -137,7 +136,7 @@ class SessionSummary:
     total_tool_calls: int
     tools_used: list[str]
     source_agent_identities: list[str]
-    created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 @dataclass(frozen=True)
@@ -276,7 +275,10 @@ def _call(
     output, error = None, None
     try:
         reply = client.chat(
-            prompt, schema=response_json_schema(), max_output_tokens=limits.max_output_tokens, timeout_s=limits.timeout_s
+            prompt,
+            schema=response_json_schema(),
+            max_output_tokens=limits.max_output_tokens,
+            timeout_s=limits.timeout_s,
         )
         if reply.finish_reason == "length":
             # Cut at the output cap: even when what came parses, the summary did not end where the model meant.
@@ -406,7 +408,14 @@ def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, led
         symptom = classify_error(error)
         ledger.record_friction(
             _friction(
-                session_id, client, limits, raw_prompt, symptom, EmissionPoint.POST_INVOCATION_FAILURE, "tier=raw", error
+                session_id,
+                client,
+                limits,
+                raw_prompt,
+                symptom,
+                EmissionPoint.POST_INVOCATION_FAILURE,
+                "tier=raw",
+                error,
             )
         )
         if symptom != Symptom.TIMEOUT:
@@ -450,7 +459,14 @@ def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, led
     symptom = classify_error(error)
     ledger.record_friction(
         _friction(
-            session_id, client, limits, compact_prompt, symptom, EmissionPoint.POST_INVOCATION_FAILURE, f"tier={tier}", error
+            session_id,
+            client,
+            limits,
+            compact_prompt,
+            symptom,
+            EmissionPoint.POST_INVOCATION_FAILURE,
+            f"tier={tier}",
+            error,
         )
     )
     return SynthesisResult(summary=None, route_reason=route, failure=symptom)

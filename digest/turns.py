@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import icu
 
@@ -60,7 +60,13 @@ def input_revision(turns: list[Turn]) -> str:
     key present, and a missing identity as `null` (`metadata.agentIdentity ?? null`).
     """
     rows = [
-        {"id": t.id, "document": t.document, "agentIdentity": t.agent_identity, "sessionId": t.session_id, "userId": t.user_id}
+        {
+            "id": t.id,
+            "document": t.document,
+            "agentIdentity": t.agent_identity,
+            "sessionId": t.session_id,
+            "userId": t.user_id,
+        }
         for t in turns
     ]
     payload = json.dumps({"version": 1, "turns": rows}, separators=(",", ":"), ensure_ascii=False)
@@ -70,7 +76,7 @@ def input_revision(turns: list[Turn]) -> str:
 _SAFE_KEY = re.compile(r"[^A-Za-z0-9_-]")
 _HASHED_SHAPE = re.compile(r"(.*)-[0-9a-f]{10}")
 _HASH_PREFIX_CHARS = 53  # + "-" + 10 hex digits = 64
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def partition_key(session_id: str) -> str:
@@ -135,7 +141,7 @@ def parse_timestamp_ms(value: object) -> int | None:
         except ValueError:
             raise ValueError(f"timestamp {value!r} is neither epoch ms nor ISO-8601") from None
         if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=timezone.utc)
+            parsed = parsed.replace(tzinfo=UTC)
         # Integer arithmetic: `int(parsed.timestamp() * 1000)` loses a millisecond to float rounding.
         return (parsed - _EPOCH) // timedelta(milliseconds=1)
     raise ValueError(f"timestamp has type {type(value).__name__}")

@@ -8,7 +8,7 @@ job, and on demand from the asset's Checks tab.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from dagster import AssetCheckResult, MetadataValue, asset_check
 from pydantic import ValidationError

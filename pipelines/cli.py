@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC
 from pathlib import Path
 
 from digest.scheduling import now_ms
@@ -175,7 +176,9 @@ def _run_partitions(
             outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
             for event in result.asset_materializations_for_node(asset):
                 meta = event.metadata
-                outcome.update({k: meta[k].value for k in ("source_tier", "route_reason", "nodes", "edges") if k in meta})
+                outcome.update(
+                    {k: meta[k].value for k in ("source_tier", "route_reason", "nodes", "edges") if k in meta}
+                )
             for event in result.asset_observations_for_node(asset):
                 # The run found nothing to do (e.g. a concurrent sweep had done it): no model call.
                 if "reason" in event.metadata:
@@ -350,14 +353,14 @@ def unarchive_turns(settings: Settings, session: str | None, turn_ids: list[str]
 def export_graph(settings: Settings, path: str) -> dict:
     """The graph as the original's `graph-backup` JSONL (every node line, then every edge line),
     loadable into Neo.mjs. PATH is a file, or a folder to write `graph-backup-<timestamp>.jsonl` in."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from digest.graph import write_graph_backup
 
     store = _store(settings)
     target = Path(path)
     if target.is_dir():
-        stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z").replace(":", "-")
+        stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z").replace(":", "-")
         target = target / f"graph-backup-{stamp}.jsonl"
     partial = target.with_name(target.name + ".partial")  # a reader never sees half a file
     with partial.open("w", encoding="utf-8") as out:
@@ -383,7 +386,11 @@ def reset_digest(settings: Settings, session: str) -> dict:
     return {
         "session_id": session_id,
         "reset": True,
-        "was": {"digest_state": previous.digest_state, "attempts": previous.attempts, "defer_reason": previous.defer_reason},
+        "was": {
+            "digest_state": previous.digest_state,
+            "attempts": previous.attempts,
+            "defer_reason": previous.defer_reason,
+        },
         "digest_state": "undigested",
     }
 

@@ -94,7 +94,9 @@ def close_interrupted_runs(instance: DagsterInstance, store: DigestStore) -> lis
             # Asked of the asset index, not the run's log: a kill can land after Dagster wrote the
             # event to the run's log and before it indexed it, and only the index feeds the asset page.
             latest = instance.fetch_materializations(
-                AssetRecordsFilter(asset_key=AssetKey("session_summaries"), asset_partitions=[run.tags["dagster/partition"]]),
+                AssetRecordsFilter(
+                    asset_key=AssetKey("session_summaries"), asset_partitions=[run.tags["dagster/partition"]]
+                ),
                 limit=1,
             ).records
             if not (latest and latest[0].run_id == run.run_id):

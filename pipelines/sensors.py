@@ -228,7 +228,11 @@ def mini_summary_sensor(
     keys = store.store().pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
     if not keys:
         return SkipReason("no turn needs a mini summary (or the sessions that do are backing off)")
-    tags = {"digest/sweep": "mini-summaries", "digest/budget": f"{policy.budget_s:.0f}s", "digest/priority": policy.priority}
+    tags = {
+        "digest/sweep": "mini-summaries",
+        "digest/budget": f"{policy.budget_s:.0f}s",
+        "digest/priority": policy.priority,
+    }
     return _with_partitions(context, [RunRequest(partition_key=keys[0], tags=tags)])
 
 

@@ -5,7 +5,7 @@ import dataclasses
 import os
 import typing
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from pydantic import Field, PrivateAttr
@@ -48,17 +48,17 @@ class ChatModelResource(ConfigurableResource):
     """
 
     provider: str
-    url: Optional[str] = None
+    url: str | None = None
     model: str
     context_limit_tokens: int
     safe_limit_tokens: int
-    raw_cap_tokens: Optional[int]
+    raw_cap_tokens: int | None
     bytes_per_token: float
     summary_timeout_s: float
     summary_max_output_tokens: int
     response_cache: bool = True  # DIGEST_RESPONSE_CACHE: reuse replies stored in DuckDB
 
-    _server: Optional[EmbeddedServer] = PrivateAttr(default=None)
+    _server: EmbeddedServer | None = PrivateAttr(default=None)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._server is not None:
@@ -68,7 +68,7 @@ class ChatModelResource(ConfigurableResource):
     def limits(self) -> Limits:
         return summary_limits(self)
 
-    def client(self, store: Optional[DigestStore] = None, session: Optional[tuple[str, str]] = None) -> ChatClient:
+    def client(self, store: DigestStore | None = None, session: tuple[str, str] | None = None) -> ChatClient:
         """The provider's client; given the store, behind the response cache. `session`: the
         (session id, input revision) a summary's replies are staged for, so a rerun after a crash
         finishes from them even with reuse off."""
@@ -123,11 +123,13 @@ SweepPolicyResource = policy_resource(
     SweepPolicy, "sweep", "How sweeps pick sessions (count and model-time budget, churn gate) and back failures off."
 )
 MiniSummaryPolicyResource = policy_resource(
-    MiniSummaryPolicy, "mini_summaries",
+    MiniSummaryPolicy,
+    "mini_summaries",
     "How per-turn mini summaries are generated: the run's budget, timeouts, attempts and order.",
 )
 GraphPolicyResource = policy_resource(
-    GraphPolicy, "graph",
+    GraphPolicy,
+    "graph",
     "The session graph's bounds: chunk and output limits, call timeout, attempts, chunk count, the "
     "sensor's batch, and the model time one run may spend.",
 )

@@ -68,7 +68,7 @@ class EmbeddedServer:
         self._process: subprocess.Popen | None = None
         self._log = None
 
-    def start(self) -> "EmbeddedServer":
+    def start(self) -> EmbeddedServer:
         model = gguf_path()
         if importlib.util.find_spec("llama_cpp") is None:
             raise EmbeddedServerError("llama-cpp-python is not installed: pip install -e '.[embedded]'")
@@ -86,7 +86,9 @@ class EmbeddedServer:
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise EmbeddedServerError(f"llama.cpp server exited with {self._process.returncode}; log: {self._log.name}")
+                raise EmbeddedServerError(
+                    f"llama.cpp server exited with {self._process.returncode}; log: {self._log.name}"
+                )
             try:
                 if httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200:
                     return self
@@ -110,7 +112,7 @@ class EmbeddedServer:
             Path(self._log.name).unlink(missing_ok=True)
             self._log = None
 
-    def __enter__(self) -> "EmbeddedServer":
+    def __enter__(self) -> EmbeddedServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

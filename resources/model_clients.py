@@ -83,7 +83,7 @@ class _Deadline:
         self._timer = threading.Timer(timeout_s, self._expire)
         self._timer.daemon = True
 
-    def __enter__(self) -> "_Deadline":
+    def __enter__(self) -> _Deadline:
         self._timer.start()
         return self
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from digest.graph import extraction_json_schema, parse_extraction
 from digest.model_api import ChatClient, ChatReply

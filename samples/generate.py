@@ -18,7 +18,7 @@ import json
 import math
 import random
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 SAMPLES = Path(__file__).resolve().parent
@@ -88,8 +88,8 @@ GRID_SELECTION = [
         "Commit message:\n\n```\nfix(grid): keep row and cell selection stable across store sorts (#13904)\n\n"
         "RowModel and CellModel stored positions, so sorting moved the highlight\nto another record. Both "
         "now store record keys; selectRow(index) is kept as a\nwrapper for app code.\n```\n\n"
-        "Issue comment: \"Fixed on dev: selections now follow the record when the store is sorted or "
-        "filtered. `selectRow(index)` keeps working; new code can call `selectRecord(record)`.\"",
+        'Issue comment: "Fixed on dev: selections now follow the record when the store is sorted or '
+        'filtered. `selectRow(index)` keeps working; new code can call `selectRecord(record)`."',
         None,
     ),
 ]
@@ -100,7 +100,7 @@ CONFIG_DOCS = [
     (
         "We need a guide page for the config system; learn/guides/fundamentals/ConfigSystem.md is just a stub. "
         "Start with an outline: reactive configs, hooks, defaults vs instance values.",
-        "Readers usually arrive with a concrete problem (\"why is my afterSet not called?\"), so the outline "
+        'Readers usually arrive with a concrete problem ("why is my afterSet not called?"), so the outline '
         "should lead with the trailing-underscore rule and the hook order before any theory.",
         "Outline for learn/guides/fundamentals/ConfigSystem.md:\n\n"
         "1. Declaring configs in `static config`: plain vs reactive (`title_`)\n"
@@ -126,11 +126,10 @@ CONFIG_DOCS = [
         None,
     ),
     (
-        "Add a section on config merging, people keep getting bitten by object configs being shared "
-        "between instances.",
+        "Add a section on config merging, people keep getting bitten by object configs being shared between instances.",
         "The trap: an object literal in `static config` lives on the prototype, so mutating it in one "
         "instance leaks into all others. The fix is to assign a new object or use a deep-merge descriptor.",
-        "Added section 5, \"Object configs and merging\": a broken example that mutates `this.style.color`, "
+        'Added section 5, "Object configs and merging": a broken example that mutates `this.style.color`, '
         "the symptom (every panel turns red), and two fixes: assign a new object "
         "(`this.style = {...this.style, color: 'red'}`) or declare the config with `merge: 'deep'` so each "
         "instance gets its own merged copy. Linked it from the checklist in section 6.",
@@ -140,8 +139,8 @@ CONFIG_DOCS = [
         "Register the page in learn/tree.json under Fundamentals and check the links render in the portal.",
         "tree.json entries need a unique id and the parentId of the Fundamentals node; then I'll load the "
         "portal locally and click through the anchors.",
-        "Added `{\"id\": \"fundamentals/ConfigSystem\", \"parentId\": \"Fundamentals\", \"name\": "
-        "\"Config System\"}` to learn/tree.json. In the local portal the page renders, the six anchors work "
+        'Added `{"id": "fundamentals/ConfigSystem", "parentId": "Fundamentals", "name": '
+        '"Config System"}` to learn/tree.json. In the local portal the page renders, the six anchors work '
         "and the code blocks highlight. One link to `Neo.setupClass` pointed at a removed API page; I "
         "switched it to the src/Neo.mjs docs.",
         None,
@@ -234,7 +233,7 @@ BACKUP_ROTATION = [
         "deleted from the newest end. Worse, copied backups get a fresh mtime.\n\n"
         "Fix in buildScripts/ai/rotate_backups.py:\n\n"
         "```python\ndef stale_backups(folder: Path, keep: int) -> list[Path]:\n"
-        "    backups = sorted(folder.glob(\"memory-backup-*.jsonl\"))  # ISO names sort by time\n"
+        '    backups = sorted(folder.glob("memory-backup-*.jsonl"))  # ISO names sort by time\n'
         "    return backups[:-keep] if keep else backups\n```\n\n"
         "`main()` now deletes exactly `stale_backups(folder, args.keep)`.",
         None,
@@ -264,126 +263,286 @@ BACKUP_ROTATION = [
 # Each beat: (phase, prompt, outcome sentence = the turn's mini summary, file, symbol)
 
 WORKER_BEATS = [
-    ("explore", "Let's start the worker messaging refactor (#13870). First map how a remote call travels from the App worker to the main thread and back. Don't change code yet.",
-     "Mapped the remote-call round trip from the App worker to the main thread through Base.promiseMessage, Message ids and the reply branch of onMessage.",
-     "src/worker/Base.mjs", "promiseMessage"),
-    ("explore", "Where are the pending promises stored, and what happens to them if the target worker never replies?",
-     "Found pending promises kept in a plain `promises` object on each worker with no timeout, so a lost reply leaks its entry forever.",
-     "src/worker/Base.mjs", "onMessage"),
-    ("explore", "How does RemoteMethodAccess generate the remote stubs? I want every place that creates a message id.",
-     "Listed the three places that mint message ids: the Message constructor, RemoteMethodAccess.generateRemote and a fallback in Manager.sendMessage.",
-     "src/worker/mixin/RemoteMethodAccess.mjs", "generateRemote"),
-    ("explore", "Check the Manager side too. Does the main thread keep its own promise map?",
-     "Confirmed Manager.mjs keeps a second promise map keyed by the same per-realm id sequence, so replies from two workers can collide.",
-     "src/worker/Manager.mjs", "sendMessage"),
-    ("design", "Propose a design for a single PendingRequests registry. Keep it small, I don't want a framework.",
-     "Proposed a PendingRequests class with register/resolve/reject/rejectAll and optional per-request timeouts, owned by each worker and by the Manager.",
-     "src/worker/PendingRequests.mjs", "PendingRequests"),
-    ("design", "What should the default timeout be? Some remote calls, like loading a big store, legitimately take seconds.",
-     "Settled on no default timeout: calls opt in via a `timeout` message option, and only VDom updates get a fixed 30s limit.",
-     "src/worker/PendingRequests.mjs", "register"),
-    ("design", "How do we keep message ids unique across workers without any coordination?",
-     "Chose worker-prefixed message ids (`app-17`, `data-4`) from IdGenerator so ids can no longer collide between realms.",
-     "src/worker/Message.mjs", "constructor"),
-    ("registry", "OK, implement PendingRequests. Tests come later, start with the class.",
-     "Implemented src/worker/PendingRequests.mjs as a Map-backed registry with settle-once semantics and timer cleanup.",
-     "src/worker/PendingRequests.mjs", "register"),
-    ("registry", "Make resolve/reject idempotent. A late reply after a timeout must not throw.",
-     "Made late or duplicate replies a no-op with a debug log instead of an exception.",
-     "src/worker/PendingRequests.mjs", "resolve"),
-    ("registry", "Add a `size` getter and a way to inspect pending requests from the console for debugging.",
-     "Added `size` and a `snapshot()` method that lists pending ids, actions and ages for console debugging.",
-     "src/worker/PendingRequests.mjs", "snapshot"),
-    ("registry", "Use the IdGenerator for the prefixed ids you proposed.",
-     "Wired IdGenerator.getId() with a `<worker>-msg` prefix into Message so every id carries its worker name.",
-     "src/worker/Message.mjs", "constructor"),
-    ("registry", "Run the existing worker unit tests, nothing should have changed yet.",
-     "Ran the existing worker unit suite: all 58 tests pass with the new class present but not yet wired in.",
-     "test/playwright/unit/worker/Base.spec.mjs", "promiseMessage"),
-    ("registry", "The linter complains about the private field syntax in PendingRequests. Match the codebase conventions.",
-     "Replaced the #private fields with underscore-prefixed members to match the codebase's lint rules and bundler targets.",
-     "src/worker/PendingRequests.mjs", "_map"),
-    ("migrate", "Now migrate Base.promiseMessage to use the registry.",
-     "Migrated Base.promiseMessage to register requests in PendingRequests and removed the old `promises` object.",
-     "src/worker/Base.mjs", "promiseMessage"),
-    ("migrate", "Update the onMessage reply branch so replies resolve through the registry.",
-     "Routed reply messages in Base.onMessage through pendingRequests.resolve/reject, keyed by replyId.",
-     "src/worker/Base.mjs", "onMessage"),
-    ("migrate", "Now RemoteMethodAccess: generateRemote and onRemoteMethod.",
-     "Switched RemoteMethodAccess.generateRemote to promiseMessage and made onRemoteMethod reply with a structured error on failure.",
-     "src/worker/mixin/RemoteMethodAccess.mjs", "onRemoteMethod"),
-    ("migrate", "Migrate Manager.sendMessage and drop its separate map.",
-     "Moved Manager.sendMessage onto the shared registry and deleted the duplicate main-thread promise map.",
-     "src/worker/Manager.mjs", "sendMessage"),
-    ("migrate", "The portal app throws 'No pending request for id data-12' on startup now. Investigate.",
-     "Traced the portal startup error to the Data worker replying before registration and moved register() ahead of postMessage.",
-     "src/worker/Manager.mjs", "onWorkerMessage"),
-    ("migrate", "Grep examples/ and apps/ for direct uses of `promises[` on worker instances.",
-     "Found two apps reaching into worker.promises directly and migrated them to the public promiseMessage API.",
-     "apps/portal/view/learn/ContentComponent.mjs", "promiseMessage"),
-    ("errors", "Errors thrown in a remote method arrive on the main thread as plain strings. Serialize them properly.",
-     "Added serializeError/deserializeError helpers so remote exceptions keep name, message, stack and cause across postMessage.",
-     "src/worker/ErrorSerializer.mjs", "serializeError"),
-    ("errors", "Keep the original worker stack but mark it, so devs can tell where it came from.",
-     "Prefixed deserialized stacks with a `[remote: app worker]` marker while keeping the original frames intact.",
-     "src/worker/ErrorSerializer.mjs", "deserializeError"),
-    ("errors", "What about throwables that aren't Error instances, like `throw 'nope'` or rejecting with a plain object? Handle those too.",
-     "Wrapped non-Error throwables in a RemoteError that carries the original value as `cause`.",
-     "src/worker/ErrorSerializer.mjs", "RemoteError"),
-    ("errors", "We get a DataCloneError when a remote method returns a component instance. Make that fail loudly with a clear message.",
-     "Caught DataCloneError in the reply path and rejected with a message naming the remote method and the uncloneable value.",
-     "src/worker/mixin/RemoteMethodAccess.mjs", "onRemoteMethod"),
-    ("lifecycle", "When a worker is terminated, or a SharedWorker port closes, reject everything pending for it.",
-     "Rejected all pending requests of a worker on termination or port close via pendingRequests.rejectAll(reason).",
-     "src/worker/Manager.mjs", "onWorkerTerminate"),
-    ("lifecycle", "Wire up the per-call timeout option end to end.",
-     "Threaded the opt-in `timeout` option from promiseMessage through the registry so timed-out calls reject with a TimeoutError.",
-     "src/worker/Base.mjs", "promiseMessage"),
-    ("lifecycle", "Set the 30s timeout for VDom updates like we discussed, and log which update timed out.",
-     "Gave VDom update calls a 30s timeout that logs the component id and vnode count of the stuck update.",
-     "src/mixin/VdomLifecycle.mjs", "updateVdom"),
-    ("lifecycle", "Check for timer leaks: run the big grid example for a few minutes and watch the pending count.",
-     "Soak-tested the big-data grid example for five minutes: pending requests stayed between 0 and 3 and no timers leaked.",
-     "examples/grid/bigData/MainContainer.mjs", "snapshot"),
-    ("tests", "Write unit tests for PendingRequests.",
-     "Added 14 unit tests for PendingRequests covering settle-once, timeouts, late replies and rejectAll.",
-     "test/playwright/unit/worker/PendingRequests.spec.mjs", "PendingRequests"),
-    ("tests", "Add tests for error serialization, including the cause chain.",
-     "Added serialization round-trip tests for Error subclasses, non-Error throwables and nested causes.",
-     "test/playwright/unit/worker/ErrorSerializer.spec.mjs", "deserializeError"),
-    ("tests", "The new timeout test is flaky on CI. Look at it.",
-     "Fixed the flaky timeout test by switching to Playwright's clock API instead of a real 50ms sleep.",
-     "test/playwright/unit/worker/PendingRequests.spec.mjs", "register"),
-    ("tests", "Add an integration test that kills a worker mid-request.",
-     "Added an integration test that terminates the Data worker mid-request and asserts the call rejects with WorkerTerminatedError.",
-     "test/playwright/component/worker/Termination.spec.mjs", "rejectAll"),
-    ("tests", "Run the complete unit and component suites.",
-     "Ran the full unit and component suites: 1,284 passed, 2 skipped, no failures.",
-     "test/playwright/unit", "promiseMessage"),
-    ("tests", "One calendar component test is slower than before. Is that us?",
-     "Checked the slower calendar test: the extra 300ms comes from a new fixture, not from the registry.",
-     "test/playwright/component/calendar/WeekView.spec.mjs", "beforeEach"),
-    ("perf", "Measure the overhead of the registry against the old object map on a busy app.",
-     "Benchmarked 100k round trips: the registry adds about 0.4µs per message, within noise of the old object map.",
-     "buildScripts/bench/workerRoundTrip.mjs", "register"),
-    ("perf", "Is snapshot() safe to leave in production builds?",
-     "Kept snapshot() in production builds since it only runs on demand and never touches the hot path.",
-     "src/worker/PendingRequests.mjs", "snapshot"),
-    ("perf", "Check memory: does a long-running session keep growing?",
-     "Confirmed with heap snapshots that settled requests are released; retained size stays flat after 20k calls.",
-     "src/worker/PendingRequests.mjs", "_settle"),
-    ("docs", "Document the new messaging behaviour in learn/guides/fundamentals/WorkerMessaging.md.",
-     "Wrote the worker messaging guide covering message ids, timeouts, error propagation and termination semantics.",
-     "learn/guides/fundamentals/WorkerMessaging.md", "promiseMessage"),
-    ("docs", "Add JSDoc to PendingRequests and the changed methods.",
-     "Added JSDoc to PendingRequests, promiseMessage and the error helpers, including the timeout option and thrown error types.",
-     "src/worker/PendingRequests.mjs", "register"),
-    ("docs", "Add a changelog entry and call out the breaking change for apps that touched worker.promises.",
-     "Added a changelog entry flagging the removed worker.promises object as a breaking change, with a migration note.",
-     "CHANGELOG.md", "promises"),
-    ("docs", "Draft the PR description and link the issues.",
-     "Drafted the PR description for #13870 with the design, migration notes and test results, linking follow-up #13872.",
-     ".github/PULL_REQUEST_TEMPLATE.md", "PendingRequests"),
+    (
+        "explore",
+        "Let's start the worker messaging refactor (#13870). First map how a remote call travels from the App worker to the main thread and back. Don't change code yet.",
+        "Mapped the remote-call round trip from the App worker to the main thread through Base.promiseMessage, Message ids and the reply branch of onMessage.",
+        "src/worker/Base.mjs",
+        "promiseMessage",
+    ),
+    (
+        "explore",
+        "Where are the pending promises stored, and what happens to them if the target worker never replies?",
+        "Found pending promises kept in a plain `promises` object on each worker with no timeout, so a lost reply leaks its entry forever.",
+        "src/worker/Base.mjs",
+        "onMessage",
+    ),
+    (
+        "explore",
+        "How does RemoteMethodAccess generate the remote stubs? I want every place that creates a message id.",
+        "Listed the three places that mint message ids: the Message constructor, RemoteMethodAccess.generateRemote and a fallback in Manager.sendMessage.",
+        "src/worker/mixin/RemoteMethodAccess.mjs",
+        "generateRemote",
+    ),
+    (
+        "explore",
+        "Check the Manager side too. Does the main thread keep its own promise map?",
+        "Confirmed Manager.mjs keeps a second promise map keyed by the same per-realm id sequence, so replies from two workers can collide.",
+        "src/worker/Manager.mjs",
+        "sendMessage",
+    ),
+    (
+        "design",
+        "Propose a design for a single PendingRequests registry. Keep it small, I don't want a framework.",
+        "Proposed a PendingRequests class with register/resolve/reject/rejectAll and optional per-request timeouts, owned by each worker and by the Manager.",
+        "src/worker/PendingRequests.mjs",
+        "PendingRequests",
+    ),
+    (
+        "design",
+        "What should the default timeout be? Some remote calls, like loading a big store, legitimately take seconds.",
+        "Settled on no default timeout: calls opt in via a `timeout` message option, and only VDom updates get a fixed 30s limit.",
+        "src/worker/PendingRequests.mjs",
+        "register",
+    ),
+    (
+        "design",
+        "How do we keep message ids unique across workers without any coordination?",
+        "Chose worker-prefixed message ids (`app-17`, `data-4`) from IdGenerator so ids can no longer collide between realms.",
+        "src/worker/Message.mjs",
+        "constructor",
+    ),
+    (
+        "registry",
+        "OK, implement PendingRequests. Tests come later, start with the class.",
+        "Implemented src/worker/PendingRequests.mjs as a Map-backed registry with settle-once semantics and timer cleanup.",
+        "src/worker/PendingRequests.mjs",
+        "register",
+    ),
+    (
+        "registry",
+        "Make resolve/reject idempotent. A late reply after a timeout must not throw.",
+        "Made late or duplicate replies a no-op with a debug log instead of an exception.",
+        "src/worker/PendingRequests.mjs",
+        "resolve",
+    ),
+    (
+        "registry",
+        "Add a `size` getter and a way to inspect pending requests from the console for debugging.",
+        "Added `size` and a `snapshot()` method that lists pending ids, actions and ages for console debugging.",
+        "src/worker/PendingRequests.mjs",
+        "snapshot",
+    ),
+    (
+        "registry",
+        "Use the IdGenerator for the prefixed ids you proposed.",
+        "Wired IdGenerator.getId() with a `<worker>-msg` prefix into Message so every id carries its worker name.",
+        "src/worker/Message.mjs",
+        "constructor",
+    ),
+    (
+        "registry",
+        "Run the existing worker unit tests, nothing should have changed yet.",
+        "Ran the existing worker unit suite: all 58 tests pass with the new class present but not yet wired in.",
+        "test/playwright/unit/worker/Base.spec.mjs",
+        "promiseMessage",
+    ),
+    (
+        "registry",
+        "The linter complains about the private field syntax in PendingRequests. Match the codebase conventions.",
+        "Replaced the #private fields with underscore-prefixed members to match the codebase's lint rules and bundler targets.",
+        "src/worker/PendingRequests.mjs",
+        "_map",
+    ),
+    (
+        "migrate",
+        "Now migrate Base.promiseMessage to use the registry.",
+        "Migrated Base.promiseMessage to register requests in PendingRequests and removed the old `promises` object.",
+        "src/worker/Base.mjs",
+        "promiseMessage",
+    ),
+    (
+        "migrate",
+        "Update the onMessage reply branch so replies resolve through the registry.",
+        "Routed reply messages in Base.onMessage through pendingRequests.resolve/reject, keyed by replyId.",
+        "src/worker/Base.mjs",
+        "onMessage",
+    ),
+    (
+        "migrate",
+        "Now RemoteMethodAccess: generateRemote and onRemoteMethod.",
+        "Switched RemoteMethodAccess.generateRemote to promiseMessage and made onRemoteMethod reply with a structured error on failure.",
+        "src/worker/mixin/RemoteMethodAccess.mjs",
+        "onRemoteMethod",
+    ),
+    (
+        "migrate",
+        "Migrate Manager.sendMessage and drop its separate map.",
+        "Moved Manager.sendMessage onto the shared registry and deleted the duplicate main-thread promise map.",
+        "src/worker/Manager.mjs",
+        "sendMessage",
+    ),
+    (
+        "migrate",
+        "The portal app throws 'No pending request for id data-12' on startup now. Investigate.",
+        "Traced the portal startup error to the Data worker replying before registration and moved register() ahead of postMessage.",
+        "src/worker/Manager.mjs",
+        "onWorkerMessage",
+    ),
+    (
+        "migrate",
+        "Grep examples/ and apps/ for direct uses of `promises[` on worker instances.",
+        "Found two apps reaching into worker.promises directly and migrated them to the public promiseMessage API.",
+        "apps/portal/view/learn/ContentComponent.mjs",
+        "promiseMessage",
+    ),
+    (
+        "errors",
+        "Errors thrown in a remote method arrive on the main thread as plain strings. Serialize them properly.",
+        "Added serializeError/deserializeError helpers so remote exceptions keep name, message, stack and cause across postMessage.",
+        "src/worker/ErrorSerializer.mjs",
+        "serializeError",
+    ),
+    (
+        "errors",
+        "Keep the original worker stack but mark it, so devs can tell where it came from.",
+        "Prefixed deserialized stacks with a `[remote: app worker]` marker while keeping the original frames intact.",
+        "src/worker/ErrorSerializer.mjs",
+        "deserializeError",
+    ),
+    (
+        "errors",
+        "What about throwables that aren't Error instances, like `throw 'nope'` or rejecting with a plain object? Handle those too.",
+        "Wrapped non-Error throwables in a RemoteError that carries the original value as `cause`.",
+        "src/worker/ErrorSerializer.mjs",
+        "RemoteError",
+    ),
+    (
+        "errors",
+        "We get a DataCloneError when a remote method returns a component instance. Make that fail loudly with a clear message.",
+        "Caught DataCloneError in the reply path and rejected with a message naming the remote method and the uncloneable value.",
+        "src/worker/mixin/RemoteMethodAccess.mjs",
+        "onRemoteMethod",
+    ),
+    (
+        "lifecycle",
+        "When a worker is terminated, or a SharedWorker port closes, reject everything pending for it.",
+        "Rejected all pending requests of a worker on termination or port close via pendingRequests.rejectAll(reason).",
+        "src/worker/Manager.mjs",
+        "onWorkerTerminate",
+    ),
+    (
+        "lifecycle",
+        "Wire up the per-call timeout option end to end.",
+        "Threaded the opt-in `timeout` option from promiseMessage through the registry so timed-out calls reject with a TimeoutError.",
+        "src/worker/Base.mjs",
+        "promiseMessage",
+    ),
+    (
+        "lifecycle",
+        "Set the 30s timeout for VDom updates like we discussed, and log which update timed out.",
+        "Gave VDom update calls a 30s timeout that logs the component id and vnode count of the stuck update.",
+        "src/mixin/VdomLifecycle.mjs",
+        "updateVdom",
+    ),
+    (
+        "lifecycle",
+        "Check for timer leaks: run the big grid example for a few minutes and watch the pending count.",
+        "Soak-tested the big-data grid example for five minutes: pending requests stayed between 0 and 3 and no timers leaked.",
+        "examples/grid/bigData/MainContainer.mjs",
+        "snapshot",
+    ),
+    (
+        "tests",
+        "Write unit tests for PendingRequests.",
+        "Added 14 unit tests for PendingRequests covering settle-once, timeouts, late replies and rejectAll.",
+        "test/playwright/unit/worker/PendingRequests.spec.mjs",
+        "PendingRequests",
+    ),
+    (
+        "tests",
+        "Add tests for error serialization, including the cause chain.",
+        "Added serialization round-trip tests for Error subclasses, non-Error throwables and nested causes.",
+        "test/playwright/unit/worker/ErrorSerializer.spec.mjs",
+        "deserializeError",
+    ),
+    (
+        "tests",
+        "The new timeout test is flaky on CI. Look at it.",
+        "Fixed the flaky timeout test by switching to Playwright's clock API instead of a real 50ms sleep.",
+        "test/playwright/unit/worker/PendingRequests.spec.mjs",
+        "register",
+    ),
+    (
+        "tests",
+        "Add an integration test that kills a worker mid-request.",
+        "Added an integration test that terminates the Data worker mid-request and asserts the call rejects with WorkerTerminatedError.",
+        "test/playwright/component/worker/Termination.spec.mjs",
+        "rejectAll",
+    ),
+    (
+        "tests",
+        "Run the complete unit and component suites.",
+        "Ran the full unit and component suites: 1,284 passed, 2 skipped, no failures.",
+        "test/playwright/unit",
+        "promiseMessage",
+    ),
+    (
+        "tests",
+        "One calendar component test is slower than before. Is that us?",
+        "Checked the slower calendar test: the extra 300ms comes from a new fixture, not from the registry.",
+        "test/playwright/component/calendar/WeekView.spec.mjs",
+        "beforeEach",
+    ),
+    (
+        "perf",
+        "Measure the overhead of the registry against the old object map on a busy app.",
+        "Benchmarked 100k round trips: the registry adds about 0.4µs per message, within noise of the old object map.",
+        "buildScripts/bench/workerRoundTrip.mjs",
+        "register",
+    ),
+    (
+        "perf",
+        "Is snapshot() safe to leave in production builds?",
+        "Kept snapshot() in production builds since it only runs on demand and never touches the hot path.",
+        "src/worker/PendingRequests.mjs",
+        "snapshot",
+    ),
+    (
+        "perf",
+        "Check memory: does a long-running session keep growing?",
+        "Confirmed with heap snapshots that settled requests are released; retained size stays flat after 20k calls.",
+        "src/worker/PendingRequests.mjs",
+        "_settle",
+    ),
+    (
+        "docs",
+        "Document the new messaging behaviour in learn/guides/fundamentals/WorkerMessaging.md.",
+        "Wrote the worker messaging guide covering message ids, timeouts, error propagation and termination semantics.",
+        "learn/guides/fundamentals/WorkerMessaging.md",
+        "promiseMessage",
+    ),
+    (
+        "docs",
+        "Add JSDoc to PendingRequests and the changed methods.",
+        "Added JSDoc to PendingRequests, promiseMessage and the error helpers, including the timeout option and thrown error types.",
+        "src/worker/PendingRequests.mjs",
+        "register",
+    ),
+    (
+        "docs",
+        "Add a changelog entry and call out the breaking change for apps that touched worker.promises.",
+        "Added a changelog entry flagging the removed worker.promises object as a breaking change, with a migration note.",
+        "CHANGELOG.md",
+        "promises",
+    ),
+    (
+        "docs",
+        "Draft the PR description and link the issues.",
+        "Drafted the PR description for #13870 with the design, migration notes and test results, linking follow-up #13872.",
+        ".github/PULL_REQUEST_TEMPLATE.md",
+        "PendingRequests",
+    ),
 ]
 
 # Per phase: thoughts, details and code are aligned with the phase's beats, in order
@@ -1062,13 +1221,20 @@ WORKER_NOTES = {
 
 # Test names for the run logs: (the turn from which the test exists, 0-based, name).
 WORKER_TESTS = [
-    (0, "Base promiseMessage resolves a reply"), (0, "Base onMessage ignores unknown actions"),
-    (0, "RemoteMethodAccess registerRemote builds stubs"), (0, "Manager sendMessage to a missing worker throws"),
-    (10, "Message ids carry the worker prefix"), (13, "promiseMessage registers before posting"),
-    (15, "generated stubs use promiseMessage"), (15, "onRemoteMethod replies with a structured error"),
-    (19, "serializeError keeps the cause chain"), (20, "remote stacks are prefixed"),
-    (24, "timeout option rejects with TimeoutError"), (27, "PendingRequests settles only once"),
-    (27, "late reply returns false"), (27, "rejectAll clears timers"),
+    (0, "Base promiseMessage resolves a reply"),
+    (0, "Base onMessage ignores unknown actions"),
+    (0, "RemoteMethodAccess registerRemote builds stubs"),
+    (0, "Manager sendMessage to a missing worker throws"),
+    (10, "Message ids carry the worker prefix"),
+    (13, "promiseMessage registers before posting"),
+    (15, "generated stubs use promiseMessage"),
+    (15, "onRemoteMethod replies with a structured error"),
+    (19, "serializeError keeps the cause chain"),
+    (20, "remote stacks are prefixed"),
+    (24, "timeout option rejects with TimeoutError"),
+    (27, "PendingRequests settles only once"),
+    (27, "late reply returns false"),
+    (27, "rejectAll clears timers"),
 ]
 
 
@@ -1076,111 +1242,251 @@ WORKER_TESTS = [
 # Each beat: (phase, prompt, outcome sentence, file, symbol)
 
 GRID_BEATS = [
-    ("repro", "The big data grid example (examples/grid/bigData) shows blank rows when I scroll fast with 100k rows and 50 columns (#13911). Reproduce it.",
-     "Reproduced blank rows at 100k x 50 after flinging the scrollbar; they only fill in on the next scroll event.",
-     "examples/grid/bigData/MainContainer.mjs", "amountRows"),
-    ("repro", "Is it tied to the number of columns? Try 10 and 200.",
-     "Blank rows appear at 50 and 200 columns but never at 10, so per-row render cost is part of the trigger.",
-     "examples/grid/bigData/ControlsContainer.mjs", "amountColumns"),
-    ("repro", "Does it happen in Chrome and Firefox both?",
-     "Both browsers show it; Firefox hits it on almost every fling, Chrome on roughly one in three.",
-     "examples/grid/bigData/MainContainer.mjs", "onScroll"),
-    ("profile", "Profile a fast scroll, App worker and main thread.",
-     "The profile shows createViewData taking around 38ms per update in the App worker, longer than the scroll event interval.",
-     "src/grid/Body.mjs", "createViewData"),
-    ("profile", "What's inside those 38ms?",
-     "Most of the time goes into column renderers and VDOM diffing of rows whose ids change on every recycle.",
-     "src/grid/Body.mjs", "createRow"),
-    ("profile", "Count how many VDOM deltas each scroll step produces.",
-     "Counted about 4,100 deltas per scroll step, mostly attribute and text updates on recycled rows.",
-     "src/util/VdomHelper.mjs", "createDeltas"),
-    ("rootcause", "Why do recycled rows change their ids?",
-     "Body.createRow derives row ids from the record index instead of the row slot, so every shifted row gets a new id and is fully re-rendered.",
-     "src/grid/Body.mjs", "getRowId"),
-    ("rootcause", "And the blank rows themselves?",
-     "The blank rows come from a dropped update: a guard skips rendering while a previous update is in flight and nothing re-queues it.",
-     "src/grid/Body.mjs", "updateScrollPosition"),
-    ("rootcause", "Show me the exact code path where the update gets dropped.",
-     "Walked through afterSetStartIndex -> createViewData -> update(), where the isVdomUpdating early return discards the newer start index.",
-     "src/grid/Body.mjs", "afterSetStartIndex"),
-    ("rootcause", "Check the history of that guard. Why was it added?",
-     "The guard came in with #12210 to stop recursive updates triggered from afterSetScrollTop, so it has to stay in some form.",
-     "src/grid/Body.mjs", "afterSetScrollTop"),
-    ("fix", "Fix the dropped update first: queue it instead of skipping it.",
-     "Replaced the early return with a needsUpdate flag that triggers one more render after the in-flight update resolves.",
-     "src/grid/Body.mjs", "createViewData"),
-    ("fix", "Rapid scrolls must coalesce into one follow-up update, not a queue of twenty.",
-     "Verified coalescing: twenty scroll events during one update now produce exactly one follow-up render with the latest start index.",
-     "src/grid/Body.mjs", "onUpdateDone"),
-    ("fix", "Now stabilize the row ids: derive them from the row slot.",
-     "Switched row ids to slot-based ids (`neo-grid-body-1__row-7`) so recycled rows keep their DOM nodes and only cell content changes.",
-     "src/grid/Body.mjs", "getRowId"),
-    ("fix", "The selection highlight is wrong after your id change. Fix it.",
-     "Moved the selection lookup to record keys stored in `data-record-id`, so the highlight follows the record instead of the slot.",
-     "src/selection/grid/RowModel.mjs", "onRowClick"),
-    ("fix", "Test it in the bigData example again.",
-     "Re-ran the bigData example: no blank rows in 50 flings, and createViewData dropped from about 38ms to 14ms.",
-     "examples/grid/bigData/MainContainer.mjs", "createViewData"),
-    ("fix", "Row striping breaks when scrolling by an odd number of rows.",
-     "Fixed striping by computing the even/odd class from the record index instead of the slot index.",
-     "src/grid/Body.mjs", "createRow"),
-    ("colvirt", "Columns: can we render only the visible columns plus a buffer?",
-     "Outlined column virtualization: a bufferColumnRange config mirroring bufferRowRange, driven by scrollLeft and column widths.",
-     "src/grid/Body.mjs", "bufferColumnRange"),
-    ("colvirt", "Implement bufferColumnRange on the Body.",
-     "Implemented bufferColumnRange with a mountedColumns range computed from cumulative column widths.",
-     "src/grid/Body.mjs", "updateMountedColumns"),
-    ("colvirt", "Horizontal scrolling now shows empty cells for a moment. Why?",
-     "The empty cells appear because ScrollManager never forwards scrollLeft to the body, so mountedColumns lags behind.",
-     "src/grid/ScrollManager.mjs", "onContainerScroll"),
-    ("colvirt", "Wire ScrollManager's scrollLeft into the body.",
-     "ScrollManager now sets body.scrollLeft on every horizontal scroll, throttled to one animation frame.",
-     "src/grid/ScrollManager.mjs", "onContainerScroll"),
-    ("colvirt", "Locked (pinned) columns must always render.",
-     "Locked columns are now excluded from virtualization and always part of the mounted range.",
-     "src/grid/Body.mjs", "updateMountedColumns"),
-    ("colvirt", "Header and body column alignment drifts after resizing a column.",
-     "Fixed the drift by recomputing the cumulative width cache in afterSetColumnPositions after a resize.",
-     "src/grid/header/Toolbar.mjs", "afterSetColumnPositions"),
-    ("tests", "Add component tests for the scrolling behaviour.",
-     "Added component tests that fling-scroll a 100k row grid and assert every mounted row has content.",
-     "test/playwright/component/grid/BigData.spec.mjs", "scrollTo"),
-    ("tests", "Add a unit test for the needsUpdate coalescing.",
-     "Added a unit test that fires twenty start index changes during a pending update and expects one follow-up render.",
-     "test/playwright/unit/grid/Body.spec.mjs", "needsUpdate"),
-    ("tests", "The new component test times out in headless Firefox.",
-     "Fixed the Firefox timeout by waiting for the grid's `scrollDone` event instead of a fixed number of animation frames.",
-     "test/playwright/component/grid/BigData.spec.mjs", "waitForScroll"),
-    ("tests", "Run the whole grid test folder.",
-     "Ran all grid unit and component tests in Chrome and Firefox: 212 passed, 0 failed.",
-     "test/playwright/component/grid", "createViewData"),
-    ("perf", "Give me before/after numbers for the bigData example.",
-     "Measured before/after: update time 38ms -> 11ms, deltas per step 4,100 -> 620, dropped frames during a fling 41% -> 3%.",
-     "examples/grid/bigData/MainContainer.mjs", "createViewData"),
-    ("perf", "Check memory after ten minutes of scrolling.",
-     "Ten minutes of automated scrolling kept the App worker heap flat at about 61 MB and the DOM node count constant.",
-     "examples/grid/bigData/MainContainer.mjs", "amountRows"),
-    ("perf", "What does the main thread look like now? Any long tasks left?",
-     "The main thread has no long tasks left during scrolling; the largest applyDeltas call takes 6ms.",
-     "src/main/DeltaUpdates.mjs", "update"),
-    ("perf", "Try one million rows.",
-     "One million rows by 50 columns scroll without blank rows; store creation (2.9s) is now the slowest part, not rendering.",
-     "src/data/Store.mjs", "add"),
-    ("cleanup", "Remove the debug logging and the temporary counters.",
-     "Removed the temporary delta counters and console timing calls from Body and VdomHelper.",
-     "src/grid/Body.mjs", "createViewData"),
-    ("cleanup", "Should bufferColumnRange be called columnBufferSize? Check consistency with bufferRowRange.",
-     "Kept the name bufferColumnRange for symmetry with the existing bufferRowRange config.",
-     "src/grid/Body.mjs", "bufferColumnRange"),
-    ("cleanup", "Expose both buffer configs in the bigData example's controls panel.",
-     "Added number fields for bufferRowRange and bufferColumnRange to the bigData controls, bound to the body configs.",
-     "examples/grid/bigData/ControlsContainer.mjs", "onBufferFieldChange"),
-    ("cleanup", "Update the grid docs for the new config.",
-     "Documented bufferColumnRange and the slot-based row ids in the grid guide and the Body JSDoc.",
-     "learn/guides/components/Grid.md", "bufferColumnRange"),
-    ("cleanup", "Write the commit messages, split into logical commits.",
-     "Split the work into four commits: the dropped-update fix, stable row ids, column virtualization, and tests plus docs.",
-     "src/grid/Body.mjs", "createViewData"),
+    (
+        "repro",
+        "The big data grid example (examples/grid/bigData) shows blank rows when I scroll fast with 100k rows and 50 columns (#13911). Reproduce it.",
+        "Reproduced blank rows at 100k x 50 after flinging the scrollbar; they only fill in on the next scroll event.",
+        "examples/grid/bigData/MainContainer.mjs",
+        "amountRows",
+    ),
+    (
+        "repro",
+        "Is it tied to the number of columns? Try 10 and 200.",
+        "Blank rows appear at 50 and 200 columns but never at 10, so per-row render cost is part of the trigger.",
+        "examples/grid/bigData/ControlsContainer.mjs",
+        "amountColumns",
+    ),
+    (
+        "repro",
+        "Does it happen in Chrome and Firefox both?",
+        "Both browsers show it; Firefox hits it on almost every fling, Chrome on roughly one in three.",
+        "examples/grid/bigData/MainContainer.mjs",
+        "onScroll",
+    ),
+    (
+        "profile",
+        "Profile a fast scroll, App worker and main thread.",
+        "The profile shows createViewData taking around 38ms per update in the App worker, longer than the scroll event interval.",
+        "src/grid/Body.mjs",
+        "createViewData",
+    ),
+    (
+        "profile",
+        "What's inside those 38ms?",
+        "Most of the time goes into column renderers and VDOM diffing of rows whose ids change on every recycle.",
+        "src/grid/Body.mjs",
+        "createRow",
+    ),
+    (
+        "profile",
+        "Count how many VDOM deltas each scroll step produces.",
+        "Counted about 4,100 deltas per scroll step, mostly attribute and text updates on recycled rows.",
+        "src/util/VdomHelper.mjs",
+        "createDeltas",
+    ),
+    (
+        "rootcause",
+        "Why do recycled rows change their ids?",
+        "Body.createRow derives row ids from the record index instead of the row slot, so every shifted row gets a new id and is fully re-rendered.",
+        "src/grid/Body.mjs",
+        "getRowId",
+    ),
+    (
+        "rootcause",
+        "And the blank rows themselves?",
+        "The blank rows come from a dropped update: a guard skips rendering while a previous update is in flight and nothing re-queues it.",
+        "src/grid/Body.mjs",
+        "updateScrollPosition",
+    ),
+    (
+        "rootcause",
+        "Show me the exact code path where the update gets dropped.",
+        "Walked through afterSetStartIndex -> createViewData -> update(), where the isVdomUpdating early return discards the newer start index.",
+        "src/grid/Body.mjs",
+        "afterSetStartIndex",
+    ),
+    (
+        "rootcause",
+        "Check the history of that guard. Why was it added?",
+        "The guard came in with #12210 to stop recursive updates triggered from afterSetScrollTop, so it has to stay in some form.",
+        "src/grid/Body.mjs",
+        "afterSetScrollTop",
+    ),
+    (
+        "fix",
+        "Fix the dropped update first: queue it instead of skipping it.",
+        "Replaced the early return with a needsUpdate flag that triggers one more render after the in-flight update resolves.",
+        "src/grid/Body.mjs",
+        "createViewData",
+    ),
+    (
+        "fix",
+        "Rapid scrolls must coalesce into one follow-up update, not a queue of twenty.",
+        "Verified coalescing: twenty scroll events during one update now produce exactly one follow-up render with the latest start index.",
+        "src/grid/Body.mjs",
+        "onUpdateDone",
+    ),
+    (
+        "fix",
+        "Now stabilize the row ids: derive them from the row slot.",
+        "Switched row ids to slot-based ids (`neo-grid-body-1__row-7`) so recycled rows keep their DOM nodes and only cell content changes.",
+        "src/grid/Body.mjs",
+        "getRowId",
+    ),
+    (
+        "fix",
+        "The selection highlight is wrong after your id change. Fix it.",
+        "Moved the selection lookup to record keys stored in `data-record-id`, so the highlight follows the record instead of the slot.",
+        "src/selection/grid/RowModel.mjs",
+        "onRowClick",
+    ),
+    (
+        "fix",
+        "Test it in the bigData example again.",
+        "Re-ran the bigData example: no blank rows in 50 flings, and createViewData dropped from about 38ms to 14ms.",
+        "examples/grid/bigData/MainContainer.mjs",
+        "createViewData",
+    ),
+    (
+        "fix",
+        "Row striping breaks when scrolling by an odd number of rows.",
+        "Fixed striping by computing the even/odd class from the record index instead of the slot index.",
+        "src/grid/Body.mjs",
+        "createRow",
+    ),
+    (
+        "colvirt",
+        "Columns: can we render only the visible columns plus a buffer?",
+        "Outlined column virtualization: a bufferColumnRange config mirroring bufferRowRange, driven by scrollLeft and column widths.",
+        "src/grid/Body.mjs",
+        "bufferColumnRange",
+    ),
+    (
+        "colvirt",
+        "Implement bufferColumnRange on the Body.",
+        "Implemented bufferColumnRange with a mountedColumns range computed from cumulative column widths.",
+        "src/grid/Body.mjs",
+        "updateMountedColumns",
+    ),
+    (
+        "colvirt",
+        "Horizontal scrolling now shows empty cells for a moment. Why?",
+        "The empty cells appear because ScrollManager never forwards scrollLeft to the body, so mountedColumns lags behind.",
+        "src/grid/ScrollManager.mjs",
+        "onContainerScroll",
+    ),
+    (
+        "colvirt",
+        "Wire ScrollManager's scrollLeft into the body.",
+        "ScrollManager now sets body.scrollLeft on every horizontal scroll, throttled to one animation frame.",
+        "src/grid/ScrollManager.mjs",
+        "onContainerScroll",
+    ),
+    (
+        "colvirt",
+        "Locked (pinned) columns must always render.",
+        "Locked columns are now excluded from virtualization and always part of the mounted range.",
+        "src/grid/Body.mjs",
+        "updateMountedColumns",
+    ),
+    (
+        "colvirt",
+        "Header and body column alignment drifts after resizing a column.",
+        "Fixed the drift by recomputing the cumulative width cache in afterSetColumnPositions after a resize.",
+        "src/grid/header/Toolbar.mjs",
+        "afterSetColumnPositions",
+    ),
+    (
+        "tests",
+        "Add component tests for the scrolling behaviour.",
+        "Added component tests that fling-scroll a 100k row grid and assert every mounted row has content.",
+        "test/playwright/component/grid/BigData.spec.mjs",
+        "scrollTo",
+    ),
+    (
+        "tests",
+        "Add a unit test for the needsUpdate coalescing.",
+        "Added a unit test that fires twenty start index changes during a pending update and expects one follow-up render.",
+        "test/playwright/unit/grid/Body.spec.mjs",
+        "needsUpdate",
+    ),
+    (
+        "tests",
+        "The new component test times out in headless Firefox.",
+        "Fixed the Firefox timeout by waiting for the grid's `scrollDone` event instead of a fixed number of animation frames.",
+        "test/playwright/component/grid/BigData.spec.mjs",
+        "waitForScroll",
+    ),
+    (
+        "tests",
+        "Run the whole grid test folder.",
+        "Ran all grid unit and component tests in Chrome and Firefox: 212 passed, 0 failed.",
+        "test/playwright/component/grid",
+        "createViewData",
+    ),
+    (
+        "perf",
+        "Give me before/after numbers for the bigData example.",
+        "Measured before/after: update time 38ms -> 11ms, deltas per step 4,100 -> 620, dropped frames during a fling 41% -> 3%.",
+        "examples/grid/bigData/MainContainer.mjs",
+        "createViewData",
+    ),
+    (
+        "perf",
+        "Check memory after ten minutes of scrolling.",
+        "Ten minutes of automated scrolling kept the App worker heap flat at about 61 MB and the DOM node count constant.",
+        "examples/grid/bigData/MainContainer.mjs",
+        "amountRows",
+    ),
+    (
+        "perf",
+        "What does the main thread look like now? Any long tasks left?",
+        "The main thread has no long tasks left during scrolling; the largest applyDeltas call takes 6ms.",
+        "src/main/DeltaUpdates.mjs",
+        "update",
+    ),
+    (
+        "perf",
+        "Try one million rows.",
+        "One million rows by 50 columns scroll without blank rows; store creation (2.9s) is now the slowest part, not rendering.",
+        "src/data/Store.mjs",
+        "add",
+    ),
+    (
+        "cleanup",
+        "Remove the debug logging and the temporary counters.",
+        "Removed the temporary delta counters and console timing calls from Body and VdomHelper.",
+        "src/grid/Body.mjs",
+        "createViewData",
+    ),
+    (
+        "cleanup",
+        "Should bufferColumnRange be called columnBufferSize? Check consistency with bufferRowRange.",
+        "Kept the name bufferColumnRange for symmetry with the existing bufferRowRange config.",
+        "src/grid/Body.mjs",
+        "bufferColumnRange",
+    ),
+    (
+        "cleanup",
+        "Expose both buffer configs in the bigData example's controls panel.",
+        "Added number fields for bufferRowRange and bufferColumnRange to the bigData controls, bound to the body configs.",
+        "examples/grid/bigData/ControlsContainer.mjs",
+        "onBufferFieldChange",
+    ),
+    (
+        "cleanup",
+        "Update the grid docs for the new config.",
+        "Documented bufferColumnRange and the slot-based row ids in the grid guide and the Body JSDoc.",
+        "learn/guides/components/Grid.md",
+        "bufferColumnRange",
+    ),
+    (
+        "cleanup",
+        "Write the commit messages, split into logical commits.",
+        "Split the work into four commits: the dropped-update fix, stable row ids, column virtualization, and tests plus docs.",
+        "src/grid/Body.mjs",
+        "createViewData",
+    ),
 ]
 
 # Per phase: thoughts, details and code aligned with the phase's beats, in order.
@@ -1267,7 +1573,7 @@ self time by function (App worker, 5s fling)
             "`<<sym>>` in <<file>> returns `${me.id}__row-${rowIndex}` where `rowIndex` is the store index. When the viewport moves by 3 rows, all 46 rendered rows get new ids, so VdomHelper sees 46 changed rows and rewrites every cell, even if 43 of them only shifted.",
             "While an update is in flight, `isVdomUpdating` is true and `createViewData()` returns early. The newer `startIndex` is stored on the instance, but no second render is scheduled, so the view keeps the rows of the previous start index at the new scroll position: those are the blank rows.",
             "The chain: the ScrollManager sets `scrollTop`, `afterSetScrollTop()` computes `startIndex`, `<<sym>>()` calls `createViewData()`. If the previous `update()` has not resolved, the early return fires. The new `startIndex` is already stored, so the next render would be correct, but the next render only happens on the next scroll event.",
-            "The guard came with #12210 (\"grid: prevent recursive updates from afterSetScrollTop\"). Its purpose was to stop a render from triggering itself through `<<sym>>`; it was never meant to drop updates coming from outside.",
+            'The guard came with #12210 ("grid: prevent recursive updates from afterSetScrollTop"). Its purpose was to stop a render from triggering itself through `<<sym>>`; it was never meant to drop updates coming from outside.',
         ],
         "code": [
             """```js
@@ -1594,7 +1900,7 @@ rows=1,000,000 cols=50
             "Removed the `[delta-counter]` logging from VdomHelper, the `console.time('createViewData')` pair from <<file>>, and the repro helper from the example. The grep for both markers over src and examples is clean.",
             "`<<sym>>` stays. It mirrors `bufferRowRange` (rows beyond the viewport on each side), and both are documented together in the Body JSDoc.",
             "In <<file>>, `<<sym>>()` sets the matching body config; both fields are bounded to 0..20 and show a hint about the trade-off (more buffer: fewer blank frames, more DOM).",
-            "The grid guide got a section \"Rendering large data sets\" explaining both buffer configs, slot-based row ids and `data-record-id`, with a note for apps that parsed row ids.",
+            'The grid guide got a section "Rendering large data sets" explaining both buffer configs, slot-based row ids and `data-record-id`, with a note for apps that parsed row ids.',
             "Four commits, each building and passing tests on its own: the needsUpdate fix, slot-based row ids with the selection and striping follow-ups, bufferColumnRange with the ScrollManager and header changes, then tests, example controls and docs. All reference #13911.",
         ],
         "code": [
@@ -1689,12 +1995,20 @@ GRID_NOTES = {
 
 
 GRID_TESTS = [
-    (0, "Body renders the visible rows"), (0, "RowModel selects on click"), (0, "ScrollManager syncs the header"),
-    (0, "column resize updates the width"), (10, "needsUpdate triggers a follow-up render"),
-    (12, "row ids are slot based"), (13, "selection follows the record"), (15, "striping uses the record index"),
-    (17, "mountedColumns follows scrollLeft"), (17, "bufferColumnRange change re-renders"),
-    (20, "locked columns always render"), (21, "header and body stay aligned"),
-    (22, "no blank rows after a fling"), (22, "aria-rowindex matches startIndex"),
+    (0, "Body renders the visible rows"),
+    (0, "RowModel selects on click"),
+    (0, "ScrollManager syncs the header"),
+    (0, "column resize updates the width"),
+    (10, "needsUpdate triggers a follow-up render"),
+    (12, "row ids are slot based"),
+    (13, "selection follows the record"),
+    (15, "striping uses the record index"),
+    (17, "mountedColumns follows scrollLeft"),
+    (17, "bufferColumnRange change re-renders"),
+    (20, "locked columns always render"),
+    (21, "header and body stay aligned"),
+    (22, "no blank rows after a fling"),
+    (22, "aria-rowindex matches startIndex"),
 ]
 
 
@@ -1764,7 +2078,15 @@ AGENTS = {
 }
 
 TOOLS = {
-    "read": ["read_file", "read_file", "read_file", "search_file_content", "list_directory", "glob", "query_raw_memories"],
+    "read": [
+        "read_file",
+        "read_file",
+        "read_file",
+        "search_file_content",
+        "list_directory",
+        "glob",
+        "query_raw_memories",
+    ],
     "write": ["read_file", "read_file", "replace", "replace", "write_file", "run_shell_command", "search_file_content"],
     "test": ["run_shell_command", "run_shell_command", "read_file", "replace", "search_file_content"],
 }
@@ -1795,7 +2117,7 @@ def fill(text: str, values: dict) -> str:
 
 
 def iso(ms: int) -> str:
-    stamp = datetime.fromtimestamp(ms // 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    stamp = datetime.fromtimestamp(ms // 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{stamp}.{ms % 1000:03d}Z"
 
 
@@ -1866,15 +2188,16 @@ def recap(history: list[str], rng: random.Random) -> str | None:
     """A short 'where we stand' list from the outcomes of the previous turns."""
     if len(history) < 2:
         return None
-    recent = history[-rng.randint(2, 3):]
+    recent = history[-rng.randint(2, 3) :]
     return "Where we stand:\n" + "\n".join(f"- {o}" for o in recent)
 
 
 # --- turn composition ------------------------------------------------------------------------------
 
 
-def large_turn(rng: random.Random, ctx: dict, beat: tuple, index_in_phase: int, turn_index: int,
-               history: list[str], decks: dict) -> dict:
+def large_turn(
+    rng: random.Random, ctx: dict, beat: tuple, index_in_phase: int, turn_index: int, history: list[str], decks: dict
+) -> dict:
     phase, prompt, outcome, file, sym = beat
     pool = ctx["phases"][phase]
     values = {"file": file, "sym": sym}
@@ -1958,10 +2281,7 @@ def large_session(rng: random.Random, ctx: dict) -> list[dict]:
 
 
 def small_session(script: list[tuple]) -> list[dict]:
-    return [
-        {"prompt": p, "thought": t, "response": r, "mini": m, "phase": "small"}
-        for p, t, r, m in script
-    ]
+    return [{"prompt": p, "thought": t, "response": r, "mini": m, "phase": "small"} for p, t, r, m in script]
 
 
 # --- sessions --------------------------------------------------------------------------------------
@@ -1971,32 +2291,94 @@ def build_sessions(rng: random.Random) -> list[dict]:
     """The six sessions in file order, with ids, agents, start times and composed turns."""
     sessions = [
         {
-            "key": "worker-messaging", "size": "large", "minis": "all", "identity": "@neo-opus-ada",
-            "start": "2026-11-17T08:12:05.000Z", "tools": "write",
-            "ctx": {"beats": WORKER_BEATS, "phases": WORKER_PHASES, "notes": WORKER_NOTES, "tests": WORKER_TESTS,
-                    "test_dir": "test/playwright/unit/worker", "base_tests": 58,
-                    "files": ["src/worker/Base.mjs", "src/worker/Manager.mjs", "src/worker/Message.mjs",
-                              "src/worker/PendingRequests.mjs", "src/worker/mixin/RemoteMethodAccess.mjs",
-                              "src/worker/App.mjs", "src/worker/Data.mjs", "src/worker/ErrorSerializer.mjs"]},
+            "key": "worker-messaging",
+            "size": "large",
+            "minis": "all",
+            "identity": "@neo-opus-ada",
+            "start": "2026-11-17T08:12:05.000Z",
+            "tools": "write",
+            "ctx": {
+                "beats": WORKER_BEATS,
+                "phases": WORKER_PHASES,
+                "notes": WORKER_NOTES,
+                "tests": WORKER_TESTS,
+                "test_dir": "test/playwright/unit/worker",
+                "base_tests": 58,
+                "files": [
+                    "src/worker/Base.mjs",
+                    "src/worker/Manager.mjs",
+                    "src/worker/Message.mjs",
+                    "src/worker/PendingRequests.mjs",
+                    "src/worker/mixin/RemoteMethodAccess.mjs",
+                    "src/worker/App.mjs",
+                    "src/worker/Data.mjs",
+                    "src/worker/ErrorSerializer.mjs",
+                ],
+            },
         },
-        {"key": "grid-selection", "size": "small", "minis": "two", "identity": "@neo-opus-ada",
-         "start": "2026-11-18T09:30:41.000Z", "tools": "write", "script": GRID_SELECTION},
         {
-            "key": "grid-big-data", "size": "large", "minis": "none", "identity": "@neo-gemini-grace",
-            "start": "2026-11-18T13:05:12.000Z", "tools": "write",
-            "ctx": {"beats": GRID_BEATS, "phases": GRID_PHASES, "notes": GRID_NOTES, "tests": GRID_TESTS,
-                    "test_dir": "test/playwright/component/grid", "base_tests": 182,
-                    "files": ["src/grid/Body.mjs", "src/grid/ScrollManager.mjs", "src/grid/header/Toolbar.mjs",
-                              "src/selection/grid/RowModel.mjs", "src/util/VdomHelper.mjs", "src/data/Store.mjs",
-                              "examples/grid/bigData/MainContainer.mjs", "examples/grid/bigData/ControlsContainer.mjs"]},
+            "key": "grid-selection",
+            "size": "small",
+            "minis": "two",
+            "identity": "@neo-opus-ada",
+            "start": "2026-11-18T09:30:41.000Z",
+            "tools": "write",
+            "script": GRID_SELECTION,
         },
-        {"key": "vdom-test-flake", "size": "small", "minis": "none", "identity": "@neo-sonnet-linus",
-         "start": "2026-11-19T07:45:03.000Z", "tools": "test", "script": VDOM_FLAKE},
-        {"key": "config-guide", "size": "small", "minis": "none", "identity": "@neo-gemini-grace",
-         "start": "2026-11-19T10:20:27.000Z", "tools": "write", "script": CONFIG_DOCS,
-         "session_id": "chat:2026-11-19,ws-7"},
-        {"key": "backup-rotation", "size": "small", "minis": "none", "identity": "@neo-gemini-grace",
-         "start": "2026-11-19T16:02:58.000Z", "tools": "write", "script": BACKUP_ROTATION},
+        {
+            "key": "grid-big-data",
+            "size": "large",
+            "minis": "none",
+            "identity": "@neo-gemini-grace",
+            "start": "2026-11-18T13:05:12.000Z",
+            "tools": "write",
+            "ctx": {
+                "beats": GRID_BEATS,
+                "phases": GRID_PHASES,
+                "notes": GRID_NOTES,
+                "tests": GRID_TESTS,
+                "test_dir": "test/playwright/component/grid",
+                "base_tests": 182,
+                "files": [
+                    "src/grid/Body.mjs",
+                    "src/grid/ScrollManager.mjs",
+                    "src/grid/header/Toolbar.mjs",
+                    "src/selection/grid/RowModel.mjs",
+                    "src/util/VdomHelper.mjs",
+                    "src/data/Store.mjs",
+                    "examples/grid/bigData/MainContainer.mjs",
+                    "examples/grid/bigData/ControlsContainer.mjs",
+                ],
+            },
+        },
+        {
+            "key": "vdom-test-flake",
+            "size": "small",
+            "minis": "none",
+            "identity": "@neo-sonnet-linus",
+            "start": "2026-11-19T07:45:03.000Z",
+            "tools": "test",
+            "script": VDOM_FLAKE,
+        },
+        {
+            "key": "config-guide",
+            "size": "small",
+            "minis": "none",
+            "identity": "@neo-gemini-grace",
+            "start": "2026-11-19T10:20:27.000Z",
+            "tools": "write",
+            "script": CONFIG_DOCS,
+            "session_id": "chat:2026-11-19,ws-7",
+        },
+        {
+            "key": "backup-rotation",
+            "size": "small",
+            "minis": "none",
+            "identity": "@neo-gemini-grace",
+            "start": "2026-11-19T16:02:58.000Z",
+            "tools": "write",
+            "script": BACKUP_ROTATION,
+        },
     ]
     for s in sessions:
         s["session_id"] = s.get("session_id") or seeded_uuid(rng)
@@ -2009,7 +2391,11 @@ def build_sessions(rng: random.Random) -> list[dict]:
             ts += rng.randint(60_000, 300_000)
             turn["document"] = compose_document(turn["prompt"], turn["thought"], turn["response"])
             low, high = (1, 6) if s["size"] == "large" else (1, 4)
-            kind = "read" if turn["phase"] in ("explore", "design", "perf", "repro", "profile", "rootcause") else s["tools"]
+            kind = (
+                "read"
+                if turn["phase"] in ("explore", "design", "perf", "repro", "profile", "rootcause")
+                else s["tools"]
+            )
             turn["amount"], turn["tools_used"] = tool_calls(rng, kind, low, high)
             turn["embedding"] = embedding(rng)
             if s["minis"] != "all" and not (s["minis"] == "two" and turn["mini"]):
@@ -2061,26 +2447,63 @@ def bad_lines(rng: random.Random, sessions: list[dict]) -> list[str]:
         m = {"prompt": prompt, "thought": thought, "response": response}
         if session_id is not None:
             m["sessionId"] = session_id
-        m.update({"timestamp": ts, "type": "agent-interaction", "agentIdentity": "@neo-sonnet-linus",
-                  "agent": "claude-code", "model": "claude-sonnet-4-5", "userId": "tobiu",
-                  "amountToolCalls": 1, "toolsUsed": json.dumps([{"name": "run_shell_command"}], separators=(",", ":"))})
+        m.update(
+            {
+                "timestamp": ts,
+                "type": "agent-interaction",
+                "agentIdentity": "@neo-sonnet-linus",
+                "agent": "claude-code",
+                "model": "claude-sonnet-4-5",
+                "userId": "tobiu",
+                "amountToolCalls": 1,
+                "toolsUsed": json.dumps([{"name": "run_shell_command"}], separators=(",", ":")),
+            }
+        )
         return m
 
-    p1, t1, r1 = ("Re-run the VDOM specs once more on CI.", "CI is the environment that flaked, so that's the real check.",
-                  "Triggered the unit workflow on the branch; all 3 spec files green on the first run.")
-    p2, t2, r2 = ("Can you also check the Safari run?", "WebKit is only run nightly; I'll start it manually.",
-                  "Started the nightly WebKit job by hand; VdomHelper.spec.mjs passed 50 of 50 repeats.")
-    p3, t3, r3 = ("", "The previous answer covered everything; nothing new to do.", "Nothing to change; waiting for input.")
-    p4, t4, r4 = ("Add the dry-run flag to the README of buildScripts/ai.", "One line in the usage section is enough.",
-                  "Documented `--apply` in buildScripts/ai/README.md under Usage.")
+    p1, t1, r1 = (
+        "Re-run the VDOM specs once more on CI.",
+        "CI is the environment that flaked, so that's the real check.",
+        "Triggered the unit workflow on the branch; all 3 spec files green on the first run.",
+    )
+    p2, t2, r2 = (
+        "Can you also check the Safari run?",
+        "WebKit is only run nightly; I'll start it manually.",
+        "Started the nightly WebKit job by hand; VdomHelper.spec.mjs passed 50 of 50 repeats.",
+    )
+    p3, t3, r3 = (
+        "",
+        "The previous answer covered everything; nothing new to do.",
+        "Nothing to change; waiting for input.",
+    )
+    p4, t4, r4 = (
+        "Add the dry-run flag to the README of buildScripts/ai.",
+        "One line in the usage section is enough.",
+        "Documented `--apply` in buildScripts/ai/README.md under Usage.",
+    )
     rows = [
-        {"embedding": embedding(rng), "metadata": meta(flake["session_id"], p1, t1, r1, base_ts),
-         "document": compose_document(p1, t1, r1)},
-        {"id": seeded_uuid(rng), "embedding": embedding(rng), "metadata": meta(None, p2, t2, r2, base_ts + 120_000),
-         "document": compose_document(p2, t2, r2)},
-        {"id": seeded_uuid(rng), "embedding": embedding(rng), "metadata": meta(flake["session_id"], p3, t3, r3, base_ts + 240_000)},
-        {"id": seeded_uuid(rng), "embedding": embedding(rng), "metadata": meta(rotation["session_id"], p4, t4, r4, [1, 2]),
-         "document": compose_document(p4, t4, r4)},
+        {
+            "embedding": embedding(rng),
+            "metadata": meta(flake["session_id"], p1, t1, r1, base_ts),
+            "document": compose_document(p1, t1, r1),
+        },
+        {
+            "id": seeded_uuid(rng),
+            "embedding": embedding(rng),
+            "metadata": meta(None, p2, t2, r2, base_ts + 120_000),
+            "document": compose_document(p2, t2, r2),
+        },
+        {
+            "id": seeded_uuid(rng),
+            "embedding": embedding(rng),
+            "metadata": meta(flake["session_id"], p3, t3, r3, base_ts + 240_000),
+        },
+        {
+            "id": seeded_uuid(rng),
+            "embedding": embedding(rng),
+            "metadata": meta(rotation["session_id"], p4, t4, r4, [1, 2]),
+            "document": compose_document(p4, t4, r4),
+        },
     ]
     return ['{"id": "broken'] + [json.dumps(r, ensure_ascii=False) for r in rows]
 
@@ -2088,8 +2511,14 @@ def bad_lines(rng: random.Random, sessions: list[dict]) -> list[str]:
 SUMMARY_TEXT = {
     "grid-selection": (
         "Fix grid selection jumping after sort (#13904)",
-        {"category": "bugfix", "quality": 82, "productivity": 78, "impact": 45, "complexity": 30,
-         "technologies": "javascript,neo.mjs,playwright"},
+        {
+            "category": "bugfix",
+            "quality": 82,
+            "productivity": 78,
+            "impact": 45,
+            "complexity": 30,
+            "technologies": "javascript,neo.mjs,playwright",
+        },
         "The goal was to fix issue #13904, where a selected grid row lost its highlight to another record after "
         "sorting. The agent traced it to RowModel storing row indices, switched RowModel and CellModel to record "
         "keys while keeping selectRow(index) as a wrapper, added regression tests in RowModel.spec.mjs, and wrote "
@@ -2097,8 +2526,14 @@ SUMMARY_TEXT = {
     ),
     "vdom-test-flake": (
         "Fix flaky VDOM unit tests caused by shared id counters",
-        {"category": "bugfix", "quality": 80, "productivity": 70, "impact": 40, "complexity": 30,
-         "technologies": "javascript,neo.mjs,playwright"},
+        {
+            "category": "bugfix",
+            "quality": 80,
+            "productivity": 70,
+            "impact": 40,
+            "complexity": 30,
+            "technologies": "javascript,neo.mjs,playwright",
+        },
         "The goal was to stop VdomHelper.spec.mjs from failing about one CI run in ten. The agent reproduced the "
         "flake with --repeat-each and several workers, traced it to IdGenerator counters shared between tests in a "
         "Playwright worker, pinned explicit vnode ids and reset the counters in beforeEach, and verified the fix "
@@ -2110,8 +2545,16 @@ SUMMARY_TEXT = {
 def input_revision(s: dict, turns: list[dict]) -> str:
     """The original's `computeSessionTurnInputRevision` of these turns. A session's timestamps are
     distinct (`check`), so its canonical order is by timestamp alone, with no id tie to collate."""
-    rows = [{"id": t["id"], "document": t["document"], "agentIdentity": s["identity"], "sessionId": s["session_id"],
-             "userId": "tobiu"} for t in sorted(turns, key=lambda t: t["ts"])]
+    rows = [
+        {
+            "id": t["id"],
+            "document": t["document"],
+            "agentIdentity": s["identity"],
+            "sessionId": s["session_id"],
+            "userId": "tobiu",
+        }
+        for t in sorted(turns, key=lambda t: t["ts"])
+    ]
     payload = json.dumps({"version": 1, "turns": rows}, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
@@ -2125,14 +2568,24 @@ def summary_rows(rng: random.Random, sessions: list[dict]) -> list[dict]:
         drift = s["key"] == "vdom-test-flake"  # summarized before its last turn arrived
         count = len(s["turns"]) - 1 if drift else len(s["turns"])
         ts = s["turns"][count - 1]["ts"] + rng.randint(20_000, 50_000)
-        rows.append({
-            "id": f"summary_{s['session_id']}",
-            "embedding": embedding(rng),
-            "metadata": {"sessionId": s["session_id"], "memoryCount": count,
-                         "dreamInputRevision": input_revision(s, s["turns"][:count]), "title": title, **scores,
-                         "sourceTier": "raw", "degraded": False, "rawCanonical": True, "timestamp": ts},
-            "document": text,
-        })
+        rows.append(
+            {
+                "id": f"summary_{s['session_id']}",
+                "embedding": embedding(rng),
+                "metadata": {
+                    "sessionId": s["session_id"],
+                    "memoryCount": count,
+                    "dreamInputRevision": input_revision(s, s["turns"][:count]),
+                    "title": title,
+                    **scores,
+                    "sourceTier": "raw",
+                    "degraded": False,
+                    "rawCanonical": True,
+                    "timestamp": ts,
+                },
+                "document": text,
+            }
+        )
     return rows
 
 
@@ -2140,18 +2593,33 @@ def graph_lines(sessions: list[dict]) -> list[str]:
     nodes, edges, identities = [], [], []
     for s in sessions:
         for turn in s["turns"]:
-            props = {"name": f"Memory: {iso(turn['ts'])}", "sessionId": s["session_id"], "timestamp": iso(turn["ts"]),
-                     "agentIdentity": s["identity"]}
+            props = {
+                "name": f"Memory: {iso(turn['ts'])}",
+                "sessionId": s["session_id"],
+                "timestamp": iso(turn["ts"]),
+                "agentIdentity": s["identity"],
+            }
             if turn["mini"]:
                 props["miniSummary"] = turn["mini"]
             nodes.append({"type": "node", "data": {"id": turn["id"], "label": "AGENT_MEMORY", "properties": props}})
-            edges.append({"type": "edge", "data": {"id": f"{turn['id']}->{s['identity']}:AUTHORED_BY", "source": turn["id"],
-                                                   "target": s["identity"], "type": "AUTHORED_BY",
-                                                   "properties": {"weight": 1.0}}})
+            edges.append(
+                {
+                    "type": "edge",
+                    "data": {
+                        "id": f"{turn['id']}->{s['identity']}:AUTHORED_BY",
+                        "source": turn["id"],
+                        "target": s["identity"],
+                        "type": "AUTHORED_BY",
+                        "properties": {"weight": 1.0},
+                    },
+                }
+            )
         if s["identity"] not in identities:
             identities.append(s["identity"])
     for identity in identities:
-        nodes.append({"type": "node", "data": {"id": identity, "label": "AGENT_IDENTITY", "properties": {"name": identity}}})
+        nodes.append(
+            {"type": "node", "data": {"id": identity, "label": "AGENT_IDENTITY", "properties": {"name": identity}}}
+        )
     return [json.dumps(x, ensure_ascii=False) for x in nodes + edges]
 
 
@@ -2189,14 +2657,22 @@ def check(sessions: list[dict]) -> None:
 def report(sessions: list[dict], paths: list[Path]) -> None:
     """Per session: turns, document bytes (total and per turn), the raw content's token estimate at
     3 bytes a token (without the instruction header), turns without `document`, mini summaries."""
-    print(f"{'session id':38} {'kind':42} {'turns':>5} {'doc bytes':>9} {'per turn':>11} {'~tokens':>8} {'no doc':>6} {'minis':>5}")
+    print(
+        f"{'session id':38} {'kind':42} {'turns':>5} {'doc bytes':>9} {'per turn':>11} {'~tokens':>8} {'no doc':>6} {'minis':>5}"
+    )
     for s in sessions:
         sizes = [nbytes(t["document"]) for t in s["turns"]]
         raw = nbytes("\n\n---\n\n".join(t["document"] for t in s["turns"]))
-        kind = {"all": "large, mini summaries", "none": "large, no mini summaries"}[s["minis"]] if s["size"] == "large" else "small"
-        print(f"{s['session_id']:38} {s['key'] + ' (' + kind + ')':42} {len(sizes):>5} {sum(sizes):>9} "
-              f"{min(sizes):>5}-{max(sizes):<5} {math.ceil(raw / 3):>8} {sum(t['omit_document'] for t in s['turns']):>6} "
-              f"{sum(bool(t['mini']) for t in s['turns']):>5}")
+        kind = (
+            {"all": "large, mini summaries", "none": "large, no mini summaries"}[s["minis"]]
+            if s["size"] == "large"
+            else "small"
+        )
+        print(
+            f"{s['session_id']:38} {s['key'] + ' (' + kind + ')':42} {len(sizes):>5} {sum(sizes):>9} "
+            f"{min(sizes):>5}-{max(sizes):<5} {math.ceil(raw / 3):>8} {sum(t['omit_document'] for t in s['turns']):>6} "
+            f"{sum(bool(t['mini']) for t in s['turns']):>5}"
+        )
     for path in paths:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         print(f"{path.relative_to(SAMPLES.parent)}  {path.stat().st_size:>7} bytes  sha256 {digest[:16]}")

@@ -8,7 +8,9 @@ from pathlib import Path
 from digest.turns import Turn
 
 
-def memory_row(turn: Turn, prompt: str = "p", thought: str = "t", response: str = "r", with_document: bool = True) -> dict:
+def memory_row(
+    turn: Turn, prompt: str = "p", thought: str = "t", response: str = "r", with_document: bool = True
+) -> dict:
     metadata = {
         "prompt": prompt,
         "thought": thought,
@@ -20,7 +22,11 @@ def memory_row(turn: Turn, prompt: str = "p", thought: str = "t", response: str 
         "agentIdentity": turn.agent_identity,
         "model": turn.model,
     }
-    row = {"id": turn.id, "embedding": [0.125, -0.5, 0.25, 1.0], "metadata": {k: v for k, v in metadata.items() if v is not None}}
+    row = {
+        "id": turn.id,
+        "embedding": [0.125, -0.5, 0.25, 1.0],
+        "metadata": {k: v for k, v in metadata.items() if v is not None},
+    }
     if with_document:
         row["document"] = turn.document
     return row
@@ -37,5 +43,8 @@ def write_bundle(folder: Path, turns: list[Turn], stamp: str = "2026-11-20T09-00
             props = {"sessionId": turn.session_id}
             if turn.mini_summary:
                 props["miniSummary"] = turn.mini_summary
-            out.write(json.dumps({"type": "node", "data": {"id": turn.id, "label": "AGENT_MEMORY", "properties": props}}) + "\n")
+            out.write(
+                json.dumps({"type": "node", "data": {"id": turn.id, "label": "AGENT_MEMORY", "properties": props}})
+                + "\n"
+            )
     return folder

@@ -8,7 +8,6 @@ from digest.synthesis import Limits
 from digest.turns import Turn, compose_document
 from resources.store import DigestStore
 
-
 # Each test module's tier (`pytest -m TIER`; `make test-fast` runs `unit`). A test marked
 # `embedded` keeps that tier; a module missing here stops the collection, so every new module is
 # placed on purpose.

@@ -172,7 +172,7 @@ class FaultServer:
             return
         conn.sendall(data)
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         self._thread.start()
         return self
 

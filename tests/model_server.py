@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 GOOD_SUMMARY = {
     "summary": "The agent fixed the token refresh in auth.py and added a regression test.",
@@ -39,29 +39,29 @@ class Behaviour:
     prompt_tokens: int | None = None  # the count the server reports; default: len(prompt) // 4
 
     @staticmethod
-    def reply(obj: dict = GOOD_SUMMARY) -> "Behaviour":
+    def reply(obj: dict = GOOD_SUMMARY) -> Behaviour:
         return Behaviour(content=json.dumps(obj))
 
     @staticmethod
-    def text(content: str) -> "Behaviour":
+    def text(content: str) -> Behaviour:
         return Behaviour(content=content)
 
     @staticmethod
-    def hang(seconds: float) -> "Behaviour":
+    def hang(seconds: float) -> Behaviour:
         return Behaviour(content=json.dumps(GOOD_SUMMARY), delay_s=seconds)
 
     @staticmethod
-    def overflow(n_prompt: int = 9000, n_ctx: int = 8192) -> "Behaviour":
-        message = (
-            f"Requested tokens ({n_prompt}) exceed context window of {n_ctx}"
-        )
+    def overflow(n_prompt: int = 9000, n_ctx: int = 8192) -> Behaviour:
+        message = f"Requested tokens ({n_prompt}) exceed context window of {n_ctx}"
         return Behaviour(
             status=400,
-            error_body={"error": {"message": message, "type": "invalid_request_error", "code": "context_length_exceeded"}},
+            error_body={
+                "error": {"message": message, "type": "invalid_request_error", "code": "context_length_exceeded"}
+            },
         )
 
     @staticmethod
-    def server_error() -> "Behaviour":
+    def server_error() -> Behaviour:
         return Behaviour(status=500, error_body={"error": {"message": "internal error", "type": "server_error"}})
 
 
@@ -159,7 +159,7 @@ class ModelServer:
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
-    def __enter__(self) -> "ModelServer":
+    def __enter__(self) -> ModelServer:
         self._thread.start()
         return self
 

@@ -24,13 +24,33 @@ STAMP = "2026-11-20T09-00-00.000Z"
 NOW_MS = 1_763_600_000_000  # 2025-11-20; every session ends at least two days before it
 EMBEDDING = [0.125, -0.5, 0.25, 1.0, 0.0, -0.25, 0.5, 0.75]
 
-_SUBJECTS = ["the grid", "the worker bridge", "the VDOM diff", "the store", "the router", "the form field",
-             "the backup rotation", "the config loader", "the test runner", "the build script"]
+_SUBJECTS = [
+    "the grid",
+    "the worker bridge",
+    "the VDOM diff",
+    "the store",
+    "the router",
+    "the form field",
+    "the backup rotation",
+    "the config loader",
+    "the test runner",
+    "the build script",
+]
 _ACTIONS = ["fix a regression in", "refactor", "add tests for", "document", "profile", "review"]
-_FILES = ["src/grid/Body.mjs", "src/worker/Manager.mjs", "src/vdom/Helper.mjs", "src/data/Store.mjs",
-          "src/form/field/Text.mjs", "buildScripts/webpack.mjs", "ai/services/Backup.py"]
-_AGENTS = [("claude-code", "@neo-opus-ada", "claude-opus-4"), ("codex", "@neo-gpt", "gpt-5"),
-           ("gemini-cli", None, "gemini-3.5-flash")]
+_FILES = [
+    "src/grid/Body.mjs",
+    "src/worker/Manager.mjs",
+    "src/vdom/Helper.mjs",
+    "src/data/Store.mjs",
+    "src/form/field/Text.mjs",
+    "buildScripts/webpack.mjs",
+    "ai/services/Backup.py",
+]
+_AGENTS = [
+    ("claude-code", "@neo-opus-ada", "claude-opus-4"),
+    ("codex", "@neo-gpt", "gpt-5"),
+    ("gemini-cli", None, "gemini-3.5-flash"),
+]
 
 
 @dataclass(frozen=True)
@@ -47,8 +67,17 @@ class ExportFacts:
 def _sentence(rng: random.Random, length: int) -> str:
     words = []
     while sum(len(w) + 1 for w in words) < length:
-        words.append(rng.choice([f"{rng.choice(_ACTIONS)} {rng.choice(_SUBJECTS)}", rng.choice(_FILES),
-                                 "then ran the suite", "and checked the diff", f"step {rng.randrange(99)}"]))
+        words.append(
+            rng.choice(
+                [
+                    f"{rng.choice(_ACTIONS)} {rng.choice(_SUBJECTS)}",
+                    rng.choice(_FILES),
+                    "then ran the suite",
+                    "and checked the diff",
+                    f"step {rng.randrange(99)}",
+                ]
+            )
+        )
     return " ".join(words)[:length]
 
 
@@ -59,7 +88,7 @@ def _session(rng: random.Random, index: int, turns_per_session: int, turn_bytes:
     start = NOW_MS - 2 * 86_400_000 - rng.randrange(60 * 86_400_000)
     rows, turns = [], []
     ts = start
-    for t in range(turns_per_session):
+    for _ in range(turns_per_session):
         if rng.random() > 0.1:  # one turn in ten shares its predecessor's timestamp (a tie)
             ts += rng.randrange(1_000, 300_000)
         prompt = _sentence(rng, turn_bytes // 5)
@@ -68,9 +97,15 @@ def _session(rng: random.Random, index: int, turns_per_session: int, turn_bytes:
         document = compose_document(prompt, thought, response)
         turn_id = f"{session_id}-{rng.getrandbits(64):016x}"
         metadata = {
-            "prompt": prompt, "thought": thought, "response": response, "sessionId": session_id,
-            "timestamp": str(ts) if rng.random() < 0.05 else ts, "type": "agent-interaction",
-            "agent": agent, "model": model, "amountToolCalls": rng.randrange(6),
+            "prompt": prompt,
+            "thought": thought,
+            "response": response,
+            "sessionId": session_id,
+            "timestamp": str(ts) if rng.random() < 0.05 else ts,
+            "type": "agent-interaction",
+            "agent": agent,
+            "model": model,
+            "amountToolCalls": rng.randrange(6),
         }
         if identity and rng.random() > 0.1:
             metadata["agentIdentity"] = identity
@@ -80,23 +115,47 @@ def _session(rng: random.Random, index: int, turns_per_session: int, turn_bytes:
         if rng.random() > 0.1:  # the field-document de-dup dropped one document in ten
             row["document"] = document
         rows.append(row)
-        turns.append(Turn(id=turn_id, session_id=session_id, document=document, ts_ms=ts, agent=agent,
-                          agent_identity=metadata.get("agentIdentity"), model=model, user_id=user_id))
+        turns.append(
+            Turn(
+                id=turn_id,
+                session_id=session_id,
+                document=document,
+                ts_ms=ts,
+                agent=agent,
+                agent_identity=metadata.get("agentIdentity"),
+                model=model,
+                user_id=user_id,
+            )
+        )
     return rows, turns
 
 
 def _summary_row(rng: random.Random, turns: list[Turn]) -> dict:
     ordered = canonical_order(turns)
     metadata = {
-        "sessionId": turns[0].session_id, "timestamp": max(t.ts_ms for t in turns), "memoryCount": len(turns),
-        "dreamInputRevision": input_revision(ordered), "title": f"Work on {rng.choice(_SUBJECTS)}",
-        "category": rng.choice(["bugfix", "feature", "refactoring", "analysis"]), "quality": rng.randrange(101),
-        "productivity": rng.randrange(101), "impact": rng.randrange(101), "complexity": rng.randrange(101),
-        "technologies": "javascript,neo.mjs", "participatingAgents": turns[0].agent, "models": turns[0].model,
-        "sourceTier": "raw", "degraded": False, "rawCanonical": True,
+        "sessionId": turns[0].session_id,
+        "timestamp": max(t.ts_ms for t in turns),
+        "memoryCount": len(turns),
+        "dreamInputRevision": input_revision(ordered),
+        "title": f"Work on {rng.choice(_SUBJECTS)}",
+        "category": rng.choice(["bugfix", "feature", "refactoring", "analysis"]),
+        "quality": rng.randrange(101),
+        "productivity": rng.randrange(101),
+        "impact": rng.randrange(101),
+        "complexity": rng.randrange(101),
+        "technologies": "javascript,neo.mjs",
+        "participatingAgents": turns[0].agent,
+        "models": turns[0].model,
+        "sourceTier": "raw",
+        "degraded": False,
+        "rawCanonical": True,
     }
-    return {"id": f"summary_{turns[0].session_id}", "embedding": EMBEDDING, "metadata": metadata,
-            "document": f"The agent worked on {rng.choice(_SUBJECTS)} over {len(turns)} turns."}
+    return {
+        "id": f"summary_{turns[0].session_id}",
+        "embedding": EMBEDDING,
+        "metadata": metadata,
+        "document": f"The agent worked on {rng.choice(_SUBJECTS)} over {len(turns)} turns.",
+    }
 
 
 def write_export(
@@ -113,8 +172,11 @@ def write_export(
     memory = folder / f"memory-backup-{STAMP}.jsonl"
     summarized: list[str] = []
     total_turns = 0
-    with memory.open("w") as mem, (folder / f"graph-backup-{STAMP}.jsonl").open("w") as graph, \
-            (folder / f"summaries-backup-{STAMP}.jsonl").open("w") as summaries:
+    with (
+        memory.open("w") as mem,
+        (folder / f"graph-backup-{STAMP}.jsonl").open("w") as graph,
+        (folder / f"summaries-backup-{STAMP}.jsonl").open("w") as summaries,
+    ):
         for index in range(sessions):
             rows, turns = _session(rng, index, turns_per_session, turn_bytes)
             total_turns += len(rows)

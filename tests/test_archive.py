@@ -45,7 +45,9 @@ CLI = [sys.executable, "-m", "pipelines.cli"]
 
 @pytest.fixture
 def server():
-    with ModelServer(lambda received: Behaviour.reply({**GOOD_SUMMARY, "technologies": ["C, C++", "duckdb"]})) as server:
+    with ModelServer(
+        lambda received: Behaviour.reply({**GOOD_SUMMARY, "technologies": ["C, C++", "duckdb"]})
+    ) as server:
         yield server
 
 
@@ -66,7 +68,9 @@ def _summarize(settings, store: DigestStore, session_ids: list[str]) -> None:
     for session_id in session_ids:
         revision = store.session_by_partition(session_id)["input_revision"]
         client = model.client(store, session=(session_id, revision))
-        result = summarize_session(store.load_turns([session_id]), client, model.limits(), RunLedger(store, f"run-{session_id}"))
+        result = summarize_session(
+            store.load_turns([session_id]), client, model.limits(), RunLedger(store, f"run-{session_id}")
+        )
         store.write_summary(result.summary, run_id=f"run-{session_id}")
 
 
@@ -78,7 +82,13 @@ def _populated_store(tmp_path, url: str) -> tuple:
     folder = write_bundle(tmp_path / "bundle", make_turns("small", 3) + make_turns("big", 30, doc_bytes=400, minis=20))
     (folder / "turns-extra.jsonl").write_text('{"id": "x1"}\n')
     (folder / "summaries-backup-2026-01-01T00-00-00.000Z.jsonl").write_text(
-        json.dumps({"id": "summary_small", "metadata": {"sessionId": "small", "memoryCount": 2, "title": "old"}, "document": "d"})
+        json.dumps(
+            {
+                "id": "summary_small",
+                "metadata": {"sessionId": "small", "memoryCount": 2, "title": "old"},
+                "document": "d",
+            }
+        )
         + "\n"
     )
     ingest_paths([folder], store)
@@ -88,7 +98,8 @@ def _populated_store(tmp_path, url: str) -> tuple:
     store.record_backfill_run("big", 2, 1, None, "run-x")
     store.record_summary_failure("small", "sha256:old", "timeout", 1, lambda n: 60)
     store.record_friction(
-        FrictionEvent("small", "c", "m", "timeout", "post-invocation-failure", 10, 4, 8192, 6144, 2000, note="n"), "run-x"
+        FrictionEvent("small", "c", "m", "timeout", "post-invocation-failure", 10, 4, 8192, 6144, 2000, note="n"),
+        "run-x",
     )
     # Graph rows: an entity both sessions name, and a turn node holding an older copy of its mini summary.
     store.query(
@@ -109,7 +120,12 @@ def _fingerprint(path: Path) -> dict[str, list]:
     """Every table's rows, sorted: what "unchanged" means for a store."""
     con = duckdb.connect(str(path), read_only=True)
     try:
-        tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'").fetchall()]
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'"
+            ).fetchall()
+        ]
         return {t: con.execute(f'SELECT * FROM "{t}" ORDER BY ALL').fetchall() for t in sorted(tables)}
     finally:
         con.close()
@@ -141,7 +157,9 @@ def test_archive_then_restore_into_an_empty_store_gives_the_same_rows(tmp_path, 
     assert copy.query(without_updated_at).equals(store.query(without_updated_at))
     assert result["outcome"].pending == [] and result["outcome"].summaries_restored == ["big", "small"]
     # A comma inside a technology survives (the table file is exact; the Neo-shaped line joins them).
-    assert copy.query("SELECT technologies FROM session_summaries WHERE session_id = 'small'")["technologies"][0].tolist() == [
+    assert copy.query("SELECT technologies FROM session_summaries WHERE session_id = 'small'")["technologies"][
+        0
+    ].tolist() == [
         "C, C++",
         "duckdb",
     ]
@@ -158,9 +176,17 @@ def test_the_bundle_has_the_originals_shapes(tmp_path, server):
     assert all(m["embedding"] == [0.125, -0.5, 0.25, 1.0] for m in memory)
     assert next(bundle.glob("memory-backup-*.jsonl")).read_text().count('"embedding":[0.125, -0.5, 0.25, 1.0],') == 33
     files = {f["kind"]: f for f in json.loads((bundle / "manifest.json").read_text())["files"]}
-    assert files["memory"]["vectors"] == {"with_embedding": 33, "without_embedding": 0, "sessions_without_embedding": []}
+    assert files["memory"]["vectors"] == {
+        "with_embedding": 33,
+        "without_embedding": 0,
+        "sessions_without_embedding": [],
+    }
     # Summaries made here have no vector: the original's import re-embeds them.
-    assert files["summaries"]["vectors"] == {"with_embedding": 0, "without_embedding": 2, "sessions_without_embedding": ["big", "small"]}
+    assert files["summaries"]["vectors"] == {
+        "with_embedding": 0,
+        "without_embedding": 2,
+        "sessions_without_embedding": ["big", "small"],
+    }
     assert {"sessionId", "timestamp", "prompt", "thought", "response"} <= set(memory[0]["metadata"])
     summaries = [json.loads(line) for line in next(bundle.glob("summaries-backup-*.jsonl")).read_text().splitlines()]
     small = next(s for s in summaries if s["id"] == "summary_small")
@@ -212,9 +238,16 @@ def test_a_corrupt_or_truncated_bundle_is_refused_and_changes_nothing(tmp_path, 
 
     # End to end: the CLI says what is wrong and the store is untouched.
     summaries = bundle / "tables" / "session_summaries.jsonl"
-    summaries.write_text(summaries.read_text().replace('"title":"Fix token refresh"', '"title":"Fix token refreshes"', 1))
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}, "DIGEST_HOME": str(tmp_path / "live")}
-    done = subprocess.run(CLI + ["restore", str(bundle), "--mode", "replace"], env=env, capture_output=True, text=True, timeout=300)
+    summaries.write_text(
+        summaries.read_text().replace('"title":"Fix token refresh"', '"title":"Fix token refreshes"', 1)
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        "DIGEST_HOME": str(tmp_path / "live"),
+    }
+    done = subprocess.run(
+        CLI + ["restore", str(bundle), "--mode", "replace"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode != 0
     assert "tables/session_summaries.jsonl: sha256 differs from the manifest's" in done.stderr
     assert "nothing was changed" in done.stderr
@@ -226,7 +259,9 @@ def test_replace_touches_only_the_bundles_sessions_and_tables(tmp_path, server):
     archive = store.write_archive(tmp_path / "archives", sessions=["small"])
     assert "tables/rejects.jsonl" not in archive["rows"]  # not about any session
     # Both re-summarized since (a summary write sets created_at).
-    store.query("UPDATE session_summaries SET title = 'changed since', created_at = now() WHERE session_id IN ('small', 'big')")
+    store.query(
+        "UPDATE session_summaries SET title = 'changed since', created_at = now() WHERE session_id IN ('small', 'big')"
+    )
     result = store.restore_archive(validate_bundle(archive["path"]), "replace")
     titles = dict(store.query("SELECT session_id, title FROM session_summaries").values.tolist())
     assert titles == {"small": GOOD_SUMMARY["title"], "big": "changed since"}
@@ -306,7 +341,16 @@ def test_a_rerun_after_a_restore_makes_no_model_call(tmp_path):
     assert all(r.success for r in results) and materialized == {"small", "big"}
     assert other_server.chat_requests() == []
     rerun = {r["session_id"]: r for r in store.summary_rows()}
-    content = ["summary", "title", "category", "technologies", "source_tier", "degraded", "route_reason", "input_revision"]
+    content = [
+        "summary",
+        "title",
+        "category",
+        "technologies",
+        "source_tier",
+        "degraded",
+        "route_reason",
+        "input_revision",
+    ]
     assert {s: {c: row[c] for c in content} for s, row in rerun.items()} == {
         s: {c: row[c] for c in content} for s, row in archived.items()
     }
@@ -340,7 +384,12 @@ def test_restore_outcome_classifies_sessions():
     def state(revision, summary, created="t1", retired=False):
         return SessionState("key", revision, summary, created if summary else None, retired)
 
-    before = {"same": state("r1", "r1"), "older": state("r2", "r2"), "gone": state("r1", "r1"), "quiet": state("r1", "r1")}
+    before = {
+        "same": state("r1", "r1"),
+        "older": state("r2", "r2"),
+        "gone": state("r1", "r1"),
+        "quiet": state("r1", "r1"),
+    }
     after = {
         "same": state("r1", "r1"),
         "older": state("r1", "r1", created="t0"),  # the bundle's older summary, consistent with its turns
@@ -377,12 +426,17 @@ def test_archive_restore_and_cache_clear_from_the_cli(tmp_path, server):
 
     archived = run("archive", "--sessions", "small", "--retire")
     assert archived["retired"] == ["small"] and Path(archived["path"]).parent == tmp_path / "live" / "archives"
-    assert store.pending_summary_keys() == [] and store.query("SELECT * FROM retired_sessions")["session_id"].tolist() == ["small"]
+    assert store.pending_summary_keys() == [] and store.query("SELECT * FROM retired_sessions")[
+        "session_id"
+    ].tolist() == ["small"]
     store.query("UPDATE session_summaries SET title = 'moved on', created_at = now() WHERE session_id = 'small'")
     restored = run("restore", archived["path"], "--mode", "replace")
     assert restored["summaries_restored"] == 1 and restored["partitions"] == {"added": 2, "removed": []}
     assert restored["still_retired"] == [] and restored["pending"] == []
-    assert store.query("SELECT title FROM session_summaries WHERE session_id = 'small'")["title"][0] == GOOD_SUMMARY["title"]
+    assert (
+        store.query("SELECT title FROM session_summaries WHERE session_id = 'small'")["title"][0]
+        == GOOD_SUMMARY["title"]
+    )
     assert run("cache", "clear") == {"cleared": 2}
 
 
@@ -402,7 +456,12 @@ def restore_base(tmp_path_factory) -> dict[str, Path]:
     shutil.copy(store.path, tmp / "own.duckdb")
     shutil.copy(store.path, tmp / "foreign.duckdb")
     DigestStore(tmp / "foreign.duckdb").query("DELETE FROM archives")
-    return {"own": tmp / "own.duckdb", "foreign": tmp / "foreign.duckdb", "scoped": Path(scoped["path"]), "whole": Path(whole["path"])}
+    return {
+        "own": tmp / "own.duckdb",
+        "foreign": tmp / "foreign.duckdb",
+        "scoped": Path(scoped["path"]),
+        "whole": Path(whole["path"]),
+    }
 
 
 def _restore_case(restore_base, tmp_path, base: str, own_store: bool) -> tuple[Path, Path, Path]:
@@ -448,14 +507,22 @@ def test_a_hostile_bundle_is_refused_and_changes_nothing(restore_base, tmp_path,
 
 
 def _cli_restore(home: Path, bundle: Path, mode: str = "replace") -> subprocess.CompletedProcess:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}, "DIGEST_HOME": str(home)}
-    return subprocess.run(CLI + ["restore", str(bundle), "--mode", mode], env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        "DIGEST_HOME": str(home),
+    }
+    return subprocess.run(
+        CLI + ["restore", str(bundle), "--mode", mode], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def _assert_refused(done: subprocess.CompletedProcess, reason: str) -> None:
     assert done.returncode != 0 and done.stdout == ""
     assert "Traceback" not in done.stderr
-    assert done.stderr.startswith("session-digest: bundle ") and "cannot be restored, nothing was changed:\n" in done.stderr
+    assert (
+        done.stderr.startswith("session-digest: bundle ")
+        and "cannot be restored, nothing was changed:\n" in done.stderr
+    )
     assert reason in done.stderr
 
 
@@ -474,7 +541,9 @@ def test_a_replace_restore_never_deletes_sessions_the_bundle_does_not_hold(resto
     assert fingerprint(db) == before
     # Checksums recomputed too: the rows still say which sessions the bundle holds.
     reseal(bundle)
-    _assert_refused(_cli_restore(home, bundle), "manifest.json: lists sessions the bundle holds no turns of: big, fresh")
+    _assert_refused(
+        _cli_restore(home, bundle), "manifest.json: lists sessions the bundle holds no turns of: big, fresh"
+    )
     assert fingerprint(db) == before
     # Rows of a live session written into the bundle, and resealed: the store that wrote it knows.
     save_manifest(bundle, data)
@@ -485,7 +554,9 @@ def test_a_replace_restore_never_deletes_sessions_the_bundle_does_not_hold(resto
     assert fingerprint(db) == before
 
 
-@pytest.mark.parametrize("name", ["member-symlinked-out", "row-int-a-string", "row-not-null-violated", "line-nested-too-deep"])
+@pytest.mark.parametrize(
+    "name", ["member-symlinked-out", "row-int-a-string", "row-not-null-violated", "line-nested-too-deep"]
+)
 def test_a_refused_restore_from_the_cli_says_why_and_nothing_was_changed(restore_base, tmp_path, name):
     case = next(c for c in CASES if c.name == name)
     bundle, outside, db = _restore_case(restore_base, tmp_path, case.base, case.own_store)

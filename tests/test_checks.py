@@ -43,7 +43,9 @@ def clean_store(tmp_path_factory) -> DigestStore:
     folder = tmp_path_factory.mktemp("clean")
     store = DigestStore(folder / "digest.duckdb")
     store.migrate()
-    turns = make_turns("small", 3) + make_turns("big", 40, doc_bytes=400, minis=40) + make_turns("bare", 40, doc_bytes=400)
+    turns = (
+        make_turns("small", 3) + make_turns("big", 40, doc_bytes=400, minis=40) + make_turns("bare", 40, doc_bytes=400)
+    )
     ingest_paths([write_bundle(folder / "bundle", turns)], store)
     with ModelServer() as summaries, ModelServer(lambda _: Behaviour.reply(EXTRACTION)) as extraction:
         for session_id in ("small", "big", "bare"):  # raw, miniSummary, truncatedRaw

@@ -103,7 +103,9 @@ def test_only_usable_replies_are_cached(tmp_path):
 
 def test_a_reply_is_usable_only_if_its_caller_would_accept_it():
     assert usable_reply(json.dumps(GOOD_SUMMARY), SCHEMA)
-    assert not usable_reply(json.dumps({**GOOD_SUMMARY, "title": "one two three four five six seven eight nine ten eleven"}), SCHEMA)
+    assert not usable_reply(
+        json.dumps({**GOOD_SUMMARY, "title": "one two three four five six seven eight nine ten eleven"}), SCHEMA
+    )
     assert usable_reply('{"entities": [], "relations": []}', extraction_json_schema())
     assert not usable_reply('{"entities": "none"}', extraction_json_schema())
     assert usable_reply('{"any": 1}', {"type": "object"}) and not usable_reply("{", {"type": "object"})
@@ -149,12 +151,16 @@ def _env(home: Path, url: str, **extra) -> dict:
     }
 
 
-
 def _killed_run(instance, settings, key: str):
     """A summary run as a CLI sweep left it when SIGKILL hit: started, never ended, its process gone,
     its step still holding the `model` pool's one slot."""
     job = build_definitions(settings).resolve_job_def("summarize_sessions")
-    tags = {"dagster/partition": key, "digest/sweep": "cli", "digest/host": socket.gethostname(), "digest/pid": str(dead_pid())}
+    tags = {
+        "dagster/partition": key,
+        "digest/sweep": "cli",
+        "digest/host": socket.gethostname(),
+        "digest/pid": str(dead_pid()),
+    }
     run = instance.create_run_for_job(job, tags=tags, status=DagsterRunStatus.STARTED)
     instance.event_log_storage.initialize_concurrency_limit_to_default("model")
     instance.event_log_storage.claim_concurrency_slot("model", run.run_id, "session_summaries")
@@ -181,7 +187,10 @@ def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
             store.claim_summary_lease(key, runs[key].run_id, int(time.time() * 1000), ttl_s=3600)
             revision = store.session_by_partition(key)["input_revision"]
             result = summarize_session(
-                store.load_turns([key]), model.client(store, (key, revision)), model.limits(), RunLedger(store, runs[key].run_id)
+                store.load_turns([key]),
+                model.client(store, (key, revision)),
+                model.limits(),
+                RunLedger(store, runs[key].run_id),
             )
             if key == "written":
                 store.write_summary(result.summary, run_id=runs[key].run_id)
@@ -220,7 +229,9 @@ def test_with_reuse_off_the_staged_reply_goes_once_the_summary_is_written(tmp_pa
         model = ChatModelResource(**{**fields, "url": server.url, "response_cache": False})
         revision = store.session_by_partition("s1")["input_revision"]
         # The run that died after the reply: its reply is staged for s1 at this revision.
-        summarize_session(store.load_turns(["s1"]), model.client(store, ("s1", revision)), model.limits(), RunLedger(store, "dead"))
+        summarize_session(
+            store.load_turns(["s1"]), model.client(store, ("s1", revision)), model.limits(), RunLedger(store, "dead")
+        )
         instance = DagsterInstance.ephemeral()
         instance.add_dynamic_partitions("sessions", ["s1"])
         result = materialize(
@@ -299,7 +310,9 @@ def test_a_sweep_killed_at_random_points_loses_no_summary_and_duplicates_none(tm
         while kills < KILLS:
             trials += 1
             assert trials < 3 * KILLS, "the sweeps kept finishing before the kill"
-            sweep = subprocess.Popen(CLI + ["sweep"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            sweep = subprocess.Popen(
+                CLI + ["sweep"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            )
             started = time.monotonic()
             if trials % 3 == 0:  # anywhere: start-up, recovery, Dagster's writes, DuckDB's
                 deadline = started + rng.uniform(0.3, 8.0)
@@ -368,7 +381,9 @@ def test_a_replayed_reply_is_ledgered_as_cached_and_priced_at_no_model_time(tmp_
     store = _store(tmp_path / "d.duckdb")
     turns = make_turns("s", 2)
     with ModelServer(lambda received: Behaviour.hang(0.3)) as server:
-        client = CachedChatClient(OpenAIChatClient(server.url, "m", schema_style="json_object"), store, {"provider": "openai"})
+        client = CachedChatClient(
+            OpenAIChatClient(server.url, "m", schema_style="json_object"), store, {"provider": "openai"}
+        )
         limits = dataclasses.replace(load_settings({}).limits(), raw_cap_tokens=None)
         for _ in range(2):
             assert summarize_session(turns, client, limits, RunLedger(store, "r")).summary is not None
@@ -376,5 +391,7 @@ def test_a_replayed_reply_is_ledgered_as_cached_and_priced_at_no_model_time(tmp_
     rows = store.query("SELECT cached, duration_s FROM attempts ORDER BY attempt_id").to_dict("records")
     assert [r["cached"] for r in rows] == [False, True] and rows[1]["duration_s"] == 0
     # Throughput comes from the real call alone.
-    assert store.seconds_per_token("m") == pytest.approx(rows[0]["duration_s"] / store.query(
-        "SELECT tokens_estimate FROM attempts WHERE NOT cached")["tokens_estimate"][0])
+    assert store.seconds_per_token("m") == pytest.approx(
+        rows[0]["duration_s"]
+        / store.query("SELECT tokens_estimate FROM attempts WHERE NOT cached")["tokens_estimate"][0]
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,7 @@ from tests.bundles import write_bundle
 from tests.conftest import make_turns
 from tests.model_server import ModelServer
 
-T0 = datetime(2026, 11, 20, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 SETTINGS = load_settings({"DIGEST_MODEL_PROVIDER": "openai"})
 
 
@@ -260,7 +260,9 @@ def test_the_asset_writes_the_report_file_and_plots_its_numbers(tmp_path):
         result = definitions.resolve_job_def("report_friction").execute_in_process(instance=instance)
     assert result.success
     meta = {k: v.value for k, v in result.asset_materializations_for_node("friction_report")[0].metadata.items()}
-    big = DigestStore(settings.db_path).query("SELECT raw_tokens_estimate FROM session_summaries WHERE session_id = 'big'")
+    big = DigestStore(settings.db_path).query(
+        "SELECT raw_tokens_estimate FROM session_summaries WHERE session_id = 'big'"
+    )
     assert meta["pre_routes"] == 1 and meta["tokens_avoided"] == int(big["raw_tokens_estimate"][0])
     assert meta["degraded_share"] == 0.5 and meta["timeouts"] == 0 and meta["friction_events"] == 1
     assert meta["p95_call_seconds"] >= 0
@@ -281,7 +283,11 @@ def test_the_pre_route_bound_is_a_column_and_older_rows_get_it_from_their_note(t
     with store.connect() as con:
         con.execute("ALTER TABLE friction_events DROP COLUMN bound")  # the older store
         for asset_ref, consumer, note in [
-            ("old", "session_summaries", "pre-routed to the degraded summary: raw estimate 9000 tokens > over-raw-cap 8192"),
+            (
+                "old",
+                "session_summaries",
+                "pre-routed to the degraded summary: raw estimate 9000 tokens > over-raw-cap 8192",
+            ),
             ("compact", "session_summaries", "tier=miniSummary: compact input over the prompt budget 6144"),
             ("graph", "session_graph", "pre-routed to the degraded summary: raw estimate 9 tokens > over-raw-cap 1"),
         ]:
@@ -294,8 +300,20 @@ def test_the_pre_route_bound_is_a_column_and_older_rows_get_it_from_their_note(t
             )
     store.migrate()
     store.record_friction(
-        FrictionEvent("new", "session_summaries", "qwen", "size-precheck-skip", "pre-invocation", 30, 10, 8192, 6144,
-                      None, "words the report does not read", bound="over-safe-band")  # fmt: skip
+        FrictionEvent(
+            "new",
+            "session_summaries",
+            "qwen",
+            "size-precheck-skip",
+            "pre-invocation",
+            30,
+            10,
+            8192,
+            6144,
+            None,
+            "words the report does not read",
+            bound="over-safe-band",
+        )  # fmt: skip
     )
     with store.connect() as con:
         bounds = dict(con.execute("SELECT asset_ref, bound FROM friction_events").fetchall())

@@ -286,7 +286,10 @@ def test_chunk_results_merge_on_the_originals_type_and_name_and_edges_are_remapp
     nodes = {i: (n.label, n.properties) for i, n in builder.nodes.items() if i != "session:s"}
     # Case-sensitive, as the original: `recordstore` is another node than `RecordStore`.
     assert nodes == {
-        "CLASS:RowSelectionModel": ("CLASS", _entity_props("RowSelectionModel", "keeps the selected rows by record id")),
+        "CLASS:RowSelectionModel": (
+            "CLASS",
+            _entity_props("RowSelectionModel", "keeps the selected rows by record id"),
+        ),
         "CLASS:RecordStore": ("CLASS", _entity_props("RecordStore", "about RecordStore")),
         "METHOD:onStoreSort__": ("METHOD", _entity_props("onStoreSort()", "about onStoreSort()")),
         "CONCEPT:DuckDB": ("CONCEPT", _entity_props("DuckDB", "about DuckDB", tags=["TECHNOLOGY"])),
@@ -298,7 +301,11 @@ def test_chunk_results_merge_on_the_originals_type_and_name_and_edges_are_remapp
     assert edges["CLASS:RowSelectionModel->CLASS:RecordStore:DEPENDS_ON"] == {
         "weight": 2.0, "justification": "reads records / again", **raw}  # fmt: skip
     # MODIFIES is not one of the original's relationships: RELATES_TO, the type kept in the justification.
-    assert edges["METHOD:onStoreSort__->CLASS:RecordStore:RELATES_TO"] == {"weight": 1.0, "justification": "MODIFIES: sorts", **raw}
+    assert edges["METHOD:onStoreSort__->CLASS:RecordStore:RELATES_TO"] == {
+        "weight": 1.0,
+        "justification": "MODIFIES: sorts",
+        **raw,
+    }
     assert edges["CLASS:RowSelectionModel->session:s:MENTIONED_IN"] == {"weight": 1.0, "justification": "", **raw}
     # Kettle is named nowhere in its chunk's raw text: dropped, and its relation culled with the unknown target.
     assert (stats.entities, stats.relations, stats.ungrounded_entities, stats.culled_relations) == (5, 2, 1, 2)
@@ -393,7 +400,9 @@ def test_provenance_nodes_and_edges_are_the_originals_field_by_field():
     shared = {n.id: n.properties for n in swarm.nodes}
     assert shared["summary_s"]["userId"] == shared["session:s"]["userId"] == "shared"
     assert shared["summary_s"]["description"] == "bugfix session by neo-gpt (Codex)"
-    assert shared["session:s"]["payloadHash"] == _hex('{"createdAt":"","sessionId":"s","title":"Fix the grid","userId":"shared"}')
+    assert shared["session:s"]["payloadHash"] == _hex(
+        '{"createdAt":"","sessionId":"s","title":"Fix the grid","userId":"shared"}'
+    )
 
 
 class _NullLedger:
@@ -599,7 +608,11 @@ def test_every_summary_is_in_the_graph_from_when_it_is_written(tmp_path, instanc
     its summary-time edges with the summary. A session summarized under the raw cap and never
     digested, one whose digest ends undigestible, and one whose exported summary is adopted all have
     theirs in `export-graph`; the digest that succeeds at last rewrites it, once and the same."""
-    big, flaky, adopted = make_turns("big", 40, doc_bytes=400, minis=40), make_turns("flaky", 2), make_turns("adopted", 2)
+    big, flaky, adopted = (
+        make_turns("big", 40, doc_bytes=400, minis=40),
+        make_turns("flaky", 2),
+        make_turns("adopted", 2),
+    )
     folder = write_bundle(tmp_path / "bundle", big + flaky + adopted)
     revision = input_revision(canonical_order(adopted))
     write_summaries(folder, [exported_summary("adopted", memoryCount=2, dreamInputRevision=revision,
@@ -641,7 +654,9 @@ def test_every_summary_is_in_the_graph_from_when_it_is_written(tmp_path, instanc
     assert after["summary_big"] == nodes["summary_big"] and after["summary_adopted"] == nodes["summary_adopted"]
     assert {"session:flaky", "flaky-t000", "flaky-t001"} <= set(after)
     assert {i: after_edges[i] for i in edges} == edges
-    stored = store.query("SELECT id, count(*) AS n FROM graph_nodes WHERE label = 'SESSION_SUMMARY' GROUP BY id ORDER BY id")
+    stored = store.query(
+        "SELECT id, count(*) AS n FROM graph_nodes WHERE label = 'SESSION_SUMMARY' GROUP BY id ORDER BY id"
+    )
     assert stored.to_dict("records") == [{"id": f"summary_{sid}", "n": 1} for sid in ("adopted", "big", "flaky")]
 
 
@@ -740,10 +755,13 @@ def test_with_the_raw_cap_off_the_chunk_limit_alone_bounds_the_graph(store):
 
 def _graph_rows(store: DigestStore, session_id: str) -> tuple[set, set]:
     """A session's stored graph (no property holds a time the digest ran)."""
+
     def props(raw: str) -> str:
         return json.dumps(json.loads(raw), sort_keys=True)
 
-    nodes = store.query("SELECT id, label, properties::VARCHAR AS p FROM graph_nodes WHERE session_id = ?", [session_id])
+    nodes = store.query(
+        "SELECT id, label, properties::VARCHAR AS p FROM graph_nodes WHERE session_id = ?", [session_id]
+    )
     edges = store.query(
         "SELECT id, source, target, type, properties::VARCHAR AS p FROM graph_edges WHERE session_id = ?", [session_id]
     )
@@ -755,7 +773,9 @@ def test_a_session_over_the_run_budget_is_finished_by_the_next_run_with_no_chunk
     """A budget smaller than one chunk's call: each run starts one chunk and stops, its result kept;
     the next run, which the digest sensor gives the part-done session before older ones, goes on
     from there. The response cache is off, so only the stored chunk results prevent a repeat."""
-    texts = [("older", "p", "t", "r")] + [("two", f"Prompt {i}", "plan", "Quillmotor and Kestrelbus " * 60) for i in range(4)]
+    texts = [("older", "p", "t", "r")] + [
+        ("two", f"Prompt {i}", "plan", "Quillmotor and Kestrelbus " * 60) for i in range(4)
+    ]
     rows = [
         (Turn(id=f"{sid}-t{i}", session_id=sid, document=compose_document(*fields), ts_ms=(i + 1) * 60_000 if sid == "older"
               else 1_760_000_000_000 + i * 60_000, agent="claude-code"), *fields)
@@ -781,7 +801,9 @@ def test_a_session_over_the_run_budget_is_finished_by_the_next_run_with_no_chunk
             False, 2, 1, 1)  # fmt: skip
         assert "next run" in meta["reason"]
         assert store.digest_state("two") is None  # not a failure: no attempt counted
-        assert store.query("SELECT chunk_index FROM graph_chunks WHERE session_id = 'two'")["chunk_index"].tolist() == [0]
+        assert store.query("SELECT chunk_index FROM graph_chunks WHERE session_id = 'two'")["chunk_index"].tolist() == [
+            0
+        ]
         assert _tick_digest_sensor(instance, definitions) == ["two"]  # the part-done session goes next
 
         second = _run(definitions, instance, "digest_sessions", "two")
@@ -903,7 +925,9 @@ def test_the_export_is_node_lines_then_edge_lines_in_the_graph_backup_shape(tmp_
     assert relation["properties"]["weight"] == pytest.approx(reinforce(2.0, 2.0))
     assert relation["properties"]["justification"] == "reads records"
     for sid in ("a", "b"):
-        assert f"frontier->summary_{sid}:SESSION_COMPLETED" in edges and f"summary_{sid}->issue-42:DISCUSSED_IN" in edges
+        assert (
+            f"frontier->summary_{sid}:SESSION_COMPLETED" in edges and f"summary_{sid}->issue-42:DISCUSSED_IN" in edges
+        )
     assert {"summary_a", "summary_b", "session:a", "session:b"} <= set(nodes)
     # Loadable back: the AGENT_MEMORY lines carry the mini summaries an import reads.
     minis = [parse_graph_line(line) for line in lines]

@@ -50,7 +50,12 @@ def exported_summary(session_id: str, **meta) -> dict:
         "rawCanonical": True,
     }
     metadata.update(meta)
-    return {"id": f"summary_{session_id}", "embedding": [0.5, -0.25], "metadata": metadata, "document": f"Summary of {session_id}."}
+    return {
+        "id": f"summary_{session_id}",
+        "embedding": [0.5, -0.25],
+        "metadata": metadata,
+        "document": f"Summary of {session_id}.",
+    }
 
 
 def write_summaries(folder: Path, lines: list, stamp: str = STAMP) -> Path:
@@ -63,7 +68,11 @@ def write_summaries(folder: Path, lines: list, stamp: str = STAMP) -> Path:
 def three_sessions() -> tuple[list, list[dict]]:
     """Turns of three sessions, and their exported summaries: one current by revision, one current
     by the original's count rule (no revision), one stale (made from other turns)."""
-    by_revision, by_count, stale = make_turns("by-revision", 3, minis=1), make_turns("by-count", 2), make_turns("stale", 4)
+    by_revision, by_count, stale = (
+        make_turns("by-revision", 3, minis=1),
+        make_turns("by-count", 2),
+        make_turns("stale", 4),
+    )
     summaries = [
         exported_summary(
             "by-revision",
@@ -257,7 +266,11 @@ def test_a_bad_value_is_one_reject_and_the_rest_goes_through(store, tmp_path, me
     assert reject["reason"].startswith(reason)
     assert sorted(r["session_id"] for r in records(store, "SELECT session_id FROM imported_summaries")) == ["s1", "s3"]
     assert store.pending_summary_keys() == ["s2"]
-    assert {r["session_id"]: r["turn_count"] for r in records(store, "SELECT * FROM sessions")} == {"s1": 2, "s2": 2, "s3": 2}
+    assert {r["session_id"]: r["turn_count"] for r in records(store, "SELECT * FROM sessions")} == {
+        "s1": 2,
+        "s2": 2,
+        "s3": 2,
+    }
 
 
 class FailingSink:

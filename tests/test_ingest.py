@@ -101,7 +101,9 @@ def test_missing_document_is_rebuilt_from_metadata(db, tmp_path):
     path = write_jsonl(
         tmp_path / "memory-backup-2025-01-01.jsonl",
         [
-            memory_row("t-rebuilt", "s1", 1_000, prompt="Fix the grid", thought="Row.mjs is stale", response="Patched it"),
+            memory_row(
+                "t-rebuilt", "s1", 1_000, prompt="Fix the grid", thought="Row.mjs is stale", response="Patched it"
+            ),
             memory_row("t-kept", "s1", 2_000, document="the original document text"),
             memory_row("t-blank", "s1", 3_000, document="   ", prompt="P", thought="T", response="R"),
         ],
@@ -111,10 +113,20 @@ def test_missing_document_is_rebuilt_from_metadata(db, tmp_path):
     assert report.turns == 3 and report.rejects == 0
     turns = turns_by_id(db)
     rebuilt = turns["t-rebuilt"]
-    assert rebuilt["document"] == "User Prompt: Fix the grid\nAgent Thought: Row.mjs is stale\nAgent Response: Patched it"
+    assert (
+        rebuilt["document"] == "User Prompt: Fix the grid\nAgent Thought: Row.mjs is stale\nAgent Response: Patched it"
+    )
     assert rebuilt["document_rebuilt"] is True
-    assert (rebuilt["prompt"], rebuilt["thought"], rebuilt["response"]) == ("Fix the grid", "Row.mjs is stale", "Patched it")
-    assert (rebuilt["agent"], rebuilt["agent_identity"], rebuilt["model"]) == ("claude-code", "@neo-opus-ada", "claude-opus-4")
+    assert (rebuilt["prompt"], rebuilt["thought"], rebuilt["response"]) == (
+        "Fix the grid",
+        "Row.mjs is stale",
+        "Patched it",
+    )
+    assert (rebuilt["agent"], rebuilt["agent_identity"], rebuilt["model"]) == (
+        "claude-code",
+        "@neo-opus-ada",
+        "claude-opus-4",
+    )
     assert rebuilt["source_file"] == str(path.resolve()) and rebuilt["source_line"] == 1
 
     assert turns["t-kept"]["document"] == "the original document text"
@@ -173,7 +185,7 @@ def test_the_embedding_is_kept_as_its_text_in_turns_only(db, tmp_path):
 def test_a_malformed_embedding_is_dropped_with_its_reason_and_the_turn_kept(db, tmp_path):
     def raw(turn_id: str, vector_text: str) -> str:
         line = json.dumps(memory_row(turn_id, "s1", 1, with_embedding=False))
-        return line.replace('{"id": "%s", ' % turn_id, '{"id": "%s", "embedding": %s, ' % (turn_id, vector_text), 1)
+        return line.replace(f'{{"id": "{turn_id}", ', f'{{"id": "{turn_id}", "embedding": {vector_text}, ', 1)
 
     path = write_jsonl(
         tmp_path / "memory-backup-bad-vectors.jsonl",
@@ -270,9 +282,21 @@ def test_summaries_backup_rows_land_in_imported_summaries(db, tmp_path):
         tmp_path / "summaries-backup-1.jsonl",
         [
             summary_row(
-                "s1", "The agent fixed the grid.", embedding=[0.25, -0.5], category="bugfix", quality=80,
-                productivity=70.0, impact=40, complexity=30, technologies="python,duckdb", degraded=False, rawCanonical=True,
-                participatingAgents="claude-code", models="m1,m2", totalToolCalls=3, toolsUsed=["grep", "edit"],
+                "s1",
+                "The agent fixed the grid.",
+                embedding=[0.25, -0.5],
+                category="bugfix",
+                quality=80,
+                productivity=70.0,
+                impact=40,
+                complexity=30,
+                technologies="python,duckdb",
+                degraded=False,
+                rawCanonical=True,
+                participatingAgents="claude-code",
+                models="m1,m2",
+                totalToolCalls=3,
+                toolsUsed=["grep", "edit"],
                 sourceAgentIdentities="@neo-opus-ada",
             ),
             summary_row("s2", "Docs work.", memoryCount=None, dreamInputRevision=None, title=None, sourceTier=None),
@@ -441,12 +465,23 @@ def write_bundle(folder: Path, *, t2_response: str = "response of t2") -> Path:
             memory_row("t4", "s2", None, prompt=""),
         ],
     )
-    write_jsonl(folder / "graph-backup-2025.jsonl", [graph_node("t1", "s1", "mini one"), graph_node("t3", "s2", "mini three")])
+    write_jsonl(
+        folder / "graph-backup-2025.jsonl", [graph_node("t1", "s1", "mini one"), graph_node("t3", "s2", "mini three")]
+    )
     write_jsonl(folder / "summaries-backup-2025.jsonl", [summary_row("s1", "summary one")])
     write_jsonl(folder / "temporal-summary-backup-2025.jsonl", ["{not even json"])
     write_jsonl(
         folder / "other-harness.jsonl",
-        [{"id": "h1", "session_id": "s3", "timestamp": 9_000, "prompt": "p", "response": "r", "mini_summary": "h mini"}],
+        [
+            {
+                "id": "h1",
+                "session_id": "s3",
+                "timestamp": 9_000,
+                "prompt": "p",
+                "response": "r",
+                "mini_summary": "h mini",
+            }
+        ],
     )
     return folder
 
@@ -507,7 +542,13 @@ def test_simple_turn_format(db, tmp_path):
                 "tool_calls": 3,
             },
             # thought is optional in this format
-            {"id": "h2", "session_id": "harness-1", "timestamp": 1_748_772_060_000, "prompt": "Run it", "response": "Green"},
+            {
+                "id": "h2",
+                "session_id": "harness-1",
+                "timestamp": 1_748_772_060_000,
+                "prompt": "Run it",
+                "response": "Green",
+            },
             {"id": "h3", "session_id": "harness-1", "timestamp": 1_748_772_120_000, "document": "own document"},
             {"id": "h4", "timestamp": 1, "prompt": "p", "response": "r"},
             {"id": "h5", "session_id": "harness-1", "prompt": "p", "response": ""},
@@ -520,7 +561,10 @@ def test_simple_turn_format(db, tmp_path):
     turns = turns_by_id(db)
     assert sorted(turns) == ["h1", "h2", "h3"]
     h1 = turns["h1"]
-    assert h1["document"] == "User Prompt: Add a test\nAgent Thought: pytest is set up\nAgent Response: Added tests/test_x.py"
+    assert (
+        h1["document"]
+        == "User Prompt: Add a test\nAgent Thought: pytest is set up\nAgent Response: Added tests/test_x.py"
+    )
     assert h1["document_rebuilt"] is True
     assert h1["ts_ms"] == 1_748_772_000_000
     assert (h1["agent"], h1["model"], h1["amount_tool_calls"]) == ("aider", "qwen2.5-coder", 3)
@@ -720,7 +764,11 @@ def test_odd_session_ids_get_distinct_dagster_safe_keys(db, tmp_path):
 def test_a_repeated_turn_id_keeps_the_later_line_and_counts_the_earlier_as_superseded(db, tmp_path):
     first = write_jsonl(
         tmp_path / "bundle" / "memory-backup-1.jsonl",
-        [memory_row("t1", "s1", 1, document="first"), memory_row("t2", "s1", 2), memory_row("t1", "s1", 3, document="second")],
+        [
+            memory_row("t1", "s1", 1, document="first"),
+            memory_row("t2", "s1", 2),
+            memory_row("t1", "s1", 3, document="second"),
+        ],
     )
     second = write_jsonl(tmp_path / "bundle" / "memory-backup-2.jsonl", [memory_row("t2", "s2", 4, document="moved")])
 
@@ -736,8 +784,14 @@ def test_a_repeated_turn_id_keeps_the_later_line_and_counts_the_earlier_as_super
     assert report.superseded == 2 and report.rejects == 0
     reasons = {(r["source_file"], r["line_no"]): r["reason"] for r in rows(db, "SELECT * FROM rejects")}
     assert reasons == {
-        (str(first.resolve()), 1): f"superseded: turn id 't1' comes again at line 3 of {first.resolve()}, which is kept",
-        (str(first.resolve()), 2): f"superseded: turn id 't2' comes again at line 1 of {second.resolve()}, which is kept",
+        (
+            str(first.resolve()),
+            1,
+        ): f"superseded: turn id 't1' comes again at line 3 of {first.resolve()}, which is kept",
+        (
+            str(first.resolve()),
+            2,
+        ): f"superseded: turn id 't2' comes again at line 1 of {second.resolve()}, which is kept",
     }
     # s1 lost t2 to s2 within the ingest: both rows count what they hold.
     assert {s["session_id"]: s["turn_count"] for s in report.sessions} == {"s1": 1, "s2": 1}
@@ -795,11 +849,14 @@ def test_a_raw_carriage_return_does_not_split_a_line(db, tmp_path):
     path = write_raw(
         tmp_path / "memory-backup-cr.jsonl",
         (
-            (good % "t1") + "\r\n"  # 1: a CRLF file
+            (good % "t1")
+            + "\r\n"  # 1: a CRLF file
             + '{"id": "t-cr", "metadata": {"sessionId": "s1"}, "document": "one\rtwo"}\n'  # 2: raw CR in a string
-            + (good % "t3").replace(", ", ",\r ") + "\n"  # 3: raw CRs between tokens are JSON whitespace
+            + (good % "t3").replace(", ", ",\r ")
+            + "\n"  # 3: raw CRs between tokens are JSON whitespace
             + "\r\n"  # 4: blank
-            + (good % "t5") + "\n"  # 5
+            + (good % "t5")
+            + "\n"  # 5
         ).encode(),
     )
     report = ingest_paths([path], db)

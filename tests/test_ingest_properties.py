@@ -50,7 +50,11 @@ def build_line(kind: str, fmt: str, turn_id: str, session_id: str, variant: int,
         if data.startswith(BOM):
             data = b"x" + data
         return Line(data, "reject" if data.strip(b" \t\r\n") else "skip")
-    ts = BAD_TIMESTAMPS[variant % len(BAD_TIMESTAMPS)] if kind == "bad-timestamp" else GOOD_TIMESTAMPS[variant % len(GOOD_TIMESTAMPS)]
+    ts = (
+        BAD_TIMESTAMPS[variant % len(BAD_TIMESTAMPS)]
+        if kind == "bad-timestamp"
+        else GOOD_TIMESTAMPS[variant % len(GOOD_TIMESTAMPS)]
+    )
     row_id = ("", "  ")[variant % 2] if kind == "no-id" else turn_id
     prompt = f"prompt {MARK}" if kind in ("bad-utf8", "raw-cr") else f"prompt of {turn_id}"
     if fmt == "memory":
@@ -150,7 +154,13 @@ def files(draw) -> list[tuple[list[Line], str, bool, bool]]:
     for _ in range(draw(st.integers(1, 2))):
         fmt = draw(st.sampled_from(["memory", "turns"]))
         line = st.builds(
-            build_line, st.sampled_from(KINDS), st.just(fmt), turn_ids, session_ids, st.integers(0, 31), st.binary(max_size=40)
+            build_line,
+            st.sampled_from(KINDS),
+            st.just(fmt),
+            turn_ids,
+            session_ids,
+            st.integers(0, 31),
+            st.binary(max_size=40),
         )
         out.append((draw(st.lists(line, min_size=1, max_size=40)), fmt, draw(st.booleans()), draw(st.booleans())))
     return out

@@ -19,7 +19,6 @@ from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 POOL = {"concurrency": {"pools": {"default_limit": 1}}}
 
 
-
 def _definitions(tmp_path, url="http://127.0.0.1:9"):
     env = {"DIGEST_HOME": str(tmp_path / "home"), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_MODEL_URL": url}
     return build_definitions(load_settings(env))
@@ -49,7 +48,9 @@ def test_the_sensor_closes_the_runs_whose_process_died_and_leaves_live_ones(tmp_
             ("dead", "digest_sessions", dead),
             ("other host", "digest_sessions", {**dead, HOST_TAG: "elsewhere"}),
         ]:
-            runs[name] = instance.create_run_for_job(defs.resolve_job_def(job), tags=tags, status=DagsterRunStatus.STARTED)
+            runs[name] = instance.create_run_for_job(
+                defs.resolve_job_def(job), tags=tags, status=DagsterRunStatus.STARTED
+            )
         instance.event_log_storage.initialize_concurrency_limit_to_default("model")
         instance.event_log_storage.claim_concurrency_slot("model", runs["dead"].run_id, "session_graph")
         store = defs.resources["store"].store()
@@ -88,7 +89,8 @@ def test_a_summary_a_killed_run_wrote_is_recorded_when_its_run_is_closed(tmp_pat
             assert done.success
             # The same summary, as if a run killed before its materialization event had written it.
             killed = instance.create_run_for_job(
-                job, tags={"dagster/partition": "s1", HOST_TAG: worker_tags()[HOST_TAG], PID_TAG: str(dead_pid())},
+                job,
+                tags={"dagster/partition": "s1", HOST_TAG: worker_tags()[HOST_TAG], PID_TAG: str(dead_pid())},
                 status=DagsterRunStatus.STARTED,
             )
             with store.connect() as con:

@@ -21,7 +21,8 @@ from digest.mini_summaries import (
     split_document,
 )
 from digest.settings import SettingsError, load_settings
-from digest.synthesis import build_prompt as build_session_prompt, raw_content
+from digest.synthesis import build_prompt as build_session_prompt
+from digest.synthesis import raw_content
 from digest.turns import canonical_order, compose_document
 from pipelines.definitions import build_definitions
 from resources.model_clients import OpenAIChatClient
@@ -61,7 +62,9 @@ def _session(session_id: str, count: int, response_bytes: int = 120) -> list[dic
     rows = []
     for i in range(count):
         response = (f"Step {i}: changed src/grid/Row.mjs so selection keeps record ids. " * 40)[:response_bytes]
-        rows.append(_row(f"{session_id}-t{i:03d}", session_id, i, f"Prompt {i}: fix the grid", f"{SECRET} {i}", response))
+        rows.append(
+            _row(f"{session_id}-t{i:03d}", session_id, i, f"Prompt {i}: fix the grid", f"{SECRET} {i}", response)
+        )
     return rows
 
 
@@ -140,9 +143,20 @@ def test_generation_stores_one_clean_line_of_at_most_280_characters(store):
     assert "response_format" not in request.body, "a mini summary is plain text: no schema is sent"
     assert request.prompt.startswith(INSTRUCTION + "\nUser: Prompt 1: fix the grid\nAgent: Step 1: changed")
     attempts = _rows(store, "SELECT stage, tier, outcome, model, run_id, error_text FROM attempts")
-    assert attempts == [
-        {"stage": "mini-summary", "tier": "turn", "outcome": "ok", "model": "fake-model", "run_id": "test-run", "error_text": None}
-    ] * 2
+    assert (
+        attempts
+        == [
+            {
+                "stage": "mini-summary",
+                "tier": "turn",
+                "outcome": "ok",
+                "model": "fake-model",
+                "run_id": "test-run",
+                "error_text": None,
+            }
+        ]
+        * 2
+    )
     # The session summary reads them: a degraded summary now has a miniSummary tier to use.
     turns = store.load_turns(["s1"])
     assert all(t.mini_summary == expected for t in turns)
@@ -235,7 +249,9 @@ def test_a_timeout_is_counted_and_the_fifth_failure_archives_the_turn(store):
     # Un-archived, it gets its five attempts back.
     assert store.unarchive_turns(session_id="s1") == ["s1-t000"]
     assert [t.id for t in store.pending_mini_summary_turns("s1")] == ["s1-t000"]
-    assert _rows(store, "SELECT attempts, archived_at IS NULL AS live FROM mini_summary_state") == [{"attempts": 0, "live": True}]
+    assert _rows(store, "SELECT attempts, archived_at IS NULL AS live FROM mini_summary_state") == [
+        {"attempts": 0, "live": True}
+    ]
 
 
 def _script_for(cause: str):
@@ -374,11 +390,17 @@ def test_a_truncated_raw_session_becomes_mini_summary_once_its_turns_are_filled(
     def script(received):
         if "response_format" in received.body:  # the session summary
             return Behaviour.reply(GOOD_SUMMARY)
-        return Behaviour.text("Kept the grid selection on record ids.") if mini_summaries_work["on"] else Behaviour.server_error()
+        return (
+            Behaviour.text("Kept the grid selection on record ids.")
+            if mini_summaries_work["on"]
+            else Behaviour.server_error()
+        )
 
     with instance_for_test() as instance, ModelServer(script) as server:
         instance.add_dynamic_partitions("sessions", ["big"])
-        job = build_definitions(dataclasses.replace(settings, model_url=server.url)).resolve_job_def("summarize_sessions")
+        job = build_definitions(dataclasses.replace(settings, model_url=server.url)).resolve_job_def(
+            "summarize_sessions"
+        )
 
         def run(**config):
             run_config = {"ops": {"turn_mini_summaries": {"config": config}}} if config else None
@@ -445,6 +467,6 @@ def test_the_embedded_model_writes_a_mini_summary_for_a_real_turn(store):
             MiniSummaryLedger(store, "embedded"),
         )
     assert report.cause_tally() == dict.fromkeys(report.cause_tally(), 0), _rows(store, "SELECT * FROM attempts")
-    (turn_id, text), = report.generated
+    ((turn_id, text),) = report.generated
     assert turn_id == "grid-1" and 0 < len(text) <= MAX_CHARS and "\n" not in text
     assert _rows(store, "SELECT origin, model FROM mini_summaries") == [{"origin": "generated", "model": MODEL_ALIAS}]

@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from digest.friction import classify_error
-from digest.summary_output import OutputParseError
 from digest.model_api import (
     ContextOverflow,
     MalformedReply,
@@ -20,6 +19,7 @@ from digest.model_api import (
     OutputLimitExceeded,
     ProviderError,
 )
+from digest.summary_output import OutputParseError
 from resources.model_clients import (
     MIN_REPLY_BYTES,
     REPLY_BYTES_PER_TOKEN,
@@ -71,7 +71,7 @@ class RawServer:
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
-    def __enter__(self) -> "RawServer":
+    def __enter__(self) -> RawServer:
         self._thread.start()
         return self
 
@@ -139,7 +139,9 @@ def _rejects_json_schema(received) -> Behaviour:
     if received.body["response_format"]["type"] == "json_schema":
         return Behaviour(
             status=500,
-            error_body={"error": {"message": "Input should be 'text' or 'json_object': response_format.type json_schema"}},
+            error_body={
+                "error": {"message": "Input should be 'text' or 'json_object': response_format.type json_schema"}
+            },
         )
     return Behaviour.reply()
 

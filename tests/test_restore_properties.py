@@ -35,14 +35,23 @@ from tests.test_archive import restore_base  # noqa: F401  (the module's store a
 EXAMPLES = int(os.environ.get("RESTORE_PROPERTY_EXAMPLES", "60"))
 SESSIONS = ["small", "third", *LIVE_ONLY]
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8) | st.sampled_from(SESSIONS),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()
+    | st.text(max_size=8)
+    | st.sampled_from(SESSIONS),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=2),
     max_leaves=4,
 )
 
 
 def _members(bundle: Path) -> list[str]:
-    return sorted(str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file() and not p.is_symlink() and p.name != MANIFEST)
+    return sorted(
+        str(p.relative_to(bundle))
+        for p in bundle.rglob("*")
+        if p.is_file() and not p.is_symlink() and p.name != MANIFEST
+    )
 
 
 def _edit_manifest(bundle: Path, data: st.DataObject) -> None:
@@ -66,11 +75,15 @@ def _edit_manifest(bundle: Path, data: st.DataObject) -> None:
         entry = data.draw(st.sampled_from(files))
         if isinstance(entry, dict):
             key = data.draw(st.sampled_from(["name", "kind", "table", "rows", "sha256", "columns"]))
-            entry[key] = data.draw(json_values | st.sampled_from(_members(bundle) + ["turns", "memory", "table", "../x"]))
+            entry[key] = data.draw(
+                json_values | st.sampled_from(_members(bundle) + ["turns", "memory", "table", "../x"])
+            )
     elif what == "drop-entry":
         files.remove(data.draw(st.sampled_from(files)))
     else:
-        m[data.draw(st.sampled_from(["format", "version", "archive_id", "schema_version", "created_at"]))] = data.draw(json_values)
+        m[data.draw(st.sampled_from(["format", "version", "archive_id", "schema_version", "created_at"]))] = data.draw(
+            json_values
+        )
     save_manifest(bundle, m)
 
 
@@ -103,7 +116,9 @@ def _edit_file(bundle: Path, outside: Path, data: st.DataObject) -> None:
         return
     name = data.draw(st.sampled_from(names))
     path = bundle / name
-    what = data.draw(st.sampled_from(["line", "line", "truncate", "append", "drop-line", "delete", "symlink", "rename", "bytes"]))
+    what = data.draw(
+        st.sampled_from(["line", "line", "truncate", "append", "drop-line", "delete", "symlink", "rename", "bytes"])
+    )
     if what == "line":
         _edit_line(bundle, name, data)
     elif what == "truncate":
@@ -112,7 +127,11 @@ def _edit_file(bundle: Path, outside: Path, data: st.DataObject) -> None:
             handle.truncate(data.draw(st.integers(0, max(size - 1, 0))))
     elif what == "append":
         lines = raw_lines(bundle, name)
-        extra = data.draw(st.sampled_from(lines) if lines and data.draw(st.booleans()) else st.binary(max_size=12).map(lambda b: b + b"\n"))
+        extra = data.draw(
+            st.sampled_from(lines)
+            if lines and data.draw(st.booleans())
+            else st.binary(max_size=12).map(lambda b: b + b"\n")
+        )
         set_lines(bundle, name, [*lines, extra])
     elif what == "drop-line":
         lines = raw_lines(bundle, name)

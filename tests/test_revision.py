@@ -90,7 +90,9 @@ def test_ids_the_collator_holds_equal_get_one_order_whatever_the_read_order():
 def test_a_missing_identity_is_hashed_as_null_and_an_empty_one_as_empty():
     missing = input_revision([turn("t1")])
     empty = input_revision([turn("t1", agent_identity="", user_id="")])
-    payload = '{"version":1,"turns":[{"id":"t1","document":"doc t1","agentIdentity":null,"sessionId":"s","userId":null}]}'
+    payload = (
+        '{"version":1,"turns":[{"id":"t1","document":"doc t1","agentIdentity":null,"sessionId":"s","userId":null}]}'
+    )
 
     assert missing == "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
     assert empty != missing

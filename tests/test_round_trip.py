@@ -39,7 +39,9 @@ EXTRACTION = {
         {"name": "RowModel", "type": "CLASS", "description": "grid selection model"},
         {"name": "grid", "type": "CONCEPT", "description": "the data grid"},
     ],
-    "relations": [{"source": "RowModel", "target": "grid", "type": "RELATES_TO", "weight": 1.0, "description": "selects rows of"}],
+    "relations": [
+        {"source": "RowModel", "target": "grid", "type": "RELATES_TO", "weight": 1.0, "description": "selects rows of"}
+    ],
 }
 
 
@@ -141,7 +143,9 @@ def test_the_sample_bundle_round_trips_through_an_archive_in_the_originals_shape
     # --- summary rows: §1.3 keys, the revision and count the original's gates compare.
     summary_lines = {s["metadata"]["sessionId"]: s for s in _lines(_file(bundle, "summaries-backup"))}
     assert set(summary_lines) == set(sessions)
-    sample_summary = next(s for s in _lines(_file(SAMPLES, "summaries-backup")) if s["metadata"]["sessionId"] == IMPORTED)
+    sample_summary = next(
+        s for s in _lines(_file(SAMPLES, "summaries-backup")) if s["metadata"]["sessionId"] == IMPORTED
+    )
     for session_id, row in summary_lines.items():
         meta = row["metadata"]
         turn_count, revision = sessions[session_id]
@@ -176,12 +180,18 @@ def test_the_sample_bundle_round_trips_through_an_archive_in_the_originals_shape
         else:
             assert {"id", "source", "target", "type", "properties"} <= set(data)
             assert isinstance(data["properties"]["weight"], (int, float))
-    memory_nodes = {g["data"]["id"]: g["data"] for g in graph if g["type"] == "node" and g["data"]["label"] == "AGENT_MEMORY"}
+    memory_nodes = {
+        g["data"]["id"]: g["data"] for g in graph if g["type"] == "node" and g["data"]["label"] == "AGENT_MEMORY"
+    }
     assert set(memory_nodes) == set(sample_vectors)
 
     # --- the manifest says which rows need the original's re-embed option.
     files = {f["kind"]: f for f in json.loads((bundle / "manifest.json").read_text())["files"]}
-    assert files["memory"]["vectors"] == {"with_embedding": 94, "without_embedding": 0, "sessions_without_embedding": []}
+    assert files["memory"]["vectors"] == {
+        "with_embedding": 94,
+        "without_embedding": 0,
+        "sessions_without_embedding": [],
+    }
     assert files["summaries"]["vectors"] == {
         "with_embedding": 1, "without_embedding": 5, "sessions_without_embedding": sorted(set(sessions) - {IMPORTED}),
     }  # fmt: skip

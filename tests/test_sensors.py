@@ -352,7 +352,11 @@ def test_a_swept_run_rechecks_under_the_lease_what_other_runs_did_meanwhile(tmp_
             return result, len(server.chat_requests()) - calls, observed
 
         def materializations(partition):
-            return len(instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=10).records)
+            return len(
+                instance.fetch_materializations(
+                    AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=10
+                ).records
+            )
 
         first, calls, _ = run("done", swept)
         assert first.success and calls == 1 and materializations("done") == 1
@@ -410,7 +414,9 @@ def _launch(instance, definitions, request, status=None):
     job = definitions.resolve_job_def("ingest")
     if status is not None:
         return instance.create_run_for_job(job, run_config=request.run_config, tags=request.tags, status=status)
-    return job.execute_in_process(run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
+    return job.execute_in_process(
+        run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False
+    )
 
 
 def test_inbox_sensor_launches_ingest_for_new_settled_files_only(tmp_path, instance):

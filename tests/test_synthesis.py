@@ -41,7 +41,9 @@ def test_small_session_gets_one_raw_call(store):
     assert summary.memory_count == 3
     assert summary.output.title == GOOD_SUMMARY["title"]
     attempts = _rows(store, "SELECT tier, outcome, run_id, prompt_tokens FROM attempts")
-    assert attempts == [{"tier": "raw", "outcome": "ok", "run_id": "test-run", "prompt_tokens": attempts[0]["prompt_tokens"]}]
+    assert attempts == [
+        {"tier": "raw", "outcome": "ok", "run_id": "test-run", "prompt_tokens": attempts[0]["prompt_tokens"]}
+    ]
     assert attempts[0]["prompt_tokens"] > 0
     assert _rows(store, "SELECT * FROM friction_events") == []
 
@@ -116,7 +118,10 @@ def test_raw_timeout_falls_back_to_degraded_and_both_attempts_are_ledgered(store
     [
         (Behaviour.text("The session was about fixing a bug."), "not JSON"),
         (Behaviour.reply({**GOOD_SUMMARY, "category": "chore"}), "category"),
-        (Behaviour.reply({**GOOD_SUMMARY, "title": "one two three four five six seven eight nine ten eleven"}), "title"),
+        (
+            Behaviour.reply({**GOOD_SUMMARY, "title": "one two three four five six seven eight nine ten eleven"}),
+            "title",
+        ),
         (Behaviour.reply({k: v for k, v in GOOD_SUMMARY.items() if k != "impact"}), "impact"),
         (Behaviour.reply({**GOOD_SUMMARY, "quality": 140}), "quality"),
     ],
@@ -228,7 +233,9 @@ def test_the_ledger_shows_both_requests_of_a_schema_style_fallback(store):
 
     def script(received):
         if received.body["response_format"]["type"] == "json_schema":
-            return Behaviour(status=500, error_body={"error": {"message": "response_format.type json_schema"}}, delay_s=0.6)
+            return Behaviour(
+                status=500, error_body={"error": {"message": "response_format.type json_schema"}}, delay_s=0.6
+            )
         return Behaviour(content=json.dumps(GOOD_SUMMARY), delay_s=0.6)
 
     with ModelServer(script) as server:

@@ -86,7 +86,9 @@ def _fill_store(tmp_path: Path, env: dict) -> None:
         with ModelServer() as server:
             definitions = build_definitions(dataclasses.replace(settings, model_url=server.url))
             config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
-            assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+            assert (
+                definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+            )
             register_partitions(instance, DigestStore(settings.db_path))
             for key in ("small", "big"):  # "big" last: its materialization is the latest
                 job = definitions.resolve_job_def("summarize_sessions")
@@ -141,7 +143,9 @@ def webserver(tmp_path):
                "-m", "pipelines.definitions"]  # fmt: skip
     log = (tmp_path / "webserver.log").open("w")
     # Its own process group: the webserver starts a code server of its own, stopped with it.
-    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + UI_TIMEOUT_MS / 1000
@@ -183,7 +187,8 @@ def test_the_asset_graph_lineage_and_a_summary_materialization_in_a_real_browser
             page.set_default_timeout(UI_TIMEOUT_MS)
             # A fresh instance greets the first visitor with a newsletter dialog; dismiss it whenever it shows.
             page.add_locator_handler(
-                page.get_by_text("Join the Dagster community"), lambda _: page.get_by_role("button", name="Skip").click()
+                page.get_by_text("Join the Dagster community"),
+                lambda _: page.get_by_role("button", name="Skip").click(),
             )
 
             # The asset graph, every generation up and down from the summaries.
@@ -192,7 +197,8 @@ def test_the_asset_graph_lineage_and_a_summary_materialization_in_a_real_browser
             for name in names:
                 expect(page.locator(f"foreignObject [data-tooltip='{name}']").first).to_be_visible()
             page.wait_for_function(
-                "n => document.querySelectorAll('path[stroke=\"var(--color-lineage-edge)\"]').length >= n", arg=len(edges)
+                "n => document.querySelectorAll('path[stroke=\"var(--color-lineage-edge)\"]').length >= n",
+                arg=len(edges),
             )
             drawn_names, drawn_edges = _drawn_lineage(page.evaluate(GRAPH_GEOMETRY_JS), names)
             assert drawn_names == names
@@ -215,7 +221,9 @@ def test_the_asset_graph_lineage_and_a_summary_materialization_in_a_real_browser
             if os.environ.get("DIGEST_SCREENSHOT") == "1":
                 page.goto(f"{url}/assets/session_summaries?view=partitions")
                 page.get_by_text("big", exact=True).first.click()  # its summary's metadata beside the list
-                expect(page.locator("tr", has=page.get_by_text("source_tier", exact=True))).to_contain_text("miniSummary")
+                expect(page.locator("tr", has=page.get_by_text("source_tier", exact=True))).to_contain_text(
+                    "miniSummary"
+                )
                 SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SCREENSHOT))
         finally:
