@@ -356,6 +356,30 @@ CREATE TABLE IF NOT EXISTS digest_state (
     revision VARCHAR NOT NULL,        -- the input revision the state is about
     updated_at TIMESTAMPTZ NOT NULL
 );
+""" + """
+-- --- imported graph (ingest of a graph-backup file) ---
+-- The source system's graph as its graph-backup file had it (ours too, when our export comes back),
+-- every node and edge line by id; a later line or ingest wins. `export-graph` and archives lay each
+-- session's own graph rows over these by id (`digest.graph.merge_stored_nodes`).
+CREATE TABLE IF NOT EXISTS imported_graph_nodes (
+    id VARCHAR PRIMARY KEY,
+    label VARCHAR NOT NULL,
+    properties JSON NOT NULL,         -- as the line had them
+    source_file VARCHAR NOT NULL,
+    source_line INTEGER NOT NULL,
+    imported_at TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS imported_graph_edges (
+    id VARCHAR PRIMARY KEY,           -- the line's, else <source>-><target>:<type> as the original's import
+    source VARCHAR NOT NULL,
+    target VARCHAR NOT NULL,
+    type VARCHAR NOT NULL,
+    properties JSON NOT NULL,
+    source_file VARCHAR NOT NULL,
+    source_line INTEGER NOT NULL,
+    imported_at TIMESTAMPTZ NOT NULL
+);
 """
 
 # Columns added since stores were first made: `migrate` adds them to an older store (DuckDB adds no
@@ -427,6 +451,27 @@ ADOPT_IMPORTED_SUMMARIES = """
         source_agent_identities = excluded.source_agent_identities, run_id = excluded.run_id,
         created_at = excluded.created_at, origin = excluded.origin
     RETURNING *
+"""
+
+# --- imported graph: digest state ---
+# An exported summary that says its session was digested at the turns as they are (the Dream keys
+# the original and our archive write: `dreamCompletedRevision` = the session's input revision) marks
+# the session digested at that revision: its graph came in with the export (`imported_graph_*`), so
+# the digest cadence does not redo it with model calls.
+MARK_IMPORTED_DIGESTS = """
+    INSERT INTO digest_state (session_id, digest_state, attempts, defer_reason, revision, updated_at)
+    SELECT s.session_id, 'digested', 0, NULL, s.input_revision, ?
+    FROM imported_summaries i
+    JOIN sessions s USING (session_id)
+    LEFT JOIN digest_state d USING (session_id)
+    WHERE s.session_id IN (SELECT unnest(?::VARCHAR[]))
+      AND i.input_revision = s.input_revision
+      AND (i.metadata->>'dreamCompletedRevision') = s.input_revision
+      AND coalesce(i.metadata->>'digestState', 'digested') = 'digested'
+      AND coalesce(i.metadata->>'graphDigested', 'true') = 'true'
+      AND NOT coalesce(d.digest_state = 'digested' AND d.revision = s.input_revision, false)
+    ON CONFLICT (session_id) DO UPDATE SET digest_state = excluded.digest_state, attempts = excluded.attempts,
+        defer_reason = excluded.defer_reason, revision = excluded.revision, updated_at = excluded.updated_at
 """
 
 # Sessions with no summary, or whose turns changed since it was made.
@@ -516,6 +561,7 @@ def _adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[
     cursor = con.execute(ADOPT_IMPORTED_SUMMARIES, [session_ids, _now()])
     names = [d[0] for d in cursor.description]
     _write_summary_graphs(con, [dict(zip(names, row)) for row in cursor.fetchall()])
+    con.execute(MARK_IMPORTED_DIGESTS, [_now(), session_ids])
 
 
 GRAPH_NODE_COLUMNS = ["session_id", "input_revision", "run_id", "created_at", "id", "label", "properties"]
@@ -573,6 +619,25 @@ def _write_summary_graphs(con: duckdb.DuckDBPyConnection, summaries: list[dict])
             if row["session_id"] in turns
         ),
     )
+
+
+def _imported_graph_scope(where: str, params: list, sessions: list[str] | None) -> tuple[str, list]:
+    """The imported graph rows an archive of these sessions holds (None: all of them), as the CTEs
+    `imported_nodes` and `imported_edges`, with their parameters: the nodes the sessions' graph or
+    mini summaries name or whose `sessionId` is one of them, the edges the sessions' graph names or
+    that touch such a node."""
+    if sessions is None:
+        return "WITH imported_nodes AS (FROM imported_graph_nodes), imported_edges AS (FROM imported_graph_edges)", []
+    cte = f"""WITH node_set AS (
+            SELECT id FROM graph_nodes {where} UNION SELECT turn_id FROM mini_summaries {where}
+            UNION SELECT id FROM imported_graph_nodes WHERE (properties->>'sessionId') IN (SELECT unnest(?::VARCHAR[]))
+        ),
+        imported_nodes AS (FROM imported_graph_nodes WHERE id IN (SELECT id FROM node_set)),
+        imported_edges AS (
+            FROM imported_graph_edges WHERE id IN (SELECT id FROM graph_edges {where})
+            OR source IN (SELECT id FROM node_set) OR target IN (SELECT id FROM node_set)
+        )"""
+    return cte, [*params, *params, sessions, *params]
 
 
 def _upsert_sql(table: str, columns: list[str], key: list[str], keep: Iterable[str] = ()) -> str:
@@ -746,6 +811,23 @@ class DigestStore:
             con.execute(_upsert_sql("imported_summaries", columns + ["imported_at"], ["session_id"], keep=["imported_at"]))
             con.unregister("batch")
             _adopt_imported_summaries(con, batch["session_id"].tolist())
+
+    # --- imported graph: ingest ---
+
+    def write_imported_graph(self, nodes: list[dict], edges: list[dict]) -> None:
+        """A graph-backup file's node and edge rows (`digest.ingest.parse_graph_row`), upserted by id:
+        the later line wins, as for turns."""
+        if not nodes and not edges:
+            return
+        with self.transaction() as con:
+            for table, rows in (("imported_graph_nodes", nodes), ("imported_graph_edges", edges)):
+                if not rows:
+                    continue
+                batch = pd.DataFrame(list({r["id"]: r for r in rows}.values()))
+                batch["imported_at"] = _now()
+                con.register("batch", batch)
+                con.execute(_upsert_sql(table, list(batch.columns), ["id"]))
+                con.unregister("batch")
 
     def write_rejects(self, rows: list[dict]) -> None:
         if not rows:
@@ -1336,23 +1418,33 @@ class DigestStore:
                 yield dict(zip(names, row))
 
     def _graph_lines(self, con: duckdb.DuckDBPyConnection, sessions: list[str] | None) -> Iterator[dict]:
-        """Node lines, then edge lines, merged per id as `export-graph` does (oldest digest first),
-        with each turn's mini summary on its AGENT_MEMORY node: ours win over the graph's copy."""
+        """Node lines, then edge lines, merged per id as `export-graph` does (imported rows under
+        the sessions' own, oldest digest first), with each turn's mini summary on its AGENT_MEMORY
+        node: ours win over the graph's copy."""
         where, params = self._scope(["session_id"], "graph_nodes", sessions)
-        nodes = f"""
-            SELECT id, label, properties::VARCHAR AS properties, session_id, NULL AS text, 0 AS mini, created_at
+        imported, imported_params = _imported_graph_scope(where, params, sessions)
+        nodes = f"""{imported}
+            SELECT id, label, properties::VARCHAR AS properties, session_id, NULL AS text, 1 AS rank, created_at,
+                   false AS imported
             FROM graph_nodes {where}
             UNION ALL
-            SELECT turn_id, 'AGENT_MEMORY', NULL, session_id, text, 1, NULL FROM mini_summaries {where}
-            ORDER BY id, mini, created_at, session_id"""
+            SELECT id, label, properties::VARCHAR, NULL, NULL, 0, imported_at, true FROM imported_nodes
+            UNION ALL
+            SELECT turn_id, 'AGENT_MEMORY', NULL, session_id, text, 2, NULL, false FROM mini_summaries {where}
+            ORDER BY id, rank, created_at, session_id"""
         node_rows = (
-            mini_summary_node_row({"turn_id": r["id"], "session_id": r["session_id"], "text": r["text"]}) if r["mini"] else r
-            for r in self._rows(con, nodes, params * 2)
+            mini_summary_node_row({"turn_id": r["id"], "session_id": r["session_id"], "text": r["text"]}) if r["rank"] == 2 else r
+            for r in self._rows(con, nodes, imported_params + params * 2)
         )
         yield from map(node_line, merge_stored_nodes(node_rows))
-        edges = f"""SELECT id, source, target, type, properties::VARCHAR AS properties FROM graph_edges {where}
-                    ORDER BY id, created_at, session_id"""
-        yield from map(edge_line, merge_stored_edges(self._rows(con, edges, params)))
+        edges = f"""{imported}
+            SELECT id, source, target, type, properties::VARCHAR AS properties, 1 AS rank, created_at, session_id,
+                   false AS imported
+            FROM graph_edges {where}
+            UNION ALL
+            SELECT id, source, target, type, properties::VARCHAR, 0, imported_at, NULL, true FROM imported_edges
+            ORDER BY id, rank, created_at, session_id"""
+        yield from map(edge_line, merge_stored_edges(self._rows(con, edges, imported_params + params)))
 
     def write_archive(self, out_dir: Path, sessions: list[str] | None = None, retire: bool = False) -> dict:
         """Write a bundle of these sessions (None: the whole store) into `out_dir` and record it.
@@ -1718,18 +1810,22 @@ class DigestStore:
         return [r[0] for r in resumed + newest + oldest]
 
     def graph_pages(self, table: str, ids_per_page: int = 2000) -> Iterator[list[dict]]:
-        """Every row of `graph_nodes` or `graph_edges` sorted by id (then oldest digest first), a
-        page of whole id groups per short connection, for the export's merge."""
-        columns = {
-            "graph_nodes": "id, label, properties::VARCHAR AS properties",
-            "graph_edges": "id, source, target, type, properties::VARCHAR AS properties",
-        }[table]
+        """Every row of `graph_nodes` or `graph_edges`, with the imported graph's row of each id
+        first (`imported_graph_*`), sorted by id (then oldest digest first), a page of whole id
+        groups per short connection, for the export's merge."""
+        columns = {"graph_nodes": "id, label, properties", "graph_edges": "id, source, target, type, properties"}[table]
+        rows_sql = f"""SELECT {columns}, true AS imported, 0 AS rank, imported_at AS created_at, NULL AS session_id
+                       FROM imported_{table}
+                       UNION ALL
+                       SELECT {columns}, false, 1, created_at, session_id FROM {table}"""
         after = ""
         while True:
             with self.connect() as con:
                 cursor = con.execute(
-                    f"""WITH page AS (SELECT DISTINCT id FROM {table} WHERE id > ? ORDER BY id LIMIT {int(ids_per_page)})
-                        SELECT {columns} FROM {table} JOIN page USING (id) ORDER BY id, created_at, session_id""",
+                    f"""WITH all_rows AS ({rows_sql}),
+                        page AS (SELECT DISTINCT id FROM all_rows WHERE id > ? ORDER BY id LIMIT {int(ids_per_page)})
+                        SELECT {columns.replace("properties", "properties::VARCHAR AS properties")}, imported
+                        FROM all_rows JOIN page USING (id) ORDER BY id, rank, created_at, session_id""",
                     [after],
                 )
                 names = [d[0] for d in cursor.description]

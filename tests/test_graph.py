@@ -617,7 +617,9 @@ def test_every_summary_is_in_the_graph_from_when_it_is_written(tmp_path, instanc
         assert store.summary_row("big")["raw_cap_tokens"] == 2000
         assert store.summary_row("adopted")["origin"] == "imported"
         nodes, edges = _export_lines(settings, tmp_path / "before.jsonl")
-        assert sorted(nodes) == ["summary_adopted", "summary_big", "summary_flaky"]
+        # The bundle's own graph lines (its turns' AGENT_MEMORY nodes) come back too.
+        imported = set(store.query("SELECT id FROM imported_graph_nodes")["id"])
+        assert imported and sorted(set(nodes) - imported) == ["summary_adopted", "summary_big", "summary_flaky"]
         provenance = {sid: {k: nodes[f"summary_{sid}"]["properties"].get(k) for k in ("sourceTier", "degraded", "rawCanonical", "userId")}
                       for sid in ("big", "flaky", "adopted")}  # fmt: skip
         assert provenance == {
