@@ -1,15 +1,30 @@
-.PHONY: setup demo test ui
+.PHONY: setup demo test test-fast lint ui
 
-setup:
+# .venv is (re)built when it is missing or the project's files that define it changed.
+VENV = .venv/.ready
+
+$(VENV): pyproject.toml setup.sh
 	./setup.sh
+	touch $(VENV)
+
+setup: $(VENV)
 
 # Ingest the bundled samples, summarize them with the embedded model, print where to look.
-demo: setup
+demo: $(VENV)
 	.venv/bin/session-digest demo
 
-# The whole suite, the real-model tests included.
-test: setup
+# The whole suite, the real-model ones included (as CI runs it).
+test: $(VENV)
 	.venv/bin/python -m pytest
 
-ui: setup
+# The unit tier alone (tests/conftest.py TIERS): pure functions, DuckDB, a local HTTP server.
+test-fast: $(VENV)
+	.venv/bin/python -m pytest -m unit -q
+
+# ruff: lint and format check ([tool.ruff] in pyproject.toml).
+lint: $(VENV)
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+ui: $(VENV)
 	.venv/bin/session-digest ui

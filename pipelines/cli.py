@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
+import io
 import os
 import subprocess
 import sys
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from digest.settings import Settings, SettingsError, load_settings
+from pipelines.console import Output, run_log_config, run_log_file
 from resources.store import StoreUnreadable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +27,29 @@ INSTANCE_CONFIG = """\
 concurrency:
   pools:
     default_limit: 1
+# Dagster sends anonymous usage statistics (https://docs.dagster.io/about/telemetry) unless:
+# telemetry:
+#   enabled: false
 """
+
+
+def _telemetry_notice(home: Path) -> None:
+    """Dagster prints a two-paragraph telemetry banner in the middle of the first run's events, when
+    it makes the instance's telemetry id. The id is made here, by Dagster's own function, and one
+    line says the same. Telemetry itself stays as dagster.yaml has it."""
+    from dagster_shared.telemetry import get_or_set_instance_id, get_telemetry_enabled_from_dagster_yaml
+
+    if not get_telemetry_enabled_from_dagster_yaml():
+        return
+    banner = io.StringIO()
+    with contextlib.redirect_stderr(banner):
+        get_or_set_instance_id()
+    if banner.getvalue():  # the first run on this instance
+        print(
+            "Dagster sends anonymous usage statistics (https://docs.dagster.io/about/telemetry); "
+            f"to turn them off, add `telemetry: {{enabled: false}}` to {home / 'dagster.yaml'}.",
+            file=sys.stderr,
+        )
 
 
 def _prepare_home(settings: Settings) -> None:
@@ -36,7 +59,29 @@ def _prepare_home(settings: Settings) -> None:
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists():
         (home / "dagster.yaml").write_text(INSTANCE_CONFIG)
+    _telemetry_notice(home)
     settings.inbox.mkdir(parents=True, exist_ok=True)
+
+
+def log_path(settings: Settings) -> Path:
+    """Where the CLI's runs write Dagster's event stream (the instance holds it too, for the UI)."""
+    return settings.home / "logs" / "session-digest.log"
+
+
+def _job(settings: Settings, name: str):
+    """A job of the code location, with the logger that writes its events to `log_path`."""
+    from dagster import Definitions
+
+    from pipelines.definitions import build_definitions
+
+    defs = Definitions.merge(build_definitions(settings), Definitions(loggers={"run_log_file": run_log_file()}))
+    return defs.resolve_job_def(name)
+
+
+def _execute(settings: Settings, instance, job, run_config: dict | None = None, **kwargs):
+    """`execute_in_process` with Dagster's events in the instance and the log file, not on the console."""
+    run_config = {**(run_config or {}), **run_log_config(log_path(settings))}
+    return job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False, **kwargs)
 
 
 def _instance():
@@ -46,10 +91,12 @@ def _instance():
 
 
 @contextlib.contextmanager
-def _model_url(settings: Settings):
+def _model_url(settings: Settings, output: Output):
     """One embedded server for the whole sweep, instead of one per run."""
     if settings.provider == "embedded" and not settings.model_url:
         from resources.embedded_server import EmbeddedServer
+
+        output.note("Starting the embedded model server…")
 
         with EmbeddedServer(n_ctx=settings.context_limit_tokens) as server:
             yield dataclasses.replace(settings, model_url=server.url)
@@ -58,13 +105,11 @@ def _model_url(settings: Settings):
 
 
 def ingest(settings: Settings, paths: list[str]) -> dict:
-    from pipelines.definitions import build_definitions
     from pipelines.sensors import register_partitions
 
     instance = _instance()
-    job = build_definitions(settings).resolve_job_def("ingest")
     config = {"ops": {"raw_turns": {"config": {"paths": [str(Path(p).resolve()) for p in paths]}}}}
-    result = job.execute_in_process(run_config=config, instance=instance, raise_on_error=False)
+    result = _execute(settings, instance, _job(settings, "ingest"), config)
     materialization = result.asset_materializations_for_node("raw_turns")
     if not result.success or not materialization:
         raise SystemExit(f"ingest failed (run {result.run_id}); see `session-digest ui` for the run's logs")
@@ -90,11 +135,19 @@ def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozen
 
 
 def _run_partitions(
-    settings: Settings, instance, store, job_name: str, todo, asset: str, nothing_to_do=lambda key, tags: None
+    settings: Settings,
+    instance,
+    store,
+    job_name: str,
+    todo,
+    asset: str,
+    output: Output,
+    estimates: list[float | None],
+    nothing_to_do=lambda key, tags: None,
 ) -> list[dict]:
     """One in-process Dagster run per (partition, route) in `todo`; the embedded model starts once for all.
+    `estimates`: the plan's model seconds of each, for the progress bar.
     `nothing_to_do(key, tags)`: why a partition needs no run any more, asked just before its run."""
-    from pipelines.definitions import build_definitions
     from pipelines.interrupted_runs import worker_tags
     from pipelines.sensors import register_partitions
 
@@ -104,18 +157,20 @@ def _run_partitions(
     register_partitions(instance, store)
     # Tagged at creation, not only when the run's resources start: a kill can land in between.
     process = worker_tags()
-    with _model_url(settings) as run_settings:
-        job = build_definitions(run_settings).resolve_job_def(job_name)
+    title = {"summarize_sessions": "summarizing", "digest_sessions": "digesting"}[job_name]
+    with _model_url(settings, output) as run_settings, output.sessions(title, estimates) as progress:
+        job = _job(run_settings, job_name)
         for key, route in todo:
             started = time.monotonic()
+            progress.starting(key)
             tags = {"digest/sweep": "cli", "digest/route": route, **process}
             reason = nothing_to_do(key, tags)
             if reason:
                 outcome = {"partition": key, "run_id": None, "success": True, "nothing_to_do": reason}
                 outcomes.append(outcome)
-                print(json.dumps(outcome), file=sys.stderr)
+                progress.finished(outcome)
                 continue
-            result = job.execute_in_process(instance=instance, partition_key=key, raise_on_error=False, tags=tags)
+            result = _execute(run_settings, instance, job, partition_key=key, tags=tags)
             outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
             for event in result.asset_materializations_for_node(asset):
                 meta = event.metadata
@@ -126,11 +181,11 @@ def _run_partitions(
                     outcome["nothing_to_do"] = event.metadata["reason"].value
             outcome["seconds"] = round(time.monotonic() - started, 2)
             outcomes.append(outcome)
-            print(json.dumps(outcome), file=sys.stderr)
+            progress.finished(outcome)
     return outcomes
 
 
-def sweep(settings: Settings, limit: int | None) -> dict:
+def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
     """Runs that died mid-sweep are closed, and summaries their model calls finished (staged in
     DuckDB) are written first, with no model call. Then the summary sensor's selection and budget,
     run now: one Dagster run per session. A session another sweep running at the same time has
@@ -151,7 +206,11 @@ def sweep(settings: Settings, limit: int | None) -> dict:
     staged = store.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
     todo = [(key, "staged") for key in staged] + [(i.candidate.partition_key, i.tier) for i in selection.batch]
-    outcomes = _run_partitions(settings, instance, store, "summarize_sessions", todo, "session_summaries", nothing_to_do)
+    # A staged replay calls no model.
+    estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]
+    outcomes = _run_partitions(
+        settings, instance, store, "summarize_sessions", todo, "session_summaries", output, estimates, nothing_to_do
+    )
     return {
         "pending": selection.pending,
         "skipped": selection.skip_reason,
@@ -163,13 +222,16 @@ def sweep(settings: Settings, limit: int | None) -> dict:
     }
 
 
-def digest(settings: Settings, limit: int | None) -> dict:
+def digest(settings: Settings, limit: int | None, output: Output) -> dict:
     """The digest sensor's selection, run now: one `digest_sessions` run per session. A run that
     succeeds without a graph left its session part-done (its budget ran out) or gated."""
     store = _store(settings)
     policy = settings.graph
     keys = store.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
-    runs = _run_partitions(settings, _instance(), store, "digest_sessions", [(k, "graph") for k in keys], "session_graph")
+    todo = [(k, "graph") for k in keys]
+    # The plan estimates summaries only: a graph run's bar counts sessions, with no time left.
+    estimates = [None] * len(keys)
+    runs = _run_partitions(settings, _instance(), store, "digest_sessions", todo, "session_graph", output, estimates)
     return {
         "digested": sum("nodes" in r for r in runs),  # graphs written (a run may stop part-done)
         "nothing_to_do": sum("nothing_to_do" in r for r in runs),
@@ -178,10 +240,7 @@ def digest(settings: Settings, limit: int | None) -> dict:
 
 
 def friction_report(settings: Settings) -> dict:
-    from pipelines.definitions import build_definitions
-
-    job = build_definitions(settings).resolve_job_def("report_friction")
-    result = job.execute_in_process(instance=_instance(), raise_on_error=False)
+    result = _execute(settings, _instance(), _job(settings, "report_friction"))
     events = result.asset_materializations_for_node("friction_report")
     if not result.success or not events:
         raise SystemExit(f"the friction report failed (run {result.run_id}); see `session-digest ui`")
@@ -338,11 +397,12 @@ def ui(settings: Settings, port: int) -> None:
     raise SystemExit(subprocess.call([str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=REPO_ROOT))
 
 
-def demo(settings: Settings) -> dict:
+def demo(settings: Settings, output: Output) -> dict:
     started = time.monotonic()
+    output.note(f"Ingesting the samples in {SAMPLES}; Dagster's run logs go to {log_path(settings)}.")
     ingested = ingest(settings, [str(SAMPLES)])
     runs = []
-    while batch := sweep(settings, None)["runs"]:  # one budgeted sweep after another
+    while batch := sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
         runs.extend(batch)
     friction = friction_report(settings)
     report = {
@@ -362,13 +422,13 @@ def demo(settings: Settings) -> dict:
     return report
 
 
-def _run_command(args, settings: Settings, parser: argparse.ArgumentParser) -> dict | None:
+def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, output: Output) -> dict | None:
     if args.command == "ingest":
         return ingest(settings, args.paths)
     if args.command == "sweep":
-        return sweep(settings, args.limit)
+        return sweep(settings, args.limit, output)
     if args.command == "digest":
-        return digest(settings, args.limit)
+        return digest(settings, args.limit, output)
     if args.command == "friction-report":
         return friction_report(settings)
     if args.command == "plan":
@@ -393,7 +453,7 @@ def _run_command(args, settings: Settings, parser: argparse.ArgumentParser) -> d
         return export_graph(settings, args.path)
     if args.command == "reset-digest":
         return reset_digest(settings, args.session)
-    return demo(settings)
+    return demo(settings, output)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -405,7 +465,7 @@ def main(argv: list[str] | None = None) -> None:
     p_sweep.add_argument("--limit", type=int, default=None, help="at most this many sessions")
     p_plan = sub.add_parser("plan", help="what the next sweep would do, without calling a model")
     p_plan.add_argument("--limit", type=int, default=None, help="at most this many sessions")
-    sub.add_parser("status", help="counts as JSON")
+    sub.add_parser("status", help="counts of the store")
     p_unarchive = sub.add_parser("unarchive-turns", help="let archived turns get mini summary attempts again")
     p_unarchive.add_argument("--session", help="every archived turn of this session (id or partition key)")
     p_unarchive.add_argument("turn_ids", nargs="*", metavar="TURN_ID")
@@ -428,6 +488,9 @@ def main(argv: list[str] | None = None) -> None:
     p_export.add_argument("path", help="a file, or a folder to write graph-backup-<timestamp>.jsonl in")
     p_reset = sub.add_parser("reset-digest", help="put an undigestible session back in the digest cadence")
     p_reset.add_argument("session", metavar="SESSION_ID", help="session id or partition key")
+    for name, command in sub.choices.items():
+        if name != "ui":
+            command.add_argument("--json", action="store_true", help="print the result as JSON, for scripts")
     args = parser.parse_args(argv)
 
     try:
@@ -435,12 +498,13 @@ def main(argv: list[str] | None = None) -> None:
     except SettingsError as exc:
         raise SystemExit(f"session-digest: {exc}") from None
     _prepare_home(settings)
+    output = Output(as_json=getattr(args, "json", False))
     try:
-        result = _run_command(args, settings, parser)
+        result = _run_command(args, settings, parser, output)
     except StoreUnreadable as exc:
         raise SystemExit(f"session-digest: {exc}") from None
     if result is not None:
-        print(json.dumps(result, indent=2, default=str))
+        output.result(args.command, result)
 
 
 if __name__ == "__main__":

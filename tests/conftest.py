@@ -9,6 +9,52 @@ from digest.turns import Turn, compose_document
 from resources.store import DigestStore
 
 
+# Each test module's tier (`pytest -m TIER`; `make test-fast` runs `unit`). A test marked
+# `embedded` keeps that tier; a module missing here stops the collection, so every new module is
+# placed on purpose.
+TIERS = {
+    # unit: pure functions, a DuckDB file, a local HTTP server; no Dagster run, no subprocess
+    "test_model_clients": "unit",
+    "test_revision": "unit",
+    "test_settings": "unit",
+    "test_synthesis": "unit",
+    # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
+    "test_archive": "integration",
+    "test_checks": "integration",
+    "test_cli": "integration",
+    "test_friction_report": "integration",
+    "test_graph": "integration",
+    "test_imported_summaries": "integration",
+    "test_ingest": "integration",
+    "test_interrupted_runs": "integration",
+    "test_mini_summaries": "integration",
+    "test_model_faults": "integration",
+    "test_pipeline": "integration",
+    "test_round_trip": "integration",
+    "test_sensors": "integration",
+    # embedded: the real SmolLM2 model under llama.cpp
+    "test_embedded": "embedded",
+    # browser: the Dagster UI in headless Chromium
+    "test_ui": "browser",
+    # stress: kill loops, concurrent processes, fuzzing and property tests, exports at scale
+    "test_concurrency": "stress",
+    "test_crash_safety": "stress",
+    "test_ingest_properties": "stress",
+    "test_real_export": "stress",
+    "test_restore_properties": "stress",
+}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.get_closest_marker("embedded"):
+            continue
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        if module not in TIERS:
+            raise pytest.UsageError(f"{item.module.__file__}: no tier in TIERS (tests/conftest.py)")
+        item.add_marker(TIERS[module])
+
+
 @pytest.fixture
 def store(tmp_path) -> DigestStore:
     db = DigestStore(tmp_path / "digest.duckdb")

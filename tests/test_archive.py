@@ -371,7 +371,7 @@ def test_archive_restore_and_cache_clear_from_the_cli(tmp_path, server):
     }
 
     def run(*args) -> dict:
-        done = subprocess.run(CLI + list(args), env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(CLI + [*args, "--json"], env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout)
 

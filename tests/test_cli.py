@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
+import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
-from dagster import DagsterInstance
+from dagster import DagsterEventType, DagsterInstance
 
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -17,10 +22,26 @@ from tests.model_server import Behaviour, ModelServer
 CLI = [sys.executable, "-m", "pipelines.cli"]
 
 
-def _run(args, env) -> dict:
+def _text(args, env) -> subprocess.CompletedProcess:
+    """As a person runs it, though not on a terminal (a pipe): tables and plain lines."""
     done = subprocess.run(CLI + args, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return done
+
+
+def _run(args, env) -> dict:
+    return json.loads(_text(args + ["--json"], env).stdout)
+
+
+def _row(text: str, label: str) -> str:
+    """The value of a table row `label  value`."""
+    found = re.search(rf"^{re.escape(label)}  +(.+?)\s*$", text, re.M)
+    assert found, f"no row {label!r} in:\n{text}"
+    return found.group(1)
+
+
+# Dagster's console logger prints lines like `2026-... - dagster - DEBUG - ingest - <run id> - ...`.
+DAGSTER_LOG_LINE = re.compile(r" - (DEBUG|INFO) - ")
 
 
 def test_ingest_sweep_status_and_the_ui_instance_agree(tmp_path):
@@ -42,27 +63,55 @@ def test_ingest_sweep_status_and_the_ui_instance_agree(tmp_path):
             "DIGEST_MODEL_URL": server.url,
             "DIGEST_RAW_CAP_TOKENS": "2000",
         }
-        ingested = _run(["ingest", str(folder)], env)
+        first = _text(["ingest", str(folder), "--json"], env)
+        ingested = json.loads(first.stdout)
         assert ingested["turns"] == 43 and ingested["rejects"] == 2 and ingested["new_partitions"] == 2
-        swept = _run(["sweep", "--limit", "1"], env)
-        assert swept["pending"] == 2 and swept["summarized"] == 1
+        # The first run on a new instance: one line on Dagster's telemetry instead of its banner.
+        assert "Welcome to Dagster" not in first.stderr and "usage statistics" in first.stderr
+        assert "telemetry: {enabled: false}" in first.stderr
+        assert (home / "dagster" / ".telemetry" / "id.yaml").is_file()
+        swept_text = _text(["sweep", "--limit", "1"], env)
+        assert _row(swept_text.stdout, "pending") == "2" and _row(swept_text.stdout, "summarized") == "1"
+        # One plain line for the finished session (no bar, no colours on a pipe), no Dagster events.
+        [line] = swept_text.stderr.splitlines()
+        assert re.fullmatch(r"✓ (small|big)  (within-cap|over-raw-cap)  (raw|miniSummary)  [0-9.]+s", line), line
+        assert "\x1b[" not in swept_text.stderr + swept_text.stdout
         swept = _run(["sweep"], env)
         assert swept["pending"] == 1 and swept["summarized"] == 1
         status = _run(["status"], env)
+        status_text = _text(["status"], env)
         plan = _run(["plan"], env)
+        plan_text = _text(["plan"], env)
         digested = _run(["digest", "--limit", "1"], env)
         report = _run(["friction-report"], env)
     assert status["sessions"] == 2 and status["summaries"] == 2 and status["pending_summaries"] == 0
     assert status["summaries_by_source_tier"] == {"miniSummary": 1, "raw": 1}
     assert status["rejects"] == 2
     assert status["friction_by_symptom"] == {"size-precheck-skip": 1}
+    assert _row(status_text.stdout, "sessions") == "2" and _row(status_text.stdout, "pending summaries") == "0"
+    assert _row(status_text.stdout, "summaries by source tier") == "miniSummary 1, raw 1"
+    assert _row(status_text.stdout, "friction by symptom") == "size-precheck-skip 1"
+    assert _row(plan_text.stdout, "skipped") == "no session needs a summary"
+    for done in (first, swept_text, status_text, plan_text):
+        assert not DAGSTER_LOG_LINE.search(done.stderr + done.stdout), done.stderr[-3000:]
+        assert "Welcome to Dagster" not in done.stderr
     # The CLI's runs live in the instance under DIGEST_HOME/dagster, which `session-digest ui` serves.
     instance = DagsterInstance.from_config(str(Path(home) / "dagster"))
     try:
-        jobs = sorted(run.job_name for run in instance.get_runs())
+        runs = instance.get_runs()
+        jobs = sorted(run.job_name for run in runs)
+        # Each run's events are in the instance, for the UI, as well as in the CLI's log file.
+        logged = {
+            run.run_id: {e.dagster_event_type for e in instance.all_logs(run.run_id) if e.is_dagster_event}
+            for run in runs
+        }
     finally:
         instance.dispose()
     assert jobs == ["digest_sessions", "ingest", "report_friction", "summarize_sessions", "summarize_sessions"]
+    log = (home / "logs" / "session-digest.log").read_text()
+    for run_id, events in logged.items():
+        assert DagsterEventType.RUN_SUCCESS in events
+        assert re.search(rf" - DEBUG - \w+ - {run_id} - \d+ - RUN_SUCCESS - ", log), run_id
     assert plan["pending"] == 0 and plan["skipped"] == "no session needs a summary"
     assert digested["digested"] == 1 and digested["runs"][0]["nodes"] > 0
     assert Path(report["report_path"]).is_file() and report["pre_routes"] == 1
@@ -87,3 +136,55 @@ def test_a_damaged_store_stops_the_cli_with_the_file_and_the_way_back(tmp_path):
     assert f"cannot open the store {db}" in done.stderr
     assert "session-digest restore BUNDLE" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_sweep_on_a_terminal_redraws_a_bar_with_the_plans_time_left_while_runs_run(tmp_path):
+    home = tmp_path / "home"
+    folder = write_bundle(tmp_path / "bundle", make_turns("small", 3) + make_turns("other", 4))
+    drawn = bytearray()
+    drawn_during_calls = []
+
+    def script(received):
+        # While the run waits on the model, Dagster has fds 1 and 2 captured: the bar still redraws.
+        before = len(drawn)
+        time.sleep(1.0)
+        drawn_during_calls.append(len(drawn) - before)
+        return Behaviour.reply()
+
+    with ModelServer(script) as server:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+            "DIGEST_HOME": str(home),
+            "DIGEST_MODEL_PROVIDER": "openai",
+            "DIGEST_MODEL_URL": server.url,
+            "TERM": "xterm-256color",
+            "COLUMNS": "160",
+        }
+        _run(["ingest", str(folder)], env)
+        leader, follower = pty.openpty()  # stderr is a terminal, stdout a pipe
+
+        def drain():
+            with contextlib.suppress(OSError):  # EIO once the sweep has exited
+                while chunk := os.read(leader, 65536):
+                    drawn.extend(chunk)
+
+        reader = threading.Thread(target=drain)
+        reader.start()
+        try:
+            done = subprocess.run(
+                CLI + ["sweep"], env=env, stdout=subprocess.PIPE, stderr=follower, text=True, timeout=300
+            )
+        finally:
+            os.close(follower)
+            reader.join(timeout=30)
+            os.close(leader)
+    screen = drawn.decode("utf-8", "replace")
+    assert done.returncode == 0, screen[-3000:]
+    assert _row(done.stdout, "summarized") == "2"
+    assert "left (plan)" in screen and "━" in screen and "\x1b[" in screen
+    assert drawn_during_calls and all(drawn_during_calls), drawn_during_calls
+    assert re.search(r"✓ small  within-cap  raw  [0-9.]+s", screen) and re.search(r"✓ other  within-cap  raw", screen)
+    assert not DAGSTER_LOG_LINE.search(screen)
+    # Dagster mirrors fds 1 and 2 into each run's compute logs while it runs: the bar is not there.
+    compute_logs = [p for p in (home / "dagster" / "storage").rglob("compute_logs/*") if p.suffix in (".err", ".out")]
+    assert compute_logs and not any("left (plan)" in p.read_text(errors="replace") for p in compute_logs)

@@ -77,7 +77,7 @@ class Command:
     def __init__(self, folder: Path, name: str, args: list[str], env: dict):
         self.out, self.err = folder / f"{name}.out", folder / f"{name}.err"
         with self.out.open("w") as out, self.err.open("w") as err:
-            self.proc = subprocess.Popen(CLI + args, env=env, stdout=out, stderr=err)
+            self.proc = subprocess.Popen(CLI + [*args, "--json"], env=env, stdout=out, stderr=err)
 
     def result(self, timeout: float) -> dict:
         try:

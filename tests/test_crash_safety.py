@@ -191,7 +191,7 @@ def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
 
     with ModelServer() as second:
         env = _env(home, second.url)
-        done = subprocess.run(CLI + ["sweep"], env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(CLI + ["sweep", "--json"], env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         swept = json.loads(done.stdout)
     assert second.chat_requests() == []

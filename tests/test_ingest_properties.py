@@ -16,7 +16,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -157,7 +156,6 @@ def files(draw) -> list[tuple[list[Line], str, bool, bool]]:
     return out
 
 
-@pytest.mark.slow
 @settings(max_examples=20, deadline=None, derandomize=True, database=None)
 @given(files())
 def test_every_line_is_kept_rejected_superseded_or_skipped(generated):
@@ -209,6 +207,5 @@ def fuzzed_export(seed: int, lines: int) -> list[tuple[list[Line], str, bool, bo
     return out
 
 
-@pytest.mark.slow
 def test_a_fuzzed_ten_thousand_line_export_is_fully_accounted_for():
     assert ingest_and_check(fuzzed_export(seed=1714, lines=10_000)) == 10_000

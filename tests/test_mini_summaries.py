@@ -287,7 +287,7 @@ def test_turns_archived_in_the_export_are_skipped_until_unarchived(store, monkey
     monkeypatch.setenv("DIGEST_HOME", str(tmp_path))
     monkeypatch.setenv("DIGEST_DB_PATH", str(store.path))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-    main(["unarchive-turns", "s1-old", "s1-t000"])
+    main(["unarchive-turns", "s1-old", "s1-t000", "--json"])
     assert json.loads(capsys.readouterr().out) == {"unarchived": 1, "turn_ids": ["s1-old"]}
     assert sorted(t.id for t in store.pending_mini_summary_turns("s1")) == ["s1-old", "s1-t000"]
 

@@ -55,7 +55,7 @@ def _env(home: Path, url: str) -> dict:
 
 
 def _run(args: list[str], env: dict) -> dict:
-    done = subprocess.run(CLI + args, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(CLI + [*args, "--json"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
