@@ -968,8 +968,8 @@ def merge_stored_edges(rows: Iterable[dict]) -> Iterable[GraphEdge]:
         if current is not None and current.id == row["id"]:
             if base_only and not row.get("imported"):
                 current.properties, base_only = {**current.properties, **props}, False
-            else:
-                current.properties = {**current.properties, **props, "weight": reinforce(current.weight, props["weight"])}
+                continue
+            current.properties = {**current.properties, **props, "weight": reinforce(current.weight, props["weight"])}
             continue
         if current is not None:
             yield current

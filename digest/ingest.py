@@ -386,12 +386,14 @@ def parse_graph_row(obj: dict, source: str, line_no: int) -> tuple[str, dict]:
     if kind == "node":
         node_id = _required_id(data, "id", "data.", "missing-id")
         label = _required_id(data, "label", "data.", "missing-label")
-        return "node", {"id": node_id, "label": label, "properties": json.dumps(_graph_properties(data), ensure_ascii=False), **where}
+        props = json.dumps(_graph_properties(data), ensure_ascii=False)
+        return "node", {"id": node_id, "label": label, "properties": props, **where}
     ends = {key: _required_id(data, key, "data.", "missing-edge-end") for key in ("source", "target", "type")}
     props = _graph_properties(data)
     weight = props.get("weight")
     # The export's edge merge reinforces by weight: it must be a number when there is one.
-    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight)):
+    number = isinstance(weight, (int, float)) and not isinstance(weight, bool)
+    if weight is not None and not (number and math.isfinite(weight)):
         raise Reject(f"wrong-type: data.properties.weight is {weight!r}, expected a finite number")
     edge_id = _text(data, "id", "data.") or f"{ends['source']}->{ends['target']}:{ends['type']}"
     return "edge", {"id": edge_id, **ends, "properties": json.dumps(props, ensure_ascii=False), **where}
@@ -582,7 +584,8 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
                     "excerpt": _strip_embedding(raw.decode("utf-8", "replace"))[:EXCERPT_CHARS],
                 }
             )
-        if len(turns) + len(minis) + len(summaries) + len(graph["node"]) + len(graph["edge"]) + len(rejects) >= BATCH_ROWS or batch_bytes >= BATCH_BYTES:
+        batched = len(turns) + len(minis) + len(summaries) + len(graph["node"]) + len(graph["edge"]) + len(rejects)
+        if batched >= BATCH_ROWS or batch_bytes >= BATCH_BYTES:
             flush()
     flush()
     return report

@@ -1433,7 +1433,9 @@ class DigestStore:
             SELECT turn_id, 'AGENT_MEMORY', NULL, session_id, text, 2, NULL, false FROM mini_summaries {where}
             ORDER BY id, rank, created_at, session_id"""
         node_rows = (
-            mini_summary_node_row({"turn_id": r["id"], "session_id": r["session_id"], "text": r["text"]}) if r["rank"] == 2 else r
+            mini_summary_node_row({"turn_id": r["id"], "session_id": r["session_id"], "text": r["text"]})
+            if r["rank"] == 2
+            else r
             for r in self._rows(con, nodes, imported_params + params * 2)
         )
         yield from map(node_line, merge_stored_nodes(node_rows))
