@@ -356,7 +356,7 @@ CREATE TABLE IF NOT EXISTS digest_state (
     revision VARCHAR NOT NULL,        -- the input revision the state is about
     updated_at TIMESTAMPTZ NOT NULL
 );
-""" + """
+
 -- --- imported graph (ingest of a graph-backup file) ---
 -- The source system's graph as its graph-backup file had it (ours too, when our export comes back),
 -- every node and edge line by id; a later line or ingest wins. `export-graph` and archives lay each
