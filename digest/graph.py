@@ -964,31 +964,45 @@ def _properties(row: dict) -> dict:
 
 def merge_stored_nodes(rows: Iterable[dict]) -> Iterable[GraphNode]:
     """Stored rows (one per session, sorted by id) → one node per id, properties merged in order:
-    a node several sessions name (an entity, an agent, an issue) is exported once."""
+    a node several sessions name (an entity, an agent, an issue) is exported once. An imported row
+    (`imported`: the ingested graph-backup's) comes first and is the base: the sessions' own rows
+    are laid over it, their label and non-empty properties win, so an export re-ingested and
+    exported again gives the same node."""
     current: GraphNode | None = None
+    base_only = False  # `current` is an imported row no session row has been laid over yet
     for row in rows:
         if current is not None and current.id == row["id"]:
+            if base_only and not row.get("imported"):
+                current.label, base_only = row["label"], False
             current.properties.update({k: v for k, v in _properties(row).items() if v not in (None, "")})
             continue
         if current is not None:
             yield current
         current = GraphNode(row["id"], row["label"], _properties(row))
+        base_only = bool(row.get("imported"))
     if current is not None:
         yield current
 
 
 def merge_stored_edges(rows: Iterable[dict]) -> Iterable[GraphEdge]:
     """Stored rows (sorted by id) → one edge per id; the same link from another session
-    reinforces the weight as `linkNodes` does."""
+    reinforces the weight as `linkNodes` does. An imported row (first) is the base: the first
+    session row's properties are laid over it and its weight replaces the imported one, as a copy
+    of our own export must not reinforce the link it is a copy of."""
     current: GraphEdge | None = None
+    base_only = False
     for row in rows:
         props = _properties(row)
         if current is not None and current.id == row["id"]:
+            if base_only and not row.get("imported"):
+                current.properties, base_only = {**current.properties, **props}, False
+                continue
             current.properties = {**current.properties, **props, "weight": reinforce(current.weight, props["weight"])}
             continue
         if current is not None:
             yield current
         current = GraphEdge(row["id"], row["source"], row["target"], row["type"], props)
+        base_only = bool(row.get("imported"))
     if current is not None:
         yield current
 

@@ -6,16 +6,18 @@ it was (`embedding_text`: checked cheaply, never parsed), so an archive writes i
 A bad line becomes a reject with its reason and line number, and the rest of the file goes on.
 
 Every physical line (split on `\n` only, a leading UTF-8 BOM dropped) is accounted for in the
-file's report as exactly one of: kept (`rows`), rejected, superseded or skipped (blank, or a
-graph line that carries no mini summary). A turn id seen again in the same ingest: the later line
-wins, as a later ingest updates a stored turn (the original's merge import keeps the first; one
-rule for both cases is easier to trust), and the earlier line is `superseded`, stored in `rejects`
-with a reason naming the line that won. Finding repeats holds each turn id of the ingest in
-memory, some 200 bytes a turn against the 50 KB of its vector row's line.
+file's report as exactly one of: kept (`rows`), rejected, superseded or skipped (blank). A turn
+id (or a graph node or edge id) seen again in the same ingest: the later line wins, as a later
+ingest updates a stored turn or graph row (the original's merge import keeps the first; one rule
+for both cases is easier to trust), and the earlier line is `superseded`, stored in `rejects`
+with a reason naming the line that won. Finding repeats holds each id of the ingest in memory,
+some 200 bytes an id against the 50 KB of a vector row's line.
 
 Routing is by file name, as the original's import does:
 - `memory-backup-*.jsonl`: turn rows `{id, embedding, metadata, document}`;
-- `graph-backup-*.jsonl`: `AGENT_MEMORY` node lines give the turns' mini summaries;
+- `graph-backup-*.jsonl`: every node and edge line is kept by id (`imported_graph_nodes`,
+  `imported_graph_edges`: the source system's graph, written back by `export-graph` and archives),
+  and `AGENT_MEMORY` node lines give the turns' mini summaries;
 - `summaries-backup-*.jsonl`: the exported session summaries, kept for drift detection;
 - `temporal-summary-backup-*.jsonl`: recognised and skipped (nothing here consumes it);
 - any other `*.jsonl`: the simple turn format (README, "Turn format for other harnesses").
@@ -65,6 +67,7 @@ class Sink(Protocol):
     def write_turns(self, rows: list[dict]) -> list[str]: ...  # the sessions turns moved out of
     def write_imported_mini_summaries(self, rows: list[dict]) -> None: ...
     def write_imported_summaries(self, rows: list[dict]) -> None: ...
+    def write_imported_graph(self, nodes: list[dict], edges: list[dict]) -> None: ...
     def write_rejects(self, rows: list[dict]) -> None: ...
     def session_rows(self, session_ids: Iterable[str]) -> list[dict]: ...
 
@@ -378,6 +381,41 @@ def parse_graph_line(obj: dict) -> dict | None:
     return {"turn_id": turn_id, "session_id": session_id, "text": mini.strip()}
 
 
+def _graph_properties(data: dict) -> dict:
+    props = data.get("properties", {})
+    if not isinstance(props, dict):
+        raise Reject(f"wrong-type: data.properties is {type(props).__name__}, expected object")
+    return props
+
+
+def parse_graph_row(obj: dict, source: str, line_no: int) -> tuple[str, dict]:
+    """A `graph-backup` line → ("node", an `imported_graph_nodes` row) or ("edge", an
+    `imported_graph_edges` row), as the original's import reads it (GJI): an edge without an id
+    takes `<source>-><target>:<type>`, and one missing an end or its type is refused. The
+    properties are kept as they are (JSON text); `data` keys beyond the import's shape are not."""
+    kind = obj.get("type")
+    if kind not in ("node", "edge"):
+        raise Reject(f"not-a-graph-line: type is {kind!r}, expected 'node' or 'edge'")
+    data = obj.get("data")
+    if not isinstance(data, dict):
+        raise Reject(f"wrong-type: data is {type(data).__name__}, expected object")
+    where = {"source_file": source, "source_line": line_no}
+    if kind == "node":
+        node_id = _required_id(data, "id", "data.", "missing-id")
+        label = _required_id(data, "label", "data.", "missing-label")
+        props = json.dumps(_graph_properties(data), ensure_ascii=False)
+        return "node", {"id": node_id, "label": label, "properties": props, **where}
+    ends = {key: _required_id(data, key, "data.", "missing-edge-end") for key in ("source", "target", "type")}
+    props = _graph_properties(data)
+    weight = props.get("weight")
+    # The export's edge merge reinforces by weight: it must be a number when there is one.
+    number = isinstance(weight, (int, float)) and not isinstance(weight, bool)
+    if weight is not None and not (number and math.isfinite(weight)):
+        raise Reject(f"wrong-type: data.properties.weight is {weight!r}, expected a finite number")
+    edge_id = _text(data, "id", "data.") or f"{ends['source']}->{ends['target']}:{ends['type']}"
+    return "edge", {"id": edge_id, **ends, "properties": json.dumps(props, ensure_ascii=False), **where}
+
+
 SOURCE_TIERS = tuple(SourceTier)
 _INT_MAX = 2**31 - 1  # the INTEGER columns: a larger value would fail the whole batch's insert
 
@@ -465,8 +503,9 @@ def _decode(raw: bytes) -> str:
         raise Reject(f"invalid-utf8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1} ({exc.reason})") from None
 
 
-def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple[FileReport, int]]) -> FileReport:
-    """`seen`: each turn id kept so far in this ingest, with its file's report and line."""
+def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileReport:
+    """`seen`: each turn id (and each graph row as `(kind, id)`) kept so far in this ingest, with
+    its file's report and line."""
     kind = file_kind(path)
     report = FileReport(path=str(path), kind=kind)
     if kind == "temporal":
@@ -475,6 +514,7 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
     turns: list[dict] = []
     minis: list[dict] = []
     summaries: list[dict] = []
+    graph: dict[str, list[dict]] = {"node": [], "edge": []}
     rejects: list[dict] = []
     batch_bytes = 0
 
@@ -485,8 +525,9 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
         touched.update(sink.write_turns(turns))
         sink.write_imported_mini_summaries(minis)
         sink.write_imported_summaries(summaries)
+        sink.write_imported_graph(graph["node"], graph["edge"])
         sink.write_rejects(rejects)
-        for batch in (turns, minis, summaries, rejects):
+        for batch in (turns, minis, summaries, graph["node"], graph["edge"], rejects):
             batch.clear()
 
     def vector(cut: str | None) -> str | None:
@@ -502,8 +543,8 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
         report.vectors += 1
         return text
 
-    def keep_turn(row: dict) -> None:
-        earlier = seen.get(row["id"])
+    def supersede(key, what: str) -> None:
+        earlier = seen.get(key)
         if earlier is not None:
             earlier_report, earlier_line = earlier
             earlier_report.rows -= 1
@@ -512,11 +553,14 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
                 {
                     "source_file": earlier_report.path,
                     "line_no": earlier_line,
-                    "reason": f"superseded: turn id {row['id']!r} comes again at line {line_no} of {source}, which is kept",
+                    "reason": f"superseded: {what} comes again at line {line_no} of {source}, which is kept",
                     "excerpt": None,
                 }
             )
-        seen[row["id"]] = (report, line_no)
+        seen[key] = (report, line_no)
+
+    def keep_turn(row: dict) -> None:
+        supersede(row["id"], f"turn id {row['id']!r}")
         turns.append(row)
 
     for line_no, raw in _lines(path):
@@ -536,11 +580,13 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
                 if mini:
                     minis.append({"turn_id": row["id"], "session_id": row["session_id"], "text": mini})
             elif kind == "graph":
+                graph_kind, row = parse_graph_row(obj, source, line_no)
                 mini = parse_graph_line(obj)
-                if mini is None:
-                    report.skipped += 1
-                    continue
-                minis.append(mini)
+                # A turn and its AGENT_MEMORY node share the id: graph rows are keyed apart.
+                supersede((graph_kind, row["id"]), f"{graph_kind} id {row['id']!r}")
+                graph[graph_kind].append(row)
+                if mini is not None:
+                    minis.append(mini)
             else:
                 summaries.append({**parse_summary_row(obj, source), "embedding": vector(cut)})
             report.rows += 1
@@ -555,7 +601,8 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict[str, tuple
                     "excerpt": _strip_embedding(raw.decode("utf-8", "replace"))[:EXCERPT_CHARS],
                 }
             )
-        if len(turns) + len(minis) + len(summaries) + len(rejects) >= BATCH_ROWS or batch_bytes >= BATCH_BYTES:
+        batched = len(turns) + len(minis) + len(summaries) + len(graph["node"]) + len(graph["edge"]) + len(rejects)
+        if batched >= BATCH_ROWS or batch_bytes >= BATCH_BYTES:
             flush()
     flush()
     return report
@@ -578,7 +625,7 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
 def ingest_paths(paths: Iterable[str | Path], sink: Sink) -> IngestReport:
     report = IngestReport()
     touched: set[str] = set()
-    seen: dict[str, tuple[FileReport, int]] = {}
+    seen: dict = {}
     # A file named twice (or inside a folder also named) is read once: its lines would supersede themselves.
     for path in dict.fromkeys(p.resolve() for p in discover(paths)):
         report.files.append(ingest_file(path, sink, touched, seen))

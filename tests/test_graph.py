@@ -18,10 +18,14 @@ from digest.graph import (
     TURN_SEPARATOR,
     Chunk,
     DigestState,
+    ExtractionStats,
     GraphBuilder,
+    GraphEdge,
     GraphExtraction,
+    GraphNode,
     GraphParseError,
     GraphPolicy,
+    SessionGraph,
     after_failure,
     after_reset,
     after_success,
@@ -630,7 +634,9 @@ def test_every_summary_is_in_the_graph_from_when_it_is_written(tmp_path, instanc
         assert store.summary_row("big")["raw_cap_tokens"] == 2000
         assert store.summary_row("adopted")["origin"] == "imported"
         nodes, edges = _export_lines(settings, tmp_path / "before.jsonl")
-        assert sorted(nodes) == ["summary_adopted", "summary_big", "summary_flaky"]
+        # The bundle's own graph lines (its turns' AGENT_MEMORY nodes) come back too.
+        imported = set(store.query("SELECT id FROM imported_graph_nodes")["id"])
+        assert imported and sorted(set(nodes) - imported) == ["summary_adopted", "summary_big", "summary_flaky"]
         provenance = {sid: {k: nodes[f"summary_{sid}"]["properties"].get(k) for k in ("sourceTier", "degraded", "rawCanonical", "userId")}
                       for sid in ("big", "flaky", "adopted")}  # fmt: skip
         assert provenance == {
@@ -932,6 +938,40 @@ def test_the_export_is_node_lines_then_edge_lines_in_the_graph_backup_shape(tmp_
     # Loadable back: the AGENT_MEMORY lines carry the mini summaries an import reads.
     minis = [parse_graph_line(line) for line in lines]
     assert sorted(m["text"] for m in minis if m) == ["a mini", "b mini"]
+
+
+def test_the_sessions_own_graph_is_laid_over_the_imported_one_by_id(tmp_path, store):
+    """Ingested graph lines are the base of `export-graph`: a session's own row of the same id wins
+    its label and non-empty properties, an imported key it lacks stays; an edge takes the session's
+    weight (a copy of our own export does not reinforce it), a second session reinforces as before;
+    imported rows no session has go out as they came."""
+    line = {"source_file": "graph-backup-1.jsonl", "source_line": 1}
+    store.write_imported_graph(
+        [
+            {"id": "CLASS:Grid", "label": "CONCEPT", "properties": json.dumps({"name": "Grid", "description": "old", "x": 1}), **line},
+            {"id": "@neo-gpt", "label": "AgentIdentity", "properties": json.dumps({"name": "GPT"}), **line},
+        ],
+        [
+            {"id": "g", "source": "CLASS:Grid", "target": "@neo-gpt", "type": "RELATES_TO",
+             "properties": json.dumps({"weight": 1.5, "justification": "imported"}), **line},
+            {"id": "h", "source": "@neo-gpt", "target": "CLASS:Grid", "type": "X", "properties": json.dumps({}), **line},
+        ],
+    )  # fmt: skip
+    stats = ExtractionStats(0, 0, 0, 0)
+    for sid, weight in (("a", 1.0), ("b", 2.0)):
+        nodes = [GraphNode("CLASS:Grid", "CLASS", {"name": "Grid", "description": "" if sid == "a" else "new"})]
+        edges = [GraphEdge("g", "CLASS:Grid", "@neo-gpt", "RELATES_TO", {"weight": weight})]
+        store.write_graph(SessionGraph(sid, "rev", nodes, edges, 0, 0, stats, 0))
+    settings = dataclasses.replace(load_settings({"DIGEST_HOME": str(tmp_path)}), db_path=store.path)
+    nodes, edges = _export_lines(settings, tmp_path / "export.jsonl")
+    assert nodes["CLASS:Grid"] == {
+        "id": "CLASS:Grid",
+        "label": "CLASS",
+        "properties": {"name": "Grid", "description": "new", "x": 1},
+    }
+    assert nodes["@neo-gpt"] == {"id": "@neo-gpt", "label": "AgentIdentity", "properties": {"name": "GPT"}}
+    assert edges["g"]["properties"] == {"weight": pytest.approx(reinforce(1.0, 2.0)), "justification": "imported"}
+    assert edges["h"] == {"id": "h", "source": "@neo-gpt", "target": "CLASS:Grid", "type": "X", "properties": {}}
 
 
 # --- the real embedded model -------------------------------------------------------------------------

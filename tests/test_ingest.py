@@ -264,17 +264,67 @@ def test_graph_mini_summaries_are_imported_and_joined_onto_turns(db, tmp_path):
     report = ingest_paths([tmp_path / "bundle"], db)
 
     graph = next(f for f in report.files if f.kind == "graph")
-    # The edge, the FILE node and the nodes without a mini summary are skipped.
-    assert (graph.lines, graph.rows, graph.rejects, graph.skipped) == (6, 1, 1, 4)
+    # Every node is kept in the imported graph; the edge has no `type` (the original's import fails it).
+    assert (graph.lines, graph.rows, graph.rejects, graph.skipped) == (6, 4, 2, 0)
     assert rows(db, "SELECT turn_id, session_id, text, origin, model FROM mini_summaries") == [
         {"turn_id": "t1", "session_id": "s1", "text": "Fixed the grid row.", "origin": "imported", "model": None}
     ]
-    [reject] = rows(db, "SELECT line_no, reason FROM rejects")
-    assert reject["line_no"] == 6 and reject["reason"].startswith("wrong-type:")
+    assert [r["line_no"] for r in rows(db, "SELECT line_no FROM rejects ORDER BY 1")] == [5, 6]
+    assert {r["line_no"]: r["reason"] for r in rows(db, "SELECT line_no, reason FROM rejects")} == {
+        5: "missing-edge-end: data.type is missing or empty",
+        6: "wrong-type: data.properties is str, expected object",
+    }
 
     turns = {t.id: t for t in db.load_turns(["s1"])}
     assert turns["t1"].mini_summary == "Fixed the grid row."
     assert turns["t2"].mini_summary is None and turns["t3"].mini_summary is None
+
+
+def test_graph_lines_of_any_label_are_kept_by_id_and_bad_ones_are_rejects_with_line_numbers(db, tmp_path):
+    path = write_jsonl(
+        tmp_path / "graph-backup-1.jsonl",
+        [
+            {"type": "node", "data": {"id": "@neo-gpt", "label": "AgentIdentity", "properties": {"name": "GPT", "n": [1, {"x": None}]}}},
+            {"type": "node", "data": {"id": "CLASS:RowModel", "label": "CLASS"}},  # no properties: {}
+            {"type": "node", "data": {"label": "CLASS", "properties": {}}},  # 3: no id
+            {"type": "node", "data": {"id": "CLASS:Grid", "label": 7, "properties": {}}},  # 4: label not text
+            {"type": "edge", "data": {"source": "CLASS:RowModel", "target": "@neo-gpt", "type": "RELATES_TO",
+                                      "properties": {"weight": 0.5}}},  # no id: the original import's
+            {"type": "edge", "data": {"id": "e-1", "source": "CLASS:RowModel", "target": "nowhere", "type": "DEPENDS_ON",
+                                      "properties": {"weight": 2}}},  # an end in no file: kept, as its source had it
+            {"type": "edge", "data": {"id": "e-2", "source": "a", "target": "b", "type": "X", "properties": {"weight": "1"}}},
+            {"type": "blob", "data": {}},  # 8
+            {"type": "node", "data": {"id": "@neo-gpt", "label": "AgentIdentity", "properties": {"name": "GPT-5"}}},  # 9: wins
+        ],
+    )  # fmt: skip
+    [f] = ingest_paths([path], db).files
+    assert (f.lines, f.rows, f.rejects, f.superseded, f.skipped) == (9, 4, 4, 1, 0)
+    assert rows(db, "SELECT line_no, reason FROM rejects ORDER BY line_no") == [
+        {"line_no": 1, "reason": f"superseded: node id '@neo-gpt' comes again at line 9 of {path}, which is kept"},
+        {"line_no": 3, "reason": "missing-id: data.id is missing or empty"},
+        {"line_no": 4, "reason": "wrong-type: data.label is int, expected string"},
+        {"line_no": 7, "reason": "wrong-type: data.properties.weight is '1', expected a finite number"},
+        {"line_no": 8, "reason": "not-a-graph-line: type is 'blob', expected 'node' or 'edge'"},
+    ]
+    nodes = rows(db, "SELECT id, label, properties::VARCHAR AS p, source_line FROM imported_graph_nodes ORDER BY id")
+    assert [(n["id"], n["label"], json.loads(n["p"]), n["source_line"]) for n in nodes] == [
+        ("@neo-gpt", "AgentIdentity", {"name": "GPT-5"}, 9),
+        ("CLASS:RowModel", "CLASS", {}, 2),
+    ]
+    edges = rows(db, "SELECT id, source, target, type, properties::VARCHAR AS p FROM imported_graph_edges ORDER BY id")
+    assert [(e["id"], e["target"], json.loads(e["p"])) for e in edges] == [
+        ("CLASS:RowModel->@neo-gpt:RELATES_TO", "@neo-gpt", {"weight": 0.5}),
+        ("e-1", "nowhere", {"weight": 2}),
+    ]
+    # A later ingest of the same id wins too.
+    again = write_jsonl(
+        tmp_path / "graph-backup-2.jsonl",
+        [{"type": "node", "data": {"id": "CLASS:RowModel", "label": "CLASS", "properties": {"a": 1}}}],
+    )
+    ingest_paths([again], db)
+    assert rows(db, "SELECT properties->>'a' AS a FROM imported_graph_nodes WHERE id = 'CLASS:RowModel'") == [
+        {"a": "1"}
+    ]
 
 
 def test_summaries_backup_rows_land_in_imported_summaries(db, tmp_path):

@@ -91,6 +91,18 @@ def _raw_vectors(path: Path) -> dict[str, str]:
     return found
 
 
+def _export_graph(home: Path, path: Path) -> dict[tuple[str, str], dict]:
+    """`session-digest export-graph` (no model is needed): (node|edge, id) → line, each id once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))} | {
+        "DIGEST_HOME": str(home)
+    }
+    _run(["export-graph", str(path)], env)
+    lines = _lines(path)
+    by_id = {(g["type"], g["data"]["id"]): g for g in lines}
+    assert len(by_id) == len(lines)
+    return by_id
+
+
 def _store_rows(home: Path, sql: str) -> list[tuple]:
     con = duckdb.connect(str(home / "digest.duckdb"), read_only=True)
     try:
@@ -198,15 +210,29 @@ def test_the_sample_bundle_round_trips_through_an_archive_in_the_originals_shape
     # The original's directory import reads only top-level *.jsonl: the three backups.
     assert sorted(file_kind(p) for p in bundle.glob("*.jsonl")) == ["graph", "memory", "summaries"]
 
-    # --- re-ingest the archive into a fresh store: the same sessions and summaries, no model call.
+    # The graph the store exports: the sample's own graph lines (its agent identity nodes, say) and
+    # the sessions' digests, one line per id.
+    exported = _export_graph(home, tmp_path / "first-export.jsonl")
+    sample_graph = {(g["type"], g["data"]["id"]) for g in _lines(_file(SAMPLES, "graph-backup"))}
+    assert sample_graph <= set(exported)
+    assert {("node", f"summary_{s}") for s in sessions} | {("node", f"session:{s}") for s in sessions} <= set(exported)
+    assert exported == {(g["type"], g["data"]["id"]): g for g in graph}  # the archive's graph file is the same
+
+    # --- re-ingest the archive into a fresh store: the same sessions, summaries and graph, no model call.
     again = tmp_path / "again"
     with ModelServer(_script) as other:
         env = _env(again, other.url)
         reingested = _run(["ingest", str(bundle)], env)
         swept = _run(["sweep"], env)
+        digested_again = _run(["digest"], env)  # the digest sensor's selection: none is owed
         assert other.chat_requests() == []
     assert reingested["turns"] == 94 and reingested["rejects"] == 0
     assert swept["summarized"] == 0 and swept["pending"] == 0
+    assert digested_again["runs"] == [] and digested_again["digested"] == 0
+    states = _store_rows(again, "SELECT session_id, digest_state, revision FROM digest_state")
+    assert {r[0]: r[1:] for r in states} == {s: ("digested", revision) for s, (_, revision) in sessions.items()}
+    # Exported again: the same node and edge ids, line for line.
+    assert _export_graph(again, tmp_path / "second-export.jsonl") == exported
     assert _sessions(again) == sessions
     restored = _summaries(again)
     assert {s: row[:3] for s, row in restored.items()} == {s: row[:3] for s, row in summaries.items()}

@@ -101,6 +101,25 @@ def _loading(bundle: Bundle, name: str) -> Iterator[None]:
         raise BundleError(bundle.path, [f"{name}: the store cannot take its rows: {reason}"]) from None
 
 
+def _imported_graph_scope(where: str, params: list, sessions: list[str] | None) -> tuple[str, list]:
+    """The imported graph rows an archive of these sessions holds (None: all of them), as the CTEs
+    `imported_nodes` and `imported_edges`, with their parameters: the nodes the sessions' graph or
+    mini summaries name or whose `sessionId` is one of them, the edges the sessions' graph names or
+    that touch such a node."""
+    if sessions is None:
+        return "WITH imported_nodes AS (FROM imported_graph_nodes), imported_edges AS (FROM imported_graph_edges)", []
+    cte = f"""WITH node_set AS (
+            SELECT id FROM graph_nodes {where} UNION SELECT turn_id FROM mini_summaries {where}
+            UNION SELECT id FROM imported_graph_nodes WHERE (properties->>'sessionId') IN (SELECT unnest(?::VARCHAR[]))
+        ),
+        imported_nodes AS (FROM imported_graph_nodes WHERE id IN (SELECT id FROM node_set)),
+        imported_edges AS (
+            FROM imported_graph_edges WHERE id IN (SELECT id FROM graph_edges {where})
+            OR source IN (SELECT id FROM node_set) OR target IN (SELECT id FROM node_set)
+        )"""
+    return cte, [*params, *params, sessions, *params]
+
+
 class Archive(Connection):
     def _table_columns(self, con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str]]]:
         """Every table with its (column, type) in order, from the catalog: tables added later are
@@ -137,25 +156,35 @@ class Archive(Connection):
                 yield dict(zip(names, row))
 
     def _graph_lines(self, con: duckdb.DuckDBPyConnection, sessions: list[str] | None) -> Iterator[dict]:
-        """Node lines, then edge lines, merged per id as `export-graph` does (oldest digest first),
-        with each turn's mini summary on its AGENT_MEMORY node: ours win over the graph's copy."""
+        """Node lines, then edge lines, merged per id as `export-graph` does (imported rows under
+        the sessions' own, oldest digest first), with each turn's mini summary on its AGENT_MEMORY
+        node: ours win over the graph's copy."""
         where, params = self._scope(["session_id"], "graph_nodes", sessions)
-        nodes = f"""
-            SELECT id, label, properties::VARCHAR AS properties, session_id, NULL AS text, 0 AS mini, created_at
+        imported, imported_params = _imported_graph_scope(where, params, sessions)
+        nodes = f"""{imported}
+            SELECT id, label, properties::VARCHAR AS properties, session_id, NULL AS text, 1 AS rank, created_at,
+                   false AS imported
             FROM graph_nodes {where}
             UNION ALL
-            SELECT turn_id, 'AGENT_MEMORY', NULL, session_id, text, 1, NULL FROM mini_summaries {where}
-            ORDER BY id, mini, created_at, session_id"""
+            SELECT id, label, properties::VARCHAR, NULL, NULL, 0, imported_at, true FROM imported_nodes
+            UNION ALL
+            SELECT turn_id, 'AGENT_MEMORY', NULL, session_id, text, 2, NULL, false FROM mini_summaries {where}
+            ORDER BY id, rank, created_at, session_id"""
         node_rows = (
             mini_summary_node_row({"turn_id": r["id"], "session_id": r["session_id"], "text": r["text"]})
-            if r["mini"]
+            if r["rank"] == 2
             else r
-            for r in self._rows(con, nodes, params * 2)
+            for r in self._rows(con, nodes, imported_params + params * 2)
         )
         yield from map(node_line, merge_stored_nodes(node_rows))
-        edges = f"""SELECT id, source, target, type, properties::VARCHAR AS properties FROM graph_edges {where}
-                    ORDER BY id, created_at, session_id"""
-        yield from map(edge_line, merge_stored_edges(self._rows(con, edges, params)))
+        edges = f"""{imported}
+            SELECT id, source, target, type, properties::VARCHAR AS properties, 1 AS rank, created_at, session_id,
+                   false AS imported
+            FROM graph_edges {where}
+            UNION ALL
+            SELECT id, source, target, type, properties::VARCHAR, 0, imported_at, NULL, true FROM imported_edges
+            ORDER BY id, rank, created_at, session_id"""
+        yield from map(edge_line, merge_stored_edges(self._rows(con, edges, imported_params + params)))
 
     def write_archive(self, out_dir: Path, sessions: list[str] | None = None, retire: bool = False) -> dict:
         """Write a bundle of these sessions (None: the whole store) into `out_dir` and record it.

@@ -214,19 +214,23 @@ class Graph(Connection):
         return [r[0] for r in resumed + newest + oldest]
 
     def graph_pages(self, table: str, ids_per_page: int = 2000) -> Iterator[list[dict]]:
-        """Every row of `graph_nodes` or `graph_edges` sorted by id (then oldest digest first), a
-        page of whole id groups per short connection, for the export's merge."""
-        columns = {
-            "graph_nodes": "id, label, properties::VARCHAR AS properties",
-            "graph_edges": "id, source, target, type, properties::VARCHAR AS properties",
-        }[table]
+        """Every row of `graph_nodes` or `graph_edges`, with the imported graph's row of each id
+        first (`imported_graph_*`), sorted by id (then oldest digest first), a page of whole id
+        groups per short connection, for the export's merge."""
+        columns = {"graph_nodes": "id, label, properties", "graph_edges": "id, source, target, type, properties"}[table]
+        rows_sql = f"""SELECT {columns}, true AS imported, 0 AS rank, imported_at AS created_at, NULL AS session_id
+                       FROM imported_{table}
+                       UNION ALL
+                       SELECT {columns}, false, 1, created_at, session_id FROM {table}"""
         after = ""
         while True:
             with self.connect() as con:
                 rows = records(
                     con,
-                    f"""WITH page AS (SELECT DISTINCT id FROM {table} WHERE id > ? ORDER BY id LIMIT {int(ids_per_page)})
-                        SELECT {columns} FROM {table} JOIN page USING (id) ORDER BY id, created_at, session_id""",
+                    f"""WITH all_rows AS ({rows_sql}),
+                        page AS (SELECT DISTINCT id FROM all_rows WHERE id > ? ORDER BY id LIMIT {int(ids_per_page)})
+                        SELECT {columns.replace("properties", "properties::VARCHAR AS properties")}, imported
+                        FROM all_rows JOIN page USING (id) ORDER BY id, rank, created_at, session_id""",
                     [after],
                 )
             if not rows:

@@ -93,6 +93,23 @@ class Ingest(Connection):
             con.unregister("batch")
             adopt_imported_summaries(con, batch["session_id"].tolist())
 
+    # --- imported graph: ingest ---
+
+    def write_imported_graph(self, nodes: list[dict], edges: list[dict]) -> None:
+        """A graph-backup file's node and edge rows (`digest.ingest.parse_graph_row`), upserted by id:
+        the later line wins, as for turns."""
+        if not nodes and not edges:
+            return
+        with self.transaction() as con:
+            for table, rows in (("imported_graph_nodes", nodes), ("imported_graph_edges", edges)):
+                if not rows:
+                    continue
+                batch = pd.DataFrame(list({r["id"]: r for r in rows}.values()))
+                batch["imported_at"] = now()
+                con.register("batch", batch)
+                con.execute(upsert_sql(table, list(batch.columns), ["id"]))
+                con.unregister("batch")
+
     def write_rejects(self, rows: list[dict]) -> None:
         if not rows:
             return

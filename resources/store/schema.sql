@@ -292,3 +292,27 @@ CREATE TABLE IF NOT EXISTS digest_state (
     revision VARCHAR NOT NULL,        -- the input revision the state is about
     updated_at TIMESTAMPTZ NOT NULL
 );
+
+-- --- imported graph (ingest of a graph-backup file) ---
+-- The source system's graph as its graph-backup file had it (ours too, when our export comes back),
+-- every node and edge line by id; a later line or ingest wins. `export-graph` and archives lay each
+-- session's own graph rows over these by id (`digest.graph.merge_stored_nodes`).
+CREATE TABLE IF NOT EXISTS imported_graph_nodes (
+    id VARCHAR PRIMARY KEY,
+    label VARCHAR NOT NULL,
+    properties JSON NOT NULL,         -- as the line had them
+    source_file VARCHAR NOT NULL,
+    source_line INTEGER NOT NULL,
+    imported_at TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS imported_graph_edges (
+    id VARCHAR PRIMARY KEY,           -- the line's, else <source>-><target>:<type> as the original's import
+    source VARCHAR NOT NULL,
+    target VARCHAR NOT NULL,
+    type VARCHAR NOT NULL,
+    properties JSON NOT NULL,
+    source_file VARCHAR NOT NULL,
+    source_line INTEGER NOT NULL,
+    imported_at TIMESTAMPTZ NOT NULL
+);

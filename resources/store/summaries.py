@@ -69,9 +69,32 @@ ADOPT_IMPORTED_SUMMARIES = """
 """
 
 
+# An exported summary that says its session was digested at the turns as they are (the Dream keys
+# the original and our archive write: `dreamCompletedRevision` = the session's input revision) marks
+# the session digested at that revision: its graph came in with the export (`imported_graph_*`), so
+# the digest cadence does not redo it with model calls.
+MARK_IMPORTED_DIGESTS = """
+    INSERT INTO digest_state (session_id, digest_state, attempts, defer_reason, revision, updated_at)
+    SELECT s.session_id, 'digested', 0, NULL, s.input_revision, ?
+    FROM imported_summaries i
+    JOIN sessions s USING (session_id)
+    LEFT JOIN digest_state d USING (session_id)
+    WHERE s.session_id IN (SELECT unnest(?::VARCHAR[]))
+      AND i.input_revision = s.input_revision
+      AND (i.metadata->>'dreamCompletedRevision') = s.input_revision
+      AND coalesce(i.metadata->>'digestState', 'digested') = 'digested'
+      AND coalesce(i.metadata->>'graphDigested', 'true') = 'true'
+      AND NOT coalesce(d.digest_state = 'digested' AND d.revision = s.input_revision, false)
+    ON CONFLICT (session_id) DO UPDATE SET digest_state = excluded.digest_state, attempts = excluded.attempts,
+        defer_reason = excluded.defer_reason, revision = excluded.revision, updated_at = excluded.updated_at
+"""
+
+
 def adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
-    """Let a current imported summary stand as the summary of these sessions, graph rows and all."""
+    """Let a current imported summary stand as the summary of these sessions, graph rows and all;
+    one that says its session was digested at these turns marks it digested."""
     write_summary_graphs(con, records(con, ADOPT_IMPORTED_SUMMARIES, [session_ids, now()]))
+    con.execute(MARK_IMPORTED_DIGESTS, [now(), session_ids])
 
 
 class Summaries(Connection):
