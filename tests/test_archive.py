@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import pytest
 from dagster import AssetKey, build_sensor_context, instance_for_test
 
@@ -116,21 +115,6 @@ def _populated_store(tmp_path, url: str) -> tuple:
     return settings, store
 
 
-def _fingerprint(path: Path) -> dict[str, list]:
-    """Every table's rows, sorted: what "unchanged" means for a store."""
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        tables = [
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'"
-            ).fetchall()
-        ]
-        return {t: con.execute(f'SELECT * FROM "{t}" ORDER BY ALL').fetchall() for t in sorted(tables)}
-    finally:
-        con.close()
-
-
 def _manifest(archive: dict) -> dict:
     return json.loads((Path(archive["path"]) / "manifest.json").read_text())
 
@@ -149,7 +133,7 @@ def test_archive_then_restore_into_an_empty_store_gives_the_same_rows(tmp_path, 
 
     assert by_content(second) == by_content(first)
     assert result["rows"]["turns"] == 33 and result["rows"]["response_cache"] == 2
-    live, restored = _fingerprint(store.path), _fingerprint(copy.path)
+    live, restored = fingerprint(store.path), fingerprint(copy.path)
     for table in set(live) - {"archives", "sessions", "schema_meta"}:
         assert restored[table] == live[table], table
     # `sessions` is recomputed from the turns: the same but for when it was computed.
@@ -218,7 +202,7 @@ def test_a_corrupt_or_truncated_bundle_is_refused_and_changes_nothing(tmp_path, 
     archive = store.write_archive(tmp_path / "archives")
     bundle = Path(archive["path"])
     store.save_generated_mini_summary("small-t000", "small", "written after the archive", "m")
-    before = _fingerprint(store.path)
+    before = fingerprint(store.path)
 
     memory = next(bundle.glob("memory-backup-*.jsonl"))
     data = memory.read_bytes()
@@ -253,7 +237,7 @@ def test_a_corrupt_or_truncated_bundle_is_refused_and_changes_nothing(tmp_path, 
     assert done.returncode != 0
     assert "tables/session_summaries.jsonl: sha256 differs from the manifest's" in done.stderr
     assert "nothing was changed" in done.stderr
-    assert _fingerprint(store.path) == before
+    assert fingerprint(store.path) == before
 
 
 def test_replace_touches_only_the_bundles_sessions_and_tables(tmp_path, server):
