@@ -45,6 +45,15 @@ TIERS = {
 }
 
 
+def pytest_ignore_collect(collection_path, config) -> bool | None:
+    """`-m unit` (make test-fast) does not even import the other modules: importing Dagster's run
+    machinery and the browser driver is half of a fast run's time."""
+    if config.getoption("markexpr") == "unit" and collection_path.suffix == ".py":
+        tier = TIERS.get(collection_path.stem)
+        return tier is not None and tier != "unit"
+    return None
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if item.get_closest_marker("embedded"):
