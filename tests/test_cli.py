@@ -22,6 +22,12 @@ from tests.model_server import Behaviour, ModelServer
 CLI = [sys.executable, "-m", "pipelines.cli"]
 
 
+def _cli_env(home, url: str, **extra: str) -> dict[str, str]:
+    """The CLI's environment: this process's, less any DIGEST_/DAGSTER_ setting, on a test server."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    return {**kept, "DIGEST_HOME": str(home), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_MODEL_URL": url, **extra}
+
+
 def _text(args, env) -> subprocess.CompletedProcess:
     """As a person runs it, though not on a terminal (a pipe): tables and plain lines."""
     done = subprocess.run(CLI + args, env=env, capture_output=True, text=True, timeout=300)
@@ -56,13 +62,7 @@ def test_ingest_sweep_status_and_the_ui_instance_agree(tmp_path):
         return Behaviour.reply()
 
     with ModelServer(script) as server:
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
-            "DIGEST_HOME": str(home),
-            "DIGEST_MODEL_PROVIDER": "openai",
-            "DIGEST_MODEL_URL": server.url,
-            "DIGEST_RAW_CAP_TOKENS": "2000",
-        }
+        env = _cli_env(home, server.url, DIGEST_RAW_CAP_TOKENS="2000")
         first = _text(["ingest", str(folder), "--json"], env)
         ingested = json.loads(first.stdout)
         assert ingested["turns"] == 43 and ingested["rejects"] == 2 and ingested["new_partitions"] == 2
@@ -152,14 +152,7 @@ def test_a_sweep_on_a_terminal_redraws_a_bar_with_the_plans_time_left_while_runs
         return Behaviour.reply()
 
     with ModelServer(script) as server:
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
-            "DIGEST_HOME": str(home),
-            "DIGEST_MODEL_PROVIDER": "openai",
-            "DIGEST_MODEL_URL": server.url,
-            "TERM": "xterm-256color",
-            "COLUMNS": "160",
-        }
+        env = _cli_env(home, server.url, TERM="xterm-256color", COLUMNS="160")
         _run(["ingest", str(folder)], env)
         leader, follower = pty.openpty()  # stderr is a terminal, stdout a pipe
 
