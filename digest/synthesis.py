@@ -100,6 +100,7 @@ class Attempt:
     completion_tokens: int | None = None
     error_text: str | None = None
     cached: bool = False  # a replay from the response cache, not a model call
+    host: str | None = None  # the model host that answered (DIGEST_MODEL_HOSTS names them)
 
     @property
     def suspected_truncation(self) -> bool:

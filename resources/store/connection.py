@@ -31,6 +31,7 @@ ADDED_COLUMNS = [
     ("turns", "embedding VARCHAR"),
     ("imported_summaries", "metadata JSON"),
     ("imported_summaries", "embedding VARCHAR"),
+    ("attempts", "host VARCHAR"),
     *[
         ("imported_summaries", column)
         for column in (

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from digest.friction import FrictionEvent
@@ -19,12 +20,13 @@ class Ledger(Connection):
         with self.connect() as con:
             con.execute(
                 """INSERT INTO attempts (session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens,
-                   completion_tokens, duration_s, outcome, suspected_truncation, cached, error_text, run_id, created_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   completion_tokens, duration_s, outcome, suspected_truncation, cached, error_text, run_id, created_at, host)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [
                     attempt.session_id, attempt.stage, attempt.tier, attempt.model, attempt.prompt_bytes,
                     attempt.tokens_estimate, attempt.prompt_tokens, attempt.completion_tokens, attempt.duration_s,
                     attempt.outcome, attempt.suspected_truncation, attempt.cached, attempt.error_text, run_id, now(),
+                    attempt.host,
                 ],
             )  # fmt: skip
 
@@ -45,13 +47,17 @@ class Ledger(Connection):
 
 
 class RunLedger:
-    """The synthesis ledger for one run: each attempt and friction event written as it happens."""
+    """The synthesis ledger for one run: each attempt and friction event written as it happens.
+    `host`: the model host the run's calls go to, stamped on each attempt."""
 
-    def __init__(self, store: DigestStore, run_id: str | None):
+    def __init__(self, store: DigestStore, run_id: str | None, host: str | None = None):
         self.store = store
         self.run_id = run_id
+        self.host = host
 
     def record_attempt(self, attempt: Attempt) -> None:
+        if self.host is not None and attempt.host is None:
+            attempt = dataclasses.replace(attempt, host=self.host)
         self.store.record_attempt(attempt, self.run_id)
 
     def record_friction(self, event: FrictionEvent) -> None:

@@ -123,7 +123,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     cached BOOLEAN NOT NULL DEFAULT false,  -- replayed from response_cache: no model call
     error_text VARCHAR,
     run_id VARCHAR,
-    created_at TIMESTAMPTZ NOT NULL
+    created_at TIMESTAMPTZ NOT NULL,
+    host VARCHAR                      -- the model host that answered (NULL before several hosts)
 );
 
 CREATE SEQUENCE IF NOT EXISTS friction_ids;
