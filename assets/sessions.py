@@ -193,7 +193,20 @@ def session_summaries(
         # Each usable reply is staged in DuckDB before the summary is built from it: a run killed
         # before the write below is finished by the next one, from the reply, with no model call.
         client = model.client(db, session=(session_id, session["input_revision"]))
-        result = summarize_session(turns, client, limits, RunLedger(db, run_id))
+        ledger = RunLedger(db, run_id)
+        result = summarize_session(turns, client, limits, ledger)
+        if result.summary is None and result.host_failure and ledger.host is not None:
+            # The host's fault, counted on its circuit: no backoff of the session, which the next tick
+            # gives to another host (or to this one, once its circuit closes).
+            raise Failure(
+                description=f"host {ledger.host} failed: {result.failure} on session {session_id!r} "
+                f"(route {result.route_reason}); the session goes to another host",
+                metadata={
+                    "symptom": str(result.failure),
+                    "route_reason": str(result.route_reason),
+                    "host": ledger.host,
+                },
+            )
         if result.summary is None:
             failures = db.record_summary_failure(
                 session_id, session["input_revision"], result.failure, now_ms(),

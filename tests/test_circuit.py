@@ -4,11 +4,14 @@ the circuit kept in a real DuckDB file through the ledgers the assets write with
 
 from __future__ import annotations
 
+import io
+import re
 import socket
 import threading
 from contextlib import contextmanager
 
 import pytest
+from rich.console import Console
 
 from digest.circuit import (
     CircuitPolicy,
@@ -26,6 +29,7 @@ from digest.model_api import ModelError
 from digest.settings import load_settings
 from digest.synthesis import summarize_session
 from digest.turns import input_revision
+from pipelines.console import RENDER
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
 from resources.response_cache import CachedChatClient
 from resources.store import MiniSummaryLedger, RunLedger
@@ -367,3 +371,14 @@ def test_concurrent_ticks_hand_out_one_probe(store):
     for worker in workers:
         worker.join()
     assert sorted(answers) == [["cpu-box"]] * 3 + [[HOST, "cpu-box"]]
+
+
+def test_the_clis_status_table_lists_each_hosts_circuit(store):
+    """`session-digest status` as a person reads it: a table of the hosts under the store's counts."""
+    for _ in range(3):
+        store.record_host_outcome(HOST, True, "HTTP 502: bad gateway", 1_000, POLICY)
+    out = io.StringIO()
+    RENDER["status"](Console(file=out, width=200), store.status())
+    text = out.getvalue()
+    assert "host circuits" not in text  # not a row of the counts
+    assert re.search(rf"{HOST}\s.*half-open\s.*3\s.*1\s.*1970-01-01 00:01:01Z\s.*HTTP 502: bad gateway", text), text
