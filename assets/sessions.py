@@ -11,7 +11,7 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
-from digest.hosts import HOST_REASON_TAG, HOST_TAG, assign_host
+from digest.hosts import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, assign_host
 from digest.ingest import ingest_paths
 from digest.scheduling import failure_backoff_s, now_ms
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
@@ -110,13 +110,13 @@ def _not_summarized(context: AssetExecutionContext, session_id: str, reason: str
 
 
 def run_host(context: AssetExecutionContext, db, model: ChatModelResource, session_id: str) -> tuple[str, str]:
-    """The model host the run's `digest/host` tag names, and why it was chosen. A run without one
+    """The model host the run's `digest/model_host` tag names, and why it was chosen. A run without one
     (asked for by hand), or naming a host no longer declared, is placed now the way a sweep would
     place it: raw on a host that admits it, else the earliest finish."""
     fleet = model.fleet()
-    tagged = context.run.tags.get(HOST_TAG)
+    tagged = context.run.tags.get(MODEL_HOST_TAG)
     if tagged in fleet.names:
-        return tagged, context.run.tags.get(HOST_REASON_TAG, "named by the run's tag")
+        return tagged, context.run.tags.get(MODEL_HOST_REASON_TAG, "named by the run's tag")
     views, _ = host_views(db, fleet, fleet.names, {})
     assignment = assign_host(db.summary_candidate(session_id), views)
     why = f"the run's host {tagged!r} is not declared" if tagged else "placed by the run"
@@ -127,7 +127,7 @@ def tagged_host(context: AssetExecutionContext, model: ChatModelResource) -> str
     """The host a mini-summary or graph run's tag names (the sensors place those runs), else the
     first declared."""
     fleet = model.fleet()
-    tagged = context.run.tags.get(HOST_TAG)
+    tagged = context.run.tags.get(MODEL_HOST_TAG)
     return tagged if tagged in fleet.names else fleet.host().name
 
 

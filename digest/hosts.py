@@ -24,8 +24,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from digest.scheduling import Candidate, PlannedSession, plan_session
 from digest.synthesis import Limits, Route
 
-HOST_TAG = "digest/host"  # the run tag naming the host a run's model calls go to
-HOST_REASON_TAG = "digest/host_reason"
+MODEL_HOST_TAG = "digest/model_host"  # the run tag naming the model host a run's calls go to
+MODEL_HOST_REASON_TAG = "digest/model_host_reason"
 DEFAULT_HOST = "default"  # the one host of the single-host settings
 DEFAULT_BYTES_PER_TOKEN = 3.0  # the estimate before a host's own ratio is pinned or measured
 PROVIDERS = ("embedded", "openai", "ollama")

@@ -19,7 +19,7 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
-from digest.hosts import HOST_REASON_TAG, HOST_TAG, estimated_seconds
+from digest.hosts import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, estimated_seconds
 from digest.scheduling import now_ms
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
@@ -157,12 +157,12 @@ def in_flight_partitions(instance, job_name: str) -> set[str]:
 
 def in_flight(instance, job_name: str) -> tuple[set[str], dict[str, float]]:
     """The partitions of the job's queued and running runs, and the estimated model seconds they
-    hold on each model host (their `digest/host` and `digest/estimated_s` tags)."""
+    hold on each model host (their `digest/model_host` and `digest/estimated_s` tags)."""
     keys, queued_s = set(), {}
     for run in instance.get_runs(filters=RunsFilter(job_name=job_name, statuses=IN_FLIGHT)):
         keys.add(run.tags.get("dagster/partition"))
-        if HOST_TAG in run.tags:
-            host = run.tags[HOST_TAG]
+        if MODEL_HOST_TAG in run.tags:
+            host = run.tags[MODEL_HOST_TAG]
             queued_s[host] = queued_s.get(host, 0.0) + estimated_seconds(run.tags.get("digest/estimated_s"))
     return keys, queued_s
 
@@ -176,8 +176,8 @@ def spread_over_hosts(instance, fleet, count: int, available: list[str] | None =
         return []
     runs = {name: 0 for name in names}
     for run in instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT)):
-        if run.tags.get(HOST_TAG) in runs:
-            runs[run.tags[HOST_TAG]] += 1
+        if run.tags.get(MODEL_HOST_TAG) in runs:
+            runs[run.tags[MODEL_HOST_TAG]] += 1
     placed = []
     for _ in range(count):
         host = min(names, key=lambda n: runs[n] / fleet.host(n).concurrency)
@@ -190,8 +190,8 @@ def summary_run_tags(item) -> dict[str, str]:
     """A summary run's tags from its planned assignment: the host (the UI filters runs on it, and
     the run queue limits each host's runs to its concurrency), why, and the route and cost."""
     return {
-        HOST_TAG: item.host,
-        HOST_REASON_TAG: item.reason,
+        MODEL_HOST_TAG: item.host,
+        MODEL_HOST_REASON_TAG: item.reason,
         "digest/route": str(item.tier),  # Dagster's tags are plain text
         "digest/estimated_s": f"{item.model_seconds_estimate:.0f}",
     }
@@ -263,7 +263,7 @@ def mini_summary_sensor(
         "digest/sweep": "mini-summaries",
         "digest/budget": f"{policy.budget_s:.0f}s",
         "digest/priority": policy.priority,
-        HOST_TAG: spread_over_hosts(context.instance, model.fleet(), 1)[0],
+        MODEL_HOST_TAG: spread_over_hosts(context.instance, model.fleet(), 1)[0],
     }
     return _with_partitions(context, [RunRequest(partition_key=keys[0], tags=tags)])
 
@@ -284,7 +284,7 @@ def digest_sensor(
         return SkipReason("no summarized session waits for its graph")
     tags = {"digest/sweep": "graph", "digest/budget": f"{policy.batch_sessions} sessions"}
     hosts = spread_over_hosts(context.instance, model.fleet(), len(keys))
-    requests = [RunRequest(partition_key=key, tags={**tags, HOST_TAG: host}) for key, host in zip(keys, hosts)]
+    requests = [RunRequest(partition_key=key, tags={**tags, MODEL_HOST_TAG: host}) for key, host in zip(keys, hosts)]
     return _with_partitions(context, requests)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dagster import build_sensor_context, instance_for_test
 
-from digest.hosts import HOST_REASON_TAG, HOST_TAG
+from digest.hosts import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG
 from digest.settings import load_settings
 from pipelines.definitions import build_definitions
 from pipelines.sensors import register_partitions, summary_sensor
@@ -64,9 +64,9 @@ def test_a_session_over_the_cpu_hosts_cap_is_summarized_raw_on_the_long_context_
             requests = summary_sensor(context).run_requests
         placed = {r.partition_key: r.tags for r in requests}
         assert set(placed) == {"big", "small0", "small1", "small2", "small3"}
-        assert placed["big"][HOST_TAG] == "gpu"
-        assert placed["big"][HOST_REASON_TAG] == "raw; 1 of 2 host(s) admit it raw (cpu over-raw-cap)"
-        assert {tags[HOST_TAG] for tags in placed.values()} == {"cpu", "gpu"}  # the small ones spread
+        assert placed["big"][MODEL_HOST_TAG] == "gpu"
+        assert placed["big"][MODEL_HOST_REASON_TAG] == "raw; 1 of 2 host(s) admit it raw (cpu over-raw-cap)"
+        assert {tags[MODEL_HOST_TAG] for tags in placed.values()} == {"cpu", "gpu"}  # the small ones spread
 
         job = definitions.resolve_job_def("summarize_sessions")
         for key, tags in placed.items():
@@ -74,16 +74,16 @@ def test_a_session_over_the_cpu_hosts_cap_is_summarized_raw_on_the_long_context_
 
         # Each host got exactly its own sessions' calls, and the big one went raw, not degraded.
         chats = {"cpu": len(cpu.requests), "gpu": len(gpu.requests)}
-        assert chats == {h: sum(t[HOST_TAG] == h for t in placed.values()) for h in ("cpu", "gpu")}
+        assert chats == {h: sum(t[MODEL_HOST_TAG] == h for t in placed.values()) for h in ("cpu", "gpu")}
         assert max(len(r.prompt) for r in gpu.requests) > 16_000  # the big session's raw prompt
         assert max(len(r.prompt) for r in cpu.requests) < 6_000
         rows = {row["session_id"]: row for row in store.summary_rows()}
         assert (rows["big"]["source_tier"], rows["big"]["degraded"], rows["big"]["host"]) == ("raw", False, "gpu")
-        assert rows["big"]["host_reason"] == placed["big"][HOST_REASON_TAG]
-        assert {key: row["host"] for key, row in rows.items()} == {k: t[HOST_TAG] for k, t in placed.items()}
+        assert rows["big"]["host_reason"] == placed["big"][MODEL_HOST_REASON_TAG]
+        assert {key: row["host"] for key, row in rows.items()} == {k: t[MODEL_HOST_TAG] for k, t in placed.items()}
         hosts_of_attempts = store.query("SELECT session_id, host FROM attempts ORDER BY session_id")
         assert dict(zip(hosts_of_attempts.session_id, hosts_of_attempts.host)) == {
-            k: t[HOST_TAG] for k, t in placed.items()
+            k: t[MODEL_HOST_TAG] for k, t in placed.items()
         }
 
 
@@ -102,7 +102,7 @@ def test_a_run_asked_for_by_hand_places_itself_as_the_sweep_would(tmp_path):
         # No host tag, then a tag naming a host the file no longer declares.
         assert job.execute_in_process(instance=instance, partition_key="big").success
         assert store.summary_row("big")["host_reason"].endswith("(placed by the run)")
-        assert job.execute_in_process(instance=instance, partition_key="big", tags={HOST_TAG: "gone"}).success
+        assert job.execute_in_process(instance=instance, partition_key="big", tags={MODEL_HOST_TAG: "gone"}).success
         row = store.summary_row("big")
         assert row["host"] == "gpu" and row["source_tier"] == "raw"
         assert row["host_reason"].endswith("(the run's host 'gone' is not declared)")
