@@ -44,7 +44,8 @@ class CircuitPolicy:
 
     def backoff_s(self, opens: int) -> float:
         """The backoff after the `opens`-th opening since the host last succeeded (1 = the first)."""
-        return min(self.retry_max_s, self.retry_base_s * 2 ** max(0, opens - 1))
+        # The exponent bounded: weeks of re-opens would overflow a float, long after the max binds.
+        return min(self.retry_max_s, self.retry_base_s * 2 ** min(max(0, opens - 1), 64))
 
 
 class CircuitState(StrEnum):

@@ -94,6 +94,10 @@ def test_a_failed_probe_opens_it_again_for_twice_as_long_up_to_the_max():
         now = circuit.retry_at_ms
 
 
+def test_the_backoff_stays_at_the_max_however_often_the_circuit_reopens():
+    assert POLICY.backoff_s(5000) == 1800
+
+
 def test_a_probe_that_never_reports_is_given_up_after_another_backoff():
     circuit, _ = _fail(HostCircuit(HOST), 0, times=3)
     probing = after_probe(circuit, 60_000, POLICY)
@@ -289,6 +293,9 @@ def test_a_half_open_host_gets_one_probe_run_and_a_success_closes_it(store):
     for _ in range(3):
         store.record_host_outcome(HOST, True, "HTTP 500", 0, POLICY)
     assert store.available_hosts([HOST, "cpu-box"], 59_999, POLICY) == ["cpu-box"]
+    # A look (the plan) takes no probe.
+    assert store.available_hosts([HOST, "cpu-box"], 60_000, POLICY, probe=False) == [HOST, "cpu-box"]
+    assert store.host_circuits()[HOST].probe_until_ms is None
     # The backoff has passed: the first tick takes the one probe; the next ticks get none.
     assert store.available_hosts([HOST, "cpu-box"], 60_000, POLICY) == [HOST, "cpu-box"]
     assert store.available_hosts([HOST, "cpu-box"], 60_001, POLICY) == ["cpu-box"]

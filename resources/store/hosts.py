@@ -52,13 +52,16 @@ class Hosts(Connection):
         with self.connect() as con:
             return read_circuits(con)
 
-    def available_hosts(self, names: list[str], now_ms: int, policy: CircuitPolicy) -> list[str]:
+    def available_hosts(self, names: list[str], now_ms: int, policy: CircuitPolicy, probe: bool = True) -> list[str]:
         """Of these hosts, in their order, those a run may go to now: closed, or half-open with no
-        probe out. A half-open host's place is its one probe run, so it is taken here: the next
-        call sees the probe out until the probe's outcome is recorded (or another backoff passes)."""
+        probe out. A half-open host returned is its one probe run, taken here (give it one run: its
+        `host_circuits()` state is half-open): the next call sees the probe out until the probe's
+        outcome is recorded, or another backoff passes. `probe=False`: only look (`plan`), take none."""
         with self.connect() as con:
             circuits = read_circuits(con, list(names))
-        if not any(c.state(now_ms) == CircuitState.HALF_OPEN and c.available(now_ms) for c in circuits.values()):
+        if not probe or not any(
+            c.state(now_ms) == CircuitState.HALF_OPEN and c.available(now_ms) for c in circuits.values()
+        ):
             # No probe to take: a read, no write transaction on each sensor tick.
             return [name for name in names if name not in circuits or circuits[name].available(now_ms)]
         with _write_lock, self.transaction() as con:
