@@ -17,22 +17,11 @@ from pathlib import Path
 from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
 from pipelines.console import Output, run_log_config, run_log_file
+from pipelines.instance import write_instance_config
 from resources.store import StoreUnreadable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "samples" / "bundle"
-
-
-# One model call at a time on a CPU host; `dagster instance concurrency set model N` raises it.
-INSTANCE_CONFIG = """\
-# Written by session-digest.
-concurrency:
-  pools:
-    default_limit: 1
-# Dagster sends anonymous usage statistics (https://docs.dagster.io/about/telemetry) unless:
-# telemetry:
-#   enabled: false
-"""
 
 
 def _telemetry_notice(home: Path) -> None:
@@ -55,12 +44,14 @@ def _telemetry_notice(home: Path) -> None:
 
 
 def _prepare_home(settings: Settings) -> None:
-    """DAGSTER_HOME defaults to a folder under DIGEST_HOME, so the CLI's runs and the UI agree."""
+    """DAGSTER_HOME defaults to a folder under DIGEST_HOME, so the CLI's runs and the UI agree; its
+    dagster.yaml follows the settings (`pipelines.instance`)."""
     os.environ.setdefault("DAGSTER_HOME", str(settings.dagster_home))
     home = Path(os.environ["DAGSTER_HOME"])
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text(INSTANCE_CONFIG)
+    warning = write_instance_config(home, settings)
+    if warning:
+        print(warning, file=sys.stderr)
     _telemetry_notice(home)
     settings.inbox.mkdir(parents=True, exist_ok=True)
 

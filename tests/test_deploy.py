@@ -1,0 +1,171 @@
+"""The deployment of issue 15 as a user runs it: the Dagster instance on a real PostgreSQL server
+(tests/postgres.py), the real `dagster-daemon run`, and its sensors taking an export from the
+inbox to ingest to one summary run per session, against local model servers that answer after a
+delay so runs overlap. Nothing is lost, summarized twice or left running; no run fails on the
+DuckDB file's lock; the run queue keeps to the limits the project wrote in dagster.yaml."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg2
+import yaml
+
+from resources.store import DigestStore
+from tests.model_server import Behaviour, ModelServer
+from tests.postgres import postgres_server
+from tests.synthetic_export import write_export
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SESSIONS = 20
+DELAY_S = 1.5  # each model reply: long enough that runs overlap, short enough for a bounded test
+DEADLINE_S = 480
+POLL_S = 2.0
+# The daemon's sensors this test does not exercise: their runs would compete for the same slots.
+STOPPED_SENSORS = ("digest_sensor", "mini_summary_sensor")
+# DuckDB's "Could not set lock on file", and any other lock failure; not Dagster's "blocked".
+LOCK = re.compile(r"\block", re.I)
+FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
+
+
+def _env(home: Path, pg_url: str, url: str) -> dict[str, str]:
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    return {
+        **kept,
+        "DAGSTER_HOME": str(home / "dagster"),
+        "DIGEST_HOME": str(home),
+        # SQLAlchemy's name for the driver the project installs (psycopg2).
+        "DIGEST_DAGSTER_PG_URL": pg_url.replace("postgresql://", "postgresql+psycopg2://", 1),
+        "DIGEST_MODEL_PROVIDER": "openai",
+        "DIGEST_MODEL_URL": url,
+        "DIGEST_RESPONSE_CACHE": "off",  # a repeated call reaches the model, and the ledger
+        "DIGEST_SWEEP_MAX_SESSIONS": str(SESSIONS),  # one summary-sensor tick launches them all
+    }
+
+
+def _dagster(args: list[str], env: dict, log: Path) -> subprocess.Popen:
+    """A Dagster command over the project's workspace, in its own process group (its code server
+    and run workers with it), its output in a file."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [str(BIN / args[0]), *args[1:], "-w", "workspace.yaml"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _runs(pg_url: str) -> list[tuple[str, str, str]]:
+    """(run id, job, status) of every run in PostgreSQL's `runs` table."""
+    with psycopg2.connect(pg_url) as con, con.cursor() as cur:
+        cur.execute("SELECT run_id, pipeline_name, status FROM runs")
+        return cur.fetchall()
+
+
+def _peak_overlap(pg_url: str, job: str) -> int:
+    """The most runs of `job` in progress at once, from the event log: from the queue's launch
+    (RUN_STARTING) to the run's end, inside the span in which the queue counts the run."""
+    with psycopg2.connect(pg_url) as con, con.cursor() as cur:
+        cur.execute(
+            """SELECT min(e.timestamp) FILTER (WHERE e.dagster_event_type = 'PIPELINE_STARTING'),
+                      min(e.timestamp) FILTER (WHERE e.dagster_event_type IN %s)
+               FROM event_logs e JOIN runs r USING (run_id) WHERE r.pipeline_name = %s GROUP BY e.run_id""",
+            [("PIPELINE_SUCCESS", "PIPELINE_FAILURE", "PIPELINE_CANCELED"), job],
+        )
+        spans = cur.fetchall()
+    assert spans and all(start and end for start, end in spans), spans
+    level, peak = 0, 0
+    # An end and a start at the same instant: the end first (False sorts before True).
+    for _, starts in sorted([(start, True) for start, _ in spans] + [(end, False) for _, end in spans]):
+        level += 1 if starts else -1
+        peak = max(peak, level)
+    return peak
+
+
+def test_the_daemon_on_postgres_summarizes_an_export_once_each_within_the_run_limits(tmp_path):
+    home = tmp_path / "home"
+    facts = write_export(home / "inbox", SESSIONS, turns_per_session=3, summarized_share=0)
+    model = ModelServer(lambda received: Behaviour(content=Behaviour.reply().content, delay_s=DELAY_S))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    processes: list[subprocess.Popen] = []
+    with postgres_server() as pg_url, model:
+        env = _env(home, pg_url, model.url)
+        # Any CLI command writes dagster.yaml from the settings, as a user's first command does.
+        done = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "status", "--json"], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        written = (home / "dagster" / "dagster.yaml").read_text()
+        assert "127.0.0.1" not in written  # the URL (a password, in a real one) stays in the environment
+        config = yaml.safe_load(written)
+        assert config["storage"] == {"postgres": {"postgres_url": {"env": "DIGEST_DAGSTER_PG_URL"}}}
+        limit = config["concurrency"]["runs"]["max_concurrent_runs"]
+        hosts = {entry["value"]: entry["limit"] for entry in config["concurrency"]["runs"]["tag_concurrency_limits"]}
+        try:
+            stops = [
+                _dagster(["dagster", "sensor", "stop", name], env, logs / f"{name}.log") for name in STOPPED_SENSORS
+            ]
+            for stop, name in zip(stops, STOPPED_SENSORS, strict=True):
+                assert stop.wait(timeout=120) == 0, (logs / f"{name}.log").read_text()[-3000:]
+            daemon = _dagster(["dagster-daemon", "run"], env, logs / "daemon.log")
+            processes.append(daemon)
+            deadline = time.monotonic() + DEADLINE_S
+            while True:
+                runs = _runs(pg_url)
+                summaries = [status for _, job, status in runs if job == "summarize_sessions"]
+                settled = runs and all(status in FINISHED for _, _, status in runs)
+                if settled and len(summaries) >= SESSIONS:
+                    break
+                assert daemon.poll() is None, (logs / "daemon.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, f"not done in {DEADLINE_S}s: {Counter(s for *_, s in runs)}"
+                time.sleep(POLL_S)
+        finally:
+            for process in processes:
+                _stop(process)
+        runs = _runs(pg_url)
+        with psycopg2.connect(pg_url) as con, con.cursor() as cur:
+            cur.execute("SELECT event FROM event_logs WHERE run_id <> ''")
+            events = [row[0] for row in cur.fetchall()]
+        summary_peak = _peak_overlap(pg_url, "summarize_sessions")
+
+    # The instance lived in PostgreSQL: every run and its events there, no SQLite run storage.
+    assert not (home / "dagster" / "history").exists()
+    assert {job for _, job, _ in runs} >= {"ingest", "summarize_sessions"} and events
+    # Nothing failed, nothing left queued or running, and no run met the DuckDB lock.
+    assert Counter(status for *_, status in runs) == Counter({"SUCCESS": len(runs)})
+    assert [e for e in events if LOCK.search(e)] == []
+    # Every session summarized, once: one summary row and one ok model attempt each.
+    store = DigestStore(home / "digest.duckdb")
+    sessions = set(store.query("SELECT session_id FROM sessions")["session_id"])
+    assert len(sessions) == facts.sessions
+    assert Counter(row["session_id"] for row in store.summary_rows()) == Counter(dict.fromkeys(sessions, 1))
+    ledger = store.query(
+        "SELECT session_id, outcome FROM attempts WHERE stage = 'session-summary' AND NOT cached"
+    ).to_dict("records")
+    assert Counter(r["session_id"] for r in ledger if r["outcome"] == "ok") == Counter(dict.fromkeys(sessions, 1))
+    # The limits held: no server answered more calls at once than its host takes, and the queue
+    # ran as many summaries at once as the hosts take together (one more run is for ingest).
+    assert model.chat_requests()
+    assert model.peak_concurrent_chats <= hosts["default"], model.peak_concurrent_chats
+    assert 1 < summary_peak <= limit, summary_peak
