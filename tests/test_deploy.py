@@ -19,13 +19,16 @@ import psycopg2
 import yaml
 
 from resources.store import DigestStore
+from tests.bundles import write_bundle
+from tests.conftest import make_turns
 from tests.model_server import Behaviour, ModelServer
 from tests.postgres import postgres_server
 from tests.synthetic_export import write_export
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SESSIONS = 20
+CLI = [sys.executable, "-m", "pipelines.cli"]
+SESSIONS = 16
 DELAY_S = 1.5  # each model reply: long enough that runs overlap, short enough for a bounded test
 DEADLINE_S = 480
 POLL_S = 2.0
@@ -104,7 +107,7 @@ def _peak_overlap(pg_url: str, job: str) -> int:
 
 def test_the_daemon_on_postgres_summarizes_an_export_once_each_within_the_run_limits(tmp_path):
     home = tmp_path / "home"
-    facts = write_export(home / "inbox", SESSIONS, turns_per_session=3, summarized_share=0)
+    facts = write_export(home / "inbox", SESSIONS, turns_per_session=3, summarized_share=0, mini_summary_share=1)
     model = ModelServer(lambda received: Behaviour(content=Behaviour.reply().content, delay_s=DELAY_S))
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -112,9 +115,7 @@ def test_the_daemon_on_postgres_summarizes_an_export_once_each_within_the_run_li
     with postgres_server() as pg_url, model:
         env = _env(home, pg_url, model.url)
         # Any CLI command writes dagster.yaml from the settings, as a user's first command does.
-        done = subprocess.run(
-            [sys.executable, "-m", "pipelines.cli", "status", "--json"], env=env, capture_output=True, text=True
-        )
+        done = subprocess.run(CLI + ["status", "--json"], env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
         written = (home / "dagster" / "dagster.yaml").read_text()
         assert "127.0.0.1" not in written  # the URL (a password, in a real one) stays in the environment
@@ -123,13 +124,14 @@ def test_the_daemon_on_postgres_summarizes_an_export_once_each_within_the_run_li
         limit = config["concurrency"]["runs"]["max_concurrent_runs"]
         hosts = {entry["value"]: entry["limit"] for entry in config["concurrency"]["runs"]["tag_concurrency_limits"]}
         try:
-            stops = [
-                _dagster(["dagster", "sensor", "stop", name], env, logs / f"{name}.log") for name in STOPPED_SENSORS
-            ]
-            for stop, name in zip(stops, STOPPED_SENSORS, strict=True):
-                assert stop.wait(timeout=120) == 0, (logs / f"{name}.log").read_text()[-3000:]
             daemon = _dagster(["dagster-daemon", "run"], env, logs / "daemon.log")
             processes.append(daemon)
+            # As a user stops them, while the daemon runs: long before their second tick (300 s,
+            # 120 s); their first finds nothing to do (no summary yet, every turn has its mini summary).
+            stops = [_dagster(["dagster", "sensor", "stop", s], env, logs / f"{s}.log") for s in STOPPED_SENSORS]
+            processes.extend(stops)
+            for stop, name in zip(stops, STOPPED_SENSORS, strict=True):
+                assert stop.wait(timeout=120) == 0, (logs / f"{name}.log").read_text()[-3000:]
             deadline = time.monotonic() + DEADLINE_S
             while True:
                 runs = _runs(pg_url)
@@ -169,3 +171,20 @@ def test_the_daemon_on_postgres_summarizes_an_export_once_each_within_the_run_li
     assert model.chat_requests()
     assert model.peak_concurrent_chats <= hosts["default"], model.peak_concurrent_chats
     assert 1 < summary_peak <= limit, summary_peak
+
+
+def test_the_clis_runs_go_to_postgres_and_a_bare_postgresql_url_is_refused_with_the_reason(tmp_path):
+    home = tmp_path / "home"
+    bundle = write_bundle(tmp_path / "bundle", make_turns("small", 2))
+    with postgres_server() as pg_url, ModelServer() as model:
+        env = _env(home, pg_url, model.url)
+        done = subprocess.run(CLI + ["ingest", str(bundle), "--json"], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert [(job, status) for _, job, status in _runs(pg_url)] == [("ingest", "SUCCESS")]
+        assert not (home / "dagster" / "history").exists()
+        # SQLAlchemy 2.1 opens a bare postgresql:// with psycopg 3, which is not installed.
+        bare = {**env, "DIGEST_DAGSTER_PG_URL": "postgresql://digest:s3cret@127.0.0.1:5432/dagster"}
+        refused = subprocess.run(CLI + ["status"], env=bare, capture_output=True, text=True)
+        assert refused.returncode != 0
+        assert "DIGEST_DAGSTER_PG_URL='postgresql://digest:***@127.0.0.1:5432/dagster'" in refused.stderr
+        assert "postgresql+psycopg2://" in refused.stderr and "s3cret" not in refused.stderr
