@@ -399,6 +399,13 @@ def status(settings: Settings) -> dict:
     return _store(settings).status()
 
 
+def instance_config() -> dict:
+    """The dagster.yaml this start wrote (or found: the user's own), as Dagster will read it."""
+    from pipelines.instance import describe
+
+    return describe(Path(os.environ["DAGSTER_HOME"]))
+
+
 def ui(settings: Settings, port: int) -> None:
     command = ["dagster", "dev", "-m", "pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)]
     print(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={os.environ['DAGSTER_HOME']})", file=sys.stderr)
@@ -447,6 +454,8 @@ def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, outp
         return unarchive_turns(settings, args.session, args.turn_ids)
     if args.command == "status":
         return status(settings)
+    if args.command == "instance-config":
+        return instance_config()
     if args.command == "ui":
         return ui(settings, args.port)
     if args.command == "archive":
@@ -474,6 +483,7 @@ def main(argv: list[str] | None = None) -> None:
     p_plan = sub.add_parser("plan", help="what the next sweep would do, without calling a model")
     p_plan.add_argument("--limit", type=int, default=None, help="at most this many sessions")
     sub.add_parser("status", help="counts of the store")
+    sub.add_parser("instance-config", help="write $DAGSTER_HOME/dagster.yaml from the settings, and show it")
     p_unarchive = sub.add_parser("unarchive-turns", help="let archived turns get mini summary attempts again")
     p_unarchive.add_argument("--session", help="every archived turn of this session (id or partition key)")
     p_unarchive.add_argument("turn_ids", nargs="*", metavar="TURN_ID")

@@ -7,24 +7,23 @@ own and is left alone."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from digest.hosts import MODEL_HOST_TAG
 from digest.settings import Settings
 
 MARKER = "# Written by session-digest."
 PG_URL_ENV = "DIGEST_DAGSTER_PG_URL"
-HOST_TAG = "digest/host"  # TODO(merge): digest.hosts.HOST_TAG
 POOL = "model"  # the pool of the three assets that call a model
 
 _HEADER = f"""\
 {MARKER}
-# Rewritten from the settings at each `session-digest` start: delete the line above to keep your
-# own edits (then keep a run limit per model host, as below). Runs of a model host (tag
-# {HOST_TAG}) go at most its concurrency at once, with one more run for ingest and reports; the
-# `{POOL}` pool admits as many model steps as all hosts together.
+# Rewritten from the settings at each `session-digest` start: delete the line above to keep
+# your own edits (then keep a run limit per model host, as below). A model host's runs (tag
+# {MODEL_HOST_TAG}) go at most its concurrency at once, with one more run for ingest and
+# reports; the `{POOL}` pool admits as many model steps as all hosts together.
 """
 _TELEMETRY_NOTE = """\
 # Dagster sends anonymous usage statistics (https://docs.dagster.io/about/telemetry) unless
@@ -34,21 +33,11 @@ _TELEMETRY_NOTE = """\
 """
 
 
-@dataclass(frozen=True)
-class _Host:  # TODO(merge): digest.hosts.HostSpec, from Settings.hosts
-    name: str
-    concurrency: int
-
-
-def _hosts(settings: Settings):
-    return getattr(settings, "hosts", None) or (_Host("default", 1),)
-
-
 def instance_config(settings: Settings, telemetry: dict | None = None) -> dict:
     """dagster.yaml's content. The PostgreSQL URL is named by its env var, never written down: it
     may carry a password. SQLite is Dagster's default storage, so it is not written either."""
-    hosts = _hosts(settings)
-    total = sum(host.concurrency for host in hosts)
+    hosts = settings.fleet.hosts
+    total = settings.fleet.total_concurrency
     config: dict = {}
     if settings.dagster_pg_url:
         config["storage"] = {"postgres": {"postgres_url": {"env": PG_URL_ENV}}}
@@ -57,7 +46,7 @@ def instance_config(settings: Settings, telemetry: dict | None = None) -> dict:
         "runs": {
             "max_concurrent_runs": total + 1,
             "tag_concurrency_limits": [
-                {"key": HOST_TAG, "value": host.name, "limit": host.concurrency} for host in hosts
+                {"key": MODEL_HOST_TAG, "value": host.name, "limit": host.concurrency} for host in hosts
             ],
         },
     }
@@ -77,8 +66,8 @@ def _missing_host_limits(config: object, settings: Settings) -> list[str]:
         limits = config["concurrency"]["runs"]["tag_concurrency_limits"] or []
     except (TypeError, KeyError):
         limits = []
-    limited = {limit.get("value") for limit in limits if isinstance(limit, dict) and limit.get("key") == HOST_TAG}
-    return [host.name for host in _hosts(settings) if host.name not in limited]
+    limited = {limit.get("value") for limit in limits if isinstance(limit, dict) and limit.get("key") == MODEL_HOST_TAG}
+    return [host.name for host in settings.fleet.hosts if host.name not in limited]
 
 
 def write_instance_config(dagster_home: Path, settings: Settings) -> str | None:
@@ -99,7 +88,7 @@ def write_instance_config(dagster_home: Path, settings: Settings) -> str | None:
             return (
                 f"session-digest: {path} is your own (no '{MARKER}' line) and gives model host(s) "
                 f"{', '.join(missing)} no run limit: add them to concurrency.runs.tag_concurrency_limits "
-                f"(key {HOST_TAG}), or delete the file to have it written"
+                f"(key {MODEL_HOST_TAG}), or delete the file to have it written"
             )
         if isinstance(existing, dict):
             telemetry = existing.get("telemetry")  # the one block a user is told to edit here
@@ -112,3 +101,24 @@ def write_instance_config(dagster_home: Path, settings: Settings) -> str | None:
     partial.write_text(content)
     os.replace(partial, path)
     return None
+
+
+def describe(dagster_home: Path) -> dict:
+    """What the dagster.yaml in force says (the project's or the user's), for `session-digest instance-config`."""
+    path = Path(dagster_home) / "dagster.yaml"
+    text = path.read_text() if path.exists() else ""
+    config = yaml.safe_load(text) or {}
+    concurrency = config.get("concurrency") or {}
+    runs = concurrency.get("runs") or {}
+    return {
+        "path": str(path),
+        "written_by": "session-digest" if MARKER in text else "you",
+        "storage": next(iter(config.get("storage") or {"sqlite": None})),
+        "max_concurrent_runs": runs.get("max_concurrent_runs"),
+        "model_pool_limit": (concurrency.get("pools") or {}).get("default_limit"),
+        "host_run_limits": {
+            limit["value"]: limit["limit"]
+            for limit in runs.get("tag_concurrency_limits") or []
+            if limit.get("key") == MODEL_HOST_TAG
+        },
+    }

@@ -83,12 +83,12 @@ class ModelServer:
 
     script: Callable[[Received], Behaviour] = field(default=lambda received: Behaviour.reply())
     requests: list[Received] = field(default_factory=list)
-    peak_concurrent_chats: int = 0  # the most chat requests it was answering at once
+    concurrent_chats: int = 0  # the chat requests it is answering now
+    peak_concurrent_chats: int = 0  # the most it answered at once
 
     def __post_init__(self) -> None:
         server = self
         counting = threading.Lock()
-        in_flight = 0
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args) -> None:  # keep test output clean
@@ -112,18 +112,17 @@ class ModelServer:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self) -> None:
-                nonlocal in_flight
                 chat = self.path in CHAT_PATHS
                 if chat:
                     with counting:
-                        in_flight += 1
-                        server.peak_concurrent_chats = max(server.peak_concurrent_chats, in_flight)
+                        server.concurrent_chats += 1
+                        server.peak_concurrent_chats = max(server.peak_concurrent_chats, server.concurrent_chats)
                 try:
                     self._answer()
                 finally:
                     if chat:
                         with counting:
-                            in_flight -= 1
+                            server.concurrent_chats -= 1
 
             def _answer(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")

@@ -211,9 +211,21 @@ def test_the_instance_config_follows_the_settings_and_names_the_postgres_url_onl
         "pools": {"default_limit": 1},
         "runs": {
             "max_concurrent_runs": 2,
-            "tag_concurrency_limits": [{"key": "digest/host", "value": "default", "limit": 1}],
+            "tag_concurrency_limits": [{"key": "digest/model_host", "value": "default", "limit": 1}],
         },
     }
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(
+        '[[hosts]]\nname = "cpu-1"\nprovider = "openai"\ncontext_limit_tokens = 32768\n'
+        '[[hosts]]\nname = "gpu-1"\nprovider = "openai"\ncontext_limit_tokens = 131072\nconcurrency = 3\n'
+    )
+    two = yaml.safe_load(instance_yaml(load_settings({**env, "DIGEST_MODEL_HOSTS": str(hosts)})))["concurrency"]
+    assert two["pools"] == {"default_limit": 4}
+    assert two["runs"]["max_concurrent_runs"] == 5  # the hosts' 4, and one for ingest and reports
+    assert two["runs"]["tag_concurrency_limits"] == [
+        {"key": "digest/model_host", "value": "cpu-1", "limit": 1},
+        {"key": "digest/model_host", "value": "gpu-1", "limit": 3},
+    ]
     url = "postgresql+psycopg2://digest:s3cret@127.0.0.1:5432/dagster"
     on_postgres = instance_yaml(load_settings({**env, "DIGEST_DAGSTER_PG_URL": url}))
     assert yaml.safe_load(on_postgres)["storage"] == {"postgres": {"postgres_url": {"env": "DIGEST_DAGSTER_PG_URL"}}}
@@ -225,7 +237,7 @@ def test_the_instance_config_follows_the_settings_and_names_the_postgres_url_onl
     try:
         queue = instance.get_concurrency_config().run_queue_config
         assert queue.max_concurrent_runs == 2
-        assert queue.tag_concurrency_limits == [{"key": "digest/host", "value": "default", "limit": 1}]
+        assert queue.tag_concurrency_limits == [{"key": "digest/model_host", "value": "default", "limit": 1}]
         assert instance.global_op_concurrency_default_limit == 1
         assert type(instance.run_storage).__name__ == "SqliteRunStorage"
     finally:
@@ -250,12 +262,16 @@ def test_the_cli_rewrites_its_own_instance_config_keeping_telemetry_and_leaves_a
     (home / "dagster").mkdir(parents=True)
     own = "concurrency:\n  pools:\n    default_limit: 3\n"
     (home / "dagster" / "dagster.yaml").write_text(own)
-    done = subprocess.run(CLI + ["status"], env=_cli_env(home, "http://127.0.0.1:9"), capture_output=True, text=True)
+    done = subprocess.run(
+        CLI + ["instance-config", "--json"], env=_cli_env(home, "http://127.0.0.1:9"), capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (home / "dagster" / "dagster.yaml").read_text() == own
+    shown = json.loads(done.stdout)
+    assert (shown["written_by"], shown["model_pool_limit"], shown["host_run_limits"]) == ("you", 3, {})
     [warning] = [line for line in done.stderr.splitlines() if "no run limit" in line]
-    assert "model host(s) default" in warning and "digest/host" in warning
-    limited = own + "  runs:\n    tag_concurrency_limits:\n    - {key: digest/host, value: default, limit: 2}\n"
+    assert "model host(s) default" in warning and "digest/model_host" in warning
+    limited = own + "  runs:\n    tag_concurrency_limits:\n    - {key: digest/model_host, value: default, limit: 2}\n"
     (home / "dagster" / "dagster.yaml").write_text(limited)
     assert write_instance_config(home / "dagster", settings) is None
     assert (home / "dagster" / "dagster.yaml").read_text() == limited

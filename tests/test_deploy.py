@@ -6,11 +6,13 @@ DuckDB file's lock; the run queue keeps to the limits the project wrote in dagst
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import psycopg2
 import yaml
 
+from digest.hosts import MODEL_HOST_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -30,6 +33,8 @@ BIN = Path(sys.executable).parent
 CLI = [sys.executable, "-m", "pipelines.cli"]
 SESSIONS = 16
 DELAY_S = 1.5  # each model reply: long enough that runs overlap, short enough for a bounded test
+CONCURRENCY = 2  # calls at once, per host: two hosts, four runs at once
+LAUNCH_S = 90.0  # the most the first replies wait for the other runs to start
 DEADLINE_S = 480
 POLL_S = 2.0
 # The daemon's sensors this test does not exercise: their runs would compete for the same slots.
@@ -39,7 +44,7 @@ LOCK = re.compile(r"\block", re.I)
 FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
 
 
-def _env(home: Path, pg_url: str, url: str) -> dict[str, str]:
+def _env(home: Path, pg_url: str, url: str, **extra: str) -> dict[str, str]:
     kept = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
     return {
         **kept,
@@ -51,7 +56,19 @@ def _env(home: Path, pg_url: str, url: str) -> dict[str, str]:
         "DIGEST_MODEL_URL": url,
         "DIGEST_RESPONSE_CACHE": "off",  # a repeated call reaches the model, and the ledger
         "DIGEST_SWEEP_MAX_SESSIONS": str(SESSIONS),  # one summary-sensor tick launches them all
+        **extra,
     }
+
+
+def _hosts_file(path: Path, servers: dict[str, ModelServer]) -> Path:
+    path.write_text(
+        "".join(
+            f'[[hosts]]\nname = "{name}"\nprovider = "openai"\nurl = "{server.url}"\nmodel = "fake"\n'
+            f"context_limit_tokens = 32768\nraw_cap_tokens = 8192\nconcurrency = {CONCURRENCY}\n"
+            for name, server in servers.items()
+        )
+    )
+    return path
 
 
 def _dagster(args: list[str], env: dict, log: Path) -> subprocess.Popen:
@@ -85,15 +102,18 @@ def _runs(pg_url: str) -> list[tuple[str, str, str]]:
         return cur.fetchall()
 
 
-def _peak_overlap(pg_url: str, job: str) -> int:
-    """The most runs of `job` in progress at once, from the event log: from the queue's launch
-    (RUN_STARTING) to the run's end, inside the span in which the queue counts the run."""
+def _peak_overlap(pg_url: str, job: str, host: str | None = None) -> int:
+    """The most runs of `job` (on model host `host`) in progress at once, from the event log: from
+    the queue's launch (RUN_STARTING) to the run's end, inside the span the queue counts the run."""
     with psycopg2.connect(pg_url) as con, con.cursor() as cur:
         cur.execute(
             """SELECT min(e.timestamp) FILTER (WHERE e.dagster_event_type = 'PIPELINE_STARTING'),
                       min(e.timestamp) FILTER (WHERE e.dagster_event_type IN %s)
-               FROM event_logs e JOIN runs r USING (run_id) WHERE r.pipeline_name = %s GROUP BY e.run_id""",
-            [("PIPELINE_SUCCESS", "PIPELINE_FAILURE", "PIPELINE_CANCELED"), job],
+               FROM event_logs e JOIN runs r USING (run_id)
+               WHERE r.pipeline_name = %s AND (%s IS NULL OR r.run_id IN
+                 (SELECT run_id FROM run_tags WHERE key = %s AND value = %s))
+               GROUP BY e.run_id""",
+            [("PIPELINE_SUCCESS", "PIPELINE_FAILURE", "PIPELINE_CANCELED"), job, host, MODEL_HOST_TAG, host],
         )
         spans = cur.fetchall()
     assert spans and all(start and end for start, end in spans), spans
@@ -108,21 +128,33 @@ def _peak_overlap(pg_url: str, job: str) -> int:
 def test_the_daemon_on_postgres_summarizes_an_export_once_each_within_the_run_limits(tmp_path):
     home = tmp_path / "home"
     facts = write_export(home / "inbox", SESSIONS, turns_per_session=3, summarized_share=0, mini_summary_share=1)
-    model = ModelServer(lambda received: Behaviour(content=Behaviour.reply().content, delay_s=DELAY_S))
+    servers: dict[str, ModelServer] = {}
+    all_busy = threading.Event()
+
+    def reply(received) -> Behaviour:
+        """After DELAY_S; the first replies wait (up to LAUNCH_S) until both hosts are answering as
+        many calls as they take: the daemon launches runs one by one, slowly on a busy machine, and
+        the test asks whether the queue lets them all run at once, not how fast it launches."""
+        if sum(server.concurrent_chats for server in servers.values()) >= 2 * CONCURRENCY:
+            all_busy.set()
+        all_busy.wait(timeout=LAUNCH_S)
+        return Behaviour(content=Behaviour.reply().content, delay_s=DELAY_S)
+
+    servers.update({name: ModelServer(reply) for name in ("cpu-1", "cpu-2")})
     logs = tmp_path / "logs"
     logs.mkdir()
     processes: list[subprocess.Popen] = []
-    with postgres_server() as pg_url, model:
-        env = _env(home, pg_url, model.url)
+    with postgres_server() as pg_url, servers["cpu-1"], servers["cpu-2"]:
+        hosts_file = _hosts_file(tmp_path / "hosts.toml", servers)
+        env = _env(home, pg_url, "http://127.0.0.1:9", DIGEST_MODEL_HOSTS=str(hosts_file))
         # Any CLI command writes dagster.yaml from the settings, as a user's first command does.
-        done = subprocess.run(CLI + ["status", "--json"], env=env, capture_output=True, text=True)
+        done = subprocess.run(CLI + ["instance-config", "--json"], env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
         written = (home / "dagster" / "dagster.yaml").read_text()
         assert "127.0.0.1" not in written  # the URL (a password, in a real one) stays in the environment
-        config = yaml.safe_load(written)
-        assert config["storage"] == {"postgres": {"postgres_url": {"env": "DIGEST_DAGSTER_PG_URL"}}}
-        limit = config["concurrency"]["runs"]["max_concurrent_runs"]
-        hosts = {entry["value"]: entry["limit"] for entry in config["concurrency"]["runs"]["tag_concurrency_limits"]}
+        assert yaml.safe_load(written)["storage"] == {"postgres": {"postgres_url": {"env": "DIGEST_DAGSTER_PG_URL"}}}
+        limits = json.loads(done.stdout)
+        assert limits["host_run_limits"] == {"cpu-1": CONCURRENCY, "cpu-2": CONCURRENCY}
         try:
             daemon = _dagster(["dagster-daemon", "run"], env, logs / "daemon.log")
             processes.append(daemon)
@@ -150,6 +182,7 @@ def test_the_daemon_on_postgres_summarizes_an_export_once_each_within_the_run_li
             cur.execute("SELECT event FROM event_logs WHERE run_id <> ''")
             events = [row[0] for row in cur.fetchall()]
         summary_peak = _peak_overlap(pg_url, "summarize_sessions")
+        host_peaks = {name: _peak_overlap(pg_url, "summarize_sessions", name) for name in servers}
 
     # The instance lived in PostgreSQL: every run and its events there, no SQLite run storage.
     assert not (home / "dagster" / "history").exists()
@@ -163,14 +196,18 @@ def test_the_daemon_on_postgres_summarizes_an_export_once_each_within_the_run_li
     assert len(sessions) == facts.sessions
     assert Counter(row["session_id"] for row in store.summary_rows()) == Counter(dict.fromkeys(sessions, 1))
     ledger = store.query(
-        "SELECT session_id, outcome FROM attempts WHERE stage = 'session-summary' AND NOT cached"
+        "SELECT session_id, outcome, host FROM attempts WHERE stage = 'session-summary' AND NOT cached"
     ).to_dict("records")
     assert Counter(r["session_id"] for r in ledger if r["outcome"] == "ok") == Counter(dict.fromkeys(sessions, 1))
-    # The limits held: no server answered more calls at once than its host takes, and the queue
-    # ran as many summaries at once as the hosts take together (one more run is for ingest).
-    assert model.chat_requests()
-    assert model.peak_concurrent_chats <= hosts["default"], model.peak_concurrent_chats
-    assert 1 < summary_peak <= limit, summary_peak
+    # Both hosts worked, neither got more calls or runs at once than it takes, and the queue ran
+    # as many summaries at once as the two take together, never more.
+    assert {r["host"] for r in ledger} == set(servers)
+    for name, server in servers.items():
+        assert server.chat_requests(), name
+        assert server.peak_concurrent_chats <= CONCURRENCY, (name, server.peak_concurrent_chats)
+    assert all(peak <= CONCURRENCY for peak in host_peaks.values()), host_peaks
+    assert summary_peak == 2 * CONCURRENCY, (summary_peak, host_peaks)
+    assert summary_peak < limits["max_concurrent_runs"]  # the one more is ingest's
 
 
 def test_the_clis_runs_go_to_postgres_and_a_bare_postgresql_url_is_refused_with_the_reason(tmp_path):
