@@ -86,13 +86,18 @@ def _dagster(args: list[str], env: dict, log: Path) -> subprocess.Popen:
 
 
 def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+    """Its whole process group: SIGTERM, then SIGKILL for whatever is left (a code server that
+    lingers after its daemon, a run worker)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            continue
+        time.sleep(1)  # the group's other processes end with it, or get the SIGKILL
 
 
 def _runs(pg_url: str) -> list[tuple[str, str, str]]:
