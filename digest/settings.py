@@ -248,6 +248,17 @@ def _context_default(known: Mapping[str, Any]) -> int:
     return EMBEDDED_CONTEXT_TOKENS if known["provider"] == "embedded" else 131072
 
 
+def _graph_output_default(known: Mapping[str, Any]) -> int:
+    """An eighth of the smallest context a graph call may go to, at most the reference's 8192."""
+    contexts = [known["context_limit_tokens"]]
+    if known["hosts_file"]:
+        try:
+            contexts = [h.context_limit_tokens for h in load_hosts_file(known["hosts_file"], DEFAULT_MODEL_NAMES)]
+        except HostsError as exc:
+            raise SettingsError(str(exc)) from None
+    return min(REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS, min(contexts) // 8)
+
+
 # In reading order: a default may depend on the settings above it.
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -407,7 +418,7 @@ SETTINGS: tuple[Setting, ...] = (
         "DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS",
         "output_limit_tokens",
         whole(64),
-        lambda known: min(REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS, known["context_limit_tokens"] // 8),
+        _graph_output_default,
         "output cap of one extraction call",
     ),
     _graph(
