@@ -103,7 +103,9 @@ CREATE TABLE IF NOT EXISTS session_summaries (
     source_agent_identities VARCHAR[] NOT NULL,
     run_id VARCHAR,
     created_at TIMESTAMPTZ NOT NULL,
-    origin VARCHAR DEFAULT 'generated'  -- generated | imported (an export's summary, current for the turns)
+    origin VARCHAR DEFAULT 'generated',  -- generated | imported (an export's summary, current for the turns)
+    raw_tokens_source VARCHAR,        -- what the route was decided on: tokenizer | pinned | ledger | default (bytes/token)
+    raw_tokens_counted INTEGER        -- the host tokenizer's count of the raw prompt + the chat template margin; NULL: none
 );
 
 CREATE SEQUENCE IF NOT EXISTS attempt_ids;
