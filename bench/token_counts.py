@@ -1,0 +1,193 @@
+"""Needless degradations before and after exact token counts, against the real embedded server.
+
+Run: .venv/bin/python bench/token_counts.py [--sessions 300] [--ledger-calls 24]
+
+Ground truth is the server's own count of a summary call: SmolLM2's tokenizer under
+llama-cpp-python (`POST /extras/tokenize`) plus the tokens its chat template adds, measured here
+with a chat call (its `prompt_tokens` minus the tokenizer's count of the same prompt). Routing is
+`digest.synthesis`'s own (`count_prompt`, then `raw_route`) at the demo's limits (embedded: context
+8192, safe band 6144, raw cap 8192, answer 1024: a raw prompt is checked against 6144), on:
+- the bundled samples (samples/bundle, every session);
+- a synthetic corpus (tests/synthetic_export.py) whose raw prompts spread from about 0.5x to 2x the
+  bound at 3 bytes a token.
+Policies: "before" (3.0 bytes a token, no tokenizer), "tokenizer" (the same estimate, the host's
+count near the bound), "ledger" (the bytes a token calibrated from the ledger, no tokenizer), and
+both (what a host with a tokenizer and a ledger gets). The
+ledger is fed by real chat calls (one answer token each) on the samples' longest mini-summary
+prompts, each recorded as the mini-summary run records it. A session is degraded NEEDLESSLY when
+its route is degraded while the server's count fits the bound; UNSAFE when it goes raw while the
+server's count does not fit (it would overflow or exceed the cap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import tempfile
+import time
+from pathlib import Path
+
+from digest.ingest import ingest_paths
+from digest.mini_summaries import build_prompt as mini_prompt
+from digest.mini_summaries import split_document
+from digest.settings import load_settings
+from digest.synthesis import Attempt, Route, build_prompt, raw_content, raw_route
+from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS, TokenCount, count_prompt, resolve_bytes_per_token
+from digest.turns import Turn, canonical_order
+from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
+from resources.model_clients import OpenAIChatClient
+from resources.store import DigestStore
+from tests.synthetic_export import write_export
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "bundle"
+HOST = "embedded"
+
+
+def load_sessions(store: DigestStore, folders: list[Path]) -> list[list[Turn]]:
+    ingest_paths(folders, store)
+    ids = store.query("SELECT session_id FROM sessions ORDER BY session_id")["session_id"].tolist()
+    turns = store.load_turns(ids)
+    by_session: dict[str, list[Turn]] = {}
+    for turn in turns:
+        by_session.setdefault(turn.session_id, []).append(turn)
+    return [canonical_order(by_session[i]) for i in ids]
+
+
+def synthetic_folders(root: Path, sessions: int) -> list[Path]:
+    """Sessions of 14..57 turns of ~600 bytes: raw prompts of ~9-37 KB, 0.5x-2x the bound at 3 bytes."""
+    groups = 12
+    folders = []
+    for g in range(groups):
+        folder = root / f"synthetic-{g:02d}"
+        turns = 14 + round(g * (57 - 14) / (groups - 1))
+        write_export(folder, sessions=sessions // groups, turns_per_session=turns, turn_bytes=600, seed=100 + g)
+        folders.append(folder)
+    return folders
+
+
+def template_tokens(client: OpenAIChatClient) -> int:
+    prompt = "Summarize: the grid's row selection broke after sorting; fixed by keeping record ids."
+    reply = client.chat(prompt, schema=None, max_output_tokens=1, timeout_s=120)
+    return reply.prompt_tokens - client.count_tokens(prompt)
+
+
+def mini_prompts(turns: list[Turn]) -> list[str]:
+    return [mini_prompt(*split_document(t.document)) for t in turns if t.document]
+
+
+def feed_ledger(store: DigestStore, client: OpenAIChatClient, prompts: list[str], overhead: int) -> dict:
+    """Real chat calls, recorded as attempts; also checks the ground truth on each (count + overhead)."""
+    mismatches, started = [], time.monotonic()
+    for i, prompt in enumerate(prompts):
+        reply = client.chat(prompt, schema=None, max_output_tokens=1, timeout_s=300)
+        data = len(prompt.encode("utf-8"))
+        mismatches.append(reply.prompt_tokens - (client.count_tokens(prompt) + overhead))
+        store.record_attempt(
+            Attempt(session_id=f"ledger-{i}", stage="mini-summary", tier="turn", prompt_bytes=data,
+                    tokens_estimate=-(-data // 3), outcome="ok", duration_s=reply.duration_s, model=MODEL_ALIAS,
+                    prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, host=HOST)
+        )  # fmt: skip
+    return {"calls": len(prompts), "seconds": time.monotonic() - started, "max_truth_error": max(map(abs, mismatches))}
+
+
+def route_corpus(name, sessions, limits, calibrated_limits, client, overhead) -> list[dict]:
+    truth_routes, rows = [], []
+    prompts = [build_prompt(raw_content(turns), turns) for turns in sessions]
+    truths = [client.count_tokens(p) + overhead for p in prompts]
+    truth_routes = [raw_route(t, limits) for t in truths]
+    fits = sum(r == Route.WITHIN_CAP for r in truth_routes)
+    policies = {
+        "before: 3.0 bytes/token": (limits, None),
+        "after: tokenizer near the bound": (limits, client.count_tokens),
+        f"after: ledger {calibrated_limits.bytes_per_token:.2f} bytes/token": (calibrated_limits, None),
+        "after: ledger + tokenizer": (calibrated_limits, client.count_tokens),
+    }
+    for policy, (policy_limits, count_tokens) in policies.items():
+        asked = {"n": 0}
+
+        def counting(text, count_tokens=count_tokens, asked=asked):
+            asked["n"] += 1
+            return count_tokens(text)
+
+        degraded = needless = unsafe = 0
+        for prompt, truth_route in zip(prompts, truth_routes, strict=True):
+            estimate = TokenCount(policy_limits.estimate_tokens(prompt), policy_limits.bytes_per_token_source)
+            routed = count_prompt(prompt, estimate, policy_limits.raw_bound_tokens, counting if count_tokens else None)
+            route = raw_route(routed.tokens, policy_limits)
+            degraded += route != Route.WITHIN_CAP
+            needless += route != Route.WITHIN_CAP and truth_route == Route.WITHIN_CAP
+            unsafe += route == Route.WITHIN_CAP and truth_route != Route.WITHIN_CAP
+        rows.append(
+            {"corpus": name, "sessions": len(sessions), "fit by the server's count": fits, "policy": policy,
+             "degraded": degraded, "needless": needless, "unsafe": unsafe, "tokenizer calls": asked["n"]}
+        )  # fmt: skip
+    return rows
+
+
+def under_counts(prompts: list[str], client: OpenAIChatClient, overhead: int, bytes_per_token: float) -> dict:
+    """How far the server's count runs over the estimate (positive: under-counted, the overflow side)."""
+    over = []
+    for prompt in prompts:
+        data = len(prompt.encode("utf-8"))
+        estimate = math.ceil(data / bytes_per_token)
+        over.append((client.count_tokens(prompt) + overhead) / estimate - 1)
+    return {"prompts": len(over), "under-counted": sum(o > 0 for o in over), "worst": max(over)}
+
+
+def table(rows: list[dict]) -> str:
+    headers = list(rows[0])
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(r[h]) for h in headers) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=300)
+    parser.add_argument("--ledger-calls", type=int, default=24)
+    args = parser.parse_args()
+    limits = load_settings({"DIGEST_MODEL_PROVIDER": "embedded"}).limits()  # the demo's
+    print(f"bound: {limits.raw_bound_tokens} tokens (raw cap {limits.raw_cap_tokens}, safe {limits.safe_limit_tokens})")
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedServer() as server:
+        root = Path(tmp)
+        client = OpenAIChatClient(server.url, MODEL_ALIAS, schema_style="json_object")
+        overhead = template_tokens(client)
+        print(f"chat template: {overhead} tokens (margin {CHAT_TEMPLATE_MARGIN_TOKENS})")
+        samples_store = DigestStore(root / "samples.duckdb")
+        samples_store.migrate()
+        samples = load_sessions(samples_store, [SAMPLES])
+        synthetic_store = DigestStore(root / "synthetic.duckdb")
+        synthetic_store.migrate()
+        synthetic = load_sessions(synthetic_store, synthetic_folders(root, args.sessions))
+        sample_minis = mini_prompts([t for turns in samples for t in turns])
+        ledger_prompts = sorted(sample_minis, key=lambda p: len(p.encode("utf-8")), reverse=True)[: args.ledger_calls]
+        ledger = DigestStore(root / "ledger.duckdb")
+        ledger.migrate()
+        fed = feed_ledger(ledger, client, ledger_prompts, overhead)
+        calibrated = ledger.calibrated_bytes_per_token(HOST, MODEL_ALIAS)
+        value, source = resolve_bytes_per_token(None, calibrated)
+        print(
+            f"ledger: {fed['calls']} real chat calls in {fed['seconds']:.0f} s (count + template = the chat's "
+            f"prompt_tokens within {fed['max_truth_error']}); calibrated {value:.3f} bytes/token ({source}, "
+            f"{calibrated[1] if calibrated else 0} samples)"
+        )
+        calibrated_limits = dataclasses.replace(limits, bytes_per_token=value, bytes_per_token_source=source)
+        rows = route_corpus("samples", samples, limits, calibrated_limits, client, overhead)
+        rows += route_corpus("synthetic", synthetic, limits, calibrated_limits, client, overhead)
+        print(table(rows))
+        minis = [
+            {"prompts": name, "bytes/token": bpt, **under_counts(prompts, client, overhead, bpt)}
+            for name, prompts in (
+                ("samples' mini-summary prompts", sample_minis),
+                ("synthetic mini-summary prompts (first 500)", mini_prompts([t for s in synthetic for t in s])[:500]),
+            )
+            for bpt in (3.0, round(value, 3))
+        ]
+        for row in minis:
+            row["worst"] = f"{row['worst']:+.1%}"
+        print(table(minis))
+
+
+if __name__ == "__main__":
+    main()
