@@ -11,10 +11,14 @@ with a chat call (its `prompt_tokens` minus the tokenizer's count of the same pr
 - a synthetic corpus (tests/synthetic_export.py) whose raw prompts spread from about 0.5x to 2x the
   bound at 3 bytes a token.
 Policies: "before" (3.0 bytes a token, no tokenizer), "tokenizer" (the same estimate, the host's
-count near the bound), "ledger" (the bytes a token calibrated from the ledger, no tokenizer), and
-both (what a host with a tokenizer and a ledger gets). The
-ledger is fed by real chat calls (one answer token each) on the samples' longest mini-summary
-prompts, each recorded as the mini-summary run records it. A session is degraded NEEDLESSLY when
+count near the bound), "ledger" (the bytes a token calibrated from a ledger, no tokenizer), and
+both (what a host with a tokenizer and a ledger gets). Two ledgers: (a) real chat calls (one
+answer token each) on the samples' longest mini-summary prompts, recorded as the mini-summary run
+records them; (b) those plus the summary calls of a held-out synthetic corpus (another seed) that
+fit the bound, whose `prompt_tokens` are the tokenizer's count plus the template's tokens (the
+exact `prompt_tokens` of a chat: checked on every call of (a)), as a summary run would record them;
+(c) the summary calls alone (what a 4 KiB floor on prompt bytes would keep).
+The samples are also routed at a 2048-token cap (bench/raw_cap.py's), where their sizes sit. A session is degraded NEEDLESSLY when
 its route is degraded while the server's count fits the bound; UNSAFE when it goes raw while the
 server's count does not fit (it would overflow or exceed the cap).
 """
@@ -33,7 +37,13 @@ from digest.mini_summaries import build_prompt as mini_prompt
 from digest.mini_summaries import split_document
 from digest.settings import load_settings
 from digest.synthesis import Attempt, Route, build_prompt, raw_content, raw_route
-from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS, TokenCount, count_prompt, resolve_bytes_per_token
+from digest.tokens import (
+    CHAT_TEMPLATE_MARGIN_TOKENS,
+    TokenCount,
+    conservative_bytes_per_token,
+    count_prompt,
+    resolve_bytes_per_token,
+)
 from digest.turns import Turn, canonical_order
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
 from resources.model_clients import OpenAIChatClient
@@ -54,14 +64,17 @@ def load_sessions(store: DigestStore, folders: list[Path]) -> list[list[Turn]]:
     return [canonical_order(by_session[i]) for i in ids]
 
 
-def synthetic_folders(root: Path, sessions: int) -> list[Path]:
-    """Sessions of 14..57 turns of ~600 bytes: raw prompts of ~9-37 KB, 0.5x-2x the bound at 3 bytes."""
-    groups = 12
+def synthetic_folders(root: Path, sessions: int, seed: int = 100) -> list[Path]:
+    """Sessions of 14..57 turns of ~600 bytes: raw prompts of ~9-37 KB, 0.5x-2x the bound at 3 bytes,
+    a few sessions at each length."""
+    groups = 44
     folders = []
     for g in range(groups):
-        folder = root / f"synthetic-{g:02d}"
-        turns = 14 + round(g * (57 - 14) / (groups - 1))
-        write_export(folder, sessions=sessions // groups, turns_per_session=turns, turn_bytes=600, seed=100 + g)
+        folder = root / f"synthetic-{seed}-{g:02d}"
+        turns = 14 + g
+        write_export(
+            folder, sessions=max(1, sessions // groups), turns_per_session=turns, turn_bytes=600, seed=seed + g
+        )
         folders.append(folder)
     return folders
 
@@ -91,24 +104,41 @@ def feed_ledger(store: DigestStore, client: OpenAIChatClient, prompts: list[str]
     return {"calls": len(prompts), "seconds": time.monotonic() - started, "max_truth_error": max(map(abs, mismatches))}
 
 
-def route_corpus(name, sessions, limits, calibrated_limits, client, overhead) -> list[dict]:
-    truth_routes, rows = [], []
+def summary_samples(sessions, limits, client, overhead) -> list[tuple[int, int]]:
+    """(prompt bytes, the server's prompt tokens) of the raw summary calls these sessions would make."""
+    prompts = [build_prompt(raw_content(turns), turns) for turns in sessions]
+    counted = [(len(p.encode("utf-8")), client.count_tokens(p) + overhead) for p in prompts]
+    return [(b, t) for b, t in counted if raw_route(t, limits) == Route.WITHIN_CAP]
+
+
+def route_corpus(name, sessions, limits, ledgers, client, overhead) -> list[dict]:
+    """`ledgers`: {name: bytes per token} of the calibrated policies."""
+    rows = []
     prompts = [build_prompt(raw_content(turns), turns) for turns in sessions]
     truths = [client.count_tokens(p) + overhead for p in prompts]
     truth_routes = [raw_route(t, limits) for t in truths]
     fits = sum(r == Route.WITHIN_CAP for r in truth_routes)
+    ratios = sorted(len(p.encode("utf-8")) / t for p, t in zip(prompts, truths, strict=True))
+    spread = f"{ratios[len(ratios) // 10]:.2f} / {ratios[len(ratios) // 2]:.2f}"
     policies = {
         "before: 3.0 bytes/token": (limits, None),
         "after: tokenizer near the bound": (limits, client.count_tokens),
-        f"after: ledger {calibrated_limits.bytes_per_token:.2f} bytes/token": (calibrated_limits, None),
-        "after: ledger + tokenizer": (calibrated_limits, client.count_tokens),
     }
+    for ledger, value in ledgers.items():
+        calibrated = dataclasses.replace(limits, bytes_per_token=value, bytes_per_token_source="ledger")
+        policies[f"after: ledger {ledger} ({value:.2f} bytes/token)"] = (calibrated, None)
+    b = dataclasses.replace(limits, bytes_per_token=ledgers["b"], bytes_per_token_source="ledger")
+    policies["after: ledger b + tokenizer"] = (b, client.count_tokens)
     for policy, (policy_limits, count_tokens) in policies.items():
-        asked = {"n": 0}
+        asked = {"n": 0, "s": 0.0}
 
         def counting(text, count_tokens=count_tokens, asked=asked):
-            asked["n"] += 1
-            return count_tokens(text)
+            started = time.monotonic()
+            try:
+                return count_tokens(text)
+            finally:
+                asked["n"] += 1
+                asked["s"] += time.monotonic() - started
 
         degraded = needless = unsafe = 0
         for prompt, truth_route in zip(prompts, truth_routes, strict=True):
@@ -119,8 +149,9 @@ def route_corpus(name, sessions, limits, calibrated_limits, client, overhead) ->
             needless += route != Route.WITHIN_CAP and truth_route == Route.WITHIN_CAP
             unsafe += route == Route.WITHIN_CAP and truth_route != Route.WITHIN_CAP
         rows.append(
-            {"corpus": name, "sessions": len(sessions), "fit by the server's count": fits, "policy": policy,
-             "degraded": degraded, "needless": needless, "unsafe": unsafe, "tokenizer calls": asked["n"]}
+            {"corpus": name, "sessions": len(sessions), "server bytes/token p10 / median": spread,
+             "fit by the server's count": fits, "policy": policy,
+             "degraded": degraded, "needless": needless, "unsafe": unsafe, "tokenizer calls (s)": f"{asked['n']} ({asked['s']:.1f})" if count_tokens else "0"}
         )  # fmt: skip
     return rows
 
@@ -165,16 +196,35 @@ def main() -> None:
         ledger = DigestStore(root / "ledger.duckdb")
         ledger.migrate()
         fed = feed_ledger(ledger, client, ledger_prompts, overhead)
-        calibrated = ledger.calibrated_bytes_per_token(HOST, MODEL_ALIAS)
-        value, source = resolve_bytes_per_token(None, calibrated)
+        ledgers = {}
+        value, source = resolve_bytes_per_token(None, ledger.calibrated_bytes_per_token(HOST, MODEL_ALIAS))
+        ledgers["a"] = value
         print(
-            f"ledger: {fed['calls']} real chat calls in {fed['seconds']:.0f} s (count + template = the chat's "
-            f"prompt_tokens within {fed['max_truth_error']}); calibrated {value:.3f} bytes/token ({source}, "
-            f"{calibrated[1] if calibrated else 0} samples)"
+            f"ledger (a): {fed['calls']} real chat calls in {fed['seconds']:.0f} s (tokenizer count + template = "
+            f"the chat's prompt_tokens within {fed['max_truth_error']} tokens on each); {value:.3f} bytes/token ({source})"
         )
-        calibrated_limits = dataclasses.replace(limits, bytes_per_token=value, bytes_per_token_source=source)
-        rows = route_corpus("samples", samples, limits, calibrated_limits, client, overhead)
-        rows += route_corpus("synthetic", synthetic, limits, calibrated_limits, client, overhead)
+        held_out_store = DigestStore(root / "held-out.duckdb")
+        held_out_store.migrate()
+        held_out = load_sessions(held_out_store, synthetic_folders(root, 48, seed=900))
+        summaries = summary_samples(held_out, limits, client, overhead)
+        for i, (data, tokens) in enumerate(summaries):
+            ledger.record_attempt(
+                Attempt(session_id=f"summary-{i}", stage="session-summary", tier="raw", prompt_bytes=data,
+                        tokens_estimate=math.ceil(data / 3), outcome="ok", duration_s=tokens / 175, model=MODEL_ALIAS,
+                        prompt_tokens=tokens, completion_tokens=200, host=HOST)
+            )  # fmt: skip
+        calibrated = ledger.calibrated_bytes_per_token(HOST, MODEL_ALIAS)
+        ledgers["b"] = calibrated[0]
+        print(
+            f"ledger (b): (a) + {len(summaries)} summary calls; {calibrated[0]:.3f} bytes/token ({calibrated[1]} samples)"
+        )
+        # What a higher floor on prompt bytes (4 KiB) would keep: the summary calls alone.
+        ledgers["c"] = conservative_bytes_per_token(summaries)[0]
+        print(f"ledger (c): the {len(summaries)} summary calls alone; {ledgers['c']:.3f} bytes/token")
+        rows = route_corpus("samples", samples, limits, ledgers, client, overhead)
+        capped = dataclasses.replace(limits, raw_cap_tokens=2048)
+        rows += route_corpus("samples, cap 2048", samples, capped, ledgers, client, overhead)
+        rows += route_corpus("synthetic", synthetic, limits, ledgers, client, overhead)
         print(table(rows))
         minis = [
             {"prompts": name, "bytes/token": bpt, **under_counts(prompts, client, overhead, bpt)}
@@ -182,7 +232,7 @@ def main() -> None:
                 ("samples' mini-summary prompts", sample_minis),
                 ("synthetic mini-summary prompts (first 500)", mini_prompts([t for s in synthetic for t in s])[:500]),
             )
-            for bpt in (3.0, round(value, 3))
+            for bpt in (3.0, *(round(v, 3) for v in ledgers.values()))
         ]
         for row in minis:
             row["worst"] = f"{row['worst']:+.1%}"
