@@ -32,6 +32,8 @@ ADDED_COLUMNS = [
     ("imported_summaries", "metadata JSON"),
     ("imported_summaries", "embedding VARCHAR"),
     ("attempts", "host VARCHAR"),
+    ("session_summaries", "host VARCHAR"),
+    ("session_summaries", "host_reason VARCHAR"),
     ("session_summaries", "raw_tokens_source VARCHAR"),
     ("session_summaries", "raw_tokens_counted INTEGER"),
     *[
