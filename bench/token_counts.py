@@ -12,13 +12,14 @@ with a chat call (its `prompt_tokens` minus the tokenizer's count of the same pr
   bound at 3 bytes a token.
 Policies: "before" (3.0 bytes a token, no tokenizer), "tokenizer" (the same estimate, the host's
 count near the bound), "ledger" (the bytes a token calibrated from a ledger, no tokenizer), and
-both (what a host with a tokenizer and a ledger gets). Two ledgers: (a) real chat calls (one
+both (what a host with a tokenizer and a ledger gets). The ledger holds (a) real chat calls (one
 answer token each) on the samples' longest mini-summary prompts, recorded as the mini-summary run
-records them; (b) those plus the summary calls of a held-out synthetic corpus (another seed) that
-fit the bound, whose `prompt_tokens` are the tokenizer's count plus the template's tokens (the
-exact `prompt_tokens` of a chat: checked on every call of (a)), as a summary run would record them;
-(c) the summary calls alone (what a 4 KiB floor on prompt bytes would keep).
-The samples are also routed at a 2048-token cap (bench/raw_cap.py's), where their sizes sit. A session is degraded NEEDLESSLY when
+records them, then (b) the summary calls of a held-out synthetic corpus (another seed) that fit
+the bound, whose `prompt_tokens` are the tokenizer's count plus the template's tokens (the exact
+`prompt_tokens` of a chat: checked on every call of (a)), as a summary run would record them. The
+applied value is `calibrated_bytes_per_token` over it (the 4 KiB floor keeps the summary calls);
+"1 KiB floor" is what the same quantile gives with the mini-summary calls in.
+The samples are also routed at a 2048-token cap (bench/raw_cap.py's). A session is degraded NEEDLESSLY when
 its route is degraded while the server's count fits the bound; UNSAFE when it goes raw while the
 server's count does not fit (it would overflow or exceed the cap).
 """
@@ -126,9 +127,9 @@ def route_corpus(name, sessions, limits, ledgers, client, overhead) -> list[dict
     }
     for ledger, value in ledgers.items():
         calibrated = dataclasses.replace(limits, bytes_per_token=value, bytes_per_token_source="ledger")
-        policies[f"after: ledger {ledger} ({value:.2f} bytes/token)"] = (calibrated, None)
-    b = dataclasses.replace(limits, bytes_per_token=ledgers["b"], bytes_per_token_source="ledger")
-    policies["after: ledger b + tokenizer"] = (b, client.count_tokens)
+        policies[f"after: {ledger} ({value:.2f} bytes/token)"] = (calibrated, None)
+    applied = dataclasses.replace(limits, bytes_per_token=ledgers["ledger"], bytes_per_token_source="ledger")
+    policies["after: ledger + tokenizer"] = (applied, client.count_tokens)
     for policy, (policy_limits, count_tokens) in policies.items():
         asked = {"n": 0, "s": 0.0}
 
@@ -196,9 +197,7 @@ def main() -> None:
         ledger = DigestStore(root / "ledger.duckdb")
         ledger.migrate()
         fed = feed_ledger(ledger, client, ledger_prompts, overhead)
-        ledgers = {}
         value, source = resolve_bytes_per_token(None, ledger.calibrated_bytes_per_token(HOST, MODEL_ALIAS))
-        ledgers["a"] = value
         print(
             f"ledger (a): {fed['calls']} real chat calls in {fed['seconds']:.0f} s (tokenizer count + template = "
             f"the chat's prompt_tokens within {fed['max_truth_error']} tokens on each); {value:.3f} bytes/token ({source})"
@@ -214,20 +213,20 @@ def main() -> None:
                         prompt_tokens=tokens, completion_tokens=200, host=HOST)
             )  # fmt: skip
         calibrated = ledger.calibrated_bytes_per_token(HOST, MODEL_ALIAS)
-        ledgers["b"] = calibrated[0]
+        everything = ledger.query("SELECT prompt_bytes, prompt_tokens FROM attempts WHERE prompt_bytes >= 1024")
+        one_kib = conservative_bytes_per_token(everything.itertuples(index=False))
+        ledgers = {"ledger": calibrated[0], "1 KiB floor": one_kib[0]}
         print(
-            f"ledger (b): (a) + {len(summaries)} summary calls; {calibrated[0]:.3f} bytes/token ({calibrated[1]} samples)"
+            f"ledger (a) + (b): {len(summaries)} summary calls more; applied {calibrated[0]:.3f} bytes/token "
+            f"({calibrated[1]} samples); at a 1 KiB floor {one_kib[0]:.3f} ({one_kib[1]} samples)"
         )
-        # What a higher floor on prompt bytes (4 KiB) would keep: the summary calls alone.
-        ledgers["c"] = conservative_bytes_per_token(summaries)[0]
-        print(f"ledger (c): the {len(summaries)} summary calls alone; {ledgers['c']:.3f} bytes/token")
         rows = route_corpus("samples", samples, limits, ledgers, client, overhead)
         capped = dataclasses.replace(limits, raw_cap_tokens=2048)
         rows += route_corpus("samples, cap 2048", samples, capped, ledgers, client, overhead)
         rows += route_corpus("synthetic", synthetic, limits, ledgers, client, overhead)
         print(table(rows))
         minis = [
-            {"prompts": name, "bytes/token": bpt, **under_counts(prompts, client, overhead, bpt)}
+            {"corpus": name, "bytes/token": bpt, **under_counts(prompts, client, overhead, bpt)}
             for name, prompts in (
                 ("samples' mini-summary prompts", sample_minis),
                 ("synthetic mini-summary prompts (first 500)", mini_prompts([t for s in synthetic for t in s])[:500]),

@@ -151,17 +151,17 @@ def _attempt(prompt_bytes, prompt_tokens, model="smollm2", host=None, outcome="o
 def test_the_ledgers_bytes_per_token_is_the_hosts_low_quantile_of_good_calls(store):
     # Eleven good calls on host "cpu" at 4.0-5.0 bytes a token, and one old row with no host at 3.5.
     for i in range(11):
-        store.record_attempt(_attempt(4000 + 100 * i, 1000, host="cpu"))
-    store.record_attempt(_attempt(3500, 1000, host=None))
+        store.record_attempt(_attempt(8000 + 200 * i, 2000, host="cpu"))
+    store.record_attempt(_attempt(7000, 2000, host=None))
     # None of these counts, each at 2 bytes a token that would pull the quantile down: another host,
     # another model, a failure, a cache replay, a short prompt; nor a call with no count.
-    store.record_attempt(_attempt(2000, 1000, host="gpu"))
-    store.record_attempt(_attempt(2000, 1000, model="qwen", host="cpu"))
-    store.record_attempt(_attempt(2000, 1000, host="cpu", outcome="parse-failure"))
-    store.record_attempt(_attempt(2000, 1000, host="cpu", cached=True))
-    store.record_attempt(_attempt(1000, 500, host="cpu"))  # under 1 KiB
-    store.record_attempt(_attempt(4000, None, host="cpu"))
-    store.record_attempt(_attempt(4000, 0, host="cpu"))
+    store.record_attempt(_attempt(8000, 4000, host="gpu"))
+    store.record_attempt(_attempt(8000, 4000, model="qwen", host="cpu"))
+    store.record_attempt(_attempt(8000, 4000, host="cpu", outcome="parse-failure"))
+    store.record_attempt(_attempt(8000, 4000, host="cpu", cached=True))
+    store.record_attempt(_attempt(4000, 2000, host="cpu"))  # under 4 KiB
+    store.record_attempt(_attempt(8000, None, host="cpu"))
+    store.record_attempt(_attempt(8000, 0, host="cpu"))
     value, samples = store.calibrated_bytes_per_token("cpu", "smollm2")
     # 12 samples (3.5, 4.0, ..., 5.0): rank floor(0.1 * 11) = 1, the second lowest.
     assert (value, samples) == (pytest.approx(4.0), 12)
@@ -175,8 +175,8 @@ def test_the_ledger_reads_only_the_recent_calls(store):
         con.execute(
             """INSERT INTO attempts (session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens,
                    completion_tokens, duration_s, outcome, suspected_truncation, cached, created_at, host)
-               SELECT 's', 'session-summary', 'raw', 'smollm2', CASE WHEN i < 500 THEN 3000 ELSE 4500 END, 1000,
-                   1000, 10, 1.0, 'ok', false, false, TIMESTAMPTZ '2026-11-20 09:00:00+00' + to_seconds(i), 'cpu'
+               SELECT 's', 'session-summary', 'raw', 'smollm2', CASE WHEN i < 500 THEN 6000 ELSE 9000 END, 2000,
+                   2000, 10, 1.0, 'ok', false, false, TIMESTAMPTZ '2026-11-20 09:00:00+00' + to_seconds(i), 'cpu'
                FROM range(1000) r(i) ORDER BY i"""
         )
     assert store.calibrated_bytes_per_token("cpu", "smollm2") == (pytest.approx(4.5), 500)
