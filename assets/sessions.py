@@ -272,6 +272,10 @@ def summary_metadata(row: dict) -> dict:
         "memory_count": row["memory_count"],
         "mini_summary_coverage": row["mini_summary_count"] / row["memory_count"],
         "raw_tokens_estimate": row["raw_tokens_estimate"],
+        # How the route's tokens were known: the host's tokenizer, else the bytes/token's source
+        # (empty: imported, or made before counts were recorded).
+        "raw_tokens_source": row["raw_tokens_source"] or "",
+        "raw_tokens_counted": row["raw_tokens_counted"] if row["raw_tokens_counted"] is not None else "",
         "prompt_tokens_estimate": row["prompt_tokens_estimate"],
         "raw_cap_tokens": row["raw_cap_tokens"] if row["raw_cap_tokens"] is not None else "off",
         "model": row["model"],

@@ -6,9 +6,10 @@ surfacing rule, the calibration arithmetic and the rendering are tested without 
 - Friction is grouped by (asset, consumer, symptom) as the original's aggregator keys it, with the
   original's surfacing rule (reference §3.3): deterministic symptoms surface on their first
   occurrence, probabilistic ones on the third within one hour.
-- Calibration reads the server's own token counts in the attempt ledger: measured bytes per token,
-  prompt and generation throughput per model, and the raw cap that keeps a raw call inside the
-  summary timeout on this host, printed as the settings to adopt.
+- Calibration reads the server's own token counts in the attempt ledger: the bytes per token the
+  router applies (the conservative quantile of `digest.tokens`, the same number), prompt and
+  generation throughput per model, and the raw cap that keeps a raw call inside the summary timeout
+  on this host, printed as the setting to adopt.
 - Pre-routes are read from the friction the router records when it keeps a raw prompt from the
   model, so one whose degraded call then failed (no summary row) still counts.
 """
@@ -24,6 +25,14 @@ from datetime import UTC, datetime, timedelta
 from digest.circuit import CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.settings import Settings
+from digest.tokens import (
+    CALIBRATION_MIN_PROMPT_BYTES,
+    CALIBRATION_MIN_SAMPLES,
+    CALIBRATION_QUANTILE,
+    CALIBRATION_RECENT,
+    conservative_bytes_per_token,
+    is_calibration_sample,
+)
 
 PROBABILISTIC_SURFACE_COUNT = 3
 SURFACING_WINDOW = timedelta(hours=1)
@@ -167,7 +176,11 @@ def fit_call_seconds(calls: list[tuple[int, int, float]]) -> tuple[float, float]
 class ModelCalibration:
     model: str
     calls: int
-    bytes_per_token: float
+    # What the router applies unpinned: the conservative quantile over the calibration samples
+    # (`digest.tokens`); None under the minimum number, when the default 3.0 applies.
+    bytes_per_token: float | None
+    bytes_per_token_samples: int
+    mean_bytes_per_token: float  # the expected count of a prompt never sent, to price it
     seconds_per_prompt_token: float
     seconds_per_completion_token: float
     answer_tokens: int  # the longest answer seen: the generation a raw call must leave room for
@@ -193,13 +206,22 @@ def calibrate_model(model: str, attempts: list[dict], timeout_s: float) -> Model
         return None
     per_prompt, per_completion = fit
     answer_tokens = max(a.get("completion_tokens") or 0 for a in measured)
+    newest_first = sorted((a for a in attempts if a["model"] == model), key=lambda a: a["created_at"], reverse=True)
+    samples = [
+        (a["prompt_bytes"], a["prompt_tokens"])
+        for a in newest_first
+        if is_calibration_sample(a["outcome"], a.get("cached", False), a["prompt_bytes"], a.get("prompt_tokens"))
+    ][:CALIBRATION_RECENT]
+    applied = conservative_bytes_per_token(samples)
     budget_s = TIMEOUT_HEADROOM * timeout_s - answer_tokens * per_completion
     # Rounded first, so float noise in an exact fit (7099.9999999) does not lose a whole token.
     cap = max(1, math.floor(round(budget_s / per_prompt, 6)))
     return ModelCalibration(
         model=model,
         calls=len(measured),
-        bytes_per_token=sum(a["prompt_bytes"] for a in measured) / sum(a["prompt_tokens"] for a in measured),
+        bytes_per_token=applied[0] if applied else None,
+        bytes_per_token_samples=len(samples),
+        mean_bytes_per_token=sum(a["prompt_bytes"] for a in measured) / sum(a["prompt_tokens"] for a in measured),
         seconds_per_prompt_token=per_prompt,
         seconds_per_completion_token=per_completion,
         answer_tokens=answer_tokens,
@@ -213,10 +235,15 @@ def calibrate(attempts: list[dict], timeout_s: float) -> dict[str, ModelCalibrat
 
 
 def adopt_lines(calibration: ModelCalibration) -> str:
-    """The settings that adopt a calibration: the cap is in real tokens, so the bytes go with it."""
-    return (
-        f"DIGEST_BYTES_PER_TOKEN={calibration.bytes_per_token:.2f}\nDIGEST_RAW_CAP_TOKENS={calibration.raw_cap_tokens}"
-    )
+    """The setting that adopts a calibration: the cap, in real tokens. The bytes per token needs
+    none: unpinned, the router applies the ledger's by itself, the number the report shows."""
+    return f"DIGEST_RAW_CAP_TOKENS={calibration.raw_cap_tokens}"
+
+
+def bytes_per_token_words(calibration: ModelCalibration) -> str:
+    if calibration.bytes_per_token is None:
+        return f"3.0 default ({calibration.bytes_per_token_samples} of {CALIBRATION_MIN_SAMPLES} calls)"
+    return f"{calibration.bytes_per_token:.2f} (p{round(CALIBRATION_QUANTILE * 100)} of {calibration.bytes_per_token_samples})"
 
 
 # --- the other figures --------------------------------------------------------------------------
@@ -259,7 +286,7 @@ def pre_routes(events: list[dict], calibrations: dict[str, ModelCalibration | No
             unpriced += 1
             continue
         # The prompt's bytes at the measured bytes per token: the tokens the server would have counted.
-        real_tokens = event["input_bytes"] / calibration.bytes_per_token
+        real_tokens = event["input_bytes"] / calibration.mean_bytes_per_token
         # A raw call that ran longer than the timeout would have been cut off there.
         seconds += min(real_tokens * calibration.seconds_per_prompt_token, timeout_s)
     return PreRoutes(
@@ -611,12 +638,16 @@ def calibration_section(report: FrictionReport, max_rows: int) -> Section:
             continue
         per_s = c.completion_tokens_per_s
         rows.append(
-            [model, str(c.calls), f"{c.bytes_per_token:.2f}", f"{c.prompt_tokens_per_s:.1f}",
+            [model, str(c.calls), bytes_per_token_words(c), f"{c.prompt_tokens_per_s:.1f}",
              f"{per_s:.1f}" if per_s else "not separable", str(c.answer_tokens), str(c.raw_cap_tokens)]
         )  # fmt: skip
     lead = [
-        "From the server's own token counts in the attempt ledger (every call the server finished): bytes per token, and "
-        "seconds = prompt tokens / prompt throughput + answer tokens / answer throughput, fitted per model. "
+        "From the server's own token counts in the attempt ledger (every call the server finished). Bytes per token: "
+        f"the {CALIBRATION_QUANTILE:.0%} quantile of prompt bytes / prompt tokens over the last {CALIBRATION_RECENT} "
+        f"good calls of at least {CALIBRATION_MIN_PROMPT_BYTES} bytes (few bytes a token: the estimate errs toward "
+        f"more tokens), what the router applies unless DIGEST_BYTES_PER_TOKEN pins a value; under "
+        f"{CALIBRATION_MIN_SAMPLES} such calls, the default 3.0. "
+        "Seconds = prompt tokens / prompt throughput + answer tokens / answer throughput, fitted per model. "
         f"The cap is the largest raw prompt that, with the longest answer seen, fills at most "
         f"{TIMEOUT_HEADROOM:.0%} of the {s.summary_timeout_s:g} s summary timeout."
     ]
@@ -624,7 +655,7 @@ def calibration_section(report: FrictionReport, max_rows: int) -> Section:
     if current is None:
         return _table_section("Calibration", headers, rows, max_rows, lead + ["No calibration to adopt yet."],
                               "No model calls yet.")  # fmt: skip
-    advice = f"To adopt it for {current.model} (the model of the latest call), set both: the cap is in real tokens."
+    advice = f"To adopt it for {current.model} (the model of the latest call), set the cap, in real tokens."
     if current.raw_cap_tokens >= s.safe_limit_tokens:
         advice += f" The safe band ({s.safe_limit_tokens}) binds first on this host, so DIGEST_RAW_CAP_TOKENS=off does as well."
     section = _table_section("Calibration", headers, rows, max_rows, lead + [advice], "")

@@ -1,7 +1,8 @@
 """Bounded session-summary synthesis: the routing rule, the prompts and the degraded input.
 
 For each session, in canonical turn order:
-1. build the raw prompt from every turn document and estimate its tokens;
+1. build the raw prompt from every turn document and estimate its tokens; near the bound, ask the
+   host's tokenizer when it has one (`digest.tokens`), and route on its count;
 2. over the raw-synthesis cap (or the safe band): no raw call at all, a `size-precheck-skip`
    friction event, then the degraded path;
 3. otherwise one raw call, bounded by a wall-clock deadline; a timeout falls through to the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -26,6 +28,7 @@ from digest.circuit import is_host_failure
 from digest.friction import EmissionPoint, FrictionEvent, Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError, OutputLimitExceeded
 from digest.summary_output import OutputParseError, SessionSummaryOutput, parse_summary_output, response_json_schema
+from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS, TokenCount, count_prompt
 from digest.turns import Turn, canonical_order, input_revision
 
 CONSUMER = "session_summaries"
@@ -74,9 +77,18 @@ class Limits:
     bytes_per_token: float
     max_output_tokens: int
     timeout_s: float
+    bytes_per_token_source: str = "default"  # "pinned" | "ledger" | "default" (`resolve_bytes_per_token`)
 
     def estimate_tokens(self, text: str) -> int:
         return math.ceil(len(text.encode("utf-8")) / self.bytes_per_token)
+
+    @property
+    def raw_bound_tokens(self) -> int:
+        """The bound `raw_route` checks a raw prompt against: the lower of the cap and the safe band."""
+        bounds = [self.safe_limit_tokens, self.context_limit_tokens - self.max_output_tokens]
+        if self.raw_cap_tokens is not None:
+            bounds.append(self.raw_cap_tokens)
+        return min(bounds)
 
     @property
     def prompt_budget_tokens(self) -> int:
@@ -139,6 +151,8 @@ class SessionSummary:
     total_tool_calls: int
     tools_used: list[str]
     source_agent_identities: list[str]
+    raw_tokens_source: str = "default"  # what `route_reason` was decided on: "tokenizer", else the bytes/token's source
+    raw_tokens_counted: int | None = None  # the host's count of the raw prompt plus the chat template margin
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -371,14 +385,34 @@ def raw_route(raw_tokens: int, limits: Limits) -> Route:
     return Route.WITHIN_CAP
 
 
-def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, ledger: Ledger) -> SynthesisResult:
+def _raw_tokens_words(routed: TokenCount) -> str:
+    if routed.source == "tokenizer":
+        return (
+            f"raw count {routed.tokens} tokens (host tokenizer + {CHAT_TEMPLATE_MARGIN_TOKENS} for the chat template)"
+        )
+    return f"raw estimate {routed.tokens} tokens"
+
+
+def summarize_session(
+    turns: list[Turn],
+    client: ChatClient,
+    limits: Limits,
+    ledger: Ledger,
+    count_tokens: Callable[[str], int | None] | None = None,
+) -> SynthesisResult:
+    """`count_tokens`: the host's tokenizer (`count_tokens` of its client), asked for a raw prompt
+    whose estimate is near the bound; with its count the route is decided on that count."""
     if not turns:
         raise ValueError("a session with no turns cannot be summarized")
     ordered = canonical_order(turns)
     session_id = ordered[0].session_id
     raw_prompt = build_prompt(raw_content(ordered), ordered)
     raw_tokens = limits.estimate_tokens(raw_prompt)
-    route = raw_route(raw_tokens, limits)
+    routed = count_prompt(
+        raw_prompt, TokenCount(raw_tokens, limits.bytes_per_token_source), limits.raw_bound_tokens, count_tokens
+    )
+    counted = routed.tokens if routed.source == "tokenizer" else None
+    route = raw_route(routed.tokens, limits)
 
     def finish(output: SessionSummaryOutput, tier: SourceTier, prompt: str, reason: Route) -> SynthesisResult:
         stamps = [t.ts_ms for t in ordered if t.ts_ms is not None]
@@ -403,6 +437,8 @@ def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, led
             total_tool_calls=sum(t.amount_tool_calls or 0 for t in ordered),
             tools_used=_distinct(n for t in ordered for n in tool_identifiers(t.tools_used)),
             source_agent_identities=_distinct(t.agent_identity for t in ordered),
+            raw_tokens_source=routed.source,
+            raw_tokens_counted=counted,
         )
         return SynthesisResult(summary=summary, route_reason=reason, failure=None)
 
@@ -438,7 +474,7 @@ def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, led
                 raw_prompt,
                 Symptom.SIZE_PRECHECK_SKIP,
                 EmissionPoint.PRE_INVOCATION,
-                f"pre-routed to the degraded summary: raw estimate {raw_tokens} tokens > {route} {bound}",
+                f"pre-routed to the degraded summary: {_raw_tokens_words(routed)} > {route} {bound}",
                 bound=route,
             )
         )

@@ -68,10 +68,12 @@ def provenance_problems(row: dict) -> list[str]:
 
 
 def raw_cap_problems(row: dict) -> list[str]:
-    """A raw summary whose raw prompt was over the cap in force when it was made: the one rule."""
-    cap, estimate = row.get("raw_cap_tokens"), row.get("raw_tokens_estimate")
-    if row.get("source_tier") == SourceTier.RAW and cap is not None and estimate is not None and estimate > cap:
-        return [f"raw prompt of {estimate} estimated tokens was sent over the raw cap {cap}"]
+    """A raw summary whose raw prompt was over the cap in force when it was made: the one rule. The
+    tokens are the host tokenizer's count when the route was decided on one, else the estimate."""
+    cap, counted = row.get("raw_cap_tokens"), row.get("raw_tokens_counted")
+    tokens, how = (counted, "counted") if counted is not None else (row.get("raw_tokens_estimate"), "estimated")
+    if row.get("source_tier") == SourceTier.RAW and cap is not None and tokens is not None and tokens > cap:
+        return [f"raw prompt of {tokens} {how} tokens was sent over the raw cap {cap}"]
     return []
 
 

@@ -28,7 +28,7 @@ import time
 from typing import Annotated, TypeVar
 
 import httpx
-from pydantic import BaseModel, BeforeValidator, Field, StrictStr, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, StrictInt, StrictStr, ValidationError
 
 from digest.model_api import (
     ChatReply,
@@ -48,6 +48,14 @@ CONNECT_TIMEOUT_S = 10.0
 REPLY_BYTES_PER_TOKEN = 64
 MIN_REPLY_BYTES = 256 * 1024
 INT32_MAX = 2**31 - 1  # the ledger's INTEGER columns
+# A token count routes one session: asked once, quickly, never at the cost of the chat call.
+TOKENIZE_TIMEOUT_S = 10.0
+# A token id in a JSON list: at most 7 digits and a comma, and no more tokens than bytes of text.
+TOKENIZE_BYTES_PER_BYTE = 8
+# The tokenizers of OpenAI-compatible servers, tried in this order: (path, the body's text field).
+# llama.cpp's server: POST /tokenize {"content"} -> {"tokens": [ids]} (add_special: false, no BOS);
+# llama-cpp-python's: POST /extras/tokenize {"input", "model"} -> {"tokens": [ids]}.
+TOKENIZE_ROUTES = (("/tokenize", "content"), ("/extras/tokenize", "input"))
 # Uncompressed, so the bytes counted are the bytes the reply holds.
 _HEADERS = {"Accept-Encoding": "identity"}
 _CONTEXT_MESSAGE = re.compile(
@@ -228,6 +236,10 @@ class _OllamaReply(BaseModel):
     eval_count: Count = None
 
 
+class _Tokens(BaseModel):
+    tokens: list[StrictInt]
+
+
 Shape = TypeVar("Shape", bound=BaseModel)
 
 
@@ -300,6 +312,44 @@ class OpenAIChatClient:
             finish_reason=choice.finish_reason,
         )
 
+    # The tokenizer route that answered (an index into TOKENIZE_ROUTES); None: not asked yet;
+    # -1: every route refused the request (an error of the request, 4xx), so none is asked again.
+    _tokenizer: int | None = None
+
+    def count_tokens(self, text: str) -> int | None:
+        """The server's own token count of `text`, or None: no tokenizer, or it failed (never raises).
+
+        Tries TOKENIZE_ROUTES in order once and remembers the one that answers. A route refused
+        with a 4xx (llama.cpp has no /extras/tokenize, llama-cpp-python no /tokenize, another
+        server neither) is not asked again; a 5xx, a timeout or no connection fails this count only.
+        """
+        if self._tokenizer == -1:
+            return None
+        order = range(len(TOKENIZE_ROUTES)) if self._tokenizer is None else [self._tokenizer]
+        for index in order:
+            path, field = TOKENIZE_ROUTES[index]
+            body = {field: text} if field == "content" else {field: text, "model": self.model}
+            url = f"{self.base_url}{path}"
+            cap = MIN_REPLY_BYTES + TOKENIZE_BYTES_PER_BYTE * len(text.encode("utf-8"))
+            try:
+                with httpx.Client(headers=_HEADERS) as http, _Deadline(TOKENIZE_TIMEOUT_S) as deadline:
+                    status, data = _send(http, url, body, deadline, cap)
+            except ModelError:
+                return None  # the server failed this time: the route may answer the next
+            if 400 <= status < 500:
+                continue
+            if status != 200:
+                return None
+            try:
+                tokens = _Tokens.model_validate_json(data).tokens
+            except ValidationError:
+                continue  # a 200 that is no token list: not a tokenizer at this route
+            self._tokenizer = index
+            return len(tokens)
+        if self._tokenizer is None:
+            self._tokenizer = -1
+        return None
+
 
 class OllamaChatClient:
     """Ollama's native `POST /api/chat`, with an explicit context and output cap.
@@ -340,3 +390,7 @@ class OllamaChatClient:
             duration_s=deadline.elapsed,
             finish_reason=reply.done_reason,
         )
+
+    def count_tokens(self, text: str) -> int | None:
+        """None: Ollama's API has no tokenizer endpoint."""
+        return None

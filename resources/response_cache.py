@@ -95,3 +95,7 @@ class CachedChatClient:
         if reply.finish_reason != "length" and usable_reply(reply.text, schema):
             self.store.save_reply(key, self.model, reply, self.session)
         return reply
+
+    def count_tokens(self, text: str) -> int | None:
+        """The inner client's tokenizer count: never cached, it is a quick call that routes one session."""
+        return self.inner.count_tokens(text)

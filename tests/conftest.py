@@ -19,6 +19,7 @@ TIERS = {
     "test_revision": "unit",
     "test_settings": "unit",
     "test_synthesis": "unit",
+    "test_tokens": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_checks": "integration",

@@ -1,8 +1,11 @@
 """A local model server for tests that speaks the real wire protocols over real HTTP.
 
 It answers `POST /v1/chat/completions` (OpenAI-compatible, as llama.cpp's server does, including
-its `context_length_exceeded` 400), `POST /api/chat` (Ollama) and `GET /v1/models`, and records
-every request it receives so tests can assert what reached the model. A test scripts each reply
+its `context_length_exceeded` 400), `POST /api/chat` (Ollama), `GET /v1/models` and the two
+tokenizers (llama.cpp's `POST /tokenize {"content"}`, llama-cpp-python's `POST /extras/tokenize
+{"input"}`, each `{"tokens": [ids]}`; `tokenizers` says which it offers, a token per
+TEST_BYTES_PER_TOKEN bytes), and records every request it receives so tests can assert what
+reached the model. A test scripts each reply
 with a `Behaviour`: a JSON object to return, a delay (to cause a real client timeout), a raw
 text, or an HTTP error.
 """
@@ -10,6 +13,7 @@ text, or an HTTP error.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +34,15 @@ GOOD_SUMMARY = {
 CHAT_PATHS = ("/v1/chat/completions", "/api/chat")
 
 
+# The test tokenizer: a token per 3.5 bytes, SmolLM2's rate on the demo's summary prompts.
+TEST_BYTES_PER_TOKEN = 3.5
+TOKENIZE_FIELDS = {"/tokenize": "content", "/extras/tokenize": "input"}
+
+
+def fake_token_count(text: str) -> int:
+    return math.ceil(len(text.encode("utf-8")) / TEST_BYTES_PER_TOKEN)
+
+
 @dataclass
 class Behaviour:
     """What the server does with one chat request."""
@@ -38,7 +51,7 @@ class Behaviour:
     delay_s: float = 0.0
     status: int = 200
     error_body: dict | None = None
-    prompt_tokens: int | None = None  # the count the server reports; default: len(prompt) // 4
+    prompt_tokens: int | None = None  # the count reported (a chat's or a tokenizer's); default: len(prompt) // 4
 
     @staticmethod
     def reply(obj: dict = GOOD_SUMMARY) -> Behaviour:
@@ -85,6 +98,7 @@ class ModelServer:
     requests: list[Received] = field(default_factory=list)
     concurrent_chats: int = 0  # the chat requests it is answering now
     peak_concurrent_chats: int = 0  # the most it answered at once
+    tokenizers: tuple[str, ...] = tuple(TOKENIZE_FIELDS)  # the tokenize routes offered; () for none
 
     def __post_init__(self) -> None:
         server = self
@@ -133,6 +147,11 @@ class ModelServer:
                     time.sleep(behaviour.delay_s)
                 if behaviour.status != 200:
                     self._send(behaviour.status, behaviour.error_body or {"error": {"message": "error"}})
+                    return
+                if self.path in server.tokenizers:
+                    text = str(body.get(TOKENIZE_FIELDS[self.path], ""))
+                    count = behaviour.prompt_tokens if behaviour.prompt_tokens is not None else fake_token_count(text)
+                    self._send(200, {"tokens": list(range(count))})
                     return
                 prompt_tokens = behaviour.prompt_tokens or max(1, len(received.prompt) // 4)
                 completion_tokens = max(1, len(behaviour.content or "") // 4)
@@ -187,3 +206,6 @@ class ModelServer:
 
     def chat_requests(self) -> list[Received]:
         return [r for r in self.requests if r.path in CHAT_PATHS]
+
+    def tokenize_requests(self) -> list[Received]:
+        return [r for r in self.requests if r.path in TOKENIZE_FIELDS]

@@ -135,7 +135,9 @@ def test_calibration_recovers_the_throughput_of_a_ledger_with_known_counts():
     assert calibrations["other"] is None
     qwen = calibrations["qwen"]
     assert qwen.calls == 5
-    assert qwen.bytes_per_token == pytest.approx(4.6, abs=0.001)
+    assert qwen.mean_bytes_per_token == pytest.approx(4.6, abs=0.001)
+    # The 4 good calls are too few for the bytes per token the router applies: the default stays.
+    assert (qwen.bytes_per_token, qwen.bytes_per_token_samples) == (None, 4)
     assert qwen.prompt_tokens_per_s == pytest.approx(50.0)
     assert qwen.completion_tokens_per_s == pytest.approx(10.0)
     assert qwen.answer_tokens == 200
@@ -229,7 +231,9 @@ def test_the_report_renders_with_many_events():
     assert "a \\| b" in markdown  # a pipe in a note does not break the table
     assert "80 of 200 turns have a mini summary (40%): 50 imported, 30 generated." in markdown
     assert "| s7 | skip-over-band | 1 | 2026-11-20 09:00Z |" in markdown
-    assert re.search(r"DIGEST_BYTES_PER_TOKEN=4\.60\nDIGEST_RAW_CAP_TOKENS=\d+", markdown)
+    # The bytes per token the router applies, shown; only the cap is to set.
+    assert "| 4.60 (p10 of 300) |" in markdown
+    assert re.search(r"```sh\nDIGEST_RAW_CAP_TOKENS=\d+\n```", markdown) and "DIGEST_BYTES_PER_TOKEN=" not in markdown
     page = render_html(report)
     # 70 hours of activity over four calendar days: one bar a day.
     assert page.count('<rect class="friction"') == len(report.series) == 4

@@ -13,6 +13,7 @@ passes through them:
 - `ledger.py`         every model call's attempt and friction event (`RunLedger` for one run)
 - `hosts.py`          each model host's circuit: call outcomes, the hosts a run may go to
 - `cache.py`          the response cache and staged replies
+- `tokens.py`         the bytes per token measured in a host's ledger
 - `reports.py`        what `status`, the friction report and the asset checks read
 - `archive.py`        archive bundles written and restored
 
@@ -40,6 +41,7 @@ from resources.store.mini_summaries import MiniSummaries, MiniSummaryLedger
 from resources.store.reports import Reports
 from resources.store.sessions import Sessions
 from resources.store.summaries import Summaries
+from resources.store.tokens import Tokens
 
 __all__ = [
     "DigestStore", "MiniSummaryLedger", "NOT_ARCHIVED", "RESTORE_MODES", "RunLedger", "SCHEMA_VERSION",
@@ -47,7 +49,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-class DigestStore(Ingest, Sessions, MiniSummaries, Summaries, Graph, Ledger, Hosts, Cache, Reports, Archive):
+class DigestStore(Ingest, Sessions, MiniSummaries, Summaries, Graph, Ledger, Hosts, Tokens, Cache, Reports, Archive):
     """The store of one DuckDB file: every feature's reads and writes (see the module list above)."""
 
     # --- where a decision of digest/ is applied to what the store holds ---------------------

@@ -34,6 +34,8 @@ ADDED_COLUMNS = [
     ("attempts", "host VARCHAR"),
     ("session_summaries", "host VARCHAR"),
     ("session_summaries", "host_reason VARCHAR"),
+    ("session_summaries", "raw_tokens_source VARCHAR"),
+    ("session_summaries", "raw_tokens_counted INTEGER"),
     *[
         ("imported_summaries", column)
         for column in (

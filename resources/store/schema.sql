@@ -105,7 +105,9 @@ CREATE TABLE IF NOT EXISTS session_summaries (
     created_at TIMESTAMPTZ NOT NULL,
     origin VARCHAR DEFAULT 'generated',  -- generated | imported (an export's summary, current for the turns)
     host VARCHAR,                     -- the model host that made it (NULL: imported, or made before hosts)
-    host_reason VARCHAR               -- why the sweep sent it to that host
+    host_reason VARCHAR,              -- why the sweep sent it to that host
+    raw_tokens_source VARCHAR,        -- what the route was decided on: tokenizer | pinned | ledger | default (bytes/token)
+    raw_tokens_counted INTEGER        -- the host tokenizer's count of the raw prompt + the chat template margin; NULL: none
 );
 
 CREATE SEQUENCE IF NOT EXISTS attempt_ids;

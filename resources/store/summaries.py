@@ -144,6 +144,8 @@ class Summaries(Connection):
             "input_revision": summary.input_revision,
             "model": summary.model,
             "raw_tokens_estimate": summary.raw_tokens_estimate,
+            "raw_tokens_source": summary.raw_tokens_source,
+            "raw_tokens_counted": summary.raw_tokens_counted,
             "prompt_tokens_estimate": summary.prompt_tokens_estimate,
             "raw_cap_tokens": summary.raw_cap_tokens,
             "route_reason": summary.route_reason,

@@ -1,0 +1,109 @@
+"""How a prompt's tokens are known: the host's own tokenizer near a bound, else bytes / bytes-per-token.
+
+The bytes per token is, in order: the pinned value (DIGEST_BYTES_PER_TOKEN), else the host's own
+from its attempt ledger (`calibrated_bytes_per_token`), else 3.0. The ledger's value is a low
+quantile of prompt bytes / the server's `prompt_tokens`, not the mean: fewer bytes a token means
+more tokens, the direction in which an estimate never lets a prompt overflow.
+
+Pure: the store reads the ledger, the clients ask the tokenizer, this module decides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+TOKEN_SOURCES = ("tokenizer", "ledger", "pinned", "default")
+DEFAULT_BYTES_PER_TOKEN = 3.0
+
+# The ledger's calibration: the last CALIBRATION_RECENT good model calls (not cache replays) of at
+# least CALIBRATION_MIN_PROMPT_BYTES, whose server counted the prompt; under CALIBRATION_MIN_SAMPLES
+# there is none. It is applied where a bound binds, on long prompts, so it is measured on long ones:
+# a short prompt runs fewer bytes a token (the chat template's fixed tokens, instructions, paths).
+# Measured on SmolLM2 (BENCHMARKS.md): with a 1 KiB floor the mini-summary calls (1.6-1.9 KB) set
+# the 10th percentile at 3.29 and 24 of 38 needless degradations stayed; with 4 KiB, 3.57 and 3.
+CALIBRATION_RECENT = 500
+CALIBRATION_MIN_PROMPT_BYTES = 4096
+CALIBRATION_MIN_SAMPLES = 10
+CALIBRATION_QUANTILE = 0.10
+
+# A tokenizer counts the prompt's text; the server counts its chat request, which the chat template
+# wraps in role markers and, for SmolLM2, a default system prompt: 30 tokens more, measured on the
+# embedded server (a chat's `prompt_tokens` minus `/extras/tokenize` of the same prompt, alike for a
+# 1-token and a 240-token prompt). Twice that leaves room for templates with a longer preamble.
+CHAT_TEMPLATE_MARGIN_TOKENS = 64
+
+# The tokenizer is asked only when the estimate lies in [NEAR_CAP_LOW, NEAR_CAP_HIGH] x the bound
+# it is checked against: elsewhere no plausible count changes the route. At the 3.0 default the
+# estimate over-counts long prose, whose real 3.5-4.6 bytes a token put the count at 0.65-0.86 of
+# the estimate, so an estimate up to 1/0.65 = 1.54x the bound may fit (1.6 also covers 4.8 bytes a
+# token). Short prompts run the other way, under-counted by up to 14% (count 1.14x the estimate),
+# and at a calibrated 3.5-4.6 a 2.6-bytes-a-token prompt counts up to 1.5x its estimate: from 0.6x
+# the bound (a count up to 1.67x the estimate) a prompt the estimate lets through is checked.
+NEAR_CAP_LOW = 0.6
+NEAR_CAP_HIGH = 1.6
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """A prompt's tokens as routing compares them with the bounds, and how they were made."""
+
+    tokens: int
+    source: str  # one of TOKEN_SOURCES: "tokenizer" (the host's count), else the bytes/token's source
+
+    def __post_init__(self) -> None:
+        if self.source not in TOKEN_SOURCES:
+            raise ValueError(f"token count source {self.source!r} is not one of {', '.join(TOKEN_SOURCES)}")
+
+
+def resolve_bytes_per_token(pinned: float | None, calibrated: tuple[float, int] | None) -> tuple[float, str]:
+    """The bytes per token an estimate uses, and its source: the pin, else the host's ledger
+    (`calibrated`: (value, samples) from `calibrated_bytes_per_token`), else the default."""
+    if pinned is not None:
+        if not pinned > 0:
+            raise ValueError(f"a pinned bytes per token must be positive, not {pinned!r}")
+        return float(pinned), "pinned"
+    if calibrated is not None:
+        return float(calibrated[0]), "ledger"
+    return DEFAULT_BYTES_PER_TOKEN, "default"
+
+
+def is_calibration_sample(outcome: str, cached: bool, prompt_bytes: int, prompt_tokens: int | None) -> bool:
+    """Does a ledger attempt measure bytes per token? (The store's SQL applies the same rule.)"""
+    return (
+        outcome == "ok"
+        and not cached
+        and prompt_tokens is not None
+        and prompt_tokens > 0
+        and prompt_bytes >= CALIBRATION_MIN_PROMPT_BYTES
+    )
+
+
+def conservative_bytes_per_token(samples: Iterable[tuple[int, int]]) -> tuple[float, int] | None:
+    """The CALIBRATION_QUANTILE of prompt bytes / prompt tokens over (bytes, tokens) samples, and
+    their number; None under CALIBRATION_MIN_SAMPLES. The lower of the two ratios around the
+    quantile's rank, never an interpolation above it."""
+    ratios = sorted(b / t for b, t in samples)
+    if len(ratios) < CALIBRATION_MIN_SAMPLES:
+        return None
+    return ratios[math.floor(CALIBRATION_QUANTILE * (len(ratios) - 1))], len(ratios)
+
+
+def near_bound(estimate: int, bound: int) -> bool:
+    """Is the estimate close enough to the bound that the host's own count may route otherwise?"""
+    return NEAR_CAP_LOW * bound <= estimate <= NEAR_CAP_HIGH * bound
+
+
+def count_prompt(
+    prompt: str, estimate: TokenCount, bound: int, count_tokens: Callable[[str], int | None] | None
+) -> TokenCount:
+    """The prompt's tokens to route on: near the bound, the host's count of the text plus the chat
+    template's margin (the server's count of the chat request); else, with no tokenizer or when it
+    fails, the estimate."""
+    if count_tokens is None or not near_bound(estimate.tokens, bound):
+        return estimate
+    counted = count_tokens(prompt)
+    if counted is None:
+        return estimate
+    return TokenCount(counted + CHAT_TEMPLATE_MARGIN_TOKENS, "tokenizer")
