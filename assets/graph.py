@@ -99,7 +99,7 @@ def session_graph(
         return
 
     host = tagged_host(context, model)
-    limits, policy = model.limits(host), graph.policy()
+    limits, policy = model.limits(host, db), graph.policy()
     ledger = RunLedger(db, context.run.run_id, host=host, circuit=circuit.policy())
     result = digest_session(turns, summary, model.client(db, host=host), limits, policy, ledger, chunk_store=ledger)
     if result.left_for_later:

@@ -81,7 +81,7 @@ def turn_mini_summaries(
 
     backoff_until_ms = db.mini_summary_backoff_until_ms(session_id)
     if config.only_if_degraded and not headed_for_degraded(
-        session["raw_bytes"], session["turn_count"], model.limits(host)
+        session["raw_bytes"], session["turn_count"], model.limits(host, db)
     ):
         context.log.info(f"session {session_id!r} is within the raw cap: its summary needs no mini summaries")
         report = FillReport()
@@ -94,7 +94,7 @@ def turn_mini_summaries(
         report = fill_mini_summaries(
             db.pending_mini_summary_turns(session_id),
             model.client(db, host=host),
-            model.limits(host),
+            model.limits(host, db),
             policy,
             MiniSummaryLedger(db, context.run.run_id, host=host, circuit=circuit.policy()),
         )

@@ -149,7 +149,7 @@ def raw_sessions(
     row = db.refresh_sessions([session_id])[0]
     turns = canonical_order(db.load_turns([session_id]))
     host, host_reason = run_host(context, db, model, session_id)
-    limits = model.limits(host)
+    limits = model.limits(host, db)
     raw_tokens = limits.estimate_tokens(build_prompt(raw_content(turns), turns))
     with_mini = sum(1 for t in turns if t.mini_summary)
     return MaterializeResult(
@@ -161,6 +161,9 @@ def raw_sessions(
             "raw_bytes": row["raw_bytes"],
             "raw_tokens_estimate": raw_tokens,
             "raw_cap_tokens": limits.raw_cap_tokens if limits.raw_cap_tokens is not None else "off",
+            # The estimate's ratio, and where it comes from: pinned, the host's ledger, or the default.
+            "bytes_per_token": round(limits.bytes_per_token, 3),
+            "bytes_per_token_source": limits.bytes_per_token_source,
             "predicted_route": str(raw_route(raw_tokens, limits)),  # Dagster's metadata takes plain text, no enum
             "mini_summary_coverage": with_mini / len(turns) if turns else 0.0,
             "input_revision": row["input_revision"],
@@ -202,7 +205,7 @@ def session_summaries(
         yield MaterializeResult(metadata=summary_metadata(stored))
         return
     host, host_reason = run_host(context, db, model, session_id)
-    limits = model.limits(host)
+    limits = model.limits(host, db)
     # Held across the raw call and the degraded one, each up to the timeout, with room to write.
     lease_ttl_s = 2 * limits.timeout_s + 120
     holder = db.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
@@ -226,7 +229,9 @@ def session_summaries(
         # before the write below is finished by the next one, from the reply, with no model call.
         client = model.client(db, session=(session_id, session["input_revision"]), host=host)
         context.log.info(f"session {session_id!r} goes to model host {host!r}: {host_reason}")
-        result = summarize_session(turns, client, limits, RunLedger(db, run_id, host=host, circuit=circuit.policy()))
+        # Near the bound, the host's own tokenizer (when it has one) counts the raw prompt.
+        ledger = RunLedger(db, run_id, host=host, circuit=circuit.policy())
+        result = summarize_session(turns, client, limits, ledger, count_tokens=client.count_tokens)
         if result.summary is None and result.host_failure:
             # The host's fault, counted on its circuit: no backoff of the session, which the next tick
             # gives to another host (or to this one, once its circuit closes).

@@ -23,11 +23,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from digest.scheduling import Candidate, PlannedSession, plan_session
 from digest.synthesis import Limits, Route
+from digest.tokens import resolve_bytes_per_token
 
 MODEL_HOST_TAG = "digest/model_host"  # the run tag naming the model host a run's calls go to
 MODEL_HOST_REASON_TAG = "digest/model_host_reason"
 DEFAULT_HOST = "default"  # the one host of the single-host settings
-DEFAULT_BYTES_PER_TOKEN = 3.0  # the estimate before a host's own ratio is pinned or measured
 PROVIDERS = ("embedded", "openai", "ollama")
 # Host names go into run tags and pool limits: keep them to what Dagster's tag values take.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -149,17 +149,25 @@ class Fleet:
                 return host
         raise KeyError(f"no model host is named {name!r} (declared: {', '.join(self.names)})")
 
-    def limits(self, name: str | None = None, bytes_per_token: float | None = None) -> Limits:
-        """The host's bounds; `bytes_per_token`: its measured ratio, when its own is not pinned."""
+    def limits(self, name: str | None = None, calibrated: tuple[float, int] | None = None) -> Limits:
+        """The host's bounds. Its bytes per token: pinned, else `calibrated` (measured in its
+        ledger: `DigestStore.calibrated_bytes_per_token`), else the default."""
         host = self.host(name)
+        bytes_per_token, source = resolve_bytes_per_token(host.bytes_per_token, calibrated)
         return Limits(
             context_limit_tokens=host.context_limit_tokens,
             safe_limit_tokens=host.safe_limit_tokens,
             raw_cap_tokens=host.raw_cap_tokens,
-            bytes_per_token=host.bytes_per_token or bytes_per_token or DEFAULT_BYTES_PER_TOKEN,
+            bytes_per_token=bytes_per_token,
+            bytes_per_token_source=source,
             max_output_tokens=self.max_output_tokens,
             timeout_s=self.timeout_s,
         )
+
+    def measured_limits(self, store: Any, name: str | None = None) -> Limits:
+        """The host's bounds with the bytes per token its ledger in `store` measures."""
+        host = self.host(name)
+        return self.limits(host.name, store.calibrated_bytes_per_token(host.name, host.model))
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,12 @@ from digest.graph import (
     graph_limits,
     prompt_window_tokens,
 )
-from digest.hosts import DEFAULT_BYTES_PER_TOKEN, DEFAULT_HOST, PROVIDERS, Fleet, HostsError, HostSpec, load_hosts_file
+from digest.hosts import DEFAULT_HOST, PROVIDERS, Fleet, HostsError, HostSpec, load_hosts_file
 from digest.mini_summaries import PRIORITIES as MINI_SUMMARY_PRIORITIES
 from digest.mini_summaries import MiniSummaryPolicy
 from digest.scheduling import SweepPolicy
 from digest.synthesis import Limits
+from digest.tokens import DEFAULT_BYTES_PER_TOKEN
 
 # The embedded SmolLM2 GGUF was trained with an 8192-token context; the server is started with it.
 EMBEDDED_CONTEXT_TOKENS = 8192

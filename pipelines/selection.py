@@ -50,14 +50,20 @@ class SweepSelection:
 def host_views(
     store: DigestStore, fleet: Fleet, available: list[str], queued_s: Mapping[str, float]
 ) -> tuple[list[HostView], dict[str, bool]]:
-    """What the assignment knows of each available host: its bounds, its measured speed (seconds
-    per estimated token over its recent calls, else the CPU-class default) and its queue."""
+    """What the assignment knows of each available host: its bounds (with its measured bytes per
+    token), its measured speed (seconds per estimated token over its recent calls, else the
+    CPU-class default) and its queue."""
     views, measured = [], {}
     for name in available:
         speed = store.seconds_per_token(fleet.host(name).model, host=name)
         measured[name] = speed is not None
         views.append(
-            HostView(fleet.host(name), fleet.limits(name), speed or DEFAULT_SECONDS_PER_TOKEN, queued_s.get(name, 0.0))
+            HostView(
+                fleet.host(name),
+                fleet.measured_limits(store, name),
+                speed or DEFAULT_SECONDS_PER_TOKEN,
+                queued_s.get(name, 0.0),
+            )
         )
     return views, measured
 

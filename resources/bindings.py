@@ -73,9 +73,11 @@ class ChatModelResource(ConfigurableResource):
     def fleet(self) -> Fleet:
         return build_fleet(self.hosts_file, single_host(self, self.url, self.model), self)
 
-    def limits(self, host: str | None = None) -> Limits:
-        """The bounds of a call to `host` (None: the first declared)."""
-        return self.fleet().limits(host)
+    def limits(self, host: str | None = None, store: DigestStore | None = None) -> Limits:
+        """The bounds of a call to `host` (None: the first declared); given the store, with the
+        bytes per token the host's ledger measures (when the host's is not pinned)."""
+        fleet = self.fleet()
+        return fleet.limits(host) if store is None else fleet.measured_limits(store, host)
 
     def client(
         self, store: DigestStore | None = None, session: tuple[str, str] | None = None, host: str | None = None

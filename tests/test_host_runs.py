@@ -109,3 +109,47 @@ def test_a_run_asked_for_by_hand_places_itself_as_the_sweep_would(tmp_path):
         # No mini summaries on the CPU host: on the GPU host the session is not headed for degraded.
         # The second run's reply is the response cache's (the same prompt to the same model).
         assert len(cpu.requests) == 0 and len(gpu.requests) == 1
+
+
+def test_near_the_cap_the_run_routes_on_the_hosts_own_token_count(tmp_path):
+    """The estimate (3 bytes a token) puts the session over the 2000-token cap; the server's
+    tokenizer (3.5 bytes a token) counts it within: the run asks it, and the session goes raw."""
+    from digest.synthesis import build_prompt, raw_content
+    from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS
+    from digest.turns import canonical_order
+    from tests.model_server import fake_token_count
+
+    def raw_prompt(turns):
+        ordered = canonical_order(turns)
+        return build_prompt(raw_content(ordered), ordered)
+
+    turns = next(
+        t
+        for n in range(2, 60)
+        if (t := make_turns("near", n, doc_bytes=200)) and len(raw_prompt(t).encode()) / 3 > 2000
+    )
+    assert fake_token_count(raw_prompt(turns)) + CHAT_TEMPLATE_MARGIN_TOKENS <= 2000
+    folder = write_bundle(tmp_path / "bundle", turns)
+    with ModelServer() as server, instance_for_test() as instance:
+        settings = load_settings(
+            {
+                "DIGEST_HOME": str(tmp_path / "home"),
+                "DIGEST_MODEL_PROVIDER": "openai",
+                "DIGEST_MODEL_URL": server.url,
+                "DIGEST_RAW_CAP_TOKENS": "2000",
+            }
+        )
+        definitions = build_definitions(settings)
+        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
+        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+        store = DigestStore(settings.db_path)
+        register_partitions(instance, store)
+        assert (
+            definitions.resolve_job_def("summarize_sessions")
+            .execute_in_process(instance=instance, partition_key="near")
+            .success
+        )
+        row = store.summary_row("near")
+        assert (row["source_tier"], row["route_reason"], row["raw_tokens_source"]) == ("raw", "within-cap", "tokenizer")
+        assert row["raw_tokens_counted"] == fake_token_count(raw_prompt(turns)) + CHAT_TEMPLATE_MARGIN_TOKENS
+        assert len(server.tokenize_requests()) == 1
