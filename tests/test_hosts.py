@@ -154,7 +154,9 @@ def test_a_batch_spreads_over_hosts_by_the_time_queued_on_each(tmp_path):
     assert [a.host for a in batch].count("cpu") == 2
 
 
-def test_the_sweep_selection_places_each_session_and_scales_its_budget_with_the_hosts(tmp_path):
+def _store_of(tmp_path, sizes: list[int]):
+    """Settings over CPU_AND_GPU, and a store of one single-turn session a size, an hour old and
+    a minute apart, `s0` the newest."""
     settings = load_settings(
         {"DIGEST_HOME": str(tmp_path), "DIGEST_MODEL_HOSTS": str(_hosts_file(tmp_path, CPU_AND_GPU))}
     )
@@ -164,43 +166,33 @@ def test_the_sweep_selection_places_each_session_and_scales_its_budget_with_the_
     rows = [
         {
             "id": f"s{i}-t", "session_id": f"s{i}", "ts_ms": now - 3_600_000 - i * 60_000, "type": "agent-interaction",
-            "document": "User Prompt: x\nAgent Response: " + "y" * (60_000 if i == 3 else 500),
+            "document": "User Prompt: x\nAgent Response: " + "y" * size,
             "document_rebuilt": False, "source_file": "f.jsonl", "source_line": i + 1,
         }
-        for i in range(12)
+        for i, size in enumerate(sizes)
     ]  # fmt: skip
     store.write_turns(rows)
     store.refresh_sessions([r["session_id"] for r in rows])
+    return settings, store, now
+
+
+def test_the_sweep_selection_places_each_session_and_scales_its_budget_with_the_hosts(tmp_path):
+    settings, store, now = _store_of(tmp_path, [60_000 if i == 3 else 500 for i in range(12)])
     policy = SweepPolicy(max_sessions=3, model_seconds=10_000)
     selection = next_summary_batch(store, settings.fleet, policy, now)
     assert len(selection.batch) == 6  # 3 sessions a host
     big = next(a for a in selection.batch if a.candidate.session_id == "s3")
     assert (big.host, big.tier) == ("gpu", SourceTier.RAW)
-    # With the GPU host out of rotation, the big session is planned degraded on the CPU host.
+    # With the GPU host out of rotation, the big session waits for it; the CPU host takes three others.
     alone = next_summary_batch(store, settings.fleet, policy, now, available=["cpu"])
-    assert len(alone.batch) == 3 and alone.hosts_unavailable == ["gpu"]
+    assert len(alone.batch) == 3 and alone.hosts_unavailable == ["gpu"] and alone.waiting_for_host == 1
     assert {a.host for a in alone.batch} == {"cpu"}
     none = next_summary_batch(store, settings.fleet, policy, now, available=[])
     assert none.batch == [] and "no model host available: cpu, gpu out of rotation" in none.skip_reason
 
 
 def test_a_host_out_of_rotation_gets_no_session_and_one_only_it_takes_raw_waits_for_it(tmp_path):
-    settings = load_settings(
-        {"DIGEST_HOME": str(tmp_path), "DIGEST_MODEL_HOSTS": str(_hosts_file(tmp_path, CPU_AND_GPU))}
-    )
-    store = DigestStore(settings.db_path)
-    store.migrate()
-    now = int(time.time() * 1000)
-    rows = [
-        {
-            "id": f"s{i}-t", "session_id": f"s{i}", "ts_ms": now - 3_600_000 - i * 60_000, "type": "agent-interaction",
-            "document": "User Prompt: x\nAgent Response: " + "y" * (60_000 if i == 0 else 500 + i),
-            "document_rebuilt": False, "source_file": "f.jsonl", "source_line": i + 1,
-        }
-        for i in range(4)
-    ]  # fmt: skip
-    store.write_turns(rows)
-    store.refresh_sessions([r["session_id"] for r in rows])
+    settings, store, now = _store_of(tmp_path, [60_000, 501, 502, 503])
     policy = SweepPolicy(max_sessions=5, model_seconds=10_000)
     circuit = settings.circuit
     for _ in range(circuit.failure_threshold):
