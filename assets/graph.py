@@ -5,7 +5,7 @@ from collections import Counter
 from dagster import AssetExecutionContext, AssetObservation, Failure, MaterializeResult, MetadataValue, asset
 
 from assets.partitions import sessions_partitions
-from assets.sessions import SWEEP_TAG, session_or_fail, session_summaries
+from assets.sessions import SWEEP_TAG, session_or_fail, session_summaries, tagged_host
 from digest.graph import (
     ENTITY_TYPES,
     RELATION_TYPES,
@@ -94,9 +94,10 @@ def session_graph(
         )
         return
 
-    limits, policy = model.limits(), graph.policy()
-    ledger = RunLedger(db, context.run.run_id)
-    result = digest_session(turns, summary, model.client(db), limits, policy, ledger, chunk_store=ledger)
+    host = tagged_host(context, model)
+    limits, policy = model.limits(host), graph.policy()
+    ledger = RunLedger(db, context.run.run_id, host=host)
+    result = digest_session(turns, summary, model.client(db, host=host), limits, policy, ledger, chunk_store=ledger)
     if result.left_for_later:
         context.log.info(f"session {session_id!r} part-digested: {result.note}")
         context.log_event(

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
 
 from assets.partitions import sessions_partitions
-from assets.sessions import raw_sessions, session_or_fail
+from assets.sessions import raw_sessions, run_host, session_or_fail
 from digest.mini_summaries import FillReport, fill_mini_summaries, headed_for_degraded
 from digest.scheduling import now_ms
 from resources.bindings import ChatModelResource, DigestStoreResource, MiniSummaryPolicyResource
@@ -75,9 +75,13 @@ def turn_mini_summaries(
     session = session_or_fail(db, context.partition_key)
     session_id = session["session_id"]
     policy = mini_summaries.policy()
+    # The summary's host: whether the session is headed for the degraded path depends on it.
+    host, _ = run_host(context, db, model, session_id)
 
     backoff_until_ms = db.mini_summary_backoff_until_ms(session_id)
-    if config.only_if_degraded and not headed_for_degraded(session["raw_bytes"], session["turn_count"], model.limits()):
+    if config.only_if_degraded and not headed_for_degraded(
+        session["raw_bytes"], session["turn_count"], model.limits(host)
+    ):
         context.log.info(f"session {session_id!r} is within the raw cap: its summary needs no mini summaries")
         report = FillReport()
     elif backoff_until_ms is not None and backoff_until_ms > now_ms() and not config.ignore_backoff:
@@ -88,10 +92,10 @@ def turn_mini_summaries(
     else:
         report = fill_mini_summaries(
             db.pending_mini_summary_turns(session_id),
-            model.client(db),
-            model.limits(),
+            model.client(db, host=host),
+            model.limits(host),
             policy,
-            MiniSummaryLedger(db, context.run.run_id),
+            MiniSummaryLedger(db, context.run.run_id, host=host),
         )
         backoff_until_ms = report.backoff_until_ms(now_ms())
         db.record_backfill_run(
@@ -102,6 +106,7 @@ def turn_mini_summaries(
     return MaterializeResult(
         metadata={
             "session_id": session_id,
+            "host": host,
             "pending_at_start": report.pending,
             "attempted": report.attempted,
             "generated": len(report.generated),

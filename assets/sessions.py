@@ -11,10 +11,12 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
+from digest.hosts import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, assign_host
 from digest.ingest import ingest_paths
 from digest.scheduling import failure_backoff_s, now_ms
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
 from digest.turns import canonical_order
+from pipelines.selection import host_views
 from resources.bindings import ChatModelResource, DigestStoreResource, SweepPolicyResource
 from resources.store import RunLedger
 
@@ -107,6 +109,28 @@ def _not_summarized(context: AssetExecutionContext, session_id: str, reason: str
     )
 
 
+def run_host(context: AssetExecutionContext, db, model: ChatModelResource, session_id: str) -> tuple[str, str]:
+    """The model host the run's `digest/model_host` tag names, and why it was chosen. A run without one
+    (asked for by hand), or naming a host no longer declared, is placed now the way a sweep would
+    place it: raw on a host that admits it, else the earliest finish."""
+    fleet = model.fleet()
+    tagged = context.run.tags.get(MODEL_HOST_TAG)
+    if tagged in fleet.names:
+        return tagged, context.run.tags.get(MODEL_HOST_REASON_TAG, "named by the run's tag")
+    views, _ = host_views(db, fleet, fleet.names, {})
+    assignment = assign_host(db.summary_candidate(session_id), views)
+    why = f"the run's host {tagged!r} is not declared" if tagged else "placed by the run"
+    return assignment.host, f"{assignment.reason} ({why})"
+
+
+def tagged_host(context: AssetExecutionContext, model: ChatModelResource) -> str:
+    """The host a mini-summary or graph run's tag names (the sensors place those runs), else the
+    first declared."""
+    fleet = model.fleet()
+    tagged = context.run.tags.get(MODEL_HOST_TAG)
+    return tagged if tagged in fleet.names else fleet.host().name
+
+
 def session_or_fail(store, partition_key: str) -> dict:
     """The partition's `sessions` row; a partition with none fails its run with the reason."""
     session = store.session_by_partition(partition_key)
@@ -124,12 +148,15 @@ def raw_sessions(
     session_id = session_or_fail(db, context.partition_key)["session_id"]
     row = db.refresh_sessions([session_id])[0]
     turns = canonical_order(db.load_turns([session_id]))
-    limits = model.limits()
+    host, host_reason = run_host(context, db, model, session_id)
+    limits = model.limits(host)
     raw_tokens = limits.estimate_tokens(build_prompt(raw_content(turns), turns))
     with_mini = sum(1 for t in turns if t.mini_summary)
     return MaterializeResult(
         metadata={
             "session_id": session_id,
+            "host": host,
+            "host_reason": host_reason,
             "turn_count": row["turn_count"],
             "raw_bytes": row["raw_bytes"],
             "raw_tokens_estimate": raw_tokens,
@@ -170,7 +197,8 @@ def session_summaries(
         # The export's summary of these very turns: no model call is owed.
         yield MaterializeResult(metadata=summary_metadata(stored))
         return
-    limits = model.limits()
+    host, host_reason = run_host(context, db, model, session_id)
+    limits = model.limits(host)
     # Held across the raw call and the degraded one, each up to the timeout, with room to write.
     lease_ttl_s = 2 * limits.timeout_s + 120
     holder = db.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
@@ -192,8 +220,9 @@ def session_summaries(
         turns = db.load_turns([session_id])
         # Each usable reply is staged in DuckDB before the summary is built from it: a run killed
         # before the write below is finished by the next one, from the reply, with no model call.
-        client = model.client(db, session=(session_id, session["input_revision"]))
-        result = summarize_session(turns, client, limits, RunLedger(db, run_id))
+        client = model.client(db, session=(session_id, session["input_revision"]), host=host)
+        context.log.info(f"session {session_id!r} goes to model host {host!r}: {host_reason}")
+        result = summarize_session(turns, client, limits, RunLedger(db, run_id, host=host))
         if result.summary is None:
             failures = db.record_summary_failure(
                 session_id, session["input_revision"], result.failure, now_ms(),
@@ -209,7 +238,7 @@ def session_summaries(
                 },
             )
         summary = result.summary
-        db.write_summary(summary, run_id=run_id)
+        db.write_summary(summary, run_id=run_id, host=host, host_reason=host_reason)
         if not model.response_cache:
             db.drop_staged_replies(session_id)
         db.clear_summary_failures(session_id)
@@ -234,6 +263,9 @@ def summary_metadata(row: dict) -> dict:
         "prompt_tokens_estimate": row["prompt_tokens_estimate"],
         "raw_cap_tokens": row["raw_cap_tokens"] if row["raw_cap_tokens"] is not None else "off",
         "model": row["model"],
+        # Dagster's metadata takes no None: an imported summary (or one from before hosts) names none.
+        "host": row["host"] or "",
+        "host_reason": row["host_reason"] or "",
         "input_revision": row["input_revision"],
         "summary": MetadataValue.md(
             f"### {row['title']}\n\n{row['summary']}\n\n"
@@ -241,6 +273,6 @@ def summary_metadata(row: dict) -> dict:
             f"impact {row['impact']} · complexity {row['complexity']}\n\n"
             f"technologies: {', '.join(row['technologies']) or 'none'}\n\n"
             f"source tier **{row['source_tier']}** (degraded: {row['degraded']}, route: {row['route_reason']}, "
-            f"{row['origin']})"
+            f"{row['origin']}{', host ' + row['host'] if row['host'] else ''})"
         ),
     }

@@ -472,7 +472,8 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
             f"in {_count(len(report.groups), 'group')}, {sum(g.surfaced for g in report.groups)} surfaced; "
             f"{_count(len(report.call_seconds), 'model call')}, p95 {_seconds(report.p95_call_seconds)}.",
             f"Settings in force: raw cap {_cap(s.raw_cap_tokens)} tokens, safe band {s.safe_limit_tokens} tokens "
-            f"(context {s.context_limit_tokens}), {s.bytes_per_token:g} bytes per token, summary timeout "
+            f"(context {s.context_limit_tokens}), "
+            f"{f'{s.bytes_per_token:g} bytes per token (pinned)' if s.bytes_per_token else 'bytes per token measured per host'}, summary timeout "
             f"{s.summary_timeout_s:g} s.",
         ],
     )

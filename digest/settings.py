@@ -9,6 +9,7 @@ a bad deployment fails loudly at load instead of running with a silently substit
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from digest.graph import (
     graph_limits,
     prompt_window_tokens,
 )
+from digest.hosts import DEFAULT_BYTES_PER_TOKEN, DEFAULT_HOST, PROVIDERS, Fleet, HostsError, HostSpec, load_hosts_file
 from digest.mini_summaries import PRIORITIES as MINI_SUMMARY_PRIORITIES
 from digest.mini_summaries import MiniSummaryPolicy
 from digest.scheduling import SweepPolicy
@@ -29,7 +31,6 @@ from digest.synthesis import Limits
 
 # The embedded SmolLM2 GGUF was trained with an 8192-token context; the server is started with it.
 EMBEDDED_CONTEXT_TOKENS = 8192
-PROVIDERS = ("embedded", "openai", "ollama")
 DEFAULT_MODEL_NAMES = {"embedded": "smollm2", "openai": "default", "ollama": "llama3.2"}
 
 # A raw call must finish inside DIGEST_SUMMARY_TIMEOUT_S (180 s) on a CPU host. Prompt evaluation
@@ -53,13 +54,14 @@ class Settings:
     home: Path
     db_path: Path
     inbox: Path
+    hosts_file: Path | None  # several model hosts (digest.hosts); None: the single-host settings
     provider: str
     model_url: str | None
     model_name: str
     context_limit_tokens: int
     safe_limit_tokens: int
     raw_cap_tokens: int | None  # None: the cap is off (high-context hosts)
-    bytes_per_token: float
+    bytes_per_token: float | None  # pinned; None: measured from the ledger, else 3.0
     summary_timeout_s: float
     summary_max_output_tokens: int
     sweep: SweepPolicy
@@ -71,8 +73,13 @@ class Settings:
     def dagster_home(self) -> Path:
         return self.home / "dagster"
 
+    @functools.cached_property
+    def fleet(self) -> Fleet:
+        return build_fleet(self.hosts_file, single_host(self, self.model_url, self.model_name), self)
+
     def limits(self) -> Limits:
-        return summary_limits(self)
+        """The first host's bounds (the single host's, without a hosts file)."""
+        return self.fleet.limits()
 
     def value(self, setting: Setting) -> Any:
         """The setting's value: a field of these settings, or of one of their policies."""
@@ -80,16 +87,26 @@ class Settings:
         return getattr(owner, setting.field)
 
 
-def summary_limits(model: Any) -> Limits:
-    """The bounds of a summary call, from the settings or the model resource (the same field names)."""
-    return Limits(
+def single_host(model: Any, url: str | None, name: str) -> HostSpec:
+    """The one host of the single-host settings, from the settings or the model resource (the same
+    field names, apart from the URL and the model name)."""
+    return HostSpec(
+        name=DEFAULT_HOST,
+        provider=model.provider,
+        url=url,
+        model=name,
         context_limit_tokens=model.context_limit_tokens,
         safe_limit_tokens=model.safe_limit_tokens,
         raw_cap_tokens=model.raw_cap_tokens,
+        concurrency=1,
         bytes_per_token=model.bytes_per_token,
-        max_output_tokens=model.summary_max_output_tokens,
-        timeout_s=model.summary_timeout_s,
     )
+
+
+def build_fleet(hosts_file: str | Path | None, default: HostSpec, model: Any) -> Fleet:
+    """The hosts file's hosts, else `default`; with the output cap and deadline every call shares."""
+    hosts = load_hosts_file(Path(hosts_file), DEFAULT_MODEL_NAMES) if hosts_file else (default,)
+    return Fleet(hosts, max_output_tokens=model.summary_max_output_tokens, timeout_s=model.summary_timeout_s)
 
 
 # --- how a setting's text is read: (env var, stripped non-empty text) -> value, or SettingsError --
@@ -227,6 +244,14 @@ SETTINGS: tuple[Setting, ...] = (
         resource="store",
     ),
     Setting(
+        "DIGEST_MODEL_HOSTS",
+        "hosts_file",
+        path,
+        None,
+        "a TOML file declaring several model hosts (docs/deploy.md); unset: the settings below are the one host",
+        resource="model",
+    ),
+    Setting(
         "DIGEST_MODEL_PROVIDER",
         "provider",
         one_of(PROVIDERS),
@@ -280,8 +305,8 @@ SETTINGS: tuple[Setting, ...] = (
         "DIGEST_BYTES_PER_TOKEN",
         "bytes_per_token",
         positive,
-        3.0,
-        "the token estimate: UTF-8 bytes / this",
+        None,
+        f"pins the token estimate, UTF-8 bytes / this; unset: measured from the host's ledger, else {DEFAULT_BYTES_PER_TOKEN:g}",
         resource="model",
     ),
     Setting(
@@ -393,12 +418,22 @@ def _check(settings: Settings) -> None:
             f"DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S={mini.outer_timeout_s:g} is below "
             f"DIGEST_MINI_SUMMARY_TIMEOUT_S={mini.timeout_s:g}: the outer timeout is the backstop of the inner one"
         )
+    try:
+        fleet = settings.fleet
+    except HostsError as exc:
+        raise SettingsError(str(exc)) from None
+    for host in fleet.hosts:
+        _check_graph_window(settings, fleet, host)
+
+
+def _check_graph_window(settings: Settings, fleet: Fleet, host: HostSpec) -> None:
     # The raw cap, when on, bounds every chunk's prompt too.
-    model = graph_limits(settings.limits(), settings.graph)
+    model = graph_limits(fleet.limits(host.name), settings.graph)
     room = chunk_content_budget_bytes(model, settings.graph)
     if room < MIN_CHUNK_CONTENT_BYTES:
+        where = "" if host.name == DEFAULT_HOST else f"on model host {host.name!r}: "
         raise SettingsError(
-            f"the graph prompt window, min(DIGEST_GRAPH_CHUNK_LIMIT_TOKENS, DIGEST_RAW_CAP_TOKENS (when on), "
+            f"{where}the graph prompt window, min(DIGEST_GRAPH_CHUNK_LIMIT_TOKENS, DIGEST_RAW_CAP_TOKENS (when on), "
             f"DIGEST_SAFE_LIMIT_TOKENS, DIGEST_CONTEXT_LIMIT_TOKENS - DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS) = "
             f"{prompt_window_tokens(model, settings.graph)} "
             f"tokens, leaves {room} bytes for turn text after the extraction prompt; at least "

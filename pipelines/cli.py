@@ -131,9 +131,7 @@ def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozen
     from pipelines.selection import next_summary_batch
 
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
-    return next_summary_batch(
-        _store(settings), settings.limits(), policy, settings.model_name, now_ms(), exclude=exclude
-    )
+    return next_summary_batch(_store(settings), settings.fleet, policy, now_ms(), exclude=exclude)
 
 
 def _run_partitions(
@@ -147,7 +145,7 @@ def _run_partitions(
     estimates: list[float | None],
     nothing_to_do=lambda key, tags: None,
 ) -> list[dict]:
-    """One in-process Dagster run per (partition, route) in `todo`; the embedded model starts once for all.
+    """One in-process Dagster run per (partition, tags) in `todo`; the embedded model starts once for all.
     `estimates`: the plan's model seconds of each, for the progress bar.
     `nothing_to_do(key, tags)`: why a partition needs no run any more, asked just before its run."""
     from pipelines.interrupted_runs import worker_tags
@@ -162,10 +160,10 @@ def _run_partitions(
     title = {"summarize_sessions": "summarizing", "digest_sessions": "digesting"}[job_name]
     with _model_url(settings, output) as run_settings, output.sessions(title, estimates) as progress:
         job = _job(run_settings, job_name)
-        for key, route in todo:
+        for key, run_tags in todo:
             started = time.monotonic()
             progress.starting(key)
-            tags = {"digest/sweep": "cli", "digest/route": route, **process}
+            tags = {"digest/sweep": "cli", **run_tags, **process}
             reason = nothing_to_do(key, tags)
             if reason:
                 outcome = {"partition": key, "run_id": None, "success": True, "nothing_to_do": reason}
@@ -196,6 +194,7 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
     summarized meanwhile gets no run, or its run no model call (counted in `nothing_to_do`)."""
     from assets.sessions import nothing_to_summarize
     from pipelines.interrupted_runs import close_interrupted_runs
+    from pipelines.sensors import summary_run_tags
 
     instance = _instance()
     store = _store(settings)
@@ -209,7 +208,8 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
     recovered = close_interrupted_runs(instance, store)
     staged = store.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
-    todo = [(key, "staged") for key in staged] + [(i.candidate.partition_key, str(i.tier)) for i in selection.batch]
+    todo = [(key, {"digest/route": "staged"}) for key in staged]
+    todo += [(item.candidate.partition_key, summary_run_tags(item)) for item in selection.batch]
     # A staged replay calls no model.
     estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]
     outcomes = _run_partitions(
@@ -232,7 +232,7 @@ def digest(settings: Settings, limit: int | None, output: Output) -> dict:
     store = _store(settings)
     policy = settings.graph
     keys = store.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
-    todo = [(k, "graph") for k in keys]
+    todo = [(k, {"digest/route": "graph"}) for k in keys]
     # The plan estimates summaries only: a graph run's bar counts sessions, with no time left.
     estimates = [None] * len(keys)
     runs = _run_partitions(settings, _instance(), store, "digest_sessions", todo, "session_graph", output, estimates)
@@ -311,21 +311,30 @@ def plan(settings: Settings, limit: int | None) -> dict:
     """What the next sweep would do, without calling a model."""
     selection = _selection(settings, limit)
     routes: dict[str, int] = {}
+    hosts: dict[str, int] = {}
     for item in selection.batch:
         routes[item.tier] = routes.get(item.tier, 0) + 1
+        hosts[item.host] = hosts.get(item.host, 0) + 1
     return {
         "pending": selection.pending,
         "held_back": {"active_within_idle_window": selection.active, "in_failure_backoff": selection.backing_off},
-        "seconds_per_token": selection.seconds_per_token,
-        "throughput": "measured from the attempt ledger" if selection.throughput_measured else "default (no calls yet)",
+        # Each host's speed: measured from its attempt ledger, or the CPU-class default before any call.
+        "seconds_per_token": {
+            host: f"{spt:.4f} ({'measured' if selection.throughput_measured[host] else 'default, no calls yet'})"
+            for host, spt in selection.seconds_per_token.items()
+        },
+        "hosts_out_of_rotation": selection.hosts_unavailable,
         "next_sweep": {
             "sessions": len(selection.batch),
             "by_route": routes,
+            "by_host": hosts,
             "estimated_prompt_tokens": sum(i.prompt_tokens_estimate for i in selection.batch),
             "estimated_model_seconds": round(sum(i.model_seconds_estimate for i in selection.batch), 1),
             "sessions_detail": [
                 {
                     "partition": i.candidate.partition_key,
+                    "host": i.host,
+                    "host_reason": i.reason,
                     "tier": i.tier,
                     "route": i.route,
                     "prompt_tokens_estimate": i.prompt_tokens_estimate,

@@ -233,15 +233,28 @@ def _render_plan(console: Console, result: dict) -> None:
         f"{_duration(sweep['estimated_model_seconds'])} of model time, {sweep['estimated_prompt_tokens']} prompt tokens"
     )
     console.print()
-    console.print(_fields({"sessions": sweep["sessions"], "by tier": sweep["by_route"], "estimated": estimate}))
+    console.print(
+        _fields(
+            {
+                "sessions": sweep["sessions"],
+                "by tier": sweep["by_route"],
+                "by host": sweep["by_host"],
+                "estimated": estimate,
+            }
+        )
+    )
     if sweep["sessions_detail"]:
         table = Table()
         table.add_column("partition", overflow="fold")  # whole: it is what `archive --sessions` takes
+        table.add_column("host", no_wrap=True)
+        table.add_column("why this host", overflow="fold")
         for name in ("tier", "route", "prompt tokens", "model seconds"):
             table.add_column(name, justify="right" if name.endswith(("tokens", "seconds")) else "left", no_wrap=True)
         for item in sweep["sessions_detail"]:
             table.add_row(
                 item["partition"],
+                item["host"],
+                item["host_reason"],
                 item["tier"],
                 item["route"],
                 str(item["prompt_tokens_estimate"]),

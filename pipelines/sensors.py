@@ -19,6 +19,7 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
+from digest.hosts import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, estimated_seconds
 from digest.scheduling import now_ms
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
@@ -151,8 +152,49 @@ def _with_partitions(context: SensorEvaluationContext, run_requests: list[RunReq
 
 
 def in_flight_partitions(instance, job_name: str) -> set[str]:
-    runs = instance.get_runs(filters=RunsFilter(job_name=job_name, statuses=IN_FLIGHT))
-    return {run.tags.get("dagster/partition") for run in runs}
+    return in_flight(instance, job_name)[0]
+
+
+def in_flight(instance, job_name: str) -> tuple[set[str], dict[str, float]]:
+    """The partitions of the job's queued and running runs, and the estimated model seconds they
+    hold on each model host (their `digest/model_host` and `digest/estimated_s` tags)."""
+    keys, queued_s = set(), {}
+    for run in instance.get_runs(filters=RunsFilter(job_name=job_name, statuses=IN_FLIGHT)):
+        keys.add(run.tags.get("dagster/partition"))
+        if MODEL_HOST_TAG in run.tags:
+            host = run.tags[MODEL_HOST_TAG]
+            queued_s[host] = queued_s.get(host, 0.0) + estimated_seconds(run.tags.get("digest/estimated_s"))
+    return keys, queued_s
+
+
+def spread_over_hosts(instance, fleet, count: int, available: list[str] | None = None) -> list[str]:
+    """Hosts for `count` new mini-summary or graph runs: each to the available host with the fewest
+    queued or running model runs per call slot, counting the ones placed before it (ties: the first
+    declared). Empty when no host is available."""
+    names = [n for n in fleet.names if available is None or n in available]
+    if not names:
+        return []
+    runs = {name: 0 for name in names}
+    for run in instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT)):
+        if run.tags.get(MODEL_HOST_TAG) in runs:
+            runs[run.tags[MODEL_HOST_TAG]] += 1
+    placed = []
+    for _ in range(count):
+        host = min(names, key=lambda n: runs[n] / fleet.host(n).concurrency)
+        runs[host] += 1
+        placed.append(host)
+    return placed
+
+
+def summary_run_tags(item) -> dict[str, str]:
+    """A summary run's tags from its planned assignment: the host (the UI filters runs on it, and
+    the run queue limits each host's runs to its concurrency), why, and the route and cost."""
+    return {
+        MODEL_HOST_TAG: item.host,
+        MODEL_HOST_REASON_TAG: item.reason,
+        "digest/route": str(item.tier),  # Dagster's tags are plain text
+        "digest/estimated_s": f"{item.model_seconds_estimate:.0f}",
+    }
 
 
 @sensor(job=summarize_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
@@ -167,14 +209,8 @@ def summary_sensor(
     db = store.store()
     policy = sweep.policy()
     try:
-        selection = next_summary_batch(
-            db,
-            model.limits(),
-            policy,
-            model.model,
-            now_ms(),
-            exclude=in_flight_partitions(context.instance, summarize_job.name),
-        )
+        exclude, queued_s = in_flight(context.instance, summarize_job.name)
+        selection = next_summary_batch(db, model.fleet(), policy, now_ms(), exclude=exclude, queued_s=queued_s)
         batch, skip_reason = selection.batch, selection.skip_reason
     except Exception as exc:  # the tick still registers: a raised tick would drop its chunk with it
         context.log.exception("the summary selection failed")
@@ -192,7 +228,7 @@ def summary_sensor(
     ]
     if not batch:
         return SensorResult(dynamic_partitions_requests=partition_requests, skip_reason=skip_reason)
-    budget = f"{policy.max_sessions} sessions / {policy.model_seconds:.0f}s"
+    budget = f"{policy.max_sessions} sessions / {policy.model_seconds:.0f}s a host"
     return SensorResult(
         dynamic_partitions_requests=partition_requests,
         run_requests=[
@@ -200,12 +236,7 @@ def summary_sensor(
             # after a restore. Duplicates are prevented by the in-flight check and the lease.
             RunRequest(
                 partition_key=item.candidate.partition_key,
-                tags={
-                    "digest/sweep": "sensor",
-                    "digest/budget": budget,
-                    "digest/route": str(item.tier),  # Dagster's tags are plain text
-                    "digest/estimated_s": f"{item.model_seconds_estimate:.0f}",
-                },
+                tags={"digest/sweep": "sensor", "digest/budget": budget, **summary_run_tags(item)},
             )
             for item in batch
         ],
@@ -232,12 +263,15 @@ def mini_summary_sensor(
         "digest/sweep": "mini-summaries",
         "digest/budget": f"{policy.budget_s:.0f}s",
         "digest/priority": policy.priority,
+        MODEL_HOST_TAG: spread_over_hosts(context.instance, model.fleet(), 1)[0],
     }
     return _with_partitions(context, [RunRequest(partition_key=keys[0], tags=tags)])
 
 
 @sensor(job=digest_job, minimum_interval_seconds=300, default_status=DefaultSensorStatus.RUNNING)
-def digest_sensor(context: SensorEvaluationContext, store: DigestStoreResource, graph: GraphPolicyResource):
+def digest_sensor(
+    context: SensorEvaluationContext, store: DigestStoreResource, model: ChatModelResource, graph: GraphPolicyResource
+):
     """Digests summarized sessions into the graph, as the original's REM pass: at most
     `DIGEST_GRAPH_BATCH_SESSIONS` a tick, `DIGEST_GRAPH_FRESH_RESERVE` of them the newest and the
     rest the oldest; undigestible sessions and sessions whose turns changed since their summary
@@ -249,7 +283,9 @@ def digest_sensor(context: SensorEvaluationContext, store: DigestStoreResource, 
     if not keys:
         return SkipReason("no summarized session waits for its graph")
     tags = {"digest/sweep": "graph", "digest/budget": f"{policy.batch_sessions} sessions"}
-    return _with_partitions(context, [RunRequest(partition_key=key, tags=tags) for key in keys])
+    hosts = spread_over_hosts(context.instance, model.fleet(), len(keys))
+    requests = [RunRequest(partition_key=key, tags={**tags, MODEL_HOST_TAG: host}) for key, host in zip(keys, hosts)]
+    return _with_partitions(context, requests)
 
 
 @sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)

@@ -11,10 +11,11 @@ from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from pydantic import Field, PrivateAttr
 
 from digest.graph import GraphPolicy
+from digest.hosts import Fleet, HostSpec
 from digest.mini_summaries import MiniSummaryPolicy
 from digest.model_api import ChatClient
 from digest.scheduling import SweepPolicy
-from digest.settings import SETTINGS, Settings, summary_limits
+from digest.settings import SETTINGS, Settings, build_fleet, single_host
 from digest.synthesis import Limits
 from pipelines.interrupted_runs import worker_tags
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
@@ -41,57 +42,67 @@ class DigestStoreResource(ConfigurableResource):
 
 
 class ChatModelResource(ConfigurableResource):
-    """The chat model and the bounds every summary call is held to.
+    """The model hosts and the bounds every call is held to.
 
-    With `provider="embedded"` and no `url`, a SmolLM2 llama.cpp server is started on loopback
-    when the run first asks for a client, and stopped when the run ends.
+    `hosts_file` (DIGEST_MODEL_HOSTS) declares several hosts; without it the fields below are the
+    one host. The file is read at each use, so a host added to it is seen by the next sensor tick.
+    An embedded host with no `url` gets a SmolLM2 llama.cpp server on loopback when the run first
+    asks for its client, stopped when the run ends.
     """
 
+    hosts_file: str | None = None
     provider: str
     url: str | None = None
     model: str
     context_limit_tokens: int
     safe_limit_tokens: int
     raw_cap_tokens: int | None
-    bytes_per_token: float
+    bytes_per_token: float | None
     summary_timeout_s: float
     summary_max_output_tokens: int
     response_cache: bool = True  # DIGEST_RESPONSE_CACHE: reuse replies stored in DuckDB
 
-    _server: EmbeddedServer | None = PrivateAttr(default=None)
+    _servers: dict[str, EmbeddedServer] = PrivateAttr(default_factory=dict)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+        for server in self._servers.values():
+            server.stop()
+        self._servers.clear()
 
-    def limits(self) -> Limits:
-        return summary_limits(self)
+    def fleet(self) -> Fleet:
+        return build_fleet(self.hosts_file, single_host(self, self.url, self.model), self)
 
-    def client(self, store: DigestStore | None = None, session: tuple[str, str] | None = None) -> ChatClient:
-        """The provider's client; given the store, behind the response cache. `session`: the
-        (session id, input revision) a summary's replies are staged for, so a rerun after a crash
-        finishes from them even with reuse off."""
-        inner = self._provider_client()
+    def limits(self, host: str | None = None) -> Limits:
+        """The bounds of a call to `host` (None: the first declared)."""
+        return self.fleet().limits(host)
+
+    def client(
+        self, store: DigestStore | None = None, session: tuple[str, str] | None = None, host: str | None = None
+    ) -> ChatClient:
+        """The client of `host` (None: the first declared); given the store, behind the response
+        cache. `session`: the (session id, input revision) a summary's replies are staged for, so a
+        rerun after a crash finishes from them even with reuse off."""
+        spec = self.fleet().host(host)
+        inner = self._provider_client(spec)
         if store is None:
             return inner
         # What the server sees besides the model, prompt, schema and output cap (added per call).
-        wire = {"provider": self.provider}
-        if self.provider == "ollama":
-            wire["num_ctx"] = self.context_limit_tokens
+        wire = {"provider": spec.provider}
+        if spec.provider == "ollama":
+            wire["num_ctx"] = spec.context_limit_tokens
         return CachedChatClient(inner, store, wire, reuse=self.response_cache, session=session)
 
-    def _provider_client(self) -> ChatClient:
-        if self.provider == "ollama":
-            return OllamaChatClient(self.url or "http://127.0.0.1:11434", self.model, num_ctx=self.context_limit_tokens)
-        if self.provider == "embedded":
+    def _provider_client(self, spec: HostSpec) -> ChatClient:
+        if spec.provider == "ollama":
+            return OllamaChatClient(spec.url or "http://127.0.0.1:11434", spec.model, num_ctx=spec.context_limit_tokens)
+        if spec.provider == "embedded":
             # Started on first use, so a run or sensor that never calls the model starts nothing.
-            if not self.url and self._server is None:
-                self._server = EmbeddedServer(n_ctx=self.context_limit_tokens).start()
-            url = self.url or self._server.url
+            if not spec.url and spec.name not in self._servers:
+                self._servers[spec.name] = EmbeddedServer(n_ctx=spec.context_limit_tokens).start()
+            url = spec.url or self._servers[spec.name].url
             # llama-cpp-python's server takes the schema only in the json_object form.
             return OpenAIChatClient(url, MODEL_ALIAS, schema_style="json_object")
-        return OpenAIChatClient(self.url or "http://127.0.0.1:8080", self.model)
+        return OpenAIChatClient(spec.url or "http://127.0.0.1:8080", spec.model)
 
 
 class PolicyResource(ConfigurableResource):

@@ -13,6 +13,7 @@ from resources.store import DigestStore
 # placed on purpose.
 TIERS = {
     # unit: pure functions, a DuckDB file, a local HTTP server; no Dagster run, no subprocess
+    "test_hosts": "unit",
     "test_model_clients": "unit",
     "test_revision": "unit",
     "test_settings": "unit",
@@ -25,6 +26,7 @@ TIERS = {
     "test_graph": "integration",
     "test_imported_summaries": "integration",
     "test_ingest": "integration",
+    "test_host_runs": "integration",
     "test_interrupted_runs": "integration",
     "test_mini_summaries": "integration",
     "test_model_faults": "integration",

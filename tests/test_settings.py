@@ -11,7 +11,8 @@ def test_defaults_for_the_embedded_model(tmp_path):
     assert settings.context_limit_tokens == 8192  # SmolLM2's own context
     assert settings.safe_limit_tokens == 6144  # 75% of the context
     assert settings.raw_cap_tokens == DEFAULT_RAW_CAP_TOKENS == 8192
-    assert settings.bytes_per_token == 3.0
+    assert settings.bytes_per_token is None  # not pinned: measured from the ledger, else 3.0
+    assert settings.limits().bytes_per_token == 3.0
     assert settings.summary_timeout_s == 180.0
     assert settings.db_path == tmp_path / "digest.duckdb"
     assert settings.inbox == tmp_path / "inbox"

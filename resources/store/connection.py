@@ -32,6 +32,8 @@ ADDED_COLUMNS = [
     ("imported_summaries", "metadata JSON"),
     ("imported_summaries", "embedding VARCHAR"),
     ("attempts", "host VARCHAR"),
+    ("session_summaries", "host VARCHAR"),
+    ("session_summaries", "host_reason VARCHAR"),
     *[
         ("imported_summaries", column)
         for column in (

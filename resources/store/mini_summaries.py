@@ -4,14 +4,10 @@ turn's failed attempts and archive, each session's backoff, and the sessions pen
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from digest.mini_summaries import PendingSession, PendingTurn
-from digest.synthesis import Attempt
 from resources.store.connection import Connection, now
-
-if TYPE_CHECKING:
-    from resources.store import DigestStore
+from resources.store.ledger import RunLedger
 
 # Turns that still need a mini summary: none yet, and not archived (by us, or by the export unless
 # un-archived here). The thought is not selected: it never reaches the mini summary prompt.
@@ -153,15 +149,9 @@ class MiniSummaries(Connection):
         return dict(zip(keys, row))
 
 
-class MiniSummaryLedger:
-    """Where one mini summary run writes (`digest.mini_summaries.MiniSummaryStore`), as it happens."""
-
-    def __init__(self, store: DigestStore, run_id: str | None):
-        self.store = store
-        self.run_id = run_id
-
-    def record_attempt(self, attempt: Attempt) -> None:
-        self.store.record_attempt(attempt, self.run_id)
+class MiniSummaryLedger(RunLedger):
+    """Where one mini summary run writes (`digest.mini_summaries.MiniSummaryStore`), as it happens:
+    attempts as any run's (stamped with the host), and the turns' mini summaries and failures."""
 
     def save_mini_summary(self, turn: PendingTurn, text: str, model: str) -> None:
         self.store.save_generated_mini_summary(turn.id, turn.session_id, text, model)

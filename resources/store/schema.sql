@@ -103,7 +103,9 @@ CREATE TABLE IF NOT EXISTS session_summaries (
     source_agent_identities VARCHAR[] NOT NULL,
     run_id VARCHAR,
     created_at TIMESTAMPTZ NOT NULL,
-    origin VARCHAR DEFAULT 'generated'  -- generated | imported (an export's summary, current for the turns)
+    origin VARCHAR DEFAULT 'generated',  -- generated | imported (an export's summary, current for the turns)
+    host VARCHAR,                     -- the model host that made it (NULL: imported, or made before hosts)
+    host_reason VARCHAR               -- why the sweep sent it to that host
 );
 
 CREATE SEQUENCE IF NOT EXISTS attempt_ids;

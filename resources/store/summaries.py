@@ -21,6 +21,18 @@ PENDING_SUMMARY_SESSIONS = """
       AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)
 """
 
+# The sweep's sizes of the sessions in the CTE `picked`, newest first (rows: `Candidate` fields).
+CANDIDATES_PICKED = f"""
+    SELECT s.partition_key, s.session_id, s.last_activity_ms, s.turn_count, s.raw_bytes,
+           sum(least(coalesce(length(m.text), length(t.document)), {FALLBACK_CHARS}))::BIGINT,
+           count(m.turn_id)
+    FROM picked JOIN sessions s USING (session_id)
+    JOIN turns t ON t.session_id = s.session_id
+    LEFT JOIN mini_summaries m ON m.turn_id = t.id
+    GROUP BY ALL
+    ORDER BY s.last_activity_ms DESC NULLS LAST, s.session_id
+"""
+
 # An exported summary is current when it was made from the turns as they are: its
 # `dreamInputRevision` is the session's input revision or, without one, the original's own rule,
 # its `memoryCount` is the session's turn count. A current one stands as the session's summary,
@@ -105,7 +117,14 @@ class Summaries(Connection):
             rows = con.execute(sql + (f" LIMIT {int(limit)}" if limit else "")).fetchall()
         return [r[0] for r in rows]
 
-    def write_summary(self, summary: SessionSummary, run_id: str | None = None) -> None:
+    def write_summary(
+        self,
+        summary: SessionSummary,
+        run_id: str | None = None,
+        host: str | None = None,
+        host_reason: str | None = None,
+    ) -> None:
+        """`host`, `host_reason`: the model host that made it, and why the sweep chose that host."""
         out = summary.output
         row = {
             "session_id": summary.session_id,
@@ -138,6 +157,8 @@ class Summaries(Connection):
             "run_id": run_id,
             "created_at": summary.created_at,
             "origin": "generated",
+            "host": host,
+            "host_reason": host_reason,
         }
         columns = list(row)
         placeholders = ", ".join("?" for _ in columns)
@@ -167,6 +188,14 @@ class Summaries(Connection):
 
     # --- sweeps -----------------------------------------------------------------------------
 
+    def summary_candidate(self, session_id: str) -> Candidate | None:
+        """One session's sizes, as a sweep sees them (for a run that places itself on a host)."""
+        with self.connect() as con:
+            row = con.execute(
+                f"WITH picked AS (SELECT ?::VARCHAR AS session_id) {CANDIDATES_PICKED}", [session_id]
+            ).fetchone()
+        return Candidate(*row) if row else None
+
     def summary_queue(self, now_ms: int, idle_window_s: float, newest: int, oldest: int) -> dict:
         """The pending sessions a sweep may take, the newest `newest` and the oldest `oldest`
         after the churn gate and failure backoff, with how many each gate held back."""
@@ -191,14 +220,7 @@ class Summaries(Connection):
                     UNION
                     (SELECT session_id FROM eligible ORDER BY last_activity_ms ASC NULLS FIRST, session_id LIMIT {int(oldest)})
                 )
-                SELECT s.partition_key, s.session_id, s.last_activity_ms, s.turn_count, s.raw_bytes,
-                       sum(least(coalesce(length(m.text), length(t.document)), {FALLBACK_CHARS}))::BIGINT,
-                       count(m.turn_id)
-                FROM picked JOIN sessions s USING (session_id)
-                JOIN turns t ON t.session_id = s.session_id
-                LEFT JOIN mini_summaries m ON m.turn_id = t.id
-                GROUP BY ALL
-                ORDER BY s.last_activity_ms DESC NULLS LAST, s.session_id
+                {CANDIDATES_PICKED}
                 """
             ).fetchall()
         return {
@@ -208,16 +230,18 @@ class Summaries(Connection):
             "candidates": [Candidate(*row) for row in rows],
         }
 
-    def seconds_per_token(self, model: str, recent: int = 50) -> float | None:
-        """Measured model seconds per estimated prompt token over the model's recent good calls."""
+    def seconds_per_token(self, model: str, host: str | None = None, recent: int = 50) -> float | None:
+        """Measured model seconds per estimated prompt token over the recent good calls of `model`
+        on `host` (attempts from before hosts were recorded count for every host of the model)."""
         with self.connect() as con:
             row = con.execute(
                 """SELECT sum(duration_s) / nullif(sum(tokens_estimate), 0) FROM (
                        SELECT duration_s, tokens_estimate FROM attempts
                        -- duration 0: a reply replayed from the response cache, which says nothing of the model's speed
                        WHERE outcome = 'ok' AND model = ? AND stage = 'session-summary' AND NOT cached
+                         AND (host IS NULL OR host = ? OR ? IS NULL)
                        ORDER BY attempt_id DESC LIMIT ?)""",
-                [model, recent],
+                [model, host, host, recent],
             ).fetchone()
         return row[0]
 
