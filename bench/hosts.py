@@ -50,10 +50,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/ (the export generator and the model server) is not installed
 
+from digest.hosts import Fleet, HostSpec  # noqa: E402
 from digest.ingest import ingest_paths  # noqa: E402
 from digest.model_api import ChatReply, ModelError  # noqa: E402
-from digest.scheduling import DEFAULT_SECONDS_PER_TOKEN, SweepPolicy, failure_backoff_s, now_ms, plan_session  # noqa: E402
-from digest.synthesis import Limits, Route, estimate_raw_tokens, summarize_session  # noqa: E402
+from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms  # noqa: E402
+from digest.synthesis import Limits, estimate_raw_tokens, summarize_session  # noqa: E402
+from pipelines.selection import next_summary_batch  # noqa: E402
 from resources.model_clients import OpenAIChatClient  # noqa: E402
 from resources.response_cache import CachedChatClient  # noqa: E402
 from resources.store import DigestStore, RunLedger  # noqa: E402
@@ -79,16 +81,28 @@ class SimHost:
     raw_cap_tokens: int | None = 8192
     concurrency: int = 1
 
-    def limits(self, scale: float) -> Limits:
+    @property
+    def model(self) -> str:
+        return f"sim-{self.name}"
+
+    def spec(self) -> HostSpec:
         # The estimate is pinned at 3 bytes/token so the routing is the same on every run.
-        return Limits(
+        return HostSpec(
+            self.name,
+            "openai",
+            None,
+            self.model,
             self.context_limit_tokens,
             self.safe_limit_tokens,
             self.raw_cap_tokens,
+            self.concurrency,
             bytes_per_token=3.0,
-            max_output_tokens=MAX_OUTPUT_TOKENS,
-            timeout_s=TIMEOUT_S / scale,
         )
+
+
+def fleet(hosts: list[SimHost], scale: float) -> Fleet:
+    """The hosts as the project declares them; the summary deadline on the simulated clock."""
+    return Fleet(tuple(h.spec() for h in hosts), max_output_tokens=MAX_OUTPUT_TOKENS, timeout_s=TIMEOUT_S / scale)
 
 
 def cpu_host(name: str, raw_cap_tokens: int | None = 8192) -> SimHost:
@@ -139,7 +153,7 @@ def write_corpus(root: Path, classes: list[tuple[int, int, int]], store_path: Pa
 
 def corpus_sizes(store: DigestStore) -> list[int]:
     """Each session's raw prompt in estimated tokens (3 bytes each), the project's unit."""
-    limits = cpu_host("x").limits(1.0)
+    limits = fleet([cpu_host("x")], 1.0).limits()
     rows = store.query("SELECT raw_bytes, turn_count FROM sessions").itertuples()
     return sorted(estimate_raw_tokens(r.raw_bytes, r.turn_count, limits) for r in rows)
 
@@ -194,7 +208,7 @@ def summary_run(store: DigestStore, client, limits: Limits, job: Job, run_id: st
                 session_id, revision, result.failure, now_ms(), lambda n: failure_backoff_s(n, SweepPolicy())
             )
             return
-        store.write_summary(result.summary, run_id=run_id)
+        store.write_summary(result.summary, run_id=run_id, host=job.host, host_reason=job.reason)
         store.drop_staged_replies(session_id)
         store.clear_summary_failures(session_id)
     finally:
@@ -206,25 +220,15 @@ def summary_run(store: DigestStore, client, limits: Limits, job: Job, run_id: st
 Plan = Callable[[DigestStore, set[str], dict[str, float]], list[Job]]
 
 
-def stand_in_plan(hosts: list[SimHost], scale: float) -> Plan:
-    """STAND-IN until the project's host assignment lands on main: the sweep's queue, 5 sessions
-    per host a tick, round-robin over the hosts that admit a session raw (all, when none does)."""
-    turn = {"next": 0}
+def project_plan(hosts: list[SimHost], scale: float) -> Plan:
+    """The summary sensor's selection: `next_summary_batch` over the fleet, with the sessions
+    queued or running excluded and each host's queued model seconds (the sensor reads both from
+    the runs' tags)."""
+    declared = fleet(hosts, scale)
 
     def plan(store: DigestStore, exclude: set[str], queued_s: dict[str, float]) -> list[Job]:
-        policy = SweepPolicy()
-        count = policy.max_sessions * len(hosts)
-        candidates = store.summary_queue(now_ms(), policy.idle_window_s, newest=count * 10, oldest=10)["candidates"]
-        jobs = []
-        for candidate in [c for c in candidates if c.partition_key not in exclude][:count]:
-            plans = {h.name: plan_session(candidate, h.limits(scale), DEFAULT_SECONDS_PER_TOKEN) for h in hosts}
-            raw = [h for h in hosts if plans[h.name].route == Route.WITHIN_CAP]
-            pool = raw or hosts
-            host = pool[turn["next"] % len(pool)]
-            turn["next"] += 1
-            reason = "stand-in: round-robin, raw" if raw else "stand-in: round-robin, degraded"
-            jobs.append(Job(candidate.partition_key, host.name, reason, plans[host.name].model_seconds_estimate))
-        return jobs
+        selection = next_summary_batch(store, declared, SweepPolicy(), now_ms(), exclude=exclude, queued_s=queued_s)
+        return [Job(a.candidate.partition_key, a.host, a.reason, a.model_seconds_estimate) for a in selection.batch]
 
     return plan
 
@@ -270,9 +274,11 @@ class Drain:
         return max(self.busy_sim_s.values())
 
 
-def drain(name: str, store_path: Path, hosts: list[SimHost], scale: float, plan: Plan) -> Drain:
+def drain(name: str, store_path: Path, hosts: list[SimHost], scale: float) -> Drain:
     """Summarize every pending session, as the sensor and the per-host pools would."""
     out = Drain(name, hosts, scale)
+    plan = project_plan(hosts, scale)
+    declared = fleet(hosts, scale)
     store = BenchStore(store_path)
     logs = {h.name: [] for h in hosts}
     queues: dict[str, queue.Queue] = {h.name: queue.Queue() for h in hosts}
@@ -282,8 +288,8 @@ def drain(name: str, store_path: Path, hosts: list[SimHost], scale: float, plan:
     last_finish = [time.perf_counter()]
 
     def worker(host: SimHost, url: str, index: int) -> None:
-        client = TimedClient(OpenAIChatClient(url, f"sim-{host.name}", schema_style="json_schema"))
-        limits = host.limits(scale)
+        client = TimedClient(OpenAIChatClient(url, host.model, schema_style="json_schema"))
+        limits = declared.limits(host.name)
         runs, busy = 0, 0.0
         while (job := queues[host.name].get()) is not None:
             runs += 1
@@ -401,7 +407,7 @@ class InstantClient:
 def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, tag: str) -> None:
     """Summary runs back to back for `seconds` after every writer is ready; (runs, connections, errors)."""
     store = BenchStore(path)
-    limits = cpu_host("writer").limits(1.0)
+    limits = fleet([cpu_host("writer")], 1.0).limits()
     client = InstantClient()
     runs, errors = 0, 0
     barrier.wait()
@@ -501,7 +507,7 @@ def main() -> None:
             hosts = [cpu_host(f"cpu{i + 1}") for i in range(n)]
             path = root / f"throughput-{n}.duckdb"
             shutil.copy(root / "typical.duckdb", path)
-            drains.append(drain(f"{n}-hosts", path, hosts, throughput_scale, stand_in_plan(hosts, throughput_scale)))
+            drains.append(drain(f"{n}-hosts", path, hosts, throughput_scale))
             print(f"  drained with {n} host(s) in {drains[-1].makespan_real_s:.1f} s real")
         per_hour = [d.figures["summarized"] / (d.makespan_sim_s / 3600) for d in drains]
         rows = []
@@ -552,7 +558,7 @@ def main() -> None:
         def run_case(label: str, hosts: list[SimHost], index: int) -> None:
             path = root / f"pathology-{index}.duckdb"
             shutil.copy(root / "heavy.duckdb", path)
-            results[label] = drain(label, path, hosts, pathology_scale, stand_in_plan(hosts, pathology_scale))
+            results[label] = drain(label, path, hosts, pathology_scale)
 
         threads = [threading.Thread(target=run_case, args=(k, v, i)) for i, (k, v) in enumerate(cases.items())]
         for t in threads:
