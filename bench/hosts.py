@@ -236,22 +236,25 @@ def project_plan(hosts: list[SimHost], scale: float) -> Plan:
 # --- a drain: the sweep's ticks, each host's workers, one DuckDB file -------------------------------
 
 
-class TimedClient:
-    """The model seconds of each call as its client measured them (a timeout: the deadline)."""
+class SimClockClient:
+    """The simulated host's clock: each call's duration (a timeout's too) x the scale, so the
+    ledger, and the host speed the assignment measures from it, are in simulated seconds."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, scale: float):
         self.inner = inner
         self.model = inner.model
-        self.real_s = 0.0
+        self.scale = scale
+        self.real_s = 0.0  # the real seconds of every call so far
 
     def chat(self, prompt: str, **kwargs) -> ChatReply:
         try:
             reply = self.inner.chat(prompt, **kwargs)
         except ModelError as exc:
             self.real_s += exc.duration_s
+            exc.duration_s *= self.scale
             raise
         self.real_s += reply.duration_s
-        return reply
+        return dataclasses.replace(reply, duration_s=reply.duration_s * self.scale)
 
 
 @dataclass
@@ -288,7 +291,7 @@ def drain(name: str, store_path: Path, hosts: list[SimHost], scale: float) -> Dr
     last_finish = [time.perf_counter()]
 
     def worker(host: SimHost, url: str, index: int) -> None:
-        client = TimedClient(OpenAIChatClient(url, host.model, schema_style="json_schema"))
+        client = SimClockClient(OpenAIChatClient(url, host.model, schema_style="json_schema"), scale)
         limits = declared.limits(host.name)
         runs, busy = 0, 0.0
         while (job := queues[host.name].get()) is not None:
@@ -346,7 +349,7 @@ def drain(name: str, store_path: Path, hosts: list[SimHost], scale: float) -> Dr
             t.join()
     out.makespan_real_s = last_finish[0] - started
     out.server_model_s = {h: sum(log) for h, log in logs.items()}
-    out.figures = outcome(store, scale)
+    out.figures = outcome(store)
     return out
 
 
@@ -362,8 +365,8 @@ def servers_for(hosts: list[SimHost], scale: float, logs: dict[str, list[float]]
             s.__exit__(None, None, None)
 
 
-def outcome(store: DigestStore, scale: float) -> dict:
-    """What the ledger and the summaries say of a drain, model seconds in simulated units."""
+def outcome(store: DigestStore) -> dict:
+    """What the ledger (in simulated seconds) and the summaries say of a drain."""
     calls = store.query(
         "SELECT coalesce(sum(duration_s), 0) AS total, coalesce(max(duration_s), 0) AS longest, count(*) AS calls, "
         "count(*) FILTER (outcome = 'timeout') AS timeouts FROM attempts"
@@ -382,8 +385,8 @@ def outcome(store: DigestStore, scale: float) -> dict:
         "raw": summarized - degraded,
         "degraded": degraded,
         "failed": sessions - summarized,
-        "model_s": float(calls["total"]) * scale,
-        "longest_s": float(calls["longest"]) * scale,
+        "model_s": float(calls["total"]),
+        "longest_s": float(calls["longest"]),
         "calls": int(calls["calls"]),
         "timeouts": int(calls["timeouts"]),
         "by_host": {r.host: int(r.n) for r in by_host.itertuples()},
@@ -479,8 +482,8 @@ def main() -> None:
     args = parser.parse_args()
     quick = args.quick
     throughput_scale = 100.0 if quick else 50.0
-    pathology_scale = 60.0 if quick else 30.0
-    typical_per_class = 4 if quick else 10  # x 5 size classes
+    pathology_scale = 60.0 if quick else 40.0
+    typical_per_class = 4 if quick else 8  # x 5 size classes
     small_per_class = 2 if quick else 4  # x 6 size classes, beside the 4 large sessions
     writer_seconds = 3.0 if quick else 5.0
     writer_processes = [1, 4] if quick else [1, 4, 16]
@@ -525,6 +528,7 @@ def main() -> None:
                     f"{sph / per_hour[0]:.2f}",
                     f"{sph / per_hour[0] / n:.2f}",
                     f"{busy:.0%}",
+                    f"{min(d.busy_sim_s.values()):,.0f}-{max(d.busy_sim_s.values()):,.0f}",
                     " ".join(f"{h}:{c}" for h, c in d.figures["by_host"].items()),
                 ]
             )
@@ -541,6 +545,7 @@ def main() -> None:
                     "x 1 host",
                     "of linear",
                     "host busy",
+                    "worker sim s",
                     "sessions by host",
                 ],
                 rows,
