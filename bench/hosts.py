@@ -7,9 +7,11 @@ No real model: each host is a local OpenAI-protocol server (tests/model_server.p
 with a valid summary after prompt tokens / prompt rate + completion tokens / generation rate,
 counting a token per 3.5 bytes (its `usage.prompt_tokens`) and refusing a prompt over its
 context as llama.cpp does. Its sleep is that model time divided by a time scale, so an hour of a
-50 tokens/s CPU host passes in a minute or two. Every second printed as "sim" is simulated: real
-seconds x the scale. The summary deadline (DIGEST_SUMMARY_TIMEOUT_S, 180 s) is scaled the same
-way. A call its client gave up on is taken to stop occupying the host (llama.cpp and Ollama
+50 tokens/s CPU host passes in a minute or two; the client scales each call's duration back up,
+so the ledger and every model second printed are simulated seconds. The summary deadline
+(DIGEST_SUMMARY_TIMEOUT_S, 180 s) is scaled the same way. A run's other work (DuckDB, the HTTP
+client) counts in real seconds, unscaled; a drain lasts as long as its busiest worker's model
+plus other time. A call its client gave up on is taken to stop occupying the host (llama.cpp and Ollama
 cancel a request whose connection closed).
 
 1. throughput: one corpus of typical sessions (a few thousand tokens, all under the 8192 cap),
@@ -478,7 +480,7 @@ def sizes_line(sizes: list[int]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="a smaller corpus and faster clocks (about 3 min)")
+    parser.add_argument("--quick", action="store_true", help="a smaller corpus and faster clocks (about 4 min)")
     args = parser.parse_args()
     quick = args.quick
     throughput_scale = 100.0 if quick else 50.0
