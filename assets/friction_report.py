@@ -31,7 +31,8 @@ def build_friction_report_asset(settings: Settings) -> AssetsDefinition:
     def friction_report(context: AssetExecutionContext, store: DigestStoreResource) -> MaterializeResult:
         """Friction grouped by (asset, consumer, symptom) with the surfacing rule, the pre-routes and
         the model time they saved, timeouts, suspected truncation, the degraded share, mini-summary
-        coverage, the slowest calls, and the raw cap calibrated on this host's own model calls.
+        coverage, the model hosts' circuits, the slowest calls, and the raw cap calibrated on this host's
+        own model calls.
 
         Also written as an HTML file with a chart beside the DuckDB file (`report_path`).
         """
@@ -44,6 +45,7 @@ def build_friction_report_asset(settings: Settings) -> AssetsDefinition:
             settings,
             mini_coverage=rows["mini_coverage"],
             undigestible=rows["undigestible"],
+            host_circuits=rows["host_circuits"],
         )
         path = db.path.parent / REPORT_FILE
         _write_atomically(path, render_html(report))

@@ -17,7 +17,7 @@ from digest.graph import (
     prompt_window_tokens,
 )
 from digest.turns import canonical_order, input_revision
-from resources.bindings import ChatModelResource, DigestStoreResource, GraphPolicyResource
+from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, GraphPolicyResource
 from resources.store import RunLedger
 
 # Bump when the extraction prompt, the schema or the graph's shape changes.
@@ -59,7 +59,11 @@ def _preview(graph: SessionGraph) -> str:
     output_required=False,
 )
 def session_graph(
-    context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource, graph: GraphPolicyResource
+    context: AssetExecutionContext,
+    store: DigestStoreResource,
+    model: ChatModelResource,
+    graph: GraphPolicyResource,
+    circuit: CircuitPolicyResource,
 ):
     """The session's knowledge graph in `graph_nodes` / `graph_edges`: provenance nodes (summary,
     session, one per turn, with edges to the agents and issues Neo.mjs holds) and the entities and
@@ -96,7 +100,7 @@ def session_graph(
 
     host = tagged_host(context, model)
     limits, policy = model.limits(host), graph.policy()
-    ledger = RunLedger(db, context.run.run_id, host=host)
+    ledger = RunLedger(db, context.run.run_id, host=host, circuit=circuit.policy())
     result = digest_session(turns, summary, model.client(db, host=host), limits, policy, ledger, chunk_store=ledger)
     if result.left_for_later:
         context.log.info(f"session {session_id!r} part-digested: {result.note}")

@@ -8,7 +8,7 @@ from assets.partitions import sessions_partitions
 from assets.sessions import raw_sessions, run_host, session_or_fail
 from digest.mini_summaries import FillReport, fill_mini_summaries, headed_for_degraded
 from digest.scheduling import now_ms
-from resources.bindings import ChatModelResource, DigestStoreResource, MiniSummaryPolicyResource
+from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, MiniSummaryPolicyResource
 from resources.store import MiniSummaryLedger
 
 # Bump when the prompt or the output cleaning changes.
@@ -63,6 +63,7 @@ def turn_mini_summaries(
     store: DigestStoreResource,
     model: ChatModelResource,
     mini_summaries: MiniSummaryPolicyResource,
+    circuit: CircuitPolicyResource,
 ) -> MaterializeResult:
     """One line per turn (at most 280 characters) from the user prompt and the agent response, never
     the thought, for the session's turns that have none. Imported mini summaries are kept.
@@ -95,7 +96,7 @@ def turn_mini_summaries(
             model.client(db, host=host),
             model.limits(host),
             policy,
-            MiniSummaryLedger(db, context.run.run_id, host=host),
+            MiniSummaryLedger(db, context.run.run_id, host=host, circuit=circuit.policy()),
         )
         backoff_until_ms = report.backoff_until_ms(now_ms())
         db.record_backfill_run(

@@ -17,7 +17,7 @@ from digest.scheduling import failure_backoff_s, now_ms
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
 from digest.turns import canonical_order
 from pipelines.selection import host_views
-from resources.bindings import ChatModelResource, DigestStoreResource, SweepPolicyResource
+from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
 from resources.store import RunLedger
 
 # Bump when a prompt or the routing rule changes, so the UI marks summaries as stale.
@@ -178,7 +178,11 @@ def raw_sessions(
     output_required=False,
 )
 def session_summaries(
-    context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource, sweep: SweepPolicyResource
+    context: AssetExecutionContext,
+    store: DigestStoreResource,
+    model: ChatModelResource,
+    sweep: SweepPolicyResource,
+    circuit: CircuitPolicyResource,
 ):
     """The session summary, raw when the session fits the raw-synthesis cap, else degraded.
 
@@ -222,7 +226,15 @@ def session_summaries(
         # before the write below is finished by the next one, from the reply, with no model call.
         client = model.client(db, session=(session_id, session["input_revision"]), host=host)
         context.log.info(f"session {session_id!r} goes to model host {host!r}: {host_reason}")
-        result = summarize_session(turns, client, limits, RunLedger(db, run_id, host=host))
+        result = summarize_session(turns, client, limits, RunLedger(db, run_id, host=host, circuit=circuit.policy()))
+        if result.summary is None and result.host_failure:
+            # The host's fault, counted on its circuit: no backoff of the session, which the next tick
+            # gives to another host (or to this one, once its circuit closes).
+            raise Failure(
+                description=f"host {host} failed: {result.failure} on session {session_id!r} "
+                f"(route {result.route_reason}); the session goes to another host",
+                metadata={"symptom": str(result.failure), "route_reason": str(result.route_reason), "host": host},
+            )
         if result.summary is None:
             failures = db.record_summary_failure(
                 session_id, session["input_revision"], result.failure, now_ms(),

@@ -21,6 +21,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
+from digest.circuit import CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.settings import Settings
 
@@ -334,6 +335,7 @@ class FrictionReport:
     route_reasons: dict[str, int]
     mini_coverage: dict | None  # {"turns", "imported", "generated"}; None: no mini summaries yet
     undigestible: list[dict]  # {"session_id", "reason", "attempts", "updated_at"}
+    host_circuits: list[HostCircuit]  # hosts that have failed since they last succeeded, or did once
     series: list[Bucket]
     call_seconds: list[float] = field(repr=False)
 
@@ -344,6 +346,9 @@ class FrictionReport:
     @property
     def p95_call_seconds(self) -> float:
         return percentile(self.call_seconds, 95)
+
+    def host_state(self, circuit: HostCircuit) -> CircuitState:
+        return circuit.state(int(self.generated_at.timestamp() * 1000))
 
     def numbers(self) -> dict[str, int | float]:
         """The numeric metadata the Dagster UI plots across materializations."""
@@ -359,6 +364,7 @@ class FrictionReport:
             "surfaced_groups": sum(g.surfaced for g in self.groups),
             "suspected_truncations": len(self.truncations),
             "model_calls": len(self.call_seconds),
+            "hosts_out_of_rotation": sum(self.host_state(c) == CircuitState.OPEN for c in self.host_circuits),
         }
 
 
@@ -369,6 +375,7 @@ def build_report(
     settings: Settings,
     mini_coverage: dict | None = None,
     undigestible: list[dict] = (),
+    host_circuits: list[HostCircuit] = (),
 ) -> FrictionReport:
     groups = group_friction(events)
     calibrations = calibrate(attempts, settings.summary_timeout_s)
@@ -392,6 +399,7 @@ def build_report(
         if mini_coverage and mini_coverage["imported"] + mini_coverage["generated"]
         else None,
         undigestible=list(undigestible),
+        host_circuits=list(host_circuits),
         series=activity_series(events, attempts),
         call_seconds=[a["duration_s"] for a in attempts],
     )
@@ -443,12 +451,16 @@ def _attempt_tokens(attempt: dict) -> str:
     return f"{counted} ({estimate})" if counted is not None else estimate
 
 
+def _clipped(error: str | None) -> str:
+    error = " ".join((error or "").split())
+    return f"{error[:ERROR_CHARS]}{'…' if len(error) > ERROR_CHARS else ''}"
+
+
 def _latest_words(group: FrictionGroup) -> str:
     """The latest note, and the provider's own error text when there is one (the original lost it)."""
     note = group.latest_note or ""
     if group.latest_error:
-        error = " ".join(group.latest_error.split())
-        note += f"; {error[:ERROR_CHARS]}{'…' if len(error) > ERROR_CHARS else ''}"
+        note += f"; {_clipped(group.latest_error)}"
     return note
 
 
@@ -545,6 +557,19 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         ["Out of the graph cadence at their current turns, until an operator runs session-digest reset-digest."],
         "None.",
     )
+    hosts = _table_section(
+        "Model hosts",
+        ["host", "circuit", "failures in a row", "opens", "retry at", "last error"],
+        [[c.host, report.host_state(c), str(c.failures), str(c.opens),
+          _when(datetime.fromtimestamp(c.retry_at_ms / 1000, UTC)) if c.retry_at_ms is not None else "",
+          _clipped(c.last_error)]
+         for c in report.host_circuits],
+        max_rows,
+        [f"A host's circuit opens after {s.circuit.failure_threshold} host failures in a row (timeouts, unreachable, "
+         "5xx, a broken wire protocol): it is out of rotation until the retry time, then one probe run may go to it; "
+         "its success closes the circuit. Opens count since the host last succeeded."],
+        "No host has failed.",
+    )  # fmt: skip
     tiers = ", ".join(f"{n} {tier}" for tier, n in report.tiers.items()) or "no summaries yet"
     reasons_made = ", ".join(f"{n} {reason}" for reason, n in report.route_reasons.items()) or "none"
     degraded = Section(
@@ -572,8 +597,8 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         [],
         "No model calls yet.",
     )  # fmt: skip
-    return [overview, by_symptom, groups, pre_route, timeouts, truncations, undigestible, degraded, mini, slowest,
-            calibration_section(report, max_rows)]  # fmt: skip
+    return [overview, by_symptom, groups, hosts, pre_route, timeouts, truncations, undigestible, degraded, mini,
+            slowest, calibration_section(report, max_rows)]  # fmt: skip
 
 
 def calibration_section(report: FrictionReport, max_rows: int) -> Section:

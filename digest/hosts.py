@@ -213,16 +213,26 @@ def assign_host(candidate: Candidate, views: Sequence[HostView]) -> Assignment |
     return Assignment(planned=planned, host=view.spec.name, reason=reason)
 
 
-def assign_batch(candidates: Sequence[Candidate], views: Sequence[HostView]) -> list[Assignment]:
-    """Each candidate's host, in order, each one's estimate added to its host's queue before the next."""
+def assign_batch(
+    candidates: Sequence[Candidate], views: Sequence[HostView], at_most: Mapping[str, int] | None = None
+) -> list[Assignment]:
+    """Each candidate's host, in order, each one's estimate added to its host's queue before the
+    next. `at_most`: hosts that take at most that many (a half-open host: its one probe run)."""
     queued = {view.spec.name: view.queued_s for view in views}
+    left = dict(at_most or {})
     out = []
     for candidate in candidates:
-        current = [HostView(v.spec, v.limits, v.seconds_per_token, queued[v.spec.name]) for v in views]
+        current = [
+            HostView(v.spec, v.limits, v.seconds_per_token, queued[v.spec.name])
+            for v in views
+            if left.get(v.spec.name, 1) > 0
+        ]
         assignment = assign_host(candidate, current)
         if assignment is None:
             break
         queued[assignment.host] += assignment.planned.model_seconds_estimate
+        if assignment.host in left:
+            left[assignment.host] -= 1
         out.append(assignment)
     return out
 

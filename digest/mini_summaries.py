@@ -23,7 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from digest.model_api import ChatClient, ChatReply, ContextOverflow, ModelError, ModelTimeout, ProviderError
+from digest.circuit import is_host_failure
+from digest.model_api import ChatClient, ChatReply, ContextOverflow, ModelTimeout, ProviderError
 from digest.synthesis import Attempt, Limits, Route, estimate_raw_tokens, raw_route
 
 STAGE = "mini-summary"
@@ -223,7 +224,7 @@ def archive_reason_after(attempts: int, max_attempts: int) -> str | None:
 # --- one call -----------------------------------------------------------------------------------
 
 
-class OuterTimeout(ModelError):
+class OuterTimeout(ModelTimeout):
     """The turn's wall-clock timeout ran out before the client returned."""
 
 
@@ -324,6 +325,7 @@ def fill_mini_summaries(
                 completion_tokens=reply.completion_tokens if reply is not None else None,
                 cached=reply is not None and reply.cached,
                 error_text=f"turn {turn.id}: {error or 'the reply was empty'}"[:2000] if cause != "ok" else None,
+                host_failure=is_host_failure(error),
             )
         )
         if cause == "ok":

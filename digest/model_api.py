@@ -20,6 +20,7 @@ class ModelError(Exception):
     """A model call that produced no usable reply."""
 
     duration_s: float = 0.0  # wall-clock seconds the call took before it failed (set by the client)
+    status: int | None = None  # the HTTP status of an error reply (set by the client), None for no reply
 
 
 class ModelTimeout(ModelError):
@@ -32,6 +33,10 @@ class ContextOverflow(ModelError):
 
 class ProviderError(ModelError):
     """The server could not be reached or answered with an error."""
+
+
+class HostUnreachable(ProviderError):
+    """The server could not be reached, or broke the connection off before its reply ended."""
 
 
 class MalformedReply(ProviderError):

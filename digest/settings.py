@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from digest.circuit import CircuitPolicy
 from digest.graph import (
     MIN_CHUNK_CONTENT_BYTES,
     GraphPolicy,
@@ -67,6 +68,7 @@ class Settings:
     sweep: SweepPolicy
     mini_summaries: MiniSummaryPolicy
     graph: GraphPolicy
+    circuit: CircuitPolicy
     response_cache: bool  # reuse model replies from DuckDB (staging for crash safety stays either way)
 
     @property
@@ -182,7 +184,7 @@ class Setting:
     parse: Parse
     default: Any  # a value, or a function of the top-level settings read before it (by field)
     doc: str
-    policy: str | None = None  # "sweep" | "mini_summaries" | "graph": the `Settings` field it is part of
+    policy: str | None = None  # "sweep" | "mini_summaries" | "graph" | "circuit": the `Settings` field it is part of
     # The Dagster resource it configures (a policy's is the policy's own) and the field there.
     resource: str | None = None
     resource_field: str | None = None
@@ -212,6 +214,10 @@ def _mini(env: str, field: str, parse: Parse, default: Any, doc: str) -> Setting
 
 def _graph(env: str, field: str, parse: Parse, default: Any, doc: str) -> Setting:
     return Setting(env, field, parse, default, doc, policy="graph")
+
+
+def _circuit(env: str, field: str, parse: Parse, default: Any, doc: str) -> Setting:
+    return Setting(env, field, parse, default, doc, policy="circuit")
 
 
 def _context_default(known: Mapping[str, Any]) -> int:
@@ -402,6 +408,15 @@ SETTINGS: tuple[Setting, ...] = (
         "off: model replies are not reused (a summary's reply is still staged)",
         resource="model",
     ),
+    _circuit(
+        "DIGEST_HOST_FAILURE_THRESHOLD",
+        "failure_threshold",
+        whole(),
+        3,
+        "host failures in a row (timeouts, unreachable, 5xx) that take a model host out of rotation",
+    ),
+    _circuit("DIGEST_HOST_RETRY_S", "retry_base_s", positive, 60.0, "a failing host's first backoff, doubling"),
+    _circuit("DIGEST_HOST_RETRY_MAX_S", "retry_max_s", positive, 1800.0, "a failing host's longest backoff"),
 )
 
 
@@ -417,6 +432,11 @@ def _check(settings: Settings) -> None:
         raise SettingsError(
             f"DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S={mini.outer_timeout_s:g} is below "
             f"DIGEST_MINI_SUMMARY_TIMEOUT_S={mini.timeout_s:g}: the outer timeout is the backstop of the inner one"
+        )
+    if settings.circuit.retry_max_s < settings.circuit.retry_base_s:
+        raise SettingsError(
+            f"DIGEST_HOST_RETRY_MAX_S={settings.circuit.retry_max_s:g} is below "
+            f"DIGEST_HOST_RETRY_S={settings.circuit.retry_base_s:g}"
         )
     try:
         fleet = settings.fleet
@@ -441,7 +461,7 @@ def _check_graph_window(settings: Settings, fleet: Fleet, host: HostSpec) -> Non
         )
 
 
-_POLICIES = {"sweep": SweepPolicy, "mini_summaries": MiniSummaryPolicy, "graph": GraphPolicy}
+_POLICIES = {"sweep": SweepPolicy, "mini_summaries": MiniSummaryPolicy, "graph": GraphPolicy, "circuit": CircuitPolicy}
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
+from digest.circuit import is_host_failure
 from digest.friction import EmissionPoint, FrictionEvent, Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError, OutputLimitExceeded
 from digest.summary_output import OutputParseError, SessionSummaryOutput, parse_summary_output, response_json_schema
@@ -101,6 +102,7 @@ class Attempt:
     error_text: str | None = None
     cached: bool = False  # a replay from the response cache, not a model call
     host: str | None = None  # the model host that answered (DIGEST_MODEL_HOSTS names them)
+    host_failure: bool = False  # the error says the host is bad, not the prompt (`digest.circuit`)
 
     @property
     def suspected_truncation(self) -> bool:
@@ -145,6 +147,7 @@ class SynthesisResult:
     summary: SessionSummary | None
     route_reason: Route
     failure: Symptom | None  # the symptom that left the session without a summary
+    host_failure: bool = False  # that failure was the host's (`digest.circuit`): not the session's fault
 
 
 # --- prompt building ---------------------------------------------------------------------------
@@ -319,6 +322,7 @@ def call_attempt(
         completion_tokens=reply.completion_tokens if reply else None,
         cached=reply is not None and reply.cached,
         error_text=None if error is None else f"{where}{error}"[:2000],
+        host_failure=is_host_failure(error),
     )
 
 
@@ -420,7 +424,9 @@ def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, led
             )
         )
         if symptom != Symptom.TIMEOUT:
-            return SynthesisResult(summary=None, route_reason=route, failure=symptom)
+            return SynthesisResult(
+                summary=None, route_reason=route, failure=symptom, host_failure=is_host_failure(error)
+            )
         route = Route.RAW_TIMEOUT
     else:
         bound = limits.raw_cap_tokens if route == Route.OVER_RAW_CAP else limits.safe_limit_tokens
@@ -470,4 +476,4 @@ def summarize_session(turns: list[Turn], client: ChatClient, limits: Limits, led
             error,
         )
     )
-    return SynthesisResult(summary=None, route_reason=route, failure=symptom)
+    return SynthesisResult(summary=None, route_reason=route, failure=symptom, host_failure=is_host_failure(error))

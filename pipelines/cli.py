@@ -127,11 +127,14 @@ def _store(settings: Settings):
     return store
 
 
-def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozenset()):
-    from pipelines.selection import next_summary_batch
+def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozenset(), probe: bool = True):
+    """The sweep's selection; `probe` off (`plan`): a half-open host's probe is looked at, not taken."""
+    from pipelines.selection import hosts_in_rotation, next_summary_batch
 
+    store, now = _store(settings), now_ms()
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
-    return next_summary_batch(_store(settings), settings.fleet, policy, now_ms(), exclude=exclude)
+    available, probing = hosts_in_rotation(store, settings.fleet, settings.circuit, now, probe=probe)
+    return next_summary_batch(store, settings.fleet, policy, now, exclude=exclude, available=available, probing=probing)
 
 
 def _run_partitions(
@@ -309,7 +312,7 @@ def clear_cache(settings: Settings) -> dict:
 
 def plan(settings: Settings, limit: int | None) -> dict:
     """What the next sweep would do, without calling a model."""
-    selection = _selection(settings, limit)
+    selection = _selection(settings, limit, probe=False)
     routes: dict[str, int] = {}
     hosts: dict[str, int] = {}
     for item in selection.batch:
@@ -324,6 +327,7 @@ def plan(settings: Settings, limit: int | None) -> dict:
             for host, spt in selection.seconds_per_token.items()
         },
         "hosts_out_of_rotation": selection.hosts_unavailable,
+        "waiting_for_a_host_out_of_rotation": selection.waiting_for_host,
         "next_sweep": {
             "sessions": len(selection.batch),
             "by_route": routes,

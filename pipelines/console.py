@@ -221,7 +221,26 @@ def _render_fields(console: Console, result: dict) -> None:
 
 
 def _render_status(console: Console, result: dict) -> None:
-    console.print(_fields(result, "Store"))
+    console.print(_fields(result, "Store", skip=("host_circuits",)))
+    hosts = result.get("host_circuits") or {}
+    if not hosts:
+        return
+    table = Table(title="Model hosts", title_justify="left", title_style="bold")
+    for name in ("host", "circuit", "failures", "opens", "retry at"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("last error", overflow="fold")
+    for host, circuit in hosts.items():
+        retry = circuit["retry_at_ms"]
+        table.add_row(
+            host,
+            circuit["state"] + (" (probe out)" if circuit["probe_out"] else ""),
+            str(circuit["consecutive_failures"]),
+            str(circuit["opens"]),
+            time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(retry / 1000)) if retry is not None else "—",
+            circuit["last_error"] or "—",
+        )
+    console.print()
+    console.print(table)
 
 
 def _render_plan(console: Console, result: dict) -> None:

@@ -4,11 +4,13 @@ the model host each one goes to."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from digest.circuit import CircuitPolicy, CircuitState
 from digest.hosts import Assignment, Fleet, HostView, assign_batch, assign_host
-from digest.scheduling import DEFAULT_SECONDS_PER_TOKEN, SweepPolicy, choose_batch
+from digest.scheduling import DEFAULT_SECONDS_PER_TOKEN, Candidate, SweepPolicy, choose_batch, plan_session
+from digest.synthesis import Route
 from resources.store import DigestStore
 
 # How many of the newest and oldest eligible sessions to size up per tick: enough to fill the
@@ -25,6 +27,8 @@ class SweepSelection:
     seconds_per_token: dict[str, float]  # by host
     throughput_measured: dict[str, bool]  # by host: from its ledger, or the default
     hosts_unavailable: list[str]  # declared, but out of rotation (their circuit is open)
+    # Held back: only a host out of rotation takes them raw, and they are not degraded for that.
+    waiting_for_host: int = 0
 
     @property
     def skip_reason(self) -> str | None:
@@ -38,7 +42,8 @@ class SweepSelection:
             )
         return (
             f"{self.pending} pending, none eligible: {self.active} active within the idle window, "
-            f"{self.backing_off} in failure backoff"
+            f"{self.backing_off} in failure backoff, {self.waiting_for_host} waiting for a host out of rotation "
+            f"({', '.join(self.hosts_unavailable) or 'none'})"
         )
 
 
@@ -57,6 +62,22 @@ def host_views(
     return views, measured
 
 
+def hosts_in_rotation(store: DigestStore, fleet: Fleet, policy: CircuitPolicy, now_ms: int, probe: bool = True):
+    """(the hosts a run may go to now, those of them half-open): a host whose circuit is open is
+    out of rotation; a half-open one is in for its one probe run, taken here unless `probe` is off."""
+    available = store.available_hosts(fleet.names, now_ms, policy, probe=probe)
+    circuits = store.host_circuits()
+    probing = [n for n in available if n in circuits and circuits[n].state(now_ms) == CircuitState.HALF_OPEN]
+    return available, probing
+
+
+def closed_hosts(store: DigestStore, fleet: Fleet, policy: CircuitPolicy, now_ms: int) -> list[str]:
+    """The hosts whose circuit is closed: where mini-summary and graph runs go (a half-open host's
+    one probe is the summary sensor's to take)."""
+    available, probing = hosts_in_rotation(store, fleet, policy, now_ms, probe=False)
+    return [name for name in available if name not in probing]
+
+
 def next_summary_batch(
     store: DigestStore,
     fleet: Fleet,
@@ -65,9 +86,11 @@ def next_summary_batch(
     exclude: set[str] = frozenset(),
     queued_s: Mapping[str, float] | None = None,
     available: list[str] | None = None,
+    probing: Sequence[str] = (),
 ) -> SweepSelection:
     """`exclude`: partition keys already queued or running; `queued_s`: the estimated model
-    seconds queued or running on each host; `available`: the hosts in rotation (default: all).
+    seconds queued or running on each host; `available`: the hosts in rotation (default: all);
+    `probing`: those of them half-open, which get one run, their probe.
 
     The sweep's budget (`max_sessions`, `model_seconds`) is per available host: N hosts take N
     times the work a tick."""
@@ -80,18 +103,32 @@ def next_summary_batch(
         newest=policy.max_sessions * LOOKAHEAD * scale,
         oldest=policy.oldest_share * LOOKAHEAD * scale,
     )
-    candidates = [c for c in queue["candidates"] if c.partition_key not in exclude]
+    out_of_rotation, _ = host_views(store, fleet, [n for n in fleet.names if n not in available], {})
+    candidates, waiting = [], 0
+    for candidate in queue["candidates"]:
+        if candidate.partition_key in exclude:
+            continue
+        # Not degraded for want of a host that is only away: it waits for the host that takes it raw.
+        if not admitted_raw(candidate, views) and admitted_raw(candidate, out_of_rotation):
+            waiting += 1
+            continue
+        candidates.append(candidate)
     # Sized on the host each would go to alone, then chosen within the budget, then placed in
     # order, each one's time added to its host's queue before the next.
     alone = [a for a in (assign_host(c, views) for c in candidates) if a is not None]
     budget = replace(policy, max_sessions=policy.max_sessions * scale, model_seconds=policy.model_seconds * scale)
     chosen = [item.candidate for item in choose_batch([a.planned for a in alone], budget)]
     return SweepSelection(
-        batch=assign_batch(chosen, views),
+        batch=assign_batch(chosen, views, at_most={name: 1 for name in probing}),
         pending=queue["pending"],
         active=queue["active"],
         backing_off=queue["backing_off"],
         seconds_per_token={v.spec.name: v.seconds_per_token for v in views},
         throughput_measured=measured,
         hosts_unavailable=[n for n in fleet.names if n not in available],
+        waiting_for_host=waiting,
     )
+
+
+def admitted_raw(candidate: Candidate, views: Sequence[HostView]) -> bool:
+    return any(plan_session(candidate, v.limits, v.seconds_per_token).route == Route.WITHIN_CAP for v in views)

@@ -23,9 +23,10 @@ from digest.hosts import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, estimated_second
 from digest.scheduling import now_ms
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
-from pipelines.selection import next_summary_batch
+from pipelines.selection import closed_hosts, hosts_in_rotation, next_summary_batch
 from resources.bindings import (
     ChatModelResource,
+    CircuitPolicyResource,
     DigestStoreResource,
     GraphPolicyResource,
     MiniSummaryPolicyResource,
@@ -203,14 +204,23 @@ def summary_sensor(
     store: DigestStoreResource,
     model: ChatModelResource,
     sweep: SweepPolicyResource,
+    circuit: CircuitPolicyResource,
 ):
     """Registers new sessions as partitions, then launches the next budgeted batch of summaries:
-    newest first with a share for the oldest, idle sessions only, failures in backoff skipped."""
+    newest first with a share for the oldest, idle sessions only, failures in backoff skipped, each
+    placed on a model host in rotation."""
     db = store.store()
     policy = sweep.policy()
     try:
+        fleet, now = model.fleet(), now_ms()
+        available, probing = hosts_in_rotation(db, fleet, circuit.policy(), now)
+        if len(available) < len(fleet.names):
+            out = ", ".join(n for n in fleet.names if n not in available)
+            context.log.warning(f"model host(s) out of rotation, their circuit open: {out}")
         exclude, queued_s = in_flight(context.instance, summarize_job.name)
-        selection = next_summary_batch(db, model.fleet(), policy, now_ms(), exclude=exclude, queued_s=queued_s)
+        selection = next_summary_batch(
+            db, fleet, policy, now, exclude=exclude, queued_s=queued_s, available=available, probing=probing
+        )
         batch, skip_reason = selection.batch, selection.skip_reason
     except Exception as exc:  # the tick still registers: a raised tick would drop its chunk with it
         context.log.exception("the summary selection failed")
@@ -249,6 +259,7 @@ def mini_summary_sensor(
     store: DigestStoreResource,
     model: ChatModelResource,
     mini_summaries: MiniSummaryPolicyResource,
+    circuit: CircuitPolicyResource,
 ):
     """The mini-summary backfill: one session at a time, each run within its own model-time budget
     (`DIGEST_MINI_SUMMARY_BUDGET_S`), sessions headed for the degraded path first by default;
@@ -256,34 +267,44 @@ def mini_summary_sensor(
     if in_flight_partitions(context.instance, fill_mini_summaries_job.name):
         return SkipReason("a mini-summary backfill run is still going")
     policy = mini_summaries.policy()
-    keys = store.store().pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
+    db, fleet = store.store(), model.fleet()
+    keys = db.pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
     if not keys:
         return SkipReason("no turn needs a mini summary (or the sessions that do are backing off)")
+    hosts = spread_over_hosts(context.instance, fleet, 1, closed_hosts(db, fleet, circuit.policy(), now_ms()))
+    if not hosts:
+        return SkipReason(f"no model host in rotation: {', '.join(fleet.names)} have their circuit open")
     tags = {
         "digest/sweep": "mini-summaries",
         "digest/budget": f"{policy.budget_s:.0f}s",
         "digest/priority": policy.priority,
-        MODEL_HOST_TAG: spread_over_hosts(context.instance, model.fleet(), 1)[0],
+        MODEL_HOST_TAG: hosts[0],
     }
     return _with_partitions(context, [RunRequest(partition_key=keys[0], tags=tags)])
 
 
 @sensor(job=digest_job, minimum_interval_seconds=300, default_status=DefaultSensorStatus.RUNNING)
 def digest_sensor(
-    context: SensorEvaluationContext, store: DigestStoreResource, model: ChatModelResource, graph: GraphPolicyResource
+    context: SensorEvaluationContext,
+    store: DigestStoreResource,
+    model: ChatModelResource,
+    graph: GraphPolicyResource,
+    circuit: CircuitPolicyResource,
 ):
     """Digests summarized sessions into the graph, as the original's REM pass: at most
     `DIGEST_GRAPH_BATCH_SESSIONS` a tick, `DIGEST_GRAPH_FRESH_RESERVE` of them the newest and the
     rest the oldest; undigestible sessions and sessions whose turns changed since their summary
     are left out, and so are those already queued or running."""
-    policy = graph.policy()
-    keys = store.store().pending_digest_keys(
+    policy, db, fleet = graph.policy(), store.store(), model.fleet()
+    keys = db.pending_digest_keys(
         policy.fresh_reserve, policy.batch_sessions, exclude=in_flight_partitions(context.instance, digest_job.name)
     )
     if not keys:
         return SkipReason("no summarized session waits for its graph")
     tags = {"digest/sweep": "graph", "digest/budget": f"{policy.batch_sessions} sessions"}
-    hosts = spread_over_hosts(context.instance, model.fleet(), len(keys))
+    hosts = spread_over_hosts(context.instance, fleet, len(keys), closed_hosts(db, fleet, circuit.policy(), now_ms()))
+    if not hosts:
+        return SkipReason(f"no model host in rotation: {', '.join(fleet.names)} have their circuit open")
     requests = [RunRequest(partition_key=key, tags={**tags, MODEL_HOST_TAG: host}) for key, host in zip(keys, hosts)]
     return _with_partitions(context, requests)
 

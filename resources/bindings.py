@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from pydantic import Field, PrivateAttr
 
+from digest.circuit import CircuitPolicy
 from digest.graph import GraphPolicy
 from digest.hosts import Fleet, HostSpec
 from digest.mini_summaries import MiniSummaryPolicy
@@ -144,6 +145,12 @@ GraphPolicyResource = policy_resource(
     "The session graph's bounds: chunk and output limits, call timeout, attempts, chunk count, the "
     "sensor's batch, and the model time one run may spend.",
 )
+CircuitPolicyResource = policy_resource(
+    CircuitPolicy,
+    "circuit",
+    "Each model host's circuit breaker: the host failures in a row that take a host out of rotation, "
+    "and the backoff before it is tried again.",
+)
 
 
 def _bound(env_var: str, value: Any) -> Any:
@@ -177,4 +184,5 @@ def build_resources(settings: Settings) -> dict[str, ConfigurableResource]:
         "sweep": SweepPolicyResource(**resource_config(settings, "sweep")),
         "mini_summaries": MiniSummaryPolicyResource(**resource_config(settings, "mini_summaries")),
         "graph": GraphPolicyResource(**resource_config(settings, "graph")),
+        "circuit": CircuitPolicyResource(**resource_config(settings, "circuit")),
     }

@@ -33,6 +33,7 @@ from pydantic import BaseModel, BeforeValidator, Field, StrictStr, ValidationErr
 from digest.model_api import (
     ChatReply,
     ContextOverflow,
+    HostUnreachable,
     MalformedReply,
     ModelError,
     ModelTimeout,
@@ -142,8 +143,8 @@ def _send(http: httpx.Client, url: str, body: dict, deadline: _Deadline, cap: in
         if deadline.expired:
             raise deadline.timeout() from None
         if isinstance(exc, httpx.ConnectError):
-            raise deadline.error(ProviderError, f"model server unreachable at {url}: {exc}") from None
-        raise deadline.error(ProviderError, f"model server at {url} broke off the reply: {exc}") from None
+            raise deadline.error(HostUnreachable, f"model server unreachable at {url}: {exc}") from None
+        raise deadline.error(HostUnreachable, f"model server at {url} broke off the reply: {exc}") from None
     if deadline.expired:  # the shutdown can pass for the end of a body that runs to the close
         raise deadline.timeout()
     return status, bytes(data)
@@ -172,7 +173,9 @@ def _raise_for_status(status: int, data: bytes, deadline: _Deadline, coded: bool
         overflow = overflow or (status in (400, 413) and bool(_CONTEXT_MESSAGE.search(message)))
     else:
         overflow = bool(_CONTEXT_MESSAGE.search(message))
-    raise deadline.error(ContextOverflow if overflow else ProviderError, f"HTTP {status}: {message}")
+    error = deadline.error(ContextOverflow if overflow else ProviderError, f"HTTP {status}: {message}")
+    error.status = status  # a 5xx says the host is bad, a 4xx the request (`digest.circuit`)
+    raise error
 
 
 # --- the reply shapes --------------------------------------------------------------------------

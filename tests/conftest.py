@@ -13,6 +13,7 @@ from resources.store import DigestStore
 # placed on purpose.
 TIERS = {
     # unit: pure functions, a DuckDB file, a local HTTP server; no Dagster run, no subprocess
+    "test_circuit": "unit",
     "test_hosts": "unit",
     "test_model_clients": "unit",
     "test_revision": "unit",

@@ -10,7 +10,7 @@ from digest.hosts import DEFAULT_HOST, HostsError, HostView, assign_batch, assig
 from digest.scheduling import Candidate, SweepPolicy
 from digest.settings import DEFAULT_MODEL_NAMES, SettingsError, load_settings
 from digest.synthesis import Route, SourceTier
-from pipelines.selection import next_summary_batch
+from pipelines.selection import hosts_in_rotation, next_summary_batch
 from resources.store import DigestStore
 
 CPU_AND_GPU = """
@@ -180,3 +180,40 @@ def test_the_sweep_selection_places_each_session_and_scales_its_budget_with_the_
     assert {a.host for a in alone.batch} == {"cpu"}
     none = next_summary_batch(store, settings.fleet, policy, now, available=[])
     assert none.batch == [] and "no model host available: cpu, gpu out of rotation" in none.skip_reason
+
+
+def test_a_host_out_of_rotation_gets_no_session_and_one_only_it_takes_raw_waits_for_it(tmp_path):
+    settings = load_settings(
+        {"DIGEST_HOME": str(tmp_path), "DIGEST_MODEL_HOSTS": str(_hosts_file(tmp_path, CPU_AND_GPU))}
+    )
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    now = int(time.time() * 1000)
+    rows = [
+        {
+            "id": f"s{i}-t", "session_id": f"s{i}", "ts_ms": now - 3_600_000 - i * 60_000, "type": "agent-interaction",
+            "document": "User Prompt: x\nAgent Response: " + "y" * (60_000 if i == 0 else 500 + i),
+            "document_rebuilt": False, "source_file": "f.jsonl", "source_line": i + 1,
+        }
+        for i in range(4)
+    ]  # fmt: skip
+    store.write_turns(rows)
+    store.refresh_sessions([r["session_id"] for r in rows])
+    policy = SweepPolicy(max_sessions=5, model_seconds=10_000)
+    circuit = settings.circuit
+    for _ in range(circuit.failure_threshold):
+        store.record_host_outcome("gpu", True, "connection refused", now, circuit)
+    available, probing = hosts_in_rotation(store, settings.fleet, circuit, now)
+    assert (available, probing) == (["cpu"], [])
+    selection = next_summary_batch(store, settings.fleet, policy, now, available=available, probing=probing)
+    # s0 only the GPU host takes raw: it waits for it instead of going degraded to the CPU host.
+    assert sorted(a.candidate.session_id for a in selection.batch) == ["s1", "s2", "s3"]
+    assert {a.host for a in selection.batch} == {"cpu"} and selection.waiting_for_host == 1
+    # Past its backoff the GPU host is half-open: one run, its probe, which s0 is.
+    later = now + int(circuit.retry_base_s * 1000) + 1
+    available, probing = hosts_in_rotation(store, settings.fleet, circuit, later)
+    assert (available, probing) == (["cpu", "gpu"], ["gpu"])
+    selection = next_summary_batch(store, settings.fleet, policy, later, available=available, probing=probing)
+    assert [a.candidate.session_id for a in selection.batch if a.host == "gpu"] == ["s0"]
+    # The probe is out: the next tick does not send the GPU host a second run.
+    assert hosts_in_rotation(store, settings.fleet, circuit, later + 1) == (["cpu"], [])

@@ -13,6 +13,7 @@ import pytest
 from digest.friction import classify_error
 from digest.model_api import (
     ContextOverflow,
+    HostUnreachable,
     MalformedReply,
     ModelError,
     ModelTimeout,
@@ -215,7 +216,8 @@ def test_a_slow_server_is_a_timeout(server):
 def test_an_unreachable_server_is_a_provider_error():
     url = f"http://127.0.0.1:{_closed_port()}"
     error = _caught(lambda: _chat(OpenAIChatClient(url, "m"), timeout_s=2.0))
-    assert type(error) is ProviderError
+    # Its own kind, so the host's circuit can tell it from an error the server answered with.
+    assert type(error) is HostUnreachable and isinstance(error, ProviderError) and error.status is None
     assert url in str(error)
 
 
@@ -239,7 +241,7 @@ def test_a_malformed_chat_completion_is_a_provider_error(body):
 def test_a_non_json_error_body_is_still_a_provider_error():
     with RawServer(503, b"upstream unavailable", content_type="text/plain") as server:
         error = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="json_object")))
-    assert type(error) is ProviderError and str(error) == "HTTP 503: upstream unavailable"
+    assert type(error) is ProviderError and str(error) == "HTTP 503: upstream unavailable" and error.status == 503
 
 
 # --- Ollama ---------------------------------------------------------------------------------
@@ -329,7 +331,7 @@ def test_classify_error_maps_the_clients_errors_to_symptoms(server):
 def test_openai_errors_are_classified_by_code_then_by_the_servers_message(server, status, error, expected):
     server.script = lambda received: Behaviour(status=status, error_body=error)
     failure = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="json_object")))
-    assert type(failure) is expected
+    assert type(failure) is expected and failure.status == status
     assert failure.duration_s > 0
 
 

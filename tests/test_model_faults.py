@@ -11,7 +11,9 @@ import time
 import pytest
 from dagster import instance_for_test
 
+from assets.sessions import SWEEP_TAG, nothing_to_summarize
 from digest.graph import GraphPolicy, after_failure, digest_session
+from digest.hosts import DEFAULT_HOST
 from digest.settings import load_settings
 from digest.synthesis import summarize_session
 from digest.turns import input_revision
@@ -121,11 +123,11 @@ def test_a_graph_reply_naming_context_or_timeout_is_a_parse_failure_and_retried(
     assert [r["outcome"] for r in _rows(store, "SELECT outcome FROM attempts")] == ["parse-failure"]
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_a_badly_typed_reply_fails_the_asset_run_with_friction_and_backoff(tmp_path, protocol):
-    """Through the real asset: content that is an object once crashed the run with no record."""
+def _summarize_through_the_asset(tmp_path, fault: str, protocol: str):
+    """One `summarize_sessions` run of session "typed" against a server committing `fault`: the run's
+    result and the store."""
     folder = write_bundle(tmp_path / "bundle", make_turns("typed", 2))
-    with FaultServer("content-object") as server, instance_for_test() as instance:
+    with FaultServer(fault) as server, instance_for_test() as instance:
         settings = load_settings(
             {
                 "DIGEST_HOME": str(tmp_path / "home"),
@@ -143,10 +145,35 @@ def test_a_badly_typed_reply_fails_the_asset_run_with_friction_and_backoff(tmp_p
             instance=instance, partition_key="typed", raise_on_error=False
         )
     assert not result.success
-    failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
-    assert "provider-error" in failure.event_specific_data.error.message
-    assert _rows(store, "SELECT outcome FROM attempts") == [{"outcome": "provider-error"}]
-    assert _rows(store, "SELECT symptom FROM friction_events") == [{"symptom": "provider-error"}]
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert store.query("SELECT count(*) AS n FROM session_summaries")["n"][0] == 0
+    return failure.event_specific_data.error.message, store
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_badly_typed_reply_fails_the_asset_run_as_its_hosts_failure_with_no_backoff(tmp_path, protocol):
+    """Through the real asset: content that is an object once crashed the run with no record. It
+    breaks the wire protocol, so it is the host's failure: counted on the host's circuit, and the
+    session is not backed off (the next sweep gives it to another host)."""
+    message, store = _summarize_through_the_asset(tmp_path, "content-object", protocol)
+    assert f"host {DEFAULT_HOST} failed: provider-error on session 'typed'" in message
+    assert "the session goes to another host" in message
+    assert _rows(store, "SELECT outcome, host FROM attempts") == [{"outcome": "provider-error", "host": DEFAULT_HOST}]
+    assert _rows(store, "SELECT consumer, symptom FROM friction_events") == [
+        {"consumer": "session_summaries", "symptom": "provider-error"}
+    ]
+    assert _rows(store, "SELECT * FROM summary_state") == []
+    assert nothing_to_summarize(store.summary_standing("typed"), {SWEEP_TAG: "true"}, int(time.time() * 1000)) is None
+    circuit = store.host_circuits()[DEFAULT_HOST]
+    assert circuit.failures == 1 and circuit.retry_at_ms is None  # under the threshold: still in rotation
+
+
+def test_a_reply_that_does_not_parse_fails_the_asset_run_and_backs_the_session_off(tmp_path):
+    """The session's failure, not the host's: the session waits out its backoff, the host's circuit is untouched."""
+    message, store = _summarize_through_the_asset(tmp_path, "mentions-timeout", "openai")
+    assert "no summary for session 'typed': parse-failure" in message and "backing off" in message
     [state] = _rows(store, "SELECT failures, backoff_until_ms FROM summary_state")
     assert state["failures"] == 1 and state["backoff_until_ms"] > time.time() * 1000
-    assert store.query("SELECT count(*) AS n FROM session_summaries")["n"][0] == 0
+    skip = nothing_to_summarize(store.summary_standing("typed"), {SWEEP_TAG: "true"}, int(time.time() * 1000))
+    assert "in failure backoff" in skip
+    assert store.host_circuits() == {}

@@ -334,7 +334,8 @@ def test_a_swept_run_rechecks_under_the_lease_what_other_runs_did_meanwhile(tmp_
     swept = {"digest/sweep": "cli", "digest/route": "raw"}
 
     def script(received):
-        return Behaviour.server_error() if "flaky" in received.prompt else Behaviour.reply()
+        # The session's own failure (a reply that does not parse): a host's failure would not back it off.
+        return Behaviour.text("no json here") if "flaky" in received.prompt else Behaviour.reply()
 
     with ModelServer(script) as server:
         definitions = build_definitions(dataclasses.replace(settings, model_url=server.url))

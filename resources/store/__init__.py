@@ -11,6 +11,7 @@ passes through them:
                       a summary written or an export's adopted (with its summary-time graph rows)
 - `graph.py`          summary → graph: nodes and edges, finished chunks, digest state, the cadence
 - `ledger.py`         every model call's attempt and friction event (`RunLedger` for one run)
+- `hosts.py`          each model host's circuit: call outcomes, the hosts a run may go to
 - `cache.py`          the response cache and staged replies
 - `reports.py`        what `status`, the friction report and the asset checks read
 - `archive.py`        archive bundles written and restored
@@ -32,6 +33,7 @@ from resources.store.archive import NOT_ARCHIVED, RESTORE_MODES, Archive
 from resources.store.cache import Cache
 from resources.store.connection import SCHEMA_VERSION, StoreUnreadable
 from resources.store.graph import Graph
+from resources.store.hosts import Hosts
 from resources.store.ingest import Ingest
 from resources.store.ledger import Ledger, RunLedger
 from resources.store.mini_summaries import MiniSummaries, MiniSummaryLedger
@@ -45,7 +47,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-class DigestStore(Ingest, Sessions, MiniSummaries, Summaries, Graph, Ledger, Cache, Reports, Archive):
+class DigestStore(Ingest, Sessions, MiniSummaries, Summaries, Graph, Ledger, Hosts, Cache, Reports, Archive):
     """The store of one DuckDB file: every feature's reads and writes (see the module list above)."""
 
     # --- where a decision of digest/ is applied to what the store holds ---------------------

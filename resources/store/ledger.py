@@ -6,13 +6,18 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from digest.friction import FrictionEvent
+from digest.circuit import CONSUMER as HOSTS_CONSUMER
+from digest.circuit import CircuitPolicy, host_symptom, opened_note
+from digest.friction import EmissionPoint, FrictionEvent
 from digest.graph import Chunk, GraphExtraction
+from digest.scheduling import now_ms
 from digest.synthesis import Attempt
 from resources.store.connection import Connection, now
 
 if TYPE_CHECKING:
     from resources.store import DigestStore
+
+DEFAULT_CIRCUIT = CircuitPolicy()  # the settings' defaults (DIGEST_HOST_*)
 
 
 class Ledger(Connection):
@@ -46,19 +51,49 @@ class Ledger(Connection):
             )  # fmt: skip
 
 
+def record_host_outcome_of(store: DigestStore, attempt: Attempt, policy: CircuitPolicy, run_id: str | None) -> None:
+    """A model call's outcome on its host's circuit (a replay from the response cache made no call);
+    a circuit it opens is a friction event about the host."""
+    if attempt.host is None or attempt.cached:
+        return
+    transition = store.record_host_outcome(attempt.host, attempt.host_failure, attempt.error_text, now_ms(), policy)
+    if transition is None or not transition.opened:
+        return
+    event = FrictionEvent(
+        asset_ref=attempt.host,
+        consumer=HOSTS_CONSUMER,
+        model=attempt.model,
+        symptom=host_symptom(attempt.outcome),
+        emission_point=EmissionPoint.POST_INVOCATION_FAILURE,
+        input_bytes=attempt.prompt_bytes,  # of the call that opened it
+        input_tokens_estimate=attempt.tokens_estimate,
+        context_limit_tokens=0,  # about the host, not a prompt's bounds
+        safe_limit_tokens=0,
+        raw_cap_tokens=None,
+        note=opened_note(transition),
+        error_text=attempt.error_text,
+    )
+    store.record_friction(event, run_id)
+
+
 class RunLedger:
     """The synthesis ledger for one run: each attempt and friction event written as it happens.
-    `host`: the model host the run's calls go to, stamped on each attempt."""
+    `host`: the model host the run's calls go to, stamped on each attempt, whose outcome goes on
+    the host's circuit under `circuit`."""
 
-    def __init__(self, store: DigestStore, run_id: str | None, host: str | None = None):
+    def __init__(
+        self, store: DigestStore, run_id: str | None, host: str | None = None, circuit: CircuitPolicy = DEFAULT_CIRCUIT
+    ):
         self.store = store
         self.run_id = run_id
         self.host = host
+        self.circuit = circuit
 
     def record_attempt(self, attempt: Attempt) -> None:
         if self.host is not None and attempt.host is None:
             attempt = dataclasses.replace(attempt, host=self.host)
         self.store.record_attempt(attempt, self.run_id)
+        record_host_outcome_of(self.store, attempt, self.circuit, self.run_id)
 
     def record_friction(self, event: FrictionEvent) -> None:
         self.store.record_friction(event, self.run_id)

@@ -151,7 +151,8 @@ class MiniSummaries(Connection):
 
 class MiniSummaryLedger(RunLedger):
     """Where one mini summary run writes (`digest.mini_summaries.MiniSummaryStore`), as it happens:
-    attempts as any run's (stamped with the host), and the turns' mini summaries and failures."""
+    its attempts as any run's (stamped with the host, the outcome on the host's circuit), and the turns'
+    mini summaries and failures."""
 
     def save_mini_summary(self, turn: PendingTurn, text: str, model: str) -> None:
         self.store.save_generated_mini_summary(turn.id, turn.session_id, text, model)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+from digest.circuit import circuit_status
+from digest.scheduling import now_ms
 from resources.store.connection import Connection, records
+from resources.store.hosts import read_circuits
 from resources.store.summaries import PENDING_SUMMARY_SESSIONS
 
 
@@ -26,6 +29,8 @@ class Reports(Connection):
             friction = dict(
                 con.execute("SELECT symptom, count(*) FROM friction_events GROUP BY 1 ORDER BY 1").fetchall()
             )
+            now = now_ms()
+            hosts = {host: circuit_status(circuit, now) for host, circuit in read_circuits(con).items()}
             return {
                 "database": str(self.path),
                 "sessions": scalar("SELECT count(*) FROM sessions"),
@@ -44,11 +49,14 @@ class Reports(Connection):
                     "WHERE i.memory_count IS DISTINCT FROM s.turn_count"
                 ),
                 "friction_by_symptom": friction,
+                # Model hosts that have failed since they last succeeded, or did once (a host not
+                # listed is closed): an open one is out of rotation until its retry time.
+                "host_circuits": hosts,
             }
 
     def friction_report_rows(self) -> dict:
         """What the friction report reads, in one connection: events, attempts, summaries, mini-summary
-        coverage and undigestible sessions."""
+        coverage, undigestible sessions and the model hosts' circuits."""
         with self.connect() as con:
             rows = {
                 "events": records(
@@ -80,6 +88,7 @@ class Reports(Connection):
                 "JOIN sessions s ON s.session_id = d.session_id AND s.input_revision = d.revision "
                 "WHERE d.digest_state = 'undigestible' ORDER BY d.updated_at DESC",
             )
+            rows["host_circuits"] = list(read_circuits(con).values())
         return rows
 
     # --- the asset checks' reads ------------------------------------------------------------

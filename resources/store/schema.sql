@@ -319,3 +319,15 @@ CREATE TABLE IF NOT EXISTS imported_graph_edges (
     source_line INTEGER NOT NULL,
     imported_at TIMESTAMPTZ NOT NULL
 );
+
+-- A circuit breaker per model host (`digest.circuit`): a host that keeps failing is out of rotation
+-- until its backoff passes, then one probe run may go to it.
+CREATE TABLE IF NOT EXISTS host_circuits (
+    host VARCHAR PRIMARY KEY,
+    failures INTEGER NOT NULL,        -- host failures in a row
+    opens INTEGER NOT NULL,           -- openings since the host last succeeded (the backoff doubles)
+    retry_at_ms BIGINT,               -- NULL: closed; else open until then, half-open after
+    probe_until_ms BIGINT,            -- a half-open probe run is out until then
+    last_error VARCHAR,
+    changed_at_ms BIGINT NOT NULL
+);
