@@ -27,7 +27,7 @@ Sessions are assigned to hosts by the project's selection, as the summary sensor
 every 60 simulated seconds (the sensor's interval) asks for the next batch, with the sessions
 already queued or running excluded, and each host's workers (as many as its `concurrency`) run
 its sessions. A run here is a thread doing the store work of the `session_summaries` asset
-(lease, standing, turns, staged reply, attempts, summary, failure state): Dagster's own cost per
+(lease, standing, turns, staged reply, attempts and the host circuit, summary, failure state): Dagster's own cost per
 run (BENCHMARKS.md section 2) is not included. Outputs go under bench/out/ (never committed).
 """
 
@@ -52,12 +52,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/ (the export generator and the model server) is not installed
 
+from digest.circuit import CircuitPolicy  # noqa: E402
 from digest.hosts import Fleet, HostSpec  # noqa: E402
 from digest.ingest import ingest_paths  # noqa: E402
 from digest.model_api import ChatReply, ModelError  # noqa: E402
 from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms  # noqa: E402
 from digest.synthesis import Limits, estimate_raw_tokens, summarize_session  # noqa: E402
-from pipelines.selection import next_summary_batch  # noqa: E402
+from pipelines.selection import hosts_in_rotation, next_summary_batch  # noqa: E402
 from resources.model_clients import OpenAIChatClient  # noqa: E402
 from resources.response_cache import CachedChatClient  # noqa: E402
 from resources.store import DigestStore, RunLedger  # noqa: E402
@@ -205,6 +206,8 @@ def summary_run(store: DigestStore, client, limits: Limits, job: Job, run_id: st
         turns = store.load_turns([session_id])
         staged = CachedChatClient(client, store, {"provider": "openai"}, reuse=False, session=(session_id, revision))
         result = summarize_session(turns, staged, limits, RunLedger(store, run_id, host=job.host))
+        if result.summary is None and result.host_failure:
+            return  # the host's fault, on its circuit: the session is not backed off, the next tick places it again
         if result.summary is None:
             store.record_summary_failure(
                 session_id, revision, result.failure, now_ms(), lambda n: failure_backoff_s(n, SweepPolicy())
@@ -223,13 +226,17 @@ Plan = Callable[[DigestStore, set[str], dict[str, float]], list[Job]]
 
 
 def project_plan(hosts: list[SimHost], scale: float) -> Plan:
-    """The summary sensor's selection: `next_summary_batch` over the fleet, with the sessions
-    queued or running excluded and each host's queued model seconds (the sensor reads both from
-    the runs' tags)."""
+    """The summary sensor's selection: the hosts in rotation (their circuits), then
+    `next_summary_batch` over the fleet, with the sessions queued or running excluded and each
+    host's queued model seconds (the sensor reads both from the runs' tags)."""
     declared = fleet(hosts, scale)
 
     def plan(store: DigestStore, exclude: set[str], queued_s: dict[str, float]) -> list[Job]:
-        selection = next_summary_batch(store, declared, SweepPolicy(), now_ms(), exclude=exclude, queued_s=queued_s)
+        now = now_ms()
+        available, probing = hosts_in_rotation(store, declared, CircuitPolicy(), now)
+        selection = next_summary_batch(
+            store, declared, SweepPolicy(), now, exclude, queued_s, available=available, probing=probing
+        )
         return [Job(a.candidate.partition_key, a.host, a.reason, a.model_seconds_estimate) for a in selection.batch]
 
     return plan
