@@ -27,8 +27,8 @@ Sessions are assigned to hosts by the project's selection, as the summary sensor
 every 60 simulated seconds (the sensor's interval) asks for the next batch, with the sessions
 already queued or running excluded, and each host's workers (as many as its `concurrency`) run
 its sessions. A run here is a thread doing the store work of the `session_summaries` asset
-(lease, standing, turns, staged reply, attempts and the host circuit, summary, failure state): Dagster's own cost per
-run (BENCHMARKS.md section 2) is not included. Outputs go under bench/out/ (never committed).
+(lease, standing, turns, staged reply, attempts and the host's circuit, summary, failure state):
+Dagster's own cost per run (BENCHMARKS.md section 2) is not included. Outputs go under bench/out/ (never committed).
 """
 
 from __future__ import annotations
