@@ -41,8 +41,8 @@ from dagster import AddDynamicPartitionsRequest, DagsterInstance, build_sensor_c
 
 from assets.partitions import sessions_partitions  # noqa: E402
 from digest.settings import load_settings  # noqa: E402
-from pipelines.cli import INSTANCE_CONFIG  # noqa: E402
 from pipelines.definitions import build_definitions  # noqa: E402
+from pipelines.instance import write_instance_config  # noqa: E402
 from pipelines.sensors import summary_sensor  # noqa: E402
 from resources.store import DigestStore  # noqa: E402
 from tests.model_server import Behaviour, ModelServer, Received  # noqa: E402
@@ -143,8 +143,8 @@ def main() -> None:
 
         home = root / "home"
         (home / "dagster").mkdir(parents=True)
-        (home / "dagster" / "dagster.yaml").write_text(INSTANCE_CONFIG)
         os.environ.update(env_for(home, server.url))
+        write_instance_config(home / "dagster", load_settings())
         seconds, peak_mb = ingest(home, root / "export", server.url)
         figures.append(
             (

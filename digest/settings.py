@@ -70,6 +70,7 @@ class Settings:
     graph: GraphPolicy
     circuit: CircuitPolicy
     response_cache: bool  # reuse model replies from DuckDB (staging for crash safety stays either way)
+    dagster_pg_url: str | None  # the Dagster instance on PostgreSQL; None: SQLite under DAGSTER_HOME
 
     @property
     def dagster_home(self) -> Path:
@@ -177,6 +178,29 @@ def path(name: str, value: str) -> Path:
     return Path(value).resolve()
 
 
+def postgres_url(name: str, value: str) -> str:
+    """A PostgreSQL URL whose driver is installed, checked as Dagster will open it (SQLAlchemy).
+    The value is shown with its password masked."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(value)
+    except ArgumentError:
+        raise SettingsError(f"{name} is not a URL (postgresql+psycopg2://user:password@host:5432/db)") from None
+    shown = url.render_as_string(hide_password=True)
+    if url.get_backend_name() != "postgresql":
+        raise SettingsError(f"{name}={shown!r} is not a PostgreSQL URL (postgresql+psycopg2://...)")
+    try:
+        url.get_dialect().import_dbapi()
+    except ImportError as exc:
+        # SQLAlchemy 2.1 opens a bare postgresql:// with psycopg (3); the project installs psycopg2.
+        raise SettingsError(
+            f"{name}={shown!r}: its driver is not installed ({exc}); write postgresql+psycopg2://..."
+        ) from None
+    return value
+
+
 @dataclass(frozen=True)
 class Setting:
     env: str
@@ -222,6 +246,17 @@ def _circuit(env: str, field: str, parse: Parse, default: Any, doc: str) -> Sett
 
 def _context_default(known: Mapping[str, Any]) -> int:
     return EMBEDDED_CONTEXT_TOKENS if known["provider"] == "embedded" else 131072
+
+
+def _graph_output_default(known: Mapping[str, Any]) -> int:
+    """An eighth of the smallest context a graph call may go to, at most the reference's 8192."""
+    contexts = [known["context_limit_tokens"]]
+    if known["hosts_file"]:
+        try:
+            contexts = [h.context_limit_tokens for h in load_hosts_file(known["hosts_file"], DEFAULT_MODEL_NAMES)]
+        except HostsError as exc:
+            raise SettingsError(str(exc)) from None
+    return min(REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS, min(contexts) // 8)
 
 
 # In reading order: a default may depend on the settings above it.
@@ -383,7 +418,7 @@ SETTINGS: tuple[Setting, ...] = (
         "DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS",
         "output_limit_tokens",
         whole(64),
-        lambda known: min(REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS, known["context_limit_tokens"] // 8),
+        _graph_output_default,
         "output cap of one extraction call",
     ),
     _graph(
@@ -417,6 +452,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _circuit("DIGEST_HOST_RETRY_S", "retry_base_s", positive, 60.0, "a failing host's first backoff, doubling"),
     _circuit("DIGEST_HOST_RETRY_MAX_S", "retry_max_s", positive, 1800.0, "a failing host's longest backoff"),
+    # Read by Dagster from the environment (dagster.yaml names the variable): no resource, no copy.
+    Setting(
+        "DIGEST_DAGSTER_PG_URL",
+        "dagster_pg_url",
+        postgres_url,
+        None,
+        "PostgreSQL URL of the Dagster instance (runs, event log, schedules); unset: SQLite",
+    ),
 )
 
 

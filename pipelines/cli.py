@@ -17,22 +17,11 @@ from pathlib import Path
 from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
 from pipelines.console import Output, run_log_config, run_log_file
+from pipelines.instance import write_instance_config
 from resources.store import StoreUnreadable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "samples" / "bundle"
-
-
-# One model call at a time on a CPU host; `dagster instance concurrency set model N` raises it.
-INSTANCE_CONFIG = """\
-# Written by session-digest.
-concurrency:
-  pools:
-    default_limit: 1
-# Dagster sends anonymous usage statistics (https://docs.dagster.io/about/telemetry) unless:
-# telemetry:
-#   enabled: false
-"""
 
 
 def _telemetry_notice(home: Path) -> None:
@@ -55,12 +44,14 @@ def _telemetry_notice(home: Path) -> None:
 
 
 def _prepare_home(settings: Settings) -> None:
-    """DAGSTER_HOME defaults to a folder under DIGEST_HOME, so the CLI's runs and the UI agree."""
+    """DAGSTER_HOME defaults to a folder under DIGEST_HOME, so the CLI's runs and the UI agree; its
+    dagster.yaml follows the settings (`pipelines.instance`)."""
     os.environ.setdefault("DAGSTER_HOME", str(settings.dagster_home))
     home = Path(os.environ["DAGSTER_HOME"])
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text(INSTANCE_CONFIG)
+    warning = write_instance_config(home, settings)
+    if warning:
+        print(warning, file=sys.stderr)
     _telemetry_notice(home)
     settings.inbox.mkdir(parents=True, exist_ok=True)
 
@@ -412,6 +403,13 @@ def status(settings: Settings) -> dict:
     return _store(settings).status()
 
 
+def instance_config() -> dict:
+    """The dagster.yaml this start wrote (or found: the user's own), as Dagster will read it."""
+    from pipelines.instance import describe
+
+    return describe(Path(os.environ["DAGSTER_HOME"]))
+
+
 def ui(settings: Settings, port: int) -> None:
     command = ["dagster", "dev", "-m", "pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)]
     print(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={os.environ['DAGSTER_HOME']})", file=sys.stderr)
@@ -460,6 +458,8 @@ def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, outp
         return unarchive_turns(settings, args.session, args.turn_ids)
     if args.command == "status":
         return status(settings)
+    if args.command == "instance-config":
+        return instance_config()
     if args.command == "ui":
         return ui(settings, args.port)
     if args.command == "archive":
@@ -487,6 +487,7 @@ def main(argv: list[str] | None = None) -> None:
     p_plan = sub.add_parser("plan", help="what the next sweep would do, without calling a model")
     p_plan.add_argument("--limit", type=int, default=None, help="at most this many sessions")
     sub.add_parser("status", help="counts of the store")
+    sub.add_parser("instance-config", help="write $DAGSTER_HOME/dagster.yaml from the settings, and show it")
     p_unarchive = sub.add_parser("unarchive-turns", help="let archived turns get mini summary attempts again")
     p_unarchive.add_argument("--session", help="every archived turn of this session (id or partition key)")
     p_unarchive.add_argument("turn_ids", nargs="*", metavar="TURN_ID")

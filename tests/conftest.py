@@ -42,6 +42,7 @@ TIERS = {
     # stress: kill loops, concurrent processes, fuzzing and property tests, exports at scale
     "test_concurrency": "stress",
     "test_crash_safety": "stress",
+    "test_deploy": "stress",
     "test_ingest_properties": "stress",
     "test_real_export": "stress",
     "test_restore_properties": "stress",

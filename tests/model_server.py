@@ -27,6 +27,8 @@ GOOD_SUMMARY = {
     "technologies": ["python", "pytest"],
 }
 
+CHAT_PATHS = ("/v1/chat/completions", "/api/chat")
+
 
 @dataclass
 class Behaviour:
@@ -81,9 +83,12 @@ class ModelServer:
 
     script: Callable[[Received], Behaviour] = field(default=lambda received: Behaviour.reply())
     requests: list[Received] = field(default_factory=list)
+    concurrent_chats: int = 0  # the chat requests it is answering now
+    peak_concurrent_chats: int = 0  # the most it answered at once
 
     def __post_init__(self) -> None:
         server = self
+        counting = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args) -> None:  # keep test output clean
@@ -107,6 +112,19 @@ class ModelServer:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self) -> None:
+                chat = self.path in CHAT_PATHS
+                if chat:
+                    with counting:
+                        server.concurrent_chats += 1
+                        server.peak_concurrent_chats = max(server.peak_concurrent_chats, server.concurrent_chats)
+                try:
+                    self._answer()
+                finally:
+                    if chat:
+                        with counting:
+                            server.concurrent_chats -= 1
+
+            def _answer(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 received = Received(self.path, body)
                 server.requests.append(received)
@@ -168,4 +186,4 @@ class ModelServer:
         self._httpd.server_close()
 
     def chat_requests(self) -> list[Received]:
-        return [r for r in self.requests if r.path in ("/v1/chat/completions", "/api/chat")]
+        return [r for r in self.requests if r.path in CHAT_PATHS]

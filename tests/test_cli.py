@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import yaml
 from dagster import DagsterEventType, DagsterInstance
 
 from tests.bundles import write_bundle
@@ -181,3 +182,96 @@ def test_a_sweep_on_a_terminal_redraws_a_bar_with_the_plans_time_left_while_runs
     # Dagster mirrors fds 1 and 2 into each run's compute logs while it runs: the bar is not there.
     compute_logs = [p for p in (home / "dagster" / "storage").rglob("compute_logs/*") if p.suffix in (".err", ".out")]
     assert compute_logs and not any("left (plan)" in p.read_text(errors="replace") for p in compute_logs)
+
+
+# As the CLI wrote dagster.yaml before issue 15, with its telemetry block uncommented by the user.
+OLD_INSTANCE_CONFIG = """\
+# Written by session-digest.
+concurrency:
+  pools:
+    default_limit: 1
+telemetry:
+  enabled: false
+"""
+
+
+def test_the_instance_config_follows_the_settings_and_names_the_postgres_url_only_by_its_variable(tmp_path):
+    from dagster import DagsterInstance
+
+    from digest.settings import load_settings
+    from pipelines.instance import MARKER, instance_yaml, write_instance_config
+
+    env = {"DIGEST_HOME": str(tmp_path / "home"), "DIGEST_MODEL_PROVIDER": "openai"}
+    single = load_settings(env)
+    text = instance_yaml(single)
+    assert text.startswith(MARKER + "\n") and "# telemetry:\n#   enabled: false" in text
+    config = yaml.safe_load(text)
+    assert "storage" not in config  # SQLite: Dagster's default, under DAGSTER_HOME
+    assert config["concurrency"] == {
+        "pools": {"default_limit": 1},
+        "runs": {
+            "max_concurrent_runs": 2,
+            "tag_concurrency_limits": [{"key": "digest/model_host", "value": "default", "limit": 1}],
+        },
+    }
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(
+        '[[hosts]]\nname = "cpu-1"\nprovider = "openai"\ncontext_limit_tokens = 32768\n'
+        '[[hosts]]\nname = "gpu-1"\nprovider = "openai"\ncontext_limit_tokens = 131072\nconcurrency = 3\n'
+    )
+    two = yaml.safe_load(instance_yaml(load_settings({**env, "DIGEST_MODEL_HOSTS": str(hosts)})))["concurrency"]
+    assert two["pools"] == {"default_limit": 4}
+    assert two["runs"]["max_concurrent_runs"] == 5  # the hosts' 4, and one for ingest and reports
+    assert two["runs"]["tag_concurrency_limits"] == [
+        {"key": "digest/model_host", "value": "cpu-1", "limit": 1},
+        {"key": "digest/model_host", "value": "gpu-1", "limit": 3},
+    ]
+    url = "postgresql+psycopg2://digest:s3cret@127.0.0.1:5432/dagster"
+    on_postgres = instance_yaml(load_settings({**env, "DIGEST_DAGSTER_PG_URL": url}))
+    assert yaml.safe_load(on_postgres)["storage"] == {"postgres": {"postgres_url": {"env": "DIGEST_DAGSTER_PG_URL"}}}
+    assert "s3cret" not in on_postgres and "127.0.0.1" not in on_postgres
+
+    # Dagster itself reads the file: the run queue and the pool as written, SQLite storage.
+    write_instance_config(tmp_path / "dagster", single)
+    instance = DagsterInstance.from_config(str(tmp_path / "dagster"))
+    try:
+        queue = instance.get_concurrency_config().run_queue_config
+        assert queue.max_concurrent_runs == 2
+        assert queue.tag_concurrency_limits == [{"key": "digest/model_host", "value": "default", "limit": 1}]
+        assert instance.global_op_concurrency_default_limit == 1
+        assert type(instance.run_storage).__name__ == "SqliteRunStorage"
+    finally:
+        instance.dispose()
+
+
+def test_the_cli_rewrites_its_own_instance_config_keeping_telemetry_and_leaves_a_users_alone(tmp_path):
+    from digest.settings import load_settings
+    from pipelines.instance import write_instance_config
+
+    settings = load_settings({"DIGEST_HOME": str(tmp_path / "home"), "DIGEST_MODEL_PROVIDER": "openai"})
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "dagster.yaml").write_text(OLD_INSTANCE_CONFIG)
+    assert write_instance_config(ours, settings) is None
+    rewritten = yaml.safe_load((ours / "dagster.yaml").read_text())
+    assert rewritten["concurrency"]["runs"]["tag_concurrency_limits"][0]["value"] == "default"
+    assert rewritten["telemetry"] == {"enabled": False}  # the user's one edit survives
+
+    # A file without the marker is the user's: never rewritten; one line when a host has no limit.
+    home = tmp_path / "home"
+    (home / "dagster").mkdir(parents=True)
+    own = "concurrency:\n  pools:\n    default_limit: 3\n"
+    (home / "dagster" / "dagster.yaml").write_text(own)
+    done = subprocess.run(
+        CLI + ["instance-config", "--json"], env=_cli_env(home, "http://127.0.0.1:9"), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (home / "dagster" / "dagster.yaml").read_text() == own
+    shown = json.loads(done.stdout)
+    assert (shown["written_by"], shown["model_pool_limit"], shown["host_run_limits"]) == ("you", 3, {})
+    [warning] = [line for line in done.stderr.splitlines() if "no run limit" in line]
+    assert "model host(s) default" in warning and "digest/model_host" in warning
+    limited = own + "  runs:\n    tag_concurrency_limits:\n    - {key: digest/model_host, value: default, limit: 2}\n"
+    (home / "dagster" / "dagster.yaml").write_text(limited)
+    assert write_instance_config(home / "dagster", settings) is None
+    assert (home / "dagster" / "dagster.yaml").read_text() == limited

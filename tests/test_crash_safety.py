@@ -28,8 +28,8 @@ from digest.model_api import ModelError
 from digest.settings import SettingsError, load_settings
 from digest.summary_output import response_json_schema
 from digest.synthesis import summarize_session
-from pipelines.cli import INSTANCE_CONFIG
 from pipelines.definitions import build_definitions
+from pipelines.instance import write_instance_config
 from resources.bindings import ChatModelResource
 from resources.model_clients import OpenAIChatClient
 from resources.response_cache import CachedChatClient, usable_reply
@@ -179,7 +179,7 @@ def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
         ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)
         model = build_definitions(settings).resources["model"]
         (home / "dagster").mkdir(parents=True)
-        (home / "dagster" / "dagster.yaml").write_text(INSTANCE_CONFIG)  # the pool limit of 1, as the CLI writes it
+        write_instance_config(home / "dagster", settings)  # the pool limit of 1, as the CLI writes it
         instance = DagsterInstance.from_config(str(home / "dagster"))
         runs = {}
         for key in ("staged", "written"):

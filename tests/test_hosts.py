@@ -92,6 +92,8 @@ def test_the_settings_load_the_hosts_file_and_fail_at_load_on_a_bad_one(tmp_path
     fleet = load_settings({**home, "DIGEST_MODEL_HOSTS": str(_hosts_file(tmp_path, CPU_AND_GPU))}).fleet
     assert fleet.names == ["cpu", "gpu"] and fleet.total_concurrency == 5
     assert fleet.limits("gpu").raw_cap_tokens is None and fleet.limits("gpu").bytes_per_token == 3.6
+    # The graph output cap defaults to an eighth of the smallest declared context (the CPU host: 32768).
+    assert load_settings({**home, "DIGEST_MODEL_HOSTS": str(tmp_path / "hosts.toml")}).graph.output_limit_tokens == 4096
     with pytest.raises(SettingsError, match="cannot read it"):
         load_settings({**home, "DIGEST_MODEL_HOSTS": str(tmp_path / "missing.toml")})
 
