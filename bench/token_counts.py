@@ -29,29 +29,33 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from digest.ingest import ingest_paths
-from digest.mini_summaries import build_prompt as mini_prompt
-from digest.mini_summaries import split_document
-from digest.settings import load_settings
-from digest.synthesis import Attempt, Route, build_prompt, raw_content, raw_route
-from digest.tokens import (
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests/ (the export generator) is not installed
+
+from digest.ingest import ingest_paths  # noqa: E402
+from digest.mini_summaries import build_prompt as mini_prompt  # noqa: E402
+from digest.mini_summaries import split_document  # noqa: E402
+from digest.settings import load_settings  # noqa: E402
+from digest.synthesis import Attempt, Route, build_prompt, raw_content, raw_route  # noqa: E402
+from digest.tokens import (  # noqa: E402
     CHAT_TEMPLATE_MARGIN_TOKENS,
     TokenCount,
     conservative_bytes_per_token,
     count_prompt,
     resolve_bytes_per_token,
 )
-from digest.turns import Turn, canonical_order
-from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
-from resources.model_clients import OpenAIChatClient
-from resources.store import DigestStore
-from tests.synthetic_export import write_export
+from digest.turns import Turn, canonical_order  # noqa: E402
+from resources.embedded_server import MODEL_ALIAS, EmbeddedServer  # noqa: E402
+from resources.model_clients import OpenAIChatClient  # noqa: E402
+from resources.store import DigestStore  # noqa: E402
+from tests.synthetic_export import write_export  # noqa: E402
 
-SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "bundle"
+SAMPLES = ROOT / "samples" / "bundle"
 HOST = "embedded"
 
 
