@@ -235,7 +235,7 @@ def project_plan(hosts: list[SimHost], scale: float) -> Plan:
         now = now_ms()
         available, probing = hosts_in_rotation(store, declared, CircuitPolicy(), now)
         selection = next_summary_batch(
-            store, declared, SweepPolicy(), now, exclude, queued_s, available=available, probing=probing
+            store, declared, SweepPolicy(), now, exclude, queued_s, available, probing, CircuitPolicy()
         )
         return [Job(a.candidate.partition_key, a.host, a.reason, a.model_seconds_estimate) for a in selection.batch]
 

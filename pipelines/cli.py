@@ -122,10 +122,11 @@ def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozen
     """The sweep's selection; `probe` off (`plan`): a half-open host's probe is looked at, not taken."""
     from pipelines.selection import hosts_in_rotation, next_summary_batch
 
-    store, now = _store(settings), now_ms()
+    store, now, fleet = _store(settings), now_ms(), settings.fleet
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
-    available, probing = hosts_in_rotation(store, settings.fleet, settings.circuit, now, probe=probe)
-    return next_summary_batch(store, settings.fleet, policy, now, exclude=exclude, available=available, probing=probing)
+    available, probing = hosts_in_rotation(store, fleet, settings.circuit, now)
+    circuit = settings.circuit if probe else None
+    return next_summary_batch(store, fleet, policy, now, exclude, available=available, probing=probing, circuit=circuit)
 
 
 def _run_partitions(

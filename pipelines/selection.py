@@ -68,10 +68,11 @@ def host_views(
     return views, measured
 
 
-def hosts_in_rotation(store: DigestStore, fleet: Fleet, policy: CircuitPolicy, now_ms: int, probe: bool = True):
+def hosts_in_rotation(store: DigestStore, fleet: Fleet, policy: CircuitPolicy, now_ms: int):
     """(the hosts a run may go to now, those of them half-open): a host whose circuit is open is
-    out of rotation; a half-open one is in for its one probe run, taken here unless `probe` is off."""
-    available = store.available_hosts(fleet.names, now_ms, policy, probe=probe)
+    out of rotation; a half-open one is in for its one probe run (taken by `next_summary_batch`
+    when it places a session there). Only reads."""
+    available = store.available_hosts(fleet.names, now_ms, policy, probe=False)
     circuits = store.host_circuits()
     probing = [n for n in available if n in circuits and circuits[n].state(now_ms) == CircuitState.HALF_OPEN]
     return available, probing
@@ -80,7 +81,7 @@ def hosts_in_rotation(store: DigestStore, fleet: Fleet, policy: CircuitPolicy, n
 def closed_hosts(store: DigestStore, fleet: Fleet, policy: CircuitPolicy, now_ms: int) -> list[str]:
     """The hosts whose circuit is closed: where mini-summary and graph runs go (a half-open host's
     one probe is the summary sensor's to take)."""
-    available, probing = hosts_in_rotation(store, fleet, policy, now_ms, probe=False)
+    available, probing = hosts_in_rotation(store, fleet, policy, now_ms)
     return [name for name in available if name not in probing]
 
 
@@ -93,10 +94,13 @@ def next_summary_batch(
     queued_s: Mapping[str, float] | None = None,
     available: list[str] | None = None,
     probing: Sequence[str] = (),
+    circuit: CircuitPolicy | None = None,
 ) -> SweepSelection:
     """`exclude`: partition keys already queued or running; `queued_s`: the estimated model
     seconds queued or running on each host; `available`: the hosts in rotation (default: all);
-    `probing`: those of them half-open, which get one run, their probe.
+    `probing`: those of them half-open, which get one run, their probe. With `circuit`, the probe
+    of a host a session is placed on is taken (a session whose probe another tick took first is
+    left for later); without (`plan`), nothing is taken.
 
     The sweep's budget (`max_sessions`, `model_seconds`) is per available host: N hosts take N
     times the work a tick."""
@@ -124,8 +128,13 @@ def next_summary_batch(
     alone = [a for a in (assign_host(c, views) for c in candidates) if a is not None]
     budget = replace(policy, max_sessions=policy.max_sessions * scale, model_seconds=policy.model_seconds * scale)
     chosen = [item.candidate for item in choose_batch([a.planned for a in alone], budget)]
+    batch = assign_batch(chosen, views, at_most={name: 1 for name in probing})
+    probed = sorted({a.host for a in batch if a.host in probing})
+    if probed and circuit is not None:
+        taken = set(store.available_hosts(probed, now_ms, circuit))
+        batch = [a for a in batch if a.host not in probed or a.host in taken]
     return SweepSelection(
-        batch=assign_batch(chosen, views, at_most={name: 1 for name in probing}),
+        batch=batch,
         pending=queue["pending"],
         active=queue["active"],
         backing_off=queue["backing_off"],

@@ -219,7 +219,7 @@ def summary_sensor(
             context.log.warning(f"model host(s) out of rotation, their circuit open: {out}")
         exclude, queued_s = in_flight(context.instance, summarize_job.name)
         selection = next_summary_batch(
-            db, fleet, policy, now, exclude=exclude, queued_s=queued_s, available=available, probing=probing
+            db, fleet, policy, now, exclude, queued_s, available=available, probing=probing, circuit=circuit.policy()
         )
         batch, skip_reason = selection.batch, selection.skip_reason
     except Exception as exc:  # the tick still registers: a raised tick would drop its chunk with it

@@ -207,7 +207,17 @@ def test_a_host_out_of_rotation_gets_no_session_and_one_only_it_takes_raw_waits_
     later = now + int(circuit.retry_base_s * 1000) + 1
     available, probing = hosts_in_rotation(store, settings.fleet, circuit, later)
     assert (available, probing) == (["cpu", "gpu"], ["gpu"])
-    selection = next_summary_batch(store, settings.fleet, policy, later, available=available, probing=probing)
-    assert [a.candidate.session_id for a in selection.batch if a.host == "gpu"] == ["s0"]
+    # A look (`plan`) takes no probe; a sweep that places a session there takes it.
+    look = next_summary_batch(store, settings.fleet, policy, later, available=available, probing=probing)
+    assert [a.candidate.session_id for a in look.batch if a.host == "gpu"] == ["s0"]
+    assert hosts_in_rotation(store, settings.fleet, circuit, later) == (["cpu", "gpu"], ["gpu"])
+    sweep = next_summary_batch(
+        store, settings.fleet, policy, later, available=available, probing=probing, circuit=circuit
+    )
+    assert [a.candidate.session_id for a in sweep.batch if a.host == "gpu"] == ["s0"]
     # The probe is out: the next tick does not send the GPU host a second run.
     assert hosts_in_rotation(store, settings.fleet, circuit, later + 1) == (["cpu"], [])
+    again = next_summary_batch(
+        store, settings.fleet, policy, later, available=available, probing=probing, circuit=circuit
+    )
+    assert "gpu" not in {a.host for a in again.batch}  # a stale selection loses the probe it no longer holds
