@@ -74,7 +74,7 @@ def write_instance_config(dagster_home: Path, settings: Settings) -> str | None:
     """Writes `dagster_home/dagster.yaml` unless it is the user's own; returns a one-line warning
     when the user's own file leaves a model host without its run limit."""
     path = Path(dagster_home) / "dagster.yaml"
-    telemetry = None
+    telemetry, text = None, None
     if path.exists():
         text = path.read_text()
         try:
@@ -93,7 +93,7 @@ def write_instance_config(dagster_home: Path, settings: Settings) -> str | None:
         if isinstance(existing, dict):
             telemetry = existing.get("telemetry")  # the one block a user is told to edit here
     content = instance_yaml(settings, telemetry)
-    if path.exists() and path.read_text() == content:
+    if text == content:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
     # Whole or not at all: another CLI, the daemon or the webserver may be reading it right now.

@@ -114,18 +114,18 @@ def next_summary_batch(
         oldest=policy.oldest_share * LOOKAHEAD * scale,
     )
     out_of_rotation, _ = host_views(store, fleet, [n for n in fleet.names if n not in available], {})
-    candidates, waiting = [], 0
+    # Each sized on the host it would go to alone; then chosen within the budget, then placed in
+    # order, each one's time added to its host's queue before the next.
+    alone, waiting = [], 0
     for candidate in queue["candidates"]:
         if candidate.partition_key in exclude:
             continue
+        assignment = assign_host(candidate, views)
         # Not degraded for want of a host that is only away: it waits for the host that takes it raw.
-        if not admitted_raw(candidate, views) and admitted_raw(candidate, out_of_rotation):
+        if (assignment is None or assignment.route != Route.WITHIN_CAP) and admitted_raw(candidate, out_of_rotation):
             waiting += 1
-            continue
-        candidates.append(candidate)
-    # Sized on the host each would go to alone, then chosen within the budget, then placed in
-    # order, each one's time added to its host's queue before the next.
-    alone = [a for a in (assign_host(c, views) for c in candidates) if a is not None]
+        elif assignment is not None:
+            alone.append(assignment)
     budget = replace(policy, max_sessions=policy.max_sessions * scale, model_seconds=policy.model_seconds * scale)
     chosen = [item.candidate for item in choose_batch([a.planned for a in alone], budget)]
     batch = assign_batch(chosen, views, at_most={name: 1 for name in probing})

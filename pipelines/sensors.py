@@ -168,11 +168,11 @@ def in_flight(instance, job_name: str) -> tuple[set[str], dict[str, float]]:
     return keys, queued_s
 
 
-def spread_over_hosts(instance, fleet, count: int, available: list[str] | None = None) -> list[str]:
-    """Hosts for `count` new mini-summary or graph runs: each to the available host with the fewest
-    queued or running model runs per call slot, counting the ones placed before it (ties: the first
-    declared). Empty when no host is available."""
-    names = [n for n in fleet.names if available is None or n in available]
+def spread_over_hosts(instance, store, fleet, circuit, count: int) -> list[str]:
+    """Hosts for `count` new mini-summary or graph runs: each to the host with a closed circuit
+    that has the fewest queued or running model runs per call slot, counting the ones placed
+    before it (ties: the first declared). Empty when no host's circuit is closed."""
+    names = closed_hosts(store, fleet, circuit, now_ms())
     if not names:
         return []
     runs = {name: 0 for name in names}
@@ -185,6 +185,10 @@ def spread_over_hosts(instance, fleet, count: int, available: list[str] | None =
         runs[host] += 1
         placed.append(host)
     return placed
+
+
+def _no_host_in_rotation(fleet) -> SkipReason:
+    return SkipReason(f"no model host in rotation: {', '.join(fleet.names)} have their circuit open")
 
 
 def summary_run_tags(item) -> dict[str, str]:
@@ -271,9 +275,9 @@ def mini_summary_sensor(
     keys = db.pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
     if not keys:
         return SkipReason("no turn needs a mini summary (or the sessions that do are backing off)")
-    hosts = spread_over_hosts(context.instance, fleet, 1, closed_hosts(db, fleet, circuit.policy(), now_ms()))
+    hosts = spread_over_hosts(context.instance, db, fleet, circuit.policy(), 1)
     if not hosts:
-        return SkipReason(f"no model host in rotation: {', '.join(fleet.names)} have their circuit open")
+        return _no_host_in_rotation(fleet)
     tags = {
         "digest/sweep": "mini-summaries",
         "digest/budget": f"{policy.budget_s:.0f}s",
@@ -302,9 +306,9 @@ def digest_sensor(
     if not keys:
         return SkipReason("no summarized session waits for its graph")
     tags = {"digest/sweep": "graph", "digest/budget": f"{policy.batch_sessions} sessions"}
-    hosts = spread_over_hosts(context.instance, fleet, len(keys), closed_hosts(db, fleet, circuit.policy(), now_ms()))
+    hosts = spread_over_hosts(context.instance, db, fleet, circuit.policy(), len(keys))
     if not hosts:
-        return SkipReason(f"no model host in rotation: {', '.join(fleet.names)} have their circuit open")
+        return _no_host_in_rotation(fleet)
     requests = [RunRequest(partition_key=key, tags={**tags, MODEL_HOST_TAG: host}) for key, host in zip(keys, hosts)]
     return _with_partitions(context, requests)
 
