@@ -14,6 +14,9 @@ class ChatReply:
     duration_s: float
     finish_reason: str | None = None
     cached: bool = False  # replayed from the response cache: no model call, no model time
+    # Seconds from sending the request to the first piece of the answer: the prompt's evaluation
+    # time. Only a streamed reply shows it; None without streaming.
+    first_token_s: float | None = None
 
 
 class ModelError(Exception):
@@ -25,6 +28,14 @@ class ModelError(Exception):
 
 class ModelTimeout(ModelError):
     """The call did not finish within its timeout."""
+
+    # A streamed call still receiving pieces when its wall-clock ceiling came: slow, not stuck.
+    progressing: bool = False
+    first_token_s: float | None = None  # when the first piece came, if one did (see ChatReply)
+
+
+class ModelStalled(ModelTimeout):
+    """A streamed call that received nothing for its stall window: the server is stuck."""
 
 
 class ContextOverflow(ModelError):
@@ -51,9 +62,26 @@ class OutputLimitExceeded(ModelError):
 
 class ChatClient(Protocol):
     model: str
+    # Whether calls are streamed: False once the server has refused to stream (the client then
+    # calls it without, and only the ceiling bounds a call, so the caller sizes it by itself).
+    streaming: bool
 
-    def chat(self, prompt: str, *, schema: dict | None, max_output_tokens: int, timeout_s: float) -> ChatReply:
+    def chat(
+        self,
+        prompt: str,
+        *,
+        schema: dict | None,
+        max_output_tokens: int,
+        timeout_s: float,
+        stall_s: float | None = None,
+    ) -> ChatReply:
         """Send one user message and return the reply; raise a ModelError subclass on failure.
         With `schema`, the reply is asked for as JSON of that schema; without, as plain text.
-        `timeout_s` is a wall-clock deadline for the whole call, whatever the server sends."""
+        `timeout_s` is a wall-clock ceiling for the whole call, whatever the server sends.
+        `stall_s`: a streamed call that receives no piece for this long (the first one included)
+        is given up as stuck (`ModelStalled`); None, or a call that is not streamed: only the ceiling."""
+        ...
+
+    def count_tokens(self, text: str) -> int | None:
+        """The server's own token count of `text`, or None when it has no tokenizer (never raises)."""
         ...
