@@ -101,7 +101,10 @@ def session_graph(
     host = tagged_host(context, model)
     limits, policy = model.limits(host, db), graph.policy()
     ledger = RunLedger(db, context.run.run_id, host=host, circuit=circuit.policy())
-    result = digest_session(turns, summary, model.client(db, host=host), limits, policy, ledger, chunk_store=ledger)
+    result = digest_session(
+        turns, summary, model.client(db, host=host), limits, policy, ledger, chunk_store=ledger,
+        pacer=model.pacer(db, host, policy.timeout_s),
+    )  # fmt: skip
     if result.left_for_later:
         context.log.info(f"session {session_id!r} part-digested: {result.note}")
         context.log_event(

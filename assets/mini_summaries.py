@@ -97,6 +97,7 @@ def turn_mini_summaries(
             model.limits(host, db),
             policy,
             MiniSummaryLedger(db, context.run.run_id, host=host, circuit=circuit.policy()),
+            pacer=model.pacer(db, host, policy.timeout_s),
         )
         backoff_until_ms = report.backoff_until_ms(now_ms())
         db.record_backfill_run(

@@ -161,6 +161,8 @@ def raw_sessions(
             "raw_bytes": row["raw_bytes"],
             "raw_tokens_estimate": raw_tokens,
             "raw_cap_tokens": limits.raw_cap_tokens if limits.raw_cap_tokens is not None else "off",
+            # pinned, off, or auto: the host's measured speed (auto-unmeasured: the default until then).
+            "raw_cap_source": limits.raw_cap_source,
             # The estimate's ratio, and where it comes from: pinned, the host's ledger, or the default.
             "bytes_per_token": round(limits.bytes_per_token, 3),
             "bytes_per_token_source": limits.bytes_per_token_source,
@@ -206,8 +208,8 @@ def session_summaries(
         return
     host, host_reason = run_host(context, db, model, session_id)
     limits = model.limits(host, db)
-    # Held across the raw call and the degraded one, each up to the timeout, with room to write.
-    lease_ttl_s = 2 * limits.timeout_s + 120
+    # Held across the raw call and the degraded one, each up to the call ceiling, with room to write.
+    lease_ttl_s = 2 * model.call_ceiling_s + 120
     holder = db.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
     if holder is not None and _run_ended(context.instance, holder):
         # Its process died holding the lease (killed mid-run, marked failed since): take it over.
@@ -231,7 +233,10 @@ def session_summaries(
         context.log.info(f"session {session_id!r} goes to model host {host!r}: {host_reason}")
         # Near the bound, the host's own tokenizer (when it has one) counts the raw prompt.
         ledger = RunLedger(db, run_id, host=host, circuit=circuit.policy())
-        result = summarize_session(turns, client, limits, ledger, count_tokens=client.count_tokens)
+        result = summarize_session(
+            turns, client, limits, ledger, count_tokens=client.count_tokens,
+            pacer=model.pacer(db, host, limits.timeout_s),
+        )  # fmt: skip
         if result.summary is None and result.host_failure:
             # The host's fault, counted on its circuit: no backoff of the session, which the next tick
             # gives to another host (or to this one, once its circuit closes).

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from digest.friction import DETERMINISTIC_SYMPTOMS, EmissionPoint, FrictionEvent, Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError
+from digest.pacing import Pacer
 from digest.summary_output import unfenced
 from digest.synthesis import Ledger, Limits, SourceTier, call_attempt, prompt_friction
 from digest.turns import Turn, canonical_order, input_revision
@@ -806,7 +807,14 @@ def _friction(session_id, client, limits, prompt, symptom, point, note, error=No
 
 
 def _extract(
-    client: ChatClient, chunk: Chunk, total: int, limits: Limits, policy: GraphPolicy, ledger: Ledger, session_id: str
+    client: ChatClient,
+    chunk: Chunk,
+    total: int,
+    limits: Limits,
+    policy: GraphPolicy,
+    ledger: Ledger,
+    session_id: str,
+    pacer: Pacer,
 ) -> tuple[GraphExtraction | None, BaseException | None, str, bool, float]:
     """One chunk's model call, its attempt recorded whatever happens; True when its reply was cut
     at the output cap and only its complete items were kept; the call's model seconds."""
@@ -815,12 +823,14 @@ def _extract(
     error: BaseException | None = None
     extraction = None
     cut = False
+    plan = pacer.plan(limits.estimate_tokens(prompt), policy.output_limit_tokens, client.streaming)
     try:
         reply = client.chat(
             prompt,
             schema=extraction_json_schema(),
             max_output_tokens=policy.output_limit_tokens,
-            timeout_s=policy.timeout_s,
+            timeout_s=plan.timeout_s,
+            stall_s=plan.stall_s,
         )
         try:
             extraction = parse_extraction(reply.text)
@@ -832,8 +842,11 @@ def _extract(
         error = exc
     # Tier raw: graph evidence is always the raw turns.
     where = f"chunk {chunk.index + 1}/{total}: "
-    attempt = call_attempt(session_id, "graph", SourceTier.RAW, prompt, limits, client.model, reply, error, where)
+    attempt = call_attempt(
+        session_id, "graph", SourceTier.RAW, prompt, limits, client.model, reply, error, where, plan=plan
+    )
     ledger.record_attempt(attempt)
+    pacer.observe(attempt.speed_sample(), error)
     return extraction, error, prompt, cut, attempt.duration_s
 
 
@@ -845,12 +858,15 @@ def digest_session(
     policy: GraphPolicy,
     ledger: Ledger,
     chunk_store: ChunkStore | None = None,
+    pacer: Pacer | None = None,
 ) -> DigestResult:
     """The session's graph: provenance from the stored rows, semantics from the model over raw
     turn chunks. The first failed chunk stops the digest (friction recorded, no graph), so a
     failing session costs one call a try, not one per chunk. A chunk is started only while the
     run's model time (`policy.budget_s`) is left; with `chunk_store`, finished chunks are kept
-    there and a later run starts where this one stopped."""
+    there and a later run starts where this one stopped. `pacer`: each call's deadlines
+    (`digest.pacing`); default `policy.timeout_s`, fixed."""
+    pacer = pacer or Pacer.fixed(policy.timeout_s)
     if not turns:
         raise ValueError("a session with no turns cannot be digested")
     ordered = canonical_order(turns)
@@ -901,7 +917,7 @@ def digest_session(
             )  # fmt: skip
         else:
             extraction, error, prompt, cut, seconds = _extract(
-                client, chunk, len(chunks), limits, policy, ledger, session_id
+                client, chunk, len(chunks), limits, policy, ledger, session_id, pacer
             )
             spent += seconds
             if error is not None:

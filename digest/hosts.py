@@ -29,6 +29,11 @@ MODEL_HOST_TAG = "digest/model_host"  # the run tag naming the model host a run'
 MODEL_HOST_REASON_TAG = "digest/model_host_reason"
 DEFAULT_HOST = "default"  # the one host of the single-host settings
 PROVIDERS = ("embedded", "openai", "ollama")
+# A raw call must finish inside DIGEST_SUMMARY_TIMEOUT_S (180 s) on a CPU host. Prompt evaluation
+# runs at roughly 50 tokens/s for a 4B-active or 7B Q4 model on a few CPU cores, so 8192 prompt
+# tokens cost about 165 s: the most that fits the timeout with room for the answer. An auto cap
+# starts here until its host's speed is measured.
+DEFAULT_RAW_CAP_TOKENS = 8192
 # Host names go into run tags and pool limits: keep them to what Dagster's tag values take.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 
@@ -48,10 +53,13 @@ class HostSpec:
     raw_cap_tokens: int | None  # None: no raw cap on this host (a long-context GPU box)
     concurrency: int  # model calls at once: the host's run limit
     bytes_per_token: float | None  # pinned; None: measured from the host's ledger, else 3.0
+    raw_cap_auto: bool = False  # the cap follows the host's measured speed; `raw_cap_tokens` until measured
 
 
-def _off_or_count(value: Any) -> Any:
-    return None if isinstance(value, str) and value.strip().lower() == "off" else value
+def _off_auto_or_count(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in ("off", "auto"):
+        return value.strip().lower()
+    return value
 
 
 class _HostEntry(BaseModel):
@@ -65,7 +73,9 @@ class _HostEntry(BaseModel):
     model: str | None = Field(default=None, min_length=1)
     context_limit_tokens: int = Field(ge=256)
     safe_limit_tokens: int | None = Field(default=None, ge=1)
-    raw_cap_tokens: Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(_off_or_count)] = None
+    raw_cap_tokens: Annotated[
+        Annotated[int, Field(ge=1)] | Literal["off", "auto"] | None, BeforeValidator(_off_auto_or_count)
+    ] = None
     concurrency: int = Field(default=1, ge=1, le=64)
     bytes_per_token: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
@@ -86,16 +96,21 @@ def _spec(entry: _HostEntry, default_models: Mapping[str, str]) -> HostSpec:
         model=entry.model or default_models[entry.provider],
         context_limit_tokens=entry.context_limit_tokens,
         safe_limit_tokens=entry.safe_limit_tokens or entry.context_limit_tokens * 3 // 4,
-        raw_cap_tokens=entry.raw_cap_tokens,
+        raw_cap_tokens=(
+            DEFAULT_RAW_CAP_TOKENS if entry.raw_cap_tokens == "auto" else None if entry.raw_cap_tokens == "off"
+            else entry.raw_cap_tokens
+        ),
         concurrency=entry.concurrency,
         bytes_per_token=entry.bytes_per_token,
-    )
+        raw_cap_auto=entry.raw_cap_tokens == "auto",
+    )  # fmt: skip
 
 
 def load_hosts_file(path: Path, default_models: Mapping[str, str]) -> tuple[HostSpec, ...]:
     """The hosts the file declares, validated: a `HostsError` names the file, the host (by name
-    and position) and the field at fault. `raw_cap_tokens` is a count or "off"; when a table
-    leaves it out the host has no cap (say `raw_cap_tokens = 8192` for a CPU host)."""
+    and position) and the field at fault. `raw_cap_tokens` is a count, "off" or "auto" (it follows
+    the host's measured speed); when a table leaves it out the host has no cap (say
+    `raw_cap_tokens = 8192`, or "auto", for a CPU host)."""
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -126,11 +141,13 @@ def load_hosts_file(path: Path, default_models: Mapping[str, str]) -> tuple[Host
 
 @dataclass(frozen=True)
 class Fleet:
-    """The declared hosts, with the bounds every summary call shares (output cap, deadline)."""
+    """The declared hosts, with the bounds every summary call shares (output cap, deadline, and
+    the seconds an auto raw cap sizes one raw call to)."""
 
     hosts: tuple[HostSpec, ...]
     max_output_tokens: int
     timeout_s: float
+    raw_call_target_s: float = 120.0
 
     @property
     def names(self) -> list[str]:
@@ -149,25 +166,42 @@ class Fleet:
                 return host
         raise KeyError(f"no model host is named {name!r} (declared: {', '.join(self.names)})")
 
-    def limits(self, name: str | None = None, calibrated: tuple[float, int] | None = None) -> Limits:
+    def limits(
+        self, name: str | None = None, calibrated: tuple[float, int] | None = None, auto_cap: int | None = None
+    ) -> Limits:
         """The host's bounds. Its bytes per token: pinned, else `calibrated` (measured in its
-        ledger: `DigestStore.calibrated_bytes_per_token`), else the default."""
+        ledger: `DigestStore.calibrated_bytes_per_token`), else the default. Its raw cap: pinned,
+        off, or (auto) `auto_cap` as its speed measures it, else the default until measured."""
         host = self.host(name)
         bytes_per_token, source = resolve_bytes_per_token(host.bytes_per_token, calibrated)
+        if host.raw_cap_auto:
+            cap, cap_source = (auto_cap, "auto") if auto_cap is not None else (host.raw_cap_tokens, "auto-unmeasured")
+        else:
+            cap, cap_source = host.raw_cap_tokens, "pinned" if host.raw_cap_tokens is not None else "off"
         return Limits(
             context_limit_tokens=host.context_limit_tokens,
             safe_limit_tokens=host.safe_limit_tokens,
-            raw_cap_tokens=host.raw_cap_tokens,
+            raw_cap_tokens=cap,
             bytes_per_token=bytes_per_token,
             bytes_per_token_source=source,
             max_output_tokens=self.max_output_tokens,
             timeout_s=self.timeout_s,
+            raw_cap_source=cap_source,
         )
 
     def measured_limits(self, store: Any, name: str | None = None) -> Limits:
-        """The host's bounds with the bytes per token its ledger in `store` measures."""
+        """The host's bounds with the bytes per token its ledger in `store` measures, and its raw
+        cap when that follows its speed."""
         host = self.host(name)
-        return self.limits(host.name, store.calibrated_bytes_per_token(host.name, host.model))
+        auto_cap = None
+        if host.raw_cap_auto:
+            bound = min(host.safe_limit_tokens, host.context_limit_tokens - self.max_output_tokens)
+            # Until the host's summaries say how long they run, room for half the output cap.
+            measured = store.auto_raw_cap(
+                host.name, host.model, self.raw_call_target_s, self.max_output_tokens // 2, bound
+            )
+            auto_cap = measured.cap_tokens if measured is not None else None
+        return self.limits(host.name, store.calibrated_bytes_per_token(host.name, host.model), auto_cap)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ The reference backfill (`memory-summary-backfill`), made per session and budgete
 - a pending turn (no mini summary, not archived) gets one model call whose prompt carries the user
   prompt and the agent response, never the agent's thought;
 - the reply is whitespace-collapsed and cut to 280 characters;
-- every call is an attempt with an inner timeout (the client's wall-clock deadline) and an outer
-  one (a backstop whatever the client does), and its failure cause is tallied; a turn with no
+- every call is an attempt paced by the host's measured speed (`digest.pacing`: a stall window and
+  a ceiling; the configured inner timeout where nothing is measured yet), with an outer backstop
+  past the ceiling whatever the client does, and its failure cause is tallied; a turn with no
   content is archived at once, one that fails `max_attempts` times is archived too, and archived
   turns are never picked again until un-archived;
 - a run stops picking turns when its budget of model time is spent, and takes a fresh reserve of
@@ -19,12 +20,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from digest.circuit import is_host_failure
 from digest.model_api import ChatClient, ChatReply, ContextOverflow, ModelTimeout, ProviderError
+from digest.pacing import CallPlan, Pacer, first_token_of, is_given_up
 from digest.synthesis import Attempt, Limits, Route, estimate_raw_tokens, raw_route
 
 STAGE = "mini-summary"
@@ -245,29 +246,35 @@ def cause_of(error: BaseException) -> str:
 
 
 def call_with_deadline(
-    client: ChatClient, prompt: str, policy: MiniSummaryPolicy
+    client: ChatClient, prompt: str, plan: CallPlan, backstop_slack_s: float
 ) -> tuple[ChatReply | None, BaseException | None, float]:
-    """One call under the inner timeout, abandoned at the outer one; (reply, error, seconds).
+    """One call under its plan (the client's own ceiling and stall window), abandoned at the outer
+    backstop, `backstop_slack_s` past the ceiling; (reply, error, seconds).
 
-    An abandoned call ends on its own when its inner timeout fires; nothing it returns is used.
+    An abandoned call ends on its own when its ceiling fires; nothing it returns is used.
     """
     outcome: dict[str, object] = {}
 
     def run() -> None:
         try:
             outcome["reply"] = client.chat(
-                prompt, schema=None, max_output_tokens=MAX_OUTPUT_TOKENS, timeout_s=policy.timeout_s
+                prompt,
+                schema=None,
+                max_output_tokens=MAX_OUTPUT_TOKENS,
+                timeout_s=plan.timeout_s,
+                stall_s=plan.stall_s,
             )
         except Exception as error:  # carried to the caller, who tallies it
             outcome["error"] = error
 
+    backstop_s = plan.timeout_s + backstop_slack_s
     started = time.monotonic()
     worker = threading.Thread(target=run, name="mini-summary-call", daemon=True)
     worker.start()
-    worker.join(policy.outer_timeout_s)
+    worker.join(backstop_s)
     seconds = time.monotonic() - started
     if worker.is_alive():
-        return None, OuterTimeout(f"no reply within the outer timeout of {policy.outer_timeout_s:g}s"), seconds
+        return None, OuterTimeout(f"no reply within the outer timeout of {backstop_s:g}s"), seconds
     return outcome.get("reply"), outcome.get("error"), seconds
 
 
@@ -280,30 +287,39 @@ def fill_mini_summaries(
     limits: Limits,
     policy: MiniSummaryPolicy,
     store: MiniSummaryStore,
+    pacer: Pacer | None = None,
 ) -> FillReport:
     """Generate mini summaries for these pending turns until done or the budget is spent.
 
     Turns with no content are archived first (they cost no model time). A turn is started only
-    while model time is left, so a run overruns its budget by at most one outer timeout.
+    while model time is left, so a run overruns its budget by at most one call. Each call is paced
+    by `pacer` (`digest.pacing`; default: the configured timeout, fixed): a turn whose call was
+    given up goes to the back of the run's queue and is tried again at the stretched window, while
+    that window is still under the ceiling and the turn has attempts left.
     """
+    pacer = pacer or Pacer.fixed(policy.timeout_s)
     limits = mini_summary_limits(limits, policy)
     max_prompt_bytes = int(limits.prompt_budget_tokens * limits.bytes_per_token)
+    backstop_slack_s = max(0.0, policy.outer_timeout_s - policy.timeout_s)
     report = FillReport(pending=len(turns))
     texts = {turn.id: turn_text(turn) for turn in turns}
     for turn in turns:
         if texts[turn.id] is None:
             store.archive(turn, ARCHIVE_NO_CONTENT)
             report.archived_no_content.append(turn.id)
-    ordered = batch_order([t for t in turns if texts[t.id] is not None], policy.fresh_reserve)
-    for position, turn in enumerate(ordered):
+    queue = deque(batch_order([t for t in turns if texts[t.id] is not None], policy.fresh_reserve))
+    while queue:
         if report.model_seconds >= policy.budget_s:
-            report.left_for_later = len(ordered) - position
+            report.left_for_later = len(queue)
             break
+        turn = queue.popleft()
         if not store.still_pending(turn):  # runs of one session can overlap when the model pool allows
             report.done_by_another_run += 1
             continue
         prompt = build_prompt(*texts[turn.id], max_bytes=max_prompt_bytes)
-        reply, error, seconds = call_with_deadline(client, prompt, policy)
+        tokens_estimate = limits.estimate_tokens(prompt)
+        plan = pacer.plan(tokens_estimate, MAX_OUTPUT_TOKENS, client.streaming)
+        reply, error, seconds = call_with_deadline(client, prompt, plan, backstop_slack_s)
         report.model_seconds += seconds
         report.attempted += 1
         if reply is not None:
@@ -311,23 +327,24 @@ def fill_mini_summaries(
             cause = "ok" if text else "empty-output"
         else:
             text, cause = "", cause_of(error)
-        store.record_attempt(
-            Attempt(
-                session_id=turn.session_id,
-                stage=STAGE,
-                tier="turn",
-                prompt_bytes=len(prompt.encode("utf-8")),
-                tokens_estimate=limits.estimate_tokens(prompt),
-                outcome=cause,
-                duration_s=seconds,
-                model=client.model,
-                prompt_tokens=reply.prompt_tokens if reply is not None else None,
-                completion_tokens=reply.completion_tokens if reply is not None else None,
-                cached=reply is not None and reply.cached,
-                error_text=f"turn {turn.id}: {error or 'the reply was empty'}"[:2000] if cause != "ok" else None,
-                host_failure=is_host_failure(error),
-            )
+        attempt = Attempt(
+            session_id=turn.session_id,
+            stage=STAGE,
+            tier="turn",
+            prompt_bytes=len(prompt.encode("utf-8")),
+            tokens_estimate=tokens_estimate,
+            outcome=cause,
+            duration_s=seconds,
+            model=client.model,
+            prompt_tokens=reply.prompt_tokens if reply is not None else None,
+            completion_tokens=reply.completion_tokens if reply is not None else None,
+            cached=reply is not None and reply.cached,
+            error_text=f"turn {turn.id}: {error or 'the reply was empty'}"[:2000] if cause != "ok" else None,
+            host_failure=plan.host_failure(error),
+            first_token_s=first_token_of(reply, error),
         )
+        store.record_attempt(attempt)
+        pacer.observe(attempt.speed_sample(), error)
         if cause == "ok":
             store.save_mini_summary(turn, text, client.model)
             report.generated.append((turn.id, text))
@@ -336,4 +353,6 @@ def fill_mini_summaries(
         report.causes[cause] += 1
         if store.record_failure(turn, cause, policy.max_attempts):
             report.archived_after_failures.append(turn.id)
+        elif is_given_up(error) and pacer.plan(tokens_estimate, MAX_OUTPUT_TOKENS, client.streaming).give_up_s > plan.give_up_s:
+            queue.append(turn)  # the host is slower than the run assumed: again, at the longer window
     return report

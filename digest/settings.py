@@ -24,7 +24,15 @@ from digest.graph import (
     graph_limits,
     prompt_window_tokens,
 )
-from digest.hosts import DEFAULT_HOST, PROVIDERS, Fleet, HostsError, HostSpec, load_hosts_file
+from digest.hosts import (
+    DEFAULT_HOST,
+    DEFAULT_RAW_CAP_TOKENS,
+    PROVIDERS,
+    Fleet,
+    HostsError,
+    HostSpec,
+    load_hosts_file,
+)
 from digest.mini_summaries import PRIORITIES as MINI_SUMMARY_PRIORITIES
 from digest.mini_summaries import MiniSummaryPolicy
 from digest.scheduling import SweepPolicy
@@ -34,11 +42,6 @@ from digest.tokens import DEFAULT_BYTES_PER_TOKEN
 # The embedded SmolLM2 GGUF was trained with an 8192-token context; the server is started with it.
 EMBEDDED_CONTEXT_TOKENS = 8192
 DEFAULT_MODEL_NAMES = {"embedded": "smollm2", "openai": "default", "ollama": "llama3.2"}
-
-# A raw call must finish inside DIGEST_SUMMARY_TIMEOUT_S (180 s) on a CPU host. Prompt evaluation
-# runs at roughly 50 tokens/s for a 4B-active or 7B Q4 model on a few CPU cores, so 8192 prompt
-# tokens cost about 165 s: the most that fits the timeout with room for the answer.
-DEFAULT_RAW_CAP_TOKENS = 8192
 
 # The reference's graph output limit is 8192 tokens for a 131072-token context. On a small context
 # (the embedded SmolLM2's is 8192) that would leave no room for a prompt, so the default is an eighth
@@ -62,7 +65,10 @@ class Settings:
     model_name: str
     context_limit_tokens: int
     safe_limit_tokens: int
-    raw_cap_tokens: int | None  # None: the cap is off (high-context hosts)
+    raw_cap_tokens: int | None  # None: the cap is off (high-context hosts); auto: the cap until measured
+    raw_cap_auto: bool  # the cap follows the host's measured speed (`digest.pacing`)
+    raw_call_target_s: float  # what an auto cap sizes one raw call to
+    call_ceiling_s: float  # no model call runs longer
     bytes_per_token: float | None  # pinned; None: measured from the ledger, else 3.0
     summary_timeout_s: float
     summary_max_output_tokens: int
@@ -102,15 +108,22 @@ def single_host(model: Any, url: str | None, name: str) -> HostSpec:
         context_limit_tokens=model.context_limit_tokens,
         safe_limit_tokens=model.safe_limit_tokens,
         raw_cap_tokens=model.raw_cap_tokens,
+        raw_cap_auto=model.raw_cap_auto,
         concurrency=1,
         bytes_per_token=model.bytes_per_token,
     )
 
 
 def build_fleet(hosts_file: str | Path | None, default: HostSpec, model: Any) -> Fleet:
-    """The hosts file's hosts, else `default`; with the output cap and deadline every call shares."""
+    """The hosts file's hosts, else `default`; with the output cap, deadline and raw-call target
+    every summary call shares."""
     hosts = load_hosts_file(Path(hosts_file), DEFAULT_MODEL_NAMES) if hosts_file else (default,)
-    return Fleet(hosts, max_output_tokens=model.summary_max_output_tokens, timeout_s=model.summary_timeout_s)
+    return Fleet(
+        hosts,
+        max_output_tokens=model.summary_max_output_tokens,
+        timeout_s=model.summary_timeout_s,
+        raw_call_target_s=model.raw_call_target_s,
+    )
 
 
 # --- how a setting's text is read: (env var, stripped non-empty text) -> value, or SettingsError --
@@ -159,16 +172,24 @@ def one_of(choices: tuple[str, ...]) -> Parse:
 
 
 def raw_cap(name: str, text: str) -> int | None:
-    """A positive token count, or `off` (no cap)."""
+    """A positive token count, `off` (no cap), or `auto` (the default cap until the host's speed
+    is measured; `raw_cap_auto` says it follows the speed then)."""
     if text.lower() == "off":
         return None
+    if text.lower() == "auto":
+        return DEFAULT_RAW_CAP_TOKENS
     try:
         value = int(text)
     except ValueError:
-        raise SettingsError(f"{name}={text!r} is neither a whole number of tokens nor 'off'") from None
+        raise SettingsError(f"{name}={text!r} is neither a whole number of tokens, 'off' nor 'auto'") from None
     if value < 1:
         raise SettingsError(f"{name}={text!r} must be at least 1 (or 'off')")
     return value
+
+
+def is_auto(name: str, text: str) -> bool:
+    """Whether a raw cap's text asks the cap to follow the host (`auto`); `raw_cap` validates it."""
+    return text.lower() == "auto"
 
 
 def text(name: str, value: str) -> str:
@@ -340,7 +361,24 @@ SETTINGS: tuple[Setting, ...] = (
         "raw_cap_tokens",
         raw_cap,
         DEFAULT_RAW_CAP_TOKENS,
-        "the raw-synthesis cap and the largest prompt of any model call; off disables it",
+        "the raw-synthesis cap and the largest prompt of any model call; off disables it; auto follows "
+        "the host's measured speed (DIGEST_RAW_CALL_TARGET_S), 8192 until measured",
+        resource="model",
+    ),
+    Setting(
+        "DIGEST_RAW_CAP_TOKENS",
+        "raw_cap_auto",
+        is_auto,
+        False,
+        "auto: the raw cap follows the host's measured speed",
+        resource="model",
+    ),
+    Setting(
+        "DIGEST_RAW_CALL_TARGET_S",
+        "raw_call_target_s",
+        positive,
+        120.0,
+        "with an auto raw cap: the seconds one raw summary call is sized to, its prompt and its answer",
         resource="model",
     ),
     Setting(
@@ -356,7 +394,15 @@ SETTINGS: tuple[Setting, ...] = (
         "summary_timeout_s",
         positive,
         180.0,
-        "wall-clock deadline of one summary call",
+        "stall window of one summary call where the host's speed is not measured yet (docs/pacing.md)",
+        resource="model",
+    ),
+    Setting(
+        "DIGEST_CALL_CEILING_S",
+        "call_ceiling_s",
+        positive,
+        900.0,
+        "no model call runs longer, however it progresses (a trickling server is cut here)",
         resource="model",
     ),
     Setting(
@@ -385,13 +431,13 @@ SETTINGS: tuple[Setting, ...] = (
     _mini(
         "DIGEST_MINI_SUMMARY_BUDGET_S", "budget_s", positive, 600.0, "model time one turn_mini_summaries run may spend"
     ),
-    _mini("DIGEST_MINI_SUMMARY_TIMEOUT_S", "timeout_s", positive, 20.0, "inner timeout of one mini summary call"),
+    _mini("DIGEST_MINI_SUMMARY_TIMEOUT_S", "timeout_s", positive, 20.0, "stall window of one mini summary call where the host's speed is not measured yet"),
     _mini(
         "DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S",
         "outer_timeout_s",
         positive,
         30.0,
-        "outer, wall-clock timeout per turn; at least the inner one",
+        "with the inner timeout: the outer backstop per turn is the call's ceiling plus their difference",
     ),
     _mini(
         "DIGEST_MINI_SUMMARY_MAX_ATTEMPTS", "max_attempts", whole(), 5, "failed attempts after which a turn is archived"
@@ -425,7 +471,7 @@ SETTINGS: tuple[Setting, ...] = (
     _graph(
         "DIGEST_GRAPH_MAX_ATTEMPTS", "max_attempts", whole(), 3, "failed digests after which a session is undigestible"
     ),
-    _graph("DIGEST_GRAPH_TIMEOUT_S", "timeout_s", positive, 600.0, "wall-clock deadline of one extraction call"),
+    _graph("DIGEST_GRAPH_TIMEOUT_S", "timeout_s", positive, 600.0, "stall window of one extraction call where the host's speed is not measured yet"),
     _graph(
         "DIGEST_GRAPH_MAX_CHUNKS",
         "max_chunks",

@@ -27,6 +27,7 @@ from typing import Protocol
 from digest.circuit import is_host_failure
 from digest.friction import EmissionPoint, FrictionEvent, Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError, OutputLimitExceeded
+from digest.pacing import CallPlan, Pacer, Sample, first_token_of
 from digest.summary_output import OutputParseError, SessionSummaryOutput, parse_summary_output, response_json_schema
 from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS, TokenCount, count_prompt
 from digest.turns import Turn, canonical_order, input_revision
@@ -78,6 +79,9 @@ class Limits:
     max_output_tokens: int
     timeout_s: float
     bytes_per_token_source: str = "default"  # "pinned" | "ledger" | "default" (`resolve_bytes_per_token`)
+    # Where the raw cap comes from: "pinned" | "off" | "auto" (the host's measured speed) |
+    # "auto-unmeasured" (auto, the default until the speed is measured).
+    raw_cap_source: str = "pinned"
 
     def estimate_tokens(self, text: str) -> int:
         return math.ceil(len(text.encode("utf-8")) / self.bytes_per_token)
@@ -115,10 +119,18 @@ class Attempt:
     cached: bool = False  # a replay from the response cache, not a model call
     host: str | None = None  # the model host that answered (DIGEST_MODEL_HOSTS names them)
     host_failure: bool = False  # the error says the host is bad, not the prompt (`digest.circuit`)
+    first_token_s: float | None = None  # a streamed call's time to its first piece: the prompt's time
 
     @property
     def suspected_truncation(self) -> bool:
         return self.prompt_tokens is not None and self.prompt_tokens < TRUNCATION_RATIO * self.tokens_estimate
+
+    def speed_sample(self) -> Sample | None:
+        """The call's figures as a measure of its host's speed; None for a failure, a replay from
+        the response cache, or a reply without the server's counts."""
+        if self.outcome != "ok" or self.cached or not self.prompt_tokens or self.completion_tokens is None:
+            return None
+        return Sample(self.prompt_tokens, self.completion_tokens, self.duration_s, self.first_token_s)
 
 
 class Ledger(Protocol):
@@ -286,17 +298,19 @@ def fit_compact_prompt(turns: list[Turn], entries: list[str], limits: Limits) ->
 
 
 def _call(
-    client: ChatClient, prompt: str, limits: Limits, ledger: Ledger, session_id: str, tier: str
-) -> tuple[SessionSummaryOutput | None, BaseException | None]:
-    """One model call, with its attempt recorded whatever happens."""
+    client: ChatClient, prompt: str, limits: Limits, ledger: Ledger, session_id: str, tier: str, pacer: Pacer
+) -> tuple[SessionSummaryOutput | None, BaseException | None, bool]:
+    """One model call, with its attempt recorded whatever happens; (output, error, host failure)."""
     reply: ChatReply | None = None
     output, error = None, None
+    plan = pacer.plan(limits.estimate_tokens(prompt), limits.max_output_tokens, client.streaming)
     try:
         reply = client.chat(
             prompt,
             schema=response_json_schema(),
             max_output_tokens=limits.max_output_tokens,
-            timeout_s=limits.timeout_s,
+            timeout_s=plan.timeout_s,
+            stall_s=plan.stall_s,
         )
         if reply.finish_reason == "length":
             # Cut at the output cap: even when what came parses, the summary did not end where the model meant.
@@ -306,8 +320,10 @@ def _call(
         output = parse_summary_output(reply.text)
     except (ModelError, OutputParseError) as exc:
         error = exc
-    ledger.record_attempt(call_attempt(session_id, "session-summary", tier, prompt, limits, client.model, reply, error))
-    return output, error
+    attempt = call_attempt(session_id, "session-summary", tier, prompt, limits, client.model, reply, error, plan=plan)
+    ledger.record_attempt(attempt)
+    pacer.observe(attempt.speed_sample(), error)
+    return output, error, attempt.host_failure
 
 
 def call_attempt(
@@ -320,9 +336,11 @@ def call_attempt(
     reply: ChatReply | None,
     error: BaseException | None,
     where: str = "",
+    plan: CallPlan | None = None,
 ) -> Attempt:
     """The ledger row of one model call, whatever its end: a reply, a bad reply, or no reply.
-    `where` prefixes the error text (e.g. which chunk)."""
+    `where` prefixes the error text (e.g. which chunk); `plan`, the call's pacing, decides whether
+    a failure is the host's (without one, by the error alone)."""
     return Attempt(
         session_id=session_id,
         stage=stage,
@@ -336,7 +354,8 @@ def call_attempt(
         completion_tokens=reply.completion_tokens if reply else None,
         cached=reply is not None and reply.cached,
         error_text=None if error is None else f"{where}{error}"[:2000],
-        host_failure=is_host_failure(error),
+        host_failure=plan.host_failure(error) if plan is not None else is_host_failure(error),
+        first_token_s=first_token_of(reply, error),
     )
 
 
@@ -399,9 +418,12 @@ def summarize_session(
     limits: Limits,
     ledger: Ledger,
     count_tokens: Callable[[str], int | None] | None = None,
+    pacer: Pacer | None = None,
 ) -> SynthesisResult:
     """`count_tokens`: the host's tokenizer (`count_tokens` of its client), asked for a raw prompt
-    whose estimate is near the bound; with its count the route is decided on that count."""
+    whose estimate is near the bound; with its count the route is decided on that count.
+    `pacer`: each call's deadlines (`digest.pacing`); default `limits.timeout_s`, fixed."""
+    pacer = pacer or Pacer.fixed(limits.timeout_s)
     if not turns:
         raise ValueError("a session with no turns cannot be summarized")
     ordered = canonical_order(turns)
@@ -443,7 +465,7 @@ def summarize_session(
         return SynthesisResult(summary=summary, route_reason=reason, failure=None)
 
     if route == Route.WITHIN_CAP:
-        output, error = _call(client, raw_prompt, limits, ledger, session_id, SourceTier.RAW)
+        output, error, host_failure = _call(client, raw_prompt, limits, ledger, session_id, SourceTier.RAW, pacer)
         if output is not None:
             return finish(output, SourceTier.RAW, raw_prompt, route)
         symptom = classify_error(error)
@@ -460,9 +482,7 @@ def summarize_session(
             )
         )
         if symptom != Symptom.TIMEOUT:
-            return SynthesisResult(
-                summary=None, route_reason=route, failure=symptom, host_failure=is_host_failure(error)
-            )
+            return SynthesisResult(summary=None, route_reason=route, failure=symptom, host_failure=host_failure)
         route = Route.RAW_TIMEOUT
     else:
         bound = limits.raw_cap_tokens if route == Route.OVER_RAW_CAP else limits.safe_limit_tokens
@@ -496,7 +516,7 @@ def summarize_session(
             )
         )
         return SynthesisResult(summary=None, route_reason=route, failure=Symptom.SIZE_PRECHECK_SKIP)
-    output, error = _call(client, compact_prompt, limits, ledger, session_id, tier)
+    output, error, host_failure = _call(client, compact_prompt, limits, ledger, session_id, tier, pacer)
     if output is not None:
         return finish(output, tier, compact_prompt, route)
     symptom = classify_error(error)
@@ -512,4 +532,4 @@ def summarize_session(
             error,
         )
     )
-    return SynthesisResult(summary=None, route_reason=route, failure=symptom, host_failure=is_host_failure(error))
+    return SynthesisResult(summary=None, route_reason=route, failure=symptom, host_failure=host_failure)

@@ -15,6 +15,7 @@ from digest.graph import GraphPolicy
 from digest.hosts import Fleet, HostSpec
 from digest.mini_summaries import MiniSummaryPolicy
 from digest.model_api import ChatClient
+from digest.pacing import Pacer, PacingPolicy
 from digest.scheduling import SweepPolicy
 from digest.settings import SETTINGS, Settings, build_fleet, single_host
 from digest.synthesis import Limits
@@ -58,6 +59,9 @@ class ChatModelResource(ConfigurableResource):
     context_limit_tokens: int
     safe_limit_tokens: int
     raw_cap_tokens: int | None
+    raw_cap_auto: bool = False  # DIGEST_RAW_CAP_TOKENS=auto: the cap follows the host's measured speed
+    raw_call_target_s: float = 120.0
+    call_ceiling_s: float = 900.0
     bytes_per_token: float | None
     summary_timeout_s: float
     summary_max_output_tokens: int
@@ -78,6 +82,13 @@ class ChatModelResource(ConfigurableResource):
         bytes per token the host's ledger measures (when the host's is not pinned)."""
         fleet = self.fleet()
         return fleet.limits(host) if store is None else fleet.measured_limits(store, host)
+
+    def pacer(self, store: DigestStore, host: str | None, first_timeout_s: float) -> Pacer:
+        """One run's call deadlines on `host`, from its measured speed (`digest.pacing`);
+        `first_timeout_s`, the stage's configured timeout, where nothing is measured yet."""
+        spec = self.fleet().host(host)
+        policy = PacingPolicy(ceiling_s=self.call_ceiling_s, raw_call_target_s=self.raw_call_target_s)
+        return Pacer.for_host(policy, first_timeout_s, store.host_samples(spec.name, spec.model))
 
     def client(
         self, store: DigestStore | None = None, session: tuple[str, str] | None = None, host: str | None = None

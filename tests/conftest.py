@@ -16,6 +16,7 @@ TIERS = {
     "test_circuit": "unit",
     "test_hosts": "unit",
     "test_model_clients": "unit",
+    "test_pacing": "unit",
     "test_revision": "unit",
     "test_settings": "unit",
     "test_synthesis": "unit",

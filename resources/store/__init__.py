@@ -14,6 +14,7 @@ passes through them:
 - `hosts.py`          each model host's circuit: call outcomes, the hosts a run may go to
 - `cache.py`          the response cache and staged replies
 - `tokens.py`         the bytes per token measured in a host's ledger
+- `speed.py`          a host's prompt and answer rates measured in its ledger, and its auto raw cap
 - `reports.py`        what `status`, the friction report and the asset checks read
 - `archive.py`        archive bundles written and restored
 
@@ -41,6 +42,7 @@ from resources.store.mini_summaries import MiniSummaries, MiniSummaryLedger
 from resources.store.reports import Reports
 from resources.store.sessions import Sessions
 from resources.store.summaries import Summaries
+from resources.store.speed import Speed
 from resources.store.tokens import Tokens
 
 __all__ = [
@@ -49,7 +51,9 @@ __all__ = [
 ]  # fmt: skip
 
 
-class DigestStore(Ingest, Sessions, MiniSummaries, Summaries, Graph, Ledger, Hosts, Tokens, Cache, Reports, Archive):
+class DigestStore(
+    Ingest, Sessions, MiniSummaries, Summaries, Graph, Ledger, Hosts, Tokens, Speed, Cache, Reports, Archive
+):
     """The store of one DuckDB file: every feature's reads and writes (see the module list above)."""
 
     # --- where a decision of digest/ is applied to what the store holds ---------------------

@@ -45,9 +45,12 @@ from resources.store.sessions import derived_session_rows, upsert_sessions
 # Archives: rows fetched per batch.
 EXPORT_BATCH_ROWS = 2000
 # Not the store's content, so never archived: the schema version (in the manifest), leases of live
-# runs, this deployment's view of its model hosts (`host_circuits`), the record of archives written,
-# and `sessions`, recomputed from turns on restore. Turns are archived, but as the memory-backup file.
-NOT_ARCHIVED = frozenset({"schema_meta", "summary_leases", "host_circuits", "archives", "sessions", "turns"})
+# runs, this deployment's view of its model hosts (`host_circuits`, `host_raw_caps`), the record of
+# archives written, and `sessions`, recomputed from turns on restore. Turns are archived, but as the
+# memory-backup file.
+NOT_ARCHIVED = frozenset(
+    {"schema_meta", "summary_leases", "host_circuits", "host_raw_caps", "archives", "sessions", "turns"}
+)
 RESTORE_MODES = ("merge", "replace")
 
 

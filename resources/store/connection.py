@@ -36,6 +36,7 @@ ADDED_COLUMNS = [
     ("session_summaries", "host_reason VARCHAR"),
     ("session_summaries", "raw_tokens_source VARCHAR"),
     ("session_summaries", "raw_tokens_counted INTEGER"),
+    ("attempts", "first_token_s DOUBLE"),
     *[
         ("imported_summaries", column)
         for column in (

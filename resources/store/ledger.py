@@ -25,13 +25,14 @@ class Ledger(Connection):
         with self.connect() as con:
             con.execute(
                 """INSERT INTO attempts (session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens,
-                   completion_tokens, duration_s, outcome, suspected_truncation, cached, error_text, run_id, created_at, host)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   completion_tokens, duration_s, outcome, suspected_truncation, cached, error_text, run_id, created_at, host,
+                   first_token_s)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [
                     attempt.session_id, attempt.stage, attempt.tier, attempt.model, attempt.prompt_bytes,
                     attempt.tokens_estimate, attempt.prompt_tokens, attempt.completion_tokens, attempt.duration_s,
                     attempt.outcome, attempt.suspected_truncation, attempt.cached, attempt.error_text, run_id, now(),
-                    attempt.host,
+                    attempt.host, attempt.first_token_s,
                 ],
             )  # fmt: skip
 

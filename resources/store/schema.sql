@@ -128,7 +128,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     error_text VARCHAR,
     run_id VARCHAR,
     created_at TIMESTAMPTZ NOT NULL,
-    host VARCHAR                      -- the model host that answered (NULL before several hosts)
+    host VARCHAR,                     -- the model host that answered (NULL before several hosts)
+    first_token_s DOUBLE              -- a streamed call's seconds to its first piece (NULL: not streamed)
 );
 
 CREATE SEQUENCE IF NOT EXISTS friction_ids;
@@ -332,4 +333,17 @@ CREATE TABLE IF NOT EXISTS host_circuits (
     probe_until_ms BIGINT,            -- a half-open probe run is out until then
     last_error VARCHAR,
     changed_at_ms BIGINT NOT NULL
+);
+
+-- The raw-synthesis cap in force on each host whose cap follows its speed (raw_cap_tokens = auto,
+-- `digest.pacing`): moved only when a fresh computation differs by more than the hysteresis.
+CREATE TABLE IF NOT EXISTS host_raw_caps (
+    host VARCHAR PRIMARY KEY,
+    model VARCHAR NOT NULL,
+    cap_tokens INTEGER NOT NULL,      -- the cap in force
+    computed_tokens INTEGER NOT NULL, -- the last computation, before the hysteresis
+    prompt_tps DOUBLE NOT NULL,
+    answer_tps DOUBLE NOT NULL,
+    samples INTEGER NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL
 );

@@ -1,0 +1,84 @@
+"""Each model host's measured speed, from its own ledger, and the raw cap that follows it
+(`digest.pacing`)."""
+
+from __future__ import annotations
+
+import threading
+
+from digest.pacing import (
+    RECENT_CALLS,
+    AutoCap,
+    HostSpeed,
+    Sample,
+    Slowdown,
+    computed_raw_cap,
+    next_auto_cap,
+    slowdown,
+)
+from resources.store.connection import Connection, now
+
+# Of the host's calls, the many its slowdown is judged over (the recent ones against these).
+HISTORY_CALLS = 200
+# The answer a raw summary call leaves room for: this quantile of the recent summary answers.
+ANSWER_QUANTILE = 0.9
+_cap_lock = threading.Lock()  # this process's cap writes take turns (see `hosts.py`)
+
+
+class Speed(Connection):
+    def host_samples(self, host: str, model: str, limit: int = RECENT_CALLS) -> list[Sample]:
+        """The host's finished calls of `model`, newest first, with the server's counts: every stage,
+        since each measures the same prompt and answer rates (attempts from before hosts were named
+        count for every host of the model)."""
+        with self.connect() as con:
+            rows = con.execute(
+                """SELECT prompt_tokens, completion_tokens, duration_s, first_token_s FROM attempts
+                   WHERE outcome = 'ok' AND NOT cached AND prompt_tokens > 0 AND completion_tokens IS NOT NULL
+                     AND model = ? AND (host = ? OR host IS NULL)
+                   ORDER BY attempt_id DESC LIMIT ?""",
+                [model, host, limit],
+            ).fetchall()
+        return [Sample(*row) for row in rows]
+
+    def host_speed(self, host: str, model: str) -> HostSpeed | None:
+        return HostSpeed.from_samples(self.host_samples(host, model))
+
+    def host_slowdown(self, host: str, model: str) -> Slowdown | None:
+        """The host's recent calls against its earlier ones: `status` and the friction report say slow."""
+        return slowdown(self.host_samples(host, model, HISTORY_CALLS))
+
+    def summary_answer_tokens(self, host: str, model: str) -> int | None:
+        """How long the host's summary answers run: the `ANSWER_QUANTILE` of its recent ones."""
+        with self.connect() as con:
+            row = con.execute(
+                """SELECT quantile_cont(completion_tokens, ?) FROM (
+                       SELECT completion_tokens FROM attempts
+                       WHERE outcome = 'ok' AND NOT cached AND stage = 'session-summary' AND completion_tokens > 0
+                         AND model = ? AND (host = ? OR host IS NULL)
+                       ORDER BY attempt_id DESC LIMIT ?)""",
+                [ANSWER_QUANTILE, model, host, RECENT_CALLS],
+            ).fetchone()
+        return round(row[0]) if row[0] is not None else None
+
+    def auto_raw_cap(
+        self, host: str, model: str, target_s: float, default_answer_tokens: int, bound_tokens: int
+    ) -> AutoCap | None:
+        """The raw cap in force on a host whose cap follows its speed: recomputed from its ledger,
+        moved only past the hysteresis; None until its speed is measured."""
+        speed = self.host_speed(host, model)
+        if speed is None:
+            return None
+        answer = self.summary_answer_tokens(host, model) or default_answer_tokens
+        computed = computed_raw_cap(speed, target_s, answer, bound_tokens)
+        with self.connect() as con:
+            row = con.execute("SELECT cap_tokens, model FROM host_raw_caps WHERE host = ?", [host]).fetchone()
+        in_force = row[0] if row is not None and row[1] == model else None
+        cap = min(bound_tokens, next_auto_cap(in_force, computed))
+        if cap != in_force:  # a write only when the cap moves
+            with _cap_lock, self.transaction() as con:
+                con.execute(
+                    """INSERT OR REPLACE INTO host_raw_caps
+                       (host, model, cap_tokens, computed_tokens, prompt_tps, answer_tps, samples, updated_at)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+                    [host, model, cap, computed, speed.prompt_tps, speed.answer_tps, speed.samples, now()],
+                )
+        return AutoCap(cap_tokens=cap, computed_tokens=computed, speed=speed)
