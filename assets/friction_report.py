@@ -46,6 +46,8 @@ def build_friction_report_asset(settings: Settings) -> AssetsDefinition:
             mini_coverage=rows["mini_coverage"],
             undigestible=rows["undigestible"],
             host_circuits=rows["host_circuits"],
+            slowdowns=db.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts]),
+            auto_caps=db.auto_caps(),
         )
         path = db.path.parent / REPORT_FILE
         _write_atomically(path, render_html(report))

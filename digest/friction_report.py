@@ -7,11 +7,12 @@ surfacing rule, the calibration arithmetic and the rendering are tested without 
   original's surfacing rule (reference §3.3): deterministic symptoms surface on their first
   occurrence, probabilistic ones on the third within one hour.
 - Calibration reads the server's own token counts in the attempt ledger: the bytes per token the
-  router applies (the conservative quantile of `digest.tokens`, the same number), prompt and
-  generation throughput per model, and the raw cap that keeps a raw call inside the summary timeout
-  on this host, printed as the setting to adopt.
+  router applies (the conservative quantile of `digest.tokens`, the same number), the prompt and
+  answer rates (`digest.pacing`, the ones the deadlines use), and the raw cap that fits one raw call
+  in `DIGEST_RAW_CALL_TARGET_S`: the cap `DIGEST_RAW_CAP_TOKENS=auto` puts in force.
 - Pre-routes are read from the friction the router records when it keeps a raw prompt from the
-  model, so one whose degraded call then failed (no summary row) still counts.
+  model, so one whose degraded call then failed (no summary row) still counts; against what they
+  saved stand what the degraded path spent and what its given-up calls threw away.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 
 from digest.circuit import CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
+from digest.pacing import RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
 from digest.settings import Settings
 from digest.tokens import (
     CALIBRATION_MIN_PROMPT_BYTES,
@@ -36,10 +38,8 @@ from digest.tokens import (
 
 PROBABILISTIC_SURFACE_COUNT = 3
 SURFACING_WINDOW = timedelta(hours=1)
-# A raw call is planned to fill at most this share of the timeout: the rest absorbs a slow moment.
-TIMEOUT_HEADROOM = 0.9
 # Fewer calls than this with server token counts give no calibration for the model.
-MIN_CALIBRATION_CALLS = 3
+MIN_CALIBRATION_CALLS = 3  # `digest.pacing.MIN_SAMPLES`
 MARKDOWN_ROWS = 15  # the UI's metadata preview stays readable
 HTML_ROWS = 200
 SLOWEST_CALLS = 10
@@ -148,30 +148,6 @@ def rollup_by_symptom(groups: list[FrictionGroup]) -> list[SymptomRollup]:
 # --- calibration --------------------------------------------------------------------------------
 
 
-def fit_call_seconds(calls: list[tuple[int, int, float]]) -> tuple[float, float] | None:
-    """Seconds per prompt token and per completion token from (prompt, completion, seconds) calls.
-
-    Least squares with no intercept: seconds = p * prompt_tokens + c * completion_tokens. When the
-    calls cannot tell the two apart (too alike, or a negative share), the whole call is charged to
-    the prompt: an overestimate of its cost, so the cap derived from it errs small.
-    """
-    sxx = sum(x * x for x, _, _ in calls)
-    syy = sum(y * y for _, y, _ in calls)
-    sxy = sum(x * y for x, y, _ in calls)
-    sxd = sum(x * d for x, _, d in calls)
-    syd = sum(y * d for _, y, d in calls)
-    if sxx <= 0:
-        return None
-    det = sxx * syy - sxy * sxy
-    if det > 1e-9 * sxx * syy:
-        p = (sxd * syy - syd * sxy) / det
-        c = (syd * sxx - sxd * sxy) / det
-        if p > 0 and c >= 0:
-            return p, c
-    p = sxd / sxx
-    return (p, 0.0) if p > 0 else None
-
-
 @dataclass(frozen=True)
 class ModelCalibration:
     model: str
@@ -181,57 +157,68 @@ class ModelCalibration:
     bytes_per_token: float | None
     bytes_per_token_samples: int
     mean_bytes_per_token: float  # the expected count of a prompt never sent, to price it
-    seconds_per_prompt_token: float
-    seconds_per_completion_token: float
-    answer_tokens: int  # the longest answer seen: the generation a raw call must leave room for
-    raw_cap_tokens: int  # the largest raw prompt that still finishes inside the timeout
+    speed: HostSpeed  # the median rates of `digest.pacing`, the ones the deadlines and an auto cap use
+    answer_tokens: int  # the answer a raw call leaves room for (`digest.pacing.answer_room`)
+    raw_cap_tokens: int  # the largest raw prompt one call evaluates and answers in the raw-call target
 
     @property
     def prompt_tokens_per_s(self) -> float:
-        return 1.0 / self.seconds_per_prompt_token
+        return self.speed.prompt_tps
 
     @property
     def completion_tokens_per_s(self) -> float | None:
-        return 1.0 / self.seconds_per_completion_token if self.seconds_per_completion_token else None
+        """None when no streamed call separates the answer's rate from the prompt's."""
+        return self.speed.answer_tps if self.speed.separable else None
+
+    def raw_call_s(self, prompt_tokens: float) -> float:
+        """What a raw call of this many real prompt tokens costs at the measured rates."""
+        return self.speed.expected_s(prompt_tokens, self.answer_tokens)
 
 
-def calibrate_model(model: str, attempts: list[dict], timeout_s: float) -> ModelCalibration | None:
-    """The calibration of one model from its calls that carry the server's counts: every call the
-    server finished, an unparseable reply included (a timeout has no counts)."""
-    measured = [a for a in attempts if a["model"] == model and a.get("prompt_tokens") and a["duration_s"] > 0]
-    if len(measured) < MIN_CALIBRATION_CALLS:
-        return None
-    fit = fit_call_seconds([(a["prompt_tokens"], a.get("completion_tokens") or 0, a["duration_s"]) for a in measured])
-    if fit is None:
-        return None
-    per_prompt, per_completion = fit
-    answer_tokens = max(a.get("completion_tokens") or 0 for a in measured)
+def calibrate_model(
+    model: str, attempts: list[dict], target_s: float, bound_tokens: int, max_output_tokens: int
+) -> ModelCalibration | None:
+    """The calibration of one model from its recent calls that carry the server's counts: the same
+    rates and the same cap arithmetic an auto raw cap uses (`digest.pacing`), so the cap it prints
+    is the one `DIGEST_RAW_CAP_TOKENS=auto` would put in force."""
     newest_first = sorted((a for a in attempts if a["model"] == model), key=lambda a: a["created_at"], reverse=True)
+    measured = [a for a in newest_first if a.get("prompt_tokens") and a["duration_s"] > 0]
     samples = [
+        Sample(a["prompt_tokens"], a.get("completion_tokens") or 0, a["duration_s"], a.get("first_token_s"))
+        for a in measured[:RECENT_CALLS]
+    ]
+    speed = HostSpeed.from_samples(samples)
+    if speed is None:
+        return None
+    summary_answers = [
+        a.get("completion_tokens") or 0 for a in measured if a["stage"] == "session-summary" and a["outcome"] == "ok"
+    ][:RECENT_CALLS]
+    answer_tokens = answer_room(summary_answers, max_output_tokens // 2)
+    bytes_samples = [
         (a["prompt_bytes"], a["prompt_tokens"])
         for a in newest_first
         if is_calibration_sample(a["outcome"], a.get("cached", False), a["prompt_bytes"], a.get("prompt_tokens"))
     ][:CALIBRATION_RECENT]
-    applied = conservative_bytes_per_token(samples)
-    budget_s = TIMEOUT_HEADROOM * timeout_s - answer_tokens * per_completion
-    # Rounded first, so float noise in an exact fit (7099.9999999) does not lose a whole token.
-    cap = max(1, math.floor(round(budget_s / per_prompt, 6)))
+    applied = conservative_bytes_per_token(bytes_samples)
     return ModelCalibration(
         model=model,
         calls=len(measured),
         bytes_per_token=applied[0] if applied else None,
-        bytes_per_token_samples=len(samples),
+        bytes_per_token_samples=len(bytes_samples),
         mean_bytes_per_token=sum(a["prompt_bytes"] for a in measured) / sum(a["prompt_tokens"] for a in measured),
-        seconds_per_prompt_token=per_prompt,
-        seconds_per_completion_token=per_completion,
+        speed=speed,
         answer_tokens=answer_tokens,
-        raw_cap_tokens=cap,
+        raw_cap_tokens=computed_raw_cap(speed, target_s, answer_tokens, bound_tokens),
     )
 
 
-def calibrate(attempts: list[dict], timeout_s: float) -> dict[str, ModelCalibration | None]:
+def calibrate(attempts: list[dict], settings: Settings) -> dict[str, ModelCalibration | None]:
     """Every model in the ledger, with its calibration or None when it has too few measured calls."""
-    return {model: calibrate_model(model, attempts, timeout_s) for model in sorted({a["model"] for a in attempts})}
+    bound = min(settings.safe_limit_tokens, settings.context_limit_tokens - settings.summary_max_output_tokens)
+    return {
+        model: calibrate_model(model, attempts, settings.raw_call_target_s, bound, settings.summary_max_output_tokens)
+        for model in sorted({a["model"] for a in attempts})
+    }
 
 
 def adopt_lines(calibration: ModelCalibration) -> str:
@@ -266,35 +253,60 @@ def percentile(values: list[float], q: float) -> float:
 
 @dataclass(frozen=True)
 class PreRoutes:
-    """Raw summary prompts routed to the degraded summary before any model call."""
+    """Raw summary prompts routed to the degraded summary before any model call, and what the
+    degraded path cost against what it saved."""
 
     count: int
     by_reason: dict[str, int]
     tokens_avoided: int  # the raw estimates never sent
-    model_seconds_avoided: float  # what those raw calls would have cost, each at most the timeout
+    model_seconds_avoided: float  # what those raw calls would have cost, each at most the call ceiling
     unpriced: int  # pre-routes whose model has no calibration yet, left out of the seconds
+    degraded_seconds: float = 0.0  # the pre-routed sessions' mini-summary and compact calls that finished
+    degraded_calls: int = 0
+    discarded_seconds: float = 0.0  # the pre-routed sessions' calls given up: model time thrown away
+
+    @property
+    def net_seconds(self) -> float:
+        """Saved less spent less thrown away: negative when the degraded path cost more than it saved."""
+        return self.model_seconds_avoided - self.degraded_seconds - self.discarded_seconds
 
 
-def pre_routes(events: list[dict], calibrations: dict[str, ModelCalibration | None], timeout_s: float) -> PreRoutes:
-    # `bound` is set on the router keeping a raw summary prompt from the model, on no other
-    # friction (a compact prompt over budget included): `over-raw-cap` or `over-safe-band`.
-    routed = [(e, reason) for e in events if (reason := e.get("bound"))]
-    seconds, unpriced = 0.0, 0
-    for event, _ in routed:
-        calibration = calibrations.get(event["model"])
-        if calibration is None:
-            unpriced += 1
-            continue
-        # The prompt's bytes at the measured bytes per token: the tokens the server would have counted.
-        real_tokens = event["input_bytes"] / calibration.mean_bytes_per_token
-        # A raw call that ran longer than the timeout would have been cut off there.
-        seconds += min(real_tokens * calibration.seconds_per_prompt_token, timeout_s)
+def is_pre_route(event: dict) -> bool:
+    """`bound` is set on the router keeping a raw summary prompt from the model, on no other
+    friction (a compact prompt over budget included): `over-raw-cap` or `over-safe-band`."""
+    return bool(event.get("bound"))
+
+
+def pre_route_seconds(event: dict, calibrations: dict[str, ModelCalibration | None], ceiling_s: float) -> float | None:
+    """What the raw call a pre-route kept from the model would have cost; None: its model is uncalibrated."""
+    calibration = calibrations.get(event["model"])
+    if calibration is None:
+        return None
+    # The prompt's bytes at the measured bytes per token: the tokens the server would have counted.
+    real_tokens = event["input_bytes"] / calibration.mean_bytes_per_token
+    # A raw call that ran longer than the ceiling would have been cut off there.
+    return min(calibration.raw_call_s(real_tokens), ceiling_s)
+
+
+def pre_routes(
+    events: list[dict], attempts: list[dict], calibrations: dict[str, ModelCalibration | None], ceiling_s: float
+) -> PreRoutes:
+    routed = [e for e in events if is_pre_route(e)]
+    priced = [pre_route_seconds(e, calibrations, ceiling_s) for e in routed]
+    sessions = {e["asset_ref"] for e in routed}
+    degraded = [
+        a for a in attempts
+        if a["session_id"] in sessions and (a["stage"] == "mini-summary" or (a["stage"] == "session-summary" and a["tier"] != "raw"))
+    ]  # fmt: skip
     return PreRoutes(
         count=len(routed),
-        by_reason=dict(Counter(reason for _, reason in routed)),
-        tokens_avoided=sum(e["input_tokens_estimate"] for e, _ in routed),
-        model_seconds_avoided=seconds,
-        unpriced=unpriced,
+        by_reason=dict(Counter(e["bound"] for e in routed)),
+        tokens_avoided=sum(e["input_tokens_estimate"] for e in routed),
+        model_seconds_avoided=sum(seconds for seconds in priced if seconds is not None),
+        unpriced=sum(seconds is None for seconds in priced),
+        degraded_seconds=sum(a["duration_s"] for a in degraded if not is_timeout(a)),
+        degraded_calls=sum(not is_timeout(a) for a in degraded),
+        discarded_seconds=sum(a["duration_s"] for a in degraded if is_timeout(a)),
     )
 
 
@@ -302,7 +314,13 @@ def pre_routes(events: list[dict], calibrations: dict[str, ModelCalibration | No
 class Bucket:
     start: datetime
     friction_events: int
-    model_seconds: float
+    spent_seconds: float  # model time of the calls that finished, well or not
+    discarded_seconds: float  # model time of the calls given up: thrown away
+    saved_seconds: float = 0.0  # what the raw calls pre-routed then would have cost
+
+    @property
+    def model_seconds(self) -> float:
+        return self.spent_seconds + self.discarded_seconds
 
 
 def bucket_width(span: timedelta) -> timedelta:
@@ -323,20 +341,35 @@ def _bucket_start(stamp: datetime, width: timedelta) -> datetime:
     return stamp
 
 
-def activity_series(events: list[dict], attempts: list[dict]) -> list[Bucket]:
-    """Friction events and model seconds per time bucket, empty buckets included."""
+def activity_series(
+    events: list[dict],
+    attempts: list[dict],
+    calibrations: dict[str, ModelCalibration | None] | None = None,
+    ceiling_s: float = 0.0,
+) -> list[Bucket]:
+    """Friction events, and model seconds spent, thrown away and saved, per time bucket, empty
+    buckets included."""
     stamps = [e["occurred_at"] for e in events] + [a["created_at"] for a in attempts]
     if not stamps:
         return []
     width = bucket_width(max(stamps) - min(stamps))
     first, last = _bucket_start(min(stamps), width), _bucket_start(max(stamps), width)
     friction: Counter = Counter(_bucket_start(e["occurred_at"], width) for e in events)
-    seconds: defaultdict = defaultdict(float)
+    spent: defaultdict = defaultdict(float)
+    discarded: defaultdict = defaultdict(float)
+    saved: defaultdict = defaultdict(float)
     for attempt in attempts:
-        seconds[_bucket_start(attempt["created_at"], width)] += attempt["duration_s"]
+        (discarded if is_timeout(attempt) else spent)[_bucket_start(attempt["created_at"], width)] += attempt[
+            "duration_s"
+        ]
+    for event in events:
+        if is_pre_route(event):
+            saved[_bucket_start(event["occurred_at"], width)] += (
+                pre_route_seconds(event, calibrations or {}, ceiling_s) or 0.0
+            )
     buckets, start = [], first
     while start <= last:
-        buckets.append(Bucket(start, friction[start], seconds[start]))
+        buckets.append(Bucket(start, friction[start], spent[start], discarded[start], saved[start]))
         start += width
     return buckets
 
@@ -364,6 +397,8 @@ class FrictionReport:
     undigestible: list[dict]  # {"session_id", "reason", "attempts", "updated_at"}
     host_circuits: list[HostCircuit]  # hosts that have failed since they last succeeded, or did once
     series: list[Bucket]
+    slowdowns: dict[str, Slowdown]  # by host: its recent calls against its earlier ones
+    auto_caps: dict[str, dict]  # by host: the auto raw cap in force (`host_raw_caps` rows)
     call_seconds: list[float] = field(repr=False)
 
     @property
@@ -392,6 +427,10 @@ class FrictionReport:
             "suspected_truncations": len(self.truncations),
             "model_calls": len(self.call_seconds),
             "hosts_out_of_rotation": sum(self.host_state(c) == CircuitState.OPEN for c in self.host_circuits),
+            "slow_hosts": sum(d.slow for d in self.slowdowns.values()),
+            "model_seconds_discarded": round(sum(a["duration_s"] for a in self.timeouts), 1),
+            "degraded_path_seconds": round(self.pre_routes.degraded_seconds, 1),
+            "pre_route_net_seconds": round(self.pre_routes.net_seconds, 1),
         }
 
 
@@ -403,9 +442,11 @@ def build_report(
     mini_coverage: dict | None = None,
     undigestible: list[dict] = (),
     host_circuits: list[HostCircuit] = (),
+    slowdowns: dict[str, Slowdown] | None = None,
+    auto_caps: dict[str, dict] | None = None,
 ) -> FrictionReport:
     groups = group_friction(events)
-    calibrations = calibrate(attempts, settings.summary_timeout_s)
+    calibrations = calibrate(attempts, settings)
     newest_first = sorted(attempts, key=lambda a: a["created_at"], reverse=True)
     return FrictionReport(
         generated_at=datetime.now(UTC),
@@ -414,7 +455,7 @@ def build_report(
         symptoms=rollup_by_symptom(groups),
         calibrations=calibrations,
         current_model=newest_first[0]["model"] if newest_first else None,
-        pre_routes=pre_routes(events, calibrations, settings.summary_timeout_s),
+        pre_routes=pre_routes(events, attempts, calibrations, settings.call_ceiling_s),
         timeouts=[a for a in newest_first if is_timeout(a)],
         truncations=[a for a in newest_first if a["suspected_truncation"]],
         slowest=sorted(attempts, key=lambda a: a["duration_s"], reverse=True)[:SLOWEST_CALLS],
@@ -427,7 +468,9 @@ def build_report(
         else None,
         undigestible=list(undigestible),
         host_circuits=list(host_circuits),
-        series=activity_series(events, attempts),
+        series=activity_series(events, attempts, calibrations, settings.call_ceiling_s),
+        slowdowns=dict(slowdowns or {}),
+        auto_caps=dict(auto_caps or {}),
         call_seconds=[a["duration_s"] for a in attempts],
     )
 
@@ -549,13 +592,25 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         [
             f"{_count(routes.count, 'raw summary prompt')} routed to the degraded summary before any model call "
             f"({reasons}); {routes.tokens_avoided} prompt tokens (estimated) never reached the model, about "
-            f"{_seconds(routes.model_seconds_avoided)} of model time at the measured prompt throughput "
-            f"(each capped at the {s.summary_timeout_s:g} s timeout)"
+            f"{_seconds(routes.model_seconds_avoided)} of model time at the measured rates "
+            f"(each capped at the {s.call_ceiling_s:g} s call ceiling)"
             + (f"; {routes.unpriced} with an uncalibrated model are not priced." if routes.unpriced else "."),
+            f"Against that, the degraded path of those sessions spent {_seconds(routes.degraded_seconds)} in "
+            f"{_count(routes.degraded_calls, 'call')} (their mini summaries and compact summaries), and their "
+            f"given-up calls threw away {_seconds(routes.discarded_seconds)}: net "
+            f"{'saved' if routes.net_seconds >= 0 else 'lost'} {_seconds(abs(routes.net_seconds))}."
+            + (
+                " On this host the degraded path cost more model time than the cap saved."
+                if routes.net_seconds < 0
+                else ""
+            ),
         ],
     )
     lost = sum(a["duration_s"] for a in report.timeouts)
-    timeouts_lead = f"{_count(len(report.timeouts), 'call')} timed out, {_seconds(lost)} of model time lost."
+    timeouts_lead = (
+        f"{_count(len(report.timeouts), 'call')} given up (stalled, or cut at a deadline or the ceiling), "
+        f"{_seconds(lost)} of model time thrown away."
+    )
     timeouts = _table_section(
         "Timeouts",
         ["when", "session", "stage", "tier", "model", "prompt tokens", "seconds"],
@@ -597,6 +652,18 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
          "its success closes the circuit. Opens count since the host last succeeded."],
         "No host has failed.",
     )  # fmt: skip
+    speeds = _table_section(
+        "Host speed",
+        ["host", "now prompt tok/s", "now answer tok/s", "before prompt tok/s", "before answer tok/s", "slower by", "state"],
+        [[host, f"{d.now.prompt_tps:.1f}", f"{d.now.answer_tps:.1f}", f"{d.before.prompt_tps:.1f}",
+          f"{d.before.answer_tps:.1f}", f"{d.factor:.2f}x", "slow" if d.slow else "as before"]
+         for host, d in sorted(report.slowdowns.items())],
+        max_rows,
+        ["Each host's last 10 calls against its earlier ones (medians). A slow host is not a failing one: its "
+         "calls are paced by its measured speed and stay in rotation; only stalls, refusals, 5xx and broken "
+         "replies count on its circuit."],
+        "Not enough calls yet to compare.",
+    )  # fmt: skip
     tiers = ", ".join(f"{n} {tier}" for tier, n in report.tiers.items()) or "no summaries yet"
     reasons_made = ", ".join(f"{n} {reason}" for reason, n in report.route_reasons.items()) or "none"
     degraded = Section(
@@ -624,13 +691,13 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         [],
         "No model calls yet.",
     )  # fmt: skip
-    return [overview, by_symptom, groups, hosts, pre_route, timeouts, truncations, undigestible, degraded, mini,
-            slowest, calibration_section(report, max_rows)]  # fmt: skip
+    return [overview, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, undigestible, degraded,
+            mini, slowest, calibration_section(report, max_rows)]  # fmt: skip
 
 
 def calibration_section(report: FrictionReport, max_rows: int) -> Section:
     s = report.settings
-    headers = ["model", "calls", "bytes/token", "prompt tok/s", "answer tok/s", "answer tokens", "cap under timeout"]
+    headers = ["model", "calls", "bytes/token", "prompt tok/s", "answer tok/s", "answer tokens", "cap for the target"]
     rows = []
     for model, c in report.calibrations.items():
         if c is None:
@@ -639,7 +706,8 @@ def calibration_section(report: FrictionReport, max_rows: int) -> Section:
         per_s = c.completion_tokens_per_s
         rows.append(
             [model, str(c.calls), bytes_per_token_words(c), f"{c.prompt_tokens_per_s:.1f}",
-             f"{per_s:.1f}" if per_s else "not separable", str(c.answer_tokens), str(c.raw_cap_tokens)]
+             f"{per_s:.1f}" if per_s else "not separable (no streamed call)", str(c.answer_tokens),
+             str(c.raw_cap_tokens)]
         )  # fmt: skip
     lead = [
         "From the server's own token counts in the attempt ledger (every call the server finished). Bytes per token: "
@@ -647,15 +715,26 @@ def calibration_section(report: FrictionReport, max_rows: int) -> Section:
         f"good calls of at least {CALIBRATION_MIN_PROMPT_BYTES} bytes (few bytes a token: the estimate errs toward "
         f"more tokens), what the router applies unless DIGEST_BYTES_PER_TOKEN pins a value; under "
         f"{CALIBRATION_MIN_SAMPLES} such calls, the default 3.0. "
-        "Seconds = prompt tokens / prompt throughput + answer tokens / answer throughput, fitted per model. "
-        f"The cap is the largest raw prompt that, with the longest answer seen, fills at most "
-        f"{TIMEOUT_HEADROOM:.0%} of the {s.summary_timeout_s:g} s summary timeout."
+        f"Rates: the medians over the last {RECENT_CALLS} calls, prompt tokens over the time to the first streamed "
+        "piece and answer tokens over the rest (docs/pacing.md). "
+        f"The cap is the largest raw prompt that, with the answer room (the 90th percentile of the summary answers), "
+        f"fits one raw call in {s.raw_call_target_s:g} s (DIGEST_RAW_CALL_TARGET_S): the cap "
+        "DIGEST_RAW_CAP_TOKENS=auto puts in force."
     ]
+    for host, cap in sorted(report.auto_caps.items()):
+        lead.append(
+            f"Host {host} ({cap['model']}): auto raw cap in force {cap['cap_tokens']} tokens (last computed "
+            f"{cap['computed_tokens']}; it moves past a 25% change), from {cap['prompt_tps']:.1f} prompt and "
+            f"{cap['answer_tps']:.1f} answer tokens a second."
+        )
     current = report.calibrations.get(report.current_model) if report.current_model else None
     if current is None:
         return _table_section("Calibration", headers, rows, max_rows, lead + ["No calibration to adopt yet."],
                               "No model calls yet.")  # fmt: skip
-    advice = f"To adopt it for {current.model} (the model of the latest call), set the cap, in real tokens."
+    advice = (
+        f"To pin it for {current.model} (the model of the latest call), set the cap, in real tokens; or let it "
+        "follow the host with DIGEST_RAW_CAP_TOKENS=auto."
+    )
     if current.raw_cap_tokens >= s.safe_limit_tokens:
         advice += f" The safe band ({s.safe_limit_tokens}) binds first on this host, so DIGEST_RAW_CAP_TOKENS=off does as well."
     section = _table_section("Calibration", headers, rows, max_rows, lead + [advice], "")
@@ -685,18 +764,27 @@ def render_markdown(report: FrictionReport, max_rows: int = MARKDOWN_ROWS) -> st
 CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 760, 240, 44
 
 
+# The model-seconds lines of the chart: (Bucket field, CSS class, colour, legend).
+SECONDS_LINES = (
+    ("spent_seconds", "spent", "#2b6cb0", "spent"),
+    ("discarded_seconds", "discarded", "#c53030", "thrown away"),
+    ("saved_seconds", "saved", "#2f855a", "saved by pre-routes"),
+)
+
+
 def render_chart(series: list[Bucket]) -> str:
-    """An inline SVG: friction events per bucket as bars (left axis), model seconds as a line (right)."""
+    """An inline SVG: friction events per bucket as bars (left axis), and model seconds spent,
+    thrown away by given-up calls, and saved by pre-routes as three lines (right axis)."""
     if not series:
         return '<p class="empty">No friction events or model calls yet.</p>'
     width, height, pad = CHART_WIDTH, CHART_HEIGHT, CHART_PAD
     plot_w, plot_h = width - 2 * pad, height - 2 * pad
     max_events = max(b.friction_events for b in series) or 1
-    max_seconds = max(b.model_seconds for b in series) or 1.0
+    max_seconds = max(getattr(b, name) for b in series for name, *_ in SECONDS_LINES) or 1.0
     step = plot_w / len(series)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        f'aria-label="Friction events and model seconds over time">',
+        f'aria-label="Friction events, and model seconds spent, thrown away and saved, over time">',
         f'<line x1="{pad}" y1="{pad + plot_h}" x2="{pad + plot_w}" y2="{pad + plot_h}" stroke="#888"/>',
     ]
     for i, bucket in enumerate(series):
@@ -705,14 +793,21 @@ def render_chart(series: list[Bucket]) -> str:
         parts.append(
             f'<rect class="friction" x="{x:.1f}" y="{pad + plot_h - bar_h:.1f}" width="{step * 0.7:.1f}" '
             f'height="{bar_h:.1f}" fill="#d9822b"><title>{_when(bucket.start)}: {bucket.friction_events} friction '
-            f"events, {bucket.model_seconds:.1f} model seconds</title></rect>"
+            f"events; model seconds {bucket.spent_seconds:.1f} spent, {bucket.discarded_seconds:.1f} thrown away, "
+            f"{bucket.saved_seconds:.1f} saved</title></rect>"
         )
-    points = " ".join(
-        f"{pad + (i + 0.5) * step:.1f},{pad + plot_h - plot_h * b.model_seconds / max_seconds:.1f}"
-        for i, b in enumerate(series)
-    )
+    legend_x = pad + 140
+    for name, css, colour, label in SECONDS_LINES:
+        points = " ".join(
+            f"{pad + (i + 0.5) * step:.1f},{pad + plot_h - plot_h * getattr(b, name) / max_seconds:.1f}"
+            for i, b in enumerate(series)
+        )
+        parts += [
+            f'<polyline class="{css}" points="{points}" fill="none" stroke="{colour}" stroke-width="2"/>',
+            f'<text x="{legend_x}" y="{pad / 2}" font-size="12" fill="{colour}">— {label}</text>',
+        ]
+        legend_x += 60 + 7 * len(label)
     parts += [
-        f'<polyline class="model-seconds" points="{points}" fill="none" stroke="#2b6cb0" stroke-width="2"/>',
         f'<text x="{pad - 6}" y="{pad + 4}" text-anchor="end" font-size="11" fill="#d9822b">{max_events}</text>',
         f'<text x="{pad - 6}" y="{pad + plot_h}" text-anchor="end" font-size="11" fill="#d9822b">0</text>',
         f'<text x="{pad + plot_w + 6}" y="{pad + 4}" font-size="11" fill="#2b6cb0">{max_seconds:.0f} s</text>',
@@ -720,7 +815,6 @@ def render_chart(series: list[Bucket]) -> str:
         f'<text x="{pad + plot_w}" y="{height - pad / 2 + 6}" text-anchor="end" font-size="11">'
         f"{_when(series[-1].start)}</text>",
         f'<text x="{pad}" y="{pad / 2}" font-size="12" fill="#d9822b">■ friction events</text>',
-        f'<text x="{pad + 140}" y="{pad / 2}" font-size="12" fill="#2b6cb0">— model seconds</text>',
         "</svg>",
     ]
     return "\n".join(parts)
@@ -746,7 +840,7 @@ def render_html(report: FrictionReport, max_rows: int = HTML_ROWS) -> str:
         '<html lang="en"><head><meta charset="utf-8"><title>Friction report</title>',
         f"<style>{HTML_STYLE}</style></head><body>",
         "<h1>Friction report</h1>",
-        "<h2>Friction and model time</h2>",
+        "<h2>Friction, and model time spent, thrown away and saved</h2>",
         render_chart(report.series),
     ]
     for section in sections(report, max_rows):

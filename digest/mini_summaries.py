@@ -353,6 +353,9 @@ def fill_mini_summaries(
         report.causes[cause] += 1
         if store.record_failure(turn, cause, policy.max_attempts):
             report.archived_after_failures.append(turn.id)
-        elif is_given_up(error) and pacer.plan(tokens_estimate, MAX_OUTPUT_TOKENS, client.streaming).give_up_s > plan.give_up_s:
+        elif (
+            is_given_up(error)
+            and pacer.plan(tokens_estimate, MAX_OUTPUT_TOKENS, client.streaming).give_up_s > plan.give_up_s
+        ):
             queue.append(turn)  # the host is slower than the run assumed: again, at the longer window
     return report

@@ -45,6 +45,8 @@ MIN_ANSWER_TOKENS = 8
 # when the freshly computed cap differs from the one in force by more than `CAP_HYSTERESIS`.
 MIN_AUTO_CAP_TOKENS = 512
 CAP_HYSTERESIS = 0.25
+# The answer a raw summary call leaves room for: this quantile of the host's recent summary answers.
+ANSWER_QUANTILE = 0.9
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,7 @@ def _answer_rate(sample: Sample) -> float | None:
     if sample.first_token_s is None or sample.completion_tokens < MIN_ANSWER_TOKENS:
         return None
     answering = sample.duration_s - sample.first_token_s
-    # The first piece is one token: the rest came in the time after it.
-    return (sample.completion_tokens - 1) / answering if answering >= MIN_INTERVAL_S else None
+    return sample.completion_tokens / answering if answering >= MIN_INTERVAL_S else None
 
 
 def _blended_rate(sample: Sample) -> float | None:
@@ -137,6 +138,18 @@ def slowdown(newest_first: list[Sample]) -> Slowdown | None:
     answer = statistics.median(s.completion_tokens for s in newest_first)
     factor = now.expected_s(prompt, answer) / before.expected_s(prompt, answer)
     return Slowdown(now, before, factor)
+
+
+def slowdown_status(slow: Slowdown) -> dict:
+    """A host's slowdown as `session-digest status` shows it."""
+    return {
+        "state": "slow" if slow.slow else "as before",
+        "slower_by": round(slow.factor, 2),
+        "prompt_tps_now": round(slow.now.prompt_tps, 1),
+        "answer_tps_now": round(slow.now.answer_tps, 1),
+        "prompt_tps_before": round(slow.before.prompt_tps, 1),
+        "answer_tps_before": round(slow.before.answer_tps, 1),
+    }
 
 
 # --- one call's bounds --------------------------------------------------------------------------
@@ -244,6 +257,17 @@ class AutoCap:
     cap_tokens: int  # the cap in force
     computed_tokens: int  # what the speed measured now gives, before the hysteresis
     speed: HostSpeed
+
+
+def answer_room(summary_answers: list[int], default_tokens: int) -> int:
+    """The answer a raw summary call leaves room for: the `ANSWER_QUANTILE` of the host's recent
+    summary answers (linear interpolation), else `default_tokens` until it has some."""
+    answers = sorted(a for a in summary_answers if a > 0)
+    if not answers:
+        return default_tokens
+    rank = (len(answers) - 1) * ANSWER_QUANTILE
+    low, high = math.floor(rank), math.ceil(rank)
+    return round(answers[low] + (answers[high] - answers[low]) * (rank - low))
 
 
 def computed_raw_cap(speed: HostSpeed, target_s: float, answer_tokens: int, bound_tokens: int) -> int:

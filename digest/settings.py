@@ -431,7 +431,13 @@ SETTINGS: tuple[Setting, ...] = (
     _mini(
         "DIGEST_MINI_SUMMARY_BUDGET_S", "budget_s", positive, 600.0, "model time one turn_mini_summaries run may spend"
     ),
-    _mini("DIGEST_MINI_SUMMARY_TIMEOUT_S", "timeout_s", positive, 20.0, "stall window of one mini summary call where the host's speed is not measured yet"),
+    _mini(
+        "DIGEST_MINI_SUMMARY_TIMEOUT_S",
+        "timeout_s",
+        positive,
+        20.0,
+        "stall window of one mini summary call where the host's speed is not measured yet",
+    ),
     _mini(
         "DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S",
         "outer_timeout_s",
@@ -471,7 +477,13 @@ SETTINGS: tuple[Setting, ...] = (
     _graph(
         "DIGEST_GRAPH_MAX_ATTEMPTS", "max_attempts", whole(), 3, "failed digests after which a session is undigestible"
     ),
-    _graph("DIGEST_GRAPH_TIMEOUT_S", "timeout_s", positive, 600.0, "stall window of one extraction call where the host's speed is not measured yet"),
+    _graph(
+        "DIGEST_GRAPH_TIMEOUT_S",
+        "timeout_s",
+        positive,
+        600.0,
+        "stall window of one extraction call where the host's speed is not measured yet",
+    ),
     _graph(
         "DIGEST_GRAPH_MAX_CHUNKS",
         "max_chunks",

@@ -14,6 +14,7 @@ import time
 from datetime import UTC
 from pathlib import Path
 
+from digest.pacing import slowdown_status
 from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
 from pipelines.console import Output, run_log_config, run_log_file
@@ -401,7 +402,12 @@ def reset_digest(settings: Settings, session: str) -> dict:
 
 
 def status(settings: Settings) -> dict:
-    return _store(settings).status()
+    store = _store(settings)
+    result = store.status()
+    # Each host's recent calls against its earlier ones: slow is shown, not taken out of rotation.
+    slowdowns = store.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts])
+    result["host_speed"] = {host: slowdown_status(slow) for host, slow in slowdowns.items()}
+    return result
 
 
 def instance_config() -> dict:

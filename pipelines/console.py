@@ -221,7 +221,29 @@ def _render_fields(console: Console, result: dict) -> None:
 
 
 def _render_status(console: Console, result: dict) -> None:
-    console.print(_fields(result, "Store", skip=("host_circuits",)))
+    console.print(_fields(result, "Store", skip=("host_circuits", "host_speed")))
+    speeds = result.get("host_speed") or {}
+    if speeds:
+        table = Table(
+            title="Host speed (last 10 calls against the earlier ones)", title_justify="left", title_style="bold"
+        )
+        for name in (
+            "host",
+            "state",
+            "slower by",
+            "prompt tok/s now",
+            "answer tok/s now",
+            "prompt before",
+            "answer before",
+        ):
+            table.add_column(name, no_wrap=True)
+        for host, speed in speeds.items():
+            table.add_row(
+                host, speed["state"], f"{speed['slower_by']:.2f}x", f"{speed['prompt_tps_now']:.1f}",
+                f"{speed['answer_tps_now']:.1f}", f"{speed['prompt_tps_before']:.1f}", f"{speed['answer_tps_before']:.1f}",
+            )  # fmt: skip
+        console.print()
+        console.print(table)
     hosts = result.get("host_circuits") or {}
     if not hosts:
         return

@@ -15,7 +15,6 @@ from digest.friction_report import (
     build_report,
     calibrate,
     calibrate_model,
-    fit_call_seconds,
     group_friction,
     percentile,
     pre_routes,
@@ -72,6 +71,7 @@ def attempt(prompt_tokens, completion_tokens, seconds, model="qwen", outcome="ok
         "outcome": outcome,
         "suspected_truncation": False,
         "created_at": T0 + timedelta(minutes=minutes),
+        "first_token_s": None,
     }
     row.update(extra)
     return row
@@ -123,15 +123,16 @@ def test_a_group_shows_the_providers_own_error_text():
 # --- calibration --------------------------------------------------------------------------------
 
 
-def test_calibration_recovers_the_throughput_of_a_ledger_with_known_counts():
-    # 50 prompt tokens/s and 10 answer tokens/s exactly; 4.6 bytes a token.
-    ledger = [attempt(p, c, p / 50 + c / 10) for p, c in [(1000, 100), (2000, 200), (4000, 150), (3000, 50)]]
+def test_calibration_recovers_the_rates_of_a_streamed_ledger_with_known_counts():
+    # 50 prompt tokens/s and 10 answer tokens/s exactly, the first piece after the prompt; 4.6 bytes a token.
+    calls = [(1000, 100), (2000, 200), (4000, 150), (3000, 50)]
+    ledger = [attempt(p, c, p / 50 + c / 10, first_token_s=p / 50) for p, c in calls]
     ledger += [
-        attempt(500, 10, 500 / 50 + 10 / 10, outcome="parse-failure"),  # the server finished it: a measurement
+        attempt(500, 10, 500 / 50 + 10 / 10, outcome="parse-failure", first_token_s=10.0),  # the server finished it
         attempt(None, None, 180.0, outcome="timeout"),  # no server counts: not a measurement
         attempt(800, 80, 1.0, model="other"),  # another model, too few calls
     ]
-    calibrations = calibrate(ledger, timeout_s=180.0)
+    calibrations = calibrate(ledger, load_settings({}))
     assert calibrations["other"] is None
     qwen = calibrations["qwen"]
     assert qwen.calls == 5
@@ -140,39 +141,60 @@ def test_calibration_recovers_the_throughput_of_a_ledger_with_known_counts():
     assert (qwen.bytes_per_token, qwen.bytes_per_token_samples) == (None, 4)
     assert qwen.prompt_tokens_per_s == pytest.approx(50.0)
     assert qwen.completion_tokens_per_s == pytest.approx(10.0)
-    assert qwen.answer_tokens == 200
-    # 90% of 180 s is 162 s; the longest answer takes 20 s; 142 s at 50 tokens/s is 7100 tokens.
-    assert qwen.raw_cap_tokens == 7100
+    # The 90th percentile of the good summary answers (50, 100, 150, 200) is 185 tokens.
+    assert qwen.answer_tokens == 185
+    # 120 s (the raw-call target) less 18.5 s of answer leaves 101.5 s at 50 tokens/s: 5075 tokens.
+    assert qwen.raw_cap_tokens == 5075
 
 
-def test_calibration_charges_the_whole_call_to_the_prompt_when_it_cannot_separate_them():
-    # Every answer is 10% of its prompt: prompt and answer costs cannot be told apart.
-    calls = [(1000, 100, 30.0), (2000, 200, 60.0), (3000, 300, 90.0)]
-    assert fit_call_seconds(calls) == (pytest.approx(0.03), 0.0)
-    ledger = [attempt(p, c, s) for p, c, s in calls]
-    calibration = calibrate_model("qwen", ledger, timeout_s=180.0)
+def test_calibration_without_streamed_calls_blends_the_rates():
+    # Not streamed: prompt and answer costs cannot be told apart; one rate of tokens in and out.
+    calls = [(1000, 100, 11.0), (2000, 200, 22.0), (3000, 300, 33.0)]
+    calibration = calibrate_model("qwen", [attempt(p, c, t) for p, c, t in calls], 120.0, 6144, 1024)
     assert calibration.completion_tokens_per_s is None
-    assert calibration.raw_cap_tokens == 5400  # 162 s at 33.3 tokens/s: smaller than the truth, never larger
+    assert calibration.prompt_tokens_per_s == pytest.approx(100.0)
+    # 120 s less 280 answer tokens at 100 a second leaves 117.2 s: 11720 tokens, held to the bound.
+    assert calibration.raw_cap_tokens == 6144
 
 
-def test_pre_routes_price_the_raw_prompts_never_sent():
+def test_pre_routes_price_the_raw_prompts_never_sent_against_the_degraded_path():
     ledger = [attempt(p, 0, p / 100) for p in (1000, 2000, 3000)]  # 100 tokens/s, 4.6 bytes a token
-    calibrations = calibrate(ledger, timeout_s=180.0)
+    calibrations = calibrate(ledger, load_settings({}))
     events = [
-        pre_route(0, input_bytes=13800),  # 3000 real tokens: 30 s
-        pre_route(1, input_bytes=276000, bound="over-safe-band"),  # 600 s, but a call ends at the 180 s timeout
+        # 3000 real tokens: 30 s, and the answer room (half the 1024-token cap, no summary answer seen) 5.12 s.
+        pre_route(0, input_bytes=13800),
+        pre_route(1, input_bytes=2760000, bound="over-safe-band"),  # 6000 s, but a call ends at the 900 s ceiling
         pre_route(2, input_bytes=27000, model="unmeasured"),
         # A compact prompt over budget, another consumer's pre-check, a failed raw call: not pre-routes.
         event("size-precheck-skip", 3, note="tier=miniSummary: compact input over the prompt budget 6144"),
         event("size-precheck-skip", 4, consumer="session_graph", note="no graph call: 70 chunks"),
         event("timeout", 5, note="tier=raw"),
     ]
-    routes = pre_routes(events, calibrations, timeout_s=180.0)
+    # The pre-routed session's degraded path: two mini summaries, one given up, and the compact call.
+    degraded = [
+        attempt(300, 40, 4.0, session_id="s1", stage="mini-summary", tier="turn"),
+        attempt(None, None, 20.0, session_id="s1", stage="mini-summary", tier="turn", outcome="timeout-inner"),
+        attempt(800, 200, 12.0, session_id="s1", tier="miniSummary"),
+        attempt(800, 200, 50.0, session_id="other", tier="miniSummary"),  # not a pre-routed session
+    ]
+    routes = pre_routes(events, ledger + degraded, calibrations, ceiling_s=900.0)
     assert routes.count == 3
     assert routes.by_reason == {"over-raw-cap": 2, "over-safe-band": 1}
-    assert routes.tokens_avoided == (13800 + 276000 + 27000) // 3
-    assert routes.model_seconds_avoided == pytest.approx(30.0 + 180.0)
+    assert routes.tokens_avoided == (13800 + 2760000 + 27000) // 3
+    assert routes.model_seconds_avoided == pytest.approx(35.12 + 900.0)
     assert routes.unpriced == 1
+    assert (routes.degraded_calls, routes.degraded_seconds, routes.discarded_seconds) == (2, 16.0, 20.0)
+    assert routes.net_seconds == pytest.approx(935.12 - 16.0 - 20.0)
+
+
+def test_a_degraded_path_that_cost_more_than_it_saved_says_so():
+    ledger = [attempt(p, 0, p / 100) for p in (1000, 2000, 3000)]
+    events = [pre_route(0, input_bytes=4600)]  # 1000 tokens and the 512-token answer room: 15.12 s
+    cut = [attempt(None, None, 20.0, session_id="s1", stage="mini-summary", tier="turn", outcome="timeout-inner")] * 3
+    report = build_report(events, ledger + cut, [], load_settings({}))
+    assert report.pre_routes.net_seconds == pytest.approx(15.12 - 60.0)
+    assert "net lost 44.9 s" in render_markdown(report)
+    assert "the degraded path cost more model time than the cap saved" in render_markdown(report)
 
 
 def test_percentile_interpolates_linearly():
@@ -241,8 +263,13 @@ def test_the_report_renders_with_many_events():
 
 
 def test_the_series_buckets_by_hour_for_a_short_span():
-    series = activity_series([event("timeout", 0), event("timeout", 150)], [attempt(10, 1, 2.5, minutes=70)])
-    assert [(b.friction_events, b.model_seconds) for b in series] == [(1, 0.0), (0, 2.5), (1, 0.0)]
+    attempts = [attempt(10, 1, 2.5, minutes=70), attempt(None, None, 20.0, outcome="timeout", minutes=75)]
+    series = activity_series([event("timeout", 0), event("timeout", 150)], attempts)
+    assert [(b.friction_events, b.spent_seconds, b.discarded_seconds) for b in series] == [
+        (1, 0.0, 0.0),
+        (0, 2.5, 20.0),
+        (1, 0.0, 0.0),
+    ]
 
 
 # --- the asset, over a store the real jobs filled ------------------------------------------------

@@ -25,9 +25,9 @@ from digest.synthesis import Attempt
 POLICY = PacingPolicy(margin=4.0, floor_s=10.0, ceiling_s=900.0, raw_call_target_s=120.0)
 
 
-def streamed(prompt_tokens=1000, answer_tokens=101, prompt_tps=100.0, answer_tps=10.0) -> Sample:
+def streamed(prompt_tokens=1000, answer_tokens=100, prompt_tps=100.0, answer_tps=10.0) -> Sample:
     first = prompt_tokens / prompt_tps
-    return Sample(prompt_tokens, answer_tokens, first + (answer_tokens - 1) / answer_tps, first)
+    return Sample(prompt_tokens, answer_tokens, first + answer_tokens / answer_tps, first)
 
 
 def server_error(status: int) -> ProviderError:
@@ -187,18 +187,18 @@ def test_an_auto_cap_follows_the_hosts_ledger_with_hysteresis(store):
     limits = fleet.measured_limits(store, "cpu")
     assert (limits.raw_cap_tokens, limits.raw_cap_source) == (8192, "auto-unmeasured")
 
-    _record(store, "cpu", [streamed(prompt_tps=50.0, answer_tps=5.0, answer_tokens=301)] * 5, stage="session-summary")
+    _record(store, "cpu", [streamed(prompt_tps=50.0, answer_tps=5.0, answer_tokens=300)] * 5, stage="session-summary")
     limits = fleet.measured_limits(store, "cpu")
-    # 120 s less 301 answer tokens at 5 a second leaves 59.8 s of prompt at 50 a second.
-    assert limits.raw_cap_source == "auto" and limits.raw_cap_tokens == 2990
+    # 120 s less 300 answer tokens at 5 a second leaves 60 s of prompt at 50 a second.
+    assert limits.raw_cap_source == "auto" and limits.raw_cap_tokens == 3000
 
     # A few loaded calls: the median moves a little, the cap in force not at all.
-    _record(store, "cpu", [streamed(prompt_tps=40.0, answer_tps=4.0, answer_tokens=301)] * 4, stage="session-summary")
-    assert fleet.measured_limits(store, "cpu").raw_cap_tokens == 2990
+    _record(store, "cpu", [streamed(prompt_tps=40.0, answer_tps=4.0, answer_tokens=300)] * 4, stage="session-summary")
+    assert fleet.measured_limits(store, "cpu").raw_cap_tokens == 3000
 
     # The host is lastingly twice as slow: the cap follows.
-    _record(store, "cpu", [streamed(prompt_tps=25.0, answer_tps=5.0, answer_tokens=301)] * 40, stage="session-summary")
-    assert fleet.measured_limits(store, "cpu").raw_cap_tokens == 1495
+    _record(store, "cpu", [streamed(prompt_tps=25.0, answer_tps=5.0, answer_tokens=300)] * 40, stage="session-summary")
+    assert fleet.measured_limits(store, "cpu").raw_cap_tokens == 1500
 
 
 def test_the_store_shows_a_host_slower_than_its_earlier_calls(store):

@@ -181,7 +181,7 @@ def test_the_ledger_reads_only_the_recent_calls(store):
         )
     assert store.calibrated_bytes_per_token("cpu", "smollm2") == (pytest.approx(4.5), 500)
     # The friction report shows the number the router applies (3.0 would be the mean's neighbour).
-    report = calibrate(store.friction_report_rows()["attempts"], timeout_s=180)
+    report = calibrate(store.friction_report_rows()["attempts"], load_settings({}))
     assert (report["smollm2"].bytes_per_token, report["smollm2"].bytes_per_token_samples) == (pytest.approx(4.5), 500)
 
 

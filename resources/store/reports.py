@@ -67,7 +67,7 @@ class Reports(Connection):
                 "attempts": records(
                     con,
                     "SELECT session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens, "
-                    "completion_tokens, duration_s, outcome, suspected_truncation, created_at FROM attempts "
+                    "completion_tokens, duration_s, outcome, suspected_truncation, created_at, first_token_s FROM attempts "
                     "WHERE NOT cached",  # a replay from the response cache is no model call
                 ),
                 "summaries": records(

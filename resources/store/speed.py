@@ -11,16 +11,15 @@ from digest.pacing import (
     HostSpeed,
     Sample,
     Slowdown,
+    answer_room,
     computed_raw_cap,
     next_auto_cap,
     slowdown,
 )
-from resources.store.connection import Connection, now
+from resources.store.connection import Connection, now, records
 
 # Of the host's calls, the many its slowdown is judged over (the recent ones against these).
 HISTORY_CALLS = 200
-# The answer a raw summary call leaves room for: this quantile of the recent summary answers.
-ANSWER_QUANTILE = 0.9
 _cap_lock = threading.Lock()  # this process's cap writes take turns (see `hosts.py`)
 
 
@@ -46,18 +45,22 @@ class Speed(Connection):
         """The host's recent calls against its earlier ones: `status` and the friction report say slow."""
         return slowdown(self.host_samples(host, model, HISTORY_CALLS))
 
-    def summary_answer_tokens(self, host: str, model: str) -> int | None:
-        """How long the host's summary answers run: the `ANSWER_QUANTILE` of its recent ones."""
+    def host_slowdowns(self, hosts: list[tuple[str, str]]) -> dict[str, Slowdown]:
+        """Of these (host, model) pairs, the hosts with enough calls to compare, by host."""
+        measured = {host: self.host_slowdown(host, model) for host, model in hosts}
+        return {host: slow for host, slow in measured.items() if slow is not None}
+
+    def summary_answers(self, host: str, model: str) -> list[int]:
+        """The answer tokens of the host's recent good summary calls."""
         with self.connect() as con:
-            row = con.execute(
-                """SELECT quantile_cont(completion_tokens, ?) FROM (
-                       SELECT completion_tokens FROM attempts
-                       WHERE outcome = 'ok' AND NOT cached AND stage = 'session-summary' AND completion_tokens > 0
-                         AND model = ? AND (host = ? OR host IS NULL)
-                       ORDER BY attempt_id DESC LIMIT ?)""",
-                [ANSWER_QUANTILE, model, host, RECENT_CALLS],
-            ).fetchone()
-        return round(row[0]) if row[0] is not None else None
+            rows = con.execute(
+                """SELECT completion_tokens FROM attempts
+                   WHERE outcome = 'ok' AND NOT cached AND stage = 'session-summary' AND completion_tokens > 0
+                     AND model = ? AND (host = ? OR host IS NULL)
+                   ORDER BY attempt_id DESC LIMIT ?""",
+                [model, host, RECENT_CALLS],
+            ).fetchall()
+        return [row[0] for row in rows]
 
     def auto_raw_cap(
         self, host: str, model: str, target_s: float, default_answer_tokens: int, bound_tokens: int
@@ -67,7 +70,7 @@ class Speed(Connection):
         speed = self.host_speed(host, model)
         if speed is None:
             return None
-        answer = self.summary_answer_tokens(host, model) or default_answer_tokens
+        answer = answer_room(self.summary_answers(host, model), default_answer_tokens)
         computed = computed_raw_cap(speed, target_s, answer, bound_tokens)
         with self.connect() as con:
             row = con.execute("SELECT cap_tokens, model FROM host_raw_caps WHERE host = ?", [host]).fetchone()
@@ -82,3 +85,9 @@ class Speed(Connection):
                     [host, model, cap, computed, speed.prompt_tps, speed.answer_tps, speed.samples, now()],
                 )
         return AutoCap(cap_tokens=cap, computed_tokens=computed, speed=speed)
+
+    def auto_caps(self) -> dict[str, dict]:
+        """The auto raw caps in force, by host: what the friction report shows beside its calibration."""
+        with self.connect() as con:
+            rows = records(con, "SELECT * FROM host_raw_caps ORDER BY host")
+        return {row["host"]: row for row in rows}
