@@ -9,6 +9,7 @@ import pytest
 
 from assets.sessions import summary_metadata
 from digest.friction_report import calibrate
+from digest.settings import load_settings
 from digest.synthesis import Attempt, build_prompt, raw_content, summarize_session
 from digest.tokens import (
     CHAT_TEMPLATE_MARGIN_TOKENS,

@@ -41,8 +41,8 @@ from resources.store.ledger import Ledger, RunLedger
 from resources.store.mini_summaries import MiniSummaries, MiniSummaryLedger
 from resources.store.reports import Reports
 from resources.store.sessions import Sessions
-from resources.store.summaries import Summaries
 from resources.store.speed import Speed
+from resources.store.summaries import Summaries
 from resources.store.tokens import Tokens
 
 __all__ = [
