@@ -246,10 +246,10 @@ def cause_of(error: BaseException) -> str:
 
 
 def call_with_deadline(
-    client: ChatClient, prompt: str, plan: CallPlan, backstop_slack_s: float
+    client: ChatClient, prompt: str, plan: CallPlan, backstop_s: float
 ) -> tuple[ChatReply | None, BaseException | None, float]:
     """One call under its plan (the client's own ceiling and stall window), abandoned at the outer
-    backstop, `backstop_slack_s` past the ceiling; (reply, error, seconds).
+    backstop `backstop_s`; (reply, error, seconds).
 
     An abandoned call ends on its own when its ceiling fires; nothing it returns is used.
     """
@@ -267,7 +267,6 @@ def call_with_deadline(
         except Exception as error:  # carried to the caller, who tallies it
             outcome["error"] = error
 
-    backstop_s = plan.timeout_s + backstop_slack_s
     started = time.monotonic()
     worker = threading.Thread(target=run, name="mini-summary-call", daemon=True)
     worker.start()
@@ -300,7 +299,8 @@ def fill_mini_summaries(
     pacer = pacer or Pacer.fixed(policy.timeout_s)
     limits = mini_summary_limits(limits, policy)
     max_prompt_bytes = int(limits.prompt_budget_tokens * limits.bytes_per_token)
-    backstop_slack_s = max(0.0, policy.outer_timeout_s - policy.timeout_s)
+    # The outer timeout is to the inner one what the backstop is to the call's ceiling.
+    backstop_ratio = policy.outer_timeout_s / policy.timeout_s
     report = FillReport(pending=len(turns))
     texts = {turn.id: turn_text(turn) for turn in turns}
     for turn in turns:
@@ -319,7 +319,7 @@ def fill_mini_summaries(
         prompt = build_prompt(*texts[turn.id], max_bytes=max_prompt_bytes)
         tokens_estimate = limits.estimate_tokens(prompt)
         plan = pacer.plan(tokens_estimate, MAX_OUTPUT_TOKENS, client.streaming)
-        reply, error, seconds = call_with_deadline(client, prompt, plan, backstop_slack_s)
+        reply, error, seconds = call_with_deadline(client, prompt, plan, plan.timeout_s * backstop_ratio)
         report.model_seconds += seconds
         report.attempted += 1
         if reply is not None:

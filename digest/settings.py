@@ -443,7 +443,7 @@ SETTINGS: tuple[Setting, ...] = (
         "outer_timeout_s",
         positive,
         30.0,
-        "with the inner timeout: the outer backstop per turn is the call's ceiling plus their difference",
+        "with the inner timeout: the outer backstop per turn is the call's ceiling times their ratio",
     ),
     _mini(
         "DIGEST_MINI_SUMMARY_MAX_ATTEMPTS", "max_attempts", whole(), 5, "failed attempts after which a turn is archived"

@@ -349,5 +349,5 @@ def test_the_pre_route_bound_is_a_column_and_older_rows_get_it_from_their_note(t
     with store.connect() as con:
         bounds = dict(con.execute("SELECT asset_ref, bound FROM friction_events").fetchall())
     assert bounds == {"old": "over-raw-cap", "compact": None, "graph": None, "new": "over-safe-band"}
-    routes = pre_routes(store.friction_report_rows()["events"], {}, timeout_s=180.0)
+    routes = pre_routes(store.friction_report_rows()["events"], [], {}, ceiling_s=900.0)
     assert routes.count == 2 and routes.by_reason == {"over-raw-cap": 1, "over-safe-band": 1}

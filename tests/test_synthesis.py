@@ -205,7 +205,7 @@ def test_ollama_wire_carries_context_output_cap_and_schema(store):
         result = summarize_session(make_turns("s", 2), client, make_limits(), _ledger(store))
     body = server.chat_requests()[0].body
     assert server.chat_requests()[0].path == "/api/chat"
-    assert body["stream"] is False and body["options"]["num_ctx"] == 8192 and body["options"]["num_predict"] == 512
+    assert body["stream"] is True and body["options"]["num_ctx"] == 8192 and body["options"]["num_predict"] == 512
     assert body["format"]["required"] == list(GOOD_SUMMARY)
     assert result.summary.source_tier == "raw"
 
