@@ -120,7 +120,8 @@ class _Deadline:
         self._quiet_since: float | None = None  # the stall window's start; None: not watching
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
-        self._done = threading.Event()
+        self._finished = False
+        self._wake = threading.Condition()  # a request's start or end moves the watchdog's next check
         self._watchdog = threading.Thread(target=self._watch, daemon=True)
 
     def __enter__(self) -> _Deadline:
@@ -128,7 +129,9 @@ class _Deadline:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._done.set()
+        with self._wake:
+            self._finished = True
+            self._wake.notify()
 
     @property
     def elapsed(self) -> float:
@@ -136,9 +139,11 @@ class _Deadline:
 
     def sending(self, streamed: bool) -> None:
         """A request goes out: its stall window starts now (the wait for its first piece counts)."""
-        self._sent = time.monotonic()
-        self.first_token_s = None
-        self._quiet_since = self._sent if streamed and self.stall_s is not None else None
+        with self._wake:
+            self._sent = time.monotonic()
+            self.first_token_s = None
+            self._quiet_since = self._sent if streamed and self.stall_s is not None else None
+            self._wake.notify()
 
     def piece(self, content: bool) -> None:
         """A complete, well-formed chunk arrived; `content`: it carries reply text."""
@@ -150,8 +155,10 @@ class _Deadline:
             self.first_token_s = now - self._sent
 
     def quiet(self) -> None:
-        """The stream has ended: no more stall window."""
-        self._quiet_since = None
+        """The stream has ended, or a whole body is read: no stall window."""
+        with self._wake:
+            self._quiet_since = None
+            self._wake.notify()
 
     def trace(self, event: str, info: dict) -> None:
         """httpx's `trace` request extension: keep each socket the call opens."""
@@ -166,20 +173,20 @@ class _Deadline:
 
     def _watch(self) -> None:
         # One thread per call, woken at the nearer of the ceiling and the stall point; a piece only
-        # moves the stall point, so the thread wakes about once a window, not once a piece.
+        # moves the stall point (no lock, no wake-up), so it wakes about once a window, not a piece.
         ceiling = self.started + self.timeout_s
-        while True:
-            quiet_since = self._quiet_since
-            stall_at = None if quiet_since is None else quiet_since + self.stall_s
-            wake = ceiling if stall_at is None else min(ceiling, stall_at)
-            if self._done.wait(max(0.0, wake - time.monotonic())):
+        with self._wake:
+            while not self._finished:
+                now = time.monotonic()
+                stall_at = None if self._quiet_since is None else self._quiet_since + self.stall_s
+                if now >= ceiling:
+                    break
+                if stall_at is not None and now >= stall_at:
+                    self.stalled = True
+                    break
+                self._wake.wait(min(ceiling, stall_at or ceiling) - now)
+            else:
                 return
-            now = time.monotonic()
-            if now >= ceiling:
-                break
-            if stall_at is not None and self._quiet_since == quiet_since and now >= stall_at:
-                self.stalled = True
-                break
         with self._lock:
             self.expired = True
             sockets = list(self._sockets)

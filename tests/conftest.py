@@ -19,6 +19,7 @@ TIERS = {
     "test_pacing": "unit",
     "test_revision": "unit",
     "test_settings": "unit",
+    "test_streaming": "unit",
     "test_synthesis": "unit",
     "test_tokens": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB

@@ -1,0 +1,241 @@
+"""Streamed model calls: the real clients against local servers that stream both wire protocols
+exactly (Ollama's chunked NDJSON, the OpenAI protocol's server-sent events ending in `[DONE]`),
+well and badly. Windows are short (0.3-1.5 s) so the module stays quick."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import pytest
+
+from digest.model_api import (
+    ContextOverflow,
+    HostUnreachable,
+    MalformedReply,
+    ModelError,
+    ModelStalled,
+    ModelTimeout,
+    OutputLimitExceeded,
+)
+from resources.model_clients import OllamaChatClient, OpenAIChatClient, reply_byte_cap
+from tests.fault_server import FaultServer
+from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
+
+PROTOCOLS = ("openai", "ollama")
+STALL_S = 0.5
+# What a give-up may take past its window: the watchdog, the socket shutdown, a loaded 2-core host.
+SLACK_S = 0.8
+
+
+def _client(protocol: str, url: str):
+    if protocol == "openai":
+        return OpenAIChatClient(url, "m", schema_style="json_object")
+    return OllamaChatClient(url, "m", num_ctx=4096)
+
+
+def _chat(client, *, timeout_s: float = 10.0, stall_s: float | None = STALL_S, max_output_tokens: int = 256):
+    return client.chat(
+        "Summarize.", schema=None, max_output_tokens=max_output_tokens, timeout_s=timeout_s, stall_s=stall_s
+    )
+
+
+def _caught(call) -> ModelError:
+    with pytest.raises(ModelError) as info:
+        call()
+    return info.value
+
+
+@pytest.fixture(scope="module")
+def model_server():
+    with ModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+def server(model_server) -> ModelServer:
+    model_server.script = lambda received: Behaviour.reply()
+    model_server.requests.clear()
+    return model_server
+
+
+def _script(server: ModelServer, **fields) -> None:
+    server.script = lambda received: dataclasses.replace(Behaviour.reply(), **fields)
+
+
+# --- a good stream ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_streamed_reply_is_assembled_with_its_counts_and_its_first_token_time(server, protocol):
+    _script(server, first_piece_s=0.4, piece_gap_s=0.01)
+    client = _client(protocol, server.url)
+    reply = _chat(client)
+
+    [request] = server.chat_requests()
+    assert request.body["stream"] is True
+    if protocol == "openai":
+        assert request.body["stream_options"] == {"include_usage": True}
+    assert json.loads(reply.text) == GOOD_SUMMARY
+    # The server's counts: the usage chunk (OpenAI), the done line (Ollama).
+    assert reply.prompt_tokens == max(1, len("Summarize.") // 4)
+    assert reply.completion_tokens == len(json.dumps(GOOD_SUMMARY)) // 4
+    assert reply.finish_reason == "stop"
+    assert 0.4 <= reply.first_token_s < reply.duration_s
+    assert client.streaming and request.gone_after_s is None
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_slow_but_steady_call_longer_than_its_stall_window_succeeds(server, protocol):
+    # The prompt takes 0.4 s, each piece 0.05 s: about 1 s in all, twice the stall window.
+    _script(server, first_piece_s=0.4, piece_gap_s=0.05, piece_chars=12)
+    reply = _chat(_client(protocol, server.url), stall_s=STALL_S)
+    assert json.loads(reply.text) == GOOD_SUMMARY
+    assert reply.duration_s > STALL_S
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_length_cut_stream_reports_its_finish_reason(server, protocol):
+    _script(server, finish="length")
+    assert _chat(_client(protocol, server.url)).finish_reason == "length"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_streamed_reply_over_the_byte_cap_is_refused_and_the_stream_closed(server, protocol):
+    cap = reply_byte_cap(16)
+    server.script = lambda received: Behaviour(content="a" * (cap + 1), piece_chars=4096, piece_gap_s=0.001)
+    over = _caught(lambda: _chat(_client(protocol, server.url), max_output_tokens=16))
+    assert type(over) is OutputLimitExceeded and f"over {cap} bytes" in str(over)
+    time.sleep(0.1)  # the server notices at its next write
+    assert server.chat_requests()[0].gone_after_s is not None
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_context_overflow_to_a_streamed_request_is_an_overflow(server, protocol):
+    if protocol == "openai":
+        server.script = lambda received: Behaviour.overflow()
+    else:
+        server.script = lambda received: Behaviour(
+            status=400, error_body={"error": "the input length exceeds the context length"}
+        )
+    client = _client(protocol, server.url)
+    error = _caught(lambda: _chat(client))
+    assert type(error) is ContextOverflow and error.status == 400
+    assert client.streaming  # an error reply is no refusal to stream
+
+
+# --- stuck, trickling, broken --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_stall_before_the_first_piece_is_given_up_at_the_stall_window(protocol):
+    with FaultServer("stream-stall-first") as server:
+        error = _caught(lambda: _chat(_client(protocol, server.url), timeout_s=10.0))
+        time.sleep(0.1)
+    assert type(error) is ModelStalled and isinstance(error, ModelTimeout)
+    assert STALL_S <= error.duration_s < STALL_S + SLACK_S
+    assert error.first_token_s is None
+    # The client closed the connection at the stall point: the server saw it go.
+    [gone] = server.gone_after_s
+    assert gone is not None and gone < STALL_S + SLACK_S
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_stall_mid_stream_is_given_up_and_the_stream_closed(protocol):
+    with FaultServer("stream-stall-mid") as server:
+        error = _caught(lambda: _chat(_client(protocol, server.url), timeout_s=10.0))
+        time.sleep(0.1)
+    assert type(error) is ModelStalled
+    assert STALL_S <= error.duration_s < STALL_S + SLACK_S
+    assert error.first_token_s is not None and error.first_token_s < STALL_S
+    assert server.gone_after_s[0] is not None
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_keep_alive_pings_alone_are_no_progress(protocol):
+    with FaultServer("stream-pings", gap_s=0.1) as server:
+        error = _caught(lambda: _chat(_client(protocol, server.url), timeout_s=10.0))
+        time.sleep(0.1)
+    assert type(error) is ModelStalled and error.duration_s < STALL_S + SLACK_S
+    assert server.gone_after_s[0] is not None
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_trickle_is_cut_at_the_ceiling_as_progressing(protocol):
+    with FaultServer("stream-trickle", gap_s=0.15) as server:
+        error = _caught(lambda: _chat(_client(protocol, server.url), timeout_s=1.2, stall_s=STALL_S))
+        time.sleep(0.1)
+    assert type(error) is ModelTimeout and error.progressing
+    assert 1.2 <= error.duration_s < 1.2 + SLACK_S
+    assert error.first_token_s is not None
+    assert server.gone_after_s[0] is not None
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_without_a_stall_window_a_stall_runs_to_the_ceiling_not_progressing(protocol):
+    with FaultServer("stream-stall-first") as server:
+        error = _caught(lambda: _chat(_client(protocol, server.url), timeout_s=0.8, stall_s=None))
+    assert type(error) is ModelTimeout and not error.progressing
+    assert 0.8 <= error.duration_s < 0.8 + SLACK_S
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_stream_cut_before_its_end_is_a_host_that_broke_off(protocol):
+    with FaultServer("stream-cut") as server:
+        error = _caught(lambda: _chat(_client(protocol, server.url)))
+    assert type(error) is HostUnreachable and "broke off" in str(error)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_stream_that_breaks_its_protocol_mid_way_is_malformed(protocol):
+    with FaultServer("stream-malformed") as server:
+        error = _caught(lambda: _chat(_client(protocol, server.url)))
+    assert type(error) is MalformedReply and "malformed stream chunk" in str(error)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_slow_stream_to_a_good_end(protocol):
+    with FaultServer("stream-slow", gap_s=0.03) as server:
+        reply = _chat(_client(protocol, server.url))
+    assert json.loads(reply.text) == GOOD_SUMMARY and reply.finish_reason == "stop"
+    assert reply.prompt_tokens == 12 and reply.first_token_s >= 0.03
+
+
+# --- servers that do not stream ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_whole_json_reply_to_a_stream_request_is_read_and_streaming_turned_off(protocol):
+    with FaultServer("stream-ignored") as server:
+        client = _client(protocol, server.url)
+        first = _chat(client)
+        assert not client.streaming
+        second = _chat(client)
+    assert json.loads(first.text) == GOOD_SUMMARY == json.loads(second.text)
+    assert (first.prompt_tokens, first.completion_tokens) == (12, 34)
+    assert first.first_token_s is None  # not streamed: no first token to time
+    assert server.streamed == [True, False]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_server_that_rejects_stream_is_asked_again_without_it(protocol):
+    with FaultServer("stream-rejected") as server:
+        client = _client(protocol, server.url)
+        reply = _chat(client)
+        _chat(client)
+    assert json.loads(reply.text) == GOOD_SUMMARY and not client.streaming
+    assert server.streamed == [True, False, False]  # one retry in the first call, then never asked
+
+
+def test_a_server_that_ignores_include_usage_streams_without_counts(server):
+    """vLLM and llama.cpp honour include_usage; a server that does not gives no counts, not an error."""
+
+    def no_usage(received):
+        received.body.pop("stream_options", None)  # the server reads the request without it
+        return Behaviour.reply()
+
+    server.script = no_usage
+    reply = _chat(_client("openai", server.url))
+    assert json.loads(reply.text) == GOOD_SUMMARY
+    assert (reply.prompt_tokens, reply.completion_tokens) == (None, None)
