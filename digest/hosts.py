@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from digest.scheduling import Candidate, PlannedSession, plan_session
 from digest.synthesis import Limits, Route
@@ -36,6 +36,12 @@ PROVIDERS = ("embedded", "openai", "ollama")
 DEFAULT_RAW_CAP_TOKENS = 8192
 # Host names go into run tags and pool limits: keep them to what Dagster's tag values take.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+# Every number of a host is bounded by what holds it: token counts land in the store's INT32 columns
+# (and a prompt's bytes, up to 32 a token, too) and no served model has a context past 2**24 tokens
+# (16.7 M); a host's call slots are its run limit; a token is at least a byte under byte-level BPE.
+MAX_CONTEXT_TOKENS = 2**24
+MAX_CONCURRENCY = 64
+MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.5, 32.0
 
 
 class HostsError(ValueError):
@@ -62,6 +68,16 @@ def _off_auto_or_count(value: Any) -> Any:
     return value
 
 
+def _not_a_boolean(value: Any) -> Any:
+    """TOML's `true` is Python's 1: refused where a number is meant, not taken as one."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a boolean, not a number")
+    return value
+
+
+Tokens = Annotated[StrictInt, Field(ge=1, le=MAX_CONTEXT_TOKENS)]
+
+
 class _HostEntry(BaseModel):
     """One `[[hosts]]` table, validated; unknown keys are refused (a typo is not a default)."""
 
@@ -71,13 +87,15 @@ class _HostEntry(BaseModel):
     provider: Literal["embedded", "openai", "ollama"]
     url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/\S*)?$")
     model: str | None = Field(default=None, min_length=1)
-    context_limit_tokens: int = Field(ge=256)
-    safe_limit_tokens: int | None = Field(default=None, ge=1)
-    raw_cap_tokens: Annotated[
-        Annotated[int, Field(ge=1)] | Literal["off", "auto"] | None, BeforeValidator(_off_auto_or_count)
+    context_limit_tokens: Annotated[StrictInt, Field(ge=256, le=MAX_CONTEXT_TOKENS)]
+    safe_limit_tokens: Tokens | None = None
+    raw_cap_tokens: Annotated[Tokens | Literal["off", "auto"] | None, BeforeValidator(_off_auto_or_count)] = None
+    concurrency: Annotated[StrictInt, Field(ge=1, le=MAX_CONCURRENCY)] = 1
+    bytes_per_token: Annotated[
+        float | None,
+        BeforeValidator(_not_a_boolean),
+        Field(ge=MIN_BYTES_PER_TOKEN, le=MAX_BYTES_PER_TOKEN, allow_inf_nan=False),
     ] = None
-    concurrency: int = Field(default=1, ge=1, le=64)
-    bytes_per_token: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _bounds(self) -> _HostEntry:

@@ -24,7 +24,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from digest.model_api import ChatClient, ChatReply, ContextOverflow, ModelTimeout, ProviderError
+from digest.friction import Symptom, classify_error
+from digest.model_api import ChatClient, ChatReply, ModelTimeout, OutputLimitExceeded, ProviderError
 from digest.pacing import CallPlan, Pacer, first_token_of, is_given_up
 from digest.synthesis import Attempt, Limits, Route, estimate_raw_tokens, raw_route
 
@@ -36,7 +37,18 @@ MAX_OUTPUT_TOKENS = 128
 # A run that attempted turns and generated none waits this long before the cadence picks it again.
 NO_PROGRESS_BACKOFF_S = 600.0
 
-CAUSES = ("timeout-inner", "timeout-outer", "no-model", "empty-output", "provider-error", "unspecified")
+# A failed call's cause is its symptom as a summary call's (`digest.friction.classify_error`), the
+# timeouts saying which deadline and an absent server or model `no-model`.
+CAUSES = (
+    "timeout-inner",
+    "timeout-outer",
+    "no-model",
+    "empty-output",
+    "provider-error",
+    "context-overflow",
+    "token-budget-exceeded",
+    "unspecified",
+)
 ARCHIVE_NO_CONTENT = "no-content"
 ARCHIVE_GENERATION_TIMEOUT = "generation-timeout"  # the reference's name, whatever the failures were
 PRIORITIES = ("degraded-first", "newest-first")
@@ -230,19 +242,21 @@ class OuterTimeout(ModelTimeout):
 
 
 def cause_of(error: BaseException) -> str:
-    if isinstance(error, OuterTimeout):
-        return "timeout-outer"
-    if isinstance(error, ModelTimeout):
-        return "timeout-inner"
-    if isinstance(error, ProviderError):
+    """The symptom `classify_error` gives a summary call's error, with which deadline a timeout
+    was, and `no-model` for a provider error that is nothing listening or an unknown model name.
+    Not a model error: `unspecified` (a mini summary's reply is not parsed)."""
+    symptom = classify_error(error)
+    if symptom == Symptom.TIMEOUT:
+        return "timeout-outer" if isinstance(error, OuterTimeout) else "timeout-inner"
+    if symptom == Symptom.PROVIDER_ERROR:
         text = str(error)
         # Nothing listening, or a server that does not serve the model name it was given.
-        if "unreachable" in text or text.startswith("HTTP 404"):
+        if isinstance(error, ProviderError) and ("unreachable" in text or text.startswith("HTTP 404")):
             return "no-model"
-        return "provider-error"
-    if isinstance(error, ContextOverflow):
-        return "provider-error"
-    return "unspecified"
+        return str(symptom)
+    if symptom == Symptom.PARSE_FAILURE:
+        return "unspecified"
+    return str(symptom)  # context-overflow, token-budget-exceeded
 
 
 def call_with_deadline(
@@ -320,9 +334,14 @@ def fill_mini_summaries(
         tokens_estimate = limits.estimate_tokens(prompt)
         plan = pacer.plan(tokens_estimate, MAX_OUTPUT_TOKENS, client.streaming)
         reply, error, seconds = call_with_deadline(client, prompt, plan, plan.timeout_s * backstop_ratio)
+        if reply is not None and reply.finish_reason == "length":
+            # Cut at the output cap, as a summary call is: `token-budget-exceeded`, nothing stored.
+            error = OutputLimitExceeded(
+                f"reply cut at the output cap of {MAX_OUTPUT_TOKENS} tokens (finish_reason=length)"
+            )
         report.model_seconds += seconds
         report.attempted += 1
-        if reply is not None:
+        if reply is not None and error is None:
             text = clean_output(reply.text)
             cause = "ok" if text else "empty-output"
         else:

@@ -27,6 +27,7 @@ from digest.graph import (
 from digest.hosts import (
     DEFAULT_HOST,
     DEFAULT_RAW_CAP_TOKENS,
+    MAX_CONTEXT_TOKENS,
     PROVIDERS,
     Fleet,
     HostsError,
@@ -131,7 +132,9 @@ def build_fleet(hosts_file: str | Path | None, default: HostSpec, model: Any) ->
 Parse = Callable[[str, str], Any]
 
 
-def whole(minimum: int = 1) -> Parse:
+def whole(minimum: int = 1, maximum: int = 2**31 - 1) -> Parse:
+    """A whole number in [minimum, maximum]: by default what the store's INT32 columns hold."""
+
     def parse(name: str, text: str) -> int:
         try:
             value = int(text)
@@ -139,6 +142,8 @@ def whole(minimum: int = 1) -> Parse:
             raise SettingsError(f"{name}={text!r} is not a whole number") from None
         if value < minimum:
             raise SettingsError(f"{name}={text!r} must be at least {minimum}")
+        if value > maximum:
+            raise SettingsError(f"{name}={text!r} must be at most {maximum}")
         return value
 
     return parse
@@ -184,6 +189,8 @@ def raw_cap(name: str, text: str) -> int | None:
         raise SettingsError(f"{name}={text!r} is neither a whole number of tokens, 'off' nor 'auto'") from None
     if value < 1:
         raise SettingsError(f"{name}={text!r} must be at least 1 (or 'off')")
+    if value > MAX_CONTEXT_TOKENS:
+        raise SettingsError(f"{name}={text!r} must be at most {MAX_CONTEXT_TOKENS} (or 'off')")
     return value
 
 
@@ -343,7 +350,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "DIGEST_CONTEXT_LIMIT_TOKENS",
         "context_limit_tokens",
-        whole(256),
+        whole(256, MAX_CONTEXT_TOKENS),
         _context_default,
         "the model's context; sent as num_ctx to Ollama",
         resource="model",
@@ -351,7 +358,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "DIGEST_SAFE_LIMIT_TOKENS",
         "safe_limit_tokens",
-        whole(),
+        whole(1, MAX_CONTEXT_TOKENS),
         lambda known: known["context_limit_tokens"] * 3 // 4,
         "the safe band: no prompt over it is ever sent",
         resource="model",

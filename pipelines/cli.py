@@ -72,9 +72,30 @@ def _job(settings: Settings, name: str):
     return defs.resolve_job_def(name)
 
 
+def deep_merge(base: dict, extra: dict) -> dict:
+    """`base` with `extra` laid over it, key by key at every depth (`extra` wins on a leaf)."""
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _job_default_config(job, partition_key: str | None) -> dict:
+    """The config a run of `job` gets when it is given none (what a sensor's run request gets): a
+    run config passed to `execute_in_process` replaces it whole, so the CLI merges its own into it."""
+    if job.partitioned_config is not None:
+        return dict(job.get_run_config_for_partition_key(partition_key)) if partition_key else {}
+    return dict(job.run_config or {})
+
+
 def _execute(settings: Settings, instance, job, run_config: dict | None = None, **kwargs):
-    """`execute_in_process` with Dagster's events in the instance and the log file, not on the console."""
-    run_config = {**(run_config or {}), **run_log_config(log_path(settings))}
+    """`execute_in_process` with Dagster's events in the instance and the log file, not on the console.
+    The run's config is the job's default with the command's and the logger's merged into it."""
+    own = deep_merge(run_config or {}, run_log_config(log_path(settings)))
+    run_config = deep_merge(_job_default_config(job, kwargs.get("partition_key")), own)
     return job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False, **kwargs)
 
 

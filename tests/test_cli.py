@@ -275,3 +275,25 @@ def test_the_cli_rewrites_its_own_instance_config_keeping_telemetry_and_leaves_a
     (home / "dagster" / "dagster.yaml").write_text(limited)
     assert write_instance_config(home / "dagster", settings) is None
     assert (home / "dagster" / "dagster.yaml").read_text() == limited
+
+
+def test_a_cli_sweep_of_a_raw_session_makes_one_model_call_as_the_sensors_run_does(tmp_path):
+    """The CLI's run config (its log-file logger) is merged with the summary job's own default
+    (`only_if_degraded: True`), not put in its place: a 3-turn raw session is one summary call, no
+    mini summaries (issue 22, defect 1)."""
+    home = tmp_path / "home"
+    folder = write_bundle(tmp_path / "bundle", make_turns("small", 3))
+    with ModelServer() as server:
+        env = _cli_env(home, server.url)
+        _run(["ingest", str(folder)], env)
+        swept = _run(["sweep"], env)
+        calls = len(server.requests)
+    assert swept["summarized"] == 1
+    assert calls == 1, [r.prompt[:60] for r in server.requests]
+    instance = DagsterInstance.from_config(str(home / "dagster"))
+    try:
+        [run] = [r for r in instance.get_runs() if r.job_name == "summarize_sessions"]
+    finally:
+        instance.dispose()
+    assert run.run_config["ops"]["turn_mini_summaries"]["config"]["only_if_degraded"] is True
+    assert "run_log_file" in run.run_config["loggers"]

@@ -74,6 +74,51 @@ def test_a_bad_host_is_refused_naming_the_file_the_host_and_the_field(tmp_path, 
     assert says in str(refused.value)
 
 
+BASE = 'name = "a"\nprovider = "openai"\n'
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        # Past what the store's INT32 columns (and any served model) hold: refused at load, not in a run.
+        ("context_limit_tokens = 1180591620717411303424", "field context_limit_tokens"),  # 2**70
+        ("context_limit_tokens = 2147483648", "field context_limit_tokens"),
+        ("context_limit_tokens = 8192\nsafe_limit_tokens = 4294967296", "field safe_limit_tokens"),
+        ("context_limit_tokens = 8192\nraw_cap_tokens = 2147483648", "field raw_cap_tokens"),
+        ("context_limit_tokens = 8192\nconcurrency = 65", "field concurrency"),
+        ("context_limit_tokens = 8192\nbytes_per_token = 1e300", "field bytes_per_token"),
+        ("context_limit_tokens = 8192\nbytes_per_token = 1e-9", "field bytes_per_token"),
+        # A boolean is not a number, whatever Python says.
+        ("context_limit_tokens = 8192\nconcurrency = true", "field concurrency"),
+        ("context_limit_tokens = true", "field context_limit_tokens"),
+        ("context_limit_tokens = 8192\nsafe_limit_tokens = true", "field safe_limit_tokens"),
+        ("context_limit_tokens = 8192\nraw_cap_tokens = true", "field raw_cap_tokens"),
+        ("context_limit_tokens = 8192\nbytes_per_token = true", "field bytes_per_token"),
+        ("context_limit_tokens = 8192.5", "field context_limit_tokens"),
+    ],
+)
+def test_a_hosts_number_out_of_bounds_or_a_boolean_is_refused(tmp_path, fields, says):
+    """Issue 22, defect 8: `context_limit_tokens = 2**70` passed and every summary run then died on an
+    INT32 column; `concurrency = true` was taken as 1."""
+    path = _hosts_file(tmp_path, f"[[hosts]]\n{BASE}{fields}\n")
+    with pytest.raises(HostsError) as refused:
+        load_hosts_file(path, DEFAULT_MODEL_NAMES)
+    assert says in str(refused.value), str(refused.value)
+
+
+def test_a_hosts_file_at_its_bounds_loads(tmp_path):
+    from digest.hosts import MAX_CONCURRENCY, MAX_CONTEXT_TOKENS
+
+    path = _hosts_file(
+        tmp_path,
+        f"[[hosts]]\n{BASE}context_limit_tokens = {MAX_CONTEXT_TOKENS}\nsafe_limit_tokens = {MAX_CONTEXT_TOKENS}\n"
+        f"raw_cap_tokens = {MAX_CONTEXT_TOKENS}\nconcurrency = {MAX_CONCURRENCY}\nbytes_per_token = 4\n",
+    )
+    [host] = load_hosts_file(path, DEFAULT_MODEL_NAMES)
+    assert host.context_limit_tokens == MAX_CONTEXT_TOKENS < 2**31 and host.bytes_per_token == 4.0
+    assert type(host.bytes_per_token) is float and type(host.concurrency) is int
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [

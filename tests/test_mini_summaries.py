@@ -470,3 +470,41 @@ def test_the_embedded_model_writes_a_mini_summary_for_a_real_turn(store):
     ((turn_id, text),) = report.generated
     assert turn_id == "grid-1" and 0 < len(text) <= MAX_CHARS and "\n" not in text
     assert _rows(store, "SELECT origin, model FROM mini_summaries") == [{"origin": "generated", "model": MODEL_ALIAS}]
+
+
+# Issue 22 (minor): a mini summary's failed call is classified as a summary call's is
+# (`digest.friction.classify_error`); only the timeouts say which deadline and an absent server `no-model`.
+@pytest.mark.parametrize("protocol", ["openai", "ollama"])
+@pytest.mark.parametrize(
+    ("fault", "outcome"),
+    [
+        ("huge", "token-budget-exceeded"),  # a 50 MB reply: was `unspecified`
+        ("length-cut", "token-budget-exceeded"),  # cut at the output cap: was stored `ok`
+        ("context-overflow", "context-overflow"),  # was `provider-error`
+        ("server-error", "provider-error"),
+    ],
+)
+def test_a_mini_summary_call_fails_with_the_summary_stages_classification(store, protocol, fault, outcome):
+    from digest.friction import classify_error
+    from digest.model_api import ModelError
+    from resources.model_clients import OllamaChatClient
+    from tests.fault_server import FaultServer
+    from tests.test_model_faults import SYMPTOM
+
+    assert SYMPTOM[fault] == outcome  # what the summary stage files for the same fault
+    _add(store, _session("s1", 1))
+    with FaultServer(fault) as server:
+        client = _client(server.url) if protocol == "openai" else OllamaChatClient(server.url, "fake-model", 8192)
+        # The summary stage's own path: the client raises a typed error, or flags the reply as cut.
+        try:
+            reply = client.chat("p", schema=None, max_output_tokens=128, timeout_s=10.0)
+            assert reply.finish_reason == "length"
+        except ModelError as error:
+            assert classify_error(error) == outcome
+        report = fill_mini_summaries(
+            store.pending_mini_summary_turns("s1"), client, make_limits(), _policy(), MiniSummaryLedger(store, "r")
+        )
+    assert report.generated == [] and report.cause_tally()[outcome] == 1
+    assert _rows(store, "SELECT outcome FROM attempts") == [{"outcome": outcome}]
+    assert _rows(store, "SELECT last_cause FROM mini_summary_state") == [{"last_cause": outcome}]
+    assert _rows(store, "SELECT count(*) AS n FROM mini_summaries") == [{"n": 0}]

@@ -58,6 +58,10 @@ def test_raw_cap_off(value):
         ({"DIGEST_BYTES_PER_TOKEN": "nan"}, "positive finite"),
         ({"DIGEST_MODEL_PROVIDER": "gemini"}, "not one of embedded, openai, ollama"),
         ({"DIGEST_SAFE_LIMIT_TOKENS": "9000"}, "above DIGEST_CONTEXT_LIMIT_TOKENS=8192"),
+        # Issue 22, defect 8: past what the store's INT32 columns hold, refused at load.
+        ({"DIGEST_CONTEXT_LIMIT_TOKENS": str(2**70)}, "must be at most 16777216"),
+        ({"DIGEST_RAW_CAP_TOKENS": str(2**31)}, "must be at most 16777216"),
+        ({"DIGEST_SUMMARY_MAX_OUTPUT_TOKENS": str(2**40)}, "must be at most 2147483647"),
     ],
 )
 def test_invalid_values_fail_loudly(env, message):
