@@ -1,8 +1,10 @@
 """Streaming ingest of Neo.mjs export bundles and of the simple JSONL turn format.
 
 Files are read line by line, so memory stays bounded whatever the file size; the 4096-float
-embedding of each vector row is cut out of the line before JSON parsing and kept as the JSON text
-it was (`embedding_text`: checked cheaply, never parsed), so an archive writes it back verbatim.
+embedding of each vector row is cut out of the line before JSON parsing and checked cheaply as text
+(`embedding_text`); the store parses it as it writes the batch and keeps a float32-origin vector as
+numbers, any other as its text (resources/store/vectors.py), so an archive writes back numbers that
+parse to exactly the values the line held.
 A bad line becomes a reject with its reason and line number, and the rest of the file goes on.
 
 Every physical line (split on `\n` only, a leading UTF-8 BOM dropped) is accounted for in the
@@ -82,6 +84,8 @@ class FileReport:
     superseded: int = 0
     skipped: int = 0
     # Vector rows: embeddings kept, and those dropped as malformed (their turn or summary is kept).
+    # A file's vectors have one length, its first kept vector's (`dimensions`).
+    dimensions: int | None = None
     vectors: int = 0
     vectors_dropped: int = 0
     vector_problems: list[str] = field(default_factory=list)  # "line N: reason", the first few
@@ -535,6 +539,12 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
             return None
         try:
             text = embedding_text(cut)
+            # No empty element (checked): one more number than commas.
+            length = text.count(",") + 1
+            if report.dimensions is None:
+                report.dimensions = length
+            elif length != report.dimensions:
+                raise Reject(f"wrong-length: {length} numbers, the file's vectors have {report.dimensions}")
         except Reject as reason:
             report.vectors_dropped += 1
             if len(report.vector_problems) < MAX_VECTOR_PROBLEMS:
