@@ -56,6 +56,7 @@ _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 # A number JavaScript reads as Infinity: an exponent of 3+ digits (checked exactly), or 309+ digits.
 _HUGE_EXPONENT = re.compile(rb"[eE]\+?0*[1-9]\d{2}")
 _HUGE_DIGITS = b"0" * 309
+_E_LOWER = bytes.maketrans(b"E", b"e")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _BOM = b"\xef\xbb\xbf"
 _JSON_WHITESPACE = b" \t\r\n"
@@ -168,7 +169,12 @@ def embedding_text(cut: str) -> str:
         raise Reject("empty-embedding: no numbers")
     if b",," in shape or shape[:1] == b"," or shape[-1:] == b",":
         raise Reject("bad-embedding: an empty element")
-    if ((b"e" in shape or b"E" in shape) and _HUGE_EXPONENT.search(body)) or _HUGE_DIGITS in shape:
+    # Only a positive exponent can overflow (`e-05` cannot): the signs, commas and exponent marks
+    # alone (a tenth of the text) say whether there is one, so the regex runs on the rare vector
+    # that has one.
+    marks = shape.translate(_E_LOWER, b"0.")
+    positive_exponent = b"e," in marks or b"e+" in marks or marks.endswith(b"e")
+    if (positive_exponent and _HUGE_EXPONENT.search(body)) or _HUGE_DIGITS in shape:
         try:
             finite = all(math.isfinite(float(x)) for x in body.translate(None, _BLANKS).split(b","))
         except ValueError:

@@ -3,8 +3,8 @@ the JSON text it came as.
 
 An export's vector (Neo.mjs, through Chroma, holds float32 values and JSON.stringify writes each as
 the shortest decimal of that value as a double) arrives as JSON text. The ingest checks that text
-cheaply (`digest.ingest.embedding_text`) and the store parses it (DuckDB's correctly rounded
-string-to-double cast) as it writes the batch: a vector whose every number is a double equal to its
+cheaply (`digest.ingest.embedding_text`) and the store parses it (DuckDB's JSON reader, correctly
+rounded) as it writes the batch: a vector whose every number is a double equal to its
 own float32 rounding goes into `embedding_f32` (4 bytes a number, exact), and its text is dropped;
 any other vector (float64 values, a number DuckDB does not read, a number out of float32's range)
 keeps its text in `embedding`, verbatim, as before. Exactly one of the two is set for a row with a
@@ -25,11 +25,18 @@ VECTOR_TABLES = ("turns", "imported_summaries")
 
 def _f32_exact(parsed: str) -> str:
     """SQL: whether the parsed DOUBLE[] `parsed` is a non-empty vector of float32 values. Every
-    element must have parsed (TRY_CAST leaves a NULL for `1-2`), and fit float32 (a NULL again)."""
+    element must have parsed (a NULL for a string), and fit float32 (TRY_CAST leaves a NULL)."""
     return (
         f"coalesce(len({parsed}) > 0 AND list_count({parsed}) = len({parsed}) "
         f"AND TRY_CAST({parsed} AS FLOAT[])::DOUBLE[] = {parsed}, false)"
     )
+
+
+def parse_vector_sql(text: str) -> str:
+    """SQL: the JSON text `text` as DOUBLE[] (NULL if it is not a JSON array; an element that is not
+    a number is NULL). DuckDB's JSON reader (yyjson) reads each number correctly rounded, three
+    times as fast as a VARCHAR-to-list cast."""
+    return f"""TRY(json_transform({text}, '["DOUBLE"]'))"""
 
 
 def split_vectors_sql(source: str, text: str = "embedding") -> str:
@@ -41,7 +48,7 @@ def split_vectors_sql(source: str, text: str = "embedding") -> str:
             CASE WHEN _exact THEN NULL ELSE {text} END AS embedding,
             CASE WHEN _exact THEN _vector::FLOAT[] END AS embedding_f32
         FROM (SELECT *, {exact} AS _exact
-              FROM (SELECT *, TRY_CAST({text} AS DOUBLE[]) AS _vector FROM {source}))"""
+              FROM (SELECT *, {parse_vector_sql(text)} AS _vector FROM {source}))"""
 
 
 def vector_json_sql(alias: str = "") -> str:
@@ -55,9 +62,9 @@ def convert_text_vectors(con: duckdb.DuckDBPyConnection, table: str) -> int:
     """Move the float32-origin vectors still held as text in `table` into `embedding_f32` (the rest
     keep their text); returns the rows converted. Used by the migration below, and after a restore
     of a bundle written before `embedding_f32` (its table files carry text)."""
-    exact = _f32_exact("TRY_CAST(embedding AS DOUBLE[])")
+    exact = _f32_exact(parse_vector_sql("embedding"))
     return con.execute(
-        f"UPDATE {table} SET embedding_f32 = embedding::DOUBLE[]::FLOAT[], embedding = NULL "
+        f"UPDATE {table} SET embedding_f32 = {parse_vector_sql('embedding')}::FLOAT[], embedding = NULL "
         f"WHERE embedding IS NOT NULL AND embedding_f32 IS NULL AND {exact}"
     ).fetchone()[0]
 
