@@ -25,10 +25,13 @@ VECTOR_TABLES = ("turns", "imported_summaries")
 
 def _f32_exact(parsed: str) -> str:
     """SQL: whether the parsed DOUBLE[] `parsed` is a non-empty vector of float32 values. Every
-    element must have parsed (a NULL for a string), and fit float32 (TRY_CAST leaves a NULL)."""
+    element must have parsed (a NULL for a string), and fit float32 (TRY_CAST leaves a NULL). A
+    vector holding a negative zero keeps its text: DuckDB 1.5.6's INSERT ... ON CONFLICT stores
+    -0.0 as 0.0 (JSON.stringify never writes one: it writes -0 as `0`)."""
     return (
         f"coalesce(len({parsed}) > 0 AND list_count({parsed}) = len({parsed}) "
-        f"AND TRY_CAST({parsed} AS FLOAT[])::DOUBLE[] = {parsed}, false)"
+        f"AND TRY_CAST({parsed} AS FLOAT[])::DOUBLE[] = {parsed} "
+        f"AND len(list_filter({parsed}, x -> x = 0 AND signbit(x))) = 0, false)"
     )
 
 
