@@ -1,8 +1,10 @@
 """Streaming ingest of Neo.mjs export bundles and of the simple JSONL turn format.
 
 Files are read line by line, so memory stays bounded whatever the file size; the 4096-float
-embedding of each vector row is cut out of the line before JSON parsing and kept as the JSON text
-it was (`embedding_text`: checked cheaply, never parsed), so an archive writes it back verbatim.
+embedding of each vector row is cut out of the line before JSON parsing and checked cheaply as text
+(`embedding_text`); the store parses it as it writes the batch and keeps a float32-origin vector as
+numbers, any other as its text (resources/store/vectors.py), so an archive writes back numbers that
+parse to exactly the values the line held.
 A bad line becomes a reject with its reason and line number, and the rest of the file goes on.
 
 Every physical line (split on `\n` only, a leading UTF-8 BOM dropped) is accounted for in the
@@ -54,6 +56,7 @@ _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 # A number JavaScript reads as Infinity: an exponent of 3+ digits (checked exactly), or 309+ digits.
 _HUGE_EXPONENT = re.compile(rb"[eE]\+?0*[1-9]\d{2}")
 _HUGE_DIGITS = b"0" * 309
+_E_LOWER = bytes.maketrans(b"E", b"e")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _BOM = b"\xef\xbb\xbf"
 _JSON_WHITESPACE = b" \t\r\n"
@@ -82,6 +85,8 @@ class FileReport:
     superseded: int = 0
     skipped: int = 0
     # Vector rows: embeddings kept, and those dropped as malformed (their turn or summary is kept).
+    # A file's vectors have one length, its first kept vector's (`dimensions`).
+    dimensions: int | None = None
     vectors: int = 0
     vectors_dropped: int = 0
     vector_problems: list[str] = field(default_factory=list)  # "line N: reason", the first few
@@ -164,7 +169,12 @@ def embedding_text(cut: str) -> str:
         raise Reject("empty-embedding: no numbers")
     if b",," in shape or shape[:1] == b"," or shape[-1:] == b",":
         raise Reject("bad-embedding: an empty element")
-    if ((b"e" in shape or b"E" in shape) and _HUGE_EXPONENT.search(body)) or _HUGE_DIGITS in shape:
+    # Only a positive exponent can overflow (`e-05` cannot): the signs, commas and exponent marks
+    # alone (a tenth of the text) say whether there is one, so the regex runs on the rare vector
+    # that has one.
+    marks = shape.translate(_E_LOWER, b"0.")
+    positive_exponent = b"e," in marks or b"e+" in marks or marks.endswith(b"e")
+    if (positive_exponent and _HUGE_EXPONENT.search(body)) or _HUGE_DIGITS in shape:
         try:
             finite = all(math.isfinite(float(x)) for x in body.translate(None, _BLANKS).split(b","))
         except ValueError:
@@ -535,6 +545,12 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
             return None
         try:
             text = embedding_text(cut)
+            # No empty element (checked): one more number than commas.
+            length = text.count(",") + 1
+            if report.dimensions is None:
+                report.dimensions = length
+            elif length != report.dimensions:
+                raise Reject(f"wrong-length: {length} numbers, the file's vectors have {report.dimensions}")
         except Reject as reason:
             report.vectors_dropped += 1
             if len(report.vector_problems) < MAX_VECTOR_PROBLEMS:

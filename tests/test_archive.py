@@ -156,9 +156,10 @@ def test_the_bundle_has_the_originals_shapes(tmp_path, server):
     bundle = Path(store.write_archive(tmp_path / "archives")["path"])
     memory = [json.loads(line) for line in next(bundle.glob("memory-backup-*.jsonl")).read_text().splitlines()]
     assert set(memory[0]) == {"id", "embedding", "metadata", "document"}
-    # Each turn's vector as it was ingested, verbatim (the bundle wrote `[0.125, -0.5, 0.25, 1.0]`).
+    # Each turn's vector as it was ingested (`[0.125, -0.5, 0.25, 1.0]`, float32 values: kept as
+    # numbers and written back as the shortest decimals of the same doubles).
     assert all(m["embedding"] == [0.125, -0.5, 0.25, 1.0] for m in memory)
-    assert next(bundle.glob("memory-backup-*.jsonl")).read_text().count('"embedding":[0.125, -0.5, 0.25, 1.0],') == 33
+    assert next(bundle.glob("memory-backup-*.jsonl")).read_text().count('"embedding":[0.125,-0.5,0.25,1.0],') == 33
     files = {f["kind"]: f for f in json.loads((bundle / "manifest.json").read_text())["files"]}
     assert files["memory"]["vectors"] == {
         "with_embedding": 33,

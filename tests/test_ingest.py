@@ -190,31 +190,35 @@ def test_a_malformed_embedding_is_dropped_with_its_reason_and_the_turn_kept(db, 
     path = write_jsonl(
         tmp_path / "memory-backup-bad-vectors.jsonl",
         [
-            raw("ok", "[0.5,-1e-7, 3]"),  # 1: kept verbatim
-            raw("strings", '["a", 0.5]'),  # 2
-            raw("nan", "[NaN, 0.5]"),  # 3: Python's json would take it; JSON has no NaN
+            raw("ok", "[0.5,-1e-7, 3]"),  # 1: kept verbatim (-1e-7 is not a float32 value); 3 numbers
+            raw("strings", '["a", 0.5, 1]'),  # 2
+            raw("nan", "[NaN, 0.5, 1]"),  # 3: Python's json would take it; JSON has no NaN
             raw("empty", "[ ]"),  # 4
             raw("hole", "[0.5,,1]"),  # 5
-            raw("huge", "[1e400, 0.5]"),  # 6: Infinity to a JSON reader
-            raw("fine-exponent", "[1e30, 0.5]"),  # 7: big, finite
+            raw("huge", "[1e400, 0.5, 1]"),  # 6: Infinity to a JSON reader
+            raw("fine-exponent", "[1e30, 0.5, 1]"),  # 7: big, finite
             raw("null", "null"),  # 8: no vector at all, not a problem
+            raw("short", "[0.5, 1]"),  # 9: the file's vectors have 3 numbers
+            raw("float32", "[0.5, -0.25, 3]"),  # 10: float32 values: kept as numbers
         ],
     )
     report = ingest_paths([path], db)
 
     [f] = report.files
-    assert (f.rows, f.rejects, f.vectors, f.vectors_dropped) == (8, 0, 2, 5)
+    assert (f.rows, f.rejects, f.vectors, f.vectors_dropped, f.dimensions) == (10, 0, 3, 6, 3)
     assert f.vector_problems == [
         "line 2: bad-embedding: holds something other than numbers",
         "line 3: bad-embedding: holds something other than numbers",
         "line 4: empty-embedding: no numbers",
         "line 5: bad-embedding: an empty element",
         "line 6: non-finite-values: a number JSON readers take as Infinity",
+        "line 9: wrong-length: 2 numbers, the file's vectors have 3",
     ]
-    stored = {t["id"]: t["embedding"] for t in rows(db, "SELECT id, embedding FROM turns")}
+    stored = {t["id"]: (t["embedding"], t["embedding_f32"]) for t in rows(db, "SELECT * FROM turns")}
     assert stored == {
-        "ok": "[0.5,-1e-7, 3]", "strings": None, "nan": None, "empty": None, "hole": None, "huge": None,
-        "fine-exponent": "[1e30, 0.5]", "null": None,
+        "ok": ("[0.5,-1e-7, 3]", None), "strings": (None, None), "nan": (None, None), "empty": (None, None),
+        "hole": (None, None), "huge": (None, None), "fine-exponent": ("[1e30, 0.5, 1]", None),
+        "null": (None, None), "short": (None, None), "float32": (None, [0.5, -0.25, 3.0]),
     }  # fmt: skip
 
 
@@ -379,9 +383,10 @@ def test_summaries_backup_rows_land_in_imported_summaries(db, tmp_path):
         "total_tool_calls": 3,
         "tools_used": ["grep", "edit"],
         "source_agent_identities": ["@neo-opus-ada"],
-        # As exported, for the archive to write back; the vector's text as the line had it.
+        # As exported, for the archive to write back; the vector as numbers (float32 values).
         "metadata": json.dumps(json.loads(path.read_text().splitlines()[0])["metadata"]),
-        "embedding": "[0.25, -0.5]",
+        "embedding": None,
+        "embedding_f32": [0.25, -0.5],
     }
     assert got[1]["session_id"] == "s2" and got[1]["summary"] == "Docs work." and got[1]["title"] is None
     assert len(got) == 2

@@ -41,6 +41,7 @@ from digest.archive import (
 from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
 from resources.store.connection import SCHEMA_VERSION, Connection, now
 from resources.store.sessions import derived_session_rows, upsert_sessions
+from resources.store.vectors import convert_text_vectors, split_vectors_sql, vector_json_sql
 
 # Archives: rows fetched per batch.
 EXPORT_BATCH_ROWS = 2000
@@ -78,7 +79,8 @@ _LINE_EMBEDDING = r'"embedding"\s*:\s*(\[[^\]]*\])'
 
 def _memory_source(columns: list[tuple[str, str]]) -> str:
     """The memory-backup file as `turns` rows: its flat metadata mapped back to the columns, the
-    embedding's JSON text as written (a bundle from older code has none: NULL)."""
+    embedding's JSON text as written (a bundle from older code has none: NULL), split into
+    `embedding` and `embedding_f32` as an ingest stores it."""
     types = dict(columns)
     metadata = {key: types[column] for column, key in TURN_METADATA_KEYS.items()}
     structure = json.dumps({"id": "VARCHAR", "document": "VARCHAR", "metadata": metadata})
@@ -88,10 +90,12 @@ def _memory_source(columns: list[tuple[str, str]]) -> str:
         if "embedding" in types
         else "NULL::VARCHAR"
     )
-    return (
+    lines = (
         f"(SELECT j.id AS id, {fields}, j.document AS document, embedding FROM "
         f"(SELECT json_transform(line, {_sql_text(structure)}) AS j, {embedding} AS embedding FROM {_LINE_SOURCE}))"
     )
+    # The vector as the store keeps it: numbers when of float32 origin, else the text as written.
+    return f"({split_vectors_sql(lines)})"
 
 
 @contextmanager
@@ -231,7 +235,12 @@ class Archive(Connection):
             con.execute("BEGIN TRANSACTION")  # one snapshot for every file
             where, params = self._scope(["session_id"], "turns", sessions)
             turn_types = dict(self._table_columns(con)["turns"])
-            turns = self._rows(con, f"SELECT * FROM turns {where} ORDER BY id", params)
+            turns = self._rows(
+                con,
+                f"SELECT * EXCLUDE (embedding, embedding_f32), {vector_json_sql()} AS embedding "
+                f"FROM turns {where} ORDER BY id",
+                params,
+            )
             counted = VectorCount()
             lines = vector_lines(turns, memory_row, lambda r: r["embedding"], counted)
             write(
@@ -242,7 +251,8 @@ class Archive(Connection):
             summaries = self._rows(
                 con,
                 f"""SELECT x.*, s.input_revision AS session_revision, d.digest_state, d.revision AS digest_revision,
-                           i.metadata::VARCHAR AS imported_metadata, i.embedding AS imported_embedding
+                           i.metadata::VARCHAR AS imported_metadata,
+                           {vector_json_sql("i")} AS imported_embedding
                     FROM (SELECT * FROM session_summaries {where}) x
                     LEFT JOIN sessions s USING (session_id)
                     LEFT JOIN digest_state d USING (session_id)
@@ -330,10 +340,15 @@ class Archive(Connection):
             before = self._session_states(con, bundle.sessions)
             rows = {}
             for f, source in sources:
+                columns = f.columns
+                if f.kind == "memory" and "embedding" in dict(columns):
+                    columns = [*columns, ("embedding_f32", "FLOAT[]")]  # `_memory_source` splits the vector
                 with _loading(bundle, f.name):
                     rows[f.table] = self._load_table(
-                        con, f.table, source, bundle.path / f.name, f.columns, mode, bundle.sessions
+                        con, f.table, source, bundle.path / f.name, columns, mode, bundle.sessions
                     )
+            if "imported_summaries" in rows:  # a bundle from before `embedding_f32` holds them as text
+                convert_text_vectors(con, "imported_summaries")
             with _loading(bundle, memory.name):  # its sessions' rows, recomputed from its turns
                 self._rebuild_sessions(con, mode, bundle.sessions, sorted(bundle.turn_sessions))
             after = self._session_states(con, bundle.sessions)

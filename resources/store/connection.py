@@ -19,6 +19,8 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from resources.store.vectors import migrate_text_vectors
+
 SCHEMA_VERSION = 1
 LOCK_WAIT_S = 120.0
 SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
@@ -146,6 +148,7 @@ class Connection:
                 raise RuntimeError(f"{self.path} has schema version {current}, newer than this code's {SCHEMA_VERSION}")
             for table, column in ADDED_COLUMNS:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}")
+            migrate_text_vectors(con)  # embedding_f32 (issue 20): text vectors converted, once
             # Pre-routes recorded before `bound` was a column name it in their note (rows restored
             # from an older bundle too, at the next migrate); a row set here is not matched again.
             pre_route = r"^pre-routed to the degraded summary: .* > (over-raw-cap|over-safe-band) "

@@ -4,7 +4,8 @@ rows of the sessions it touched up to date in the same transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import duckdb
 import pandas as pd
@@ -12,12 +13,16 @@ import pandas as pd
 from resources.store.connection import Connection, now, upsert_sql
 from resources.store.sessions import derived_session_rows, upsert_sessions
 from resources.store.summaries import adopt_imported_summaries
+from resources.store.vectors import split_vectors_sql
 
 TURN_COLUMNS = [
     "id", "session_id", "ts_ms", "type", "prompt", "thought", "response", "document", "document_rebuilt",
     "agent", "agent_identity", "model", "user_id", "amount_tool_calls", "tools_used", "archived_at",
     "archived_reason", "source_file", "source_line", "embedding",
 ]  # fmt: skip
+# Besides `embedding` (the checked JSON text, kept only for a vector not of float32 origin): the
+# vector as numbers (resources/store/vectors.py).
+STORED_VECTOR_COLUMNS = ["embedding_f32"]
 
 IMPORTED_SUMMARY_COLUMNS = [
     "session_id", "memory_count", "input_revision", "title", "summary", "source_tier", "source_file", "category",
@@ -42,6 +47,19 @@ def refresh_sessions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> 
     return rows
 
 
+@contextmanager
+def _vector_batch(con: duckdb.DuckDBPyConnection, frame: pd.DataFrame) -> Iterator[None]:
+    """The frame as the view `batch`, its vectors split into text and numbers (`split_vectors_sql`),
+    and as `batch_rows`, as it is."""
+    con.register("batch_rows", frame)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW batch AS {split_vectors_sql('batch_rows')}")
+    try:
+        yield
+    finally:
+        con.execute("DROP VIEW IF EXISTS batch")
+        con.unregister("batch_rows")
+
+
 class Ingest(Connection):
     def write_turns(self, rows: list[dict]) -> list[str]:
         """Upsert by id; returns the sessions that stored turns moved out of (same id, another
@@ -52,12 +70,13 @@ class Ingest(Connection):
         batch = pd.DataFrame(list({r["id"]: r for r in rows}.values()), columns=TURN_COLUMNS)
         batch["ingested_at"] = now()
         with self.transaction() as con:
-            con.register("batch", batch)
-            left = con.execute(
-                "SELECT DISTINCT t.session_id FROM turns t JOIN batch b ON b.id = t.id WHERE t.session_id <> b.session_id"
-            ).fetchall()
-            con.execute(upsert_sql("turns", TURN_COLUMNS + ["ingested_at"], ["id"], keep=["ingested_at"]))
-            con.unregister("batch")
+            with _vector_batch(con, batch):
+                left = con.execute(
+                    "SELECT DISTINCT t.session_id FROM turns t JOIN batch_rows b ON b.id = t.id "
+                    "WHERE t.session_id <> b.session_id"
+                ).fetchall()
+                columns = TURN_COLUMNS + STORED_VECTOR_COLUMNS + ["ingested_at"]
+                con.execute(upsert_sql("turns", columns, ["id"], keep=["ingested_at"]))
             moved_out = [r[0] for r in left]
             # In the same transaction: no turn is ever stored without its session's row up to date
             # (the sessions turns moved out of too), even when the ingest stops at a later line.
@@ -86,11 +105,15 @@ class Ingest(Connection):
         batch = pd.DataFrame(list({r["session_id"]: r for r in rows}.values()), columns=columns)
         batch["imported_at"] = now()
         with self.transaction() as con:
-            con.register("batch", batch)
-            con.execute(
-                upsert_sql("imported_summaries", columns + ["imported_at"], ["session_id"], keep=["imported_at"])
-            )
-            con.unregister("batch")
+            with _vector_batch(con, batch):
+                con.execute(
+                    upsert_sql(
+                        "imported_summaries",
+                        columns + STORED_VECTOR_COLUMNS + ["imported_at"],
+                        ["session_id"],
+                        keep=["imported_at"],
+                    )
+                )
             adopt_imported_summaries(con, batch["session_id"].tolist())
 
     # --- imported graph: ingest ---

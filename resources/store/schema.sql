@@ -24,7 +24,8 @@ CREATE TABLE IF NOT EXISTS turns (
     source_file VARCHAR NOT NULL,
     source_line INTEGER NOT NULL,
     ingested_at TIMESTAMPTZ NOT NULL,
-    embedding VARCHAR                 -- the export's vector, its JSON text as cut from the line (never parsed)
+    embedding VARCHAR,                -- the export's vector as its JSON text, verbatim: only one not of float32 origin
+    embedding_f32 FLOAT[]             -- the export's vector of float32 origin (exact; resources/store/vectors.py)
 );
 -- No index on turns(session_id): DuckDB (1.4 to 1.5.5 at least, duckdb/duckdb#23848) can persist a
 -- secondary index stale when a writer is killed and the next process checkpoints its WAL, and then
@@ -209,7 +210,8 @@ CREATE TABLE IF NOT EXISTS imported_summaries (
     tools_used VARCHAR[],
     source_agent_identities VARCHAR[],
     metadata JSON,                    -- the line's metadata as exported: an archive writes it back
-    embedding VARCHAR                 -- the line's vector, its JSON text as cut
+    embedding VARCHAR,                -- the line's vector as its JSON text: only one not of float32 origin
+    embedding_f32 FLOAT[]             -- the line's vector of float32 origin (resources/store/vectors.py)
 );
 
 -- Archives written from this store (`session-digest archive`).
