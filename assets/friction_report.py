@@ -24,15 +24,16 @@ def _write_atomically(path: Path, text: str) -> None:
 
 def build_friction_report_asset(settings: Settings) -> AssetsDefinition:
     """The asset, closed over the settings the definitions load with (the calibration needs the
-    timeout): the model resource is not used, since binding it would start the embedded server."""
+    raw-call target, the call ceiling and the hosts): the model resource is not used, since binding
+    it would start the embedded server."""
 
     # It reads what these three leave in the ledger: attempts, friction, coverage, digest state.
     @asset(deps=[turn_mini_summaries, session_summaries, session_graph], group_name="reports", kinds={"duckdb", "html"})
     def friction_report(context: AssetExecutionContext, store: DigestStoreResource) -> MaterializeResult:
         """Friction grouped by (asset, consumer, symptom) with the surfacing rule, the pre-routes and
-        the model time they saved, timeouts, suspected truncation, the degraded share, mini-summary
-        coverage, the model hosts' circuits, the slowest calls, and the raw cap calibrated on this host's
-        own model calls.
+        the model time they saved against what the degraded path spent and threw away, given-up
+        calls, suspected truncation, the degraded share, mini-summary coverage, the model hosts'
+        circuits and speed, the slowest calls, and the raw cap calibrated on this host's own calls.
 
         Also written as an HTML file with a chart beside the DuckDB file (`report_path`).
         """
