@@ -17,6 +17,8 @@ TIERS = {
     "test_hosts": "unit",
     "test_model_clients": "unit",
     "test_revision": "unit",
+    "test_schema": "unit",
+    "test_fidelity": "unit",
     "test_settings": "unit",
     "test_synthesis": "unit",
     "test_tokens": "unit",
