@@ -41,6 +41,25 @@ class SessionSummaryOutput(BaseModel):
         return value.strip()
 
 
+# What the prompt asks of each field, in the output model's order (`prompt_instructions`).
+PROMPT_LINES = {
+    "summary": "the goal, the key decisions, the code that was modified, and the outcome.",
+    "title": "a title of at most 10 words.",
+    "category": "one of bugfix, feature, refactoring, documentation, new-app, analysis, other.",
+    "quality": "0-100, the flow and focus of the session.",
+    "productivity": "0-100, how far the goals were met.",
+    "impact": "0-100, the significance of the changes.",
+    "complexity": "0-100 (a typo fix is below 10, a deep core refactor above 90).",
+    "technologies": "the technologies involved, as a list of strings.",
+}
+
+
+def prompt_instructions() -> str:
+    """The summary prompt's instructions: one line per field of the output model."""
+    head = "Analyze the following AI-agent work session and reply with one JSON object, no markdown, with these fields:"
+    return "\n".join([head, *(f'- "{name}": {PROMPT_LINES[name]}' for name in SessionSummaryOutput.model_fields)])
+
+
 # The schema sent to the model bounds what a small model would otherwise generate without end (a
 # summary or a title that never closes, scores past 100, an endless list), in forms a grammar can
 # carry: llama.cpp compiles the schema into a grammar and unrolls each length bound into nested

@@ -28,7 +28,13 @@ from digest.circuit import is_host_failure
 from digest.friction import EmissionPoint, FrictionEvent, Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError, OutputLimitExceeded
 from digest.pacing import CallPlan, Pacer, Sample, first_token_of
-from digest.summary_output import OutputParseError, SessionSummaryOutput, parse_summary_output, response_json_schema
+from digest.summary_output import (
+    OutputParseError,
+    SessionSummaryOutput,
+    parse_summary_output,
+    prompt_instructions,
+    response_json_schema,
+)
 from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS, TokenCount, count_prompt
 from digest.turns import Turn, canonical_order, input_revision
 
@@ -59,15 +65,7 @@ class SourceTier(StrEnum):
     TRUNCATED_RAW = "truncatedRaw"  # a line per turn, its document cut, no turn having a mini summary
 
 
-INSTRUCTIONS = """Analyze the following AI-agent work session and reply with one JSON object, no markdown, with these fields:
-- "summary": the goal, the key decisions, the code that was modified, and the outcome.
-- "title": a title of at most 10 words.
-- "category": one of bugfix, feature, refactoring, documentation, new-app, analysis, other.
-- "quality": 0-100, the flow and focus of the session.
-- "productivity": 0-100, how far the goals were met.
-- "impact": 0-100, the significance of the changes.
-- "complexity": 0-100 (a typo fix is below 10, a deep core refactor above 90).
-- "technologies": the technologies involved, as a list of strings."""
+INSTRUCTIONS = prompt_instructions()  # the field list is beside the output model
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ TIERS = {
     "test_model_clients": "unit",
     "test_pacing": "unit",
     "test_revision": "unit",
+    "test_schema": "unit",
+    "test_fidelity": "unit",
     "test_settings": "unit",
     "test_streaming": "unit",
     "test_synthesis": "unit",

@@ -214,12 +214,17 @@ def test_migrate_adds_the_new_columns_to_an_older_store(store):
     with store.connect() as con:
         con.execute("ALTER TABLE session_summaries DROP COLUMN origin")
         con.execute("ALTER TABLE imported_summaries DROP COLUMN degraded")
+        con.execute("DELETE FROM schema_meta")  # a store from before the numbered migrations
+        con.execute("INSERT INTO schema_meta VALUES (1, now())")
 
     store.migrate()
     store.migrate()  # idempotent
 
-    columns = {r["column_name"] for r in records(store, "SELECT column_name FROM information_schema.columns")}
-    assert {"origin", "degraded"} <= columns
+    columns = {
+        (r["table_name"], r["column_name"])
+        for r in records(store, "SELECT table_name, column_name FROM information_schema.columns")
+    }
+    assert {("session_summaries", "origin"), ("imported_summaries", "degraded")} <= columns
 
 
 # --- bad values in a summaries-backup line (issue 14) -------------------------------------------

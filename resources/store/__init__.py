@@ -4,6 +4,8 @@ passes through them:
 
 - `connection.py`     the file: connections that wait out another process's lock, transactions,
                       `migrate` (the tables are `schema.sql`)
+- `migrations.py`     the numbered migrations `migrate` runs past a store's version (how to add one)
+- `summary_row.py`    the one definition of the `session_summaries` row: its DDL, column lists, metadata
 - `ingest.py`         bundle → turns: the export's turns, mini summaries, summaries and rejected lines
 - `sessions.py`       turns read back, and the `sessions` rows derived from them
 - `mini_summaries.py` turns → mini summaries: pending turns, failed attempts, archive, backoff

@@ -1,5 +1,5 @@
 """The store's file: short-lived connections that wait out another process's lock, transactions,
-and the schema (`schema.sql`) with its migrations.
+and the schema (`schema.sql`, `summary_row.py`) with its numbered migrations (`migrations.py`).
 
 DuckDB allows one writer per file across processes, so every method opens a connection, does a
 short piece of work and closes it: no connection is ever held across a model call. Opening
@@ -19,35 +19,11 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from resources.store.vectors import migrate_text_vectors
+from resources.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from resources.store.summary_row import summary_ddl
 
-SCHEMA_VERSION = 1
 LOCK_WAIT_S = 120.0
-SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
-
-# Columns added since stores were first made: `migrate` adds them to an older store (DuckDB adds no
-# column with a constraint, so these are nullable; the writers always fill them).
-ADDED_COLUMNS = [
-    ("session_summaries", "origin VARCHAR DEFAULT 'generated'"),
-    ("friction_events", "bound VARCHAR"),
-    ("turns", "embedding VARCHAR"),
-    ("imported_summaries", "metadata JSON"),
-    ("imported_summaries", "embedding VARCHAR"),
-    ("attempts", "host VARCHAR"),
-    ("session_summaries", "host VARCHAR"),
-    ("session_summaries", "host_reason VARCHAR"),
-    ("session_summaries", "raw_tokens_source VARCHAR"),
-    ("session_summaries", "raw_tokens_counted INTEGER"),
-    ("attempts", "first_token_s DOUBLE"),
-    *[
-        ("imported_summaries", column)
-        for column in (
-            "category VARCHAR", "quality INTEGER", "productivity INTEGER", "impact INTEGER", "complexity INTEGER",
-            "technologies VARCHAR[]", "degraded BOOLEAN", "raw_canonical BOOLEAN", "participating_agents VARCHAR[]",
-            "models VARCHAR[]", "total_tool_calls INTEGER", "tools_used VARCHAR[]", "source_agent_identities VARCHAR[]",
-        )
-    ],
-]  # fmt: skip
+SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8") + "\n" + summary_ddl()
 
 # Store files this process has migrated, by (path, device, inode): a file replaced or deleted since
 # is another file and is migrated again.
@@ -137,18 +113,23 @@ class Connection:
             con.execute("COMMIT")
 
     def migrate(self) -> None:
-        """Create what is missing and add later columns; idempotent."""
+        """Create what is missing, then run the numbered migrations past the store's version
+        (`migrations.py`); idempotent."""
         with self.transaction() as con:
+            had_meta = con.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_meta'"
+            ).fetchone()[0]
+            current = con.execute("SELECT max(version) FROM schema_meta").fetchone()[0] if had_meta else None
             con.execute(SCHEMA)
-            row = con.execute("SELECT max(version) FROM schema_meta").fetchone()
-            current = row[0] if row else None
-            if current is None:
+            if current is None:  # a fresh store: created at the latest shape
                 con.execute("INSERT INTO schema_meta VALUES (?, ?)", [SCHEMA_VERSION, now()])
             elif current > SCHEMA_VERSION:
                 raise RuntimeError(f"{self.path} has schema version {current}, newer than this code's {SCHEMA_VERSION}")
-            for table, column in ADDED_COLUMNS:
-                con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}")
-            migrate_text_vectors(con)  # embedding_f32 (issue 20): text vectors converted, once
+            else:
+                for version in range(current + 1, SCHEMA_VERSION + 1):
+                    for step in MIGRATIONS[version]:
+                        con.execute(step) if isinstance(step, str) else step(con)
+                    con.execute("INSERT INTO schema_meta VALUES (?, ?)", [version, now()])
             # Pre-routes recorded before `bound` was a column name it in their note (rows restored
             # from an older bundle too, at the next migrate); a row set here is not matched again.
             pre_route = r"^pre-routed to the degraded summary: .* > (over-raw-cap|over-safe-band) "

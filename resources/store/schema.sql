@@ -1,5 +1,6 @@
--- The store's tables (resources/store/connection.py runs this on migrate; every statement is
--- idempotent). A column added since stores were first made is also in connection.ADDED_COLUMNS.
+-- The store's tables at the latest version (resources/store/connection.py runs this on migrate; every
+-- statement is idempotent). A column added since stores were first made also has its numbered
+-- migration in resources/store/migrations.py.
 
 CREATE TABLE IF NOT EXISTS schema_meta (version INTEGER NOT NULL, migrated_at TIMESTAMPTZ NOT NULL);
 
@@ -74,42 +75,8 @@ CREATE TABLE IF NOT EXISTS backfill_state (
     updated_at TIMESTAMPTZ NOT NULL
 );
 
-CREATE TABLE IF NOT EXISTS session_summaries (
-    session_id VARCHAR PRIMARY KEY,
-    summary VARCHAR NOT NULL,
-    title VARCHAR NOT NULL,
-    category VARCHAR NOT NULL,
-    quality INTEGER NOT NULL,
-    productivity INTEGER NOT NULL,
-    impact INTEGER NOT NULL,
-    complexity INTEGER NOT NULL,
-    technologies VARCHAR[] NOT NULL,
-    source_tier VARCHAR NOT NULL,     -- raw | miniSummary | truncatedRaw
-    degraded BOOLEAN NOT NULL,
-    raw_canonical BOOLEAN NOT NULL,
-    memory_count INTEGER NOT NULL,
-    mini_summary_count INTEGER NOT NULL,
-    input_revision VARCHAR NOT NULL,
-    model VARCHAR NOT NULL,
-    raw_tokens_estimate INTEGER NOT NULL,
-    prompt_tokens_estimate INTEGER NOT NULL,
-    raw_cap_tokens INTEGER,           -- NULL: the cap was off
-    route_reason VARCHAR NOT NULL,    -- within-cap | over-raw-cap | over-safe-band | raw-timeout
-    first_activity_ms BIGINT,
-    last_activity_ms BIGINT,
-    participating_agents VARCHAR[] NOT NULL,
-    models VARCHAR[] NOT NULL,
-    total_tool_calls INTEGER NOT NULL,
-    tools_used VARCHAR[] NOT NULL,
-    source_agent_identities VARCHAR[] NOT NULL,
-    run_id VARCHAR,
-    created_at TIMESTAMPTZ NOT NULL,
-    origin VARCHAR DEFAULT 'generated',  -- generated | imported (an export's summary, current for the turns)
-    host VARCHAR,                     -- the model host that made it (NULL: imported, or made before hosts)
-    host_reason VARCHAR,              -- why the sweep sent it to that host
-    raw_tokens_source VARCHAR,        -- what the route was decided on: tokenizer | pinned | ledger | default (bytes/token)
-    raw_tokens_counted INTEGER        -- the host tokenizer's count of the raw prompt + the chat template margin; NULL: none
-);
+-- session_summaries: its DDL is derived from the one definition of the row, resources/store/summary_row.py.
+
 
 CREATE SEQUENCE IF NOT EXISTS attempt_ids;
 CREATE TABLE IF NOT EXISTS attempts (

@@ -12,6 +12,7 @@ from digest.scheduling import Candidate
 from digest.synthesis import FALLBACK_CHARS, SessionSummary
 from resources.store.connection import Connection, now, record, records
 from resources.store.graph import write_summary_graphs
+from resources.store.summary_row import SUMMARY_ROW, adopt_columns
 
 # The sessions with no summary, or whose turns changed since it was made; retired sessions
 # (archived with --retire) are left out: they are out of every sweep. Rows: `sessions` columns.
@@ -38,24 +39,15 @@ CANDIDATES_PICKED = f"""
 # its `memoryCount` is the session's turn count. A current one stands as the session's summary,
 # with its provenance as exported (an absent `sourceTier` predates the degraded path: raw), unless
 # the session already has a summary of these turns.
-ADOPT_IMPORTED_SUMMARIES = """
-    INSERT INTO session_summaries (session_id, summary, title, category, quality, productivity, impact, complexity,
-        technologies, source_tier, degraded, raw_canonical, memory_count, mini_summary_count, input_revision, model,
-        raw_tokens_estimate, prompt_tokens_estimate, raw_cap_tokens, route_reason, first_activity_ms,
-        last_activity_ms, participating_agents, models, total_tool_calls, tools_used, source_agent_identities,
-        run_id, created_at, origin)
+_ADOPTED = adopt_columns()
+ADOPT_IMPORTED_SUMMARIES = f"""
+    INSERT INTO session_summaries ({", ".join(c.name for c in _ADOPTED)})
     WITH ids AS (SELECT unnest(?::VARCHAR[]) AS session_id),
     minis AS (
         SELECT t.session_id, count(*) AS n FROM turns t JOIN mini_summaries m ON m.turn_id = t.id
         WHERE t.session_id IN (SELECT session_id FROM ids) GROUP BY 1
     )
-    SELECT s.session_id, i.summary, coalesce(i.title, ''), coalesce(i.category, ''), coalesce(i.quality, 0),
-        coalesce(i.productivity, 0), coalesce(i.impact, 0), coalesce(i.complexity, 0), coalesce(i.technologies, []),
-        coalesce(i.source_tier, 'raw'), coalesce(i.degraded, coalesce(i.source_tier, 'raw') <> 'raw'),
-        coalesce(i.raw_canonical, true), s.turn_count, coalesce(minis.n, 0), s.input_revision, '', 0, 0, NULL,
-        'imported', s.first_activity_ms, s.last_activity_ms, coalesce(i.participating_agents, []),
-        coalesce(i.models, []), coalesce(i.total_tool_calls, 0), coalesce(i.tools_used, []),
-        coalesce(i.source_agent_identities, []), NULL, ?, 'imported'
+    SELECT {", ".join(c.imported for c in _ADOPTED)}
     FROM imported_summaries i
     JOIN sessions s USING (session_id)
     LEFT JOIN session_summaries x USING (session_id)
@@ -64,19 +56,7 @@ ADOPT_IMPORTED_SUMMARIES = """
       AND (i.input_revision = s.input_revision OR (i.input_revision IS NULL AND i.memory_count = s.turn_count))
       AND trim(coalesce(i.summary, '')) <> ''
       AND (x.session_id IS NULL OR x.input_revision <> s.input_revision)
-    ON CONFLICT (session_id) DO UPDATE SET summary = excluded.summary, title = excluded.title,
-        category = excluded.category, quality = excluded.quality, productivity = excluded.productivity,
-        impact = excluded.impact, complexity = excluded.complexity, technologies = excluded.technologies,
-        source_tier = excluded.source_tier, degraded = excluded.degraded, raw_canonical = excluded.raw_canonical,
-        memory_count = excluded.memory_count, mini_summary_count = excluded.mini_summary_count,
-        input_revision = excluded.input_revision, model = excluded.model,
-        raw_tokens_estimate = excluded.raw_tokens_estimate, prompt_tokens_estimate = excluded.prompt_tokens_estimate,
-        raw_cap_tokens = excluded.raw_cap_tokens, route_reason = excluded.route_reason,
-        first_activity_ms = excluded.first_activity_ms, last_activity_ms = excluded.last_activity_ms,
-        participating_agents = excluded.participating_agents, models = excluded.models,
-        total_tool_calls = excluded.total_tool_calls, tools_used = excluded.tools_used,
-        source_agent_identities = excluded.source_agent_identities, run_id = excluded.run_id,
-        created_at = excluded.created_at, origin = excluded.origin
+    ON CONFLICT (session_id) DO UPDATE SET {", ".join(f"{c.name} = excluded.{c.name}" for c in _ADOPTED[1:])}
     RETURNING *
 """
 
@@ -125,17 +105,9 @@ class Summaries(Connection):
         host_reason: str | None = None,
     ) -> None:
         """`host`, `host_reason`: the model host that made it, and why the sweep chose that host."""
-        out = summary.output
         row = {
             "session_id": summary.session_id,
-            "summary": out.summary,
-            "title": out.title,
-            "category": out.category,
-            "quality": out.quality,
-            "productivity": out.productivity,
-            "impact": out.impact,
-            "complexity": out.complexity,
-            "technologies": list(out.technologies),
+            **summary.output.model_dump(),  # the model-generated columns
             "source_tier": summary.source_tier,
             "degraded": summary.degraded,
             "raw_canonical": summary.raw_canonical,
@@ -162,6 +134,9 @@ class Summaries(Connection):
             "host": host,
             "host_reason": host_reason,
         }
+        missing = [c.name for c in SUMMARY_ROW if c.name not in row]
+        if missing:
+            raise ValueError(f"a summary row without {missing}: fill them in write_summary")
         columns = list(row)
         placeholders = ", ".join("?" for _ in columns)
         updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != "session_id")

@@ -1,0 +1,58 @@
+"""The store's numbered migrations, applied in order from `schema_meta.version` by `migrate`.
+
+A fresh store is created at the latest shape (`schema.sql`, and `session_summaries` from
+`summary_row.py`) and recorded at the latest version; an older store runs every migration past its
+version, each in the one transaction of `migrate`, and records each version it reached.
+
+To add a migration (a column, say):
+1. write the column in `schema.sql` (or, for `session_summaries`, in `summary_row.py`);
+2. append `N: [add_column("table", "name TYPE")],` below, N the last number + 1
+   (`summary_column("name")` for a column of the summary row);
+3. name the column in `docs/schema.md` (`tests/test_schema.py` fails until you do).
+A migration's steps must be idempotent (`ADD COLUMN IF NOT EXISTS`): a table created since the
+store's version by `schema.sql` already has the column. A step is a SQL statement, or a function of
+the connection for what SQL alone cannot do (converting values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import duckdb
+
+from resources.store.summary_row import summary_column
+from resources.store.vectors import migrate_text_vectors
+
+
+def add_column(table: str, definition: str) -> str:
+    """DuckDB adds no column with a constraint: an added column is nullable, its writers fill it."""
+    return f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {definition.replace(' NOT NULL', '')}"
+
+
+MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]] = {
+    # 1: the first stores. 2: the 23 columns added while every store stayed at version 1.
+    2: [
+        summary_column("origin"),
+        add_column("friction_events", "bound VARCHAR"),
+        add_column("turns", "embedding VARCHAR"),
+        add_column("imported_summaries", "metadata JSON"),
+        add_column("imported_summaries", "embedding VARCHAR"),
+        add_column("attempts", "host VARCHAR"),
+        *[summary_column(c) for c in ("host", "host_reason", "raw_tokens_source", "raw_tokens_counted")],
+        *[
+            add_column("imported_summaries", column)
+            for column in (
+                "category VARCHAR", "quality INTEGER", "productivity INTEGER", "impact INTEGER", "complexity INTEGER",
+                "technologies VARCHAR[]", "degraded BOOLEAN", "raw_canonical BOOLEAN", "participating_agents VARCHAR[]",
+                "models VARCHAR[]", "total_tool_calls INTEGER", "tools_used VARCHAR[]",
+                "source_agent_identities VARCHAR[]",
+            )
+        ],
+    ],
+    # 3: a streamed call's time to its first piece (the host's prompt rate, `digest.pacing`).
+    3: [add_column("attempts", "first_token_s DOUBLE")],
+    # 4: vectors as numbers: `embedding_f32`, the text vectors of float32 origin converted.
+    4: [migrate_text_vectors],
+}  # fmt: skip
+
+SCHEMA_VERSION = max(MIGRATIONS)
