@@ -71,7 +71,10 @@ def instance_config(settings: Settings, telemetry: dict | None = None, dagster_h
     if settings.dagster_pg_url:
         config["storage"] = {"postgres": {"postgres_url": {"env": PG_URL_ENV}}}
     elif not per_run_event_logs(dagster_home):
-        config["event_log_storage"] = EVENT_LOG_STORAGE
+        # The home's own path where it is known (an instance opened from its folder alone, without
+        # DAGSTER_HOME set, reads it too); a moved home gets the file rewritten at the next start.
+        base_dir = str(Path(dagster_home).resolve()) if dagster_home is not None else {"env": "DAGSTER_HOME"}
+        config["event_log_storage"] = {**EVENT_LOG_STORAGE, "config": {"base_dir": base_dir}}
     config["compute_logs"] = COMPUTE_LOGS
     config["retention"] = RETENTION
     config["concurrency"] = {
