@@ -41,7 +41,9 @@ from tests.model_server import ModelServer  # noqa: E402
 PARTS = {
     "run storage (history/runs.db)": lambda p: p.parts[-2:] == ("history", "runs.db"),
     "event logs (history/runs/*.db)": lambda p: "runs" in p.parts and p.suffix == ".db" and p.name != "runs.db",
+    "event log, one file (event_log.db*)": lambda p: p.name.startswith("event_log.db"),
     "compute logs (storage/)": lambda p: "storage" in p.parts,
+    "telemetry log (logs/, rotated)": lambda p: p.parts[:1] == ("logs",),
     "schedules and ticks (schedules/)": lambda p: "schedules" in p.parts,
 }
 
@@ -108,7 +110,9 @@ def measure(root: Path, runs: int, config: str, server_url: str) -> dict:
         statuses = Counter(r.status for r in instance.get_runs(RunsFilter(job_name="summarize_sessions")))
         assert statuses == {DagsterRunStatus.SUCCESS: runs}, statuses
     events: Counter = Counter()
-    for db in (dagster_home / "history" / "runs").glob("*.db"):
+    # The per-run files (the index repeats their rows), or the one file.
+    files = [p for p in (dagster_home / "history" / "runs").glob("*.db") if p.name != "index.db"]
+    for db in files or [dagster_home / "event_log.db"]:
         with sqlite3.connect(db) as con:
             events.update(
                 dict(con.execute("SELECT dagster_event_type, count(*) FROM event_logs GROUP BY 1").fetchall())
