@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -98,10 +99,18 @@ print(json.dumps({"seconds": s, "rows": rows, "peak_mb": resource.getrusage(reso
 """
 
 
-def run_side(code: str, corpus: Path, db: Path) -> dict:
-    db.unlink(missing_ok=True)
+def run_side(code: str, corpus: Path, db: Path, source: Path | None = None) -> dict:
+    """One side in its own process; `source`: the source tree whose code it imports (default: this one)."""
+    for stale in db.parent.glob(db.name + "*"):
+        stale.unlink()
+    tree = source or Path(__file__).resolve().parents[1]
     done = subprocess.run(
-        [sys.executable, "-c", code, str(corpus), str(db)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, str(corpus), str(db)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
     )
     side = json.loads(done.stdout.strip().splitlines()[-1])
     # The store's size on disk once its process has closed it (a WAL left over counts too).
@@ -114,6 +123,7 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=1024)
     parser.add_argument("--origin", choices=("float32", "float64"), default="float32")
     parser.add_argument("--keep", action="store_true", help="keep the generated corpus")
+    parser.add_argument("--old", type=Path, help="a source tree of earlier code (git archive), ingested beside")
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     corpus = OUT / f"memory-backup-bench-{args.megabytes}mb-{args.origin}.jsonl"
@@ -122,11 +132,14 @@ def main() -> None:
         rows = generate(corpus, args.megabytes, origin=args.origin)
         print(f"generated {corpus.name}: {rows} rows in {time.perf_counter() - started:.0f}s", file=sys.stderr)
     size_mb = corpus.stat().st_size / 1024 / 1024
-    ours = run_side(PROJECT_SIDE, corpus, OUT / "bench-ours.duckdb")
-    theirs = run_side(DUCKDB_SIDE, corpus, OUT / "bench-readjson.duckdb")
-    print(f"corpus: {size_mb:.0f} MB, {ours['rows']} rows with {DIMENSIONS}-float embeddings")
+    sides = {}
+    if args.old:
+        sides["ingest, old code"] = run_side(PROJECT_SIDE, corpus, OUT / "bench-old.duckdb", args.old.resolve())
+    ours = sides["session-digest ingest"] = run_side(PROJECT_SIDE, corpus, OUT / "bench-ours.duckdb")
+    theirs = sides["duckdb read_json"] = run_side(DUCKDB_SIDE, corpus, OUT / "bench-readjson.duckdb")
+    print(f"corpus: {size_mb:.0f} MB, {ours['rows']} rows with {DIMENSIONS}-float embeddings ({args.origin})")
     print(f"{'side':<28} {'seconds':>8} {'MB/s':>7} {'peak MB':>8} {'store MB':>9} {'store KB/turn':>14}")
-    for name, side in (("session-digest ingest", ours), ("duckdb read_json", theirs)):
+    for name, side in sides.items():
         per_turn = side["store_mb"] * 1024 / max(side["rows"], 1)
         print(
             f"{name:<28} {side['seconds']:>8.1f} {size_mb / side['seconds']:>7.1f} {side['peak_mb']:>8.0f} "

@@ -61,7 +61,12 @@ def main() -> None:
     with ModelServer() as server, tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         settings = dataclasses.replace(
-            load_settings({"DIGEST_HOME": str(root / "home"), "DIGEST_MODEL_PROVIDER": "openai"}), model_url=server.url
+            # The response cache off: the sessions' prompts are alike, and the bare loop and the batch
+            # call the model for each of them; the Dagster runs must too, for the same model work.
+            load_settings(
+                {"DIGEST_HOME": str(root / "home"), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_RESPONSE_CACHE": "off"}
+            ),
+            model_url=server.url,
         )
         client = OpenAIChatClient(server.url, "bench", schema_style="json_object")
         limits = settings.limits()

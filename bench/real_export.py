@@ -1,7 +1,13 @@
 """A real user's export at real scale, through the daemon's code path, side by side in one run.
 
 Run: .venv/bin/python bench/real_export.py [--sessions 10000] [--turns 30] [--drain 200]
-                                             [--rate 50] [--time-scale 40]
+                                             [--rate 50] [--time-scale 40] [--dimensions 4096]
+                                             [--old SOURCE_TREE]
+
+`--dimensions`: every turn and exported summary carries a float32 vector of that length, as a
+Neo.mjs export does (0: the generator's short 8-number vector). `--old`: a source tree of earlier
+code (`git archive <commit> | tar -x -C DIR`) whose ingest runs on the same export into its own
+store first, for its time, peak RSS and store size beside this code's.
 
 A seeded export (`tests/synthetic_export.py`: 10,000 sessions x 30 turns, a current
 summaries-backup row for a third of them) goes the way the daemon takes it:
@@ -26,7 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -73,17 +79,35 @@ def child_ingest(export: str) -> None:
     assert result.success
 
 
-def ingest(home: Path, export: Path, url: str) -> tuple[float, float]:
+def ingest(home: Path, export: Path, url: str, source: Path = ROOT) -> tuple[float, float]:
+    """The ingest job in a child process of the code at `source`; its wall time and peak RSS."""
+    (home / "dagster").mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    subprocess.run(
-        [sys.executable, __file__, "--child-ingest", str(export)],
-        env={**os.environ, **env_for(home, url)},
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_PEAK, str(source / "bench" / "real_export.py"), str(export)],
+        env={**os.environ, **env_for(home, url), "PYTHONPATH": str(source)},
+        cwd=source,
         check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        capture_output=True,
+        text=True,
     )
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    peak_mb = float(done.stdout.strip().splitlines()[-1])
     return time.perf_counter() - started, peak_mb
+
+
+# The child's own peak RSS (RUSAGE_CHILDREN would be the largest child so far, whichever ran).
+CHILD_PEAK = """
+import resource, runpy, sys
+script, export = sys.argv[1:3]
+sys.argv = [script, "--child-ingest", export]
+runpy.run_path(script, run_name="__main__")
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def store_figures(path: Path, turns: int) -> str:
+    size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    return f"{size / 1e6:.1f} MB ({size / turns / 1024:.1f} KB per turn)"
 
 
 def tick(instance, resources):
@@ -115,6 +139,8 @@ def main() -> None:
     parser.add_argument("--drain", type=int, default=200)
     parser.add_argument("--rate", type=float, default=50.0, help="prompt tokens/s the server answers at")
     parser.add_argument("--time-scale", type=float, default=40.0, help="the server sleeps model time / this")
+    parser.add_argument("--dimensions", type=int, default=4096, help="each turn's vector length (0: 8 numbers)")
+    parser.add_argument("--old", type=Path, help="a source tree of earlier code, to ingest with beside this one")
     parser.add_argument("--child-ingest")
     args = parser.parse_args()
     if args.child_ingest:
@@ -132,7 +158,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=ROOT / "bench" / "out") as tmp, ModelServer(fixed_rate) as server:
         root = Path(tmp)
         started = time.perf_counter()
-        facts = write_export(root / "export", args.sessions, args.turns, summarized_share=1 / 3)
+        facts = write_export(
+            root / "export", args.sessions, args.turns, summarized_share=1 / 3, dimensions=args.dimensions or None
+        )
         figures.append(
             (
                 "export written",
@@ -141,6 +169,17 @@ def main() -> None:
             )
         )
 
+        if args.old:
+            old_home = root / "old-home"
+            seconds, peak_mb = ingest(old_home, root / "export", server.url, args.old.resolve())
+            figures.append(
+                (
+                    "ingest, old code",
+                    f"{seconds:.1f} s, peak RSS {peak_mb:.0f} MB, {facts.turns / seconds:,.0f} turns/s; "
+                    f"DuckDB file {store_figures(old_home / 'digest.duckdb', facts.turns)}",
+                )
+            )
+            shutil.rmtree(old_home)
         home = root / "home"
         (home / "dagster").mkdir(parents=True)
         os.environ.update(env_for(home, server.url))
@@ -182,13 +221,7 @@ def main() -> None:
                 f"{owed_after} with ({facts.sessions - owed_after} reused; {len(facts.summarized)} exported current)",
             )
         )
-        figures.append(
-            (
-                "DuckDB file",
-                f"{settings.db_path.stat().st_size / 1e6:.1f} MB "
-                f"({settings.db_path.stat().st_size / facts.turns:.0f} B per turn)",
-            )
-        )
+        figures.append(("DuckDB file", store_figures(settings.db_path, facts.turns)))
 
         job = build_definitions(settings).resolve_job_def("summarize_sessions")
         instance_before = folder_bytes(home / "dagster")

@@ -1,9 +1,10 @@
 """Asset checks on the store's invariants, over the whole store.
 
 Each check is a plain rule on one row (or one session's graph), tested on its own, wrapped in an
-`@asset_check` that reads the store and lists the violations. Dagster runs a check after each
-materialization of its asset (the jobs select it with the asset), in the hourly `report_friction`
-job, and on demand from the asset's Checks tab.
+`@asset_check` that reads the store and lists the violations. Dagster runs them in the hourly
+`report_friction` job and on demand from the asset's Checks tab; not after each one-session run
+(`pipelines/jobs.py`: each check reads the whole store, and a run's check steps were half of its
+record in the Dagster instance).
 """
 
 from __future__ import annotations

@@ -17,6 +17,24 @@ from digest.settings import Settings
 MARKER = "# Written by session-digest."
 PG_URL_ENV = "DIGEST_DAGSTER_PG_URL"
 POOL = "model"  # the pool of the three assets that call a model
+# The keys that keep the instance small (issue 20), left out of a file written before it.
+SIZE_KEYS = ("compute_logs", "event_log_storage", "retention")
+# Steps' stdout and stderr are not kept: the event log (each step's events, `context.log` messages,
+# errors with their stack traces) has what the UI shows of a run; a step's prints are not.
+COMPUTE_LOGS = {"module": "dagster._core.storage.noop_compute_log_manager", "class": "NoOpComputeLogManager"}
+# One SQLite event log for every run, instead of a SQLite file per run (some 250 KB each, mostly
+# the empty tables and indexes each file carries): $DAGSTER_HOME/event_log.db.
+EVENT_LOG_STORAGE = {
+    "module": "dagster._core.storage.event_log",
+    "class": "ConsolidatedSqliteEventLogStorage",
+    "config": {"base_dir": {"env": "DAGSTER_HOME"}},
+}
+# Sensor ticks (a tick a minute per sensor): Dagster keeps skipped ones 7 days and the others for
+# ever; runs, their status and the materializations are not ticks and are kept.
+RETENTION = {
+    "sensor": {"purge_after_days": {"skipped": 1, "success": 14, "failure": 30, "started": 14}},
+    "schedule": {"purge_after_days": {"skipped": 1, "success": 14, "failure": 30, "started": 14}},
+}
 
 _HEADER = f"""\
 {MARKER}
@@ -33,14 +51,32 @@ _TELEMETRY_NOTE = """\
 """
 
 
-def instance_config(settings: Settings, telemetry: dict | None = None) -> dict:
+def per_run_event_logs(dagster_home: Path | None) -> bool:
+    """Whether this SQLite instance already keeps its event log a file per run (Dagster's default,
+    as this project's instances did before issue 20): switching it to the consolidated file would
+    hide every earlier run's events and materializations, so such an instance keeps its layout."""
+    if dagster_home is None:
+        return False
+    home = Path(dagster_home)
+    return (home / "history" / "runs" / "index.db").exists() and not (home / "event_log.db").exists()
+
+
+def instance_config(settings: Settings, telemetry: dict | None = None, dagster_home: Path | None = None) -> dict:
     """dagster.yaml's content. The PostgreSQL URL is named by its env var, never written down: it
-    may carry a password. SQLite is Dagster's default storage, so it is not written either."""
+    may carry a password. SQLite is Dagster's default storage, so it is not written either; its
+    event log is one file (`EVENT_LOG_STORAGE`) unless `dagster_home` already has one per run."""
     hosts = settings.fleet.hosts
     total = settings.fleet.total_concurrency
     config: dict = {}
     if settings.dagster_pg_url:
         config["storage"] = {"postgres": {"postgres_url": {"env": PG_URL_ENV}}}
+    elif not per_run_event_logs(dagster_home):
+        # The home's own path where it is known (an instance opened from its folder alone, without
+        # DAGSTER_HOME set, reads it too); a moved home gets the file rewritten at the next start.
+        base_dir = str(Path(dagster_home).resolve()) if dagster_home is not None else {"env": "DAGSTER_HOME"}
+        config["event_log_storage"] = {**EVENT_LOG_STORAGE, "config": {"base_dir": base_dir}}
+    config["compute_logs"] = COMPUTE_LOGS
+    config["retention"] = RETENTION
     config["concurrency"] = {
         "pools": {"default_limit": total},
         "runs": {
@@ -55,8 +91,8 @@ def instance_config(settings: Settings, telemetry: dict | None = None) -> dict:
     return config
 
 
-def instance_yaml(settings: Settings, telemetry: dict | None = None) -> str:
-    body = yaml.safe_dump(instance_config(settings, telemetry), sort_keys=False)
+def instance_yaml(settings: Settings, telemetry: dict | None = None, dagster_home: Path | None = None) -> str:
+    body = yaml.safe_dump(instance_config(settings, telemetry, dagster_home), sort_keys=False)
     return _HEADER + body + ("" if telemetry is not None else _TELEMETRY_NOTE)
 
 
@@ -92,7 +128,7 @@ def write_instance_config(dagster_home: Path, settings: Settings) -> str | None:
             )
         if isinstance(existing, dict):
             telemetry = existing.get("telemetry")  # the one block a user is told to edit here
-    content = instance_yaml(settings, telemetry)
+    content = instance_yaml(settings, telemetry, dagster_home)
     if text == content:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)

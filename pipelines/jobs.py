@@ -1,4 +1,4 @@
-from dagster import define_asset_job, in_process_executor
+from dagster import AssetSelection, define_asset_job, in_process_executor
 
 from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
@@ -7,7 +7,10 @@ from assets.sessions import raw_sessions, raw_turns, session_summaries
 ingest_job = define_asset_job("ingest", selection=[raw_turns], description="Ingest export bundles into DuckDB.")
 summarize_job = define_asset_job(
     "summarize_sessions",
-    selection=[raw_sessions, turn_mini_summaries, session_summaries],
+    # Without the store's checks: each reads every summary, so after each of thousands of one-session
+    # runs it would recheck the whole store, and its steps' events were half of a run's record in the
+    # Dagster instance (issue 20). The hourly report job runs them, and the asset's Checks tab on demand.
+    selection=AssetSelection.assets(raw_sessions, turn_mini_summaries, session_summaries).without_checks(),
     # One process per run: DuckDB takes one writer per file, and per-step processes buy nothing here.
     executor_def=in_process_executor,
     config={"ops": {"turn_mini_summaries": {"config": {"only_if_degraded": True}}}},
@@ -25,7 +28,7 @@ fill_mini_summaries_job = define_asset_job(
 # its own cadence as the original's REM pass is; inside the summary runs it would blow their budget.
 digest_job = define_asset_job(
     "digest_sessions",
-    selection=[session_graph],
+    selection=AssetSelection.assets(session_graph).without_checks(),  # as summarize_sessions
     executor_def=in_process_executor,
     description="Digest one summarized session into the graph: provenance nodes and the entities and "
     "relations extracted from its raw turns, chunk by chunk.",

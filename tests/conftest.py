@@ -33,6 +33,7 @@ TIERS = {
     "test_friction_report": "integration",
     "test_graph": "integration",
     "test_imported_summaries": "integration",
+    "test_instance": "integration",
     "test_ingest": "integration",
     "test_host_runs": "integration",
     "test_interrupted_runs": "integration",

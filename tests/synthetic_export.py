@@ -158,6 +158,24 @@ def _summary_row(rng: random.Random, turns: list[Turn]) -> dict:
     }
 
 
+def _vector_pool(dimensions: int, seed: int) -> list[str]:
+    import numpy as np
+
+    numbers = np.random.default_rng(seed)
+    return [
+        json.dumps(numbers.uniform(-1, 1, dimensions).astype(np.float32).tolist(), separators=(",", ":"))
+        for _ in range(256)
+    ]
+
+
+def _with_vector(row: dict, vectors: list[str] | None, rng: random.Random) -> str:
+    """The row's JSON line, its embedding one of `vectors` when there are some."""
+    if vectors is None:
+        return json.dumps(row, separators=(",", ":")) + "\n"
+    line = json.dumps({**row, "embedding": None}, separators=(",", ":"))
+    return line.replace('"embedding":null', '"embedding":' + rng.choice(vectors), 1) + "\n"
+
+
 def write_export(
     folder: Path,
     sessions: int,
@@ -166,8 +184,12 @@ def write_export(
     mini_summary_share: float = 0.1,
     turn_bytes: int = 400,
     seed: int = 11,
+    dimensions: int | None = None,
 ) -> ExportFacts:
+    """`dimensions`: every turn and summary carries a vector of that many float32 values, as Neo's
+    export writes them (drawn from a pool of 256 distinct vectors); None: the short EMBEDDING."""
     rng = random.Random(seed)
+    vectors = _vector_pool(dimensions, seed) if dimensions else None
     folder.mkdir(parents=True, exist_ok=True)
     memory = folder / f"memory-backup-{STAMP}.jsonl"
     summarized: list[str] = []
@@ -181,12 +203,12 @@ def write_export(
             rows, turns = _session(rng, index, turns_per_session, turn_bytes)
             total_turns += len(rows)
             for row in rows:
-                mem.write(json.dumps(row, separators=(",", ":")) + "\n")
+                mem.write(_with_vector(row, vectors, rng))
                 if rng.random() < mini_summary_share:
                     props = {"sessionId": row["metadata"]["sessionId"], "miniSummary": _sentence(rng, 120)}
                     node = {"type": "node", "data": {"id": row["id"], "label": "AGENT_MEMORY", "properties": props}}
                     graph.write(json.dumps(node, separators=(",", ":")) + "\n")
             if rng.random() < summarized_share:
                 summarized.append(turns[0].session_id)
-                summaries.write(json.dumps(_summary_row(rng, turns), separators=(",", ":")) + "\n")
+                summaries.write(_with_vector(_summary_row(rng, turns), vectors, rng))
     return ExportFacts(folder, sessions, total_turns, summarized, memory.stat().st_size)

@@ -231,6 +231,7 @@ def make_old_store(path: Path, turn_vectors: dict[str, str | None], summary_vect
     with store.transaction() as con:
         for table in ("turns", "imported_summaries"):
             con.execute(f"ALTER TABLE {table} DROP COLUMN embedding_f32")
+        con.execute("UPDATE schema_meta SET version = 3")  # the version before numeric vectors
         for i, (turn_id, text) in enumerate(turn_vectors.items()):
             con.execute(
                 "INSERT INTO turns (id, session_id, ts_ms, document, document_rebuilt, source_file, source_line, "
