@@ -257,7 +257,7 @@ class _SSE(_Stream):
         super().__init__(*args)
         self.data: list[bytes] = []
         self.finish_reason: str | None = None
-        self.usage = _Usage()
+        self.usage: _Usage | None = None
 
     def line(self, line: bytes) -> bool:
         field, _, value = line.partition(b":")
@@ -268,9 +268,12 @@ class _SSE(_Stream):
             return False
         data, self.data = b"\n".join(self.data), []
         if data.strip() == b"[DONE]":
-            self.reply = _Reply(
-                "".join(self.pieces), self.finish_reason, self.usage.prompt_tokens, self.usage.completion_tokens
-            )
+            usage = self.usage
+            if usage is None:
+                # No usage chunk (llama-cpp-python 0.3 ignores include_usage): no prompt count, and
+                # the pieces for the answer's, a token each on llama.cpp-based servers.
+                usage = _Usage(completion_tokens=len(self.pieces))
+            self.reply = _Reply("".join(self.pieces), self.finish_reason, usage.prompt_tokens, usage.completion_tokens)
             return True
         chunk = _validated(_Chunk, data, self.url, "stream chunk", self.deadline, error_coded=True)
         if chunk.usage is not None:  # include_usage's last chunk (empty choices), or any that has it
