@@ -42,7 +42,7 @@ import re
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, TypeVar
 
 import httpx
@@ -612,7 +612,13 @@ class OpenAIChatClient(_StreamingClient):
                 reply = _Reply(
                     choice.message.content or "", choice.finish_reason, usage.prompt_tokens, usage.completion_tokens
                 )
-        return _chat_reply(reply, deadline)
+        answer = _chat_reply(reply, deadline)
+        remaining = deadline.timeout_s - deadline.elapsed
+        if answer.prompt_tokens is None and remaining > 0:
+            # A stream with no usage (llama-cpp-python's): the server's tokenizer counts the prompt
+            # instead (its text, without the chat template's few tokens), within the call's ceiling.
+            answer = replace(answer, prompt_tokens=self._count_tokens(prompt, remaining))
+        return answer
 
     # The tokenizer route that answered (an index into TOKENIZE_ROUTES); None: not asked yet;
     # -1: every route refused the request (an error of the request, 4xx), so none is asked again.
@@ -620,6 +626,11 @@ class OpenAIChatClient(_StreamingClient):
 
     def count_tokens(self, text: str) -> int | None:
         """The server's own token count of `text`, or None: no tokenizer, or it failed (never raises).
+        See `_count_tokens`."""
+        return self._count_tokens(text, TOKENIZE_TIMEOUT_S)
+
+    def _count_tokens(self, text: str, timeout_s: float) -> int | None:
+        """`count_tokens` within `timeout_s`.
 
         Tries TOKENIZE_ROUTES in order once and remembers the one that answers. A route refused
         with a 4xx (llama.cpp has no /extras/tokenize, llama-cpp-python no /tokenize, another
@@ -634,7 +645,7 @@ class OpenAIChatClient(_StreamingClient):
             url = f"{self.base_url}{path}"
             cap = MIN_REPLY_BYTES + TOKENIZE_BYTES_PER_BYTE * len(text.encode("utf-8"))
             try:
-                with httpx.Client(headers=_HEADERS) as http, _Deadline(TOKENIZE_TIMEOUT_S) as deadline:
+                with httpx.Client(headers=_HEADERS) as http, _Deadline(min(timeout_s, TOKENIZE_TIMEOUT_S)) as deadline:
                     status, data, _ = _send(http, url, body, deadline, cap)
             except ModelError:
                 return None  # the server failed this time: the route may answer the next
