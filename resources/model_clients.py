@@ -9,7 +9,9 @@ line; OpenAI: `stream: true` with `stream_options.include_usage`, server-sent ev
 `data: [DONE]`), so a call that is producing tokens can be told from a stuck one, and giving up
 closes the connection, which is what makes a server stop generating. A server that refuses to
 stream (a whole JSON reply to a stream request, or a 4xx that names `stream`) is answered as it
-answers, and called without streaming from then on (`streaming` turns False).
+answers, and called without streaming from then on (`streaming` turns False). A stream with no
+usage chunk (llama-cpp-python's server ignores include_usage) has its answer counted in pieces and
+its prompt by the server's tokenizer.
 
 Every call is bounded four ways: a wall-clock ceiling (`timeout_s`, however slowly the server
 sends), a stall window (`stall_s`: no complete chunk for that long, the wait for the first one
