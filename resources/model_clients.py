@@ -607,7 +607,8 @@ class OpenAIChatClient(_StreamingClient):
                 self.schema_style = "json_object"
                 body["response_format"] = self._response_format(schema, "json_object")
                 status, data, reply = self._post(http, url, body, deadline, cap)
-            if reply is None:
+            streamed = reply is not None
+            if not streamed:
                 _raise_for_status(status, data, deadline, coded=True)
                 completion = _validated(_Completion, data, url, "chat completion", deadline)
                 choice, usage = completion.choices[0], completion.usage or _Usage()
@@ -616,7 +617,7 @@ class OpenAIChatClient(_StreamingClient):
                 )
         answer = _chat_reply(reply, deadline)
         remaining = deadline.timeout_s - deadline.elapsed
-        if answer.prompt_tokens is None and remaining > 0:
+        if streamed and answer.prompt_tokens is None and remaining > 0:
             # A stream with no usage (llama-cpp-python's): the server's tokenizer counts the prompt
             # instead (its text, without the chat template's few tokens), within the call's ceiling.
             answer = replace(answer, prompt_tokens=self._count_tokens(prompt, remaining))
