@@ -9,7 +9,9 @@ line; OpenAI: `stream: true` with `stream_options.include_usage`, server-sent ev
 `data: [DONE]`), so a call that is producing tokens can be told from a stuck one, and giving up
 closes the connection, which is what makes a server stop generating. A server that refuses to
 stream (a whole JSON reply to a stream request, or a 4xx that names `stream`) is answered as it
-answers, and called without streaming from then on (`streaming` turns False).
+answers, and called without streaming from then on (`streaming` turns False). A stream with no
+usage chunk (llama-cpp-python's server ignores include_usage) has its answer counted in pieces and
+its prompt by the server's tokenizer.
 
 Every call is bounded four ways: a wall-clock ceiling (`timeout_s`, however slowly the server
 sends), a stall window (`stall_s`: no complete chunk for that long, the wait for the first one
@@ -42,7 +44,7 @@ import re
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, TypeVar
 
 import httpx
@@ -257,7 +259,7 @@ class _SSE(_Stream):
         super().__init__(*args)
         self.data: list[bytes] = []
         self.finish_reason: str | None = None
-        self.usage = _Usage()
+        self.usage: _Usage | None = None
 
     def line(self, line: bytes) -> bool:
         field, _, value = line.partition(b":")
@@ -268,9 +270,12 @@ class _SSE(_Stream):
             return False
         data, self.data = b"\n".join(self.data), []
         if data.strip() == b"[DONE]":
-            self.reply = _Reply(
-                "".join(self.pieces), self.finish_reason, self.usage.prompt_tokens, self.usage.completion_tokens
-            )
+            usage = self.usage
+            if usage is None:
+                # No usage chunk (llama-cpp-python 0.3 ignores include_usage): no prompt count, and
+                # the pieces for the answer's, a token each on llama.cpp-based servers.
+                usage = _Usage(completion_tokens=len(self.pieces))
+            self.reply = _Reply("".join(self.pieces), self.finish_reason, usage.prompt_tokens, usage.completion_tokens)
             return True
         chunk = _validated(_Chunk, data, self.url, "stream chunk", self.deadline, error_coded=True)
         if chunk.usage is not None:  # include_usage's last chunk (empty choices), or any that has it
@@ -602,14 +607,21 @@ class OpenAIChatClient(_StreamingClient):
                 self.schema_style = "json_object"
                 body["response_format"] = self._response_format(schema, "json_object")
                 status, data, reply = self._post(http, url, body, deadline, cap)
-            if reply is None:
+            streamed = reply is not None
+            if not streamed:
                 _raise_for_status(status, data, deadline, coded=True)
                 completion = _validated(_Completion, data, url, "chat completion", deadline)
                 choice, usage = completion.choices[0], completion.usage or _Usage()
                 reply = _Reply(
                     choice.message.content or "", choice.finish_reason, usage.prompt_tokens, usage.completion_tokens
                 )
-        return _chat_reply(reply, deadline)
+        answer = _chat_reply(reply, deadline)
+        remaining = deadline.timeout_s - deadline.elapsed
+        if streamed and answer.prompt_tokens is None and remaining > 0:
+            # A stream with no usage (llama-cpp-python's): the server's tokenizer counts the prompt
+            # instead (its text, without the chat template's few tokens), within the call's ceiling.
+            answer = replace(answer, prompt_tokens=self._count_tokens(prompt, remaining))
+        return answer
 
     # The tokenizer route that answered (an index into TOKENIZE_ROUTES); None: not asked yet;
     # -1: every route refused the request (an error of the request, 4xx), so none is asked again.
@@ -617,6 +629,11 @@ class OpenAIChatClient(_StreamingClient):
 
     def count_tokens(self, text: str) -> int | None:
         """The server's own token count of `text`, or None: no tokenizer, or it failed (never raises).
+        See `_count_tokens`."""
+        return self._count_tokens(text, TOKENIZE_TIMEOUT_S)
+
+    def _count_tokens(self, text: str, timeout_s: float) -> int | None:
+        """`count_tokens` within `timeout_s`.
 
         Tries TOKENIZE_ROUTES in order once and remembers the one that answers. A route refused
         with a 4xx (llama.cpp has no /extras/tokenize, llama-cpp-python no /tokenize, another
@@ -631,7 +648,7 @@ class OpenAIChatClient(_StreamingClient):
             url = f"{self.base_url}{path}"
             cap = MIN_REPLY_BYTES + TOKENIZE_BYTES_PER_BYTE * len(text.encode("utf-8"))
             try:
-                with httpx.Client(headers=_HEADERS) as http, _Deadline(TOKENIZE_TIMEOUT_S) as deadline:
+                with httpx.Client(headers=_HEADERS) as http, _Deadline(min(timeout_s, TOKENIZE_TIMEOUT_S)) as deadline:
                     status, data, _ = _send(http, url, body, deadline, cap)
             except ModelError:
                 return None  # the server failed this time: the route may answer the next

@@ -312,7 +312,8 @@ class ModelServer:
                 ok = sink.head() and sink.wait(behaviour.first_piece_s)
                 for i, event in enumerate(events):
                     ok = ok and (i == 0 or sink.wait(behaviour.piece_gap_s)) and sink.send(event)
-                ok and sink.end()
+                if ok:
+                    sink.end()
                 received.gone_after_s = sink.gone_after_s
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -54,7 +54,8 @@ def test_embedded_model_summarizes_a_small_session_and_the_result_validates(embe
     assert (summary.source_tier, summary.degraded, summary.raw_canonical) == ("raw", False, True)
     attempt = store.query("SELECT prompt_tokens, completion_tokens, tokens_estimate, outcome FROM attempts").iloc[0]
     assert attempt["outcome"] == "ok"
-    # The server's own count: real, and below the 3-bytes-per-token estimate, which is a safe bound.
+    # Streamed: llama-cpp-python 0.3 sends no usage in a stream, so the prompt is counted by its
+    # tokenizer (the text without the chat template), the answer in its pieces, a token each.
     assert 0 < attempt["prompt_tokens"] < attempt["tokens_estimate"]
     assert attempt["completion_tokens"] > 0
 
@@ -66,3 +67,14 @@ def test_embedded_server_refuses_an_oversized_prompt_as_overflow(embedded):
     client = OpenAIChatClient(embedded.url, MODEL_ALIAS, schema_style="json_object")
     with pytest.raises(ContextOverflow, match="8192"):
         client.chat("word " * 20000, schema=response_json_schema(), max_output_tokens=64, timeout_s=60)
+
+
+def test_embedded_server_streams_a_call(embedded):
+    """The real server streams: SSE pieces, `[DONE]`, no usage chunk (llama-cpp-python 0.3.36
+    ignores include_usage), so the answer is counted in pieces and the prompt by its tokenizer."""
+    client = OpenAIChatClient(embedded.url, MODEL_ALIAS, schema_style="json_object")
+    reply = client.chat("Name three colours.", schema=None, max_output_tokens=24, timeout_s=120, stall_s=60)
+    assert client.streaming and reply.text.strip()
+    assert reply.finish_reason in ("stop", "length")
+    assert 0 < reply.completion_tokens <= 24 and 0 < reply.prompt_tokens
+    assert 0 < reply.first_token_s < reply.duration_s
