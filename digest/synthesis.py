@@ -163,6 +163,7 @@ class SessionSummary:
     source_agent_identities: list[str]
     raw_tokens_source: str = "default"  # what `route_reason` was decided on: "tokenizer", else the bytes/token's source
     raw_tokens_counted: int | None = None  # the host's count of the raw prompt plus the chat template margin
+    raw_cap_source: str = "pinned"  # where `raw_cap_tokens` came from (`Limits.raw_cap_source`)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -459,6 +460,7 @@ def summarize_session(
             source_agent_identities=_distinct(t.agent_identity for t in ordered),
             raw_tokens_source=routed.source,
             raw_tokens_counted=counted,
+            raw_cap_source=limits.raw_cap_source,
         )
         return SynthesisResult(summary=summary, route_reason=reason, failure=None)
 

@@ -20,7 +20,12 @@ from digest.pacing import (
     next_auto_cap,
     slowdown,
 )
-from digest.synthesis import Attempt
+from assets.sessions import summary_metadata
+from digest.synthesis import Attempt, summarize_session
+from resources.model_clients import OpenAIChatClient
+from resources.store import RunLedger
+from tests.conftest import make_turns
+from tests.model_server import Behaviour, ModelServer
 
 POLICY = PacingPolicy(margin=4.0, floor_s=10.0, ceiling_s=900.0, raw_call_target_s=120.0)
 
@@ -212,3 +217,15 @@ def test_a_pinned_cap_ignores_the_ledger(store):
     _record(store, "cpu", [streamed(prompt_tps=50.0, answer_tps=5.0)] * 5)
     limits = _fleet(raw_cap_auto=False).measured_limits(store, "cpu")
     assert (limits.raw_cap_tokens, limits.raw_cap_source) == (8192, "pinned")
+
+
+def test_a_summary_records_that_its_cap_followed_the_host(store):
+    _record(store, "cpu", [streamed(prompt_tps=50.0, answer_tps=5.0, answer_tokens=300)] * 5, stage="session-summary")
+    limits = _fleet().measured_limits(store, "cpu")
+    with ModelServer(lambda received: Behaviour.reply()) as server:
+        client = OpenAIChatClient(server.url, "qwen", schema_style="json_object")
+        result = summarize_session(make_turns("auto-cap", 3), client, limits, RunLedger(store, "run"))
+    store.write_summary(result.summary, run_id="run", host="cpu")
+    row = store.summary_row(result.summary.session_id)
+    assert (row["raw_cap_tokens"], row["raw_cap_source"]) == (3000, "auto")
+    assert summary_metadata(row)["raw_cap_source"] == "auto"

@@ -53,6 +53,8 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     3: [add_column("attempts", "first_token_s DOUBLE")],
     # 4: vectors as numbers: `embedding_f32`, the text vectors of float32 origin converted.
     4: [migrate_text_vectors],
+    # 5: where a summary's raw cap came from (an auto cap follows its host's speed, `digest.pacing`).
+    5: [summary_column("raw_cap_source")],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -120,6 +120,7 @@ class Summaries(Connection):
             "raw_tokens_counted": summary.raw_tokens_counted,
             "prompt_tokens_estimate": summary.prompt_tokens_estimate,
             "raw_cap_tokens": summary.raw_cap_tokens,
+            "raw_cap_source": summary.raw_cap_source,
             "route_reason": summary.route_reason,
             "first_activity_ms": summary.first_activity_ms,
             "last_activity_ms": summary.last_activity_ms,

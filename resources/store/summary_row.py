@@ -68,6 +68,10 @@ PIPELINE_COLUMNS = (
     Column("prompt_tokens_estimate", "INTEGER NOT NULL", "", "0", shown=True),
     Column("raw_cap_tokens", "INTEGER", "NULL: the cap was off", "NULL", shown=True, none_as="off"),
     Column(
+        "raw_cap_source", "VARCHAR", "where that cap came from: pinned | off | auto | auto-unmeasured (NULL: imported)",
+        "NULL", shown=True,
+    ),
+    Column(
         "route_reason", "VARCHAR NOT NULL", "within-cap | over-raw-cap | over-safe-band | raw-timeout",
         "'imported'", shown=True,
     ),
