@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from assets.sessions import summary_metadata
 from digest.hosts import Fleet, HostSpec
 from digest.model_api import ModelStalled, ModelTimeout, ProviderError
 from digest.pacing import (
@@ -20,7 +21,6 @@ from digest.pacing import (
     next_auto_cap,
     slowdown,
 )
-from assets.sessions import summary_metadata
 from digest.synthesis import Attempt, summarize_session
 from resources.model_clients import OpenAIChatClient
 from resources.store import RunLedger
