@@ -162,6 +162,9 @@ class SynthesisResult:
     route_reason: Route
     failure: Symptom | None  # the symptom that left the session without a summary
     host_failure: bool = False  # that failure was the host's (`digest.circuit`): not the session's fault
+    # The host went out of rotation (its circuit opened) before a call: none was sent, the session is
+    # handed back for another host, with no failure of its own.
+    host_out_of_rotation: bool = False
 
 
 # --- prompt building ---------------------------------------------------------------------------
@@ -399,9 +402,12 @@ def summarize_session(
     limits: Limits,
     ledger: Ledger,
     count_tokens: Callable[[str], int | None] | None = None,
+    host_available: Callable[[], bool] | None = None,
 ) -> SynthesisResult:
     """`count_tokens`: the host's tokenizer (`count_tokens` of its client), asked for a raw prompt
-    whose estimate is near the bound; with its count the route is decided on that count."""
+    whose estimate is near the bound; with its count the route is decided on that count.
+    `host_available`: asked before each call; False (the host's circuit opened meanwhile) ends the
+    synthesis with no call and `host_out_of_rotation`."""
     if not turns:
         raise ValueError("a session with no turns cannot be summarized")
     ordered = canonical_order(turns)
@@ -442,7 +448,14 @@ def summarize_session(
         )
         return SynthesisResult(summary=summary, route_reason=reason, failure=None)
 
+    def out_of_rotation(reason: Route) -> SynthesisResult | None:
+        if host_available is None or host_available():
+            return None
+        return SynthesisResult(summary=None, route_reason=reason, failure=None, host_out_of_rotation=True)
+
     if route == Route.WITHIN_CAP:
+        if handed_back := out_of_rotation(route):
+            return handed_back
         output, error = _call(client, raw_prompt, limits, ledger, session_id, SourceTier.RAW)
         if output is not None:
             return finish(output, SourceTier.RAW, raw_prompt, route)
@@ -496,6 +509,8 @@ def summarize_session(
             )
         )
         return SynthesisResult(summary=None, route_reason=route, failure=Symptom.SIZE_PRECHECK_SKIP)
+    if handed_back := out_of_rotation(route):
+        return handed_back
     output, error = _call(client, compact_prompt, limits, ledger, session_id, tier)
     if output is not None:
         return finish(output, tier, compact_prompt, route)
