@@ -34,6 +34,9 @@ from digest.turns import Turn, canonical_order, input_revision
 CONSUMER = "session_summaries"
 FALLBACK_CHARS = 280
 TOOL_ID_CHARS = 50
+# The session's metadata in a prompt (agents, models, tools): this many names, this long, at most.
+METADATA_NAMES = 20
+METADATA_CHARS = 100
 # When the compact input must shrink to fit, no turn line is cut below this many characters.
 MIN_COMPACT_CHARS = 40
 # The estimate assumes 3 bytes a token; real prose runs 3.5-4.6, so a server that counted under
@@ -204,10 +207,18 @@ def tool_identifiers(tools_used: str | None) -> list[str]:
     return names
 
 
+def _names(values: list[str]) -> str:
+    """At most `METADATA_NAMES` names of at most `METADATA_CHARS` characters each, and how many more:
+    an export's metadata is not bounded, and uncut it would crowd out the turns themselves."""
+    cut = [v if len(v) <= METADATA_CHARS else v[: METADATA_CHARS - 1] + "…" for v in values[:METADATA_NAMES]]
+    more = f" and {len(values) - METADATA_NAMES} more" if len(values) > METADATA_NAMES else ""
+    return ", ".join(cut) + more
+
+
 def build_prompt(content: str, turns: list[Turn]) -> str:
-    agents = ", ".join(_distinct(t.agent for t in turns)) or "unknown"
-    models = ", ".join(_distinct(t.model for t in turns)) or "unknown"
-    tools = ", ".join(_distinct(n for t in turns for n in tool_identifiers(t.tools_used))) or "none recorded"
+    agents = _names(_distinct(t.agent for t in turns)) or "unknown"
+    models = _names(_distinct(t.model for t in turns)) or "unknown"
+    tools = _names(_distinct(n for t in turns for n in tool_identifiers(t.tools_used))) or "none recorded"
     calls = sum(t.amount_tool_calls or 0 for t in turns)
     return (
         f"{INSTRUCTIONS}\n\n"

@@ -244,3 +244,33 @@ def test_the_ledger_shows_both_requests_of_a_schema_style_fallback(store):
     assert result.summary.source_tier == "raw" and len(server.chat_requests()) == 2
     [attempt] = _rows(store, "SELECT outcome, duration_s FROM attempts")
     assert attempt["outcome"] == "ok" and attempt["duration_s"] >= 1.2
+
+
+@pytest.mark.parametrize("field", ["agent", "model", "tools_used", "many_agents"])
+def test_huge_metadata_is_bounded_in_the_prompt_and_the_session_is_summarized(store, field):
+    """Issue 22, defect 5: a 100,000-character `agent` or `model` went into the degraded prompt
+    uncut, and both routes failed the size pre-check forever."""
+    import dataclasses
+
+    from digest.synthesis import METADATA_CHARS, METADATA_NAMES
+
+    huge = "x" * 100_000
+    turns = make_turns("meta", 30, doc_bytes=900)
+    if field == "tools_used":
+        turns = [
+            dataclasses.replace(t, tools_used=json.dumps([f"{i}-{huge[:60]}" for i in range(5000)])) for t in turns
+        ]
+    elif field == "many_agents":
+        turns = [dataclasses.replace(t, agent=f"agent-{i}-{'y' * 90}") for i, t in enumerate(turns)]
+    else:
+        turns = [dataclasses.replace(t, **{field: huge}) for t in turns]
+    with ModelServer() as server:
+        result = summarize_session(turns, _client(server), make_limits(), _ledger(store))
+    assert result.summary is not None, _rows(store, "SELECT note FROM friction_events")
+    assert result.summary.source_tier == "truncatedRaw"
+    [request] = server.chat_requests()
+    header = request.prompt.split("\n---\n", 1)[0]
+    assert (
+        len(header) < 1000 + 3 * METADATA_NAMES * (METADATA_CHARS + 2)
+        and huge[: METADATA_CHARS + 1] not in request.prompt
+    )
