@@ -279,16 +279,20 @@ def archive(settings: Settings, sessions: list[str], retire: bool, out: str | No
     return store.write_archive(Path(out) if out else settings.home / "archives", ids, retire)
 
 
+def after_restore_commit() -> None:
+    """A hook, called once a restore's DuckDB transaction has committed and before Dagster is brought
+    in line: the point a kill leaves the two apart (the crash tests kill the process here)."""
+
+
 def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
     """Validate the whole bundle, restore it in one transaction, then bring Dagster in line: the
     partitions of the restored sessions exist, those of sessions the restore removed are gone, and
     restored summaries are recorded as materialized. Sessions whose turns differ from what was
     summarized are pending: the summary sensor (or `sweep`) reruns them."""
-    from assets.partitions import sessions_partitions
     from digest.archive import BundleError, validate_bundle
     from digest.turns import partition_key
     from pipelines.interrupted_runs import record_summaries
-    from pipelines.sensors import register_partitions
+    from pipelines.sensors import reconcile_partitions
 
     store = _store(settings)
     try:
@@ -296,13 +300,12 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
         result = store.restore_archive(bundle, mode)
     except BundleError as exc:
         raise SystemExit(f"session-digest: {exc}") from None
+    after_restore_commit()
     outcome = result["outcome"]
     instance = _instance()
-    added = register_partitions(instance, store)
-    known = set(instance.get_dynamic_partitions(sessions_partitions.name))
-    removed = [key for key in map(partition_key, outcome.removed) if key in known]
-    for key in removed:
-        instance.delete_dynamic_partition(sessions_partitions.name, key)
+    # Both ways, against the store: the partitions of a restore killed here converge on the next
+    # command (this one rerun, a sweep, an ingest) or the summary sensor's next tick.
+    added, removed = reconcile_partitions(instance, store)
     recorded = record_summaries(
         instance, store.summaries_where("session_id", outcome.summaries_restored), f"restored from {bundle.path}"
     )
