@@ -186,8 +186,43 @@ def _load(line: str) -> tuple[dict, str | None]:
     if not isinstance(value, dict):
         raise Reject(f"not-an-object: line holds a JSON {type(value).__name__}")
     if _SURROGATE_ESCAPE.search(text):
+        _refuse_lone_surrogate_ids(value)
         value = _without_lone_surrogates(value)
     return value, cut
+
+
+# Where a line's identities are (memory rows, simple turns, graph nodes and edges, summaries): a
+# lone surrogate there is refused, since replacing it would make distinct ids one.
+_ID_PATHS = (
+    ("id",),
+    ("session_id",),
+    ("metadata", "sessionId"),
+    ("data", "id"),
+    ("data", "source"),
+    ("data", "target"),
+    ("data", "properties", "sessionId"),
+)
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _refuse_lone_surrogate_ids(value: dict) -> None:
+    for path in _ID_PATHS:
+        node = value
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, str) and _has_lone_surrogate(node):
+            escaped = node.encode("ascii", "backslashreplace").decode("ascii")
+            raise Reject(
+                f"lone-surrogate-id: {'.'.join(path)} {escaped[:120]!r} holds a lone UTF-16 surrogate escape; "
+                "replaced, it would merge with other ids"
+            )
 
 
 def _without_lone_surrogates(value):
