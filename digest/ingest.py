@@ -69,6 +69,7 @@ class Sink(Protocol):
     def write_imported_summaries(self, rows: list[dict]) -> None: ...
     def write_imported_graph(self, nodes: list[dict], edges: list[dict]) -> None: ...
     def write_rejects(self, rows: list[dict]) -> None: ...
+    def clear_rejects(self, source_file: str, line_nos: list[int]) -> None: ...  # lines now kept
     def session_rows(self, session_ids: Iterable[str]) -> list[dict]: ...
 
 
@@ -551,6 +552,7 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
     summaries: list[dict] = []
     graph: dict[str, list[dict]] = {"node": [], "edge": []}
     rejects: list[dict] = []
+    kept: list[int] = []  # line numbers kept: a reject of one from an earlier read (half-written) goes
     batch_bytes = 0
 
     def flush() -> None:
@@ -561,8 +563,9 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
         sink.write_imported_mini_summaries(minis)
         sink.write_imported_summaries(summaries)
         sink.write_imported_graph(graph["node"], graph["edge"])
+        sink.clear_rejects(source, kept)  # before this batch's rejects: one may supersede a kept line
         sink.write_rejects(rejects)
-        for batch in (turns, minis, summaries, graph["node"], graph["edge"], rejects):
+        for batch in (turns, minis, summaries, graph["node"], graph["edge"], rejects, kept):
             batch.clear()
 
     def vector(cut: str | None) -> str | None:
@@ -625,6 +628,7 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
             else:
                 summaries.append({**parse_summary_row(obj, source), "embedding": vector(cut)})
             report.rows += 1
+            kept.append(line_no)
         except Reject as reason:
             report.rejects += 1
             rejects.append(
