@@ -38,6 +38,7 @@ TIERS = {
     "test_store": "integration",
     # embedded: the real SmolLM2 model under llama.cpp
     "test_embedded": "embedded",
+    "test_embedded_lifetime": "embedded",
     # browser: the Dagster UI in headless Chromium
     "test_ui": "browser",
     # stress: kill loops, concurrent processes, fuzzing and property tests, exports at scale
