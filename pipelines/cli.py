@@ -139,6 +139,76 @@ def _store(settings: Settings):
     return store
 
 
+def _reading_store(settings: Settings):
+    """The store for a command that only reads (`status`): no migration, read-only connections, so
+    a full or read-only disk does not stop it. A store missing, or of an older schema, is migrated."""
+    from resources.store import DigestStore
+    from resources.store.connection import SCHEMA_VERSION
+
+    if settings.db_path.is_file():
+        store = DigestStore(settings.db_path, read_only=True)
+        try:
+            with store.connect() as con:
+                version = con.execute("SELECT max(version) FROM schema_meta").fetchone()[0]
+        except duckdb_errors() as exc:
+            version = exc
+        if version == SCHEMA_VERSION:
+            return store
+    return _store(settings)
+
+
+def duckdb_errors():
+    import duckdb
+
+    return duckdb.Error
+
+
+def _disk_state(path: Path) -> str | None:
+    """Why nothing can be written under `path` now, as the OS words it, or None."""
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    if stat.f_flag & os.ST_RDONLY:
+        return "Read-only file system"
+    if stat.f_bavail * stat.f_frsize < 2**20:
+        return "No space left on device"
+    return None
+
+
+def _write_failure(exc: BaseException, settings: Settings) -> str | None:
+    """The one line for a write the disk refused (full, read-only), found anywhere in the error's
+    chain: the file and the cause. None for any other error."""
+    import errno
+    import re
+
+    from resources.store.connection import disk_cause
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES):
+            where = exc.filename or settings.home
+            return f"cannot write {where}: {os.strerror(exc.errno)}"
+        cause = disk_cause(exc)
+        if cause is None and re.search(
+            r"disk I/O error|database or disk is full|readonly database|unable to open database file", str(exc)
+        ):
+            # SQLite (Dagster's storage) names no OS error: the disk under DIGEST_HOME says which.
+            cause = _disk_state(settings.home) or str(exc).splitlines()[0][:200]
+        if cause is not None:
+            quoted = re.search(r'"(/[^"]+)"', str(exc))
+            if quoted:
+                where = quoted.group(1)
+            elif "sqlite" in type(exc).__module__ or "sqlalchemy" in type(exc).__module__:
+                where = f"the Dagster instance in {os.environ.get('DAGSTER_HOME', settings.dagster_home)}"
+            else:
+                where = settings.db_path
+            return f"cannot write {where}: {cause}"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozenset(), probe: bool = True):
     """The sweep's selection; `probe` off (`plan`): a half-open host's probe is looked at, not taken."""
     from pipelines.selection import hosts_in_rotation, next_summary_batch
@@ -425,7 +495,7 @@ def reset_digest(settings: Settings, session: str) -> dict:
 
 
 def status(settings: Settings) -> dict:
-    return _store(settings).status()
+    return _reading_store(settings).status()
 
 
 def instance_config() -> dict:
@@ -544,12 +614,23 @@ def main(argv: list[str] | None = None) -> None:
         settings = load_settings()
     except SettingsError as exc:
         raise SystemExit(f"session-digest: {exc}") from None
-    _prepare_home(settings)
-    output = Output(as_json=getattr(args, "json", False))
     try:
+        _prepare_home(settings)
+        output = Output(as_json=getattr(args, "json", False))
         result = _run_command(args, settings, parser, output)
-    except StoreUnreadable as exc:
-        raise SystemExit(f"session-digest: {exc}") from None
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        # A full or read-only DIGEST_HOME: nothing is lost, one line says which file and why.
+        failure = _write_failure(exc, settings)
+        if failure is not None:
+            raise SystemExit(
+                f"session-digest: {failure}; nothing was lost: free some space (or make it writable) and run "
+                "the command again"
+            ) from None
+        if isinstance(exc, StoreUnreadable):
+            raise SystemExit(f"session-digest: {exc}") from None
+        raise
     if result is not None:
         output.result(args.command, result)
 

@@ -25,6 +25,7 @@ TIERS = {
     "test_checks": "integration",
     "test_cli": "integration",
     "test_friction_report": "integration",
+    "test_full_disk": "integration",
     "test_graph": "integration",
     "test_imported_summaries": "integration",
     "test_ingest": "integration",
