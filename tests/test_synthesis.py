@@ -274,3 +274,33 @@ def test_huge_metadata_is_bounded_in_the_prompt_and_the_session_is_summarized(st
         len(header) < 1000 + 3 * METADATA_NAMES * (METADATA_CHARS + 2)
         and huge[: METADATA_CHARS + 1] not in request.prompt
     )
+
+
+def test_a_staged_reply_whose_run_died_before_its_attempt_is_ledgered_once_as_the_hosts_call(store):
+    """Issue 22, defect 9: a run killed between staging its reply and writing the attempt left no
+    `attempts` row, and the replay was ledgered as `cached`: the host's call was never counted. The
+    staged reply carries its attempt: the replay records it as the call, once."""
+    from resources.response_cache import CachedChatClient
+
+    class KilledLedger:
+        def record_attempt(self, attempt):
+            raise KeyboardInterrupt("killed between the staged reply and the attempt")
+
+        def record_friction(self, event):
+            pass
+
+    turns = make_turns("staged", 3)
+    session = ("staged", "rev-1")
+    with ModelServer() as server:
+        client = CachedChatClient(_client(server), store, {"provider": "openai"}, reuse=False, session=session)
+        with pytest.raises(KeyboardInterrupt):
+            summarize_session(turns, client, make_limits(), KilledLedger())
+        assert _rows(store, "SELECT * FROM attempts") == []
+        client = CachedChatClient(_client(server), store, {"provider": "openai"}, reuse=False, session=session)
+        result = summarize_session(turns, client, make_limits(), _ledger(store))
+        again = summarize_session(turns, client, make_limits(), _ledger(store))  # a rerun: a true replay
+        served = len(server.chat_requests())
+    assert result.summary is not None and again.summary is not None and served == 1
+    attempts = _rows(store, "SELECT cached, duration_s FROM attempts ORDER BY attempt_id")
+    assert [a["cached"] for a in attempts] == [False, True]  # the host's one call, then the replay
+    assert attempts[0]["duration_s"] > 0

@@ -36,6 +36,8 @@ ADDED_COLUMNS = [
     ("session_summaries", "host_reason VARCHAR"),
     ("session_summaries", "raw_tokens_source VARCHAR"),
     ("session_summaries", "raw_tokens_counted INTEGER"),
+    # A staged reply whose call has no `attempts` row yet (false); NULL: not staged, or recorded.
+    ("response_cache", "attempt_recorded BOOLEAN"),
     *[
         ("imported_summaries", column)
         for column in (
