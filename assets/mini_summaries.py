@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
 
 from assets.partitions import sessions_partitions
-from assets.sessions import raw_sessions, run_host, session_or_fail
+from assets.sessions import host_check, out_of_rotation_reason, raw_sessions, run_host, session_or_fail
 from digest.mini_summaries import FillReport, fill_mini_summaries, headed_for_degraded
 from digest.scheduling import now_ms
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, MiniSummaryPolicyResource
@@ -98,7 +98,10 @@ def turn_mini_summaries(
             policy,
             MiniSummaryLedger(db, context.run.run_id, host=host, circuit=circuit.policy()),
             pacer=model.pacer(db, host, policy.timeout_s),
+            host_available=host_check(db, host),
         )
+        if report.host_out_of_rotation:
+            context.log.info(f"{out_of_rotation_reason(host)}; {report.left_for_later} turn(s) left for later")
         backoff_until_ms = report.backoff_until_ms(now_ms())
         db.record_backfill_run(
             session_id, report.attempted, len(report.generated), backoff_until_ms, context.run.run_id

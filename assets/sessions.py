@@ -132,6 +132,16 @@ def tagged_host(context: AssetExecutionContext, model: ChatModelResource) -> str
     return tagged if tagged in fleet.names else fleet.host().name
 
 
+def host_check(db, host: str):
+    """What a run placed on `host` asks before each model call: is the host still in rotation (its
+    circuit not opened since the run was placed)? A run that hears no hands its session back."""
+    return lambda: db.host_in_rotation(host, now_ms())
+
+
+def out_of_rotation_reason(host: str) -> str:
+    return f"model host {host!r} went out of rotation (its circuit opened): the session is handed back for another host"
+
+
 def session_or_fail(store, partition_key: str) -> dict:
     """The partition's `sessions` row; a partition with none fails its run with the reason."""
     session = store.session_by_partition(partition_key)
@@ -236,8 +246,12 @@ def session_summaries(
         ledger = RunLedger(db, run_id, host=host, circuit=circuit.policy())
         result = summarize_session(
             turns, client, limits, ledger, count_tokens=client.count_tokens,
-            pacer=model.pacer(db, host, limits.timeout_s),
+            pacer=model.pacer(db, host, limits.timeout_s), host_available=host_check(db, host),
         )  # fmt: skip
+        if result.host_out_of_rotation:
+            # No failure of the session's: no backoff, the lease released below, the next tick places it again.
+            _not_summarized(context, session_id, out_of_rotation_reason(host))
+            return
         if result.summary is None and result.host_failure:
             # The host's fault, counted on its circuit: no backoff of the session, which the next tick
             # gives to another host (or to this one, once its circuit closes).

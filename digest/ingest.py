@@ -72,6 +72,7 @@ class Sink(Protocol):
     def write_imported_summaries(self, rows: list[dict]) -> None: ...
     def write_imported_graph(self, nodes: list[dict], edges: list[dict]) -> None: ...
     def write_rejects(self, rows: list[dict]) -> None: ...
+    def clear_rejects(self, source_file: str, line_nos: list[int]) -> None: ...  # lines now kept
     def session_rows(self, session_ids: Iterable[str]) -> list[dict]: ...
 
 
@@ -196,8 +197,43 @@ def _load(line: str) -> tuple[dict, str | None]:
     if not isinstance(value, dict):
         raise Reject(f"not-an-object: line holds a JSON {type(value).__name__}")
     if _SURROGATE_ESCAPE.search(text):
+        _refuse_lone_surrogate_ids(value)
         value = _without_lone_surrogates(value)
     return value, cut
+
+
+# Where a line's identities are (memory rows, simple turns, graph nodes and edges, summaries): a
+# lone surrogate there is refused, since replacing it would make distinct ids one.
+_ID_PATHS = (
+    ("id",),
+    ("session_id",),
+    ("metadata", "sessionId"),
+    ("data", "id"),
+    ("data", "source"),
+    ("data", "target"),
+    ("data", "properties", "sessionId"),
+)
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _refuse_lone_surrogate_ids(value: dict) -> None:
+    for path in _ID_PATHS:
+        node = value
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, str) and _has_lone_surrogate(node):
+            escaped = node.encode("ascii", "backslashreplace").decode("ascii")
+            raise Reject(
+                f"lone-surrogate-id: {'.'.join(path)} {escaped[:120]!r} holds a lone UTF-16 surrogate escape; "
+                "replaced, it would merge with other ids"
+            )
 
 
 def _without_lone_surrogates(value):
@@ -526,6 +562,7 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
     summaries: list[dict] = []
     graph: dict[str, list[dict]] = {"node": [], "edge": []}
     rejects: list[dict] = []
+    kept: list[int] = []  # line numbers kept: a reject of one from an earlier read (half-written) goes
     batch_bytes = 0
 
     def flush() -> None:
@@ -536,8 +573,9 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
         sink.write_imported_mini_summaries(minis)
         sink.write_imported_summaries(summaries)
         sink.write_imported_graph(graph["node"], graph["edge"])
+        sink.clear_rejects(source, kept)  # before this batch's rejects: one may supersede a kept line
         sink.write_rejects(rejects)
-        for batch in (turns, minis, summaries, graph["node"], graph["edge"], rejects):
+        for batch in (turns, minis, summaries, graph["node"], graph["edge"], rejects, kept):
             batch.clear()
 
     def vector(cut: str | None) -> str | None:
@@ -606,6 +644,7 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
             else:
                 summaries.append({**parse_summary_row(obj, source), "embedding": vector(cut)})
             report.rows += 1
+            kept.append(line_no)
         except Reject as reason:
             report.rejects += 1
             rejects.append(

@@ -21,6 +21,7 @@ import dataclasses
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -120,10 +121,11 @@ class FillReport:
     model_seconds: float = 0.0
     left_for_later: int = 0  # turns with content the budget did not reach
     done_by_another_run: int = 0  # pending when this run started, not any more when their turn came
+    host_out_of_rotation: bool = False  # the host's circuit opened: the rest handed back, no backoff
 
     @property
     def budget_exhausted(self) -> bool:
-        return self.left_for_later > 0
+        return self.left_for_later > 0 and not self.host_out_of_rotation
 
     @property
     def made_no_progress(self) -> bool:
@@ -134,6 +136,8 @@ class FillReport:
 
     def backoff_until_ms(self, now_ms: int) -> int | None:
         """A run that attempted turns and generated none backs off instead of spinning."""
+        if self.host_out_of_rotation:  # the host's fault, not the session's
+            return None
         return now_ms + int(NO_PROGRESS_BACKOFF_S * 1000) if self.made_no_progress else None
 
 
@@ -301,8 +305,10 @@ def fill_mini_summaries(
     policy: MiniSummaryPolicy,
     store: MiniSummaryStore,
     pacer: Pacer | None = None,
+    host_available: Callable[[], bool] | None = None,
 ) -> FillReport:
-    """Generate mini summaries for these pending turns until done or the budget is spent.
+    """Generate mini summaries for these pending turns until done or the budget is spent, or until
+    `host_available` (asked before each call) says the host went out of rotation.
 
     Turns with no content are archived first (they cost no model time). A turn is started only
     while model time is left, so a run overruns its budget by at most one call. Each call is paced
@@ -330,6 +336,10 @@ def fill_mini_summaries(
         if not store.still_pending(turn):  # runs of one session can overlap when the model pool allows
             report.done_by_another_run += 1
             continue
+        if host_available is not None and not host_available():
+            report.host_out_of_rotation = True
+            report.left_for_later = len(queue) + 1  # this turn and the rest
+            break
         prompt = build_prompt(*texts[turn.id], max_bytes=max_prompt_bytes)
         tokens_estimate = limits.estimate_tokens(prompt)
         plan = pacer.plan(tokens_estimate, MAX_OUTPUT_TOKENS, client.streaming)

@@ -41,6 +41,9 @@ from digest.turns import Turn, canonical_order, input_revision
 CONSUMER = "session_summaries"
 FALLBACK_CHARS = 280
 TOOL_ID_CHARS = 50
+# The session's metadata in a prompt (agents, models, tools): this many names, this long, at most.
+METADATA_NAMES = 20
+METADATA_CHARS = 100
 # When the compact input must shrink to fit, no turn line is cut below this many characters.
 MIN_COMPACT_CHARS = 40
 # The estimate assumes 3 bytes a token; real prose runs 3.5-4.6, so a server that counted under
@@ -173,6 +176,9 @@ class SynthesisResult:
     route_reason: Route
     failure: Symptom | None  # the symptom that left the session without a summary
     host_failure: bool = False  # that failure was the host's (`digest.circuit`): not the session's fault
+    # The host went out of rotation (its circuit opened) before a call: none was sent, the session is
+    # handed back for another host, with no failure of its own.
+    host_out_of_rotation: bool = False
 
 
 # --- prompt building ---------------------------------------------------------------------------
@@ -212,10 +218,18 @@ def tool_identifiers(tools_used: str | None) -> list[str]:
     return names
 
 
+def _names(values: list[str]) -> str:
+    """At most `METADATA_NAMES` names of at most `METADATA_CHARS` characters each, and how many more:
+    an export's metadata is not bounded, and uncut it would crowd out the turns themselves."""
+    cut = [v if len(v) <= METADATA_CHARS else v[: METADATA_CHARS - 1] + "…" for v in values[:METADATA_NAMES]]
+    more = f" and {len(values) - METADATA_NAMES} more" if len(values) > METADATA_NAMES else ""
+    return ", ".join(cut) + more
+
+
 def build_prompt(content: str, turns: list[Turn]) -> str:
-    agents = ", ".join(_distinct(t.agent for t in turns)) or "unknown"
-    models = ", ".join(_distinct(t.model for t in turns)) or "unknown"
-    tools = ", ".join(_distinct(n for t in turns for n in tool_identifiers(t.tools_used))) or "none recorded"
+    agents = _names(_distinct(t.agent for t in turns)) or "unknown"
+    models = _names(_distinct(t.model for t in turns)) or "unknown"
+    tools = _names(_distinct(n for t in turns for n in tool_identifiers(t.tools_used))) or "none recorded"
     calls = sum(t.amount_tool_calls or 0 for t in turns)
     return (
         f"{INSTRUCTIONS}\n\n"
@@ -418,10 +432,13 @@ def summarize_session(
     ledger: Ledger,
     count_tokens: Callable[[str], int | None] | None = None,
     pacer: Pacer | None = None,
+    host_available: Callable[[], bool] | None = None,
 ) -> SynthesisResult:
     """`count_tokens`: the host's tokenizer (`count_tokens` of its client), asked for a raw prompt
     whose estimate is near the bound; with its count the route is decided on that count.
-    `pacer`: each call's deadlines (`digest.pacing`); default `limits.timeout_s`, fixed."""
+    `pacer`: each call's deadlines (`digest.pacing`); default `limits.timeout_s`, fixed.
+    `host_available`: asked before each call; False (the host's circuit opened meanwhile) ends the
+    synthesis with no call and `host_out_of_rotation`."""
     pacer = pacer or Pacer.fixed(limits.timeout_s)
     if not turns:
         raise ValueError("a session with no turns cannot be summarized")
@@ -464,7 +481,14 @@ def summarize_session(
         )
         return SynthesisResult(summary=summary, route_reason=reason, failure=None)
 
+    def out_of_rotation(reason: Route) -> SynthesisResult | None:
+        if host_available is None or host_available():
+            return None
+        return SynthesisResult(summary=None, route_reason=reason, failure=None, host_out_of_rotation=True)
+
     if route == Route.WITHIN_CAP:
+        if handed_back := out_of_rotation(route):
+            return handed_back
         output, error, host_failure = _call(client, raw_prompt, limits, ledger, session_id, SourceTier.RAW, pacer)
         if output is not None:
             return finish(output, SourceTier.RAW, raw_prompt, route)
@@ -516,6 +540,8 @@ def summarize_session(
             )
         )
         return SynthesisResult(summary=None, route_reason=route, failure=Symptom.SIZE_PRECHECK_SKIP)
+    if handed_back := out_of_rotation(route):
+        return handed_back
     output, error, host_failure = _call(client, compact_prompt, limits, ledger, session_id, tier, pacer)
     if output is not None:
         return finish(output, tier, compact_prompt, route)

@@ -140,6 +140,76 @@ def _store(settings: Settings):
     return store
 
 
+def _reading_store(settings: Settings):
+    """The store for a command that only reads (`status`): no migration, read-only connections, so
+    a full or read-only disk does not stop it. A store missing, or of an older schema, is migrated."""
+    from resources.store import DigestStore
+    from resources.store.connection import SCHEMA_VERSION
+
+    if settings.db_path.is_file():
+        store = DigestStore(settings.db_path, read_only=True)
+        try:
+            with store.connect() as con:
+                version = con.execute("SELECT max(version) FROM schema_meta").fetchone()[0]
+        except duckdb_errors() as exc:
+            version = exc
+        if version == SCHEMA_VERSION:
+            return store
+    return _store(settings)
+
+
+def duckdb_errors():
+    import duckdb
+
+    return duckdb.Error
+
+
+def _disk_state(path: Path) -> str | None:
+    """Why nothing can be written under `path` now, as the OS words it, or None."""
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    if stat.f_flag & os.ST_RDONLY:
+        return "Read-only file system"
+    if stat.f_bavail * stat.f_frsize < 2**20:
+        return "No space left on device"
+    return None
+
+
+def _write_failure(exc: BaseException, settings: Settings) -> str | None:
+    """The one line for a write the disk refused (full, read-only), found anywhere in the error's
+    chain: the file and the cause. None for any other error."""
+    import errno
+    import re
+
+    from resources.store.connection import disk_cause
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES):
+            where = exc.filename or settings.home
+            return f"cannot write {where}: {os.strerror(exc.errno)}"
+        cause = disk_cause(exc)
+        if cause is None and re.search(
+            r"disk I/O error|database or disk is full|readonly database|unable to open database file", str(exc)
+        ):
+            # SQLite (Dagster's storage) names no OS error: the disk under DIGEST_HOME says which.
+            cause = _disk_state(settings.home) or str(exc).splitlines()[0][:200]
+        if cause is not None:
+            quoted = re.search(r'"(/[^"]+)"', str(exc))
+            if quoted:
+                where = quoted.group(1)
+            elif "sqlite" in type(exc).__module__ or "sqlalchemy" in type(exc).__module__:
+                where = f"the Dagster instance in {os.environ.get('DAGSTER_HOME', settings.dagster_home)}"
+            else:
+                where = settings.db_path
+            return f"cannot write {where}: {cause}"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozenset(), probe: bool = True):
     """The sweep's selection; `probe` off (`plan`): a half-open host's probe is looked at, not taken."""
     from pipelines.selection import hosts_in_rotation, next_summary_batch
@@ -280,16 +350,20 @@ def archive(settings: Settings, sessions: list[str], retire: bool, out: str | No
     return store.write_archive(Path(out) if out else settings.home / "archives", ids, retire)
 
 
+def after_restore_commit() -> None:
+    """A hook, called once a restore's DuckDB transaction has committed and before Dagster is brought
+    in line: the point a kill leaves the two apart (the crash tests kill the process here)."""
+
+
 def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
     """Validate the whole bundle, restore it in one transaction, then bring Dagster in line: the
     partitions of the restored sessions exist, those of sessions the restore removed are gone, and
     restored summaries are recorded as materialized. Sessions whose turns differ from what was
     summarized are pending: the summary sensor (or `sweep`) reruns them."""
-    from assets.partitions import sessions_partitions
     from digest.archive import BundleError, validate_bundle
     from digest.turns import partition_key
     from pipelines.interrupted_runs import record_summaries
-    from pipelines.sensors import register_partitions
+    from pipelines.sensors import reconcile_partitions
 
     store = _store(settings)
     try:
@@ -297,13 +371,12 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
         result = store.restore_archive(bundle, mode)
     except BundleError as exc:
         raise SystemExit(f"session-digest: {exc}") from None
+    after_restore_commit()
     outcome = result["outcome"]
     instance = _instance()
-    added = register_partitions(instance, store)
-    known = set(instance.get_dynamic_partitions(sessions_partitions.name))
-    removed = [key for key in map(partition_key, outcome.removed) if key in known]
-    for key in removed:
-        instance.delete_dynamic_partition(sessions_partitions.name, key)
+    # Both ways, against the store: the partitions of a restore killed here converge on the next
+    # command (this one rerun, a sweep, an ingest) or the summary sensor's next tick.
+    added, removed = reconcile_partitions(instance, store)
     recorded = record_summaries(
         instance, store.summaries_where("session_id", outcome.summaries_restored), f"restored from {bundle.path}"
     )
@@ -423,7 +496,7 @@ def reset_digest(settings: Settings, session: str) -> dict:
 
 
 def status(settings: Settings) -> dict:
-    store = _store(settings)
+    store = _reading_store(settings)
     result = store.status()
     # Each host's recent calls against its earlier ones: slow is shown, not taken out of rotation.
     slowdowns = store.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts])
@@ -547,12 +620,23 @@ def main(argv: list[str] | None = None) -> None:
         settings = load_settings()
     except SettingsError as exc:
         raise SystemExit(f"session-digest: {exc}") from None
-    _prepare_home(settings)
-    output = Output(as_json=getattr(args, "json", False))
     try:
+        _prepare_home(settings)
+        output = Output(as_json=getattr(args, "json", False))
         result = _run_command(args, settings, parser, output)
-    except StoreUnreadable as exc:
-        raise SystemExit(f"session-digest: {exc}") from None
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        # A full or read-only DIGEST_HOME: nothing is lost, one line says which file and why.
+        failure = _write_failure(exc, settings)
+        if failure is not None:
+            raise SystemExit(
+                f"session-digest: {failure}; nothing was lost: free some space (or make it writable) and run "
+                "the command again"
+            ) from None
+        if isinstance(exc, StoreUnreadable):
+            raise SystemExit(f"session-digest: {exc}") from None
+        raise
     if result is not None:
         output.result(args.command, result)
 

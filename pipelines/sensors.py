@@ -132,12 +132,29 @@ def unregistered_partition_keys(
     return [key for key in dict.fromkeys([*first, *store.partition_keys()]) if key not in known][:limit]
 
 
-def register_partitions(instance, store) -> int:
-    """What the summary sensor does a chunk a tick, done at once (for the CLI, which has no tick)."""
+def stale_partition_keys(instance, store, limit: int | None = PARTITION_CHUNK) -> list[str]:
+    """Partitions whose session DuckDB no longer holds (a replace restore removed it, and was killed
+    before it could delete its partition), at most `limit`: the partition set converges to the store's."""
+    held = set(store.partition_keys())
+    return sorted(set(instance.get_dynamic_partitions(sessions_partitions.name)) - held)[:limit]
+
+
+def reconcile_partitions(instance, store) -> tuple[int, list[str]]:
+    """What the summary sensor does a chunk a tick, done at once (for the CLI, which has no tick):
+    the store's new sessions registered, partitions of sessions it no longer holds deleted.
+    (how many added, the keys deleted)."""
     keys = unregistered_partition_keys(instance, store, limit=None)
     for start in range(0, len(keys), PARTITION_CHUNK):
         instance.add_dynamic_partitions(sessions_partitions.name, keys[start : start + PARTITION_CHUNK])
-    return len(keys)
+    stale = stale_partition_keys(instance, store, limit=None)
+    for key in stale:
+        instance.delete_dynamic_partition(sessions_partitions.name, key)
+    return len(keys), stale
+
+
+def register_partitions(instance, store) -> int:
+    """`reconcile_partitions`, saying how many partitions it added."""
+    return reconcile_partitions(instance, store)[0]
 
 
 def _with_partitions(context: SensorEvaluationContext, run_requests: list[RunRequest]) -> SensorResult:
@@ -232,6 +249,10 @@ def summary_sensor(
     # The batch's sessions go first, so its runs never wait for their partitions.
     new_keys = unregistered_partition_keys(context.instance, db, first=[item.candidate.partition_key for item in batch])
     partition_requests = [sessions_partitions.build_add_request(new_keys)] if new_keys else []
+    # The registration diff both ways: a session the store no longer holds loses its partition.
+    stale = stale_partition_keys(context.instance, db)
+    if stale:
+        partition_requests.append(sessions_partitions.build_delete_request(stale))
     added = set(new_keys)
     # Registered, or added by this result: only a batch larger than a chunk leaves some to a later tick.
     batch = [

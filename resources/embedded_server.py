@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,13 +40,41 @@ def gguf_path() -> Path:
 
 
 def _die_with_parent() -> None:
-    """Runs in the child before exec: the server gets SIGTERM when the process that started it
-    dies, even by SIGKILL, so a killed run never leaves a model server behind. (Linux ties this to
-    the starting thread: start servers from a thread that lives as long as the run.)"""
+    """Runs in the child before exec: the server gets SIGKILL when the process that started it
+    dies, even by SIGKILL, so a killed run never leaves a model server behind. SIGKILL, not SIGTERM:
+    on SIGTERM uvicorn finishes the request in flight first (some 30 s of generation nobody reads),
+    and the server holds nothing worth a clean exit. (Linux ties this to the starting thread: start
+    servers from a thread that lives as long as the run.)"""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except OSError:
         pass  # not glibc/Linux: the server then outlives a killed parent
+
+
+LOG_PREFIX = "embedded-server-"
+
+
+def log_dir() -> Path:
+    """Where the server's log goes: under DIGEST_HOME (as the settings resolve it), never TMPDIR."""
+    return Path(os.environ.get("DIGEST_HOME") or ".digest").resolve() / "logs"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_leftover_logs(folder: Path) -> None:
+    """Logs of servers whose starting process is gone (killed, so it could not remove them)."""
+    for path in folder.glob(f"{LOG_PREFIX}*.log"):
+        owner = path.name[len(LOG_PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and not _pid_alive(int(owner)):
+            path.unlink(missing_ok=True)
 
 
 def _free_port() -> int:
@@ -72,7 +99,11 @@ class EmbeddedServer:
         model = gguf_path()
         if importlib.util.find_spec("llama_cpp") is None:
             raise EmbeddedServerError("llama-cpp-python is not installed: pip install -e '.[embedded]'")
-        self._log = tempfile.NamedTemporaryFile(prefix="digest-llama-", suffix=".log", delete=False)
+        folder = log_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        _remove_leftover_logs(folder)
+        # Named by the starting process: a leftover of a killed one is told apart and removed later.
+        self._log = (folder / f"{LOG_PREFIX}{os.getpid()}-{self.port}.log").open("wb")
         command = [
             sys.executable, "-m", "llama_cpp.server",
             "--model", str(model), "--model_alias", MODEL_ALIAS,

@@ -31,6 +31,7 @@ TIERS = {
     "test_checks": "integration",
     "test_cli": "integration",
     "test_friction_report": "integration",
+    "test_full_disk": "integration",
     "test_graph": "integration",
     "test_imported_summaries": "integration",
     "test_instance": "integration",
@@ -45,6 +46,7 @@ TIERS = {
     "test_store": "integration",
     # embedded: the real SmolLM2 model under llama.cpp
     "test_embedded": "embedded",
+    "test_embedded_lifetime": "embedded",
     # browser: the Dagster UI in headless Chromium
     "test_ui": "browser",
     # stress: kill loops, concurrent processes, fuzzing and property tests, exports at scale

@@ -576,3 +576,82 @@ def test_an_archive_of_a_session_without_turns_is_not_written(restore_base, tmp_
     with pytest.raises(ValueError, match="no turns for session nope"):
         DigestStore(db).write_archive(tmp_path / "archives", sessions=["small", "nope"])
     assert not (tmp_path / "archives").exists()
+
+
+def test_a_replace_restore_killed_after_its_commit_leaves_no_stale_partition(restore_base, tmp_path):
+    """Issue 22, defect 4: SIGKILLed at the commit point (a hook, not a timing), a replace restore left
+    the partitions of the sessions it removed, and nothing repaired them. The summary sensor's next
+    tick deletes them, and so does the same restore run again."""
+    import signal
+
+    from dagster import DagsterInstance
+
+    from assets.partitions import sessions_partitions
+
+    bundle, _, db = _restore_case(restore_base, tmp_path, "whole", own_store=True)
+    home = tmp_path / "home"
+    home.mkdir()
+    db = db.rename(home / "digest.duckdb")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        "DIGEST_HOME": str(home),
+    }
+    assert subprocess.run(CLI + ["status"], env=env, capture_output=True, timeout=300).returncode == 0
+    store = DigestStore(db)
+    instance = DagsterInstance.from_config(str(home / "dagster"))
+    try:
+        register_partitions(instance, store)
+        assert "fresh" in instance.get_dynamic_partitions(sessions_partitions.name)
+    finally:
+        instance.dispose()
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, sys; import pipelines.cli as cli; "
+            "cli.after_restore_commit = lambda: os.kill(os.getpid(), signal.SIGKILL); "
+            "cli.main(sys.argv[1:])",
+            "restore",
+            str(bundle),
+            "--mode",
+            "replace",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert "fresh" not in store.partition_keys()  # committed: the whole bundle has no `fresh`
+    settings = load_settings({**env, "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_MODEL_URL": "http://127.0.0.1:9"})
+    instance = DagsterInstance.from_config(str(home / "dagster"))
+    try:
+        known = set(instance.get_dynamic_partitions(sessions_partitions.name))
+        assert known - set(store.partition_keys()) == {"fresh"}  # what the kill left
+        definitions = build_definitions(settings)
+        with build_sensor_context(instance=instance, resources=definitions.resources) as context:
+            result = summary_sensor(context)
+        deleted = [
+            key
+            for request in result.dynamic_partitions_requests
+            if type(request).__name__ == "DeleteDynamicPartitionsRequest"
+            for key in request.partition_keys
+        ]
+        assert deleted == ["fresh"]
+    finally:
+        instance.dispose()
+    # The same restore, run again, brings the partitions in line itself.
+    done = subprocess.run(
+        CLI + ["restore", str(bundle), "--mode", "replace", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["partitions"]["removed"] == ["fresh"]
+    instance = DagsterInstance.from_config(str(home / "dagster"))
+    try:
+        assert set(instance.get_dynamic_partitions(sessions_partitions.name)) == set(store.partition_keys())
+    finally:
+        instance.dispose()

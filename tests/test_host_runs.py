@@ -153,3 +153,102 @@ def test_near_the_cap_the_run_routes_on_the_hosts_own_token_count(tmp_path):
         assert (row["source_tier"], row["route_reason"], row["raw_tokens_source"]) == ("raw", "within-cap", "tokenizer")
         assert row["raw_tokens_counted"] == fake_token_count(raw_prompt(turns)) + CHAT_TEMPLATE_MARGIN_TOKENS
         assert len(server.tokenize_requests()) == 1
+
+
+def _two_cpu_hosts(tmp_path, a_url: str, b_url: str):
+    path = tmp_path / "hosts2.toml"
+    path.write_text(
+        "".join(
+            f'[[hosts]]\nname = "{name}"\nprovider = "openai"\nurl = "{url}"\ncontext_limit_tokens = 8192\n'
+            "raw_cap_tokens = 2000\n\n"
+            for name, url in (("a", a_url), ("b", b_url))
+        )
+    )
+    return path
+
+
+def test_a_run_placed_on_a_host_whose_circuit_opens_hands_its_session_back(tmp_path):
+    """Issue 22, defect 2: a run re-checks its host's circuit before each call. A session over the
+    cap placed on host b, which answers 5xx: its mini summaries' third failure opens b's circuit, and
+    the run makes no further call (not the 5 remaining turns, not the summary); the session is not
+    backed off, its lease is free, and the next tick places it on host a, where it is summarized."""
+    from digest.circuit import CircuitState
+    from digest.scheduling import now_ms
+    from tests.model_server import Behaviour
+
+    turns = make_turns("big", 8, doc_bytes=1200)  # ~3,300 tokens: over both hosts' 2,000-token cap
+    folder = write_bundle(tmp_path / "bundle", turns)
+    with (
+        ModelServer() as a,
+        ModelServer(lambda received: Behaviour.server_error()) as b,
+        instance_for_test() as instance,
+    ):
+        settings = load_settings(
+            {
+                "DIGEST_HOME": str(tmp_path / "home"),
+                "DIGEST_MODEL_HOSTS": str(_two_cpu_hosts(tmp_path, a.url, b.url)),
+                "DIGEST_IDLE_WINDOW_S": "1",
+                "DIGEST_HOST_FAILURE_THRESHOLD": "3",
+            }
+        )
+        definitions = build_definitions(settings)
+        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
+        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+        store = DigestStore(settings.db_path)
+        register_partitions(instance, store)
+        job = definitions.resolve_job_def("summarize_sessions")
+        # Placed on b by the sweep (a run tag), before b's circuit opened.
+        tags = {MODEL_HOST_TAG: "b", MODEL_HOST_REASON_TAG: "placed by the test", "digest/sweep": "test"}
+        result = job.execute_in_process(instance=instance, partition_key="big", tags=tags)
+        assert result.success
+        assert len(b.requests) == 3, [r.prompt[:50] for r in b.requests]  # the threshold's calls, no more
+        assert len(a.requests) == 0
+        assert store.host_circuits()["b"].state(now_ms()) == CircuitState.OPEN
+        [observed] = result.asset_observations_for_node("session_summaries")
+        assert "went out of rotation" in observed.metadata["reason"].value
+        assert not result.asset_materializations_for_node("session_summaries")
+        # Handed back: no failure or backoff of the session, no lease held, no mini-summary backoff.
+        standing = store.summary_standing("big")
+        assert standing["summary_revision"] is None and not standing["failures"]
+        assert store.query("SELECT count(*) AS n FROM summary_leases").n[0] == 0
+        assert store.mini_summary_backoff_until_ms("big") is None
+        states = store.query("SELECT attempts, archived_at FROM mini_summary_state")
+        assert list(states.attempts) == [1, 1, 1] and states.archived_at.isna().all()
+
+        # The next tick: b is out of rotation, the session goes to a, which summarizes it.
+        with build_sensor_context(instance=instance, resources=definitions.resources) as context:
+            [request] = summary_sensor(context).run_requests
+        assert (request.partition_key, request.tags[MODEL_HOST_TAG]) == ("big", "a")
+        assert job.execute_in_process(instance=instance, partition_key="big", tags=request.tags).success
+        assert len(b.requests) == 3
+        row = store.summary_row("big")
+        assert (row["host"], row["source_tier"]) == ("a", "miniSummary")
+
+
+def test_a_run_whose_host_is_out_of_rotation_before_its_first_call_calls_nothing(tmp_path):
+    """A raw session placed on b; b's circuit opens (another run's failures) before this run's call."""
+    from digest.circuit import CircuitPolicy
+    from digest.scheduling import now_ms
+
+    folder = write_bundle(tmp_path / "bundle", make_turns("small", 3))
+    with ModelServer() as a, ModelServer() as b, instance_for_test() as instance:
+        settings = load_settings(
+            {
+                "DIGEST_HOME": str(tmp_path / "home"),
+                "DIGEST_MODEL_HOSTS": str(_two_cpu_hosts(tmp_path, a.url, b.url)),
+            }
+        )
+        definitions = build_definitions(settings)
+        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
+        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+        store = DigestStore(settings.db_path)
+        register_partitions(instance, store)
+        for _ in range(3):
+            store.record_host_outcome("b", True, "HTTP 503", now_ms(), CircuitPolicy())
+        tags = {MODEL_HOST_TAG: "b", MODEL_HOST_REASON_TAG: "placed by the test", "digest/sweep": "test"}
+        result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
+            instance=instance, partition_key="small", tags=tags
+        )
+        assert result.success and len(b.requests) == 0 and len(a.requests) == 0
+        assert store.summary_row("small") is None and not store.summary_standing("small")["failures"]
+        assert store.query("SELECT count(*) AS n FROM attempts").n[0] == 0

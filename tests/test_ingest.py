@@ -931,3 +931,72 @@ def test_a_leading_bom_does_not_lose_the_first_line(db, tmp_path):
     )
     report = ingest_paths([path, simple], db)
     assert report.rejects == 0 and sorted(turns_by_id(db)) == ["h1", "t1", "t2"]
+
+
+def test_ids_with_lone_surrogate_escapes_are_rejected_never_merged(db, tmp_path):
+    """Issue 22, defect 7: `"t-\\ud800"` and `"t-\\udbff"` both became `t-\\ufffd`, one turn (the other
+    counted superseded), and session ids merged the same way. Such a line is rejected with its reason."""
+    base = (
+        '{"id": "%s", "metadata": {"sessionId": "%s", "prompt": "p", "thought": "t", "response": "r", "timestamp": %d}}'
+    )
+    path = write_jsonl(
+        tmp_path / "memory-backup-ids.jsonl",
+        [
+            base % ("t-\\ud800", "s1", 1),  # 1
+            base % ("t-\\udbff", "s1", 2),  # 2
+            base % ("t-a", "s-\\udc00", 3),  # 3
+            base % ("t-b", "s-\\udfff", 4),  # 4
+            base % ("t-c", "s-\\ud83d\\ude00", 5),  # 5: a whole pair is a character, kept
+            base % ("t-d", "s1", 6),  # 6
+        ],
+    )
+    report = ingest_paths([path], db)
+    reasons = {r["line_no"]: r["reason"] for r in rows(db, "SELECT line_no, reason FROM rejects")}
+    assert sorted(reasons) == [1, 2, 3, 4]
+    assert all(reason.startswith("lone-surrogate-id:") for reason in reasons.values()), reasons
+    assert "metadata.sessionId" in reasons[3] and reasons[1].startswith("lone-surrogate-id: id ")
+    assert sorted(turns_by_id(db)) == ["t-c", "t-d"]
+    assert report.superseded == 0
+    assert sorted(s["session_id"] for s in report.sessions) == ["s-\U0001f600", "s1"]
+
+
+def test_graph_and_simple_turn_ids_with_lone_surrogates_are_rejected(db, tmp_path):
+    path = write_jsonl(
+        tmp_path / "turns-ids.jsonl",
+        [
+            '{"id": "x-\\ud800", "session_id": "s1", "document": "d"}',
+            '{"id": "x-\\udbff", "session_id": "s1", "document": "d"}',
+            '{"id": "x-1", "session_id": "s-\\ud800", "document": "d"}',
+        ],
+    )
+    ingest_paths([path], db)
+    reasons = [r["reason"] for r in rows(db, "SELECT reason FROM rejects ORDER BY line_no")]
+    assert len(reasons) == 3 and all(r.startswith("lone-surrogate-id:") for r in reasons), reasons
+    assert turns_by_id(db) == {}
+
+
+def test_a_reject_of_a_line_later_kept_is_cleared(db, tmp_path):
+    """Issue 22, defect 6: the file's last line read half-written is rejected; the completed file is
+    ingested again and the line kept, and its reject must go (and `status` not count it)."""
+    base = (
+        '{"id": "%s", "metadata": {"sessionId": "s1", "prompt": "p", "thought": "t", "response": "r", "timestamp": %d}}'
+    )
+    path = tmp_path / "memory-backup-growing.jsonl"
+    whole = [base % ("t-1", 1), base % ("t-2", 2), base % ("t-\u00e9", 3)]
+    cut = whole[2].encode("utf-8")
+    # Cut inside the 2-byte é: invalid UTF-8; then, on another read, cut mid-JSON.
+    path.write_bytes((whole[0] + "\n" + whole[1] + "\n").encode() + cut[: cut.index(b"\xc3") + 1])
+    ingest_paths([path], db)
+    assert [r["reason"].split(":")[0] for r in rows(db, "SELECT reason FROM rejects")] == ["invalid-utf8"]
+    path.write_bytes((whole[0] + "\n" + whole[1] + "\n").encode() + cut[:40])
+    ingest_paths([path], db)
+    assert [r["reason"].split(":")[0] for r in rows(db, "SELECT reason FROM rejects")] == ["json-parse"]
+    path.write_text("\n".join(whole) + "\n", encoding="utf-8")
+    report = ingest_paths([path], db)
+    assert report.rejects == 0 and sorted(turns_by_id(db)) == ["t-1", "t-2", "t-\u00e9"]
+    assert rows(db, "SELECT * FROM rejects") == []
+    assert db.status()["rejects"] == 0
+    # A reject of a line that is still bad stays; one of another file is untouched.
+    other = write_jsonl(tmp_path / "memory-backup-other.jsonl", ["not json"])
+    ingest_paths([path, other], db)
+    assert [r["line_no"] for r in rows(db, "SELECT line_no FROM rejects")] == [1]

@@ -244,3 +244,63 @@ def test_the_ledger_shows_both_requests_of_a_schema_style_fallback(store):
     assert result.summary.source_tier == "raw" and len(server.chat_requests()) == 2
     [attempt] = _rows(store, "SELECT outcome, duration_s FROM attempts")
     assert attempt["outcome"] == "ok" and attempt["duration_s"] >= 1.2
+
+
+@pytest.mark.parametrize("field", ["agent", "model", "tools_used", "many_agents"])
+def test_huge_metadata_is_bounded_in_the_prompt_and_the_session_is_summarized(store, field):
+    """Issue 22, defect 5: a 100,000-character `agent` or `model` went into the degraded prompt
+    uncut, and both routes failed the size pre-check forever."""
+    import dataclasses
+
+    from digest.synthesis import METADATA_CHARS, METADATA_NAMES
+
+    huge = "x" * 100_000
+    turns = make_turns("meta", 30, doc_bytes=900)
+    if field == "tools_used":
+        turns = [
+            dataclasses.replace(t, tools_used=json.dumps([f"{i}-{huge[:60]}" for i in range(5000)])) for t in turns
+        ]
+    elif field == "many_agents":
+        turns = [dataclasses.replace(t, agent=f"agent-{i}-{'y' * 90}") for i, t in enumerate(turns)]
+    else:
+        turns = [dataclasses.replace(t, **{field: huge}) for t in turns]
+    with ModelServer() as server:
+        result = summarize_session(turns, _client(server), make_limits(), _ledger(store))
+    assert result.summary is not None, _rows(store, "SELECT note FROM friction_events")
+    assert result.summary.source_tier == "truncatedRaw"
+    [request] = server.chat_requests()
+    header = request.prompt.split("\n---\n", 1)[0]
+    assert (
+        len(header) < 1000 + 3 * METADATA_NAMES * (METADATA_CHARS + 2)
+        and huge[: METADATA_CHARS + 1] not in request.prompt
+    )
+
+
+def test_a_staged_reply_whose_run_died_before_its_attempt_is_ledgered_once_as_the_hosts_call(store):
+    """Issue 22, defect 9: a run killed between staging its reply and writing the attempt left no
+    `attempts` row, and the replay was ledgered as `cached`: the host's call was never counted. The
+    staged reply carries its attempt: the replay records it as the call, once."""
+    from resources.response_cache import CachedChatClient
+
+    class KilledLedger:
+        def record_attempt(self, attempt):
+            raise KeyboardInterrupt("killed between the staged reply and the attempt")
+
+        def record_friction(self, event):
+            pass
+
+    turns = make_turns("staged", 3)
+    session = ("staged", "rev-1")
+    with ModelServer() as server:
+        client = CachedChatClient(_client(server), store, {"provider": "openai"}, reuse=False, session=session)
+        with pytest.raises(KeyboardInterrupt):
+            summarize_session(turns, client, make_limits(), KilledLedger())
+        assert _rows(store, "SELECT * FROM attempts") == []
+        client = CachedChatClient(_client(server), store, {"provider": "openai"}, reuse=False, session=session)
+        result = summarize_session(turns, client, make_limits(), _ledger(store))
+        again = summarize_session(turns, client, make_limits(), _ledger(store))  # a rerun: a true replay
+        served = len(server.chat_requests())
+    assert result.summary is not None and again.summary is not None and served == 1
+    attempts = _rows(store, "SELECT cached, duration_s FROM attempts ORDER BY attempt_id")
+    assert [a["cached"] for a in attempts] == [False, True]  # the host's one call, then the replay
+    assert attempts[0]["duration_s"] > 0

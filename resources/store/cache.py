@@ -11,8 +11,13 @@ from resources.store.summaries import PENDING_SUMMARY_SESSIONS
 class Cache(Connection):
     def cached_reply(self, key: str, session: tuple[str, str] | None = None) -> ChatReply | None:
         """The stored reply for this request; with `session`, only one staged by that session at
-        that input revision. Replayed, it took no model time: duration 0."""
-        sql = "SELECT text, prompt_tokens, completion_tokens, finish_reason FROM response_cache WHERE request_key = ?"
+        that input revision. Replayed, it took no model time: duration 0, `cached`. A staged reply
+        whose call left no `attempts` row (its run was killed in between) is that call: returned
+        as it came, not cached, with its duration, so the ledger records the call the host served."""
+        sql = (
+            "SELECT text, prompt_tokens, completion_tokens, finish_reason, duration_s, attempt_recorded "
+            "FROM response_cache WHERE request_key = ?"
+        )
         params = [key]
         if session is not None:
             sql += " AND session_id = ? AND input_revision = ?"
@@ -21,17 +26,29 @@ class Cache(Connection):
             row = con.execute(sql, params).fetchone()
         if row is None:
             return None
-        text, prompt_tokens, completion_tokens, finish_reason = row
+        text, prompt_tokens, completion_tokens, finish_reason, duration_s, recorded = row
+        if recorded is False:
+            return ChatReply(text, prompt_tokens, completion_tokens, duration_s, finish_reason)
         return ChatReply(text, prompt_tokens, completion_tokens, 0.0, finish_reason, cached=True)
 
     def save_reply(self, key: str, model: str, reply: ChatReply, session: tuple[str, str] | None = None) -> None:
         session_id, revision = session or (None, None)
         with self.connect() as con:
             con.execute(
-                "INSERT OR REPLACE INTO response_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO response_cache (request_key, model, text, prompt_tokens, completion_tokens, "
+                "duration_s, finish_reason, session_id, input_revision, created_at, attempt_recorded) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [key, model, reply.text, reply.prompt_tokens, reply.completion_tokens, reply.duration_s,
-                 reply.finish_reason, session_id, revision, now()],
+                 reply.finish_reason, session_id, revision, now(), False if session_id is not None else None],
             )  # fmt: skip
+
+    def mark_staged_attempts_recorded(self, con, session_id: str) -> None:
+        """In the transaction that writes a session's summary-call attempt: its staged reply's call
+        is in the ledger now."""
+        con.execute(
+            "UPDATE response_cache SET attempt_recorded = NULL WHERE session_id = ? AND attempt_recorded = false",
+            [session_id],
+        )
 
     def drop_staged_replies(self, session_id: str) -> None:
         """With reuse off, a session's staged reply goes once its summary is written."""

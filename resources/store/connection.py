@@ -60,6 +60,16 @@ def record(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None)
     return dict(zip([d[0] for d in cursor.description], row)) if row else None
 
 
+# What the OS says when a write cannot happen, as DuckDB and SQLite quote it.
+DISK_CAUSES = ("No space left on device", "Read-only file system", "Disk quota exceeded", "Permission denied")
+
+
+def disk_cause(exc: BaseException) -> str | None:
+    """The disk's reason a write failed (full, read-only, ...) if `exc` says one, else None."""
+    text = str(exc)
+    return next((cause for cause in DISK_CAUSES if cause in text), None)
+
+
 class StoreUnreadable(RuntimeError):
     def __init__(self, path: Path, cause: Exception):
         super().__init__(
@@ -73,13 +83,17 @@ class StoreUnreadable(RuntimeError):
 class Connection:
     """The file and its connections; every feature's part of `DigestStore` builds on this."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
+        # Every connection read-only: a command that only reads (`status`) needs no writable disk.
+        self.read_only = read_only
 
     @contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short-lived connection; waits (with backoff) while another process holds the file."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        read_only = read_only or self.read_only
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + LOCK_WAIT_S
         delay = 0.05
         while True:
@@ -89,6 +103,8 @@ class Connection:
             except duckdb.IOException as exc:
                 # Another process holds the file: "Could not set lock on file ...: Conflicting lock ...".
                 if "could not set lock" not in str(exc).lower():
+                    if disk_cause(exc):
+                        raise  # a full or read-only disk: not a damaged file
                     raise StoreUnreadable(self.path, exc) from exc
                 if time.monotonic() > deadline:
                     raise

@@ -47,6 +47,13 @@ class Hosts(Connection):
             _put(con, circuit)
         return transition
 
+    def host_in_rotation(self, host: str, now_ms: int) -> bool:
+        """Whether a run already placed on `host` may still call it: not while its circuit is open
+        (a half-open host is being probed: the run's call may be the probe). Only reads."""
+        with self.connect() as con:
+            circuit = read_circuits(con, [host]).get(host)
+        return circuit is None or circuit.state(now_ms) != CircuitState.OPEN
+
     def host_circuits(self) -> dict[str, HostCircuit]:
         """Every host with a stored circuit (one that has failed since it last succeeded, or did once)."""
         with self.connect() as con:

@@ -145,6 +145,17 @@ class Ingest(Connection):
                 upsert_sql("rejects", columns + ["rejected_at"], ["source_file", "line_no"], keep=["rejected_at"])
             )
 
+    def clear_rejects(self, source_file: str, line_nos: list[int]) -> None:
+        """The rejects of these lines of the file, which an ingest has now kept (a line read while
+        the file was still being written, complete since): they no longer stand."""
+        if not line_nos:
+            return
+        with self.transaction() as con:
+            con.execute(
+                "DELETE FROM rejects WHERE source_file = ? AND line_no IN (SELECT unnest(?::INTEGER[]))",
+                [source_file, line_nos],
+            )
+
     def refresh_sessions(self, session_ids: Iterable[str]) -> list[dict]:
         """Recompute the `sessions` rows of these sessions from their turns; returns the rows.
 

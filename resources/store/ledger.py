@@ -22,7 +22,9 @@ DEFAULT_CIRCUIT = CircuitPolicy()  # the settings' defaults (DIGEST_HOST_*)
 
 class Ledger(Connection):
     def record_attempt(self, attempt: Attempt, run_id: str | None = None) -> None:
-        with self.connect() as con:
+        with self.transaction() as con:
+            if attempt.stage == "session-summary" and not attempt.cached and attempt.outcome == "ok":
+                self.mark_staged_attempts_recorded(con, attempt.session_id)
             con.execute(
                 """INSERT INTO attempts (session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens,
                    completion_tokens, duration_s, outcome, suspected_truncation, cached, error_text, run_id, created_at, host,

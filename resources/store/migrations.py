@@ -55,6 +55,8 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     4: [migrate_text_vectors],
     # 5: where a summary's raw cap came from (an auto cap follows its host's speed, `digest.pacing`).
     5: [summary_column("raw_cap_source")],
+    # 6: a staged reply carries whether its call is in the ledger yet (a kill between them, issue 22).
+    6: [add_column("response_cache", "attempt_recorded BOOLEAN")],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

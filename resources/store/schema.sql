@@ -211,7 +211,8 @@ CREATE TABLE IF NOT EXISTS response_cache (
     finish_reason VARCHAR,
     session_id VARCHAR,               -- the session whose summary asked, at which turns
     input_revision VARCHAR,
-    created_at TIMESTAMPTZ NOT NULL
+    created_at TIMESTAMPTZ NOT NULL,
+    attempt_recorded BOOLEAN          -- false: staged, its call has no attempts row yet; NULL: not staged, or recorded
 );
 
 -- The session graph (`session_graph`): each session's nodes and edges, replaced whole when the
