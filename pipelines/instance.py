@@ -150,6 +150,8 @@ def describe(dagster_home: Path) -> dict:
         "path": str(path),
         "written_by": "session-digest" if MARKER in text else "you",
         "storage": next(iter(config.get("storage") or {"sqlite": None})),
+        "event_log_storage": (config.get("event_log_storage") or {}).get("class", "Dagster's default"),
+        "compute_logs": (config.get("compute_logs") or {}).get("class", "LocalComputeLogManager"),
         "max_concurrent_runs": runs.get("max_concurrent_runs"),
         "model_pool_limit": (concurrency.get("pools") or {}).get("default_limit"),
         "host_run_limits": {
