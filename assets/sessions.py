@@ -11,6 +11,7 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
+from digest.fidelity import Fidelity
 from digest.hosts import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, assign_host
 from digest.ingest import ingest_paths
 from digest.scheduling import failure_backoff_s, now_ms
@@ -278,6 +279,10 @@ def summary_metadata(row: dict) -> dict:
     return {
         **plain,
         "mini_summary_coverage": row["mini_summary_count"] / row["memory_count"],
+        # What the fidelity score found named in the summary, and missed (docs/fidelity.md).
+        "fidelity_identifiers": MetadataValue.md(
+            Fidelity(row["fidelity"], row["fidelity_found"] or [], row["fidelity_missed"] or []).markdown()
+        ),
         "summary": MetadataValue.md(
             f"### {row['title']}\n\n{row['summary']}\n\n"
             + " · ".join(choices + scores)

@@ -47,7 +47,9 @@ EXPORT_BATCH_ROWS = 2000
 # Not the store's content, so never archived: the schema version (in the manifest), leases of live
 # runs, this deployment's view of its model hosts (`host_circuits`), the record of archives written,
 # and `sessions`, recomputed from turns on restore. Turns are archived, but as the memory-backup file.
-NOT_ARCHIVED = frozenset({"schema_meta", "summary_leases", "host_circuits", "archives", "sessions", "turns"})
+NOT_ARCHIVED = frozenset(
+    {"fidelity_terms", "schema_meta", "summary_leases", "host_circuits", "archives", "sessions", "turns"}
+)
 RESTORE_MODES = ("merge", "replace")
 
 

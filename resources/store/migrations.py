@@ -43,6 +43,7 @@ MIGRATIONS: dict[int, list[str]] = {
             )
         ],
     ],
+    3: [summary_column("fidelity"), summary_column("fidelity_found"), summary_column("fidelity_missed")],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -29,6 +29,14 @@ class Reports(Connection):
             friction = dict(
                 con.execute("SELECT symptom, count(*) FROM friction_events GROUP BY 1 ORDER BY 1").fetchall()
             )
+            fidelity: dict = {}
+            for tier, origin, n, scored, mean in con.execute(
+                """SELECT source_tier, origin, count(*), count(fidelity), avg(fidelity) FROM session_summaries
+                   GROUP BY 1, 2 ORDER BY 1, 2"""
+            ).fetchall():
+                fidelity.setdefault(tier, {})[origin] = {
+                    "summaries": n, "scored": scored, "mean": round(mean, 3) if mean is not None else None,
+                }  # fmt: skip
             now = now_ms()
             hosts = {host: circuit_status(circuit, now) for host, circuit in read_circuits(con).items()}
             return {
@@ -40,6 +48,8 @@ class Reports(Connection):
                 "summaries_by_source_tier": tiers,
                 # imported: an export's summary, current for the turns, so no model call was owed.
                 "summaries_by_origin": origins,
+                # The mean fidelity score (docs/fidelity.md) by source tier, then origin.
+                "fidelity_by_tier": fidelity,
                 "pending_summaries": scalar(f"SELECT count(*) FROM ({PENDING_SUMMARY_SESSIONS})"),
                 "attempts": scalar("SELECT count(*) FROM attempts"),
                 "rejects": scalar("SELECT count(*) FROM rejects"),
@@ -53,6 +63,15 @@ class Reports(Connection):
                 # listed is closed): an open one is out of rotation until its retry time.
                 "host_circuits": hosts,
             }
+
+    def fidelity_examples(self) -> list[dict]:
+        """Per (origin, source tier) the best-scored summary's title and fidelity: the demo's closing lines."""
+        with self.connect() as con:
+            return records(
+                con,
+                """SELECT origin, source_tier, arg_max(title, fidelity) AS title, max(fidelity) AS fidelity
+                   FROM session_summaries WHERE fidelity IS NOT NULL GROUP BY 1, 2 ORDER BY origin, source_tier""",
+            )
 
     def friction_report_rows(self) -> dict:
         """What the friction report reads, in one connection: events, attempts, summaries, mini-summary
