@@ -29,6 +29,11 @@ SWEEP_TAG = "digest/sweep"
 ROUTE_TAG = "digest/route"
 
 
+class SummaryConfig(Config):
+    # A current imported summary is kept (no model call) unless a run asks to replace it.
+    replace_imported: bool = False
+
+
 class IngestConfig(Config):
     paths: list[str] = []  # files or folders; empty: the inbox (DIGEST_INBOX)
 
@@ -184,6 +189,7 @@ def raw_sessions(
 )
 def session_summaries(
     context: AssetExecutionContext,
+    config: SummaryConfig,
     store: DigestStoreResource,
     model: ChatModelResource,
     sweep: SweepPolicyResource,
@@ -202,8 +208,13 @@ def session_summaries(
     session = session_or_fail(db, context.partition_key)
     session_id, run_id = session["session_id"], context.run.run_id
     stored = db.summary_row(session_id)
-    if stored and stored["origin"] == "imported" and stored["input_revision"] == session["input_revision"]:
+    current_import = stored and stored["origin"] == "imported" and stored["input_revision"] == session["input_revision"]
+    if current_import and not config.replace_imported:
         # The export's summary of these very turns: no model call is owed.
+        context.log.info(
+            f"session {session_id!r} keeps its imported summary (current for its turns, fidelity "
+            f"{stored['fidelity']}); run with config replace_imported: true to have the model replace it"
+        )
         yield MaterializeResult(metadata=summary_metadata(stored))
         return
     host, host_reason = run_host(context, db, model, session_id)

@@ -64,6 +64,19 @@ class Reports(Connection):
                 "host_circuits": hosts,
             }
 
+    def current_imported_summaries(self, partition_keys: list[str]) -> list[dict]:
+        """The summary rows (with `partition_key`) of these partitions whose summary is an export's,
+        current for the turns: partitions the store already knows as summarized."""
+        with self.connect() as con:
+            return records(
+                con,
+                """SELECT s.partition_key, x.*, i.source_file FROM session_summaries x
+                   JOIN sessions s USING (session_id) LEFT JOIN imported_summaries i USING (session_id)
+                   WHERE x.origin = 'imported' AND x.input_revision = s.input_revision
+                     AND s.partition_key IN (SELECT unnest(?::VARCHAR[]))""",
+                [partition_keys],
+            )
+
     def fidelity_examples(self) -> list[dict]:
         """Per (origin, source tier) the best-scored summary's title and fidelity: the demo's closing lines."""
         with self.connect() as con:
