@@ -104,7 +104,7 @@ class Reports(Connection):
                 ),
                 "summaries": records(
                     con,
-                    "SELECT session_id, source_tier, degraded, route_reason FROM session_summaries",
+                    "SELECT session_id, source_tier, degraded, route_reason, origin, host, fidelity FROM session_summaries",
                 ),
                 "mini_coverage": records(
                     con,
