@@ -72,3 +72,40 @@ def test_the_score_costs_far_under_a_millisecond_per_kb():
         best = min(best, time.perf_counter() - started)
     per_kb_ms = best * 1000 / (len(text.encode()) / 1024)
     assert per_kb_ms < 1.0, per_kb_ms
+
+
+def test_status_has_fidelity_by_tier_and_the_imported_sample_is_scored(tmp_path):
+    from pathlib import Path
+
+    from digest.ingest import ingest_paths
+    from resources.store import DigestStore
+
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    ingest_paths([Path(__file__).resolve().parents[1] / "samples" / "bundle"], store)
+    by_tier = store.status()["fidelity_by_tier"]
+    imported = by_tier["raw"]["imported"]
+    assert imported["summaries"] == imported["scored"] == 1 and 0 < imported["mean"] <= 1
+    [example] = store.fidelity_examples()
+    assert example["origin"] == "imported" and round(example["fidelity"], 3) == imported["mean"]
+
+
+def test_the_friction_report_rows_by_tier_and_degraded_against_raw_per_host():
+    from digest.friction_report import degraded_against_raw, fidelity_rows
+
+    rows = [
+        {"source_tier": "raw", "route_reason": "within-cap", "origin": "generated", "host": "a", "degraded": False,
+         "fidelity": 0.6},
+        {"source_tier": "miniSummary", "route_reason": "over-raw-cap", "origin": "generated", "host": "a",
+         "degraded": True, "fidelity": 0.2},
+        {"source_tier": "raw", "route_reason": "imported", "origin": "imported", "host": None, "degraded": False,
+         "fidelity": 0.9},
+        {"source_tier": "raw", "route_reason": "within-cap", "origin": "generated", "host": "a", "degraded": False,
+         "fidelity": None},
+    ]  # fmt: skip
+    assert fidelity_rows(rows) == [
+        ["miniSummary", "over-raw-cap", "generated", "1", "0.20"],
+        ["raw", "imported", "imported", "1", "0.90"],
+        ["raw", "within-cap", "generated", "1", "0.60"],
+    ]
+    assert degraded_against_raw(rows) == [["a", "1", "0.60", "1", "0.20", "-0.40"]]
