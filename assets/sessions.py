@@ -11,6 +11,7 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
+from digest.fidelity import Fidelity
 from digest.hosts import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, assign_host
 from digest.ingest import ingest_paths
 from digest.scheduling import failure_backoff_s, now_ms
@@ -26,6 +27,11 @@ SUMMARY_CODE_VERSION = "summary-v1"
 # Set on the runs a sweep launches (the sensors, the CLI), never on one asked for by hand.
 SWEEP_TAG = "digest/sweep"
 ROUTE_TAG = "digest/route"
+
+
+class SummaryConfig(Config):
+    # A current imported summary is kept (no model call) unless a run asks to replace it.
+    replace_imported: bool = False
 
 
 class IngestConfig(Config):
@@ -195,6 +201,7 @@ def raw_sessions(
 )
 def session_summaries(
     context: AssetExecutionContext,
+    config: SummaryConfig,
     store: DigestStoreResource,
     model: ChatModelResource,
     sweep: SweepPolicyResource,
@@ -213,8 +220,13 @@ def session_summaries(
     session = session_or_fail(db, context.partition_key)
     session_id, run_id = session["session_id"], context.run.run_id
     stored = db.summary_row(session_id)
-    if stored and stored["origin"] == "imported" and stored["input_revision"] == session["input_revision"]:
+    current_import = stored and stored["origin"] == "imported" and stored["input_revision"] == session["input_revision"]
+    if current_import and not config.replace_imported:
         # The export's summary of these very turns: no model call is owed.
+        context.log.info(
+            f"session {session_id!r} keeps its imported summary (current for its turns, fidelity "
+            f"{stored['fidelity']}); run with config replace_imported: true to have the model replace it"
+        )
         yield MaterializeResult(metadata=summary_metadata(stored))
         return
     host, host_reason = run_host(context, db, model, session_id)
@@ -297,6 +309,10 @@ def summary_metadata(row: dict) -> dict:
     return {
         **plain,
         "mini_summary_coverage": row["mini_summary_count"] / row["memory_count"],
+        # What the fidelity score found named in the summary, and missed (docs/fidelity.md).
+        "fidelity_identifiers": MetadataValue.md(
+            Fidelity(row["fidelity"], row["fidelity_found"] or [], row["fidelity_missed"] or []).markdown()
+        ),
         "summary": MetadataValue.md(
             f"### {row['title']}\n\n{row['summary']}\n\n"
             + " · ".join(choices + scores)

@@ -400,6 +400,7 @@ class FrictionReport:
     slowdowns: dict[str, Slowdown]  # by host: its recent calls against its earlier ones
     auto_caps: dict[str, dict]  # by host: the auto raw cap in force (`host_raw_caps` rows)
     call_seconds: list[float] = field(repr=False)
+    summary_rows: list[dict] = field(default_factory=list, repr=False)  # tier, route, origin, host, fidelity
 
     @property
     def degraded_share(self) -> float:
@@ -472,6 +473,7 @@ def build_report(
         slowdowns=dict(slowdowns or {}),
         auto_caps=dict(auto_caps or {}),
         call_seconds=[a["duration_s"] for a in attempts],
+        summary_rows=list(summaries),
     )
 
 
@@ -532,6 +534,36 @@ def _latest_words(group: FrictionGroup) -> str:
     if group.latest_error:
         note += f"; {_clipped(group.latest_error)}"
     return note
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def fidelity_rows(summaries: list[dict]) -> list[list[str]]:
+    """Mean fidelity (docs/fidelity.md) by source tier, route and origin."""
+    groups: dict[tuple, list[float]] = {}
+    for s in summaries:
+        if s.get("fidelity") is not None:
+            key = (s["source_tier"], s["route_reason"], s.get("origin") or "generated")
+            groups.setdefault(key, []).append(s["fidelity"])
+    return [[*key, str(len(v)), f"{_mean(v):.2f}"] for key, v in sorted(groups.items())]
+
+
+def degraded_against_raw(summaries: list[dict]) -> list[list[str]]:
+    """Per model host, the generated degraded summaries' mean fidelity against the raw ones': the
+    price of the cap in quality, beside its saving in seconds (the pre-routes above)."""
+    hosts: dict[str, dict[bool, list[float]]] = {}
+    for s in summaries:
+        if s.get("fidelity") is not None and s.get("origin", "generated") == "generated":
+            hosts.setdefault(s.get("host") or "—", {True: [], False: []})[bool(s["degraded"])].append(s["fidelity"])
+    rows = []
+    for host, by in sorted(hosts.items()):
+        raw, degraded = _mean(by[False]), _mean(by[True])
+        gap = f"{degraded - raw:+.2f}" if raw is not None and degraded is not None else "—"
+        rows.append([host, f"{len(by[False])}", f"{raw:.2f}" if raw is not None else "—", f"{len(by[True])}",
+                     f"{degraded:.2f}" if degraded is not None else "—", gap])  # fmt: skip
+    return rows
 
 
 def _table_section(
@@ -671,6 +703,24 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         [f"{_share(report.degraded, report.summaries)} of {report.summaries} summaries are degraded. "
          f"Source tiers: {tiers}. Routes: {reasons_made}."],
     )  # fmt: skip
+    fidelity = _table_section(
+        "Fidelity",
+        ["source tier", "route", "origin", "summaries", "mean fidelity"],
+        fidelity_rows(report.summary_rows),
+        max_rows,
+        ["The share of each session's salient identifiers its summary names (docs/fidelity.md): it rewards naming "
+         "things, not understanding them."],
+        "No summary is scored yet.",
+    )  # fmt: skip
+    by_host = degraded_against_raw(report.summary_rows)
+    if by_host:
+        fidelity = Section(
+            fidelity.title,
+            fidelity.paragraphs,
+            fidelity.table,
+            after_table="Degraded against raw on the same host (generated): "
+            + "; ".join(f"{h}: raw {r} ({nr}), degraded {d} ({nd}), {g}" for h, nr, r, nd, d, g in by_host),
+        )
     coverage = report.mini_coverage
     if coverage is None:
         mini = Section("Mini-summary coverage", ["None yet: no turn has a mini summary."])
@@ -691,7 +741,7 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         [],
         "No model calls yet.",
     )  # fmt: skip
-    return [overview, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, undigestible, degraded,
+    return [overview, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, undigestible, degraded, fidelity,
             mini, slowest, calibration_section(report, max_rows)]  # fmt: skip
 
 

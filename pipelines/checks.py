@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from dagster import AssetCheckResult, MetadataValue, asset_check
+from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
 from pydantic import ValidationError
 
 from assets.graph import session_graph
 from assets.sessions import session_summaries
+from digest.fidelity import FLOOR as FIDELITY_FLOOR
 from digest.graph import grounded
 from digest.summary_output import SessionSummaryOutput
 from digest.synthesis import Route, SourceTier
@@ -87,6 +88,14 @@ def schema_problems(row: dict) -> list[str]:
     return []
 
 
+def fidelity_problems(row: dict) -> list[str]:
+    """A summary that names under FLOOR (weighted) of its session's salient identifiers."""
+    score = row.get("fidelity")
+    if score is None or score >= FIDELITY_FLOOR:
+        return []
+    return [f"fidelity {score:.2f} < {FIDELITY_FLOOR} ({row['origin']}, {row['source_tier']}): {row['title']!r}"]
+
+
 def graph_evidence_problems(graph: dict) -> list[str]:
     """Entities and relations of one session's graph that its raw turns do not ground: each must say
     it came from the raw turns and, for an entity, be named there (the rule `digest.graph` applies
@@ -150,6 +159,15 @@ def summaries_match_output_schema(store: DigestStoreResource) -> AssetCheckResul
 
 
 @asset_check(
+    asset=session_summaries,
+    description=f"Warns on summaries whose fidelity (docs/fidelity.md) is under the floor {FIDELITY_FLOOR}.",
+)
+def summaries_over_the_fidelity_floor(store: DigestStoreResource) -> AssetCheckResult:
+    result = check_rows(store.store().summary_rows(), fidelity_problems)
+    return AssetCheckResult(passed=result.passed, metadata=result.metadata, severity=AssetCheckSeverity.WARN)
+
+
+@asset_check(
     asset=session_graph,
     description="No graph evidence drawn from a degraded summary's text: every entity and relation in the graph "
     "of a session with a degraded summary is grounded in its raw turns.",
@@ -166,3 +184,6 @@ store_checks = [
     summaries_match_output_schema,
     graph_evidence_from_raw_turns_only,
 ]
+# Warnings on what a summary is worth, not invariants: they run with session_summaries, not in the
+# hourly report's all-must-pass set.
+quality_checks = [summaries_over_the_fidelity_floor]

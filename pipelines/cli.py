@@ -530,6 +530,8 @@ def demo(settings: Settings, output: Output) -> dict:
         "summary_runs": runs,
         "status": status(settings),
         "seconds": round(time.monotonic() - started, 1),
+        # Per tier one summary's title and fidelity, the imported ones beside as the reference.
+        "fidelity_examples": _store(settings).fidelity_examples(),
     }
     query = "SELECT session_id, source_tier, degraded, route_reason, title FROM session_summaries"
     report["where_to_look"] = {

@@ -317,6 +317,14 @@ def _render_demo(console: Console, result: dict) -> None:
     )
     console.print()
     console.print(_fields(result["status"], "Store"))
+    examples = result.get("fidelity_examples") or []
+    if examples:
+        console.print(
+            "\n[bold]Fidelity[/bold] (the share of the session's identifiers a summary names, docs/fidelity.md)"
+        )
+        for e in examples:
+            label = f"{e['origin']} {e['source_tier']}" + (" (the reference)" if e["origin"] == "imported" else "")
+            console.print(f"{label}: {e['fidelity']:.2f} {e['title']}", markup=False, soft_wrap=True)
     console.print("\n[bold]Where to look[/bold]")
     for label, text in result["where_to_look"].items():  # whole lines, so a command copies as one
         console.print(f"{label}: {text}", markup=False, soft_wrap=True)

@@ -9,7 +9,7 @@ from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import raw_sessions, raw_turns, session_summaries
 from digest.settings import Settings, load_settings
-from pipelines.checks import store_checks
+from pipelines.checks import quality_checks, store_checks
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.sensors import digest_sensor, inbox_sensor, interrupted_runs_sensor, mini_summary_sensor, summary_sensor
 from resources.bindings import build_resources
@@ -38,7 +38,7 @@ def build_definitions(settings: Settings) -> Definitions:
             session_graph,
             build_friction_report_asset(settings),
         ],
-        asset_checks=store_checks,
+        asset_checks=store_checks + quality_checks,
         jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job, digest_job],
         schedules=[report_schedule],
         sensors=[inbox_sensor, summary_sensor, mini_summary_sensor, digest_sensor, interrupted_runs_sensor],

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dagster import (
+    AssetMaterialization,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
@@ -132,6 +133,25 @@ def unregistered_partition_keys(
     return [key for key in dict.fromkeys([*first, *store.partition_keys()]) if key not in known][:limit]
 
 
+def imported_materializations(store, keys: list[str]) -> list[AssetMaterialization]:
+    """New partitions whose summary is a current export's are summarized already: recorded as
+    materialized (origin imported, its provenance in the metadata), so the UI shows no Missing
+    partition inviting a model call. A stale one stays missing."""
+    from assets.sessions import summary_metadata
+
+    return [
+        AssetMaterialization(
+            asset_key="session_summaries",
+            partition=row["partition_key"],
+            metadata={
+                **summary_metadata(row),
+                "provenance": f"imported from {row['source_file'] or 'an export'}, current at {row['input_revision']}",
+            },
+        )
+        for row in (store.current_imported_summaries(keys) if keys else [])
+    ]
+
+
 def stale_partition_keys(instance, store, limit: int | None = PARTITION_CHUNK) -> list[str]:
     """Partitions whose session DuckDB no longer holds (a replace restore removed it, and was killed
     before it could delete its partition), at most `limit`: the partition set converges to the store's."""
@@ -145,7 +165,10 @@ def reconcile_partitions(instance, store) -> tuple[int, list[str]]:
     (how many added, the keys deleted)."""
     keys = unregistered_partition_keys(instance, store, limit=None)
     for start in range(0, len(keys), PARTITION_CHUNK):
-        instance.add_dynamic_partitions(sessions_partitions.name, keys[start : start + PARTITION_CHUNK])
+        chunk = keys[start : start + PARTITION_CHUNK]
+        instance.add_dynamic_partitions(sessions_partitions.name, chunk)
+        for event in imported_materializations(store, chunk):
+            instance.report_runless_asset_event(event)
     stale = stale_partition_keys(instance, store, limit=None)
     for key in stale:
         instance.delete_dynamic_partition(sessions_partitions.name, key)
@@ -261,11 +284,15 @@ def summary_sensor(
         if item.candidate.partition_key in added
         or context.instance.has_dynamic_partition(sessions_partitions.name, item.candidate.partition_key)
     ]
+    adopted = imported_materializations(db, new_keys)
     if not batch:
-        return SensorResult(dynamic_partitions_requests=partition_requests, skip_reason=skip_reason)
+        return SensorResult(
+            dynamic_partitions_requests=partition_requests, skip_reason=skip_reason, asset_events=adopted
+        )
     budget = f"{policy.max_sessions} sessions / {policy.model_seconds:.0f}s a host"
     return SensorResult(
         dynamic_partitions_requests=partition_requests,
+        asset_events=adopted,
         run_requests=[
             # No run key: a key would be deduplicated for the sensor's life and swallow a rerun
             # after a restore. Duplicates are prevented by the in-flight check and the lease.

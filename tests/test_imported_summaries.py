@@ -9,8 +9,9 @@ import math
 from pathlib import Path
 
 import pytest
-from dagster import instance_for_test
+from dagster import AssetKey, instance_for_test
 
+from assets.partitions import sessions_partitions
 from digest.ingest import ingest_paths
 from digest.settings import load_settings
 from digest.turns import canonical_order, input_revision
@@ -308,3 +309,30 @@ def test_an_ingest_that_stops_part_way_leaves_no_turn_without_its_session(store,
     sessions = records(store, "SELECT session_id, turn_count FROM sessions ORDER BY 1")
     assert sessions == [{"session_id": "s1", "turn_count": 3}, {"session_id": "s2", "turn_count": 1}]
     assert sorted(store.pending_summary_keys()) == ["s1", "s2"]
+
+
+def test_a_current_imported_summary_is_a_materialized_partition_and_a_rerun_keeps_it(tmp_path):
+    turns, summaries = three_sessions()
+    folder = write_bundle(tmp_path / "bundle", turns)
+    write_summaries(folder, summaries)
+    with instance_for_test() as instance, ModelServer() as server:
+        definitions = _defs(tmp_path, server.url)
+        _ingest(definitions, instance, folder)  # registers the partitions
+        status = instance.get_status_by_partition(
+            AssetKey("session_summaries"), instance.get_dynamic_partitions("sessions"), sessions_partitions
+        )
+        materialized = {k for k, v in status.items() if v is not None}
+        events = instance.fetch_materializations(AssetKey("session_summaries"), limit=10).records
+        meta = {e.partition_key: e.asset_materialization.metadata for e in events}
+        result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
+            instance=instance, partition_key="by-revision"
+        )
+        calls = server.chat_requests()
+        logs = [e.user_message for e in instance.all_logs(result.run_id)]
+    assert set(meta) == {"by-revision", "by-count"}  # the stale one stays missing
+    assert meta["by-revision"]["origin"].value == "imported"
+    assert "imported from" in meta["by-revision"]["provenance"].value
+    assert isinstance(meta["by-revision"]["fidelity"].value, float)
+    assert {"by-revision", "by-count"} <= materialized and "stale" not in materialized
+    assert result.success and calls == []
+    assert any("keeps its imported summary" in m for m in logs)

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from dagster import Definitions, instance_for_test
 
+from digest.ingest import ingest_paths
 from digest.settings import load_settings
 from digest.turns import partition_key
 from pipelines.definitions import build_definitions, defs
@@ -14,7 +15,7 @@ from pipelines.sensors import register_partitions
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
-from tests.model_server import Behaviour, ModelServer
+from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
 
 @pytest.fixture
@@ -102,3 +103,25 @@ def test_a_failed_summary_fails_the_partition_and_writes_nothing(tmp_path, insta
     assert store.query("SELECT count(*) AS n FROM session_summaries")["n"][0] == 0
     assert store.query("SELECT symptom FROM friction_events")["symptom"].tolist() == ["parse-failure"]
     assert store.pending_summary_keys() == ["s1"]
+
+
+def test_a_summary_run_stores_its_fidelity_and_shows_it_in_the_metadata(tmp_path, instance):
+    folder = write_bundle(tmp_path / "bundle", make_turns("small", 3))
+    naming_row = {**GOOD_SUMMARY, "summary": "Fixed the grid row in Row.mjs."}
+    with ModelServer(lambda received: Behaviour.reply(naming_row)) as server:
+        definitions = _defs(tmp_path, server.url)
+        _ingest(definitions, instance, folder)
+        result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
+            instance=instance, partition_key="small"
+        )
+    meta = result.asset_materializations_for_node("session_summaries")[0].metadata
+    store = DigestStore(tmp_path / "home" / "digest.duckdb")
+    row = store.summary_row("small")
+    assert 0 < row["fidelity"] < 1 and meta["fidelity"].value == row["fidelity"]
+    assert "row" in row["fidelity_found"] and "manager" in row["fidelity_missed"]
+    assert "`row`" in meta["fidelity_identifiers"].value and "**missed**" in meta["fidelity_identifiers"].value
+    # New turns change the score with no new summary: the summary no longer covers them.
+    more = make_turns("small", 4)[3:]
+    more[0] = dataclasses.replace(more[0], document="User Prompt: also fix ColumnBuffer.scrollTo() and #4711")
+    ingest_paths([write_bundle(tmp_path / "later", more, stamp="2026-11-21T09-00-00.000Z")], store)
+    assert store.summary_row("small")["fidelity"] < row["fidelity"]

@@ -50,7 +50,16 @@ EXPORT_BATCH_ROWS = 2000
 # archives written, and `sessions`, recomputed from turns on restore. Turns are archived, but as the
 # memory-backup file.
 NOT_ARCHIVED = frozenset(
-    {"schema_meta", "summary_leases", "host_circuits", "host_raw_caps", "archives", "sessions", "turns"}
+    {
+        "fidelity_terms",
+        "schema_meta",
+        "summary_leases",
+        "host_circuits",
+        "host_raw_caps",
+        "archives",
+        "sessions",
+        "turns",
+    }
 )
 RESTORE_MODES = ("merge", "replace")
 

@@ -57,6 +57,8 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     5: [summary_column("raw_cap_source")],
     # 6: a staged reply carries whether its call is in the ledger yet (a kill between them, issue 22).
     6: [add_column("response_cache", "attempt_recorded BOOLEAN")],
+    # 7: each summary's fidelity score, and the identifiers it names and misses (`digest.fidelity`).
+    7: [summary_column("fidelity"), summary_column("fidelity_found"), summary_column("fidelity_missed")],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

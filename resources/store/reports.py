@@ -29,6 +29,14 @@ class Reports(Connection):
             friction = dict(
                 con.execute("SELECT symptom, count(*) FROM friction_events GROUP BY 1 ORDER BY 1").fetchall()
             )
+            fidelity: dict = {}
+            for tier, origin, n, scored, mean in con.execute(
+                """SELECT source_tier, origin, count(*), count(fidelity), avg(fidelity) FROM session_summaries
+                   GROUP BY 1, 2 ORDER BY 1, 2"""
+            ).fetchall():
+                fidelity.setdefault(tier, {})[origin] = {
+                    "summaries": n, "scored": scored, "mean": round(mean, 3) if mean is not None else None,
+                }  # fmt: skip
             now = now_ms()
             hosts = {host: circuit_status(circuit, now) for host, circuit in read_circuits(con).items()}
             return {
@@ -40,6 +48,8 @@ class Reports(Connection):
                 "summaries_by_source_tier": tiers,
                 # imported: an export's summary, current for the turns, so no model call was owed.
                 "summaries_by_origin": origins,
+                # The mean fidelity score (docs/fidelity.md) by source tier, then origin.
+                "fidelity_by_tier": fidelity,
                 "pending_summaries": scalar(f"SELECT count(*) FROM ({PENDING_SUMMARY_SESSIONS})"),
                 "attempts": scalar("SELECT count(*) FROM attempts"),
                 "rejects": scalar("SELECT count(*) FROM rejects"),
@@ -53,6 +63,28 @@ class Reports(Connection):
                 # listed is closed): an open one is out of rotation until its retry time.
                 "host_circuits": hosts,
             }
+
+    def current_imported_summaries(self, partition_keys: list[str]) -> list[dict]:
+        """The summary rows (with `partition_key`) of these partitions whose summary is an export's,
+        current for the turns: partitions the store already knows as summarized."""
+        with self.connect() as con:
+            return records(
+                con,
+                """SELECT s.partition_key, x.*, i.source_file FROM session_summaries x
+                   JOIN sessions s USING (session_id) LEFT JOIN imported_summaries i USING (session_id)
+                   WHERE x.origin = 'imported' AND x.input_revision = s.input_revision
+                     AND s.partition_key IN (SELECT unnest(?::VARCHAR[]))""",
+                [partition_keys],
+            )
+
+    def fidelity_examples(self) -> list[dict]:
+        """Per (origin, source tier) the best-scored summary's title and fidelity: the demo's closing lines."""
+        with self.connect() as con:
+            return records(
+                con,
+                """SELECT origin, source_tier, arg_max(title, fidelity) AS title, max(fidelity) AS fidelity
+                   FROM session_summaries WHERE fidelity IS NOT NULL GROUP BY 1, 2 ORDER BY origin, source_tier""",
+            )
 
     def friction_report_rows(self) -> dict:
         """What the friction report reads, in one connection: events, attempts, summaries, mini-summary
@@ -72,7 +104,7 @@ class Reports(Connection):
                 ),
                 "summaries": records(
                     con,
-                    "SELECT session_id, source_tier, degraded, route_reason FROM session_summaries",
+                    "SELECT session_id, source_tier, degraded, route_reason, origin, host, fidelity FROM session_summaries",
                 ),
                 "mini_coverage": records(
                     con,

@@ -145,6 +145,12 @@ CREATE TABLE IF NOT EXISTS summary_leases (
     expires_at_ms BIGINT NOT NULL
 );
 
+-- The salient identifiers of each session (digest/fidelity.py): the store's document frequencies.
+CREATE TABLE IF NOT EXISTS fidelity_terms (
+    session_id VARCHAR NOT NULL,
+    term VARCHAR NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS rejects (
     source_file VARCHAR NOT NULL,
     line_no INTEGER NOT NULL,

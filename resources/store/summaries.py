@@ -11,6 +11,7 @@ import duckdb
 from digest.scheduling import Candidate
 from digest.synthesis import FALLBACK_CHARS, SessionSummary
 from resources.store.connection import Connection, now, record, records
+from resources.store.fidelity import refresh_fidelity
 from resources.store.graph import write_summary_graphs
 from resources.store.summary_row import SUMMARY_ROW, adopt_columns
 
@@ -87,6 +88,8 @@ def adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[s
     one that says its session was digested at these turns marks it digested."""
     write_summary_graphs(con, records(con, ADOPT_IMPORTED_SUMMARIES, [session_ids, now()]))
     con.execute(MARK_IMPORTED_DIGESTS, [now(), session_ids])
+    # The sessions' turns changed or their summary did: score them again.
+    refresh_fidelity(con, session_ids)
 
 
 class Summaries(Connection):
@@ -134,6 +137,9 @@ class Summaries(Connection):
             "origin": "generated",
             "host": host,
             "host_reason": host_reason,
+            "fidelity": None,  # scored below, from the turns
+            "fidelity_found": None,
+            "fidelity_missed": None,
         }
         missing = [c.name for c in SUMMARY_ROW if c.name not in row]
         if missing:
@@ -148,6 +154,7 @@ class Summaries(Connection):
                 list(row.values()),
             )
             write_summary_graphs(con, [row])
+            refresh_fidelity(con, [summary.session_id])
 
     def summary_row(self, session_id: str) -> dict | None:
         with self.connect() as con:

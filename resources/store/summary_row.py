@@ -98,6 +98,9 @@ PIPELINE_COLUMNS = (
         "raw_tokens_counted", "INTEGER",
         "the host tokenizer's count of the raw prompt + the chat template margin; NULL: none", shown=True,
     ),
+    Column("fidelity", "DOUBLE", "0-1, digest/fidelity.py; NULL: no text to score", shown=True, none_as="none"),
+    Column("fidelity_found", "VARCHAR[]", "the top identifiers of the session the summary names"),
+    Column("fidelity_missed", "VARCHAR[]", "those it does not"),
 )  # fmt: skip
 
 KEY = Column("session_id", "VARCHAR PRIMARY KEY", imported="s.session_id", shown=True)

@@ -1,0 +1,162 @@
+"""A summary's fidelity, with no model call: the weighted share of its session's salient
+identifiers that the summary's title and text name (docs/fidelity.md).
+
+Salience: the identifiers a reader would search for, extracted from the raw turns (issue and PR
+references, URLs, file paths and names, CamelCase and snake_case symbols, `name()` calls, commands,
+error names), each weighted by TF-IDF: (1 + ln tf) in the session × ln((1 + N) / (1 + df)) + 1 over
+the N sessions of the store, so what a session is about outranks what every session says. The top
+`TOP` by weight are scored. Matching is case-insensitive on a key per identifier (a file's stem,
+so `RowModel` and `src/RowModel.spec.mjs` are one), at word bounds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+TOP = 15  # the identifiers scored per session
+FLOOR = 0.2  # the asset check warns on a summary under this (docs/fidelity.md)
+
+# Tokens are split at whitespace and punctuation; a name right before "(" is a call.
+_SPLIT = str.maketrans({**{c: " " for c in "`'\"[]{}<>,;)=+*!?|&"}, "(": "( "})
+_GH_REF = re.compile(r"/(?:issues|pull)/(\d+)")
+_CAMEL = re.compile(r"[a-z0-9][A-Z]")
+_NAME = re.compile(r"[^\W\d][\w$]*")
+_EXTENSIONS = frozenset(
+    "py mjs cjs js ts tsx jsx md json yaml yml toml sql sh css scss html rs go java kt c h cpp hpp rb php txt lock "
+    "cfg ini".split()
+)
+_COMMANDS = frozenset(
+    "npm npx pnpm yarn git pytest python python3 make cargo go docker uv pip node gh ruff dagster".split()
+)
+_WORD = re.compile(r"[^\W\d_][\w'-]{4,}")  # the fallback terms of a session with no identifier
+_STEMS = {"index", "main", "readme", "test", "tests", "src", "lib", "utils", "package", "init", "__init__", "setup"}
+_STOPWORDS = set(
+    "about above after again agent being below between could doing during every first found further having "
+    "other response prompt thought should their there these thing those through under until using where "
+    "which while would yours user".split()
+)
+
+
+def _stem(path: str) -> str | None:
+    """A file's (or folder's) match key: its last part before the first dot, lowercased."""
+    stem = path.rstrip("/").rsplit("/", 1)[-1].split(".", 1)[0].lower()
+    return None if len(stem) < 3 or stem in _STEMS else stem
+
+
+def _symbol(name: str) -> str | None:
+    """A code symbol's key: CamelCase, snake_case, an error name; None for a plain word."""
+    if len(name) < 3 or not _NAME.fullmatch(name):
+        return None
+    inner = name.strip("_")
+    if _CAMEL.search(name) or ("_" in inner and any(c.isalpha() for c in inner)):
+        return name.lower()
+    if name.endswith(("Error", "Exception")) or (name[0] == "E" and name.isupper() and 4 <= len(name) <= 10):
+        return name.lower()
+    return None
+
+
+def extract(text: str) -> Counter:
+    """The session's identifiers: match key → occurrences (one token is one occurrence)."""
+    found: Counter = Counter()
+    previous = ""
+    for token in text.translate(_SPLIT).split():
+        call = token[-1] == "("
+        token = token.rstrip(".:(")
+        if not token:
+            continue
+        command, previous = previous, token
+        if command in _COMMANDS and token[:1].islower() and token.isascii():
+            if token == "run":
+                previous = command
+                continue
+            found[f"{command} {token}"] += 1
+            continue
+        if not call and token.isalpha() and (token.islower() or token.istitle()):
+            continue  # a plain word: the fast path of most tokens
+        if token.startswith(("http://", "https://")):
+            ref = _GH_REF.search(token)
+            found["#" + ref.group(1) if ref else token.lower().rstrip("/").split("://", 1)[1]] += 1
+        elif token[:1] == "#" and token[1:].isdigit() and len(token) > 2:
+            found[token] += 1
+        elif token[:3] == "GH-" and token[3:].isdigit():
+            found["#" + token[3:]] += 1
+        elif "/" in token:
+            if any(c.isalpha() for c in token) and (key := _stem(token)):
+                found[key] += 1
+        elif "." in token and token.rsplit(".", 1)[-1].lower() in _EXTENSIONS:
+            if key := _stem(token):
+                found[key] += 1
+        else:
+            parts = token.split(".")
+            for i, part in enumerate(parts):
+                if call and i == len(parts) - 1:
+                    key = part.lower() if len(part) >= 3 and _NAME.fullmatch(part) else None
+                else:
+                    key = _symbol(part)
+                if key:
+                    found[key] += 1
+    return found
+
+
+def fallback_terms(text: str) -> Counter:
+    """Plain content words, for a session that names no identifier at all."""
+    return Counter(w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOPWORDS)
+
+
+def session_terms(text: str) -> Counter:
+    return extract(text) or fallback_terms(text)
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    score: float | None  # None: the session has no text to score
+    found: list[str]  # the top identifiers the summary names, by weight
+    missed: list[str]  # those it does not
+
+    def markdown(self) -> str:
+        def line(label: str, names: list[str]) -> str:
+            return f"**{label}** ({len(names)}): " + (", ".join(f"`{n}`" for n in names) or "none")
+
+        return line("found", self.found) + "\n\n" + line("missed", self.missed)
+
+
+def weights(terms: Mapping[str, int], df: Mapping[str, int], n_sessions: int) -> dict[str, float]:
+    """TF-IDF: (1 + ln tf) × (ln((1 + N) / (1 + df)) + 1), df counting the sessions that name it."""
+    n = max(n_sessions, 1)
+    return {t: (1 + math.log(tf)) * (math.log((1 + n) / (1 + df.get(t, 1))) + 1) for t, tf in terms.items()}
+
+
+def mentions(summary_text: str, key: str) -> bool:
+    """The key at word bounds in the summary (case-insensitive); `#n` also as a bare `n`."""
+    text = summary_text.lower()
+    keys = [key, key[1:]] if key.startswith("#") else [key]
+    return any(re.search(rf"(?<![\w$]){re.escape(k)}(?![\w$])", text) for k in keys)
+
+
+def score(
+    terms: Mapping[str, int], summary_text: str, df: Mapping[str, int] | None = None, n_sessions: int = 1
+) -> Fidelity:
+    """The weighted share of the session's top `TOP` terms the summary names."""
+    if not terms:
+        return Fidelity(None, [], [])
+    weighted = weights(terms, df or {}, n_sessions)
+    top = sorted(weighted, key=lambda t: (-weighted[t], t))[:TOP]
+    found = [t for t in top if mentions(summary_text, t)]
+    missed = [t for t in top if t not in found]
+    total = sum(weighted[t] for t in top)
+    return Fidelity(round(sum(weighted[t] for t in found) / total, 4), found, missed)
+
+
+def fidelity(session_text: str, title: str, summary: str, df: Mapping[str, int] | None = None, n_sessions: int = 1):
+    """One summary's fidelity to its session's text (df, n_sessions: the store's document frequencies)."""
+    if not session_text.strip():
+        return Fidelity(None, [], [])
+    return score(session_terms(session_text), f"{title}\n{summary}", df, n_sessions)
+
+
+def session_text(documents: Iterable[str]) -> str:
+    return "\n".join(documents)

@@ -1,0 +1,48 @@
+"""Each summary's fidelity score (`digest.fidelity`), kept up to date with its turns: the sessions'
+salient identifiers in `fidelity_terms` (the store's document frequencies), the score and the
+identifiers found and missed in `session_summaries`."""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+
+from digest.fidelity import score, session_terms
+
+
+def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
+    """Extract these sessions' identifiers from their turns again and score their summaries."""
+    if not session_ids:
+        return
+    ids = sorted(set(session_ids))
+    texts = con.execute(
+        """SELECT session_id, string_agg(document, chr(10) ORDER BY ts_ms, id) FROM turns
+           WHERE session_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1""",
+        [ids],
+    ).fetchall()
+    terms = {sid: session_terms(text or "") for sid, text in texts}
+    con.execute("DELETE FROM fidelity_terms WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
+    batch = pd.DataFrame([(sid, t) for sid, found in terms.items() for t in found], columns=["session_id", "term"])
+    if len(batch):
+        con.register("fidelity_batch", batch)
+        con.execute("INSERT INTO fidelity_terms SELECT session_id, term FROM fidelity_batch")
+        con.unregister("fidelity_batch")
+    n_sessions = con.execute("SELECT count(DISTINCT session_id) FROM fidelity_terms").fetchone()[0]
+    wanted = sorted({t for found in terms.values() for t in found})
+    df = dict(
+        con.execute(
+            "SELECT term, count(DISTINCT session_id) FROM fidelity_terms "
+            "WHERE term IN (SELECT unnest(?::VARCHAR[])) GROUP BY term",
+            [wanted],
+        ).fetchall()
+    )
+    summaries = con.execute(
+        "SELECT session_id, title, summary FROM session_summaries WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+        [ids],
+    ).fetchall()
+    for sid, title, summary in summaries:
+        result = score(terms.get(sid, {}), f"{title}\n{summary}", df, n_sessions)
+        con.execute(
+            "UPDATE session_summaries SET fidelity = ?, fidelity_found = ?, fidelity_missed = ? WHERE session_id = ?",
+            [result.score, result.found, result.missed, sid],
+        )

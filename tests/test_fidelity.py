@@ -1,0 +1,111 @@
+"""The fidelity score (digest/fidelity.py) on hand-written sessions with known identifiers."""
+
+from __future__ import annotations
+
+import time
+
+from digest.fidelity import FLOOR, extract, fidelity, score
+from pipelines.checks import fidelity_problems
+
+SESSION = """User Prompt: Fix #13904: the grid selection jumps after a sort.
+Agent Thought: the bug is in src/grid/RowModel.mjs, where getSelection() reads a stale buffer_range.
+```js
+const rows = RowModel.sortRows(store.items);   // TypeError when items is undefined
+```
+Agent Response: I ran `npm test` and fixed RowModel; see https://github.com/neomjs/neo/pull/13905.
+"""
+
+
+def test_the_identifiers_of_a_session_are_found_in_prose_code_paths_and_refs():
+    terms = extract(SESSION)
+    for key in ("#13904", "#13905", "rowmodel", "getselection", "buffer_range", "sortrows", "typeerror", "npm test"):
+        assert key in terms, key
+    assert terms["rowmodel"] == 3  # the path, the class in the code block, the prose
+
+
+def test_a_summary_that_names_them_all_scores_1_none_0_half_in_between():
+    everything = "Fixed #13904 and #13905: RowModel getSelection buffer_range sortRows TypeError, npm test."
+    assert fidelity(SESSION, "Fix", everything).score == 1.0
+    assert fidelity(SESSION, "AI-Agent Work Session", "The user asked for a summary of the changes.").score == 0.0
+    half = fidelity(SESSION, "Fix grid selection (#13904)", "Fixed RowModel.spec.mjs and getSelection.")
+    assert 0.3 < half.score < 0.8
+    assert set(half.found) == {"#13904", "rowmodel", "getselection"} and "typeerror" in half.missed
+
+
+def test_matching_is_case_insensitive_and_tolerant_of_a_file_name_for_its_stem():
+    terms = extract("We changed RowModel twice. RowModel is the class.")
+    assert score(terms, "edited rowmodel.spec.mjs").score == 1.0
+    assert score(terms, "edited rowmodels").score == 0.0  # a word bound, not a substring
+
+
+def test_non_ascii_text_around_identifiers():
+    session = "Benutzer: Die Größe in GridView ändern, Fehler in calc_größe? 表示が崩れる #4711"
+    result = fidelity(session, "GridView のサイズ", "Größe von GridView korrigiert (#4711)")
+    assert {"gridview", "#4711"} <= set(result.found) and result.score > 0.5
+
+
+def test_frequent_terms_of_the_store_weigh_less_than_the_session_own():
+    terms = extract("AGENTS.md says run npm test. Fixed ColumnBuffer.")
+    df = {"agents": 99, "npm test": 99, "columnbuffer": 1}
+    assert score(terms, "ColumnBuffer", df, n_sessions=100).score > 0.65
+    assert score(terms, "AGENTS.md npm test", df, n_sessions=100).score < 0.35
+
+
+def test_no_text_scores_none_and_a_text_without_identifiers_falls_back_to_words():
+    assert fidelity("   ", "t", "s").score is None
+    plain = fidelity("The committee discussed the harvest festival schedule.", "Festival", "harvest schedule")
+    assert plain.score is not None and plain.score > 0.5
+
+
+def test_the_check_warns_under_the_floor_only():
+    row = {"fidelity": FLOOR / 2, "origin": "generated", "source_tier": "raw", "title": "t"}
+    assert fidelity_problems(row) and not fidelity_problems({**row, "fidelity": FLOOR})
+    assert not fidelity_problems({**row, "fidelity": None})
+
+
+def test_the_score_costs_far_under_a_millisecond_per_kb():
+    text = SESSION * 200
+    best = float("inf")
+    for _ in range(5):  # the best of five: the machine is shared
+        started = time.perf_counter()
+        fidelity(text, "Fix", "RowModel")
+        best = min(best, time.perf_counter() - started)
+    per_kb_ms = best * 1000 / (len(text.encode()) / 1024)
+    assert per_kb_ms < 1.0, per_kb_ms
+
+
+def test_status_has_fidelity_by_tier_and_the_imported_sample_is_scored(tmp_path):
+    from pathlib import Path
+
+    from digest.ingest import ingest_paths
+    from resources.store import DigestStore
+
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    ingest_paths([Path(__file__).resolve().parents[1] / "samples" / "bundle"], store)
+    by_tier = store.status()["fidelity_by_tier"]
+    imported = by_tier["raw"]["imported"]
+    assert imported["summaries"] == imported["scored"] == 1 and 0 < imported["mean"] <= 1
+    [example] = store.fidelity_examples()
+    assert example["origin"] == "imported" and round(example["fidelity"], 3) == imported["mean"]
+
+
+def test_the_friction_report_rows_by_tier_and_degraded_against_raw_per_host():
+    from digest.friction_report import degraded_against_raw, fidelity_rows
+
+    rows = [
+        {"source_tier": "raw", "route_reason": "within-cap", "origin": "generated", "host": "a", "degraded": False,
+         "fidelity": 0.6},
+        {"source_tier": "miniSummary", "route_reason": "over-raw-cap", "origin": "generated", "host": "a",
+         "degraded": True, "fidelity": 0.2},
+        {"source_tier": "raw", "route_reason": "imported", "origin": "imported", "host": None, "degraded": False,
+         "fidelity": 0.9},
+        {"source_tier": "raw", "route_reason": "within-cap", "origin": "generated", "host": "a", "degraded": False,
+         "fidelity": None},
+    ]  # fmt: skip
+    assert fidelity_rows(rows) == [
+        ["miniSummary", "over-raw-cap", "generated", "1", "0.20"],
+        ["raw", "imported", "imported", "1", "0.90"],
+        ["raw", "within-cap", "generated", "1", "0.60"],
+    ]
+    assert degraded_against_raw(rows) == [["a", "1", "0.60", "1", "0.20", "-0.40"]]
