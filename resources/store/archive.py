@@ -456,9 +456,10 @@ class Archive(Connection):
             con.execute(f"DELETE FROM sessions {where}", params)
         upsert_sessions(con, derived_session_rows(con, ids))
         # The fidelity terms are derived from the turns too (not archived): the restored sessions'
-        # are extracted again, a removed session's dropped, and their summaries scored again.
+        # are extracted again, a removed session's dropped; a summary the bundle holds unscored (an
+        # older bundle's) is scored.
         con.execute("DELETE FROM fidelity_terms WHERE session_id NOT IN (SELECT session_id FROM sessions)")
-        refresh_fidelity(con, ids)
+        refresh_fidelity(con, ids, unscored_only=True)
 
     def _session_states(self, con: duckdb.DuckDBPyConnection, sessions: list[str] | None) -> dict[str, SessionState]:
         where, params = self._scope(["session_id"], "sessions", sessions)
