@@ -40,6 +40,7 @@ from digest.archive import (
 )
 from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
 from resources.store.connection import SCHEMA_VERSION, Connection, now
+from resources.store.fidelity import refresh_fidelity
 from resources.store.sessions import derived_session_rows, upsert_sessions
 from resources.store.vectors import convert_text_vectors, split_vectors_sql, vector_json_sql
 
@@ -479,6 +480,11 @@ class Archive(Connection):
             where, params = self._scope(["session_id"], "sessions", sessions)
             con.execute(f"DELETE FROM sessions {where}", params)
         upsert_sessions(con, derived_session_rows(con, ids))
+        # The fidelity terms are derived from the turns too (not archived): the restored sessions'
+        # are extracted again, a removed session's dropped; a summary the bundle holds unscored (an
+        # older bundle's) is scored.
+        con.execute("DELETE FROM fidelity_terms WHERE session_id NOT IN (SELECT session_id FROM sessions)")
+        refresh_fidelity(con, ids, unscored_only=True)
 
     def _session_states(self, con: duckdb.DuckDBPyConnection, sessions: list[str] | None) -> dict[str, SessionState]:
         where, params = self._scope(["session_id"], "sessions", sessions)

@@ -10,8 +10,9 @@ import pandas as pd
 from digest.fidelity import score, session_terms
 
 
-def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
-    """Extract these sessions' identifiers from their turns again and score their summaries."""
+def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], unscored_only: bool = False) -> None:
+    """Extract these sessions' identifiers from their turns again and score their summaries (with
+    `unscored_only`, those with no score yet: a restore keeps the scores its bundle holds)."""
     if not session_ids:
         return
     ids = sorted(set(session_ids))
@@ -37,7 +38,8 @@ def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> 
         ).fetchall()
     )
     summaries = con.execute(
-        "SELECT session_id, title, summary FROM session_summaries WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+        "SELECT session_id, title, summary FROM session_summaries WHERE session_id IN (SELECT unnest(?::VARCHAR[]))"
+        + (" AND fidelity IS NULL" if unscored_only else ""),
         [ids],
     ).fetchall()
     for sid, title, summary in summaries:
