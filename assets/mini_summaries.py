@@ -124,6 +124,7 @@ def turn_mini_summaries(
             "budget_exhausted": report.budget_exhausted,
             "left_for_later": report.left_for_later,
             "done_by_another_run": report.done_by_another_run,
+            "cut_at_output_cap": report.cut_at_output_cap,
             "backoff_until": _iso(backoff_until_ms) if backoff_until_ms else "none",
             "turns": counts["turns"],
             "mini_summaries_imported": counts["imported"],

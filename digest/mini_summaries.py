@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from digest.friction import Symptom, classify_error
-from digest.model_api import ChatClient, ChatReply, ModelTimeout, OutputLimitExceeded, ProviderError
+from digest.model_api import ChatClient, ChatReply, ModelTimeout, ProviderError
 from digest.pacing import CallPlan, Pacer, first_token_of, is_given_up
 from digest.synthesis import Attempt, Limits, Route, estimate_raw_tokens, raw_route
 
@@ -121,6 +121,7 @@ class FillReport:
     model_seconds: float = 0.0
     left_for_later: int = 0  # turns with content the budget did not reach
     done_by_another_run: int = 0  # pending when this run started, not any more when their turn came
+    cut_at_output_cap: int = 0  # replies cut at the output cap, their first 280 characters kept
     host_out_of_rotation: bool = False  # the host's circuit opened: the rest handed back, no backoff
 
     @property
@@ -344,16 +345,19 @@ def fill_mini_summaries(
         tokens_estimate = limits.estimate_tokens(prompt)
         plan = pacer.plan(tokens_estimate, MAX_OUTPUT_TOKENS, client.streaming)
         reply, error, seconds = call_with_deadline(client, prompt, plan, plan.timeout_s * backstop_ratio)
-        if reply is not None and reply.finish_reason == "length":
-            # Cut at the output cap, as a summary call is: `token-budget-exceeded`, nothing stored.
-            error = OutputLimitExceeded(
-                f"reply cut at the output cap of {MAX_OUTPUT_TOKENS} tokens (finish_reason=length)"
-            )
         report.model_seconds += seconds
         report.attempted += 1
-        if reply is not None and error is None:
+        note = None
+        if reply is not None:
             text = clean_output(reply.text)
             cause = "ok" if text else "empty-output"
+            if reply.finish_reason == "length" and text:
+                # Unlike a summary's JSON, a line cut at the cap is still a line: its first 280
+                # characters are kept, as the reference keeps them; the attempt says it was cut.
+                note = (
+                    f"reply cut at the output cap of {MAX_OUTPUT_TOKENS} tokens; its first {MAX_CHARS} characters kept"
+                )
+                report.cut_at_output_cap += 1
         else:
             text, cause = "", cause_of(error)
         attempt = Attempt(
@@ -368,7 +372,9 @@ def fill_mini_summaries(
             prompt_tokens=reply.prompt_tokens if reply is not None else None,
             completion_tokens=reply.completion_tokens if reply is not None else None,
             cached=reply is not None and reply.cached,
-            error_text=f"turn {turn.id}: {error or 'the reply was empty'}"[:2000] if cause != "ok" else None,
+            error_text=f"turn {turn.id}: {error or note or 'the reply was empty'}"[:2000]
+            if cause != "ok" or note
+            else None,
             host_failure=plan.host_failure(error),
             first_token_s=first_token_of(reply, error),
         )

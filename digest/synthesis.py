@@ -127,11 +127,15 @@ class Attempt:
         return self.prompt_tokens is not None and self.prompt_tokens < TRUNCATION_RATIO * self.tokens_estimate
 
     def speed_sample(self) -> Sample | None:
-        """The call's figures as a measure of its host's speed; None for a failure, a replay from
-        the response cache, or a reply without the server's counts."""
-        if self.outcome != "ok" or self.cached or not self.prompt_tokens or self.completion_tokens is None:
+        """The call's figures as a measure of its host's speed; None for a failure or a replay from
+        the response cache."""
+        if self.outcome != "ok" or self.cached:
             return None
-        return Sample(self.prompt_tokens, self.completion_tokens, self.duration_s, self.first_token_s)
+        # A server that sends no counts: the estimate (an over-count, so the rate errs slow) and
+        # no answer rate (its time is charged to the prompt).
+        return Sample(
+            self.prompt_tokens or self.tokens_estimate, self.completion_tokens or 0, self.duration_s, self.first_token_s
+        )
 
 
 class Ledger(Protocol):

@@ -393,7 +393,9 @@ def test_a_truncated_raw_session_becomes_mini_summary_once_its_turns_are_filled(
         return (
             Behaviour.text("Kept the grid selection on record ids.")
             if mini_summaries_work["on"]
-            else Behaviour.server_error()
+            # A refusal of the request (4xx), not of the host: a 5xx would open the host's circuit
+            # and hand the session back before its summary (issue 22, defect 2).
+            else Behaviour(status=400, error_body={"error": {"message": "refused"}})
         )
 
     with instance_for_test() as instance, ModelServer(script) as server:
@@ -472,6 +474,25 @@ def test_the_embedded_model_writes_a_mini_summary_for_a_real_turn(store):
     assert _rows(store, "SELECT origin, model FROM mini_summaries") == [{"origin": "generated", "model": MODEL_ALIAS}]
 
 
+@pytest.mark.parametrize("protocol", ["openai", "ollama"])
+def test_a_mini_summary_cut_at_the_output_cap_keeps_its_line_and_says_it_was_cut(store, protocol):
+    """Unlike a summary's JSON, a line cut at the cap is still a line: thrown away, its model time
+    would be lost (a ramble of SmolLM2 past 128 tokens is common); kept, the attempt says so."""
+    from resources.model_clients import OllamaChatClient
+    from tests.fault_server import FaultServer
+
+    _add(store, _session("s1", 1))
+    with FaultServer("length-cut") as server:
+        client = _client(server.url) if protocol == "openai" else OllamaChatClient(server.url, "fake-model", 8192)
+        report = fill_mini_summaries(
+            store.pending_mini_summary_turns("s1"), client, make_limits(), _policy(), MiniSummaryLedger(store, "r")
+        )
+    assert len(report.generated) == 1 and report.cut_at_output_cap == 1
+    assert 0 < len(report.generated[0][1]) <= MAX_CHARS
+    (attempt,) = _rows(store, "SELECT outcome, error_text FROM attempts")
+    assert attempt["outcome"] == "ok" and "cut at the output cap" in attempt["error_text"]
+
+
 # Issue 22 (minor): a mini summary's failed call is classified as a summary call's is
 # (`digest.friction.classify_error`); only the timeouts say which deadline and an absent server `no-model`.
 @pytest.mark.parametrize("protocol", ["openai", "ollama"])
@@ -479,7 +500,6 @@ def test_the_embedded_model_writes_a_mini_summary_for_a_real_turn(store):
     ("fault", "outcome"),
     [
         ("huge", "token-budget-exceeded"),  # a 50 MB reply: was `unspecified`
-        ("length-cut", "token-budget-exceeded"),  # cut at the output cap: was stored `ok`
         ("context-overflow", "context-overflow"),  # was `provider-error`
         ("server-error", "provider-error"),
     ],

@@ -131,12 +131,15 @@ def test_the_fixed_pacer_is_the_configured_timeout_and_never_stretches():
     assert pacer.plan(400, 128, streaming=True) == CallPlan(5.0, 5.0, measured=False, at_ceiling=True)
 
 
-def test_an_attempt_is_a_speed_sample_only_when_the_server_finished_it_and_counted():
+def test_an_attempt_is_a_speed_sample_only_when_the_server_finished_it():
     ok = Attempt("s", "mini-summary", "turn", 100, 40, "ok", 2.0, "m", 400, 50, first_token_s=0.5)
     assert ok.speed_sample() == Sample(400, 50, 2.0, 0.5)
     assert Attempt("s", "mini-summary", "turn", 100, 40, "timeout", 2.0, "m").speed_sample() is None
     cached = Attempt("s", "mini-summary", "turn", 100, 40, "ok", 0.0, "m", 400, 50, cached=True)
     assert cached.speed_sample() is None
+    # A server that sent no counts: the estimate stands in for the prompt, the answer is unknown.
+    uncounted = Attempt("s", "mini-summary", "turn", 100, 40, "ok", 2.0, "m", first_token_s=0.5)
+    assert uncounted.speed_sample() == Sample(40, 0, 2.0, 0.5)
 
 
 # --- slow is not down -----------------------------------------------------------------------------
@@ -204,6 +207,16 @@ def test_an_auto_cap_follows_the_hosts_ledger_with_hysteresis(store):
     # The host is lastingly twice as slow: the cap follows.
     _record(store, "cpu", [streamed(prompt_tps=25.0, answer_tps=5.0, answer_tokens=300)] * 40, stage="session-summary")
     assert fleet.measured_limits(store, "cpu").raw_cap_tokens == 1500
+
+
+def test_a_host_whose_server_sends_no_counts_is_measured_from_the_estimates(store):
+    for _ in range(3):
+        store.record_attempt(
+            Attempt("s", "mini-summary", "turn", 1200, 400, "ok", 4.0, "qwen", host="cpu", first_token_s=2.0)
+        )
+    speed = store.host_speed("cpu", "qwen")
+    # No answer rate: the whole call is charged to the prompt, 400 tokens in 4 s.
+    assert speed.prompt_tps == pytest.approx(100.0) and not speed.separable
 
 
 def test_the_store_shows_a_host_slower_than_its_earlier_calls(store):

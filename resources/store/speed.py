@@ -25,13 +25,16 @@ _cap_lock = threading.Lock()  # this process's cap writes take turns (see `hosts
 
 class Speed(Connection):
     def host_samples(self, host: str, model: str, limit: int = RECENT_CALLS) -> list[Sample]:
-        """The host's finished calls of `model`, newest first, with the server's counts: every stage,
+        """The host's finished calls of `model`, newest first, with the server's counts (else the
+        estimate): every stage,
         since each measures the same prompt and answer rates (attempts from before hosts were named
         count for every host of the model)."""
         with self.connect() as con:
             rows = con.execute(
-                """SELECT prompt_tokens, completion_tokens, duration_s, first_token_s FROM attempts
-                   WHERE outcome = 'ok' AND NOT cached AND prompt_tokens > 0 AND completion_tokens IS NOT NULL
+                # A server that sends no counts: the estimate, and no answer (`Attempt.speed_sample`).
+                """SELECT coalesce(prompt_tokens, tokens_estimate), coalesce(completion_tokens, 0), duration_s,
+                          first_token_s FROM attempts
+                   WHERE outcome = 'ok' AND NOT cached AND coalesce(prompt_tokens, tokens_estimate) > 0
                      AND model = ? AND (host = ? OR host IS NULL)
                    ORDER BY attempt_id DESC LIMIT ?""",
                 [model, host, limit],
