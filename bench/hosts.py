@@ -255,15 +255,22 @@ class SimClockClient:
         self.scale = scale
         self.real_s = 0.0  # the real seconds of every call so far
 
+    @property
+    def streaming(self) -> bool:
+        return self.inner.streaming
+
     def chat(self, prompt: str, **kwargs) -> ChatReply:
         try:
             reply = self.inner.chat(prompt, **kwargs)
         except ModelError as exc:
             self.real_s += exc.duration_s
             exc.duration_s *= self.scale
+            if getattr(exc, "first_token_s", None) is not None:
+                exc.first_token_s *= self.scale
             raise
         self.real_s += reply.duration_s
-        return dataclasses.replace(reply, duration_s=reply.duration_s * self.scale)
+        first = None if reply.first_token_s is None else reply.first_token_s * self.scale
+        return dataclasses.replace(reply, duration_s=reply.duration_s * self.scale, first_token_s=first)
 
 
 @dataclass
@@ -410,8 +417,9 @@ class InstantClient:
     """A reply at once: only the store's work is timed."""
 
     model = "bench-instant"
+    streaming = False
 
-    def chat(self, prompt: str, *, schema, max_output_tokens: int, timeout_s: float) -> ChatReply:
+    def chat(self, prompt: str, *, schema, max_output_tokens: int, timeout_s: float, stall_s=None) -> ChatReply:
         tokens = math.ceil(len(prompt.encode("utf-8")) / SERVER_BYTES_PER_TOKEN)
         return ChatReply(REPLY.content, tokens, COMPLETION_TOKENS, duration_s=0.0, finish_reason="stop")
 

@@ -82,15 +82,29 @@ class CachedChatClient:
         self.session = session
         self.model = inner.model
 
-    def chat(self, prompt: str, *, schema: dict | None, max_output_tokens: int, timeout_s: float) -> ChatReply:
+    @property
+    def streaming(self) -> bool:
+        return self.inner.streaming
+
+    def chat(
+        self,
+        prompt: str,
+        *,
+        schema: dict | None,
+        max_output_tokens: int,
+        timeout_s: float,
+        stall_s: float | None = None,
+    ) -> ChatReply:
+        """A cached reply is replayed with no model time and no first token (`first_token_s` None)."""
+        limits = {"max_output_tokens": max_output_tokens, "timeout_s": timeout_s, "stall_s": stall_s}
         if not self.reuse and self.session is None:
-            return self.inner.chat(prompt, schema=schema, max_output_tokens=max_output_tokens, timeout_s=timeout_s)
+            return self.inner.chat(prompt, schema=schema, **limits)
         key = request_key(self.model, {**self.wire, "max_output_tokens": max_output_tokens}, prompt, schema)
         # Reuse off: only this session's own staged reply, from a run that died before finishing.
         cached = self.store.cached_reply(key, None if self.reuse else self.session)
         if cached is not None:
             return cached
-        reply = self.inner.chat(prompt, schema=schema, max_output_tokens=max_output_tokens, timeout_s=timeout_s)
+        reply = self.inner.chat(prompt, schema=schema, **limits)
         # A reply cut at the output cap is refused by the summary, and salvaged by the graph only in part.
         if reply.finish_reason != "length" and usable_reply(reply.text, schema):
             self.store.save_reply(key, self.model, reply, self.session)

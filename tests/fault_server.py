@@ -4,6 +4,12 @@
 as Ollama; each request gets the server's one `fault`. It writes the bytes itself, so it can hang,
 trickle a byte a second, reset the connection or send 50 MB. Every sleep waits on a stop event and
 every write loop ends at a broken pipe, so a test's server stops at once, whatever its mode.
+
+The `FAULTS` answer every request with a whole body (a client that asked to stream reads it as a
+server that does not). The `STREAM_FAULTS` answer a `stream: true` request as the real servers
+stream (`tests.model_server.stream_events`), misbehaving `gap_s` apart, and a `stream: false`
+one with a good whole reply; `gone_after_s` records, per streamed request, when the client
+closed the connection (None: it never did before the server finished or stopped).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tests.model_server import GOOD_SUMMARY
+from tests.model_server import GOOD_SUMMARY, StreamSink, stream_events
 
 PROTOCOLS = {"/v1/chat/completions": "openai", "/api/chat": "ollama"}
 FAULTS = (
@@ -33,6 +39,18 @@ FAULTS = (
     "mentions-timeout",  # a reply that is not JSON and says "timeout" and "aborted"
     "mentions-context",  # a reply that is not JSON and says "context", "maximum", "exceed"
 )
+STREAM_FAULTS = (
+    "stream-slow",  # a piece every gap_s, to a good end
+    "stream-stall-first",  # the headers, then nothing: stuck evaluating the prompt
+    "stream-stall-mid",  # a few pieces, then nothing
+    "stream-trickle",  # a piece every gap_s, never ending
+    "stream-cut",  # a few pieces, then the connection closed
+    "stream-pings",  # keep-alives only (SSE `: ping` comments, blank NDJSON lines), never a piece
+    "stream-malformed",  # a few pieces, then a line that is not JSON
+    "stream-ignored",  # a whole JSON reply to a stream request (a server that does not stream)
+    "stream-rejected",  # a 400 naming `stream` to a stream request, a good reply without
+)
+STREAM_PIECES = 3  # the pieces before a stream stalls, is cut or breaks
 HUGE_BYTES = 50 * 1024 * 1024
 TIMEOUT_WORDS = "Request timeout: the call was aborted and timed out."
 CONTEXT_WORDS = "The context window maximum was exceeded (context_length_exceeded), so no JSON."
@@ -105,17 +123,20 @@ def fault_response(fault: str, protocol: str) -> bytes:
         return ok(envelope(protocol, TIMEOUT_WORDS))
     if fault == "mentions-context":
         return ok(envelope(protocol, CONTEXT_WORDS))
-    return ok(envelope(protocol, good))  # trickle and reset send a good reply, slowly or half
+    return ok(envelope(protocol, good))  # trickle and reset send a good reply, slowly or half; "good" whole
 
 
 class FaultServer:
     """`with FaultServer("hang") as server: server.url`; `server.requests` counts chat requests."""
 
-    def __init__(self, fault: str):
-        if fault not in FAULTS:
+    def __init__(self, fault: str, gap_s: float = 0.2):
+        if fault not in FAULTS + STREAM_FAULTS:
             raise ValueError(f"unknown fault {fault!r}")
         self.fault = fault
+        self.gap_s = gap_s
         self.requests: list[str] = []
+        self.streamed: list[bool] = []  # per request: whether it asked to stream
+        self.gone_after_s: list[float | None] = []  # per streamed answer
         self._stop = threading.Event()
         outer = self
 
@@ -124,15 +145,19 @@ class FaultServer:
                 pass
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 protocol = PROTOCOLS.get(self.path)
                 if protocol is None:
                     self.send_error(404)
                     return
                 outer.requests.append(protocol)
+                outer.streamed.append(bool(body.get("stream")))
                 self.close_connection = True
                 try:
-                    outer._serve(self.connection, protocol)
+                    if outer.fault in STREAM_FAULTS:
+                        outer._serve_stream(self.connection, protocol, body)
+                    else:
+                        outer._serve(self.connection, protocol)
                 except OSError:
                     pass  # the client gave up and closed: what these faults are for
 
@@ -171,6 +196,49 @@ class FaultServer:
             conn.close()
             return
         conn.sendall(data)
+
+    def _serve_stream(self, conn: socket.socket, protocol: str, body: dict) -> None:
+        fault = self.fault
+        if fault == "stream-ignored" or not body.get("stream"):
+            conn.sendall(fault_response("good", protocol))
+            return
+        if fault == "stream-rejected":
+            error = {"error": {"message": "stream is not supported by this server", "type": "invalid_request_error"}}
+            conn.sendall(_response(400, json.dumps(error).encode(), "Bad Request"))
+            return
+        sink = StreamSink(conn, protocol, self._stop)
+        self.gone_after_s.append(None)
+        words = json.dumps(GOOD_SUMMARY).split(" ")
+        pieces = [word + " " for word in words[:-1]] + words[-1:]
+        usage = bool(body.get("stream_options", {}).get("include_usage"))
+        events = stream_events(protocol, pieces, "stop", (12, len(pieces)), usage)
+        forever = range(10**9)  # until the client leaves or the server stops
+        ok = sink.head()
+        if fault == "stream-slow":
+            for event in events:
+                ok = ok and sink.wait(self.gap_s) and sink.send(event)
+            ok = ok and sink.end()
+        elif fault in ("stream-stall-first", "stream-stall-mid", "stream-cut", "stream-malformed"):
+            for event in [] if fault == "stream-stall-first" else events[:STREAM_PIECES]:
+                ok = ok and sink.send(event)
+            if fault == "stream-malformed":
+                ok = ok and sink.send(
+                    b'data: {"choices": [{"delta": \n\n' if protocol == "openai" else b'{"message": \n'
+                )
+            if fault != "stream-cut":  # a stall holds the connection open and silent
+                ok = ok and sink.wait(120)
+        elif fault == "stream-trickle":
+            for i in forever:
+                ok = ok and sink.wait(self.gap_s) and sink.send(events[1 + i % (len(events) - 4)])
+                if not ok:
+                    break
+        elif fault == "stream-pings":
+            ping = b": ping - 2026-01-01 00:00:00.000000+00:00\n\n" if protocol == "openai" else b"\n"
+            for _ in forever:
+                ok = ok and sink.wait(self.gap_s) and sink.send(ping)
+                if not ok:
+                    break
+        self.gone_after_s[-1] = sink.gone_after_s
 
     def __enter__(self) -> FaultServer:
         self._thread.start()

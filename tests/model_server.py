@@ -8,12 +8,19 @@ TEST_BYTES_PER_TOKEN bytes), and records every request it receives so tests can 
 reached the model. A test scripts each reply
 with a `Behaviour`: a JSON object to return, a delay (to cause a real client timeout), a raw
 text, or an HTTP error.
+
+A chat request with `stream: true` is answered as the real servers stream (`stream_events`):
+Ollama's chunked NDJSON, the OpenAI protocol's server-sent events ending in `data: [DONE]` (the
+usage chunk when `stream_options.include_usage` asks), the first piece after `first_piece_s`,
+the next ones `piece_gap_s` apart. `StreamSink` writes them and notes when the client left.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -52,6 +59,13 @@ class Behaviour:
     status: int = 200
     error_body: dict | None = None
     prompt_tokens: int | None = None  # the count reported (a chat's or a tokenizer's); default: len(prompt) // 4
+    # A stream request: the pieces of `piece_chars` characters, the first after `first_piece_s`,
+    # then `piece_gap_s` apart, ended with `finish`. `streams=False`: a whole reply regardless.
+    first_piece_s: float = 0.0
+    piece_gap_s: float = 0.0
+    piece_chars: int = 4
+    finish: str = "stop"
+    streams: bool = True
 
     @staticmethod
     def reply(obj: dict = GOOD_SUMMARY) -> Behaviour:
@@ -80,10 +94,100 @@ class Behaviour:
         return Behaviour(status=500, error_body={"error": {"message": "internal error", "type": "server_error"}})
 
 
+def stream_events(
+    protocol: str, pieces: list[str], finish: str, counts: tuple[object, object], usage: bool
+) -> list[bytes]:
+    """The writes of one streamed reply, as the real servers send them: Ollama a JSON line a
+    piece and a `done` line with the counts and durations (ns); llama-cpp-python's server a role
+    chunk, a chunk a piece, a finish chunk, the usage chunk (empty choices) when asked, `[DONE]`."""
+    prompt_tokens, completion_tokens = counts
+    if protocol == "ollama":
+        base = {"model": "fake-model", "created_at": "2026-01-01T00:00:00.000000Z"}
+        lines = [{**base, "message": {"role": "assistant", "content": piece}, "done": False} for piece in pieces]
+        done = {
+            **base,
+            "message": {"role": "assistant", "content": ""},
+            "done": True,
+            "done_reason": finish,
+            "total_duration": 2_000_000_000,
+            "load_duration": 1_000_000,
+            "prompt_eval_count": prompt_tokens,
+            "prompt_eval_duration": 500_000_000,
+            "eval_count": completion_tokens,
+            "eval_duration": 1_400_000_000,
+        }
+        return [json.dumps(line).encode() + b"\n" for line in [*lines, done]]
+    base = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1767225600, "model": "fake-model"}
+
+    def chunk(delta: dict, reason: str | None = None) -> dict:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+
+    events = [chunk({"role": "assistant"}), *(chunk({"content": piece}) for piece in pieces), chunk({}, finish)]
+    if usage:
+        total = (prompt_tokens or 0) + (completion_tokens or 0)
+        counted = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": total}
+        events.append({**base, "choices": [], "usage": counted})
+    return [b"data: " + json.dumps(event).encode() + b"\n\n" for event in events] + [b"data: [DONE]\n\n"]
+
+
+STREAM_TYPES = {"ollama": "application/x-ndjson", "openai": "text/event-stream; charset=utf-8"}
+
+
+class StreamSink:
+    """One streamed response on a raw socket, chunked as both servers send it. `gone_after_s`:
+    seconds from the start until the server saw the client close the connection (a failed write,
+    or the end of the socket while it waited), None while it is there."""
+
+    def __init__(self, conn: socket.socket, protocol: str, stop: threading.Event | None = None):
+        self.conn, self.protocol, self.stop = conn, protocol, stop
+        self.started = time.monotonic()
+        self.gone_after_s: float | None = None
+
+    def _left(self) -> bool:
+        if self.gone_after_s is None:
+            self.gone_after_s = time.monotonic() - self.started
+        return False
+
+    def head(self) -> bool:
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: {STREAM_TYPES[self.protocol]}\r\nTransfer-Encoding: chunked\r\n"
+        return self._write(f"{head}Cache-Control: no-cache\r\nConnection: close\r\n\r\n".encode())
+
+    def send(self, data: bytes) -> bool:
+        """One chunk of the body; False once the client has left."""
+        return self._write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+    def end(self) -> bool:
+        return self._write(b"0\r\n\r\n")
+
+    def _write(self, data: bytes) -> bool:
+        try:
+            self.conn.sendall(data)
+        except OSError:  # broken pipe, reset: the client closed the stream
+            return self._left()
+        return True
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep, watching the socket: False as soon as the client closes it (or the server stops)."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            if self.stop is not None and self.stop.is_set():
+                return False
+            readable, _, _ = select.select([self.conn], [], [], min(left, 0.02))
+            if readable:
+                try:
+                    if not self.conn.recv(1, socket.MSG_PEEK):
+                        return self._left()
+                except OSError:
+                    return self._left()
+                time.sleep(0.02)  # bytes from the client: not a close
+        return True
+
+
 @dataclass
 class Received:
     path: str
     body: dict
+    gone_after_s: float | None = None  # a streamed reply: when the client closed it early
 
     @property
     def prompt(self) -> str:
@@ -105,6 +209,8 @@ class ModelServer:
         counting = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # chunked streams
+
             def log_message(self, *args) -> None:  # keep test output clean
                 pass
 
@@ -155,6 +261,9 @@ class ModelServer:
                     return
                 prompt_tokens = behaviour.prompt_tokens or max(1, len(received.prompt) // 4)
                 completion_tokens = max(1, len(behaviour.content or "") // 4)
+                if self.path in CHAT_PATHS and body.get("stream") and behaviour.streams:
+                    self._stream(received, behaviour, (prompt_tokens, completion_tokens))
+                    return
                 if self.path == "/api/chat":
                     self._send(
                         200,
@@ -190,6 +299,21 @@ class ModelServer:
                     )
                 else:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+            def _stream(self, received: Received, behaviour: Behaviour, counts: tuple[int, int]) -> None:
+                self.close_connection = True
+                protocol = "ollama" if self.path == "/api/chat" else "openai"
+                content = behaviour.content or ""
+                pieces = [content[i : i + behaviour.piece_chars] for i in range(0, len(content), behaviour.piece_chars)]
+                usage = bool(received.body.get("stream_options", {}).get("include_usage"))
+                events = stream_events(protocol, pieces, behaviour.finish, counts, usage)
+                sink = StreamSink(self.connection, protocol)
+                # The first piece after the prompt's evaluation, each next one after a token's time.
+                ok = sink.head() and sink.wait(behaviour.first_piece_s)
+                for i, event in enumerate(events):
+                    ok = ok and (i == 0 or sink.wait(behaviour.piece_gap_s)) and sink.send(event)
+                ok and sink.end()
+                received.gone_after_s = sink.gone_after_s
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True

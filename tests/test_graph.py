@@ -989,7 +989,7 @@ def test_embedded_model_extraction_validates_and_lands_in_duckdb(store):
 
     class Recording:
         def __init__(self, inner):
-            self.inner, self.model = inner, inner.model
+            self.inner, self.model, self.streaming = inner, inner.model, inner.streaming
 
         def chat(self, prompt, **kwargs):
             replies.append(self.inner.chat(prompt, **kwargs))

@@ -118,7 +118,7 @@ def test_openai_request_and_reply(style, server):
     assert body["messages"] == [{"role": "user", "content": "Summarize: the agent fixed auth.py"}]
     assert body["temperature"] == 0
     assert body["max_tokens"] == 321
-    assert body["stream"] is False
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}  # every call streams
     if style == "json_schema":
         assert body["response_format"] == {
             "type": "json_schema",
@@ -256,7 +256,7 @@ def test_ollama_request_and_reply(server):
     body = request.body
     assert body["model"] == "qwen2.5:3b"
     assert body["messages"] == [{"role": "user", "content": "Summarize: the agent fixed auth.py"}]
-    assert body["stream"] is False
+    assert body["stream"] is True  # every call streams
     assert body["format"] == SCHEMA
     assert body["options"] == {"num_ctx": 8192, "num_predict": 400, "temperature": 0}
     assert body["keep_alive"] == "5m"
@@ -385,9 +385,11 @@ def test_a_reply_over_the_byte_cap_is_refused_and_one_under_it_read(server, clie
         return OllamaChatClient(server.url, "m", 4096)
 
     cap = reply_byte_cap(16)
-    server.script = lambda received: Behaviour.text("a" * (cap - 1000))
+    # Streamed in pieces of 4 KB (not 4 bytes, so the test is quick); the text is what is held to
+    # the cap, so a reply one byte over it is refused.
+    server.script = lambda received: dataclasses.replace(Behaviour.text("a" * (cap - 1000)), piece_chars=4096)
     assert len(_chat(client(), max_output_tokens=16).text) == cap - 1000
-    server.script = lambda received: Behaviour.text("a" * cap)
+    server.script = lambda received: dataclasses.replace(Behaviour.text("a" * (cap + 1)), piece_chars=4096)
     over = _caught(lambda: _chat(client(), max_output_tokens=16))
     assert type(over) is OutputLimitExceeded and f"over {cap} bytes" in str(over)
     assert classify_error(over) == "token-budget-exceeded"
