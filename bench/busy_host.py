@@ -57,11 +57,11 @@ OLD_REF = "957c233"
 SAMPLES = ROOT / "samples" / "bundle"
 RESULT_MARK = "BUSY_HOST_RESULT "
 # A heavy tail: turns per session log-normal around this median, a few far over the raw cap.
-TURN_BYTES = 600
 PROBE_PROMPT = (
     "Summarize in one sentence what the agent did.\nUser: fix the flaky grid sort test in "
     "src/grid/Body.mjs, then run the suite and check the diff.\nAgent: "
-    + "I changed the comparator so ties keep their order, ran the suite and it passed. " * 12
+    + "I changed the comparator so ties keep their order, ran the suite and it passed. "
+    * 12
 )
 
 # --- one arm's work, run in the arm's own tree ---------------------------------------------------
@@ -179,17 +179,20 @@ def run_driver(code: str, args: list[str], tree: Path, env: dict, timeout_s: flo
 # --- the corpora ---------------------------------------------------------------------------------
 
 
-def synthetic_corpus(root: Path, sessions: int, seed: int = 23) -> list[Path]:
-    """`sessions` seeded exports of one session each: turn counts log-normal (median 6), and the
-    two largest set far over the raw cap (the demo's 8192 estimated tokens: about 40 turns here)."""
+def synthetic_corpus(root: Path, sessions: int, seed: int = 23, turn_bytes: int = 1400) -> list[Path]:
+    """`sessions` seeded exports of one session each: turn counts log-normal (median 4), and one
+    session in six (at least one) set over the demo's raw bound (its safe band, 6144 estimated
+    tokens: 14 turns of 1400 bytes), so it takes the degraded path's mini summaries."""
     rng = random.Random(seed)
-    turns = sorted(max(2, min(30, round(rng.lognormvariate(math.log(6), 0.7)))) for _ in range(sessions))
-    for i in range(1, min(3, sessions) + 0):
-        turns[-i] = 48 + 8 * i  # far over the cap: the degraded path's mini summaries
+    turns = sorted(max(2, min(10, round(rng.lognormvariate(math.log(4), 0.6)))) for _ in range(sessions))
+    for i in range(1, max(1, sessions // 6) + 1):
+        turns[-i] = 12 + 2 * i
     folders = []
     for i, count in enumerate(turns):
         folder = root / f"export-{i:02d}"
-        write_export(folder, 1, count, summarized_share=0.0, mini_summary_share=0.1, turn_bytes=TURN_BYTES, seed=seed + i)
+        write_export(
+            folder, 1, count, summarized_share=0.0, mini_summary_share=0.1, turn_bytes=turn_bytes, seed=seed + i
+        )
         folders.append(folder)
     return folders
 
@@ -301,9 +304,10 @@ class StuckServer:
         self._httpd.server_close()
 
 
-def detect(trees: dict[str, Path], homes: dict[str, Path], stages: list[str], extra: dict[str, str]) -> dict:
-    """Every (arm, server, stage) at once: each only waits on its stuck server."""
-    results: dict[tuple[str, str, str], dict] = {}
+def detect(
+    trees: dict[str, Path], homes: dict[str, Path], stages: list[str], extra: dict[str, str], results: dict
+) -> None:
+    """Every (arm, server, stage) at once, into `results`: each only waits on its stuck server."""
     with StuckServer("hang") as hang, StuckServer("stall") as stall:
         jobs = []
         for arm, tree in trees.items():
@@ -320,7 +324,6 @@ def detect(trees: dict[str, Path], homes: dict[str, Path], stages: list[str], ex
             thread.start()
         for thread in jobs:
             thread.join()
-    return results
 
 
 # --- the figures of one arm ----------------------------------------------------------------------
@@ -329,7 +332,12 @@ def detect(trees: dict[str, Path], homes: dict[str, Path], stages: list[str], ex
 def figures(db_path: str) -> dict:
     con = duckdb.connect(db_path, read_only=True)
     try:
-        columns = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'attempts'").fetchall()}
+        columns = {
+            r[0]
+            for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'attempts'"
+            ).fetchall()
+        }
         first_token = "first_token_s" if "first_token_s" in columns else "NULL"
         calls, model_s, given_up, discarded_s, progressing, after_first = con.execute(
             f"""SELECT count(*), coalesce(sum(duration_s), 0),
@@ -442,8 +450,8 @@ def main() -> None:
     if args.smoke:
         # Two tiny synthetic sessions, one over a small raw cap; short configured timeouts so the
         # stuck-server waits are seconds; the mini-summary stage only.
-        args.sessions, args.corpora, args.load, args.probe_calls = 2, "synthetic", 1, 2
-        extra = {"DIGEST_MINI_SUMMARY_TIMEOUT_S": "3", "DIGEST_RAW_CAP_TOKENS": "1024"}
+        args.sessions, args.corpora, args.load, args.probe_calls, args.no_quiet = 2, "synthetic", 1, 1, True
+        extra = {"DIGEST_MINI_SUMMARY_TIMEOUT_S": "3", "DIGEST_RAW_CAP_TOKENS": "512"}
         stages = ["mini"]
     corpora = [c.strip() for c in args.corpora.split(",") if c.strip()]
     trees = {"old": ensure_old_tree(args.old_tree.resolve(), args.old_ref), "new": ROOT}
@@ -456,28 +464,41 @@ def main() -> None:
             paths["demo"] = [SAMPLES]
         if "synthetic" in corpora:
             paths["synthetic"] = synthetic_corpus(root / "synthetic", args.sessions)
-            if args.smoke:
+            if args.smoke:  # one raw session of 2 turns, one of 3 over the smoke's cap
+                paths["synthetic"] = synthetic_corpus(root / "synthetic", 2, turn_bytes=500)
                 shutil.rmtree(paths["synthetic"][-1])
-                write_export(paths["synthetic"][-1], 1, 6, summarized_share=0.0, turn_bytes=TURN_BYTES, seed=99)
+                write_export(paths["synthetic"][-1], 1, 3, summarized_share=0.0, mini_summary_share=0.0, turn_bytes=500)
 
+        # The old arm's bounds are fixed: its stuck-server waits run meanwhile (they only wait).
+        detection: dict = {}
+        last = corpora[-1]
+        homes = {"old": root / "old-detect", "new": root / f"{last}-new-loaded"}
+        old_detect = threading.Thread(target=detect, args=({"old": trees["old"]}, homes, stages, extra, detection))
+        old_detect.start()
         print(f"busy host: corpora {corpora}, load {args.load}, old {args.old_ref} ({trees['old']}), new {ROOT}")
         with EmbeddedServer() as server:
             quiet_probe = probe(server.url, args.probe_calls)
         print(f"  probe quiet: {[round(s, 2) for s in quiet_probe]} (load avg {os.getloadavg()[0]:.1f})", flush=True)
         if not args.no_quiet:
             for corpus in corpora:
-                results[f"{corpus}/new quiet"] = run_arm(f"{corpus}-new-quiet", ROOT, paths[corpus], root, extra, args.arm_timeout)
+                results[f"{corpus}/new quiet"] = run_arm(
+                    f"{corpus}-new-quiet", ROOT, paths[corpus], root, extra, args.arm_timeout
+                )
 
         load = Load(args.load)
         load.start()
         try:
             with EmbeddedServer() as server:
                 loaded_probe = probe(server.url, args.probe_calls)
-            print(f"  probe loaded: {[round(s, 2) for s in loaded_probe]} (load avg {os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"  probe loaded: {[round(s, 2) for s in loaded_probe]} (load avg {os.getloadavg()[0]:.1f})", flush=True
+            )
             for corpus in corpora:
                 for arm in ("old", "new"):
                     name = f"{corpus}/{arm} loaded"
-                    results[name] = run_arm(f"{corpus}-{arm}-loaded", trees[arm], paths[corpus], root, extra, args.arm_timeout)
+                    results[name] = run_arm(
+                        f"{corpus}-{arm}-loaded", trees[arm], paths[corpus], root, extra, args.arm_timeout
+                    )
             with EmbeddedServer() as server:
                 loaded_probe += probe(server.url, args.probe_calls)
             print(f"  probe loaded again: {[round(s, 2) for s in loaded_probe]}", flush=True)
@@ -485,18 +506,21 @@ def main() -> None:
             load.stop()
 
         # The new arm's bounds come from the host speed its loaded run measured (the last corpus's).
-        last = corpora[-1]
-        homes = {"old": root / f"{last}-old-loaded", "new": root / f"{last}-new-loaded"}
-        detection = detect(trees, homes, stages, extra)
+        detect({"new": ROOT}, homes, stages, extra, detection)
+        old_detect.join()
 
     slowdown = statistics.median(loaded_probe) / statistics.median(quiet_probe)
     print()
-    print(f"model slowdown under --load {args.load}: {slowdown:.2f}x (median of {len(quiet_probe)} quiet and {len(loaded_probe)} loaded identical calls: {statistics.median(quiet_probe):.2f} s vs {statistics.median(loaded_probe):.2f} s)")
+    print(
+        f"model slowdown under --load {args.load}: {slowdown:.2f}x (median of {len(quiet_probe)} quiet and {len(loaded_probe)} loaded identical calls: {statistics.median(quiet_probe):.2f} s vs {statistics.median(loaded_probe):.2f} s)"
+    )
     print()
     table(list(results.items()))
     print()
     print("time to give up on a stuck server (s; bound: the arm's deadline or stall window):")
-    print(f"{'server':<7} {'stage':<8} {'old s':>7} {'old bound':>9} {'new s':>7} {'new bound':>9} {'new/old':>7}  new how")
+    print(
+        f"{'server':<7} {'stage':<8} {'old s':>7} {'old bound':>9} {'new s':>7} {'new bound':>9} {'new/old':>7}  new how"
+    )
     for server in ("hang", "stall"):
         for stage in stages:
             o, n = detection[("old", server, stage)], detection[("new", server, stage)]
@@ -512,7 +536,11 @@ def main() -> None:
     print("ratios, new / old under the same load:")
     goals: list[tuple[str, bool | None, str]] = []
     for corpus in corpora:
-        old, new, quiet = results.get(f"{corpus}/old loaded", {}), results.get(f"{corpus}/new loaded", {}), results.get(f"{corpus}/new quiet", {})
+        old, new, quiet = (
+            results.get(f"{corpus}/old loaded", {}),
+            results.get(f"{corpus}/new loaded", {}),
+            results.get(f"{corpus}/new quiet", {}),
+        )
         if "calls" not in old or "calls" not in new:
             print(f"  {corpus}: an arm has no figures")
             goals.append((f"{corpus}: both arms finished", False, "see above"))
@@ -520,16 +548,40 @@ def main() -> None:
         for key in ("wall_s", "model_s", "given_up", "discarded_s"):
             ratio = new[key] / old[key] if old.get(key) else None
             print(f"  {corpus:<10} {key:<12} old {old[key]:>8.1f}  new {new[key]:>8.1f}  new/old {fmt(ratio, '.2f')}")
-        goals.append((f"{corpus}: no call given up while it was making progress (new)", new["progressing_cut"] == 0, f"{new['progressing_cut']} cut while progressing; {new['given_up_after_first_piece']} given up after their first piece; {new['given_up']} given up in all"))
-        goals.append((f"{corpus}: < 5% of model seconds discarded (new)", new["discarded_share"] < 0.05, f"{new['discarded_share']:.1%} ({new['discarded_s']:.1f} of {new['model_s']:.1f} s; old {old['discarded_share']:.1%})"))
+        goals.append(
+            (
+                f"{corpus}: no call given up while it was making progress (new)",
+                new["progressing_cut"] == 0,
+                f"{new['progressing_cut']} cut while progressing; {new['given_up_after_first_piece']} given up after their first piece; {new['given_up']} given up in all",
+            )
+        )
+        goals.append(
+            (
+                f"{corpus}: < 5% of model seconds discarded (new)",
+                new["discarded_share"] < 0.05,
+                f"{new['discarded_share']:.1%} ({new['discarded_s']:.1f} of {new['model_s']:.1f} s; old {old['discarded_share']:.1%})",
+            )
+        )
         if "wall_s" in quiet and "wall_s" in new:
             bound = 1.5 * quiet["wall_s"] * slowdown
-            goals.append((f"{corpus}: new wall under load <= 1.5 x quiet wall x model slowdown", new["wall_s"] <= bound, f"{new['wall_s']:.1f} s vs 1.5 x {quiet['wall_s']:.1f} x {slowdown:.2f} = {bound:.1f} s (ratio {new['wall_s'] / (quiet['wall_s'] * slowdown):.2f})"))
+            goals.append(
+                (
+                    f"{corpus}: new wall under load <= 1.5 x quiet wall x model slowdown",
+                    new["wall_s"] <= bound,
+                    f"{new['wall_s']:.1f} s vs 1.5 x {quiet['wall_s']:.1f} x {slowdown:.2f} = {bound:.1f} s (ratio {new['wall_s'] / (quiet['wall_s'] * slowdown):.2f})",
+                )
+            )
     for server in ("hang", "stall"):
         for stage in stages:
             n = detection[("new", server, stage)]
             ok = "detected_s" in n and n["detected_s"] <= n["bound_s"] + 2.0
-            goals.append((f"stuck server ({server}, {stage}) detected within its stall window (new)", ok, f"{fmt(n.get('detected_s'), '.1f')} s, window {fmt(n.get('bound_s'), '.1f')} s"))
+            goals.append(
+                (
+                    f"stuck server ({server}, {stage}) detected within its stall window (new)",
+                    ok,
+                    f"{fmt(n.get('detected_s'), '.1f')} s, window {fmt(n.get('bound_s'), '.1f')} s",
+                )
+            )
     print()
     for name, ok, detail in goals:
         print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")

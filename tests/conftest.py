@@ -23,6 +23,7 @@ TIERS = {
     "test_tokens": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
+    "test_bench_smoke": "integration",
     "test_checks": "integration",
     "test_cli": "integration",
     "test_friction_report": "integration",
