@@ -179,9 +179,11 @@ def test_a_sweep_on_a_terminal_redraws_a_bar_with_the_plans_time_left_while_runs
     assert drawn_during_calls and all(drawn_during_calls), drawn_during_calls
     assert re.search(r"✓ small  within-cap  raw  [0-9.]+s", screen) and re.search(r"✓ other  within-cap  raw", screen)
     assert not DAGSTER_LOG_LINE.search(screen)
-    # Dagster mirrors fds 1 and 2 into each run's compute logs while it runs: the bar is not there.
+    # Dagster would mirror fds 1 and 2 into each run's compute logs: the instance keeps none
+    # (NoOpComputeLogManager, issue 20), and none that exists carries the bar.
+    assert "NoOpComputeLogManager" in (home / "dagster" / "dagster.yaml").read_text()
     compute_logs = [p for p in (home / "dagster" / "storage").rglob("compute_logs/*") if p.suffix in (".err", ".out")]
-    assert compute_logs and not any("left (plan)" in p.read_text(errors="replace") for p in compute_logs)
+    assert not any("left (plan)" in p.read_text(errors="replace") for p in compute_logs)
 
 
 # As the CLI wrote dagster.yaml before issue 15, with its telemetry block uncommented by the user.
