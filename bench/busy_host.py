@@ -549,8 +549,9 @@ def main() -> None:
             goals.append((f"{corpus}: both arms finished", False, "see above"))
             continue
         for key in ("wall_s", "model_s", "given_up", "discarded_s"):
-            ratio = new[key] / old[key] if old.get(key) else None
-            print(f"  {corpus:<10} {key:<12} old {old[key]:>8.1f}  new {new[key]:>8.1f}  new/old {fmt(ratio, '.2f')}")
+            o, n = old.get(key), new.get(key)  # a killed arm has no wall time
+            ratio = n / o if o and n is not None else None
+            print(f"  {corpus:<10} {key:<12} old {fmt(o, '>8.1f')}  new {fmt(n, '>8.1f')}  new/old {fmt(ratio, '.2f')}")
         goals.append(
             (
                 f"{corpus}: no call given up while it was making progress (new)",
