@@ -328,7 +328,15 @@ def _read_stream(response: httpx.Response, parser: _Stream, url: str, deadline: 
     if buffer and parser.line(bytes(buffer).rstrip(b"\r")) or parser.line(b""):
         deadline.quiet()
         return parser.reply
+    if deadline.first_token_s is None:
+        raise deadline.error(EmptyStream, f"model server at {url} ended the stream before its first piece")
     raise deadline.error(HostUnreachable, f"model server at {url} broke off the stream before its end")
+
+
+class EmptyStream(HostUnreachable):
+    """A streamed request that ended, or was broken off, before its first piece: llama-cpp-python's
+    answer to a streamed request it cannot serve (a prompt over its context: an empty 200 stream,
+    or a reset), whose reason only an unstreamed request is told."""
 
 
 def _send(
@@ -362,7 +370,8 @@ def _send(
             raise deadline.timeout() from None
         if isinstance(exc, httpx.ConnectError):
             raise deadline.error(HostUnreachable, f"model server unreachable at {url}: {exc}") from None
-        raise deadline.error(HostUnreachable, f"model server at {url} broke off the reply: {exc}") from None
+        kind = EmptyStream if stream is not None and deadline.first_token_s is None else HostUnreachable
+        raise deadline.error(kind, f"model server at {url} broke off the reply: {exc}") from None
     if deadline.expired:  # the shutdown can pass for the end of a body that runs to the close
         raise deadline.timeout()
     return status, bytes(data), None
@@ -525,7 +534,13 @@ class _StreamingClient:
         server answered with a whole body, which the caller parses as an unstreamed reply."""
         streamed = self.streaming
         request = {**body, **self._stream_fields(streamed)}
-        status, data, reply = _send(http, url, request, deadline, cap, self.stream if streamed else None)
+        try:
+            status, data, reply = _send(http, url, request, deadline, cap, self.stream if streamed else None)
+        except EmptyStream:
+            # Asked again unstreamed, under the same deadline and on a new connection (the server
+            # dropped the last one), it says why (an overflow).
+            with httpx.Client(headers=_HEADERS) as fresh:
+                return _send(fresh, url, {**body, **self._stream_fields(False)}, deadline, cap)
         if streamed and reply is None:
             if status == 200:  # a whole reply to a stream request: the server ignores `stream`
                 self.streaming = False
