@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 
 from digest.circuit import CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
-from digest.pacing import RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
+from digest.pacing import MIN_SAMPLES, RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
 from digest.settings import Settings
 from digest.tokens import (
     CALIBRATION_MIN_PROMPT_BYTES,
@@ -38,8 +38,6 @@ from digest.tokens import (
 
 PROBABILISTIC_SURFACE_COUNT = 3
 SURFACING_WINDOW = timedelta(hours=1)
-# Fewer calls than this with server token counts give no calibration for the model.
-MIN_CALIBRATION_CALLS = 3  # `digest.pacing.MIN_SAMPLES`
 MARKDOWN_ROWS = 15  # the UI's metadata preview stays readable
 HTML_ROWS = 200
 SLOWEST_CALLS = 10
@@ -751,7 +749,7 @@ def calibration_section(report: FrictionReport, max_rows: int) -> Section:
     rows = []
     for model, c in report.calibrations.items():
         if c is None:
-            rows.append([model, "", "", "", "", "", f"fewer than {MIN_CALIBRATION_CALLS} measured calls"])
+            rows.append([model, "", "", "", "", "", f"fewer than {MIN_SAMPLES} measured calls"])
             continue
         per_s = c.completion_tokens_per_s
         rows.append(
