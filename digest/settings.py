@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -342,7 +343,8 @@ SETTINGS: tuple[Setting, ...] = (
         path,
         None,
         "a TOML file declaring several model hosts, each with its own provider, URL, model, context, raw cap and "
-        "calls at once ([deploy](deploy.md)); unset: the next nine settings are the one host, named `default`",
+        "calls at once ([deploy](deploy.md)); unset: the provider, URL, model name, context, safe band, raw cap and "
+        "bytes per token settings are the one host, named `default`",
     ),
     Setting(
         "DIGEST_MODEL_PROVIDER",
@@ -625,7 +627,10 @@ SETTINGS: tuple[Setting, ...] = (
 
 def setting_of(env: str, field: str | None = None) -> Setting:
     """The setting of the variable `env` (of its field `field`, where a variable sets two)."""
-    return next(s for s in SETTINGS if s.env == env and field in (None, s.field))
+    for setting in SETTINGS:
+        if setting.env == env and field in (None, setting.field):
+            return setting
+    raise KeyError(f"no setting {env}" + (f" of field {field!r}" if field else ""))
 
 
 def _check(settings: Settings) -> None:
@@ -683,27 +688,39 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     return settings
 
 
-# --- docs/settings.md's table, written from SETTINGS ------------------------------------------------
+# --- the settings tables of docs/settings.md (every setting) and the README (its choice) ---------
 
-SETTINGS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
+REPO = Path(__file__).resolve().parents[1]
 TABLE_HEAD = "| env var | default | meaning |\n|---|---|---|\n"
 
 
-def settings_table() -> str:
-    """One row per variable, in the order of `SETTINGS`."""
+def settings_table(envs: Iterable[str] | None = None, docs: str = "") -> str:
+    """One row per variable (of `envs`; None: every one), in the order of `SETTINGS`. The docs'
+    links are relative to docs/: `docs` is their folder as seen from the page (the README's "docs/")."""
     rows: dict[str, str] = {}
     for setting in SETTINGS:
-        rows.setdefault(setting.env, f"| `{setting.env}` | {setting.shown_default} | {setting.doc} |")
+        if envs is None or setting.env in envs:
+            row = f"| `{setting.env}` | {setting.shown_default} | {setting.doc} |"
+            rows.setdefault(setting.env, re.sub(r"\]\((?=[a-z-]+\.md)", f"]({docs}", row))
     return TABLE_HEAD + "\n".join(rows.values()) + "\n"
 
 
-def write_settings_table(page: Path = SETTINGS_PAGE) -> None:
-    """Replace the page's table (its head down to the first blank line) with `settings_table()`."""
+def table_envs(page: str) -> set[str]:
+    """The variables a page's settings table has rows for."""
+    start = page.index(TABLE_HEAD)
+    table = page[start : page.index("\n\n", start)]
+    return set(re.findall(r"^\| `(DIGEST_[A-Z_]+)`", table, re.MULTILINE))
+
+
+def write_settings_table(page: Path, envs: Iterable[str] | None = None, docs: str = "") -> None:
+    """Replace the page's table (its head down to the first blank line) with `settings_table(...)`."""
     text = page.read_text(encoding="utf-8")
     start = text.index(TABLE_HEAD)
     end = text.index("\n\n", start) + 1
-    page.write_text(text[:start] + settings_table() + text[end:], encoding="utf-8")
+    page.write_text(text[:start] + settings_table(envs, docs) + text[end:], encoding="utf-8")
 
 
 if __name__ == "__main__":
-    write_settings_table()
+    write_settings_table(REPO / "docs" / "settings.md")
+    readme = REPO / "README.md"
+    write_settings_table(readme, table_envs(readme.read_text(encoding="utf-8")), docs="docs/")

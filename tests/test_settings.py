@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from digest.settings import DEFAULT_RAW_CAP_TOKENS, SETTINGS, SettingsError, load_settings, settings_table
+from digest.settings import DEFAULT_RAW_CAP_TOKENS, SETTINGS, SettingsError, load_settings, settings_table, table_envs
 
 
 def test_defaults_for_the_embedded_model(tmp_path):
@@ -165,9 +165,11 @@ def test_the_settings_page_lists_every_setting_and_no_other():
     assert set(re.findall(r"`(DIGEST_[A-Z_]+)`", "\n".join(first_cells))) == {s.env for s in SETTINGS}
 
 
-def test_the_settings_page_table_is_written_from_the_settings():
+def test_the_settings_tables_are_written_from_the_settings():
     """A setting added, or its default or doc changed, without `python -m digest.settings` fails here."""
     from pathlib import Path
 
-    page = (Path(__file__).parent.parent / "docs" / "settings.md").read_text()
-    assert settings_table() in page
+    root = Path(__file__).parent.parent
+    assert settings_table() in (root / "docs" / "settings.md").read_text()
+    readme = (root / "README.md").read_text()
+    assert settings_table(table_envs(readme), docs="docs/") in readme
