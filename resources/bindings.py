@@ -25,9 +25,11 @@ from resources.store import DigestStore
 
 
 def configured_by(env: str, field: str | None = None) -> Any:
-    """A resource field set by the variable `env` (its field `field`, where a variable sets two)."""
+    """A resource field set by the variable `env` (its field `field`, where a variable sets two), with
+    the setting's default where that is a constant (one computed from other settings is required)."""
     setting = setting_of(env, field)
-    return Field(description=f"{env}: {setting.doc}", json_schema_extra={"env": env})
+    default = ... if callable(setting.default) else setting.default
+    return Field(default, description=f"{env}: {setting.doc}", json_schema_extra={"env": env})
 
 
 class DigestStoreResource(ConfigurableResource):
