@@ -674,16 +674,16 @@ def _check_graph_window(settings: Settings, fleet: Fleet, host: HostSpec) -> Non
         )
 
 
-_POLICIES = {"sweep": SweepPolicy, "mini_summaries": MiniSummaryPolicy, "graph": GraphPolicy, "circuit": CircuitPolicy}
+POLICIES = {"sweep": SweepPolicy, "mini_summaries": MiniSummaryPolicy, "graph": GraphPolicy, "circuit": CircuitPolicy}
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     fields: dict[str, Any] = {}  # also what the defaults depend on: the settings read so far
-    parts: dict[str, dict[str, Any]] = {name: {} for name in _POLICIES}
+    parts: dict[str, dict[str, Any]] = {name: {} for name in POLICIES}
     for setting in SETTINGS:
         (fields if setting.policy is None else parts[setting.policy])[setting.field] = setting.read(env, fields)
-    settings = Settings(**fields, **{name: _POLICIES[name](**part) for name, part in parts.items()})
+    settings = Settings(**fields, **{name: POLICIES[name](**part) for name, part in parts.items()})
     _check(settings)
     return settings
 

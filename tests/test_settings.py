@@ -2,7 +2,15 @@ from __future__ import annotations
 
 import pytest
 
-from digest.settings import DEFAULT_RAW_CAP_TOKENS, SETTINGS, SettingsError, load_settings, settings_table, table_envs
+from digest.settings import (
+    DEFAULT_RAW_CAP_TOKENS,
+    POLICIES,
+    SETTINGS,
+    SettingsError,
+    load_settings,
+    settings_table,
+    table_envs,
+)
 
 
 def test_defaults_for_the_embedded_model(tmp_path):
@@ -154,6 +162,17 @@ def test_a_value_other_than_the_env_var_is_not_bound_to_it(tmp_path, monkeypatch
     changed = dataclasses.replace(settings, model_url="http://127.0.0.1:8", model_name="in-code")
     with build_definitions(changed).resources["model"].process_config_and_initialize_cm() as model:
         assert (model.model_url, model.model_name) == ("http://127.0.0.1:8", "in-code")
+
+
+def test_a_policy_default_is_its_setting_default():
+    """The policy dataclasses keep defaults of their own, for the code that builds one without
+    settings: they are the settings' constant defaults."""
+    import dataclasses
+
+    for setting in SETTINGS:
+        if setting.policy is not None and not callable(setting.default):
+            (field,) = [f for f in dataclasses.fields(POLICIES[setting.policy]) if f.name == setting.field]
+            assert field.default in (dataclasses.MISSING, setting.default), setting.env
 
 
 def test_the_settings_page_lists_every_setting_and_no_other():
