@@ -2,8 +2,8 @@
 
 `SETTINGS` is the one definition of each setting: env var, its field (of `Settings`, or of one of
 its policies), its default, how its text is read and validated, and its doc. A Dagster resource
-field configured by a setting has the same name (`resources.bindings`), and `docs/settings.md`'s
-table is written from `SETTINGS` (`python -m digest.settings`). Settings are read once, when the
+field configured by a setting has the same name (`resources.bindings`), and the settings tables of
+`docs/settings.md` and the README are written from `SETTINGS` (`python -m digest.settings`). Settings are read once, when the
 definitions load. A malformed value raises `SettingsError` naming the variable and the reason, so
 a bad deployment fails loudly at load instead of running with a silently substituted default.
 """

@@ -115,6 +115,10 @@ def test_every_resource_field_is_one_setting(tmp_path):
     # Every setting but the data folder and the Dagster instance's URL configures one resource field.
     unbound = {(s.env, s.field) for s in SETTINGS} - set(configured)
     assert unbound == {("DIGEST_HOME", "home"), ("DIGEST_DAGSTER_PG_URL", "dagster_pg_url")}
+    # What `Settings` and the model resource share is named once, as `ModelSettings`.
+    from digest.settings import ModelSettings
+
+    assert set(ModelSettings.__annotations__) == set(type(resources["model"]).model_fields) - {"response_cache"}
 
 
 def test_set_variables_are_bound_as_env_vars_and_resolve_to_the_loaded_values(tmp_path, monkeypatch):
