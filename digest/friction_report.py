@@ -23,10 +23,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from digest.circuit import CircuitState, HostCircuit
+from digest.circuit import CircuitPolicy, CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.pacing import MIN_SAMPLES, RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
-from digest.settings import Settings
+from digest.settings import ModelSettings
 from digest.tokens import (
     CALIBRATION_MIN_PROMPT_BYTES,
     CALIBRATION_MIN_SAMPLES,
@@ -210,7 +210,7 @@ def calibrate_model(
     )
 
 
-def calibrate(attempts: list[dict], settings: Settings) -> dict[str, ModelCalibration | None]:
+def calibrate(attempts: list[dict], settings: ModelSettings) -> dict[str, ModelCalibration | None]:
     """Every model in the ledger, with its calibration or None when it has too few measured calls."""
     bound = min(settings.safe_limit_tokens, settings.context_limit_tokens - settings.summary_max_output_tokens)
     return {
@@ -378,7 +378,8 @@ def activity_series(
 @dataclass(frozen=True)
 class FrictionReport:
     generated_at: datetime
-    settings: Settings
+    settings: ModelSettings
+    circuit: CircuitPolicy
     groups: list[FrictionGroup]
     symptoms: list[SymptomRollup]
     calibrations: dict[str, ModelCalibration | None]
@@ -437,7 +438,8 @@ def build_report(
     events: list[dict],
     attempts: list[dict],
     summaries: list[dict],
-    settings: Settings,
+    settings: ModelSettings,
+    circuit: CircuitPolicy,
     mini_coverage: dict | None = None,
     undigestible: list[dict] = (),
     host_circuits: list[HostCircuit] = (),
@@ -450,6 +452,7 @@ def build_report(
     return FrictionReport(
         generated_at=datetime.now(UTC),
         settings=settings,
+        circuit=circuit,
         groups=groups,
         symptoms=rollup_by_symptom(groups),
         calibrations=calibrations,
@@ -677,7 +680,7 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
           _clipped(c.last_error)]
          for c in report.host_circuits],
         max_rows,
-        [f"A host's circuit opens after {s.circuit.failure_threshold} host failures in a row (timeouts, unreachable, "
+        [f"A host's circuit opens after {report.circuit.failure_threshold} host failures in a row (timeouts, unreachable, "
          "5xx, a broken wire protocol): it is out of rotation until the retry time, then one probe run may go to it; "
          "its success closes the circuit. Opens count since the host last succeeded."],
         "No host has failed.",

@@ -51,8 +51,8 @@ def _resource(provider: str, url: str) -> ChatModelResource:
     limits = make_limits(timeout_s=TIMEOUT_S)
     return ChatModelResource(
         provider=provider,
-        url=url,
-        model="fake-model",
+        model_url=url,
+        model_name="fake-model",
         context_limit_tokens=limits.context_limit_tokens,
         safe_limit_tokens=limits.safe_limit_tokens,
         raw_cap_tokens=limits.raw_cap_tokens,
