@@ -29,6 +29,7 @@ from digest.pacing import Pacer
 from digest.summary_output import unfenced
 from digest.synthesis import Ledger, Limits, SourceTier, call_attempt, prompt_friction
 from digest.turns import Turn, canonical_order, input_revision
+from digest.visibility import normalize_user_id, summary_user_id
 
 CONSUMER = "session_graph"
 SERVICE_DOMAIN = "dream-pipeline"
@@ -509,9 +510,6 @@ def merge_extractions(
 # The original's scan, as it is: no word boundary, the digits as written (`issue-0012` is its own
 # id), `&#38;` counts. ASCII digits, as JavaScript's `\d`.
 _ISSUE_REFERENCE = re.compile(r"(?:#|issue-)(\d+)", re.IGNORECASE | re.ASCII)
-# `RequestContextService.CORE_SWARM_USER_IDS`: a summary any of them took part in is shared.
-CORE_SWARM_USER_IDS = frozenset({"neo-opus-ada", "neo-opus-grace", "neo-opus-vega", "neo-gemini-pro", "neo-gpt"})
-SHARED_USER_ID = "shared"
 FRONTIER = "frontier"  # the original's seeded SYSTEM_ANCHOR node
 
 
@@ -533,19 +531,6 @@ def payload_hash(fields: dict) -> str:
     sorted, no spaces), so its REM pass sees the node as unchanged."""
     stable = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(stable.encode("utf-8")).hexdigest()
-
-
-def normalize_user_id(value: str | None) -> str | None:
-    """`normalizeUserId`: one leading `@` stripped (an identity node id to a userId)."""
-    return value[1:] if value and value.startswith("@") else value
-
-
-def summary_user_id(participating_agents: Iterable[str]) -> str | None:
-    """`resolveSummaryVisibilityUserId` with no request user (ours is never one): `shared` when a
-    core swarm agent took part (`parseAgentList`: ` (…)` wrappers dropped, lower-cased, `@` stripped),
-    else none, so the summary is visible to every tenant."""
-    agents = {normalize_user_id(re.sub(r"\s*\(.*?\)\s*", "", a.strip()).lower()) for a in participating_agents}
-    return SHARED_USER_ID if agents & CORE_SWARM_USER_IDS else None
 
 
 def _without_none(properties: dict) -> dict:

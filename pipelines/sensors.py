@@ -20,6 +20,7 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
+from digest.backoff import doubling_backoff_s
 from digest.hosts import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, estimated_seconds
 from digest.scheduling import now_ms
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
@@ -63,7 +64,7 @@ def _batch_state(instance, batch: str) -> tuple[str, float]:
         return "failed", 0.0
     # The first retry goes on the next tick; then the wait doubles, so a file that keeps failing
     # does not fill the run list.
-    wait = 0.0 if len(records) < 2 else min(RETRY_BASE_S * 2 ** (len(records) - 2), RETRY_MAX_S)
+    wait = 0.0 if len(records) < 2 else doubling_backoff_s(len(records) - 1, RETRY_BASE_S, RETRY_MAX_S)
     return "failed", max(r.end_time or 0.0 for r in records) + wait
 
 
