@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from digest.friction import DETERMINISTIC_SYMPTOMS, EmissionPoint, FrictionEvent, Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError
 from digest.pacing import Pacer
+from digest.prompts import TURN_SEPARATOR, extraction_instructions, extraction_prompt
 from digest.summary_output import unfenced
 from digest.synthesis import Ledger, Limits, SourceTier, call_attempt, prompt_friction
 from digest.turns import Turn, canonical_order, input_revision
@@ -33,7 +34,6 @@ from digest.visibility import normalize_user_id, summary_user_id
 
 CONSUMER = "session_graph"
 SERVICE_DOMAIN = "dream-pipeline"
-TURN_SEPARATOR = "\n\n---\n\n"
 # A chunk with less room than this for turn text is not worth a model call: the window is misconfigured.
 MIN_CHUNK_CONTENT_BYTES = 512
 MAX_WEIGHT = 5.0
@@ -93,36 +93,11 @@ RELATION_TYPES: tuple[str, ...] = RelationType.__args__
 NEO_NODE_TYPE = {"TECHNOLOGY": "CONCEPT", "TOOL": "CONCEPT"}
 NEO_RELATION = {"MODIFIES": "RELATES_TO", "TESTS": "RELATES_TO"}
 
-# The example is off-domain on purpose: a small model copies it, and the grounding rule then drops
-# the copy (no session names a teapot's pour() method, and one that does earns the entity).
-SHAPE_EXAMPLE = json.dumps(
-    {
-        "entities": [
-            {"name": "Teapot", "type": "CLASS", "description": "Brews the tea."},
-            {"name": "pour()", "type": "METHOD", "description": "Pours the tea."},
-        ],
-        "relations": [
-            {
-                "source": "Teapot",
-                "target": "pour()",
-                "type": "IMPLEMENTS",
-                "description": "The teapot pours.",
-                "weight": 1.0,
-            }
-        ],
-    }
-)
-EXTRACTION_INSTRUCTIONS = f"""Extract a knowledge graph from this excerpt of an AI-agent work session.
-Reply with one JSON object, no markdown, with two lists:
-- "entities": what the excerpt works on, each with "name", "type" (one of {", ".join(ENTITY_TYPES)}) and a short "description".
-- "relations": how those entities relate, each with "source" and "target" (entity names from your list), "type" (one of {", ".join(RELATION_TYPES)}), a short "description" and a "weight" from 0.1 (weak) to 5 (strong).
-Keep to the most important: at most 8 entities and 8 relations. Use the names as the excerpt writes them. Issue numbers are found separately: leave them out.
-The shape, by an example that is not from this session:
-{SHAPE_EXAMPLE}"""
+EXTRACTION_INSTRUCTIONS = extraction_instructions(ENTITY_TYPES, RELATION_TYPES)
 
 
 def build_extraction_prompt(content: str) -> str:
-    return f"{EXTRACTION_INSTRUCTIONS}\n\n--- Session excerpt ---\n{content}"
+    return extraction_prompt(EXTRACTION_INSTRUCTIONS, content)
 
 
 def _upper_token(value: object) -> object:
