@@ -18,7 +18,9 @@ TURN_SEPARATOR = "\n\n---\n\n"
 
 # --- the session summary (digest.synthesis) ------------------------------------------------------
 
-SUMMARY_HEAD = "Analyze the following AI-agent work session and reply with one JSON object, no markdown, with these fields:"
+SUMMARY_HEAD = (
+    "Analyze the following AI-agent work session and reply with one JSON object, no markdown, with these fields:"
+)
 SUMMARY_INSTRUCTIONS = "\n".join(
     [SUMMARY_HEAD, *(f'- "{name}": {PROMPT_LINES[name]}' for name in SessionSummaryOutput.model_fields)]
 )

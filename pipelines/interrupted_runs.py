@@ -84,7 +84,9 @@ def close_interrupted_runs(instance: DagsterInstance, store: DigestStore) -> lis
     materialized. Returns the closed runs' ids."""
     host = socket.gethostname()
     runs = instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT, tags={HOST_TAG: host}))
-    dead = [r for r in runs if PID_TAG in r.tags and not _process_alive(int(r.tags[PID_TAG]), r.tags.get(PID_STARTED_TAG))]
+    dead = [
+        r for r in runs if PID_TAG in r.tags and not _process_alive(int(r.tags[PID_TAG]), r.tags.get(PID_STARTED_TAG))
+    ]
     written = {row["run_id"]: row for row in store.summaries_where("run_id", [run.run_id for run in dead])}
     for run in dead:
         if run.run_id in written:

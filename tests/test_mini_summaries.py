@@ -141,7 +141,9 @@ def test_generation_stores_one_clean_line_of_at_most_280_characters(store):
     assert len(expected) == MAX_CHARS and "\n" not in expected and "  " not in expected
     request = server.chat_requests()[0]
     assert "response_format" not in request.body, "a mini summary is plain text: no schema is sent"
-    assert request.prompt.startswith(MINI_SUMMARY_INSTRUCTION + "\nUser: Prompt 1: fix the grid\nAgent: Step 1: changed")
+    assert request.prompt.startswith(
+        MINI_SUMMARY_INSTRUCTION + "\nUser: Prompt 1: fix the grid\nAgent: Step 1: changed"
+    )
     attempts = _rows(store, "SELECT stage, tier, outcome, model, run_id, error_text FROM attempts")
     assert (
         attempts
