@@ -4,6 +4,7 @@ policies, configured from the settings table (`digest.settings.SETTINGS`)."""
 import dataclasses
 import os
 import typing
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -97,9 +98,12 @@ class ChatModelResource(ConfigurableResource):
         cache. `session`: the (session id, input revision) a summary's replies are staged for, so a
         rerun after a crash finishes from them even with reuse off."""
         spec = self.fleet().host(host)
-        inner = self._provider_client(spec)
         if store is None:
-            return inner
+            return self._provider_client(spec)
+        # Starting an embedded server takes seconds: not with a run's store connection held.
+        starts_server = spec.provider == "embedded" and not spec.url and spec.name not in self._servers
+        with store.released() if starts_server else nullcontext():
+            inner = self._provider_client(spec)
         # What the server sees besides the model, prompt, schema and output cap (added per call).
         wire = {"provider": spec.provider}
         if spec.provider == "ollama":
