@@ -434,6 +434,9 @@ class InstantClient:
         tokens = math.ceil(len(prompt.encode("utf-8")) / SERVER_BYTES_PER_TOKEN)
         return ChatReply(REPLY.content, tokens, COMPLETION_TOKENS, duration_s=0.0, finish_reason="stop")
 
+    def count_tokens(self, text: str) -> int | None:
+        return None  # no tokenizer: the estimate routes
+
 
 class InstantModel(ChatModelResource):
     """The model resource whose hosts all answer at once (`InstantClient`)."""
