@@ -17,10 +17,9 @@ from assets.work.sessions import describe_partition, summarize_partition
 from digest.ingest import ingest_paths
 from digest.scheduling import now_ms
 from digest.settings import load_settings
-from pipelines.definitions import build_definitions
+from pipelines.definitions import build_definitions, build_resources
 from pipelines.sensors import register_partitions
 from pipelines.tags import SWEEP_TAG
-from resources.bindings import build_resources
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
