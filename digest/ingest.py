@@ -42,11 +42,11 @@ from digest.turns import compose_document, parse_timestamp_ms
 # Rows and line bytes per write: large, since each is one transaction, but bounded (memory).
 BATCH_ROWS = 20_000
 BATCH_BYTES = 64 << 20
-# A file's batches share one held connection for this many line bytes, then let it go: a close
-# checkpoints the file and rewrites its last, partly filled row group (per batch that doubled the
-# store's size), while a writer that never let go would keep other processes waiting the whole
-# ingest (they wait up to the store's LOCK_WAIT_S).
-HOLD_BYTES = 256 << 20
+# A file's batches share one held connection for this many line bytes, then let it go: the store
+# is checkpointed then (`Ingest.write_turns`), and each checkpoint rewrites the last, partly filled
+# row group, while a writer that never let go would keep other processes waiting the whole ingest
+# (they wait up to the store's LOCK_WAIT_S; 512 MB is about 25 s here).
+HOLD_BYTES = 512 << 20
 MAX_VECTOR_PROBLEMS = 20
 EXCERPT_CHARS = 200
 READ_BUFFER_BYTES = 1 << 20
