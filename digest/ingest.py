@@ -67,13 +67,25 @@ class Reject(Exception):
 
 
 class Sink(Protocol):
+    """Where a file's rows are written (the store's `ingest` repository)."""
+
     def write_turns(self, rows: list[dict]) -> list[str]: ...  # the sessions turns moved out of
     def write_imported_mini_summaries(self, rows: list[dict]) -> None: ...
     def write_imported_summaries(self, rows: list[dict]) -> None: ...
     def write_imported_graph(self, nodes: list[dict], edges: list[dict]) -> None: ...
     def write_rejects(self, rows: list[dict]) -> None: ...
     def clear_rejects(self, source_file: str, line_nos: list[int]) -> None: ...  # lines now kept
+
+
+class SessionRows(Protocol):
     def session_rows(self, session_ids: Iterable[str]) -> list[dict]: ...
+
+
+class IngestStore(Protocol):
+    """What an ingest uses of the store: its writes, and the sessions' rows read back after them."""
+
+    ingest: Sink
+    sessions: SessionRows
 
 
 @dataclass
@@ -677,14 +689,14 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
     return found
 
 
-def ingest_paths(paths: Iterable[str | Path], sink: Sink) -> IngestReport:
+def ingest_paths(paths: Iterable[str | Path], store: IngestStore) -> IngestReport:
     report = IngestReport()
     touched: set[str] = set()
     seen: dict = {}
     # A file named twice (or inside a folder also named) is read once: its lines would supersede themselves.
     for path in dict.fromkeys(p.resolve() for p in discover(paths)):
-        report.files.append(ingest_file(path, sink, touched, seen))
+        report.files.append(ingest_file(path, store.ingest, touched, seen))
     # Each batch of turns brought its sessions' rows up to date as it was written: read them back.
-    report.sessions = sink.session_rows(touched)
+    report.sessions = store.sessions.session_rows(touched)
     report.emptied = sorted(touched - {s["session_id"] for s in report.sessions})
     return report
