@@ -38,7 +38,7 @@ def build_friction_report_asset(settings: Settings) -> AssetsDefinition:
         Also written as an HTML file with a chart beside the DuckDB file (`report_path`).
         """
         db = store.store()
-        rows = db.friction_report_rows()
+        rows = db.reports.friction_report_rows()
         report = build_report(
             rows["events"],
             rows["attempts"],
@@ -47,8 +47,8 @@ def build_friction_report_asset(settings: Settings) -> AssetsDefinition:
             mini_coverage=rows["mini_coverage"],
             undigestible=rows["undigestible"],
             host_circuits=rows["host_circuits"],
-            slowdowns=db.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts]),
-            auto_caps=db.auto_caps(),
+            slowdowns=db.speed.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts]),
+            auto_caps=db.speed.auto_caps(),
         )
         path = db.path.parent / REPORT_FILE
         _write_atomically(path, render_html(report))

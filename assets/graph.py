@@ -79,10 +79,10 @@ def session_graph(
     db = store.store()
     session = session_or_fail(db, context.partition_key)
     session_id = session["session_id"]
-    turns = canonical_order(db.load_turns([session_id]))
+    turns = canonical_order(db.sessions.load_turns([session_id]))
     revision = input_revision(turns)
-    summary = db.summary_row(session_id)
-    state = db.digest_state(session_id)
+    summary = db.summaries.summary_row(session_id)
+    state = db.graph.digest_state(session_id)
     blocked = digest_gate(revision, summary, state)
     digested = state is not None and (state.digest_state, state.revision) == (DigestStatus.DIGESTED, revision)
     if not blocked and digested and SWEEP_TAG in context.run.tags:
@@ -126,7 +126,7 @@ def session_graph(
         )
         return
     if result.graph is None:
-        state = db.record_digest_failure(session_id, revision, result.failure, policy.max_attempts)
+        state = db.graph.record_digest_failure(session_id, revision, result.failure, policy.max_attempts)
         then = (
             "out of the cadence until reset" if state.digest_state == DigestStatus.UNDIGESTIBLE else "will be retried"
         )
@@ -143,7 +143,7 @@ def session_graph(
             },
         )
     built = result.graph
-    db.write_graph(built, run_id=context.run.run_id)
+    db.graph.write_graph(built, run_id=context.run.run_id)
     stats = built.stats
     yield MaterializeResult(
         metadata={

@@ -79,7 +79,7 @@ def turn_mini_summaries(
     # The summary's host: whether the session is headed for the degraded path depends on it.
     host, _ = run_host(context, db, model, session_id)
 
-    backoff_until_ms = db.mini_summary_backoff_until_ms(session_id)
+    backoff_until_ms = db.mini_summaries.mini_summary_backoff_until_ms(session_id)
     if config.only_if_degraded and not headed_for_degraded(
         session["raw_bytes"], session["turn_count"], model.limits(host, db)
     ):
@@ -92,7 +92,7 @@ def turn_mini_summaries(
         report = FillReport()
     else:
         report = fill_mini_summaries(
-            db.pending_mini_summary_turns(session_id),
+            db.mini_summaries.pending_mini_summary_turns(session_id),
             model.client(db, host=host),
             model.limits(host, db),
             policy,
@@ -103,11 +103,11 @@ def turn_mini_summaries(
         if report.host_out_of_rotation:
             context.log.info(f"{out_of_rotation_reason(host)}; {report.left_for_later} turn(s) left for later")
         backoff_until_ms = report.backoff_until_ms(now_ms())
-        db.record_backfill_run(
+        db.mini_summaries.record_backfill_run(
             session_id, report.attempted, len(report.generated), backoff_until_ms, context.run.run_id
         )
 
-    counts = db.mini_summary_counts(session_id)
+    counts = db.mini_summaries.mini_summary_counts(session_id)
     return MaterializeResult(
         metadata={
             "session_id": session_id,

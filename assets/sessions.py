@@ -125,7 +125,7 @@ def run_host(context: AssetExecutionContext, db, model: ChatModelResource, sessi
     if tagged in fleet.names:
         return tagged, context.run.tags.get(MODEL_HOST_REASON_TAG, "named by the run's tag")
     views, _ = host_views(db, fleet, fleet.names, {})
-    assignment = assign_host(db.summary_candidate(session_id), views)
+    assignment = assign_host(db.summaries.summary_candidate(session_id), views)
     why = f"the run's host {tagged!r} is not declared" if tagged else "placed by the run"
     return assignment.host, f"{assignment.reason} ({why})"
 
@@ -141,7 +141,7 @@ def tagged_host(context: AssetExecutionContext, model: ChatModelResource) -> str
 def host_check(db, host: str):
     """What a run placed on `host` asks before each model call: is the host still in rotation (its
     circuit not opened since the run was placed)? A run that hears no hands its session back."""
-    return lambda: db.host_in_rotation(host, now_ms())
+    return lambda: db.hosts.host_in_rotation(host, now_ms())
 
 
 def out_of_rotation_reason(host: str) -> str:
@@ -150,7 +150,7 @@ def out_of_rotation_reason(host: str) -> str:
 
 def session_or_fail(store, partition_key: str) -> dict:
     """The partition's `sessions` row; a partition with none fails its run with the reason."""
-    session = store.session_by_partition(partition_key)
+    session = store.sessions.session_by_partition(partition_key)
     if session is None:
         raise Failure(f"no session has partition key {partition_key!r}: ingest its bundle first")
     return session
@@ -163,8 +163,8 @@ def raw_sessions(
     """One session's raw turns in canonical order, with the size and the route its summary will take."""
     db = store.store()
     session_id = session_or_fail(db, context.partition_key)["session_id"]
-    row = db.refresh_sessions([session_id])[0]
-    turns = canonical_order(db.load_turns([session_id]))
+    row = db.ingest.refresh_sessions([session_id])[0]
+    turns = canonical_order(db.sessions.load_turns([session_id]))
     host, host_reason = run_host(context, db, model, session_id)
     limits = model.limits(host, db)
     raw_tokens = limits.estimate_tokens(build_prompt(raw_content(turns), turns))
@@ -219,7 +219,7 @@ def session_summaries(
     db = store.store()
     session = session_or_fail(db, context.partition_key)
     session_id, run_id = session["session_id"], context.run.run_id
-    stored = db.summary_row(session_id)
+    stored = db.summaries.summary_row(session_id)
     current_import = stored and stored["origin"] == "imported" and stored["input_revision"] == session["input_revision"]
     if current_import and not config.replace_imported:
         # The export's summary of these very turns: no model call is owed.
@@ -233,11 +233,11 @@ def session_summaries(
     limits = model.limits(host, db)
     # Held across the raw call and the degraded one, each up to the call ceiling, with room to write.
     lease_ttl_s = 2 * model.call_ceiling_s + 120
-    holder = db.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
+    holder = db.summaries.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
     if holder is not None and _run_ended(context.instance, holder):
         # Its process died holding the lease (killed mid-run, marked failed since): take it over.
-        db.release_summary_lease(session_id, holder)
-        holder = db.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
+        db.summaries.release_summary_lease(session_id, holder)
+        holder = db.summaries.claim_summary_lease(session_id, run_id, now_ms(), lease_ttl_s)
     if holder is not None:
         busy = f"session {session_id!r} is being summarized by run {holder}"
         if SWEEP_TAG not in context.run.tags:
@@ -245,11 +245,11 @@ def session_summaries(
         _not_summarized(context, session_id, busy)
         return
     try:
-        skip = nothing_to_summarize(db.summary_standing(session_id), context.run.tags, now_ms())
+        skip = nothing_to_summarize(db.summaries.summary_standing(session_id), context.run.tags, now_ms())
         if skip:
             _not_summarized(context, session_id, skip)
             return
-        turns = db.load_turns([session_id])
+        turns = db.sessions.load_turns([session_id])
         # Each usable reply is staged in DuckDB before the summary is built from it: a run killed
         # before the write below is finished by the next one, from the reply, with no model call.
         client = model.client(db, session=(session_id, session["input_revision"]), host=host)
@@ -273,7 +273,7 @@ def session_summaries(
                 metadata={"symptom": str(result.failure), "route_reason": str(result.route_reason), "host": host},
             )
         if result.summary is None:
-            failures = db.record_summary_failure(
+            failures = db.summaries.record_summary_failure(
                 session_id, session["input_revision"], result.failure, now_ms(),
                 lambda n: failure_backoff_s(n, sweep.policy()),
             )  # fmt: skip
@@ -287,13 +287,13 @@ def session_summaries(
                 },
             )
         summary = result.summary
-        db.write_summary(summary, run_id=run_id, host=host, host_reason=host_reason)
+        db.summaries.write_summary(summary, run_id=run_id, host=host, host_reason=host_reason)
         if not model.response_cache:
-            db.drop_staged_replies(session_id)
-        db.clear_summary_failures(session_id)
+            db.cache.drop_staged_replies(session_id)
+        db.summaries.clear_summary_failures(session_id)
     finally:
-        db.release_summary_lease(session_id, run_id)
-    yield MaterializeResult(metadata=summary_metadata(db.summary_row(session_id)))
+        db.summaries.release_summary_lease(session_id, run_id)
+    yield MaterializeResult(metadata=summary_metadata(db.summaries.summary_row(session_id)))
 
 
 def summary_metadata(row: dict) -> dict:

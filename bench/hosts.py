@@ -196,28 +196,30 @@ class Job:
 def summary_run(store: DigestStore, client, limits: Limits, job: Job, run_id: str) -> None:
     """The store work of one `session_summaries` run around its model calls, in its order, with
     DIGEST_RESPONSE_CACHE=off (the sequence with the most writes: the staged reply is dropped)."""
-    session = store.session_by_partition(job.partition_key)
+    session = store.sessions.session_by_partition(job.partition_key)
     session_id, revision = session["session_id"], session["input_revision"]
-    store.summary_row(session_id)  # the asset's check for an imported summary of these turns
-    holder = store.claim_summary_lease(session_id, run_id, now_ms(), 2 * limits.timeout_s + 120)
+    store.summaries.summary_row(session_id)  # the asset's check for an imported summary of these turns
+    holder = store.summaries.claim_summary_lease(session_id, run_id, now_ms(), 2 * limits.timeout_s + 120)
     assert holder is None, f"{session_id} leased twice"
     try:
-        store.summary_standing(session_id)
-        turns = store.load_turns([session_id])
-        staged = CachedChatClient(client, store, {"provider": "openai"}, reuse=False, session=(session_id, revision))
+        store.summaries.summary_standing(session_id)
+        turns = store.sessions.load_turns([session_id])
+        staged = CachedChatClient(
+            client, store.cache, {"provider": "openai"}, reuse=False, session=(session_id, revision)
+        )
         result = summarize_session(turns, staged, limits, RunLedger(store, run_id, host=job.host))
         if result.summary is None and result.host_failure:
             return  # the host's fault, on its circuit: the session is not backed off, the next tick places it again
         if result.summary is None:
-            store.record_summary_failure(
+            store.summaries.record_summary_failure(
                 session_id, revision, result.failure, now_ms(), lambda n: failure_backoff_s(n, SweepPolicy())
             )
             return
-        store.write_summary(result.summary, run_id=run_id, host=job.host, host_reason=job.reason)
-        store.drop_staged_replies(session_id)
-        store.clear_summary_failures(session_id)
+        store.summaries.write_summary(result.summary, run_id=run_id, host=job.host, host_reason=job.reason)
+        store.cache.drop_staged_replies(session_id)
+        store.summaries.clear_summary_failures(session_id)
     finally:
-        store.release_summary_lease(session_id, run_id)
+        store.summaries.release_summary_lease(session_id, run_id)
 
 
 # --- host assignment -------------------------------------------------------------------------------
@@ -443,7 +445,7 @@ def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, ta
 
 
 def writer_headroom(path: Path, workers: int, mode: str, seconds: float) -> dict:
-    keys = DigestStore(path).partition_keys()
+    keys = DigestStore(path).sessions.partition_keys()
     slices = [keys[i::workers] for i in range(workers)]
     if mode == "threads":
         barrier, results = threading.Barrier(workers + 1), queue.Queue()

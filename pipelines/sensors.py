@@ -130,7 +130,7 @@ def unregistered_partition_keys(
     tick is about to request) ahead of the rest, at most `limit`. Two plain reads, each a single
     query however many sessions there are."""
     known = set(instance.get_dynamic_partitions(sessions_partitions.name))
-    return [key for key in dict.fromkeys([*first, *store.partition_keys()]) if key not in known][:limit]
+    return [key for key in dict.fromkeys([*first, *store.sessions.partition_keys()]) if key not in known][:limit]
 
 
 def imported_materializations(store, keys: list[str]) -> list[AssetMaterialization]:
@@ -148,14 +148,14 @@ def imported_materializations(store, keys: list[str]) -> list[AssetMaterializati
                 "provenance": f"imported from {row['source_file'] or 'an export'}, current at {row['input_revision']}",
             },
         )
-        for row in (store.current_imported_summaries(keys) if keys else [])
+        for row in (store.reports.current_imported_summaries(keys) if keys else [])
     ]
 
 
 def stale_partition_keys(instance, store, limit: int | None = PARTITION_CHUNK) -> list[str]:
     """Partitions whose session DuckDB no longer holds (a replace restore removed it, and was killed
     before it could delete its partition), at most `limit`: the partition set converges to the store's."""
-    held = set(store.partition_keys())
+    held = set(store.sessions.partition_keys())
     return sorted(set(instance.get_dynamic_partitions(sessions_partitions.name)) - held)[:limit]
 
 
@@ -320,7 +320,7 @@ def mini_summary_sensor(
         return SkipReason("a mini-summary backfill run is still going")
     policy = mini_summaries.policy()
     db, fleet = store.store(), model.fleet()
-    keys = db.pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
+    keys = db.mini_summaries.pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
     if not keys:
         return SkipReason("no turn needs a mini summary (or the sessions that do are backing off)")
     hosts = spread_over_hosts(context.instance, db, fleet, circuit.policy(), 1)
@@ -348,7 +348,7 @@ def digest_sensor(
     rest the oldest; undigestible sessions and sessions whose turns changed since their summary
     are left out, and so are those already queued or running."""
     policy, db, fleet = graph.policy(), store.store(), model.fleet()
-    keys = db.pending_digest_keys(
+    keys = db.graph.pending_digest_keys(
         policy.fresh_reserve, policy.batch_sessions, exclude=in_flight_partitions(context.instance, digest_job.name)
     )
     if not keys:

@@ -44,7 +44,7 @@ def test_the_store_resource_migrates_a_file_once_per_process(tmp_path, monkeypat
     path = tmp_path / "digest.duckdb"
     resource = DigestStoreResource(db_path=str(path), inbox=str(tmp_path / "inbox"))
     resource.store()  # migrates: the tables are there
-    assert DigestStore(path).status()["sessions"] == 0
+    assert DigestStore(path).reports.status()["sessions"] == 0
 
     reader(path)
     with pytest.raises(duckdb.IOException, match="(?i)could not set lock"):
@@ -60,4 +60,4 @@ def test_a_store_file_deleted_since_is_migrated_again(tmp_path):
     path.unlink()
     path.with_name(path.name + ".wal").unlink(missing_ok=True)
 
-    assert resource.store().status()["pending_summaries"] == 0  # the tables are there again
+    assert resource.store().reports.status()["pending_summaries"] == 0  # the tables are there again
