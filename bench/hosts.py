@@ -61,7 +61,7 @@ from digest.synthesis import Limits, estimate_raw_tokens, summarize_session  # n
 from pipelines.selection import hosts_in_rotation, next_summary_batch  # noqa: E402
 from resources.model_clients import OpenAIChatClient  # noqa: E402
 from resources.response_cache import CachedChatClient  # noqa: E402
-from resources.store import DigestStore, RunLedger  # noqa: E402
+from resources.store import DigestStore, RunLedger, StoreFile  # noqa: E402
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer, Received  # noqa: E402
 from tests.synthetic_export import write_export  # noqa: E402
 
@@ -161,9 +161,9 @@ def corpus_sizes(store: DigestStore) -> list[int]:
     return sorted(estimate_raw_tokens(r.raw_bytes, r.turn_count, limits) for r in rows)
 
 
-class BenchStore(DigestStore):
-    """The store as the bench's threads share it: one connection at a time in this process (the
-    exclusion DuckDB's file lock gives a run's process; two threads of one process opening and
+class BenchFile(StoreFile):
+    """The store's file as the bench's threads share it: one connection at a time in this process
+    (the exclusion DuckDB's file lock gives a run's process; two threads of one process opening and
     closing the file at once can fail with DuckDB 1.5's "Unique file handle conflict"), each
     counted (read or write, each one takes the file's lock)."""
 
@@ -300,7 +300,7 @@ def drain(name: str, store_path: Path, hosts: list[SimHost], scale: float) -> Dr
     out = Drain(name, hosts, scale)
     plan = project_plan(hosts, scale)
     declared = fleet(hosts, scale)
-    store = BenchStore(store_path)
+    store = DigestStore(BenchFile(store_path))
     logs = {h.name: [] for h in hosts}
     queues: dict[str, queue.Queue] = {h.name: queue.Queue() for h in hosts}
     in_flight: dict[str, Job] = {}
@@ -428,7 +428,7 @@ class InstantClient:
 
 def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, tag: str) -> None:
     """Summary runs back to back for `seconds` after every writer is ready; (runs, connections, errors)."""
-    store = BenchStore(path)
+    store = DigestStore(BenchFile(path))
     limits = fleet([cpu_host("writer")], 1.0).limits()
     client = InstantClient()
     runs, errors = 0, 0
@@ -441,7 +441,7 @@ def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, ta
         except Exception:  # a lock wait past LOCK_WAIT_S, a conflict: counted
             errors += 1
         runs += 1
-    results.put((runs, store.connections, errors))
+    results.put((runs, store.file.connections, errors))
 
 
 def writer_headroom(path: Path, workers: int, mode: str, seconds: float) -> dict:

@@ -280,19 +280,20 @@ def test_a_bad_value_is_one_reject_and_the_rest_goes_through(store, tmp_path, me
 
 
 class FailingSink:
-    """The real store, whose write fails at the second batch: an ingest that stops part-way."""
+    """The real store's ingest writes, whose write fails at the second batch: an ingest that stops
+    part-way."""
 
-    def __init__(self, store: DigestStore):
-        self.store, self.batches = store, 0
+    def __init__(self, ingest):
+        self.ingest, self.batches = ingest, 0
 
     def write_turns(self, rows):
         self.batches += 1
         if self.batches == 2:
             raise OSError("disk full")
-        return self.store.ingest.write_turns(rows)
+        return self.ingest.write_turns(rows)
 
     def __getattr__(self, name):
-        return getattr(self.store, name)
+        return getattr(self.ingest, name)
 
 
 def test_an_ingest_that_stops_part_way_leaves_no_turn_without_its_session(store, tmp_path, monkeypatch):
@@ -301,8 +302,9 @@ def test_an_ingest_that_stops_part_way_leaves_no_turn_without_its_session(store,
     monkeypatch.setattr(ingest_module, "BATCH_ROWS", 4)
     folder = write_bundle(tmp_path / "bundle", make_turns("s1", 3) + make_turns("s2", 6))
 
+    monkeypatch.setattr(store, "ingest", FailingSink(store.ingest))
     with pytest.raises(OSError):
-        ingest_paths([folder / f"memory-backup-{STAMP}.jsonl"], FailingSink(store))
+        ingest_paths([folder / f"memory-backup-{STAMP}.jsonl"], store)
 
     written = records(store, "SELECT session_id, count(*) AS n FROM turns GROUP BY 1 ORDER BY 1")
     assert written == [{"session_id": "s1", "n": 3}, {"session_id": "s2", "n": 1}]

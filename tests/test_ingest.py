@@ -685,19 +685,20 @@ def test_refresh_sessions_rows(db, tmp_path):
 
 
 class CountingSink:
-    """The real store, with a count of the write calls (to prove the batches really were small)."""
+    """The real store's ingest writes, with a count of the write calls (to prove the batches really
+    were small)."""
 
-    def __init__(self, store: DigestStore):
-        self.store = store
+    def __init__(self, ingest):
+        self.ingest = ingest
         self.turn_batches: list[int] = []
 
     def write_turns(self, rows):
         if rows:
             self.turn_batches.append(len(rows))
-        return self.store.ingest.write_turns(rows)
+        return self.ingest.write_turns(rows)
 
     def __getattr__(self, name):
-        return getattr(self.store, name)
+        return getattr(self.ingest, name)
 
 
 def test_more_lines_than_a_batch_ingest_every_row_exactly_once(db, tmp_path, monkeypatch):
@@ -712,9 +713,10 @@ def test_more_lines_than_a_batch_ingest_every_row_exactly_once(db, tmp_path, mon
     # The same id again, in a later batch: one row, the later line's content; line 2 is superseded.
     lines.append(memory_row("t01", "s-early", 1_001, document="t01 again"))
     path = write_jsonl(tmp_path / "memory-backup-batches.jsonl", lines)
-    sink = CountingSink(db)
+    sink = CountingSink(db.ingest)
+    monkeypatch.setattr(db, "ingest", sink)
 
-    report = ingest_paths([path], sink)
+    report = ingest_paths([path], db)
 
     assert len(sink.turn_batches) >= 4 and max(sink.turn_batches) <= 3
     counts = rows(db, "SELECT count(*) AS n, count(DISTINCT id) AS d FROM turns")[0]
