@@ -387,7 +387,7 @@ from digest.synthesis import Attempt
 from resources.store import DigestStore
 store = DigestStore(sys.argv[1])
 for i in range(int(sys.argv[3])):
-    store.record_attempt(Attempt(sys.argv[2], "session-summary", "raw", 10, 4, "ok", 0.1, "m"))
+    store.attempts.record_attempt(Attempt(sys.argv[2], "session-summary", "raw", 10, 4, "ok", 0.1, "m"))
 """
 
 
