@@ -513,7 +513,7 @@ def _names(meta: dict, key: str) -> list[str] | None:
 
 def parse_summary_row(obj: dict, source: str) -> dict:
     """A `summaries-backup` row → an `imported_summaries` row: what a current one needs to stand as
-    the session's summary (`DigestStore.adopt_imported_summaries`)."""
+    the session's summary (`resources.store.summaries.adopt_imported_summaries`)."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         raise Reject(f"wrong-type: metadata is {type(meta).__name__}, expected object")
