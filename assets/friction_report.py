@@ -36,7 +36,7 @@ def friction_report(
     # The model resource gives the settings in force and the hosts; it starts no server unless a
     # client is asked for.
     db = store.store()
-    rows = db.friction_report_rows()
+    rows = db.reports.friction_report_rows()
     report = build_report(
         rows["events"],
         rows["attempts"],
@@ -46,8 +46,8 @@ def friction_report(
         mini_coverage=rows["mini_coverage"],
         undigestible=rows["undigestible"],
         host_circuits=rows["host_circuits"],
-        slowdowns=db.host_slowdowns([(h.name, h.model) for h in model.fleet().hosts]),
-        auto_caps=db.auto_caps(),
+        slowdowns=db.speed.host_slowdowns([(h.name, h.model) for h in model.fleet().hosts]),
+        auto_caps=db.speed.auto_caps(),
     )
     path = db.path.parent / REPORT_FILE
     _write_atomically(path, render_html(report))

@@ -122,7 +122,7 @@ if Pacer is not None:
     store = DigestStore(settings.db_path)
     store.migrate()
     policy = PacingPolicy(ceiling_s=settings.call_ceiling_s, raw_call_target_s=settings.raw_call_target_s)
-    pacer = Pacer.for_host(policy, first_timeout, store.host_samples(host.name, host.model))
+    pacer = Pacer.for_host(policy, first_timeout, store.speed.host_samples(host.name, host.model))
     plan = pacer.plan(settings.limits().estimate_tokens(prompt), output_tokens, streaming)
     kwargs = {"timeout_s": plan.timeout_s}
     if plan.stall_s is not None:

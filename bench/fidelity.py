@@ -79,7 +79,7 @@ def policy(cap: str, home: Path, max_sessions: int) -> dict:
     with contextlib.redirect_stdout(io.StringIO()):
         cli.ingest(settings, [str(memory)])
         store = DigestStore(settings.db_path)
-        keep = store.pending_summary_keys(limit=max_sessions)
+        keep = store.summaries.pending_summary_keys(limit=max_sessions)
         started = time.monotonic()
         output = Output(as_json=True)
         todo = [(key, {}) for key in keep]

@@ -69,7 +69,7 @@ from pipelines.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG  # noqa: E402
 from resources.bindings import ChatModelResource  # noqa: E402
 from resources.model_clients import OpenAIChatClient  # noqa: E402
 from resources.response_cache import CachedChatClient  # noqa: E402
-from resources.store import DigestStore, RunLedger  # noqa: E402
+from resources.store import DigestStore, RunLedger, StoreFile  # noqa: E402
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer, Received  # noqa: E402
 from tests.synthetic_export import write_export  # noqa: E402
 
@@ -169,9 +169,9 @@ def corpus_sizes(store: DigestStore) -> list[int]:
     return sorted(estimate_raw_tokens(r.raw_bytes, r.turn_count, limits) for r in rows)
 
 
-class BenchStore(DigestStore):
-    """The store as the bench's threads share it: one connection at a time in this process (the
-    exclusion DuckDB's file lock gives a run's process; two threads of one process opening and
+class BenchFile(StoreFile):
+    """The store's file as the bench's threads share it: one connection at a time in this process
+    (the exclusion DuckDB's file lock gives a run's process; two threads of one process opening and
     closing the file at once can fail with DuckDB 1.5's "Unique file handle conflict"), each
     opening of the file counted (read or write, each one takes the file's lock)."""
 
@@ -208,28 +208,30 @@ def summary_run(store: DigestStore, client, limits: Limits, job: Job, run_id: st
     """The store work of one `session_summaries` run around its model calls, in its order, with
     DIGEST_RESPONSE_CACHE=off (the sequence with the most writes: the staged reply is dropped),
     each store method on a connection of its own (the writer's "per method" side)."""
-    session = store.session_by_partition(job.partition_key)
+    session = store.sessions.session_by_partition(job.partition_key)
     session_id, revision = session["session_id"], session["input_revision"]
-    store.summary_row(session_id)  # the asset's check for an imported summary of these turns
-    holder = store.claim_summary_lease(session_id, run_id, now_ms(), 2 * limits.timeout_s + 120)
+    store.summaries.summary_row(session_id)  # the asset's check for an imported summary of these turns
+    holder = store.summaries.claim_summary_lease(session_id, run_id, now_ms(), 2 * limits.timeout_s + 120)
     assert holder is None, f"{session_id} leased twice"
     try:
-        store.summary_standing(session_id)
-        turns = store.load_turns([session_id])
-        staged = CachedChatClient(client, store, {"provider": "openai"}, reuse=False, session=(session_id, revision))
+        store.summaries.summary_standing(session_id)
+        turns = store.sessions.load_turns([session_id])
+        staged = CachedChatClient(
+            client, store.cache, {"provider": "openai"}, reuse=False, session=(session_id, revision)
+        )
         result = summarize_session(turns, staged, limits, RunLedger(store, run_id, host=job.host))
         if result.summary is None and result.host_failure:
             return  # the host's fault, on its circuit: the session is not backed off, the next tick places it again
         if result.summary is None:
-            store.record_summary_failure(
+            store.summaries.record_summary_failure(
                 session_id, revision, result.failure, now_ms(), lambda n: failure_backoff_s(n, SweepPolicy())
             )
             return
-        store.write_summary(result.summary, run_id=run_id, host=job.host, host_reason=job.reason)
-        store.drop_staged_replies(session_id)
-        store.clear_summary_failures(session_id)
+        store.summaries.write_summary(result.summary, run_id=run_id, host=job.host, host_reason=job.reason)
+        store.cache.drop_staged_replies(session_id)
+        store.summaries.clear_summary_failures(session_id)
     finally:
-        store.release_summary_lease(session_id, run_id)
+        store.summaries.release_summary_lease(session_id, run_id)
 
 
 # --- host assignment -------------------------------------------------------------------------------
@@ -310,7 +312,7 @@ def drain(name: str, store_path: Path, hosts: list[SimHost], scale: float) -> Dr
     out = Drain(name, hosts, scale)
     plan = project_plan(hosts, scale)
     declared = fleet(hosts, scale)
-    store = BenchStore(store_path)
+    store = DigestStore(BenchFile(store_path))
     logs = {h.name: [] for h in hosts}
     queues: dict[str, queue.Queue] = {h.name: queue.Queue() for h in hosts}
     in_flight: dict[str, Job] = {}
@@ -467,7 +469,7 @@ def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, ta
     `side`: "per method", the store work of a run with each method on its own connection
     (`summary_run`, the code before one connection per phase); "held", the run's own work
     (`summarize_partition`: one held connection before the model call and one after)."""
-    store = BenchStore(path)
+    store = DigestStore(BenchFile(path))
     limits = fleet([cpu_host("writer")], 1.0).limits()
     client = InstantClient()
     model = instant_model(str(Path(path).parent))
@@ -487,11 +489,11 @@ def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, ta
         except Exception:  # a lock wait past LOCK_WAIT_S, a conflict: counted
             errors += 1
         runs += 1
-    results.put((runs, store.connections, errors))
+    results.put((runs, store.file.connections, errors))
 
 
 def writer_headroom(path: Path, workers: int, mode: str, seconds: float, side: str = "per method") -> dict:
-    keys = DigestStore(path).partition_keys()
+    keys = DigestStore(path).sessions.partition_keys()
     slices = [keys[i::workers] for i in range(workers)]
     if mode == "threads":
         barrier, results = threading.Barrier(workers + 1), queue.Queue()

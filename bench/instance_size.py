@@ -113,7 +113,7 @@ def measure(root: Path, runs: int, config: str, server_url: str, pg_url: str | N
     store = DigestStore(settings.db_path)
     store.migrate()
     ingest_paths([write_bundle(home / "bundle", turns)], store)
-    keys = store.partition_keys()
+    keys = store.sessions.partition_keys()
     job = build_definitions(settings).resolve_job_def("summarize_sessions")
     with DagsterInstance.get() as instance:
         instance.add_dynamic_partitions(sessions_partitions.name, keys)

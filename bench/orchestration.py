@@ -46,10 +46,10 @@ def fresh_store(root: Path, sessions: int) -> DigestStore:
 
 
 def summarize_all(store: DigestStore, client, limits, run_id: str) -> None:
-    for key in store.partition_keys():
-        session_id = store.session_by_partition(key)["session_id"]
-        result = summarize_session(store.load_turns([session_id]), client, limits, RunLedger(store, run_id))
-        store.write_summary(result.summary, run_id=run_id)
+    for key in store.sessions.partition_keys():
+        session_id = store.sessions.session_by_partition(key)["session_id"]
+        result = summarize_session(store.sessions.load_turns([session_id]), client, limits, RunLedger(store, run_id))
+        store.summaries.write_summary(result.summary, run_id=run_id)
 
 
 def main() -> None:
@@ -81,7 +81,7 @@ def main() -> None:
             register_partitions(instance, store)
             summarize = build_definitions(settings).resolve_job_def("summarize_sessions")
             started = time.perf_counter()
-            for key in store.partition_keys():
+            for key in store.sessions.partition_keys():
                 assert summarize.execute_in_process(instance=instance, partition_key=key).success
             timings["one run per session"] = time.perf_counter() - started
 

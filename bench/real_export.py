@@ -212,7 +212,7 @@ def main() -> None:
             )
         )
 
-        status = store.status()
+        status = store.reports.status()
         owed_after = status["pending_summaries"]
         figures.append(
             (

@@ -45,8 +45,8 @@ def seed(store: DigestStore, count: int) -> None:
             }
             for i in range(start, min(count, start + 20_000))
         ]
-        store.write_turns(rows)
-        store.refresh_sessions(r["session_id"] for r in rows)
+        store.ingest.write_turns(rows)
+        store.ingest.refresh_sessions(r["session_id"] for r in rows)
 
 
 def tick(instance, definitions) -> tuple[float, float, int]:

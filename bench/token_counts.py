@@ -62,7 +62,7 @@ HOST = "embedded"
 def load_sessions(store: DigestStore, folders: list[Path]) -> list[list[Turn]]:
     ingest_paths(folders, store)
     ids = store.query("SELECT session_id FROM sessions ORDER BY session_id")["session_id"].tolist()
-    turns = store.load_turns(ids)
+    turns = store.sessions.load_turns(ids)
     by_session: dict[str, list[Turn]] = {}
     for turn in turns:
         by_session.setdefault(turn.session_id, []).append(turn)
@@ -101,7 +101,7 @@ def feed_ledger(store: DigestStore, client: OpenAIChatClient, prompts: list[str]
         reply = client.chat(prompt, schema=None, max_output_tokens=1, timeout_s=300)
         data = len(prompt.encode("utf-8"))
         mismatches.append(reply.prompt_tokens - (client.count_tokens(prompt) + overhead))
-        store.record_attempt(
+        store.attempts.record_attempt(
             Attempt(session_id=f"ledger-{i}", stage="mini-summary", tier="turn", prompt_bytes=data,
                     tokens_estimate=-(-data // 3), outcome="ok", duration_s=reply.duration_s, model=MODEL_ALIAS,
                     prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, host=HOST)
@@ -201,7 +201,7 @@ def main() -> None:
         ledger = DigestStore(root / "ledger.duckdb")
         ledger.migrate()
         fed = feed_ledger(ledger, client, ledger_prompts, overhead)
-        value, source = resolve_bytes_per_token(None, ledger.calibrated_bytes_per_token(HOST, MODEL_ALIAS))
+        value, source = resolve_bytes_per_token(None, ledger.tokens.calibrated_bytes_per_token(HOST, MODEL_ALIAS))
         print(
             f"ledger (a): {fed['calls']} real chat calls in {fed['seconds']:.0f} s (tokenizer count + template = "
             f"the chat's prompt_tokens within {fed['max_truth_error']} tokens on each); {value:.3f} bytes/token ({source})"
@@ -211,12 +211,12 @@ def main() -> None:
         held_out = load_sessions(held_out_store, synthetic_folders(root, 48, seed=900))
         summaries = summary_samples(held_out, limits, client, overhead)
         for i, (data, tokens) in enumerate(summaries):
-            ledger.record_attempt(
+            ledger.attempts.record_attempt(
                 Attempt(session_id=f"summary-{i}", stage="session-summary", tier="raw", prompt_bytes=data,
                         tokens_estimate=math.ceil(data / 3), outcome="ok", duration_s=tokens / 175, model=MODEL_ALIAS,
                         prompt_tokens=tokens, completion_tokens=200, host=HOST)
             )  # fmt: skip
-        calibrated = ledger.calibrated_bytes_per_token(HOST, MODEL_ALIAS)
+        calibrated = ledger.tokens.calibrated_bytes_per_token(HOST, MODEL_ALIAS)
         everything = ledger.query("SELECT prompt_bytes, prompt_tokens FROM attempts WHERE prompt_bytes >= 1024")
         one_kib = conservative_bytes_per_token(everything.itertuples(index=False))
         ledgers = {"ledger": calibrated[0], "1 KiB floor": one_kib[0]}

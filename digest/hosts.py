@@ -186,7 +186,7 @@ class Fleet:
         self, name: str | None = None, calibrated: tuple[float, int] | None = None, auto_cap: int | None = None
     ) -> Limits:
         """The host's bounds. Its bytes per token: pinned, else `calibrated` (measured in its
-        ledger: `DigestStore.calibrated_bytes_per_token`), else the default. Its raw cap: pinned,
+        ledger: `DigestStore.tokens.calibrated_bytes_per_token`), else the default. Its raw cap: pinned,
         off, or (auto) `auto_cap` as its speed measures it, else the default until measured."""
         host = self.host(name)
         bytes_per_token, source = resolve_bytes_per_token(host.bytes_per_token, calibrated)
@@ -213,11 +213,11 @@ class Fleet:
         if host.raw_cap_auto:
             bound = min(host.safe_limit_tokens, host.context_limit_tokens - self.max_output_tokens)
             # Until the host's summaries say how long they run, room for half the output cap.
-            measured = store.auto_raw_cap(
+            measured = store.speed.auto_raw_cap(
                 host.name, host.model, self.raw_call_target_s, self.max_output_tokens // 2, bound
             )
             auto_cap = measured.cap_tokens if measured is not None else None
-        return self.limits(host.name, store.calibrated_bytes_per_token(host.name, host.model), auto_cap)
+        return self.limits(host.name, store.tokens.calibrated_bytes_per_token(host.name, host.model), auto_cap)
 
 
 @dataclass(frozen=True)

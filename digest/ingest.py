@@ -72,15 +72,32 @@ class Reject(Exception):
 
 
 class Sink(Protocol):
+    """Where a file's rows are written (the store's `ingest` repository)."""
+
     def write_turns(self, rows: list[dict]) -> list[str]: ...  # the sessions turns moved out of
     def write_imported_mini_summaries(self, rows: list[dict]) -> None: ...
     def write_imported_summaries(self, rows: list[dict]) -> None: ...
     def write_imported_graph(self, nodes: list[dict], edges: list[dict]) -> None: ...
     def write_rejects(self, rows: list[dict]) -> None: ...
     def clear_rejects(self, source_file: str, line_nos: list[int]) -> None: ...  # lines now kept
+
+
+class SessionRows(Protocol):
     def session_rows(self, session_ids: Iterable[str]) -> list[dict]: ...
+
+
+class HeldFile(Protocol):
     def held(self) -> AbstractContextManager[None]: ...  # one connection for the writes inside
     def released(self) -> AbstractContextManager[None]: ...  # that connection let go (checkpointed)
+
+
+class IngestStore(Protocol):
+    """What an ingest uses of the store: its writes, the file they share a connection of, and the
+    sessions' rows read back after them."""
+
+    ingest: Sink
+    file: HeldFile
+    sessions: SessionRows
 
 
 @dataclass
@@ -508,7 +525,7 @@ def _names(meta: dict, key: str) -> list[str] | None:
 
 def parse_summary_row(obj: dict, source: str) -> dict:
     """A `summaries-backup` row → an `imported_summaries` row: what a current one needs to stand as
-    the session's summary (`DigestStore.adopt_imported_summaries`)."""
+    the session's summary (`resources.store.summaries.adopt_imported_summaries`)."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         raise Reject(f"wrong-type: metadata is {type(meta).__name__}, expected object")
@@ -556,7 +573,7 @@ def _decode(raw: bytes) -> str:
         raise Reject(f"invalid-utf8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1} ({exc.reason})") from None
 
 
-def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileReport:
+def ingest_file(path: Path, sink: Sink, file: HeldFile, touched: set[str], seen: dict) -> FileReport:
     """`seen`: each turn id (and each graph row as `(kind, id)`) kept so far in this ingest, with
     its file's report and line."""
     kind = file_kind(path)
@@ -587,7 +604,7 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
         for batch in (turns, minis, summaries, graph["node"], graph["edge"], rejects, kept):
             batch.clear()
         if held_bytes >= HOLD_BYTES:
-            with sink.released():  # other processes write in between; the next batch opens again
+            with file.released():  # other processes write in between; the next batch opens again
                 held_bytes = 0
 
     def vector(cut: str | None) -> str | None:
@@ -689,15 +706,15 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
     return found
 
 
-def ingest_paths(paths: Iterable[str | Path], sink: Sink) -> IngestReport:
+def ingest_paths(paths: Iterable[str | Path], store: IngestStore) -> IngestReport:
     report = IngestReport()
     touched: set[str] = set()
     seen: dict = {}
     # A file named twice (or inside a folder also named) is read once: its lines would supersede themselves.
     for path in dict.fromkeys(p.resolve() for p in discover(paths)):
-        with sink.held():
-            report.files.append(ingest_file(path, sink, touched, seen))
+        with store.file.held():
+            report.files.append(ingest_file(path, store.ingest, store.file, touched, seen))
     # Each batch of turns brought its sessions' rows up to date as it was written: read them back.
-    report.sessions = sink.session_rows(touched)
+    report.sessions = store.sessions.session_rows(touched)
     report.emptied = sorted(touched - {s["session_id"] for s in report.sessions})
     return report

@@ -150,7 +150,7 @@ def _reading_store(settings: Settings):
     if settings.db_path.is_file():
         store = DigestStore(settings.db_path, read_only=True)
         try:
-            with store.connect() as con:
+            with store.file.connect() as con:
                 version = con.execute("SELECT max(version) FROM schema_meta").fetchone()[0]
         except duckdb_errors() as exc:
             version = exc
@@ -289,12 +289,12 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
 
     def nothing_to_do(key: str, tags: dict) -> str | None:
         # The selection is as old as the sweep: another sweep may have done the session since.
-        session = store.session_by_partition(key)
-        standing = store.summary_standing(session["session_id"]) if session else None
+        session = store.sessions.session_by_partition(key)
+        standing = store.summaries.summary_standing(session["session_id"]) if session else None
         return nothing_to_summarize(standing, tags, now_ms())
 
     recovered = close_interrupted_runs(instance, store)
-    staged = store.staged_summary_keys()
+    staged = store.cache.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
     todo = [(key, {ROUTE_TAG: "staged"}) for key in staged]
     todo += [(item.candidate.partition_key, summary_run_tags(item)) for item in selection.batch]
@@ -319,7 +319,7 @@ def digest(settings: Settings, limit: int | None, output: Output) -> dict:
     succeeds without a graph left its session part-done (its budget ran out) or gated."""
     store = _store(settings)
     policy = settings.graph
-    keys = store.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
+    keys = store.graph.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
     todo = [(k, {ROUTE_TAG: "graph"}) for k in keys]
     # The plan estimates summaries only: a graph run's bar counts sessions, with no time left.
     estimates = [None] * len(keys)
@@ -345,10 +345,10 @@ def archive(settings: Settings, sessions: list[str], retire: bool, out: str | No
     `archives`; `retire` then takes them out of every sweep."""
     store = _store(settings)
     try:
-        ids = store.resolve_sessions(sessions) if sessions else None
+        ids = store.sessions.resolve_sessions(sessions) if sessions else None
     except ValueError as exc:
         raise SystemExit(f"session-digest: {exc}") from None
-    return store.write_archive(Path(out) if out else settings.home / "archives", ids, retire)
+    return store.archive.write_archive(Path(out) if out else settings.home / "archives", ids, retire)
 
 
 def after_restore_commit() -> None:
@@ -369,7 +369,7 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
     store = _store(settings)
     try:
         bundle = validate_bundle(bundle_path)
-        result = store.restore_archive(bundle, mode)
+        result = store.archive.restore_archive(bundle, mode)
     except BundleError as exc:
         raise SystemExit(f"session-digest: {exc}") from None
     after_restore_commit()
@@ -379,7 +379,9 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
     # command (this one rerun, a sweep, an ingest) or the summary sensor's next tick.
     added, removed = reconcile_partitions(instance, store)
     recorded = record_summaries(
-        instance, store.summaries_where("session_id", outcome.summaries_restored), f"restored from {bundle.path}"
+        instance,
+        store.summaries.summaries_where("session_id", outcome.summaries_restored),
+        f"restored from {bundle.path}",
     )
     return {
         "bundle": str(bundle.path),
@@ -395,7 +397,7 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
 
 
 def clear_cache(settings: Settings) -> dict:
-    return {"cleared": _store(settings).clear_response_cache()}
+    return {"cleared": _store(settings).cache.clear_response_cache()}
 
 
 def plan(settings: Settings, limit: int | None) -> dict:
@@ -445,9 +447,9 @@ def unarchive_turns(settings: Settings, session: str | None, turn_ids: list[str]
     store = _store(settings)
     session_id = None
     if session:
-        row = store.session_by_partition(session)
+        row = store.sessions.session_by_partition(session)
         session_id = row["session_id"] if row else session
-    ids = store.unarchive_turns(turn_ids=turn_ids, session_id=session_id)
+    ids = store.mini_summaries.unarchive_turns(turn_ids=turn_ids, session_id=session_id)
     return {"unarchived": len(ids), "turn_ids": ids}
 
 
@@ -465,7 +467,9 @@ def export_graph(settings: Settings, path: str) -> dict:
         target = target / f"graph-backup-{stamp}.jsonl"
     partial = target.with_name(target.name + ".partial")  # a reader never sees half a file
     with partial.open("w", encoding="utf-8") as out:
-        nodes, edges = write_graph_backup(store.graph_pages("graph_nodes"), store.graph_pages("graph_edges"), out)
+        nodes, edges = write_graph_backup(
+            store.graph.graph_pages("graph_nodes"), store.graph.graph_pages("graph_edges"), out
+        )
     partial.replace(target)
     return {"path": str(target.resolve()), "nodes": nodes, "edges": edges}
 
@@ -473,11 +477,11 @@ def export_graph(settings: Settings, path: str) -> dict:
 def reset_digest(settings: Settings, session: str) -> dict:
     """An undigestible session (id or partition key) back in the digest cadence, attempts restored."""
     store = _store(settings)
-    row = store.session_by_partition(session)
+    row = store.sessions.session_by_partition(session)
     session_id = row["session_id"] if row else session
-    previous = store.reset_digest(session_id)
+    previous = store.graph.reset_digest(session_id)
     if previous is None:
-        current = store.digest_state(session_id)
+        current = store.graph.digest_state(session_id)
         return {
             "session_id": session_id,
             "reset": False,
@@ -498,9 +502,9 @@ def reset_digest(settings: Settings, session: str) -> dict:
 
 def status(settings: Settings) -> dict:
     store = _reading_store(settings)
-    result = store.status()
+    result = store.reports.status()
     # Each host's recent calls against its earlier ones: slow is shown, not taken out of rotation.
-    slowdowns = store.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts])
+    slowdowns = store.speed.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts])
     result["host_speed"] = {host: slowdown_status(slow) for host, slow in slowdowns.items()}
     return result
 
@@ -532,7 +536,7 @@ def demo(settings: Settings, output: Output) -> dict:
         "status": status(settings),
         "seconds": round(time.monotonic() - started, 1),
         # Per tier one summary's title and fidelity, the imported ones beside as the reference.
-        "fidelity_examples": _store(settings).fidelity_examples(),
+        "fidelity_examples": _store(settings).reports.fidelity_examples(),
     }
     query = "SELECT session_id, source_tier, degraded, route_reason, title FROM session_summaries"
     report["where_to_look"] = {

@@ -87,7 +87,7 @@ def close_interrupted_runs(instance: DagsterInstance, store: DigestStore) -> lis
     dead = [
         r for r in runs if PID_TAG in r.tags and not _process_alive(int(r.tags[PID_TAG]), r.tags.get(PID_STARTED_TAG))
     ]
-    written = {row["run_id"]: row for row in store.summaries_where("run_id", [run.run_id for run in dead])}
+    written = {row["run_id"]: row for row in store.summaries.summaries_where("run_id", [run.run_id for run in dead])}
     for run in dead:
         if run.run_id in written:
             # Asked of the asset index, not the run's log: a kill can land after Dagster wrote the
@@ -101,7 +101,7 @@ def close_interrupted_runs(instance: DagsterInstance, store: DigestStore) -> lis
             if not (latest and latest[0].run_id == run.run_id):
                 record_summaries(instance, [written[run.run_id]], f"written by run {run.run_id}, whose process died")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-        store.release_leases_of_runs([run.run_id])
+        store.summaries.release_leases_of_runs([run.run_id])
         # Last: once failed, the run is not found here again.
         instance.report_run_failed(run, message=f"process {run.tags[PID_TAG]} on {host} is gone: the run was killed")
     return [run.run_id for run in dead]

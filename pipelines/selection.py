@@ -55,7 +55,7 @@ def host_views(
     CPU-class default) and its queue."""
     views, measured = [], {}
     for name in available:
-        speed = store.seconds_per_token(fleet.host(name).model, host=name)
+        speed = store.speed.seconds_per_token(fleet.host(name).model, host=name)
         measured[name] = speed is not None
         views.append(
             HostView(
@@ -72,8 +72,8 @@ def hosts_in_rotation(store: DigestStore, fleet: Fleet, policy: CircuitPolicy, n
     """(the hosts a run may go to now, those of them half-open): a host whose circuit is open is
     out of rotation; a half-open one is in for its one probe run (taken by `next_summary_batch`
     when it places a session there). Only reads."""
-    available = store.available_hosts(fleet.names, now_ms, policy, probe=False)
-    circuits = store.host_circuits()
+    available = store.hosts.available_hosts(fleet.names, now_ms, policy, probe=False)
+    circuits = store.hosts.host_circuits()
     probing = [n for n in available if n in circuits and circuits[n].state(now_ms) == CircuitState.HALF_OPEN]
     return available, probing
 
@@ -107,7 +107,7 @@ def next_summary_batch(
     available = fleet.names if available is None else [n for n in fleet.names if n in available]
     views, measured = host_views(store, fleet, available, queued_s or {})
     scale = max(1, len(views))
-    queue = store.summary_queue(
+    queue = store.summaries.summary_queue(
         now_ms,
         policy.idle_window_s,
         newest=policy.max_sessions * LOOKAHEAD * scale,
@@ -131,7 +131,7 @@ def next_summary_batch(
     batch = assign_batch(chosen, views, at_most={name: 1 for name in probing})
     probed = sorted({a.host for a in batch if a.host in probing})
     if probed and circuit is not None:
-        taken = set(store.available_hosts(probed, now_ms, circuit))
+        taken = set(store.hosts.available_hosts(probed, now_ms, circuit))
         batch = [a for a in batch if a.host not in probed or a.host in taken]
     return SweepSelection(
         batch=batch,

@@ -140,7 +140,7 @@ def unregistered_partition_keys(
     tick is about to request) ahead of the rest, at most `limit`. Two plain reads, each a single
     query however many sessions there are."""
     known = set(instance.get_dynamic_partitions(sessions_partitions.name))
-    return [key for key in dict.fromkeys([*first, *store.partition_keys()]) if key not in known][:limit]
+    return [key for key in dict.fromkeys([*first, *store.sessions.partition_keys()]) if key not in known][:limit]
 
 
 def imported_materializations(store, keys: list[str]) -> list[AssetMaterialization]:
@@ -158,14 +158,14 @@ def imported_materializations(store, keys: list[str]) -> list[AssetMaterializati
                 "provenance": f"imported from {row['source_file'] or 'an export'}, current at {row['input_revision']}",
             },
         )
-        for row in (store.current_imported_summaries(keys) if keys else [])
+        for row in (store.reports.current_imported_summaries(keys) if keys else [])
     ]
 
 
 def stale_partition_keys(instance, store, limit: int | None = PARTITION_CHUNK) -> list[str]:
     """Partitions whose session DuckDB no longer holds (a replace restore removed it, and was killed
     before it could delete its partition), at most `limit`: the partition set converges to the store's."""
-    held = set(store.partition_keys())
+    held = set(store.sessions.partition_keys())
     return sorted(set(instance.get_dynamic_partitions(sessions_partitions.name)) - held)[:limit]
 
 
@@ -264,7 +264,7 @@ def summary_sensor(
     newest first with a share for the oldest, idle sessions only, failures in backoff skipped, each
     placed on a model host in rotation."""
     db = store.store()
-    with db.held():  # the tick's reads, and a probe taken, on one connection
+    with db.file.held():  # the tick's reads, and a probe taken, on one connection
         return summary_tick(context, db, model, sweep, circuit)
 
 
@@ -334,13 +334,13 @@ def mini_summary_sensor(
     if in_flight_partitions(context.instance, fill_mini_summaries_job.name):
         return SkipReason("a mini-summary backfill run is still going")
     db = store.store()
-    with db.held():
+    with db.file.held():
         return mini_summary_tick(context, db, model, mini_summaries, circuit)
 
 
 def mini_summary_tick(context: SensorEvaluationContext, db, model: ChatModelResource, mini_summaries, circuit):
     policy, fleet = mini_summaries.policy(), model.fleet()
-    keys = db.pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
+    keys = db.mini_summaries.pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
     if not keys:
         return SkipReason("no turn needs a mini summary (or the sessions that do are backing off)")
     hosts = spread_over_hosts(context.instance, db, fleet, circuit.policy(), 1)
@@ -368,13 +368,13 @@ def digest_sensor(
     rest the oldest; undigestible sessions and sessions whose turns changed since their summary
     are left out, and so are those already queued or running."""
     db = store.store()
-    with db.held():
+    with db.file.held():
         return digest_tick(context, db, model, graph, circuit)
 
 
 def digest_tick(context: SensorEvaluationContext, db, model: ChatModelResource, graph, circuit):
     policy, fleet = graph.policy(), model.fleet()
-    keys = db.pending_digest_keys(
+    keys = db.graph.pending_digest_keys(
         policy.fresh_reserve, policy.batch_sessions, exclude=in_flight_partitions(context.instance, digest_job.name)
     )
     if not keys:

@@ -95,7 +95,7 @@ class ChatModelResource(ConfigurableResource):
         `first_timeout_s`, the stage's configured timeout, where nothing is measured yet."""
         spec = self.fleet().host(host)
         policy = PacingPolicy(ceiling_s=self.call_ceiling_s, raw_call_target_s=self.raw_call_target_s)
-        return Pacer.for_host(policy, first_timeout_s, store.host_samples(spec.name, spec.model))
+        return Pacer.for_host(policy, first_timeout_s, store.speed.host_samples(spec.name, spec.model))
 
     def client(
         self, store: DigestStore | None = None, session: tuple[str, str] | None = None, host: str | None = None
@@ -108,13 +108,13 @@ class ChatModelResource(ConfigurableResource):
             return self._provider_client(spec)
         # Starting an embedded server takes seconds: not with a run's store connection held.
         starts_server = spec.provider == "embedded" and not spec.url and spec.name not in self._servers
-        with store.released() if starts_server else nullcontext():
+        with store.file.released() if starts_server else nullcontext():
             inner = self._provider_client(spec)
         # What the server sees besides the model, prompt, schema and output cap (added per call).
         wire = {"provider": spec.provider}
         if spec.provider == "ollama":
             wire["num_ctx"] = spec.context_limit_tokens
-        return CachedChatClient(inner, store, wire, reuse=self.response_cache, session=session)
+        return CachedChatClient(inner, store.cache, wire, reuse=self.response_cache, session=session)
 
     def _provider_client(self, spec: HostSpec) -> ChatClient:
         if spec.provider == "ollama":

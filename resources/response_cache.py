@@ -32,6 +32,8 @@ from digest.summary_output import parse_summary_output, response_json_schema
 
 
 class ReplyStore(Protocol):
+    """The store's `cache` repository."""
+
     def cached_reply(self, key: str, session: tuple[str, str] | None) -> ChatReply | None: ...
 
     def save_reply(self, key: str, model: str, reply: ChatReply, session: tuple[str, str] | None) -> None: ...
@@ -77,13 +79,13 @@ class CachedChatClient:
     def __init__(
         self,
         inner: ChatClient,
-        store: ReplyStore,
+        cache: ReplyStore,
         wire: dict,
         reuse: bool = True,
         session: tuple[str, str] | None = None,
     ):
         self.inner = inner
-        self.store = store
+        self.cache = cache
         self.wire = wire
         self.reuse = reuse
         self.session = session
@@ -105,21 +107,21 @@ class CachedChatClient:
         """A cached reply is replayed with no model time and no first token (`first_token_s` None)."""
         limits = {"max_output_tokens": max_output_tokens, "timeout_s": timeout_s, "stall_s": stall_s}
         if not self.reuse and self.session is None:
-            with self.store.released():
+            with self.store.file.released():
                 return self.inner.chat(prompt, schema=schema, **limits)
         key = request_key(self.model, {**self.wire, "max_output_tokens": max_output_tokens}, prompt, schema)
         # Reuse off: only this session's own staged reply, from a run that died before finishing.
-        cached = self.store.cached_reply(key, None if self.reuse else self.session)
+        cached = self.cache.cached_reply(key, None if self.reuse else self.session)
         if cached is not None:
             return cached
-        with self.store.released():
+        with self.store.file.released():
             reply = self.inner.chat(prompt, schema=schema, **limits)
         # A reply cut at the output cap is refused by the summary, and salvaged by the graph only in part.
         if reply.finish_reason != "length" and usable_reply(reply.text, schema):
-            self.store.save_reply(key, self.model, reply, self.session)
+            self.cache.save_reply(key, self.model, reply, self.session)
         return reply
 
     def count_tokens(self, text: str) -> int | None:
         """The inner client's tokenizer count: never cached, it is a quick call that routes one session."""
-        with self.store.released():
+        with self.store.file.released():
             return self.inner.count_tokens(text)

@@ -65,12 +65,12 @@ def _summarize(settings, store: DigestStore, session_ids: list[str]) -> None:
     """What the summary asset does, without a Dagster run: the cached client, the synthesis, the write."""
     model = build_definitions(settings).resources["model"]
     for session_id in session_ids:
-        revision = store.session_by_partition(session_id)["input_revision"]
+        revision = store.sessions.session_by_partition(session_id)["input_revision"]
         client = model.client(store, session=(session_id, revision))
         result = summarize_session(
-            store.load_turns([session_id]), client, model.limits(), RunLedger(store, f"run-{session_id}")
+            store.sessions.load_turns([session_id]), client, model.limits(), RunLedger(store, f"run-{session_id}")
         )
-        store.write_summary(result.summary, run_id=f"run-{session_id}")
+        store.summaries.write_summary(result.summary, run_id=f"run-{session_id}")
 
 
 def _populated_store(tmp_path, url: str) -> tuple:
@@ -92,11 +92,11 @@ def _populated_store(tmp_path, url: str) -> tuple:
     )
     ingest_paths([folder], store)
     _summarize(settings, store, ["small", "big"])
-    store.save_generated_mini_summary("big-t025", "big", "generated line", "m")
-    store.record_mini_summary_failure("big-t026", "big", "timeout-inner", 5)
-    store.record_backfill_run("big", 2, 1, None, "run-x")
-    store.record_summary_failure("small", "sha256:old", "timeout", 1, lambda n: 60)
-    store.record_friction(
+    store.mini_summaries.save_generated_mini_summary("big-t025", "big", "generated line", "m")
+    store.mini_summaries.record_mini_summary_failure("big-t026", "big", "timeout-inner", 5)
+    store.mini_summaries.record_backfill_run("big", 2, 1, None, "run-x")
+    store.summaries.record_summary_failure("small", "sha256:old", "timeout", 1, lambda n: 60)
+    store.attempts.record_friction(
         FrictionEvent("small", "c", "m", "timeout", "post-invocation-failure", 10, 4, 8192, 6144, 2000, note="n"),
         "run-x",
     )
@@ -121,11 +121,11 @@ def _manifest(archive: dict) -> dict:
 
 def test_archive_then_restore_into_an_empty_store_gives_the_same_rows(tmp_path, server):
     settings, store = _populated_store(tmp_path, server.url)
-    first = store.write_archive(tmp_path / "archives")
+    first = store.archive.write_archive(tmp_path / "archives")
 
     copy = _new_store(_settings(tmp_path / "copy", server.url))
-    result = copy.restore_archive(validate_bundle(first["path"]), "replace")
-    second = copy.write_archive(tmp_path / "archives-of-copy")
+    result = copy.archive.restore_archive(validate_bundle(first["path"]), "replace")
+    second = copy.archive.write_archive(tmp_path / "archives-of-copy")
 
     # The copy's own archive has the same files, row for row: same counts, same checksums.
     def by_content(archive):
@@ -148,12 +148,14 @@ def test_archive_then_restore_into_an_empty_store_gives_the_same_rows(tmp_path, 
         "duckdb",
     ]
     # Restored ids are past the sequences: new ledger rows do not collide.
-    copy.record_friction(FrictionEvent("small", "c", "m", "timeout", "post-invocation-failure", 1, 1, 1, 1, None, "n"))
+    copy.attempts.record_friction(
+        FrictionEvent("small", "c", "m", "timeout", "post-invocation-failure", 1, 1, 1, 1, None, "n")
+    )
 
 
 def test_the_bundle_has_the_originals_shapes(tmp_path, server):
     settings, store = _populated_store(tmp_path, server.url)
-    bundle = Path(store.write_archive(tmp_path / "archives")["path"])
+    bundle = Path(store.archive.write_archive(tmp_path / "archives")["path"])
     memory = [json.loads(line) for line in next(bundle.glob("memory-backup-*.jsonl")).read_text().splitlines()]
     assert set(memory[0]) == {"id", "embedding", "metadata", "document"}
     # Each turn's vector as it was ingested (`[0.125, -0.5, 0.25, 1.0]`, float32 values: kept as
@@ -200,16 +202,16 @@ def test_the_bundle_has_the_originals_shapes(tmp_path, server):
 
 def test_a_corrupt_or_truncated_bundle_is_refused_and_changes_nothing(tmp_path, server):
     settings, store = _populated_store(tmp_path, server.url)
-    archive = store.write_archive(tmp_path / "archives")
+    archive = store.archive.write_archive(tmp_path / "archives")
     bundle = Path(archive["path"])
-    store.save_generated_mini_summary("small-t000", "small", "written after the archive", "m")
+    store.mini_summaries.save_generated_mini_summary("small-t000", "small", "written after the archive", "m")
     before = fingerprint(store.path)
 
     memory = next(bundle.glob("memory-backup-*.jsonl"))
     data = memory.read_bytes()
     memory.write_bytes(data[: len(data) - 40])  # truncated in its last line
     with pytest.raises(BundleError) as refused:
-        store.restore_archive(validate_bundle(bundle), "replace")
+        store.archive.restore_archive(validate_bundle(bundle), "replace")
     problems = "\n".join(refused.value.problems)
     last = len(data.splitlines())
     assert f"{memory.name}: sha256 differs" in problems
@@ -243,13 +245,13 @@ def test_a_corrupt_or_truncated_bundle_is_refused_and_changes_nothing(tmp_path, 
 
 def test_replace_touches_only_the_bundles_sessions_and_tables(tmp_path, server):
     settings, store = _populated_store(tmp_path, server.url)
-    archive = store.write_archive(tmp_path / "archives", sessions=["small"])
+    archive = store.archive.write_archive(tmp_path / "archives", sessions=["small"])
     assert "tables/rejects.jsonl" not in archive["rows"]  # not about any session
     # Both re-summarized since (a summary write sets created_at).
     store.query(
         "UPDATE session_summaries SET title = 'changed since', created_at = now() WHERE session_id IN ('small', 'big')"
     )
-    result = store.restore_archive(validate_bundle(archive["path"]), "replace")
+    result = store.archive.restore_archive(validate_bundle(archive["path"]), "replace")
     titles = dict(store.query("SELECT session_id, title FROM session_summaries").values.tolist())
     assert titles == {"small": GOOD_SUMMARY["title"], "big": "changed since"}
     assert store.query("SELECT count(*) AS n FROM rejects")["n"][0] == 1
@@ -258,11 +260,11 @@ def test_replace_touches_only_the_bundles_sessions_and_tables(tmp_path, server):
 
 def test_merge_adds_what_is_missing_and_keeps_what_is_there(tmp_path, server):
     settings, store = _populated_store(tmp_path, server.url)
-    archive = store.write_archive(tmp_path / "archives")
+    archive = store.archive.write_archive(tmp_path / "archives")
     attempts = store.query("SELECT count(*) AS n FROM attempts")["n"][0]
     store.query("DELETE FROM session_summaries WHERE session_id = 'big'")
     store.query("UPDATE session_summaries SET title = 'kept' WHERE session_id = 'small'")
-    result = store.restore_archive(validate_bundle(archive["path"]), "merge")
+    result = store.archive.restore_archive(validate_bundle(archive["path"]), "merge")
     assert dict(store.query("SELECT session_id, title FROM session_summaries").values.tolist()) == {
         "small": "kept",
         "big": GOOD_SUMMARY["title"],
@@ -270,25 +272,25 @@ def test_merge_adds_what_is_missing_and_keeps_what_is_there(tmp_path, server):
     # Ledger rows are merged by content: restoring the same bundle again adds nothing.
     assert store.query("SELECT count(*) AS n FROM attempts")["n"][0] == attempts
     assert result["rows"]["attempts"] == 0 and result["rows"]["session_summaries"] == 1
-    assert store.restore_archive(validate_bundle(archive["path"]), "merge")["rows"]["session_summaries"] == 0
+    assert store.archive.restore_archive(validate_bundle(archive["path"]), "merge")["rows"]["session_summaries"] == 0
 
 
 def test_restored_sessions_with_changed_turns_are_rerun_and_identical_ones_are_not(tmp_path, server):
     settings, store = _populated_store(tmp_path, server.url)
-    baseline = store.write_archive(tmp_path / "archives")
+    baseline = store.archive.write_archive(tmp_path / "archives")
     # The store moves on: a new turn for `small`, not summarized yet; that state is archived too.
     extra = make_turns("small", 4)[3]
     ingest_paths([write_bundle(tmp_path / "extra", [extra], stamp="2026-11-21T09-00-00.000Z")], store)
-    moved_on = store.write_archive(tmp_path / "archives-later")
+    moved_on = store.archive.write_archive(tmp_path / "archives-later")
 
     target_settings = _settings(tmp_path / "target", server.url)
     target = _new_store(target_settings)
-    first = target.restore_archive(validate_bundle(baseline["path"]), "replace")
-    assert first["outcome"].pending == [] and target.pending_summary_keys() == []
+    first = target.archive.restore_archive(validate_bundle(baseline["path"]), "replace")
+    assert first["outcome"].pending == [] and target.summaries.pending_summary_keys() == []
     for mode in ("merge", "replace"):
-        outcome = target.restore_archive(validate_bundle(moved_on["path"]), mode)["outcome"]
+        outcome = target.archive.restore_archive(validate_bundle(moved_on["path"]), mode)["outcome"]
         assert outcome.pending == ["small"] and "big" not in outcome.pending
-        assert target.pending_summary_keys() == ["small"]
+        assert target.summaries.pending_summary_keys() == ["small"]
 
     # The summary sensor asks for exactly that session: no run key swallows the rerun.
     with instance_for_test() as instance:
@@ -312,22 +314,22 @@ def test_a_rerun_after_a_restore_makes_no_model_call(tmp_path):
         ingest_paths([folder], store)
         register_partitions(instance, store)
         assert all(r.success for r in _run_every_partition(settings, instance, ["small", "big"]))
-        archive = store.write_archive(tmp_path / "archives")
-    archived = {r["session_id"]: r for r in store.summary_rows()}
+        archive = store.archive.write_archive(tmp_path / "archives")
+    archived = {r["session_id"]: r for r in store.reports.summary_rows()}
     assert len(server.chat_requests()) > 2  # the big session's mini summaries, then both summaries
 
     # Another host: a new DuckDB file, a new Dagster instance, the model at another address.
     with ModelServer() as other_server, instance_for_test() as instance:
         settings = _settings(tmp_path / "restored", other_server.url)
         store = _new_store(settings)
-        store.restore_archive(validate_bundle(archive["path"]), "replace")
+        store.archive.restore_archive(validate_bundle(archive["path"]), "replace")
         register_partitions(instance, store)
         # What a user does from the UI after a restore: rerun every partition.
         results = _run_every_partition(settings, instance, ["small", "big"])
         materialized = instance.get_materialized_partitions(AssetKey("session_summaries"))
     assert all(r.success for r in results) and materialized == {"small", "big"}
     assert other_server.chat_requests() == []
-    rerun = {r["session_id"]: r for r in store.summary_rows()}
+    rerun = {r["session_id"]: r for r in store.reports.summary_rows()}
     content = [
         "summary",
         "title",
@@ -347,24 +349,27 @@ def test_a_rerun_after_a_restore_makes_no_model_call(tmp_path):
 def test_retired_sessions_are_out_of_every_sweep_until_restored(tmp_path, server):
     settings, store = _populated_store(tmp_path, server.url)
     ingest_paths([write_bundle(tmp_path / "more", make_turns("small", 4)[3:] + make_turns("fresh", 2))], store)
-    assert sorted(store.pending_summary_keys()) == ["fresh", "small"]
-    archive = store.write_archive(tmp_path / "archives", sessions=["small", "big"], retire=True)
+    assert sorted(store.summaries.pending_summary_keys()) == ["fresh", "small"]
+    archive = store.archive.write_archive(tmp_path / "archives", sessions=["small", "big"], retire=True)
     assert archive["retired"] == ["big", "small"]
 
-    assert store.pending_summary_keys() == ["fresh"]
-    queue = store.summary_queue(now_ms=2_000_000_000_000, idle_window_s=600, newest=10, oldest=10)
+    assert store.summaries.pending_summary_keys() == ["fresh"]
+    queue = store.summaries.summary_queue(now_ms=2_000_000_000_000, idle_window_s=600, newest=10, oldest=10)
     assert [c.session_id for c in queue["candidates"]] == ["fresh"]
     limits = settings.limits()
-    assert "big" not in store.pending_mini_summary_keys(limits, "degraded-first", 2_000_000_000_000)
-    assert store.status()["pending_summaries"] == 1
+    assert "big" not in store.mini_summaries.pending_mini_summary_keys(limits, "degraded-first", 2_000_000_000_000)
+    assert store.reports.status()["pending_summaries"] == 1
     recorded = store.query("SELECT archive_id, sessions, retired FROM archives")
     assert recorded["retired"].tolist() == [True] and list(recorded["sessions"][0]) == ["big", "small"]
 
     # Merge keeps the tombstones (the live store wins); replace restores the bundle's state.
-    assert store.restore_archive(validate_bundle(archive["path"]), "merge")["outcome"].retired == ["big", "small"]
-    outcome = store.restore_archive(validate_bundle(archive["path"]), "replace")["outcome"]
+    assert store.archive.restore_archive(validate_bundle(archive["path"]), "merge")["outcome"].retired == [
+        "big",
+        "small",
+    ]
+    outcome = store.archive.restore_archive(validate_bundle(archive["path"]), "replace")["outcome"]
     assert outcome.retired == [] and outcome.pending == ["small"]
-    assert sorted(store.pending_summary_keys()) == ["fresh", "small"]
+    assert sorted(store.summaries.pending_summary_keys()) == ["fresh", "small"]
 
 
 def test_restore_outcome_classifies_sessions():
@@ -394,7 +399,7 @@ def test_restore_outcome_classifies_sessions():
 
 def test_summary_backup_row_falls_back_to_the_write_time_without_activity(tmp_path, server):
     settings, store = _populated_store(tmp_path, server.url)
-    row = {**store.summary_rows()[0], "last_activity_ms": None}
+    row = {**store.reports.summary_rows()[0], "last_activity_ms": None}
     line = summary_backup_row(row)
     assert line["metadata"]["timestamp"] == int(row["created_at"].timestamp() * 1000)
 
@@ -413,7 +418,7 @@ def test_archive_restore_and_cache_clear_from_the_cli(tmp_path, server):
 
     archived = run("archive", "--sessions", "small", "--retire")
     assert archived["retired"] == ["small"] and Path(archived["path"]).parent == tmp_path / "live" / "archives"
-    assert store.pending_summary_keys() == [] and store.query("SELECT * FROM retired_sessions")[
+    assert store.summaries.pending_summary_keys() == [] and store.query("SELECT * FROM retired_sessions")[
         "session_id"
     ].tolist() == ["small"]
     store.query("UPDATE session_summaries SET title = 'moved on', created_at = now() WHERE session_id = 'small'")
@@ -436,8 +441,8 @@ def restore_base(tmp_path_factory) -> dict[str, Path]:
     with ModelServer(lambda received: Behaviour.reply(GOOD_SUMMARY)) as server:
         settings, store = _populated_store(tmp, server.url)
     ingest_paths([write_bundle(tmp / "third", make_turns("third", 4, minis=2))], store)
-    scoped = store.write_archive(tmp / "scoped", sessions=["small", "third"])
-    whole = store.write_archive(tmp / "whole")
+    scoped = store.archive.write_archive(tmp / "scoped", sessions=["small", "third"])
+    whole = store.archive.write_archive(tmp / "whole")
     ingest_paths([write_bundle(tmp / "fresh", make_turns("fresh", 2))], store)
     store.query("UPDATE session_summaries SET title = 'moved on', created_at = now() WHERE session_id = 'small'")
     shutil.copy(store.path, tmp / "own.duckdb")
@@ -469,11 +474,11 @@ def test_an_intact_bundle_restores_its_sessions_and_no_other(restore_base, tmp_p
     assert held == ({"small", "third"} if base == "scoped" else {"small", "big", "third"})
     before = before_restore(db, held)
     store = DigestStore(db)
-    store.restore_archive(validate_bundle(bundle), mode)
+    store.archive.restore_archive(validate_bundle(bundle), mode)
     check_accepted(db, before, held, base == "whole", mode)
     titles = dict(store.query("SELECT session_id, title FROM session_summaries").values.tolist())
     assert titles["small"] == ("moved on" if mode == "merge" else GOOD_SUMMARY["title"])
-    assert ("fresh" in store.partition_keys()) == (mode == "merge" or base == "scoped")
+    assert ("fresh" in store.sessions.partition_keys()) == (mode == "merge" or base == "scoped")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
@@ -486,7 +491,7 @@ def test_a_hostile_bundle_is_refused_and_changes_nothing(restore_base, tmp_path,
         reseal(bundle)
     before = fingerprint(db)
     with pytest.raises(BundleError) as refused:
-        DigestStore(db).restore_archive(validate_bundle(bundle), case.mode)
+        DigestStore(db).archive.restore_archive(validate_bundle(bundle), case.mode)
     assert case.expect in str(refused.value)
     assert str(refused.value).splitlines()[0].endswith("cannot be restored, nothing was changed:")
     assert all(p.isprintable() for p in refused.value.problems)
@@ -567,14 +572,14 @@ def test_a_restore_copies_nothing_to_a_temp_folder(restore_base, tmp_path, monke
     monkeypatch.setattr("tempfile.mkdtemp", no_temp_folder)
     monkeypatch.setattr("tempfile.mkstemp", no_temp_folder)
     bundle, _, db = _restore_case(restore_base, tmp_path, "whole", own_store=False)
-    assert DigestStore(db).restore_archive(validate_bundle(bundle), "replace")["rows"]["turns"] == 37
+    assert DigestStore(db).archive.restore_archive(validate_bundle(bundle), "replace")["rows"]["turns"] == 37
 
 
 def test_an_archive_of_a_session_without_turns_is_not_written(restore_base, tmp_path):
     """Its bundle would name a session it holds nothing of, which a restore refuses."""
     _, _, db = _restore_case(restore_base, tmp_path, "scoped", own_store=False)
     with pytest.raises(ValueError, match="no turns for session nope"):
-        DigestStore(db).write_archive(tmp_path / "archives", sessions=["small", "nope"])
+        DigestStore(db).archive.write_archive(tmp_path / "archives", sessions=["small", "nope"])
     assert not (tmp_path / "archives").exists()
 
 
@@ -622,12 +627,12 @@ def test_a_replace_restore_killed_after_its_commit_leaves_no_stale_partition(res
         timeout=300,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert "fresh" not in store.partition_keys()  # committed: the whole bundle has no `fresh`
+    assert "fresh" not in store.sessions.partition_keys()  # committed: the whole bundle has no `fresh`
     settings = load_settings({**env, "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_MODEL_URL": "http://127.0.0.1:9"})
     instance = DagsterInstance.from_config(str(home / "dagster"))
     try:
         known = set(instance.get_dynamic_partitions(sessions_partitions.name))
-        assert known - set(store.partition_keys()) == {"fresh"}  # what the kill left
+        assert known - set(store.sessions.partition_keys()) == {"fresh"}  # what the kill left
         definitions = build_definitions(settings)
         with build_sensor_context(instance=instance, resources=definitions.resources) as context:
             result = summary_sensor(context)
@@ -652,6 +657,6 @@ def test_a_replace_restore_killed_after_its_commit_leaves_no_stale_partition(res
     assert json.loads(done.stdout)["partitions"]["removed"] == ["fresh"]
     instance = DagsterInstance.from_config(str(home / "dagster"))
     try:
-        assert set(instance.get_dynamic_partitions(sessions_partitions.name)) == set(store.partition_keys())
+        assert set(instance.get_dynamic_partitions(sessions_partitions.name)) == set(store.sessions.partition_keys())
     finally:
         instance.dispose()

@@ -44,7 +44,7 @@ def test_a_host_slower_than_the_configured_timeout_fills_a_session_with_at_most_
     with ModelServer(lambda received: SLOW[mode]) as server:
         model = _resource(provider, server.url)
         report = fill_mini_summaries(
-            store.pending_mini_summary_turns("s1"),
+            store.mini_summaries.pending_mini_summary_turns("s1"),
             model.client(),
             model.limits(),
             policy,
@@ -54,8 +54,8 @@ def test_a_host_slower_than_the_configured_timeout_fills_a_session_with_at_most_
     given_up = [a for a in _rows(store, "SELECT outcome FROM attempts") if a["outcome"].startswith("timeout")]
     assert len(report.generated) == TURNS, report.cause_tally()
     assert len(given_up) <= 2, given_up
-    assert store.pending_mini_summary_turns("s1") == []
-    circuits = store.host_circuits()
+    assert store.mini_summaries.pending_mini_summary_turns("s1") == []
+    circuits = store.hosts.host_circuits()
     assert "default" not in circuits or circuits["default"].state(now_ms()) == CircuitState.CLOSED
     # The ledger measured the host: the next run paces by it from its first call.
     assert model.pacer(store, None, policy.timeout_s).speed is not None

@@ -50,15 +50,17 @@ def clean_store(tmp_path_factory) -> DigestStore:
     with ModelServer() as summaries, ModelServer(lambda _: Behaviour.reply(EXTRACTION)) as extraction:
         for session_id in ("small", "big", "bare"):  # raw, miniSummary, truncatedRaw
             client = OpenAIChatClient(summaries.url, "fake-model")
-            result = summarize_session(store.load_turns([session_id]), client, make_limits(), RunLedger(store, "run-1"))
-            store.write_summary(result.summary, run_id="run-1")
+            result = summarize_session(
+                store.sessions.load_turns([session_id]), client, make_limits(), RunLedger(store, "run-1")
+            )
+            store.summaries.write_summary(result.summary, run_id="run-1")
         for session_id in ("big", "bare"):
             client = OpenAIChatClient(extraction.url, "fake-model")
             digest = digest_session(
-                store.load_turns([session_id]), store.summary_row(session_id), client, make_limits(),
+                store.sessions.load_turns([session_id]), store.summaries.summary_row(session_id), client, make_limits(),
                 GraphPolicy(output_limit_tokens=1024), RunLedger(store, "run-2"),
             )  # fmt: skip
-            store.write_graph(digest.graph, run_id="run-2")
+            store.graph.write_graph(digest.graph, run_id="run-2")
     tiers = store.query("SELECT session_id, source_tier FROM session_summaries ORDER BY 1")
     assert tiers.values.tolist() == [["bare", "truncatedRaw"], ["big", "miniSummary"], ["small", "raw"]]
     entities = store.query("SELECT session_id, properties->>'name' AS name FROM graph_nodes WHERE label = 'FILE'")
@@ -132,7 +134,7 @@ VIOLATIONS = [
 
 @pytest.mark.parametrize(("check", "session_id", "sql", "problem"), VIOLATIONS)
 def test_each_check_fails_on_its_crafted_violation_and_only_that_check(store, check, session_id, sql, problem):
-    with store.connect() as con:
+    with store.file.connect() as con:
         con.execute(sql, [session_id])
     results = _run_checks(store)
     failed = results.pop(check.check_key.name)

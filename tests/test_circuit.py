@@ -190,7 +190,7 @@ def test_a_reply_that_does_not_parse_is_not_the_hosts_fault(store):
         ledger = RunLedger(store, "run", host=HOST, circuit=POLICY)
         results = [summarize_session(make_turns(f"s{i}", 2), client, make_limits(), ledger) for i in range(4)]
     assert {(r.failure, r.host_failure) for r in results} == {("parse-failure", False)}
-    assert store.host_circuits() == {} and _host_friction(store) == []
+    assert store.hosts.host_circuits() == {} and _host_friction(store) == []
 
 
 # --- the circuit in the store, through the ledgers ----------------------------------------------
@@ -234,9 +234,9 @@ def test_three_host_failures_of_summaries_open_the_circuit_with_one_friction_eve
         "note": f"circuit opened for host {HOST} after 3 consecutive failures; next try after 60 s",
         "run_id": "run-1",
     }
-    circuit = store.host_circuits()[HOST]
+    circuit = store.hosts.host_circuits()[HOST]
     assert circuit.failures == calls and circuit.opens == 1 and circuit.last_error
-    assert store.available_hosts([HOST, "cpu-box"], circuit.changed_at_ms, POLICY) == ["cpu-box"]
+    assert store.hosts.available_hosts([HOST, "cpu-box"], circuit.changed_at_ms, POLICY) == ["cpu-box"]
 
 
 def test_context_overflows_never_open_the_circuit(store):
@@ -245,8 +245,8 @@ def test_context_overflows_never_open_the_circuit(store):
         client = OpenAIChatClient(server.url, "fake-model", schema_style="json_object")
         results = [summarize_session(make_turns(f"s{i}", 2), client, make_limits(), ledger) for i in range(5)]
     assert {(r.failure, r.host_failure) for r in results} == {("context-overflow", False)}
-    assert store.host_circuits() == {} and _host_friction(store) == []
-    assert store.available_hosts([HOST], 0, POLICY) == [HOST]
+    assert store.hosts.host_circuits() == {} and _host_friction(store) == []
+    assert store.hosts.available_hosts([HOST], 0, POLICY) == [HOST]
 
 
 def test_graph_calls_count_on_the_circuit(store):
@@ -257,12 +257,12 @@ def test_graph_calls_count_on_the_circuit(store):
         client = OpenAIChatClient(server.url, "fake-model", schema_style="json_object")
         for _ in range(3):
             digest_session(turns, {"input_revision": input_revision(turns)}, client, make_limits(), policy, ledger)
-    assert store.host_circuits()[HOST].opens == 1 and len(_host_friction(store)) == 1
+    assert store.hosts.host_circuits()[HOST].opens == 1 and len(_host_friction(store)) == 1
 
 
 def test_mini_summary_calls_count_on_the_circuit(store, tmp_path):
     ingest_paths([write_bundle(tmp_path / "bundle", make_turns("m", 4))], store)
-    turns = store.pending_mini_summary_turns("m")
+    turns = store.mini_summaries.pending_mini_summary_turns("m")
     mini = MiniSummaryPolicy(budget_s=60, timeout_s=2.0, outer_timeout_s=3.0, max_attempts=5, fresh_reserve=0)
     with closed_port() as url:
         client = OpenAIChatClient(url, "fake-model")
@@ -270,7 +270,7 @@ def test_mini_summary_calls_count_on_the_circuit(store, tmp_path):
         report = fill_mini_summaries(turns, client, make_limits(), mini, ledger)
     assert report.failed == 4
     assert store.query("SELECT DISTINCT host FROM attempts")["host"].tolist() == [HOST]
-    circuit = store.host_circuits()[HOST]
+    circuit = store.hosts.host_circuits()[HOST]
     assert circuit.failures == 4 and circuit.opens == 1
     [event] = _host_friction(store)
     assert event["symptom"] == "provider-error" and event["run_id"] == "mini-run"
@@ -279,36 +279,36 @@ def test_mini_summary_calls_count_on_the_circuit(store, tmp_path):
 def test_a_replayed_reply_is_no_call_on_the_host(store):
     """A reply from the response cache made no call: it neither closes nor counts on the circuit."""
     for _ in range(3):
-        store.record_host_outcome(HOST, True, "HTTP 500", 1_000, POLICY)
+        store.hosts.record_host_outcome(HOST, True, "HTTP 500", 1_000, POLICY)
     turns = make_turns("c", 2)
     with ModelServer() as server:
-        client = CachedChatClient(OpenAIChatClient(server.url, "fake-model"), store, {"provider": "openai"})
+        client = CachedChatClient(OpenAIChatClient(server.url, "fake-model"), store.cache, {"provider": "openai"})
         summarize_session(turns, client, make_limits(), RunLedger(store, "warm", host="other", circuit=POLICY))
         result = summarize_session(turns, client, make_limits(), RunLedger(store, "replay", host=HOST, circuit=POLICY))
     assert result.summary is not None and len(server.chat_requests()) == 1
-    assert store.host_circuits()[HOST].state(2_000) == CircuitState.OPEN
+    assert store.hosts.host_circuits()[HOST].state(2_000) == CircuitState.OPEN
 
 
 def test_a_half_open_host_gets_one_probe_run_and_a_success_closes_it(store):
     for _ in range(3):
-        store.record_host_outcome(HOST, True, "HTTP 500", 0, POLICY)
-    assert store.available_hosts([HOST, "cpu-box"], 59_999, POLICY) == ["cpu-box"]
+        store.hosts.record_host_outcome(HOST, True, "HTTP 500", 0, POLICY)
+    assert store.hosts.available_hosts([HOST, "cpu-box"], 59_999, POLICY) == ["cpu-box"]
     # A look (the plan) takes no probe.
-    assert store.available_hosts([HOST, "cpu-box"], 60_000, POLICY, probe=False) == [HOST, "cpu-box"]
-    assert store.host_circuits()[HOST].probe_until_ms is None
+    assert store.hosts.available_hosts([HOST, "cpu-box"], 60_000, POLICY, probe=False) == [HOST, "cpu-box"]
+    assert store.hosts.host_circuits()[HOST].probe_until_ms is None
     # The backoff has passed: the first tick takes the one probe; the next ticks get none.
-    assert store.available_hosts([HOST, "cpu-box"], 60_000, POLICY) == [HOST, "cpu-box"]
-    assert store.available_hosts([HOST, "cpu-box"], 60_001, POLICY) == ["cpu-box"]
-    assert store.available_hosts([HOST], 70_000, POLICY) == []
-    assert store.host_circuits()[HOST].state(70_000) == CircuitState.HALF_OPEN
+    assert store.hosts.available_hosts([HOST, "cpu-box"], 60_000, POLICY) == [HOST, "cpu-box"]
+    assert store.hosts.available_hosts([HOST, "cpu-box"], 60_001, POLICY) == ["cpu-box"]
+    assert store.hosts.available_hosts([HOST], 70_000, POLICY) == []
+    assert store.hosts.host_circuits()[HOST].state(70_000) == CircuitState.HALF_OPEN
     # The probe's summary, through the ledger, with real HTTP.
     with ModelServer() as server:
         client = OpenAIChatClient(server.url, "fake-model")
         ledger = RunLedger(store, "probe", host=HOST, circuit=POLICY)
         assert summarize_session(make_turns("p", 2), client, make_limits(), ledger).summary is not None
-    circuit = store.host_circuits()[HOST]
+    circuit = store.hosts.host_circuits()[HOST]
     assert (circuit.state(70_000), circuit.failures, circuit.opens) == (CircuitState.CLOSED, 0, 0)
-    assert store.available_hosts([HOST], 70_000, POLICY) == [HOST]
+    assert store.hosts.available_hosts([HOST], 70_000, POLICY) == [HOST]
 
 
 def test_concurrent_outcomes_lose_no_count(store):
@@ -317,7 +317,7 @@ def test_concurrent_outcomes_lose_no_count(store):
 
     def record() -> None:
         for _ in range(each):
-            transition = store.record_host_outcome(HOST, True, "timed out", 1_000, POLICY)
+            transition = store.hosts.record_host_outcome(HOST, True, "timed out", 1_000, POLICY)
             if transition is not None:
                 transitions.append(transition)
 
@@ -326,15 +326,15 @@ def test_concurrent_outcomes_lose_no_count(store):
         worker.start()
     for worker in workers:
         worker.join()
-    assert store.host_circuits()[HOST].failures == threads * each
+    assert store.hosts.host_circuits()[HOST].failures == threads * each
     assert [t.opened for t in transitions] == [True], "the circuit opened more or less than once"
 
 
 def test_status_and_the_friction_report_show_each_hosts_circuit(store, tmp_path):
     for _ in range(3):
-        store.record_host_outcome(HOST, True, "model server unreachable at http://10.0.0.7:8080", 1_000, POLICY)
-    store.record_host_outcome("cpu-box", True, "HTTP 500: busy", 1_000, POLICY)
-    status = store.status()["host_circuits"]
+        store.hosts.record_host_outcome(HOST, True, "model server unreachable at http://10.0.0.7:8080", 1_000, POLICY)
+    store.hosts.record_host_outcome("cpu-box", True, "HTTP 500: busy", 1_000, POLICY)
+    status = store.reports.status()["host_circuits"]
     # At the wall clock, long after the retry time: half-open.
     assert status[HOST] == {
         "state": "half-open",
@@ -345,7 +345,7 @@ def test_status_and_the_friction_report_show_each_hosts_circuit(store, tmp_path)
         "last_error": "model server unreachable at http://10.0.0.7:8080",
     }
     assert status["cpu-box"]["state"] == "closed" and status["cpu-box"]["consecutive_failures"] == 1
-    rows = store.friction_report_rows()
+    rows = store.reports.friction_report_rows()
     settings = load_settings({"DIGEST_HOME": str(tmp_path)})
     report = build_report(
         rows["events"],
@@ -366,13 +366,13 @@ def test_status_and_the_friction_report_show_each_hosts_circuit(store, tmp_path)
 
 def test_concurrent_ticks_hand_out_one_probe(store):
     for _ in range(3):
-        store.record_host_outcome(HOST, True, "HTTP 500", 0, POLICY)
+        store.hosts.record_host_outcome(HOST, True, "HTTP 500", 0, POLICY)
     answers = []
     barrier = threading.Barrier(4)
 
     def tick() -> None:
         barrier.wait()
-        answers.append(store.available_hosts([HOST, "cpu-box"], 60_000, POLICY))
+        answers.append(store.hosts.available_hosts([HOST, "cpu-box"], 60_000, POLICY))
 
     workers = [threading.Thread(target=tick) for _ in range(4)]
     for worker in workers:
@@ -385,9 +385,9 @@ def test_concurrent_ticks_hand_out_one_probe(store):
 def test_the_clis_status_table_lists_each_hosts_circuit(store):
     """`session-digest status` as a person reads it: a table of the hosts under the store's counts."""
     for _ in range(3):
-        store.record_host_outcome(HOST, True, "HTTP 502: bad gateway", 1_000, POLICY)
+        store.hosts.record_host_outcome(HOST, True, "HTTP 502: bad gateway", 1_000, POLICY)
     out = io.StringIO()
-    RENDER["status"](Console(file=out, width=200), store.status())
+    RENDER["status"](Console(file=out, width=200), store.reports.status())
     text = out.getvalue()
     assert "host circuits" not in text  # not a row of the counts
     assert re.search(rf"{HOST}\s.*half-open\s.*3\s.*1\s.*1970-01-01 00:01:01Z\s.*HTTP 502: bad gateway", text), text

@@ -121,7 +121,7 @@ def test_concurrent_sweeps_and_an_ingest_summarize_each_session_once(tmp_path):
     sweeps = outputs[:SWEEPS] + outputs[-1:]
 
     store = DigestStore(home / "digest.duckdb")
-    summarized = {row["session_id"] for row in store.summary_rows()}
+    summarized = {row["session_id"] for row in store.reports.summary_rows()}
     everyone = {f"c{i:02d}" for i in range(FIRST)} | {f"d{i:02d}" for i in range(SECOND)}
     # Nothing lost: every session has its summary but the one the model fails.
     assert summarized == everyone - {FAILING}

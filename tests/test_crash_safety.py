@@ -64,7 +64,7 @@ def _by_prompt(received) -> Behaviour:
 def test_only_usable_replies_are_cached(tmp_path):
     store = _store(tmp_path / "d.duckdb")
     with ModelServer(_by_prompt) as server:
-        client = CachedChatClient(OpenAIChatClient(server.url, "m"), store, {"provider": "openai"})
+        client = CachedChatClient(OpenAIChatClient(server.url, "m"), store.cache, {"provider": "openai"})
 
         def ask(prompt, schema=SCHEMA, tokens=256):
             try:
@@ -88,17 +88,17 @@ def test_only_usable_replies_are_cached(tmp_path):
 
         # Anything that shapes the reply is in the key: another output cap or model asks again.
         ask("good", tokens=512)
-        CachedChatClient(OpenAIChatClient(server.url, "other-model"), store, {"provider": "openai"}).chat(
+        CachedChatClient(OpenAIChatClient(server.url, "other-model"), store.cache, {"provider": "openai"}).chat(
             "good", schema=SCHEMA, max_output_tokens=256, timeout_s=5
         )
         assert len([r for r in server.chat_requests() if r.prompt == "good"]) == 3
     # The address is not: the same model on another server (a restore on another host) is not asked.
     with ModelServer(_by_prompt) as moved:
-        reply = CachedChatClient(OpenAIChatClient(moved.url, "m"), store, {"provider": "openai"}).chat(
+        reply = CachedChatClient(OpenAIChatClient(moved.url, "m"), store.cache, {"provider": "openai"}).chat(
             "good", schema=SCHEMA, max_output_tokens=256, timeout_s=5
         )
         assert moved.chat_requests() == [] and reply.duration_s == 0.0
-    assert store.clear_response_cache() == 4
+    assert store.cache.clear_response_cache() == 4
 
 
 def test_a_reply_is_usable_only_if_its_caller_would_accept_it():
@@ -118,7 +118,7 @@ def test_with_reuse_off_a_reply_is_staged_for_its_own_session_only(tmp_path):
         inner = OpenAIChatClient(server.url, "m")
 
         def ask(session):
-            CachedChatClient(inner, store, {"provider": "openai"}, reuse=False, session=session).chat(
+            CachedChatClient(inner, store.cache, {"provider": "openai"}, reuse=False, session=session).chat(
                 "same prompt", schema=SCHEMA, max_output_tokens=256, timeout_s=5
             )
 
@@ -129,7 +129,7 @@ def test_with_reuse_off_a_reply_is_staged_for_its_own_session_only(tmp_path):
         ask(("s2", "rev-1"))  # another session: asks
         ask(("s1", "rev-2"))  # the same session, other turns: asks
         assert len(server.chat_requests()) == 4
-        store.drop_staged_replies("s1")
+        store.cache.drop_staged_replies("s1")
         ask(("s1", "rev-2"))
         assert len(server.chat_requests()) == 5
 
@@ -184,19 +184,19 @@ def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
         runs = {}
         for key in ("staged", "written"):
             runs[key] = _killed_run(instance, settings, key)
-            store.claim_summary_lease(key, runs[key].run_id, int(time.time() * 1000), ttl_s=3600)
-            revision = store.session_by_partition(key)["input_revision"]
+            store.summaries.claim_summary_lease(key, runs[key].run_id, int(time.time() * 1000), ttl_s=3600)
+            revision = store.sessions.session_by_partition(key)["input_revision"]
             result = summarize_session(
-                store.load_turns([key]),
+                store.sessions.load_turns([key]),
                 model.client(store, (key, revision)),
                 model.limits(),
                 RunLedger(store, runs[key].run_id),
             )
             if key == "written":
-                store.write_summary(result.summary, run_id=runs[key].run_id)
+                store.summaries.write_summary(result.summary, run_id=runs[key].run_id)
         assert instance.event_log_storage.get_concurrency_info("model").active_slot_count == 1
         instance.dispose()
-    assert store.staged_summary_keys() == ["staged"]
+    assert store.cache.staged_summary_keys() == ["staged"]
 
     with ModelServer() as second:
         env = _env(home, second.url)
@@ -206,7 +206,7 @@ def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
     assert second.chat_requests() == []
     assert sorted(swept["interrupted_runs_closed"]) == sorted(r.run_id for r in runs.values())
     assert swept["staged_replayed"] == ["staged"] and swept["summarized"] == 1
-    summaries = {r["session_id"]: r for r in store.summary_rows()}
+    summaries = {r["session_id"]: r for r in store.reports.summary_rows()}
     assert summaries["staged"]["summary"] == "the staged reply"
     assert summaries["written"]["run_id"] == runs["written"].run_id  # written once, never again
     instance = DagsterInstance.from_config(str(home / "dagster"))
@@ -216,7 +216,7 @@ def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
         assert instance.event_log_storage.get_concurrency_info("model").active_slot_count == 0
     finally:
         instance.dispose()
-    assert store.pending_summary_keys() == [] and store.staged_summary_keys() == []
+    assert store.summaries.pending_summary_keys() == [] and store.cache.staged_summary_keys() == []
 
 
 def test_with_reuse_off_the_staged_reply_goes_once_the_summary_is_written(tmp_path):
@@ -227,10 +227,13 @@ def test_with_reuse_off_the_staged_reply_goes_once_the_summary_is_written(tmp_pa
         resources = build_definitions(settings).resources
         fields = {name: getattr(resources["model"], name) for name in ChatModelResource.model_fields}
         model = ChatModelResource(**{**fields, "model_url": server.url, "response_cache": False})
-        revision = store.session_by_partition("s1")["input_revision"]
+        revision = store.sessions.session_by_partition("s1")["input_revision"]
         # The run that died after the reply: its reply is staged for s1 at this revision.
         summarize_session(
-            store.load_turns(["s1"]), model.client(store, ("s1", revision)), model.limits(), RunLedger(store, "dead")
+            store.sessions.load_turns(["s1"]),
+            model.client(store, ("s1", revision)),
+            model.limits(),
+            RunLedger(store, "dead"),
         )
         instance = DagsterInstance.ephemeral()
         instance.add_dynamic_partitions("sessions", ["s1"])
@@ -275,7 +278,7 @@ class RecordingModel:
 
 
 def _summaries(store: DigestStore) -> dict[str, dict]:
-    return {row["session_id"]: row for row in store.summary_rows()}
+    return {row["session_id"]: row for row in store.reports.summary_rows()}
 
 
 def _staged_unfinished(store: DigestStore) -> dict[str, str]:
@@ -340,7 +343,7 @@ def test_a_sweep_killed_at_random_points_loses_no_summary_and_duplicates_none(tm
         for _ in range(4):  # restart until the backlog is done
             done = subprocess.run(CLI + ["sweep"], env=env, capture_output=True, text=True, timeout=600)
             assert done.returncode == 0, done.stderr[-3000:]
-            if not store.pending_summary_keys():
+            if not store.summaries.pending_summary_keys():
                 break
     final = _summaries(store)
     for sid, row in previous.items():
@@ -349,7 +352,7 @@ def test_a_sweep_killed_at_random_points_loses_no_summary_and_duplicates_none(tm
         texts.setdefault((sid, row["input_revision"]), set()).add(row["summary"])
     requests = len(server.chat_requests())
 
-    assert sorted(final) == [f"s{i:03d}" for i in range(SESSIONS)] and store.pending_summary_keys() == []
+    assert sorted(final) == [f"s{i:03d}" for i in range(SESSIONS)] and store.summaries.pending_summary_keys() == []
     assert store.query("SELECT count(*) - count(DISTINCT session_id) AS dup FROM session_summaries")["dup"][0] == 0
     assert all(len(seen) == 1 for seen in texts.values()), "two different summaries for one revision"
     # A staged reply is finished as it was, never asked again: each kill costs at most the one
@@ -382,7 +385,7 @@ def test_a_replayed_reply_is_ledgered_as_cached_and_priced_at_no_model_time(tmp_
     turns = make_turns("s", 2)
     with ModelServer(lambda received: Behaviour.hang(0.3)) as server:
         client = CachedChatClient(
-            OpenAIChatClient(server.url, "m", schema_style="json_object"), store, {"provider": "openai"}
+            OpenAIChatClient(server.url, "m", schema_style="json_object"), store.cache, {"provider": "openai"}
         )
         limits = dataclasses.replace(load_settings({}).limits(), raw_cap_tokens=None)
         for _ in range(2):
@@ -391,7 +394,7 @@ def test_a_replayed_reply_is_ledgered_as_cached_and_priced_at_no_model_time(tmp_
     rows = store.query("SELECT cached, duration_s FROM attempts ORDER BY attempt_id").to_dict("records")
     assert [r["cached"] for r in rows] == [False, True] and rows[1]["duration_s"] == 0
     # Throughput comes from the real call alone.
-    assert store.seconds_per_token("m") == pytest.approx(
+    assert store.speed.seconds_per_token("m") == pytest.approx(
         rows[0]["duration_s"]
         / store.query("SELECT tokens_estimate FROM attempts WHERE NOT cached")["tokens_estimate"][0]
     )

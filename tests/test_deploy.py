@@ -199,7 +199,7 @@ def test_the_daemon_on_postgres_summarizes_an_export_once_each_within_the_run_li
     store = DigestStore(home / "digest.duckdb")
     sessions = set(store.query("SELECT session_id FROM sessions")["session_id"])
     assert len(sessions) == facts.sessions
-    assert Counter(row["session_id"] for row in store.summary_rows()) == Counter(dict.fromkeys(sessions, 1))
+    assert Counter(row["session_id"] for row in store.reports.summary_rows()) == Counter(dict.fromkeys(sessions, 1))
     ledger = store.query(
         "SELECT session_id, outcome, host FROM attempts WHERE stage = 'session-summary' AND NOT cached"
     ).to_dict("records")

@@ -83,10 +83,10 @@ def test_status_has_fidelity_by_tier_and_the_imported_sample_is_scored(tmp_path)
     store = DigestStore(tmp_path / "digest.duckdb")
     store.migrate()
     ingest_paths([Path(__file__).resolve().parents[1] / "samples" / "bundle"], store)
-    by_tier = store.status()["fidelity_by_tier"]
+    by_tier = store.reports.status()["fidelity_by_tier"]
     imported = by_tier["raw"]["imported"]
     assert imported["summaries"] == imported["scored"] == 1 and 0 < imported["mean"] <= 1
-    [example] = store.fidelity_examples()
+    [example] = store.reports.fidelity_examples()
     assert example["origin"] == "imported" and round(example["fidelity"], 3) == imported["mean"]
 
 

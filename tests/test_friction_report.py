@@ -315,7 +315,7 @@ def test_the_pre_route_bound_is_a_column_and_older_rows_get_it_from_their_note(t
 
     store = DigestStore(tmp_path / "digest.duckdb")
     store.migrate()
-    with store.connect() as con:
+    with store.file.connect() as con:
         con.execute("ALTER TABLE friction_events DROP COLUMN bound")  # the older store
         con.execute("DELETE FROM schema_meta")  # ... from before the numbered migrations
         con.execute("INSERT INTO schema_meta VALUES (1, now())")
@@ -336,7 +336,7 @@ def test_the_pre_route_bound_is_a_column_and_older_rows_get_it_from_their_note(t
                 [asset_ref, consumer, note],
             )
     store.migrate()
-    store.record_friction(
+    store.attempts.record_friction(
         FrictionEvent(
             "new",
             "session_summaries",
@@ -352,8 +352,8 @@ def test_the_pre_route_bound_is_a_column_and_older_rows_get_it_from_their_note(t
             bound="over-safe-band",
         )  # fmt: skip
     )
-    with store.connect() as con:
+    with store.file.connect() as con:
         bounds = dict(con.execute("SELECT asset_ref, bound FROM friction_events").fetchall())
     assert bounds == {"old": "over-raw-cap", "compact": None, "graph": None, "new": "over-safe-band"}
-    routes = pre_routes(store.friction_report_rows()["events"], [], {}, ceiling_s=900.0)
+    routes = pre_routes(store.reports.friction_report_rows()["events"], [], {}, ceiling_s=900.0)
     assert routes.count == 2 and routes.by_reason == {"over-raw-cap": 1, "over-safe-band": 1}

@@ -94,7 +94,7 @@ def script(summary: dict = GOOD_SUMMARY, graph=None):
 
 
 def summary_row(turns: list[Turn], **overrides) -> dict:
-    """A stored summary row as `DigestStore.summary_row` returns it."""
+    """A stored summary row as `DigestStore.summaries.summary_row` returns it."""
     row = {
         "session_id": turns[0].session_id,
         "summary": "The agent fixed the grid.",
@@ -487,8 +487,8 @@ def test_a_degraded_sessions_graph_holds_nothing_from_its_summary_text(tmp_path,
         store = _ingest(definitions, instance, folder)
         assert _run(definitions, instance, "summarize_sessions", "big").success
         result = _run(definitions, instance, "digest_sessions", "big")
-    assert store.summary_row("big")["source_tier"] == "miniSummary"
-    assert PLANTED in store.summary_row("big")["summary"]
+    assert store.summaries.summary_row("big")["source_tier"] == "miniSummary"
+    assert PLANTED in store.summaries.summary_row("big")["summary"]
     assert result.success
     graph_prompts = [r.prompt for r in server.chat_requests() if is_graph_request(r)]
     assert len(graph_prompts) > 1 and not any(PLANTED in p or "Quokkawidget" in p for p in graph_prompts)
@@ -508,8 +508,8 @@ def test_a_degraded_sessions_graph_holds_nothing_from_its_summary_text(tmp_path,
     assert meta["chunks"].value == len(graph_prompts) and meta["nodes"].value == store.query(
         "SELECT count(*) AS n FROM graph_nodes")["n"][0]  # fmt: skip
     assert "| entity | type | description |" in meta["graph"].value
-    assert store.digest_state("big").digest_state == "digested"
-    assert store.pending_digest_keys(fresh=2, total=10) == []
+    assert store.graph.digest_state("big").digest_state == "digested"
+    assert store.graph.pending_digest_keys(fresh=2, total=10) == []
 
 
 def test_the_revision_gate_leaves_a_changed_session_pending(tmp_path, instance):
@@ -518,13 +518,13 @@ def test_the_revision_gate_leaves_a_changed_session_pending(tmp_path, instance):
         definitions, _ = _definitions(tmp_path, server.url)
         store = _ingest(definitions, instance, folder)
         assert _run(definitions, instance, "summarize_sessions", "s1").success
-        assert store.pending_digest_keys(fresh=2, total=10) == ["s1"]
+        assert store.graph.pending_digest_keys(fresh=2, total=10) == ["s1"]
         # A turn changes after the summary was made.
         changed = {"id": "s1-t001", "session_id": "s1", "ts_ms": 1_760_000_060_000, "type": "agent-interaction",
                    "document": "User Prompt: changed\nAgent Thought: t\nAgent Response: r", "document_rebuilt": False,
                    "source_file": "edit.jsonl", "source_line": 1}  # fmt: skip
-        store.write_turns([changed])
-        store.refresh_sessions(["s1"])
+        store.ingest.write_turns([changed])
+        store.ingest.refresh_sessions(["s1"])
         result = _run(definitions, instance, "digest_sessions", "s1")
         assert result.success and result.asset_materializations_for_node("session_graph") == []
         (observation,) = result.asset_observations_for_node("session_graph")
@@ -532,12 +532,12 @@ def test_the_revision_gate_leaves_a_changed_session_pending(tmp_path, instance):
         assert not any(is_graph_request(r) for r in server.chat_requests())
         # Only what the summary wrote: its SESSION_SUMMARY node.
         assert store.query("SELECT label FROM graph_nodes")["label"].tolist() == ["SESSION_SUMMARY"]
-        assert store.digest_state("s1") is None  # not a failure: no attempt counted
-        assert store.pending_digest_keys(fresh=2, total=10) == []  # pending a new summary, not a digest
+        assert store.graph.digest_state("s1") is None  # not a failure: no attempt counted
+        assert store.graph.pending_digest_keys(fresh=2, total=10) == []  # pending a new summary, not a digest
         assert _run(definitions, instance, "summarize_sessions", "s1").success
-        assert store.pending_digest_keys(fresh=2, total=10) == ["s1"]
+        assert store.graph.pending_digest_keys(fresh=2, total=10) == ["s1"]
         assert _run(definitions, instance, "digest_sessions", "s1").success
-    assert store.digest_state("s1").revision == store.session_by_partition("s1")["input_revision"]
+    assert store.graph.digest_state("s1").revision == store.sessions.session_by_partition("s1")["input_revision"]
 
 
 def test_a_swept_digest_run_leaves_a_session_another_run_digested_meanwhile(tmp_path, instance):
@@ -569,7 +569,7 @@ def test_failures_count_to_undigestible_and_an_operator_reset_brings_it_back(tmp
         for _ in range(3):
             result = _run(definitions, instance, "digest_sessions", "flaky")
             assert not result.success
-            state = store.digest_state("flaky")
+            state = store.graph.digest_state("flaky")
             states.append((state.digest_state, state.attempts, state.defer_reason))
         assert states == [
             ("undigested", 1, "schema-failure"),
@@ -578,22 +578,22 @@ def test_failures_count_to_undigestible_and_an_operator_reset_brings_it_back(tmp
         ]
         failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
         assert "undigestible after 3 attempt(s)" in failure.event_specific_data.error.message
-        assert store.pending_digest_keys(fresh=2, total=10) == []  # out of the cadence
+        assert store.graph.pending_digest_keys(fresh=2, total=10) == []  # out of the cadence
         calls = len(server.chat_requests())
         skipped = _run(definitions, instance, "digest_sessions", "flaky")
         assert skipped.success and len(server.chat_requests()) == calls  # not tried again
         assert "reset-digest" in skipped.asset_observations_for_node("session_graph")[0].metadata["reason"].value
-        report = store.friction_report_rows()["undigestible"]
+        report = store.reports.friction_report_rows()["undigestible"]
         assert [(r["session_id"], r["reason"], r["attempts"]) for r in report] == [("flaky", "schema-failure", 3)]
 
         assert reset_digest(settings, "flaky")["was"] == {"digest_state": "undigestible", "attempts": 3,
                                                           "defer_reason": "schema-failure"}  # fmt: skip
         assert reset_digest(settings, "flaky")["reset"] is False  # only an undigestible session is reset
-        assert store.pending_digest_keys(fresh=2, total=10) == ["flaky"]
+        assert store.graph.pending_digest_keys(fresh=2, total=10) == ["flaky"]
         replies["graph"] = lambda received: Behaviour.reply(echo_extraction(received.prompt))
         assert _run(definitions, instance, "digest_sessions", "flaky").success
-    revision = store.session_by_partition("flaky")["input_revision"]
-    assert store.digest_state("flaky") == DigestState("digested", 0, None, revision)
+    revision = store.sessions.session_by_partition("flaky")["input_revision"]
+    assert store.graph.digest_state("flaky") == DigestState("digested", 0, None, revision)
     outcomes = store.query("SELECT outcome FROM attempts WHERE stage = 'graph' ORDER BY attempt_id")["outcome"].tolist()
     assert outcomes == ["parse-failure"] * 3 + ["ok"]
 
@@ -629,10 +629,10 @@ def test_every_summary_is_in_the_graph_from_when_it_is_written(tmp_path, instanc
             assert _run(definitions, instance, "summarize_sessions", key).success
         for _ in range(3):
             assert not _run(definitions, instance, "digest_sessions", "flaky").success
-        assert store.digest_state("flaky").digest_state == "undigestible"
-        assert store.digest_state("big") is None and store.digest_state("adopted") is None
-        assert store.summary_row("big")["raw_cap_tokens"] == 2000
-        assert store.summary_row("adopted")["origin"] == "imported"
+        assert store.graph.digest_state("flaky").digest_state == "undigestible"
+        assert store.graph.digest_state("big") is None and store.graph.digest_state("adopted") is None
+        assert store.summaries.summary_row("big")["raw_cap_tokens"] == 2000
+        assert store.summaries.summary_row("adopted")["origin"] == "imported"
         nodes, edges = _export_lines(settings, tmp_path / "before.jsonl")
         # The bundle's own graph lines (its turns' AGENT_MEMORY nodes) come back too.
         imported = set(store.query("SELECT id FROM imported_graph_nodes")["id"])
@@ -673,7 +673,7 @@ def test_a_context_overflow_is_undigestible_at_once(tmp_path, instance):
         store = _ingest(definitions, instance, folder)
         assert _run(definitions, instance, "summarize_sessions", "wide").success
         assert not _run(definitions, instance, "digest_sessions", "wide").success
-    state = store.digest_state("wide")
+    state = store.graph.digest_state("wide")
     assert (state.digest_state, state.attempts, state.defer_reason) == ("undigestible", 1, "under-band-choke")
     symptoms = store.query("SELECT consumer, symptom FROM friction_events WHERE consumer = 'session_graph'")
     assert symptoms.to_dict("records") == [{"consumer": "session_graph", "symptom": "context-overflow"}]
@@ -730,7 +730,7 @@ def test_with_the_raw_cap_on_no_model_call_of_any_stage_exceeds_it(tmp_path, ins
         store = _ingest(definitions, instance, folder)
         assert _run(definitions, instance, "summarize_sessions", "wide").success
         result = _run(definitions, instance, "digest_sessions", "wide")
-    assert result.success and store.digest_state("wide").digest_state == "digested"
+    assert result.success and store.graph.digest_state("wide").digest_state == "digested"
     requests = server.chat_requests()
     assert {r.path for r in requests} == {"/api/chat"}
     stages = {"graph": [r.prompt for r in requests if is_graph_request(r)]}
@@ -738,7 +738,7 @@ def test_with_the_raw_cap_on_no_model_call_of_any_stage_exceeds_it(tmp_path, ins
     assert len(stages["graph"]) > 5 and len(stages["other"]) > 20  # mini summaries and the summary too
     assert max(_estimate(p) for p in stages["graph"] + stages["other"]) <= 3000
     # Every turn's evidence reached the model: the small turns whole, the big one in pieces, in order.
-    turns = store.load_turns(["wide"])
+    turns = store.sessions.load_turns(["wide"])
     big = next(t for t in turns if t.id == "wide-t013")
     assert _estimate(big.document) > 3000
     parts = _excerpt_parts(stages["graph"])
@@ -806,7 +806,7 @@ def test_a_session_over_the_run_budget_is_finished_by_the_next_run_with_no_chunk
         assert (meta["digested"], meta["chunks_planned"], meta["chunks_done"], meta["chunks_left_for_later"]) == (
             False, 2, 1, 1)  # fmt: skip
         assert "next run" in meta["reason"]
-        assert store.digest_state("two") is None  # not a failure: no attempt counted
+        assert store.graph.digest_state("two") is None  # not a failure: no attempt counted
         assert store.query("SELECT chunk_index FROM graph_chunks WHERE session_id = 'two'")["chunk_index"].tolist() == [
             0
         ]
@@ -818,20 +818,20 @@ def test_a_session_over_the_run_budget_is_finished_by_the_next_run_with_no_chunk
         assert len(graph_prompts) == len(set(graph_prompts)) == 2  # each chunk sent once, over two runs
         meta = second.asset_materializations_for_node("session_graph")[0].metadata
         assert (meta["chunks"].value, meta["chunks_from_earlier_runs"].value) == (2, 1)
-        assert store.digest_state("two").digest_state == "digested"
+        assert store.graph.digest_state("two").digest_state == "digested"
         assert store.query("SELECT count(*) AS n FROM graph_chunks")["n"][0] == 0  # dropped with the graph write
         two_runs = _graph_rows(store, "two")
 
         # The same session in one run, with room in the budget: the same graph.
         one_run_store = DigestStore(tmp_path / "one-run.duckdb")
         one_run_store.migrate()
-        turns = store.load_turns(["two"])
+        turns = store.sessions.load_turns(["two"])
         one_run = digest_session(
-            turns, store.summary_row("two"), OpenAIChatClient(server.url, "default"), settings.limits(),
+            turns, store.summaries.summary_row("two"), OpenAIChatClient(server.url, "default"), settings.limits(),
             dataclasses.replace(settings.graph, budget_s=1800.0), _NullLedger(),
         )  # fmt: skip
     assert one_run.graph.chunks == 2 and one_run.chunks_resumed == 0
-    one_run_store.write_graph(one_run.graph)
+    one_run_store.graph.write_graph(one_run.graph)
     assert two_runs == _graph_rows(one_run_store, "two")
     assert len(two_runs[0]) > 10 and any(n[1] == "CONCEPT" for n in two_runs[0])
     ledger = store.query("SELECT outcome, count(*) AS n FROM attempts WHERE stage = 'graph' GROUP BY ALL")
@@ -902,7 +902,7 @@ def test_the_export_is_node_lines_then_edge_lines_in_the_graph_backup_shape(tmp_
         for turns in sessions.values():
             ledger = RunLedger(store, "r")
             result = digest_session(turns, summary_row(turns), client, make_limits(), SMALL_MODEL, ledger)
-            store.write_graph(result.graph, run_id="r")
+            store.graph.write_graph(result.graph, run_id="r")
     settings = dataclasses.replace(load_settings({"DIGEST_HOME": str(tmp_path)}), db_path=store.path)
     out = export_graph(settings, str(tmp_path))
     path = Path(out["path"])
@@ -946,7 +946,7 @@ def test_the_sessions_own_graph_is_laid_over_the_imported_one_by_id(tmp_path, st
     weight (a copy of our own export does not reinforce it), a second session reinforces as before;
     imported rows no session has go out as they came."""
     line = {"source_file": "graph-backup-1.jsonl", "source_line": 1}
-    store.write_imported_graph(
+    store.ingest.write_imported_graph(
         [
             {"id": "CLASS:Grid", "label": "CONCEPT", "properties": json.dumps({"name": "Grid", "description": "old", "x": 1}), **line},
             {"id": "@neo-gpt", "label": "AgentIdentity", "properties": json.dumps({"name": "GPT"}), **line},
@@ -961,7 +961,7 @@ def test_the_sessions_own_graph_is_laid_over_the_imported_one_by_id(tmp_path, st
     for sid, weight in (("a", 1.0), ("b", 2.0)):
         nodes = [GraphNode("CLASS:Grid", "CLASS", {"name": "Grid", "description": "" if sid == "a" else "new"})]
         edges = [GraphEdge("g", "CLASS:Grid", "@neo-gpt", "RELATES_TO", {"weight": weight})]
-        store.write_graph(SessionGraph(sid, "rev", nodes, edges, 0, 0, stats, 0))
+        store.graph.write_graph(SessionGraph(sid, "rev", nodes, edges, 0, 0, stats, 0))
     settings = dataclasses.replace(load_settings({"DIGEST_HOME": str(tmp_path)}), db_path=store.path)
     nodes, edges = _export_lines(settings, tmp_path / "export.jsonl")
     assert nodes["CLASS:Grid"] == {
@@ -1005,7 +1005,7 @@ def test_embedded_model_extraction_validates_and_lands_in_duckdb(store):
     (reply,) = replies
     parsed = parse_extraction(reply.text) if reply.finish_reason != "length" else salvage_cut_reply(reply.text)
     assert isinstance(parsed, GraphExtraction) and parsed.entities
-    store.write_graph(result.graph, run_id="embedded")
+    store.graph.write_graph(result.graph, run_id="embedded")
     labels = store.query("SELECT label, count(*) AS n FROM graph_nodes GROUP BY 1")
     counts = dict(zip(labels["label"], labels["n"]))
     assert counts["SESSION_SUMMARY"] == counts["SESSION"] == counts["AGENT_MEMORY"] == 1
@@ -1017,4 +1017,4 @@ def test_embedded_model_extraction_validates_and_lands_in_duckdb(store):
     assert len(entity_rows) == result.graph.stats.entities
     attempt = store.query("SELECT stage, outcome, prompt_tokens, completion_tokens FROM attempts").iloc[0]
     assert (attempt["stage"], attempt["outcome"]) == ("graph", "ok") and attempt["completion_tokens"] > 0
-    assert store.digest_state("grid-fix").digest_state == "digested"
+    assert store.graph.digest_state("grid-fix").digest_state == "digested"

@@ -77,7 +77,7 @@ def test_a_session_over_the_cpu_hosts_cap_is_summarized_raw_on_the_long_context_
         assert chats == {h: sum(t[MODEL_HOST_TAG] == h for t in placed.values()) for h in ("cpu", "gpu")}
         assert max(len(r.prompt) for r in gpu.requests) > 16_000  # the big session's raw prompt
         assert max(len(r.prompt) for r in cpu.requests) < 6_000
-        rows = {row["session_id"]: row for row in store.summary_rows()}
+        rows = {row["session_id"]: row for row in store.reports.summary_rows()}
         assert (rows["big"]["source_tier"], rows["big"]["degraded"], rows["big"]["host"]) == ("raw", False, "gpu")
         assert rows["big"]["host_reason"] == placed["big"][MODEL_HOST_REASON_TAG]
         assert {key: row["host"] for key, row in rows.items()} == {k: t[MODEL_HOST_TAG] for k, t in placed.items()}
@@ -101,9 +101,9 @@ def test_a_run_asked_for_by_hand_places_itself_as_the_sweep_would(tmp_path):
         job = definitions.resolve_job_def("summarize_sessions")
         # No host tag, then a tag naming a host the file no longer declares.
         assert job.execute_in_process(instance=instance, partition_key="big").success
-        assert store.summary_row("big")["host_reason"].endswith("(placed by the run)")
+        assert store.summaries.summary_row("big")["host_reason"].endswith("(placed by the run)")
         assert job.execute_in_process(instance=instance, partition_key="big", tags={MODEL_HOST_TAG: "gone"}).success
-        row = store.summary_row("big")
+        row = store.summaries.summary_row("big")
         assert row["host"] == "gpu" and row["source_tier"] == "raw"
         assert row["host_reason"].endswith("(the run's host 'gone' is not declared)")
         # No mini summaries on the CPU host: on the GPU host the session is not headed for degraded.
@@ -149,7 +149,7 @@ def test_near_the_cap_the_run_routes_on_the_hosts_own_token_count(tmp_path):
             .execute_in_process(instance=instance, partition_key="near")
             .success
         )
-        row = store.summary_row("near")
+        row = store.summaries.summary_row("near")
         assert (row["source_tier"], row["route_reason"], row["raw_tokens_source"]) == ("raw", "within-cap", "tokenizer")
         assert row["raw_tokens_counted"] == fake_token_count(raw_prompt(turns)) + CHAT_TEMPLATE_MARGIN_TOKENS
         assert len(server.tokenize_requests()) == 1
@@ -203,15 +203,15 @@ def test_a_run_placed_on_a_host_whose_circuit_opens_hands_its_session_back(tmp_p
         assert result.success
         assert len(b.requests) == 3, [r.prompt[:50] for r in b.requests]  # the threshold's calls, no more
         assert len(a.requests) == 0
-        assert store.host_circuits()["b"].state(now_ms()) == CircuitState.OPEN
+        assert store.hosts.host_circuits()["b"].state(now_ms()) == CircuitState.OPEN
         [observed] = result.asset_observations_for_node("session_summaries")
         assert "went out of rotation" in observed.metadata["reason"].value
         assert not result.asset_materializations_for_node("session_summaries")
         # Handed back: no failure or backoff of the session, no lease held, no mini-summary backoff.
-        standing = store.summary_standing("big")
+        standing = store.summaries.summary_standing("big")
         assert standing["summary_revision"] is None and not standing["failures"]
         assert store.query("SELECT count(*) AS n FROM summary_leases").n[0] == 0
-        assert store.mini_summary_backoff_until_ms("big") is None
+        assert store.mini_summaries.mini_summary_backoff_until_ms("big") is None
         states = store.query("SELECT attempts, archived_at FROM mini_summary_state")
         assert list(states.attempts) == [1, 1, 1] and states.archived_at.isna().all()
 
@@ -221,7 +221,7 @@ def test_a_run_placed_on_a_host_whose_circuit_opens_hands_its_session_back(tmp_p
         assert (request.partition_key, request.tags[MODEL_HOST_TAG]) == ("big", "a")
         assert job.execute_in_process(instance=instance, partition_key="big", tags=request.tags).success
         assert len(b.requests) == 3
-        row = store.summary_row("big")
+        row = store.summaries.summary_row("big")
         assert (row["host"], row["source_tier"]) == ("a", "miniSummary")
 
 
@@ -244,11 +244,13 @@ def test_a_run_whose_host_is_out_of_rotation_before_its_first_call_calls_nothing
         store = DigestStore(settings.db_path)
         register_partitions(instance, store)
         for _ in range(3):
-            store.record_host_outcome("b", True, "HTTP 503", now_ms(), CircuitPolicy())
+            store.hosts.record_host_outcome("b", True, "HTTP 503", now_ms(), CircuitPolicy())
         tags = {MODEL_HOST_TAG: "b", MODEL_HOST_REASON_TAG: "placed by the test", "digest/sweep": "test"}
         result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
             instance=instance, partition_key="small", tags=tags
         )
         assert result.success and len(b.requests) == 0 and len(a.requests) == 0
-        assert store.summary_row("small") is None and not store.summary_standing("small")["failures"]
+        assert (
+            store.summaries.summary_row("small") is None and not store.summaries.summary_standing("small")["failures"]
+        )
         assert store.query("SELECT count(*) AS n FROM attempts").n[0] == 0

@@ -216,8 +216,8 @@ def _store_of(tmp_path, sizes: list[int]):
         }
         for i, size in enumerate(sizes)
     ]  # fmt: skip
-    store.write_turns(rows)
-    store.refresh_sessions([r["session_id"] for r in rows])
+    store.ingest.write_turns(rows)
+    store.ingest.refresh_sessions([r["session_id"] for r in rows])
     return settings, store, now
 
 
@@ -241,7 +241,7 @@ def test_a_host_out_of_rotation_gets_no_session_and_one_only_it_takes_raw_waits_
     policy = SweepPolicy(max_sessions=5, model_seconds=10_000)
     circuit = settings.circuit
     for _ in range(circuit.failure_threshold):
-        store.record_host_outcome("gpu", True, "connection refused", now, circuit)
+        store.hosts.record_host_outcome("gpu", True, "connection refused", now, circuit)
     available, probing = hosts_in_rotation(store, settings.fleet, circuit, now)
     assert (available, probing) == (["cpu"], [])
     selection = next_summary_batch(store, settings.fleet, policy, now, available=available, probing=probing)

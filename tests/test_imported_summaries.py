@@ -89,7 +89,7 @@ def three_sessions() -> tuple[list, list[dict]]:
 
 
 def records(store: DigestStore, sql: str) -> list[dict]:
-    with store.connect(read_only=True) as con:
+    with store.file.connect(read_only=True) as con:
         cursor = con.execute(sql)
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchall()]
@@ -100,7 +100,7 @@ def summaries_by_session(store: DigestStore) -> dict[str, dict]:
 
 
 def assert_only_the_stale_one_is_pending(store: DigestStore) -> None:
-    assert store.pending_summary_keys() == ["stale"]
+    assert store.summaries.pending_summary_keys() == ["stale"]
     summaries = summaries_by_session(store)
     assert set(summaries) == {"by-revision", "by-count"}
     sessions = {r["session_id"]: r for r in records(store, "SELECT * FROM sessions")}
@@ -126,10 +126,10 @@ def test_a_bundle_leaves_pending_only_the_session_whose_summary_is_stale(store, 
     ingest_paths([folder], store)
 
     assert_only_the_stale_one_is_pending(store)
-    status = store.status()
+    status = store.reports.status()
     assert status["pending_summaries"] == 1 and status["summaries_by_origin"] == {"imported": 2}
     # The digest pass takes the imported ones as summarized.
-    assert sorted(store.pending_digest_keys(fresh=1, total=10)) == ["by-count", "by-revision"]
+    assert sorted(store.graph.pending_digest_keys(fresh=1, total=10)) == ["by-count", "by-revision"]
 
 
 @pytest.mark.parametrize("summaries_first", [True, False])
@@ -168,10 +168,10 @@ def test_new_turns_make_an_imported_summary_stale(store, tmp_path):
     more = make_turns("by-revision", 4)[3:]  # a fourth turn arrives
     ingest_paths([write_bundle(tmp_path / "later", more, stamp="2026-11-21T09-00-00.000Z")], store)
 
-    assert sorted(store.pending_summary_keys()) == ["by-revision", "stale"]
+    assert sorted(store.summaries.pending_summary_keys()) == ["by-revision", "stale"]
     # Re-ingesting the old bundle does not bring the old summary back over the new turns.
     ingest_paths([folder], store)
-    assert sorted(store.pending_summary_keys()) == ["by-revision", "stale"]
+    assert sorted(store.summaries.pending_summary_keys()) == ["by-revision", "stale"]
 
 
 def test_ours_at_the_current_turns_stays_and_ours_at_older_turns_gives_way(store, tmp_path):
@@ -179,7 +179,7 @@ def test_ours_at_the_current_turns_stays_and_ours_at_older_turns_gives_way(store
     folder = write_bundle(tmp_path / "bundle", turns)
     write_summaries(folder, summaries)
     ingest_paths([folder], store)
-    with store.connect() as con:  # as if a run had summarized them since: one at these turns, one at older ones
+    with store.file.connect() as con:  # as if a run had summarized them since: one at these turns, one at older ones
         con.execute("UPDATE session_summaries SET summary = 'ours', origin = 'generated' WHERE session_id = 'by-count'")
         con.execute(
             "UPDATE session_summaries SET summary = 'ours', origin = 'generated', input_revision = ? "
@@ -212,7 +212,7 @@ def test_a_materialization_of_an_imported_summary_calls_no_model(tmp_path):
 
 
 def test_migrate_adds_the_new_columns_to_an_older_store(store):
-    with store.connect() as con:
+    with store.file.connect() as con:
         con.execute("ALTER TABLE session_summaries DROP COLUMN origin")
         con.execute("ALTER TABLE imported_summaries DROP COLUMN degraded")
         con.execute("DELETE FROM schema_meta")  # a store from before the numbered migrations
@@ -271,7 +271,7 @@ def test_a_bad_value_is_one_reject_and_the_rest_goes_through(store, tmp_path, me
     assert (reject["source_file"], reject["line_no"]) == (str(path.resolve()), 2)
     assert reject["reason"].startswith(reason)
     assert sorted(r["session_id"] for r in records(store, "SELECT session_id FROM imported_summaries")) == ["s1", "s3"]
-    assert store.pending_summary_keys() == ["s2"]
+    assert store.summaries.pending_summary_keys() == ["s2"]
     assert {r["session_id"]: r["turn_count"] for r in records(store, "SELECT * FROM sessions")} == {
         "s1": 2,
         "s2": 2,
@@ -280,19 +280,20 @@ def test_a_bad_value_is_one_reject_and_the_rest_goes_through(store, tmp_path, me
 
 
 class FailingSink:
-    """The real store, whose write fails at the second batch: an ingest that stops part-way."""
+    """The real store's ingest writes, whose write fails at the second batch: an ingest that stops
+    part-way."""
 
-    def __init__(self, store: DigestStore):
-        self.store, self.batches = store, 0
+    def __init__(self, ingest):
+        self.ingest, self.batches = ingest, 0
 
     def write_turns(self, rows):
         self.batches += 1
         if self.batches == 2:
             raise OSError("disk full")
-        return self.store.write_turns(rows)
+        return self.ingest.write_turns(rows)
 
     def __getattr__(self, name):
-        return getattr(self.store, name)
+        return getattr(self.ingest, name)
 
 
 def test_an_ingest_that_stops_part_way_leaves_no_turn_without_its_session(store, tmp_path, monkeypatch):
@@ -301,14 +302,15 @@ def test_an_ingest_that_stops_part_way_leaves_no_turn_without_its_session(store,
     monkeypatch.setattr(ingest_module, "BATCH_ROWS", 4)
     folder = write_bundle(tmp_path / "bundle", make_turns("s1", 3) + make_turns("s2", 6))
 
+    monkeypatch.setattr(store, "ingest", FailingSink(store.ingest))
     with pytest.raises(OSError):
-        ingest_paths([folder / f"memory-backup-{STAMP}.jsonl"], FailingSink(store))
+        ingest_paths([folder / f"memory-backup-{STAMP}.jsonl"], store)
 
     written = records(store, "SELECT session_id, count(*) AS n FROM turns GROUP BY 1 ORDER BY 1")
     assert written == [{"session_id": "s1", "n": 3}, {"session_id": "s2", "n": 1}]
     sessions = records(store, "SELECT session_id, turn_count FROM sessions ORDER BY 1")
     assert sessions == [{"session_id": "s1", "turn_count": 3}, {"session_id": "s2", "turn_count": 1}]
-    assert sorted(store.pending_summary_keys()) == ["s1", "s2"]
+    assert sorted(store.summaries.pending_summary_keys()) == ["s1", "s2"]
 
 
 def test_a_current_imported_summary_is_a_materialized_partition_and_a_rerun_keeps_it(tmp_path):

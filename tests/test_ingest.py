@@ -84,7 +84,7 @@ def summary_row(session_id, text, embedding=None, **meta) -> dict:
 
 def rows(db: DigestStore, sql: str) -> list[dict]:
     """Plain Python values (None for NULL), not pandas' NaN: read through the store's own connection."""
-    with db.connect(read_only=True) as con:
+    with db.file.connect(read_only=True) as con:
         cursor = con.execute(sql)
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchall()]
@@ -279,7 +279,7 @@ def test_graph_mini_summaries_are_imported_and_joined_onto_turns(db, tmp_path):
         6: "wrong-type: data.properties is str, expected object",
     }
 
-    turns = {t.id: t for t in db.load_turns(["s1"])}
+    turns = {t.id: t for t in db.sessions.load_turns(["s1"])}
     assert turns["t1"].mini_summary == "Fixed the grid row."
     assert turns["t2"].mini_summary is None and turns["t3"].mini_summary is None
 
@@ -573,7 +573,7 @@ def test_a_changed_turn_changes_its_sessions_input_revision(db, tmp_path):
     assert turns_by_id(db)["t2"]["response"] == "a different answer"
     assert "Agent Response: a different answer" in turns_by_id(db)["t2"]["document"]
     # The stored revision is the one the turns contract defines over the stored turns.
-    assert after["s1"]["input_revision"] == input_revision(canonical_order(db.load_turns(["s1"])))
+    assert after["s1"]["input_revision"] == input_revision(canonical_order(db.sessions.load_turns(["s1"])))
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", after["s1"]["input_revision"])
 
 
@@ -629,7 +629,7 @@ def test_simple_turn_format(db, tmp_path):
     assert rows(db, "SELECT turn_id, session_id, text, origin FROM mini_summaries") == [
         {"turn_id": "h1", "session_id": "harness-1", "text": "Added a test.", "origin": "imported"}
     ]
-    loaded = {t.id: t for t in db.load_turns(["harness-1"])}
+    loaded = {t.id: t for t in db.sessions.load_turns(["harness-1"])}
     assert loaded["h1"].mini_summary == "Added a test." and loaded["h2"].mini_summary is None
 
     reasons = {r["line_no"]: r["reason"] for r in rows(db, "SELECT line_no, reason FROM rejects")}
@@ -677,27 +677,28 @@ def test_refresh_sessions_rows(db, tmp_path):
 
     # The report carries the same rows, and the partition key leads back to the session.
     assert {r["session_id"]: r["partition_key"] for r in report.sessions} == keys
-    assert db.session_by_partition(keys["a,b"])["session_id"] == "a,b"
-    assert db.partition_keys() == sorted(keys.values())
+    assert db.sessions.session_by_partition(keys["a,b"])["session_id"] == "a,b"
+    assert db.sessions.partition_keys() == sorted(keys.values())
 
 
 # --- batching and discovery ----------------------------------------------------------------
 
 
 class CountingSink:
-    """The real store, with a count of the write calls (to prove the batches really were small)."""
+    """The real store's ingest writes, with a count of the write calls (to prove the batches really
+    were small)."""
 
-    def __init__(self, store: DigestStore):
-        self.store = store
+    def __init__(self, ingest):
+        self.ingest = ingest
         self.turn_batches: list[int] = []
 
     def write_turns(self, rows):
         if rows:
             self.turn_batches.append(len(rows))
-        return self.store.write_turns(rows)
+        return self.ingest.write_turns(rows)
 
     def __getattr__(self, name):
-        return getattr(self.store, name)
+        return getattr(self.ingest, name)
 
 
 def test_more_lines_than_a_batch_ingest_every_row_exactly_once(db, tmp_path, monkeypatch):
@@ -712,9 +713,10 @@ def test_more_lines_than_a_batch_ingest_every_row_exactly_once(db, tmp_path, mon
     # The same id again, in a later batch: one row, the later line's content; line 2 is superseded.
     lines.append(memory_row("t01", "s-early", 1_001, document="t01 again"))
     path = write_jsonl(tmp_path / "memory-backup-batches.jsonl", lines)
-    sink = CountingSink(db)
+    sink = CountingSink(db.ingest)
+    monkeypatch.setattr(db, "ingest", sink)
 
-    report = ingest_paths([path], sink)
+    report = ingest_paths([path], db)
 
     assert len(sink.turn_batches) >= 4 and max(sink.turn_batches) <= 3
     counts = rows(db, "SELECT count(*) AS n, count(DISTINCT id) AS d FROM turns")[0]
@@ -828,7 +830,7 @@ def test_odd_session_ids_get_distinct_dagster_safe_keys(db, tmp_path):
     assert report.rejects == 0 and report.turns == len(ODD_SESSION_IDS)
     stored = {r["session_id"]: r["partition_key"] for r in rows(db, "SELECT * FROM sessions")}
     assert stored == keys
-    assert all(db.session_by_partition(k)["session_id"] == sid for sid, k in keys.items())
+    assert all(db.sessions.session_by_partition(k)["session_id"] == sid for sid, k in keys.items())
     # ... and Dagster takes every key as a partition.
     with instance_for_test() as instance:
         instance.add_dynamic_partitions("sessions", list(keys.values()))
@@ -888,7 +890,7 @@ def test_a_turn_moved_to_another_session_refreshes_or_removes_the_session_it_lef
     after = {r["session_id"]: r for r in rows(db, "SELECT * FROM sessions")}
     assert (after["s1"]["turn_count"], after["s2"]["turn_count"]) == (1, 2)
     assert after["s1"]["input_revision"] != before["s1"]["input_revision"]
-    assert after["s1"]["input_revision"] == input_revision(canonical_order(db.load_turns(["s1"])))
+    assert after["s1"]["input_revision"] == input_revision(canonical_order(db.sessions.load_turns(["s1"])))
     assert report.emptied == []
 
     # The last turn leaves too: the empty session's row goes, rather than stay pending for ever.
@@ -896,7 +898,7 @@ def test_a_turn_moved_to_another_session_refreshes_or_removes_the_session_it_lef
     report = ingest_paths([last], db)
     assert report.emptied == ["s1"]
     assert {r["session_id"]: r["turn_count"] for r in rows(db, "SELECT * FROM sessions")} == {"s2": 2, "s3": 1}
-    assert sorted(db.pending_summary_keys()) == ["s2", "s3"]
+    assert sorted(db.summaries.pending_summary_keys()) == ["s2", "s3"]
 
 
 def write_raw(path: Path, data: bytes) -> Path:
@@ -1017,7 +1019,7 @@ def test_a_reject_of_a_line_later_kept_is_cleared(db, tmp_path):
     report = ingest_paths([path], db)
     assert report.rejects == 0 and sorted(turns_by_id(db)) == ["t-1", "t-2", "t-\u00e9"]
     assert rows(db, "SELECT * FROM rejects") == []
-    assert db.status()["rejects"] == 0
+    assert db.reports.status()["rejects"] == 0
     # A reject of a line that is still bad stays; one of another file is untouched.
     other = write_jsonl(tmp_path / "memory-backup-other.jsonl", ["not json"])
     ingest_paths([path, other], db)

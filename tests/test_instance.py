@@ -68,7 +68,7 @@ def test_a_real_run_on_that_instance_is_still_readable(tmp_path, monkeypatch):
         store.migrate()
         turns = [t for s in ("s-one", "s-two") for t in make_turns(s, 3, minis=3)]
         ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)
-        keys = store.partition_keys()
+        keys = store.sessions.partition_keys()
         job = build_definitions(settings).resolve_job_def("summarize_sessions")
         with DagsterInstance.get() as instance:
             assert type(instance.compute_log_manager).__name__ == "NoOpComputeLogManager"

@@ -56,7 +56,7 @@ def test_the_sensor_closes_the_runs_whose_process_died_and_leaves_live_ones(tmp_
         instance.event_log_storage.claim_concurrency_slot("model", runs["dead"].run_id, "session_graph")
         store = defs.resources["store"].store()
         for session, name in (("a", "live"), ("b", "dead"), ("c", "recycled")):  # held for an hour
-            store.claim_summary_lease(session, runs[name].run_id, int(time.time() * 1000), ttl_s=3600)
+            store.summaries.claim_summary_lease(session, runs[name].run_id, int(time.time() * 1000), ttl_s=3600)
 
         with build_sensor_context(instance=instance, resources=defs.resources) as context:
             tick = interrupted_runs_sensor(context)
@@ -94,7 +94,7 @@ def test_a_summary_a_killed_run_wrote_is_recorded_when_its_run_is_closed(tmp_pat
                 tags={"dagster/partition": "s1", HOST_TAG: worker_tags()[HOST_TAG], PID_TAG: str(dead_pid())},
                 status=DagsterRunStatus.STARTED,
             )
-            with store.connect() as con:
+            with store.file.connect() as con:
                 con.execute("UPDATE session_summaries SET run_id = ? WHERE session_id = 's1'", [killed.run_id])
             with build_sensor_context(instance=instance, resources=defs.resources) as context:
                 interrupted_runs_sensor(context)

@@ -69,8 +69,8 @@ def _session(session_id: str, count: int, response_bytes: int = 120) -> list[dic
 
 
 def _add(store: DigestStore, rows: list[dict]) -> None:
-    store.write_turns(rows)
-    store.refresh_sessions({r["session_id"] for r in rows})
+    store.ingest.write_turns(rows)
+    store.ingest.refresh_sessions({r["session_id"] for r in rows})
 
 
 def _policy(**overrides) -> MiniSummaryPolicy:
@@ -85,7 +85,7 @@ def _client(url: str) -> OpenAIChatClient:
 
 def _fill(store: DigestStore, session_id: str, url: str, policy: MiniSummaryPolicy | None = None):
     return fill_mini_summaries(
-        store.pending_mini_summary_turns(session_id),
+        store.mini_summaries.pending_mini_summary_turns(session_id),
         _client(url),
         make_limits(),
         policy or _policy(),
@@ -110,7 +110,7 @@ def test_a_turn_another_run_summarized_meanwhile_costs_no_call(store):
     """Two fills of one session overlap when the model pool has room, each with the pending turns it
     read at its start: a turn the other run has done by the time it comes up is not asked again."""
     _add(store, _session("s1", 3))
-    pending = store.pending_mini_summary_turns("s1")
+    pending = store.mini_summaries.pending_mini_summary_turns("s1")
     other = MiniSummaryLedger(store, "other-run")
 
     def script(received):
@@ -160,9 +160,9 @@ def test_generation_stores_one_clean_line_of_at_most_280_characters(store):
         * 2
     )
     # The session summary reads them: a degraded summary now has a miniSummary tier to use.
-    turns = store.load_turns(["s1"])
+    turns = store.sessions.load_turns(["s1"])
     assert all(t.mini_summary == expected for t in turns)
-    assert store.mini_summary_counts("s1") == {
+    assert store.mini_summaries.mini_summary_counts("s1") == {
         "turns": 2, "with_mini_summary": 2, "imported": 0, "generated": 2, "archived": 0, "pending": 0,
     }  # fmt: skip
 
@@ -210,7 +210,9 @@ def test_an_oversized_turn_is_cut_to_the_prompt_budget():
 
 def test_imported_mini_summaries_are_kept_and_never_regenerated(store):
     _add(store, _session("s1", 3))
-    store.write_imported_mini_summaries([{"turn_id": "s1-t000", "session_id": "s1", "text": "Imported from Neo."}])
+    store.ingest.write_imported_mini_summaries(
+        [{"turn_id": "s1-t000", "session_id": "s1", "text": "Imported from Neo."}]
+    )
     with ModelServer(lambda received: Behaviour.text("Generated here.")) as server:
         report = _fill(store, "s1", server.url)
         again = _fill(store, "s1", server.url)
@@ -222,7 +224,7 @@ def test_imported_mini_summaries_are_kept_and_never_regenerated(store):
     assert saved[0] == {"turn_id": "s1-t000", "text": "Imported from Neo.", "origin": "imported"}
     assert [r["origin"] for r in saved[1:]] == ["generated", "generated"]
     # A generated line written late (a concurrent run) never replaces an imported one.
-    store.save_generated_mini_summary("s1-t000", "s1", "late", "fake-model")
+    store.mini_summaries.save_generated_mini_summary("s1-t000", "s1", "late", "fake-model")
     assert _rows(store, "SELECT text FROM mini_summaries WHERE turn_id = 's1-t000'") == [{"text": "Imported from Neo."}]
 
 
@@ -246,11 +248,11 @@ def test_a_timeout_is_counted_and_the_fifth_failure_archives_the_turn(store):
     assert [a["outcome"] for a in attempts] == ["timeout-inner"] * 5
     assert attempts[0]["error_text"].startswith("turn s1-t000: model call timed out")
     # Archived, the turn keeps its text and stays in the raw summary input.
-    turns = canonical_order(store.load_turns(["s1"]))
+    turns = canonical_order(store.sessions.load_turns(["s1"]))
     assert SECRET in build_session_prompt(raw_content(turns), turns)
     # Un-archived, it gets its five attempts back.
-    assert store.unarchive_turns(session_id="s1") == ["s1-t000"]
-    assert [t.id for t in store.pending_mini_summary_turns("s1")] == ["s1-t000"]
+    assert store.mini_summaries.unarchive_turns(session_id="s1") == ["s1-t000"]
+    assert [t.id for t in store.mini_summaries.pending_mini_summary_turns("s1")] == ["s1-t000"]
     assert _rows(store, "SELECT attempts, archived_at IS NULL AS live FROM mini_summary_state") == [
         {"attempts": 0, "live": True}
     ]
@@ -292,13 +294,15 @@ def test_a_turn_with_no_content_is_archived_at_once_without_a_model_call(store):
     assert report.attempted == 1 and len(server.chat_requests()) == 1
     state = _rows(store, "SELECT turn_id, attempts, archived_reason FROM mini_summary_state")
     assert state == [{"turn_id": "s1-empty", "attempts": 0, "archived_reason": "no-content"}]
-    assert store.pending_mini_summary_turns("s1") == []
-    assert {t.id for t in store.load_turns(["s1"])} == {"s1-t000", "s1-empty"}, "archived turns stay in the raw input"
+    assert store.mini_summaries.pending_mini_summary_turns("s1") == []
+    assert {t.id for t in store.sessions.load_turns(["s1"])} == {"s1-t000", "s1-empty"}, (
+        "archived turns stay in the raw input"
+    )
 
 
 def test_turns_archived_in_the_export_are_skipped_until_unarchived(store, monkeypatch, tmp_path, capsys):
     _add(store, [_row("s1-old", "s1", 0, "p", "t", "r", archived_at="2026-01-01T00:00:00Z")] + _session("s1", 1))
-    assert [t.id for t in store.pending_mini_summary_turns("s1")] == ["s1-t000"]
+    assert [t.id for t in store.mini_summaries.pending_mini_summary_turns("s1")] == ["s1-t000"]
     # The CLI, in process, over the same DuckDB file.
     from pipelines.cli import main
 
@@ -307,7 +311,7 @@ def test_turns_archived_in_the_export_are_skipped_until_unarchived(store, monkey
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     main(["unarchive-turns", "s1-old", "s1-t000", "--json"])
     assert json.loads(capsys.readouterr().out) == {"unarchived": 1, "turn_ids": ["s1-old"]}
-    assert sorted(t.id for t in store.pending_mini_summary_turns("s1")) == ["s1-old", "s1-t000"]
+    assert sorted(t.id for t in store.mini_summaries.pending_mini_summary_turns("s1")) == ["s1-old", "s1-t000"]
 
 
 # --- budget, order, priority, backoff -----------------------------------------------------------
@@ -323,7 +327,7 @@ def test_the_budget_stops_the_run(store):
     assert report.attempted == 2 and len(server.chat_requests()) == 2
     assert report.budget_exhausted and report.left_for_later == 4
     assert report.model_seconds >= 1.9
-    assert len(store.pending_mini_summary_turns("s1")) == 4
+    assert len(store.mini_summaries.pending_mini_summary_turns("s1")) == 4
 
 
 def test_the_batch_takes_a_fresh_reserve_of_the_newest_then_the_oldest(store):
@@ -345,13 +349,18 @@ def test_pending_sessions_come_degraded_first_by_default_and_respect_the_backoff
     small_new = [dict(r, ts_ms=r["ts_ms"] + 10**9) for r in _session("small-new", 2)]
     _add(store, big_old + small_new)
     limits, now = make_limits(raw_cap_tokens=2000), T0 + 2 * 10**9
-    assert store.pending_mini_summary_keys(limits, "degraded-first", now) == ["big-old", "small-new"]
-    assert store.pending_mini_summary_keys(limits, "newest-first", now) == ["small-new", "big-old"]
-    assert store.pending_mini_summary_keys(limits, "degraded-first", now, limit=1) == ["big-old"]
+    assert store.mini_summaries.pending_mini_summary_keys(limits, "degraded-first", now) == ["big-old", "small-new"]
+    assert store.mini_summaries.pending_mini_summary_keys(limits, "newest-first", now) == ["small-new", "big-old"]
+    assert store.mini_summaries.pending_mini_summary_keys(limits, "degraded-first", now, limit=1) == ["big-old"]
     # A run that made no progress backs its session off for ten minutes.
-    store.record_backfill_run("big-old", attempted=3, generated=0, backoff_until_ms=now + 600_000, run_id="r1")
-    assert store.pending_mini_summary_keys(limits, "degraded-first", now) == ["small-new"]
-    assert store.pending_mini_summary_keys(limits, "degraded-first", now + 600_000) == ["big-old", "small-new"]
+    store.mini_summaries.record_backfill_run(
+        "big-old", attempted=3, generated=0, backoff_until_ms=now + 600_000, run_id="r1"
+    )
+    assert store.mini_summaries.pending_mini_summary_keys(limits, "degraded-first", now) == ["small-new"]
+    assert store.mini_summaries.pending_mini_summary_keys(limits, "degraded-first", now + 600_000) == [
+        "big-old",
+        "small-new",
+    ]
 
 
 def test_mini_summary_settings_and_their_validation():
@@ -464,7 +473,7 @@ def test_the_embedded_model_writes_a_mini_summary_for_a_real_turn(store):
     )
     with EmbeddedServer() as server:
         report = fill_mini_summaries(
-            store.pending_mini_summary_turns("grid-fix"),
+            store.mini_summaries.pending_mini_summary_turns("grid-fix"),
             OpenAIChatClient(server.url, MODEL_ALIAS, schema_style="json_object"),
             make_limits(raw_cap_tokens=8192),
             _policy(timeout_s=120.0, outer_timeout_s=150.0),
@@ -487,7 +496,11 @@ def test_a_mini_summary_cut_at_the_output_cap_keeps_its_line_and_says_it_was_cut
     with FaultServer("length-cut") as server:
         client = _client(server.url) if protocol == "openai" else OllamaChatClient(server.url, "fake-model", 8192)
         report = fill_mini_summaries(
-            store.pending_mini_summary_turns("s1"), client, make_limits(), _policy(), MiniSummaryLedger(store, "r")
+            store.mini_summaries.pending_mini_summary_turns("s1"),
+            client,
+            make_limits(),
+            _policy(),
+            MiniSummaryLedger(store, "r"),
         )
     assert len(report.generated) == 1 and report.cut_at_output_cap == 1
     assert 0 < len(report.generated[0][1]) <= MAX_CHARS
@@ -524,7 +537,11 @@ def test_a_mini_summary_call_fails_with_the_summary_stages_classification(store,
         except ModelError as error:
             assert classify_error(error) == outcome
         report = fill_mini_summaries(
-            store.pending_mini_summary_turns("s1"), client, make_limits(), _policy(), MiniSummaryLedger(store, "r")
+            store.mini_summaries.pending_mini_summary_turns("s1"),
+            client,
+            make_limits(),
+            _policy(),
+            MiniSummaryLedger(store, "r"),
         )
     assert report.generated == [] and report.cause_tally()[outcome] == 1
     assert _rows(store, "SELECT outcome FROM attempts") == [{"outcome": outcome}]

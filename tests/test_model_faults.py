@@ -94,7 +94,7 @@ def test_every_fault_is_bounded_ledgered_and_classified(store, protocol, fault):
         assert (attempts[0]["prompt_tokens"], attempts[0]["completion_tokens"]) == (None, None)
         assert result.summary.source_tier == "raw" and friction == []
         assert cached == [{"prompt_tokens": None, "completion_tokens": None}]
-        store.write_summary(result.summary, run_id="fault-run")
+        store.summaries.write_summary(result.summary, run_id="fault-run")
         return
 
     assert result.summary is None and result.failure == expected
@@ -164,8 +164,11 @@ def test_a_badly_typed_reply_fails_the_asset_run_as_its_hosts_failure_with_no_ba
         {"consumer": "session_summaries", "symptom": "provider-error"}
     ]
     assert _rows(store, "SELECT * FROM summary_state") == []
-    assert nothing_to_summarize(store.summary_standing("typed"), {SWEEP_TAG: "true"}, int(time.time() * 1000)) is None
-    circuit = store.host_circuits()[DEFAULT_HOST]
+    assert (
+        nothing_to_summarize(store.summaries.summary_standing("typed"), {SWEEP_TAG: "true"}, int(time.time() * 1000))
+        is None
+    )
+    circuit = store.hosts.host_circuits()[DEFAULT_HOST]
     assert circuit.failures == 1 and circuit.retry_at_ms is None  # under the threshold: still in rotation
 
 
@@ -175,6 +178,6 @@ def test_a_reply_that_does_not_parse_fails_the_asset_run_and_backs_the_session_o
     assert "no summary for session 'typed': parse-failure" in message and "backing off" in message
     [state] = _rows(store, "SELECT failures, backoff_until_ms FROM summary_state")
     assert state["failures"] == 1 and state["backoff_until_ms"] > time.time() * 1000
-    skip = nothing_to_summarize(store.summary_standing("typed"), {SWEEP_TAG: "true"}, int(time.time() * 1000))
+    skip = nothing_to_summarize(store.summaries.summary_standing("typed"), {SWEEP_TAG: "true"}, int(time.time() * 1000))
     assert "in failure backoff" in skip
-    assert store.host_circuits() == {}
+    assert store.hosts.host_circuits() == {}

@@ -177,7 +177,7 @@ def test_the_cap_moves_only_past_the_hysteresis():
 
 def _record(store, host, samples: list[Sample], stage="mini-summary"):
     for sample in samples:
-        store.record_attempt(
+        store.attempts.record_attempt(
             Attempt(
                 "s", stage, "turn", sample.prompt_tokens * 4, sample.prompt_tokens, "ok", sample.duration_s,
                 "qwen", sample.prompt_tokens, sample.completion_tokens, host=host, first_token_s=sample.first_token_s,
@@ -211,19 +211,19 @@ def test_an_auto_cap_follows_the_hosts_ledger_with_hysteresis(store):
 
 def test_a_host_whose_server_sends_no_counts_is_measured_from_the_estimates(store):
     for _ in range(3):
-        store.record_attempt(
+        store.attempts.record_attempt(
             Attempt("s", "mini-summary", "turn", 1200, 400, "ok", 4.0, "qwen", host="cpu", first_token_s=2.0)
         )
-    speed = store.host_speed("cpu", "qwen")
+    speed = store.speed.host_speed("cpu", "qwen")
     # No answer rate: the whole call is charged to the prompt, 400 tokens in 4 s.
     assert speed.prompt_tps == pytest.approx(100.0) and not speed.separable
 
 
 def test_the_store_shows_a_host_slower_than_its_earlier_calls(store):
     _record(store, "cpu", [streamed(prompt_tps=100.0, answer_tps=10.0)] * 30)
-    assert not store.host_slowdown("cpu", "qwen").slow
+    assert not store.speed.host_slowdown("cpu", "qwen").slow
     _record(store, "cpu", [streamed(prompt_tps=30.0, answer_tps=3.0)] * 10)
-    assert store.host_slowdown("cpu", "qwen").factor == pytest.approx(10 / 3)
+    assert store.speed.host_slowdown("cpu", "qwen").factor == pytest.approx(10 / 3)
 
 
 def test_a_pinned_cap_ignores_the_ledger(store):
@@ -238,7 +238,7 @@ def test_a_summary_records_that_its_cap_followed_the_host(store):
     with ModelServer(lambda received: Behaviour.reply()) as server:
         client = OpenAIChatClient(server.url, "qwen", schema_style="json_object")
         result = summarize_session(make_turns("auto-cap", 3), client, limits, RunLedger(store, "run"))
-    store.write_summary(result.summary, run_id="run", host="cpu")
-    row = store.summary_row(result.summary.session_id)
+    store.summaries.write_summary(result.summary, run_id="run", host="cpu")
+    row = store.summaries.summary_row(result.summary.session_id)
     assert (row["raw_cap_tokens"], row["raw_cap_source"]) == (3000, "auto")
     assert summary_metadata(row)["raw_cap_source"] == "auto"

@@ -85,7 +85,7 @@ def test_summary_run_materializes_with_provenance_metadata(tmp_path, instance):
     rows = store.query("SELECT session_id, source_tier, degraded, run_id FROM session_summaries ORDER BY 1")
     assert rows["source_tier"].tolist() == ["miniSummary", "raw"]
     assert rows["run_id"].tolist() == [results["big"].run_id, results["small"].run_id]
-    assert store.pending_summary_keys() == []
+    assert store.summaries.pending_summary_keys() == []
 
 
 def test_a_failed_summary_fails_the_partition_and_writes_nothing(tmp_path, instance):
@@ -102,7 +102,7 @@ def test_a_failed_summary_fails_the_partition_and_writes_nothing(tmp_path, insta
     store = DigestStore(tmp_path / "home" / "digest.duckdb")
     assert store.query("SELECT count(*) AS n FROM session_summaries")["n"][0] == 0
     assert store.query("SELECT symptom FROM friction_events")["symptom"].tolist() == ["parse-failure"]
-    assert store.pending_summary_keys() == ["s1"]
+    assert store.summaries.pending_summary_keys() == ["s1"]
 
 
 def test_a_summary_run_stores_its_fidelity_and_shows_it_in_the_metadata(tmp_path, instance):
@@ -116,7 +116,7 @@ def test_a_summary_run_stores_its_fidelity_and_shows_it_in_the_metadata(tmp_path
         )
     meta = result.asset_materializations_for_node("session_summaries")[0].metadata
     store = DigestStore(tmp_path / "home" / "digest.duckdb")
-    row = store.summary_row("small")
+    row = store.summaries.summary_row("small")
     assert 0 < row["fidelity"] < 1 and meta["fidelity"].value == row["fidelity"]
     assert "row" in row["fidelity_found"] and "manager" in row["fidelity_missed"]
     assert "`row`" in meta["fidelity_identifiers"].value and "**missed**" in meta["fidelity_identifiers"].value
@@ -124,4 +124,4 @@ def test_a_summary_run_stores_its_fidelity_and_shows_it_in_the_metadata(tmp_path
     more = make_turns("small", 4)[3:]
     more[0] = dataclasses.replace(more[0], document="User Prompt: also fix ColumnBuffer.scrollTo() and #4711")
     ingest_paths([write_bundle(tmp_path / "later", more, stamp="2026-11-21T09-00-00.000Z")], store)
-    assert store.summary_row("small")["fidelity"] < row["fidelity"]
+    assert store.summaries.summary_row("small")["fidelity"] < row["fidelity"]

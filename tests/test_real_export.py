@@ -28,7 +28,7 @@ def test_a_3000_session_export_registers_queues_only_what_is_owed_and_launches_f
         assert ingest.execute_in_process(run_config=config, instance=instance).success
 
         store = DigestStore(settings.db_path)
-        status = store.status()
+        status = store.reports.status()
         assert status["sessions"] == SESSIONS and status["turns"] == facts.turns
         # Every exported summary is current (its dreamInputRevision is the original's): no model call owed.
         assert status["pending_summaries"] == SESSIONS - len(facts.summarized)
@@ -46,6 +46,6 @@ def test_a_3000_session_export_registers_queues_only_what_is_owed_and_launches_f
                 instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
             for run in result.run_requests:
                 assert instance.has_dynamic_partition(sessions_partitions.name, run.partition_key)
-                assert store.session_by_partition(run.partition_key)["session_id"] not in facts.summarized
+                assert store.sessions.session_by_partition(run.partition_key)["session_id"] not in facts.summarized
             launched += len(result.run_requests)
             assert launched, "the first tick launched nothing"

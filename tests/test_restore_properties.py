@@ -208,7 +208,7 @@ def test_a_restore_is_refused_unchanged_or_holds_exactly_the_bundles_sessions(re
         before = before_restore(db, held)
         try:
             valid = validate_bundle(bundle)
-            DigestStore(db).restore_archive(valid, mode)
+            DigestStore(db).archive.restore_archive(valid, mode)
         except BundleError as exc:
             event("refused")
             assert "nothing was changed" in str(exc).splitlines()[0]

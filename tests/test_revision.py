@@ -24,7 +24,7 @@ def ingest_lines(store: DigestStore, folder: Path, lines: list[str]) -> dict[str
     (folder / "memory-backup-2025-11-20T00-00-00.000Z.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     report = ingest_paths([folder], store)
     assert report.rejects == 0 and report.turns == len(lines)
-    with store.connect(read_only=True) as con:
+    with store.file.connect(read_only=True) as con:
         cursor = con.execute("SELECT * FROM sessions")
         names = [d[0] for d in cursor.description]
         return {row[0]: dict(zip(names, row)) for row in cursor.fetchall()}
@@ -47,13 +47,13 @@ def test_canonical_order_is_the_originals(store, tmp_path):
     ingest_lines(store, tmp_path / "bundle", INPUT_LINES)
 
     def order(session_id: str) -> list[str]:
-        return [t.id for t in canonical_order(store.load_turns([session_id]))]
+        return [t.id for t in canonical_order(store.sessions.load_turns([session_id]))]
 
     # A timestamp tie goes by localeCompare (ICU), not by code point ("10" < "9" < "Bx" < "_z" < "aY" < "ax").
     assert order("rev-tie-case") == ["_z", "10", "9", "ax", "aY", "Bx"]
     # No timestamp counts as 0; `createdAt` stands in for a missing `timestamp`.
     assert order("rev-ts-forms") == ["t4d", "t4c", "t4a", "t4b"]
-    stamps = {t.id: t.ts_ms for t in store.load_turns(["rev-ts-forms"])}
+    stamps = {t.id: t.ts_ms for t in store.sessions.load_turns(["rev-ts-forms"])}
     assert stamps == {"t4a": 1_763_600_005_000, "t4b": 1_763_600_400_000, "t4c": 1_763_596_800_000, "t4d": None}
 
 
@@ -103,5 +103,5 @@ def test_an_empty_identity_is_kept_as_exported(store, tmp_path):
     line["metadata"].update(agentIdentity="", userId="")
     ingest_lines(store, tmp_path / "bundle", [json.dumps(line)])
 
-    (loaded,) = store.load_turns(["rev-all-fields"])
+    (loaded,) = store.sessions.load_turns(["rev-all-fields"])
     assert (loaded.agent_identity, loaded.user_id) == ("", "")

@@ -87,8 +87,8 @@ def _seed_sessions(store: DigestStore, count: int, last_activity_ms: int, prefix
         for j in range(turns)
     ]
     for start in range(0, len(rows), 5000):
-        store.write_turns(rows[start : start + 5000])
-    store.refresh_sessions(dict.fromkeys(r["session_id"] for r in rows))
+        store.ingest.write_turns(rows[start : start + 5000])
+    store.ingest.refresh_sessions(dict.fromkeys(r["session_id"] for r in rows))
 
 
 def _summary(session_id: str, turns: int, revision: str) -> SessionSummary:
@@ -166,7 +166,7 @@ def test_mini_summary_and_digest_sensors_register_what_they_request(tmp_path, in
     store.migrate()
     _seed_sessions(store, 3, int(time.time() * 1000) - 2 * HOUR_MS)
     for row in store.query("SELECT session_id, turn_count, input_revision FROM sessions").itertuples():
-        store.write_summary(_summary(row.session_id, row.turn_count, row.input_revision))
+        store.summaries.write_summary(_summary(row.session_id, row.turn_count, row.input_revision))
     definitions = build_definitions(dataclasses.replace(settings, model_url="http://127.0.0.1:9"))
     # None of them is a partition yet (the summary sensor may be off, or behind).
     graph = _daemon_tick(instance, definitions, "digest_sensor")
@@ -248,7 +248,7 @@ def test_model_time_budget_follows_measured_throughput(tmp_path, instance):
     assert len(fast.run_requests) == 5  # the default throughput fits five small sessions in 60 s
 
     def ledger(seconds_per_token: float) -> None:
-        with store.connect() as con:
+        with store.file.connect() as con:
             con.execute("DELETE FROM attempts")
             con.execute(
                 """INSERT INTO attempts (session_id, stage, tier, model, prompt_bytes, tokens_estimate, duration_s,
@@ -284,16 +284,16 @@ def test_leases_stop_a_second_run_and_an_expired_one_is_reclaimed(tmp_path, inst
     store = DigestStore(tmp_path / "d.duckdb")
     store.migrate()
     now = int(time.time() * 1000)
-    assert store.claim_summary_lease("s", "run-a", now, ttl_s=60) is None
-    assert store.claim_summary_lease("s", "run-b", now + 1000, ttl_s=60) == "run-a"
-    assert store.claim_summary_lease("s", "run-b", now + 61_000, ttl_s=60) is None  # run-a crashed
-    store.release_summary_lease("s", "run-a")  # a late release by the old holder changes nothing
-    assert store.claim_summary_lease("s", "run-c", now + 62_000, ttl_s=60) == "run-b"
-    store.release_summary_lease("s", "run-b")
-    assert store.claim_summary_lease("s", "run-c", now + 63_000, ttl_s=60) is None
+    assert store.summaries.claim_summary_lease("s", "run-a", now, ttl_s=60) is None
+    assert store.summaries.claim_summary_lease("s", "run-b", now + 1000, ttl_s=60) == "run-a"
+    assert store.summaries.claim_summary_lease("s", "run-b", now + 61_000, ttl_s=60) is None  # run-a crashed
+    store.summaries.release_summary_lease("s", "run-a")  # a late release by the old holder changes nothing
+    assert store.summaries.claim_summary_lease("s", "run-c", now + 62_000, ttl_s=60) == "run-b"
+    store.summaries.release_summary_lease("s", "run-b")
+    assert store.summaries.claim_summary_lease("s", "run-c", now + 63_000, ttl_s=60) is None
     # A killed run's lease on a session nobody claims again does not stay: any claim drops it.
-    assert store.claim_summary_lease("t", "run-d", now + 64_000, ttl_s=1) is None
-    store.claim_summary_lease("u", "run-e", now + 66_000, ttl_s=60)
+    assert store.summaries.claim_summary_lease("t", "run-d", now + 64_000, ttl_s=1) is None
+    store.summaries.claim_summary_lease("u", "run-e", now + 66_000, ttl_s=60)
     assert store.query("SELECT session_id FROM summary_leases ORDER BY 1")["session_id"].tolist() == ["s", "u"]
 
 
@@ -306,7 +306,7 @@ def test_a_leased_session_is_not_summarized_twice(tmp_path, instance):
         assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
         store = DigestStore(settings.db_path)
         register_partitions(instance, store)
-        store.claim_summary_lease("busy", "other-run", int(time.time() * 1000), ttl_s=600)
+        store.summaries.claim_summary_lease("busy", "other-run", int(time.time() * 1000), ttl_s=600)
         result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
             instance=instance, partition_key="busy", raise_on_error=False
         )
@@ -364,7 +364,7 @@ def test_a_swept_run_rechecks_under_the_lease_what_other_runs_did_meanwhile(tmp_
         again, calls, (reason,) = run("done", swept)  # a second sweep had queued it too
         assert again.success and calls == 0 and materializations("done") == 1
         assert reason.startswith("already summarized at its current turns") and first.run_id in reason
-        assert store.summary_rows()[0]["run_id"] == first.run_id
+        assert store.reports.summary_rows()[0]["run_id"] == first.run_id
         by_hand, calls, _ = run("done", {})
         assert by_hand.success and calls == 1 and materializations("done") == 2
 
@@ -375,7 +375,7 @@ def test_a_swept_run_rechecks_under_the_lease_what_other_runs_did_meanwhile(tmp_
         assert not run("flaky", {})[0].success  # by hand: tried again, as a rerun from the UI is
         assert run("flaky", {**swept, "digest/route": "staged"})[1] == 1  # a staged route finishes whatever the backoff
 
-        store.write_archive(tmp_path / "archives", ["done"], retire=True)
+        store.archive.write_archive(tmp_path / "archives", ["done"], retire=True)
         retired, calls, (reason,) = run("done", {})
         assert retired.success and calls == 0 and reason.startswith("the session is retired")
     assert store.query("SELECT count(*) AS n FROM summary_leases")["n"][0] == 0
@@ -387,7 +387,7 @@ from digest.synthesis import Attempt
 from resources.store import DigestStore
 store = DigestStore(sys.argv[1])
 for i in range(int(sys.argv[3])):
-    store.record_attempt(Attempt(sys.argv[2], "session-summary", "raw", 10, 4, "ok", 0.1, "m"))
+    store.attempts.record_attempt(Attempt(sys.argv[2], "session-summary", "raw", 10, 4, "ok", 0.1, "m"))
 """
 
 
@@ -467,7 +467,7 @@ def test_inbox_sensor_retries_a_failed_ingest_until_one_succeeds(tmp_path, insta
     assert _launch(instance, definitions, retry).success
     done = _tick(instance, resources, inbox_sensor, cursor=fourth.cursor)
     assert done.run_requests == [] and _tick(instance, resources, inbox_sensor, cursor=done.cursor).run_requests == []
-    assert DigestStore(settings.db_path).partition_keys() == ["lost"]
+    assert DigestStore(settings.db_path).sessions.partition_keys() == ["lost"]
     runs = instance.get_runs(filters=RunsFilter(job_name="ingest"))
     assert sorted(run.status.value for run in runs) == ["FAILURE", "FAILURE", "SUCCESS"]
 
@@ -499,8 +499,8 @@ def test_digest_sensor_takes_a_fresh_reserve_then_the_oldest_and_skips_undigesti
     resources = _resources(settings)
     assert "no summarized session" in _tick(instance, resources, digest_sensor).skip_message
     for row in store.query("SELECT session_id, turn_count, input_revision FROM sessions").itertuples():
-        store.write_summary(_summary(row.session_id, row.turn_count, row.input_revision))
-    with store.connect() as con:
+        store.summaries.write_summary(_summary(row.session_id, row.turn_count, row.input_revision))
+    with store.file.connect() as con:
         con.execute(
             """INSERT INTO digest_state (session_id, digest_state, attempts, defer_reason, revision, updated_at)
                SELECT session_id, 'undigestible', 1, 'skip-over-band', input_revision, now() FROM sessions

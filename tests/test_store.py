@@ -45,7 +45,7 @@ def test_the_store_resource_migrates_a_file_once_per_process(tmp_path, monkeypat
     path = tmp_path / "digest.duckdb"
     resource = DigestStoreResource(db_path=str(path), inbox=str(tmp_path / "inbox"))
     resource.store()  # migrates: the tables are there
-    assert DigestStore(path).status()["sessions"] == 0
+    assert DigestStore(path).reports.status()["sessions"] == 0
 
     reader(path)
     with pytest.raises(duckdb.IOException, match="(?i)could not set lock"):
@@ -61,7 +61,7 @@ def test_a_store_file_deleted_since_is_migrated_again(tmp_path):
     path.unlink()
     path.with_name(path.name + ".wal").unlink(missing_ok=True)
 
-    assert resource.store().status()["pending_summaries"] == 0  # the tables are there again
+    assert resource.store().reports.status()["pending_summaries"] == 0  # the tables are there again
 
 
 @pytest.fixture
@@ -78,33 +78,33 @@ def opened(monkeypatch) -> list[str]:
 
 
 def test_a_held_scope_opens_the_file_once_and_a_failed_transaction_leaves_it_usable(store, opened):
-    with store.held():
-        store.claim_summary_lease("s1", "run-1", 0, 60)
-        with pytest.raises(duckdb.ConstraintException), store.transaction() as con:
+    with store.file.held():
+        store.summaries.claim_summary_lease("s1", "run-1", 0, 60)
+        with pytest.raises(duckdb.ConstraintException), store.file.transaction() as con:
             con.execute("INSERT INTO summary_leases VALUES ('s2', 'run-1', 1)")
             con.execute("INSERT INTO summary_leases VALUES ('s2', 'run-2', 1)")  # the key twice
-        with store.transaction() as outer:
+        with store.file.transaction() as outer:
             outer.execute("INSERT INTO summary_leases VALUES ('s3', 'run-1', 1)")
-            with store.transaction() as inner:  # joins the outer one: DuckDB nests none
+            with store.file.transaction() as inner:  # joins the outer one: DuckDB nests none
                 inner.execute("INSERT INTO summary_leases VALUES ('s4', 'run-1', 1)")
-        with store.held():  # the outer scope's connection
+        with store.file.held():  # the outer scope's connection
             leases = store.query("SELECT session_id FROM summary_leases ORDER BY 1")["session_id"].tolist()
     assert leases == ["s1", "s3", "s4"]  # the failed one rolled back, the nested one committed with its outer
     assert len(opened) == 1
-    store.release_summary_lease("s1", "run-1")  # outside the scope: a connection of its own
+    store.summaries.release_summary_lease("s1", "run-1")  # outside the scope: a connection of its own
     assert len(opened) == 2
 
 
 def test_released_lets_the_held_connection_go_and_another_thread_opens_its_own(store, opened):
     seen = []
-    with store.held():
-        store.summary_row("s1")
-        with store.released():
-            worker = threading.Thread(target=lambda: seen.append(store.summary_row("s1")))
+    with store.file.held():
+        store.summaries.summary_row("s1")
+        with store.file.released():
+            worker = threading.Thread(target=lambda: seen.append(store.summaries.summary_row("s1")))
             worker.start()
             worker.join()
-        store.summary_row("s1")  # opened again after the call
-        with store.transaction(), pytest.raises(RuntimeError, match="across a model call"), store.released():
+        store.summaries.summary_row("s1")  # opened again after the call
+        with store.file.transaction(), pytest.raises(RuntimeError, match="across a model call"), store.file.released():
             pass
-        store.summary_row("s1")  # still the held connection, its transaction ended
+        store.summaries.summary_row("s1")  # still the held connection, its transaction ended
     assert seen == [None] and len(opened) == 3

@@ -292,11 +292,11 @@ def test_a_staged_reply_whose_run_died_before_its_attempt_is_ledgered_once_as_th
     turns = make_turns("staged", 3)
     session = ("staged", "rev-1")
     with ModelServer() as server:
-        client = CachedChatClient(_client(server), store, {"provider": "openai"}, reuse=False, session=session)
+        client = CachedChatClient(_client(server), store.cache, {"provider": "openai"}, reuse=False, session=session)
         with pytest.raises(KeyboardInterrupt):
             summarize_session(turns, client, make_limits(), KilledLedger())
         assert _rows(store, "SELECT * FROM attempts") == []
-        client = CachedChatClient(_client(server), store, {"provider": "openai"}, reuse=False, session=session)
+        client = CachedChatClient(_client(server), store.cache, {"provider": "openai"}, reuse=False, session=session)
         result = summarize_session(turns, client, make_limits(), _ledger(store))
         again = summarize_session(turns, client, make_limits(), _ledger(store))  # a rerun: a true replay
         served = len(server.chat_requests())

@@ -94,7 +94,7 @@ def test_an_unreachable_server_gives_none():
 def test_ollama_has_no_tokenizer_and_the_cache_delegates(store):
     with ModelServer() as server:
         assert OllamaChatClient(server.url, "llama3.2", num_ctx=8192).count_tokens(TEXT) is None
-        cached = CachedChatClient(_client(server), store, {"provider": "openai"})
+        cached = CachedChatClient(_client(server), store.cache, {"provider": "openai"})
         assert cached.count_tokens(TEXT) == fake_token_count(TEXT)
     assert _paths(server) == ["/tokenize"]
 
@@ -152,27 +152,27 @@ def _attempt(prompt_bytes, prompt_tokens, model="smollm2", host=None, outcome="o
 def test_the_ledgers_bytes_per_token_is_the_hosts_low_quantile_of_good_calls(store):
     # Eleven good calls on host "cpu" at 4.0-5.0 bytes a token, and one old row with no host at 3.5.
     for i in range(11):
-        store.record_attempt(_attempt(8000 + 200 * i, 2000, host="cpu"))
-    store.record_attempt(_attempt(7000, 2000, host=None))
+        store.attempts.record_attempt(_attempt(8000 + 200 * i, 2000, host="cpu"))
+    store.attempts.record_attempt(_attempt(7000, 2000, host=None))
     # None of these counts, each at 2 bytes a token that would pull the quantile down: another host,
     # another model, a failure, a cache replay, a short prompt; nor a call with no count.
-    store.record_attempt(_attempt(8000, 4000, host="gpu"))
-    store.record_attempt(_attempt(8000, 4000, model="qwen", host="cpu"))
-    store.record_attempt(_attempt(8000, 4000, host="cpu", outcome="parse-failure"))
-    store.record_attempt(_attempt(8000, 4000, host="cpu", cached=True))
-    store.record_attempt(_attempt(4000, 2000, host="cpu"))  # under 4 KiB
-    store.record_attempt(_attempt(8000, None, host="cpu"))
-    store.record_attempt(_attempt(8000, 0, host="cpu"))
-    value, samples = store.calibrated_bytes_per_token("cpu", "smollm2")
+    store.attempts.record_attempt(_attempt(8000, 4000, host="gpu"))
+    store.attempts.record_attempt(_attempt(8000, 4000, model="qwen", host="cpu"))
+    store.attempts.record_attempt(_attempt(8000, 4000, host="cpu", outcome="parse-failure"))
+    store.attempts.record_attempt(_attempt(8000, 4000, host="cpu", cached=True))
+    store.attempts.record_attempt(_attempt(4000, 2000, host="cpu"))  # under 4 KiB
+    store.attempts.record_attempt(_attempt(8000, None, host="cpu"))
+    store.attempts.record_attempt(_attempt(8000, 0, host="cpu"))
+    value, samples = store.tokens.calibrated_bytes_per_token("cpu", "smollm2")
     # 12 samples (3.5, 4.0, ..., 5.0): rank floor(0.1 * 11) = 1, the second lowest.
     assert (value, samples) == (pytest.approx(4.0), 12)
-    assert store.calibrated_bytes_per_token("gpu", "smollm2") is None  # its one call and the hostless one
-    assert store.calibrated_bytes_per_token("cpu", "qwen") is None
+    assert store.tokens.calibrated_bytes_per_token("gpu", "smollm2") is None  # its one call and the hostless one
+    assert store.tokens.calibrated_bytes_per_token("cpu", "qwen") is None
 
 
 def test_the_ledger_reads_only_the_recent_calls(store):
     # 500 calls at 3.0 bytes a token, then 500 at 4.5: only the last 500 count.
-    with store.connect() as con:
+    with store.file.connect() as con:
         con.execute(
             """INSERT INTO attempts (session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens,
                    completion_tokens, duration_s, outcome, suspected_truncation, cached, created_at, host)
@@ -180,9 +180,9 @@ def test_the_ledger_reads_only_the_recent_calls(store):
                    2000, 10, 1.0, 'ok', false, false, TIMESTAMPTZ '2026-11-20 09:00:00+00' + to_seconds(i), 'cpu'
                FROM range(1000) r(i) ORDER BY i"""
         )
-    assert store.calibrated_bytes_per_token("cpu", "smollm2") == (pytest.approx(4.5), 500)
+    assert store.tokens.calibrated_bytes_per_token("cpu", "smollm2") == (pytest.approx(4.5), 500)
     # The friction report shows the number the router applies (3.0 would be the mean's neighbour).
-    report = calibrate(store.friction_report_rows()["attempts"], load_settings({}))
+    report = calibrate(store.reports.friction_report_rows()["attempts"], load_settings({}))
     assert (report["smollm2"].bytes_per_token, report["smollm2"].bytes_per_token_samples) == (pytest.approx(4.5), 500)
 
 
@@ -213,8 +213,8 @@ def test_a_session_over_the_cap_by_estimate_that_fits_by_count_goes_raw(store):
     assert (summary.raw_tokens_source, summary.raw_tokens_counted) == ("tokenizer", counted)
     assert summary.raw_tokens_estimate > 2000  # the estimate stays what it was
     # Stored and shown with the summary; the cap check reads the count it was routed on.
-    store.write_summary(summary, run_id="after")
-    row = store.summary_row("near")
+    store.summaries.write_summary(summary, run_id="after")
+    row = store.summaries.summary_row("near")
     assert (row["raw_tokens_source"], row["raw_tokens_counted"]) == ("tokenizer", counted)
     metadata = summary_metadata(row)
     assert (metadata["raw_tokens_source"], metadata["raw_tokens_counted"]) == ("tokenizer", counted)

@@ -59,7 +59,7 @@ def write_memory(path: Path, lines: list[str]) -> Path:
 
 
 def stored(store: DigestStore, table: str = "turns", key: str = "id") -> dict:
-    with store.connect(read_only=True) as con:
+    with store.file.connect(read_only=True) as con:
         return {
             r[0]: (r[1], r[2]) for r in con.execute(f"SELECT {key}, embedding, embedding_f32 FROM {table}").fetchall()
         }
@@ -119,7 +119,7 @@ def test_float32_vectors_are_numbers_and_float64_ones_keep_their_text(store, tmp
     assert got["t-1"][0] is None and bits(got["t-1"][1]) == bits(f32)
     assert got["t-2"] == (f64_text, None)  # verbatim
     assert got["t-3"] == (None, None)
-    with store.connect(read_only=True) as con:
+    with store.file.connect(read_only=True) as con:
         [(kind,)] = con.execute(
             "SELECT data_type FROM information_schema.columns WHERE table_name = 'turns' AND column_name = 'embedding_f32'"
         ).fetchall()
@@ -179,7 +179,7 @@ def test_the_round_trip_through_archive_and_restore_is_value_exact(tmp_path):
     # t-4 holds a negative zero: its text is kept (DuckDB's upsert would store 0.0).
     assert {k for k, (text, numbers) in stored(source).items() if numbers is not None} == {"t-1", "t-2", "t-5"}
 
-    bundle = Path(source.write_archive(tmp_path / "archives")["path"])
+    bundle = Path(source.archive.write_archive(tmp_path / "archives")["path"])
     written = archived_vectors(bundle)
     # The bundle's numbers parse to exactly the values the export held, bit for bit.
     assert {k: bits(v) for k, v in written.items()} == {k: bits(json.loads(v)) for k, v in vectors.items()}
@@ -188,9 +188,9 @@ def test_the_round_trip_through_archive_and_restore_is_value_exact(tmp_path):
     for mode in ("merge", "replace"):
         target = DigestStore(tmp_path / f"b-{mode}.duckdb")
         target.migrate()
-        target.restore_archive(validate_bundle(bundle), mode)
+        target.archive.restore_archive(validate_bundle(bundle), mode)
         assert stored(target) == stored(source)
-        again = Path(target.write_archive(tmp_path / f"again-{mode}")["path"])
+        again = Path(target.archive.write_archive(tmp_path / f"again-{mode}")["path"])
         assert (
             next(again.glob("memory-backup-*.jsonl")).read_bytes()
             == next(bundle.glob("memory-backup-*.jsonl")).read_bytes()
@@ -216,7 +216,7 @@ def test_an_imported_summarys_vector_goes_back_exact(store, tmp_path):
     write_memory(tmp_path / "in" / "memory-backup-x.jsonl", [memory_line("t-1", "s1", json.dumps(f32_values(16)))])
     ingest_paths([tmp_path / "in"], store)
     assert stored(store, "imported_summaries", "session_id")["s1"][0] is None
-    bundle = Path(store.write_archive(tmp_path / "archives")["path"])
+    bundle = Path(store.archive.write_archive(tmp_path / "archives")["path"])
     [line] = next(bundle.glob("summaries-backup-*.jsonl")).read_text().splitlines()
     assert bits(json.loads(line)["embedding"]) == bits(f32)
 
@@ -228,7 +228,7 @@ def make_old_store(path: Path, turn_vectors: dict[str, str | None], summary_vect
     """A store as the code before `embedding_f32` left it: vectors as text in `embedding`."""
     store = DigestStore(path)
     store.migrate()
-    with store.transaction() as con:
+    with store.file.transaction() as con:
         for table in ("turns", "imported_summaries"):
             con.execute(f"ALTER TABLE {table} DROP COLUMN embedding_f32")
         con.execute("UPDATE schema_meta SET version = 3")  # the version before numeric vectors
@@ -267,7 +267,7 @@ def test_an_older_stores_text_vectors_are_converted_in_place_nothing_lost(tmp_pa
     summary = stored(store, "imported_summaries", "session_id")["s1"]
     assert summary[0] is None and bits(summary[1]) == bits(json.loads(summary_text))
     # Every vector reads back as the values its text held.
-    with store.connect(read_only=True) as con:
+    with store.file.connect(read_only=True) as con:
         back = dict(con.execute(f"SELECT id, {vector_json_sql()} FROM turns").fetchall())
     for turn_id, text in texts.items():
         if text is None or turn_id == "not-numbers-to-duckdb":
@@ -275,7 +275,7 @@ def test_an_older_stores_text_vectors_are_converted_in_place_nothing_lost(tmp_pa
         else:
             assert bits(json.loads(back[turn_id])) == bits(json.loads(text))
     # Once: a second migrate finds the column and converts nothing.
-    with store.transaction() as con:
+    with store.file.transaction() as con:
         assert migrate_text_vectors(con) == {}
 
 
@@ -287,7 +287,7 @@ def test_a_bundle_from_before_numeric_vectors_restores_into_numbers(store, tmp_p
     (tmp_path / "in" / "summaries-backup-x.jsonl").write_text(json.dumps(summary) + "\n")
     write_memory(tmp_path / "in" / "memory-backup-x.jsonl", [memory_line("t-1", "s1", json.dumps(f32_values(64)))])
     ingest_paths([tmp_path / "in"], store)
-    bundle = Path(store.write_archive(tmp_path / "archives")["path"])
+    bundle = Path(store.archive.write_archive(tmp_path / "archives")["path"])
     # Rewrite the table file and its manifest entry as the code before embedding_f32 wrote them.
     manifest = json.loads((bundle / "manifest.json").read_text())
     [entry] = [f for f in manifest["files"] if f.get("table") == "imported_summaries"]
@@ -302,6 +302,6 @@ def test_a_bundle_from_before_numeric_vectors_restores_into_numbers(store, tmp_p
 
     target = DigestStore(tmp_path / "new.duckdb")
     target.migrate()
-    target.restore_archive(validate_bundle(bundle), "merge")
+    target.archive.restore_archive(validate_bundle(bundle), "merge")
     restored = stored(target, "imported_summaries", "session_id")["s1"]
     assert restored[0] is None and bits(restored[1]) == bits(f32)

@@ -113,7 +113,7 @@ def test_a_summary_partition_run_opens_the_store_once_before_its_model_call_and_
     # raw_sessions 1, turn_mini_summaries 1, session_summaries 1 before its call and 1 after.
     assert opens.count - before <= 4
     assert opens.open_during_calls == [0, 0]  # no connection open while the model answered
-    assert store.summary_row("counted")["source_tier"] == "raw"
+    assert store.summaries.summary_row("counted")["source_tier"] == "raw"
 
 
 def test_summarize_partition_writes_the_summary_then_a_sweep_finds_nothing_to_do(tmp_path, opens):
@@ -134,7 +134,7 @@ def test_summarize_partition_leaves_a_leased_session_to_its_holder_and_takes_ove
     with ModelServer() as server:
         resources = build_resources(_settings(tmp_path, server.url))
         store = _store(tmp_path, make_turns("s1", 3))
-        assert store.claim_summary_lease("s1", "holder", now_ms(), 600) is None
+        assert store.summaries.claim_summary_lease("s1", "holder", now_ms(), 600) is None
         swept = _summarize(store, resources, RunFacts("run-1", SWEPT), "s1")
         by_hand = _summarize(store, resources, RunFacts("run-2"), "s1")
         assert len(server.chat_requests()) == 0
@@ -189,5 +189,5 @@ def test_digest_partition_waits_for_the_summary_then_writes_the_graph(tmp_path):
         again = digest_partition(store, model, RunFacts("run-4", SWEPT), "s1", *policies)
     assert waiting.not_digested and waiting.graph is None
     assert digested.graph is not None and digested.metadata["entities"] > 0
-    assert store.digest_state("s1").digest_state == "digested"
+    assert store.graph.digest_state("s1").digest_state == "digested"
     assert again.not_digested.startswith("already digested at its current turns")

@@ -51,15 +51,15 @@ def digest_partition(
     session is undigestible at its current turns, or, in a run a sweep launched, it was digested at
     its current turns since the run was queued; a session whose chunks do not fit the run's model
     time keeps the finished ones for the next run."""
-    with store.held():
-        session = store.session_by_partition(partition_key)
+    with store.file.held():
+        session = store.sessions.session_by_partition(partition_key)
         if session is None:
             return GraphOutcome(failure=unknown_partition(partition_key))
         session_id = session["session_id"]
-        turns = canonical_order(store.load_turns([session_id]))
+        turns = canonical_order(store.sessions.load_turns([session_id]))
         revision = input_revision(turns)
-        summary = store.summary_row(session_id)
-        state = store.digest_state(session_id)
+        summary = store.summaries.summary_row(session_id)
+        state = store.graph.digest_state(session_id)
         blocked = digest_gate(revision, summary, state)
         digested = state is not None and (state.digest_state, state.revision) == (DigestStatus.DIGESTED, revision)
         if not blocked and digested and run.swept:
@@ -78,7 +78,7 @@ def digest_partition(
             return GraphOutcome(session_id, not_digested=result.note, part_digested=True, metadata=metadata)
         if result.graph is None:
             return _failed(store, session_id, revision, result, policy)
-        store.write_graph(result.graph, run_id=run.run_id)
+        store.graph.write_graph(result.graph, run_id=run.run_id)
     built, stats = result.graph, result.graph.stats
     return GraphOutcome(
         session_id,
@@ -121,7 +121,7 @@ def _failed(
     store: DigestStore, session_id: str, revision: str, result: DigestResult, policy: GraphPolicy
 ) -> GraphOutcome:
     """The failed digest counted; the session's last good graph, if any, stays."""
-    state = store.record_digest_failure(session_id, revision, result.failure, policy.max_attempts)
+    state = store.graph.record_digest_failure(session_id, revision, result.failure, policy.max_attempts)
     then = "out of the cadence until reset" if state.digest_state == DigestStatus.UNDIGESTIBLE else "will be retried"
     return GraphOutcome(
         session_id,

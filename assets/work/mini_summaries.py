@@ -47,15 +47,15 @@ def fill_partition(
 ) -> MiniSummaryOutcome:
     """Mini summaries for the session's turns that have none. `only_if_degraded`: none for a session
     its summary's host takes raw; `ignore_backoff`: try a session in its no-progress backoff anyway."""
-    with store.held():
-        session = store.session_by_partition(partition_key)
+    with store.file.held():
+        session = store.sessions.session_by_partition(partition_key)
         if session is None:
             return MiniSummaryOutcome(failure=unknown_partition(partition_key))
         session_id = session["session_id"]
         # The summary's host: whether the session is headed for the degraded path depends on it.
         placement = place_run(store, model, run, session_id)
         host = placement.host
-        backoff_until_ms = store.mini_summary_backoff_until_ms(session_id)
+        backoff_until_ms = store.mini_summaries.mini_summary_backoff_until_ms(session_id)
         report = FillReport()
         if only_if_degraded and not headed_for_degraded(session["raw_bytes"], session["turn_count"], placement.limits):
             log(f"session {session_id!r} is within the raw cap: its summary needs no mini summaries")
@@ -63,7 +63,7 @@ def fill_partition(
             log(f"session {session_id!r} made no progress last time; backing off until {iso(backoff_until_ms)}")
         else:
             report = fill_mini_summaries(
-                store.pending_mini_summary_turns(session_id),
+                store.mini_summaries.pending_mini_summary_turns(session_id),
                 model.client(store, host=host),
                 placement.limits,
                 policy,
@@ -74,5 +74,9 @@ def fill_partition(
             if report.host_out_of_rotation:
                 log(f"{out_of_rotation_reason(host)}; {report.left_for_later} turn(s) left for later")
             backoff_until_ms = report.backoff_until_ms(now_ms())
-            store.record_backfill_run(session_id, report.attempted, len(report.generated), backoff_until_ms, run.run_id)
-        return MiniSummaryOutcome(session_id, host, report, backoff_until_ms, store.mini_summary_counts(session_id))
+            store.mini_summaries.record_backfill_run(
+                session_id, report.attempted, len(report.generated), backoff_until_ms, run.run_id
+            )
+        return MiniSummaryOutcome(
+            session_id, host, report, backoff_until_ms, store.mini_summaries.mini_summary_counts(session_id)
+        )

@@ -59,7 +59,7 @@ def place_run(store: DigestStore, model: ChatModelResource, run: RunFacts, sessi
         reason = run.tags.get(MODEL_HOST_REASON_TAG, "named by the run's tag")
         return Placement(tagged, reason, fleet.measured_limits(store, tagged))
     views, _ = host_views(store, fleet, fleet.names, {})
-    assignment = assign_host(store.summary_candidate(session_id), views)
+    assignment = assign_host(store.summaries.summary_candidate(session_id), views)
     why = f"the run's host {tagged!r} is not declared" if tagged else "placed by the run"
     limits = next(view.limits for view in views if view.spec.name == assignment.host)
     return Placement(assignment.host, f"{assignment.reason} ({why})", limits)
@@ -76,7 +76,7 @@ def tagged_host(model: ChatModelResource, run: RunFacts) -> str:
 def host_check(store: DigestStore, host: str) -> Callable[[], bool]:
     """What a run placed on `host` asks before each model call: is the host still in rotation (its
     circuit not opened since the run was placed)? A run that hears no hands its session back."""
-    return lambda: store.host_in_rotation(host, now_ms())
+    return lambda: store.hosts.host_in_rotation(host, now_ms())
 
 
 def out_of_rotation_reason(host: str) -> str:

@@ -36,13 +36,13 @@ class Described:
 
 def describe_partition(store: DigestStore, model: ChatModelResource, run: RunFacts, partition_key: str) -> Described:
     """One session's raw turns in canonical order, with the size and the route its summary will take."""
-    with store.held():
-        session = store.session_by_partition(partition_key)
+    with store.file.held():
+        session = store.sessions.session_by_partition(partition_key)
         if session is None:
             return Described(failure=unknown_partition(partition_key))
         session_id = session["session_id"]
-        row = store.refresh_sessions([session_id])[0]
-        turns = canonical_order(store.load_turns([session_id]))
+        row = store.ingest.refresh_sessions([session_id])[0]
+        turns = canonical_order(store.sessions.load_turns([session_id]))
         placement = place_run(store, model, run, session_id)
     limits = placement.limits
     raw_tokens = limits.estimate_tokens(build_prompt(raw_content(turns), turns))
@@ -117,12 +117,12 @@ def summarize_partition(
     Nothing to do (`skipped`) when, under the lease, `nothing_to_summarize` says so, or when a run a
     sweep launched finds another run holding the lease: that run is doing it. A current imported
     summary is kept (no model call) unless `replace_imported`."""
-    with store.held():
-        session = store.session_by_partition(partition_key)
+    with store.file.held():
+        session = store.sessions.session_by_partition(partition_key)
         if session is None:
             return SummaryOutcome(None, failure=unknown_partition(partition_key))
         session_id = session["session_id"]
-        stored = store.summary_row(session_id)
+        stored = store.summaries.summary_row(session_id)
         current_import = (
             stored and stored["origin"] == "imported" and stored["input_revision"] == session["input_revision"]
         )
@@ -136,11 +136,11 @@ def summarize_partition(
         placement = place_run(store, model, run, session_id)
         # Held across the raw call and the degraded one, each up to the call ceiling, with room to write.
         lease_ttl_s = 2 * model.call_ceiling_s + 120
-        holder = store.claim_summary_lease(session_id, run.run_id, now_ms(), lease_ttl_s)
+        holder = store.summaries.claim_summary_lease(session_id, run.run_id, now_ms(), lease_ttl_s)
         if holder is not None and run.ended(holder):
             # Its process died holding the lease (killed mid-run, marked failed since): take it over.
-            store.release_summary_lease(session_id, holder)
-            holder = store.claim_summary_lease(session_id, run.run_id, now_ms(), lease_ttl_s)
+            store.summaries.release_summary_lease(session_id, holder)
+            holder = store.summaries.claim_summary_lease(session_id, run.run_id, now_ms(), lease_ttl_s)
         if holder is not None:
             busy = f"session {session_id!r} is being summarized by run {holder}"
             if not run.swept:
@@ -149,8 +149,8 @@ def summarize_partition(
         try:
             outcome = _summarize_leased(store, model, run, session, placement, sweep, circuit, log)
         finally:
-            store.release_summary_lease(session_id, run.run_id)
-        return outcome or SummaryOutcome(session_id, row=store.summary_row(session_id))
+            store.summaries.release_summary_lease(session_id, run.run_id)
+        return outcome or SummaryOutcome(session_id, row=store.summaries.summary_row(session_id))
 
 
 def _summarize_leased(
@@ -165,11 +165,11 @@ def _summarize_leased(
 ) -> SummaryOutcome | None:
     """The run's work under the lease; None once the summary is written."""
     session_id, revision = session["session_id"], session["input_revision"]
-    skip = nothing_to_summarize(store.summary_standing(session_id), run.tags, now_ms())
+    skip = nothing_to_summarize(store.summaries.summary_standing(session_id), run.tags, now_ms())
     if skip:
         return SummaryOutcome(session_id, skipped=skip)
     host = placement.host
-    turns = store.load_turns([session_id])
+    turns = store.sessions.load_turns([session_id])
     # Each usable reply is staged in DuckDB before the summary is built from it: a run killed
     # before the write below is finished by the next one, from the reply, with no model call.
     client = model.client(store, session=(session_id, revision), host=host)
@@ -193,7 +193,7 @@ def _summarize_leased(
             failure_metadata={"symptom": str(result.failure), "route_reason": str(result.route_reason), "host": host},
         )
     if result.summary is None:
-        failures = store.record_summary_failure(
+        failures = store.summaries.record_summary_failure(
             session_id, revision, result.failure, now_ms(), lambda n: failure_backoff_s(n, sweep)
         )
         return SummaryOutcome(
@@ -206,8 +206,8 @@ def _summarize_leased(
                 "failures": failures,
             },
         )
-    store.write_summary(result.summary, run_id=run.run_id, host=host, host_reason=placement.reason)
+    store.summaries.write_summary(result.summary, run_id=run.run_id, host=host, host_reason=placement.reason)
     if not model.response_cache:
-        store.drop_staged_replies(session_id)
-    store.clear_summary_failures(session_id)
+        store.cache.drop_staged_replies(session_id)
+    store.summaries.clear_summary_failures(session_id)
     return None

@@ -39,7 +39,7 @@ from digest.archive import (
     write_manifest,
 )
 from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
-from resources.store.connection import SCHEMA_VERSION, Connection, now
+from resources.store.connection import SCHEMA_VERSION, Repository, now
 from resources.store.fidelity import refresh_fidelity
 from resources.store.sessions import derived_session_rows, upsert_sessions
 from resources.store.vectors import convert_text_vectors, split_vectors_sql, vector_json_sql
@@ -137,7 +137,7 @@ def _imported_graph_scope(where: str, params: list, sessions: list[str] | None) 
     return cte, [*params, *params, sessions, *params]
 
 
-class Archive(Connection):
+class Archive(Repository):
     def _table_columns(self, con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str]]]:
         """Every table with its (column, type) in order, from the catalog: tables added later are
         archived and restored too, with no list to keep up to date."""
@@ -211,7 +211,7 @@ class Archive(Connection):
         sessions = sorted(set(sessions)) if sessions is not None else None
         if sessions:
             # A bundle holds a session by its turns: a restore refuses a manifest naming one it has none of.
-            with self.connect() as con:
+            with self.file.connect() as con:
                 where, params = self._scope(["session_id"], "turns", sessions)
                 found = {r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM turns {where}", params).fetchall()}
             if missing := [s for s in sessions if s not in found]:
@@ -241,7 +241,7 @@ class Archive(Connection):
                 vectors.add(embedding is not None, line["metadata"]["sessionId"])
                 yield vector_line(line, embedding)
 
-        with self.connect() as con:
+        with self.file.connect() as con:
             con.execute("BEGIN TRANSACTION")  # one snapshot for every file
             where, params = self._scope(["session_id"], "turns", sessions)
             turn_types = dict(self._table_columns(con)["turns"])
@@ -292,7 +292,7 @@ class Archive(Connection):
         if retire:
             validate_bundle(final)  # never retire sessions whose bundle did not land intact
         manifest_sha256 = sha256_file(final / MANIFEST)
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             con.execute(
                 "INSERT INTO archives VALUES (?, ?, ?, ?, ?, ?)",
                 [stamp, str(final), created_at, sessions, manifest_sha256, retire],
@@ -329,7 +329,7 @@ class Archive(Connection):
         memory = bundle.file("memory")
         # DuckDB reads the bundle's files in place: no copy of the turns is left behind by a kill.
         sources = [(memory, _memory_source(memory.columns))] + [(f, _table_source(f.columns)) for f in bundle.tables()]
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             live = self._table_columns(con)
             problems = self._recorded_manifest_problems(con, bundle)
             problems += [p for f, _ in sources for p in self._unfit(f, live)]

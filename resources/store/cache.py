@@ -3,12 +3,23 @@ replies by request, reused by reruns, and a summary's reply staged until its sum
 
 from __future__ import annotations
 
+import duckdb
+
 from digest.model_api import ChatReply
-from resources.store.connection import Connection, now
+from resources.store.connection import Repository, now
 from resources.store.summaries import PENDING_SUMMARY_SESSIONS
 
 
-class Cache(Connection):
+def mark_staged_attempts_recorded(con: duckdb.DuckDBPyConnection, session_id: str) -> None:
+    """In the transaction that writes a session's summary-call attempt: its staged reply's call
+    is in the ledger now."""
+    con.execute(
+        "UPDATE response_cache SET attempt_recorded = NULL WHERE session_id = ? AND attempt_recorded = false",
+        [session_id],
+    )
+
+
+class Cache(Repository):
     def cached_reply(self, key: str, session: tuple[str, str] | None = None) -> ChatReply | None:
         """The stored reply for this request; with `session`, only one staged by that session at
         that input revision. Replayed, it took no model time: duration 0, `cached`. A staged reply
@@ -22,7 +33,7 @@ class Cache(Connection):
         if session is not None:
             sql += " AND session_id = ? AND input_revision = ?"
             params += list(session)
-        with self.connect() as con:
+        with self.file.connect() as con:
             row = con.execute(sql, params).fetchone()
         if row is None:
             return None
@@ -33,7 +44,7 @@ class Cache(Connection):
 
     def save_reply(self, key: str, model: str, reply: ChatReply, session: tuple[str, str] | None = None) -> None:
         session_id, revision = session or (None, None)
-        with self.connect() as con:
+        with self.file.connect() as con:
             con.execute(
                 "INSERT OR REPLACE INTO response_cache (request_key, model, text, prompt_tokens, completion_tokens, "
                 "duration_s, finish_reason, session_id, input_revision, created_at, attempt_recorded) "
@@ -42,27 +53,19 @@ class Cache(Connection):
                  reply.finish_reason, session_id, revision, now(), False if session_id is not None else None],
             )  # fmt: skip
 
-    def mark_staged_attempts_recorded(self, con, session_id: str) -> None:
-        """In the transaction that writes a session's summary-call attempt: its staged reply's call
-        is in the ledger now."""
-        con.execute(
-            "UPDATE response_cache SET attempt_recorded = NULL WHERE session_id = ? AND attempt_recorded = false",
-            [session_id],
-        )
-
     def drop_staged_replies(self, session_id: str) -> None:
         """With reuse off, a session's staged reply goes once its summary is written."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             con.execute("DELETE FROM response_cache WHERE session_id = ?", [session_id])
 
     def clear_response_cache(self) -> int:
-        with self.connect() as con:
+        with self.file.connect() as con:
             return con.execute("DELETE FROM response_cache").fetchone()[0]
 
     def staged_summary_keys(self) -> list[str]:
         """Pending sessions with a reply staged at their current turns: a run died between the model
         call and the summary write. Their rerun finishes without a model call."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = con.execute(
                 f"""SELECT DISTINCT s.partition_key FROM ({PENDING_SUMMARY_SESSIONS}) s
                     WHERE s.session_id IN (SELECT c.session_id FROM response_cache c

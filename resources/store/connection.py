@@ -114,8 +114,9 @@ class _Held:
             self.con = None
 
 
-class Connection:
-    """The file and its connections; every feature's part of `DigestStore` builds on this."""
+class StoreFile:
+    """The store's DuckDB file: its path, its short-lived connections and transactions, and its
+    schema. Every repository of `DigestStore` reads and writes through the one shared instance."""
 
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
@@ -260,3 +261,10 @@ class Connection:
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
         with self.connect() as con:
             return con.execute(sql, params or []).df()
+
+
+class Repository:
+    """One feature's reads and writes (`store.summaries`, `store.graph`, ...), over the shared file."""
+
+    def __init__(self, file: StoreFile):
+        self.file = file

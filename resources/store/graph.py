@@ -18,11 +18,14 @@ from digest.graph import (
     GraphExtraction,
     GraphNode,
     SessionGraph,
+    after_failure,
+    after_success,
+    reset_undigestible,
     summary_graph,
     summary_node_id,
 )
 from digest.turns import Turn
-from resources.store.connection import Connection, now, records
+from resources.store.connection import Repository, now, records
 from resources.store.sessions import load_turns
 
 GRAPH_NODE_COLUMNS = ["session_id", "input_revision", "run_id", "created_at", "id", "label", "properties"]
@@ -120,44 +123,58 @@ def _put_digest_state(con: duckdb.DuckDBPyConnection, session_id: str, state: Di
     )
 
 
-class Graph(Connection):
+class Graph(Repository):
     def digest_state(self, session_id: str) -> DigestState | None:
-        with self.connect() as con:
+        with self.file.connect() as con:
             return _digest_state(con, session_id)
 
-    def transition_digest_state(
+    def _transition_digest_state(
         self, session_id: str, step: Callable[[DigestState | None], DigestState | None]
     ) -> tuple[DigestState | None, DigestState | None]:
         """Read the session's digest state, store `step(previous)` unless that is None (no change),
         in one transaction; returns (previous, new)."""
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             previous = _digest_state(con, session_id)
             state = step(previous)
             if state is not None:
                 _put_digest_state(con, session_id, state)
         return previous, state
 
-    def replace_graph(self, graph: SessionGraph, run_id: str | None, state: DigestState) -> None:
-        """Replace the session's graph (its finished chunks go) and store its digest state, in one
-        transaction."""
+    def write_graph(self, graph: SessionGraph, run_id: str | None = None) -> None:
+        """Replace the session's graph (its finished chunks go) and mark it digested at its revision
+        (`digest.graph.after_success`), in one transaction."""
         common = {
             "session_id": graph.session_id,
             "input_revision": graph.input_revision,
             "run_id": run_id,
             "created_at": now(),
         }
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             con.execute("DELETE FROM graph_nodes WHERE session_id = ?", [graph.session_id])
             con.execute("DELETE FROM graph_edges WHERE session_id = ?", [graph.session_id])
             con.execute("DELETE FROM graph_chunks WHERE session_id = ?", [graph.session_id])
             insert_graph(con, [(common, graph.nodes, graph.edges)])
-            _put_digest_state(con, graph.session_id, state)
+            _put_digest_state(con, graph.session_id, after_success(graph.input_revision))
+
+    def record_digest_failure(self, session_id: str, revision: str, symptom: str, max_attempts: int) -> DigestState:
+        """Count a failed digest (`digest.graph.after_failure`); the session's last good graph, if
+        any, stays. Returns the new state."""
+        _, state = self._transition_digest_state(
+            session_id, lambda previous: after_failure(previous, revision, symptom, max_attempts)
+        )
+        return state
+
+    def reset_digest(self, session_id: str) -> DigestState | None:
+        """An operator's reset of an undigestible session; returns the state it had, or None if it
+        was not undigestible (nothing changed)."""
+        previous, state = self._transition_digest_state(session_id, reset_undigestible)
+        return previous if state is not None else None
 
     def finished_graph_chunks(
         self, session_id: str, revision: str
     ) -> dict[tuple[int, str], tuple[GraphExtraction, bool]]:
         """The session's chunk results stored at this revision, by (chunk index, text digest)."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = con.execute(
                 """SELECT chunk_index, chunk_sha256, extraction::VARCHAR, cut_at_output_cap FROM graph_chunks
                    WHERE session_id = ? AND input_revision = ?""",
@@ -170,7 +187,7 @@ class Graph(Connection):
         run_id: str | None = None,
     ) -> None:  # fmt: skip
         """One chunk's result, written as it arrives; rows of the session's older revisions go."""
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             con.execute("DELETE FROM graph_chunks WHERE session_id = ? AND input_revision <> ?", [session_id, revision])
             con.execute(
                 "INSERT OR REPLACE INTO graph_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -193,7 +210,7 @@ class Graph(Connection):
               AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)
               AND s.partition_key NOT IN (SELECT unnest(?::VARCHAR[]))
         """
-        with self.connect() as con:
+        with self.file.connect() as con:
             resumed = con.execute(
                 f"""SELECT partition_key FROM ({pending}) p WHERE EXISTS (SELECT 1 FROM graph_chunks g
                     WHERE g.session_id = p.session_id AND g.input_revision = p.input_revision)
@@ -224,7 +241,7 @@ class Graph(Connection):
                        SELECT {columns}, false, 1, created_at, session_id FROM {table}"""
         after = ""
         while True:
-            with self.connect() as con:
+            with self.file.connect() as con:
                 rows = records(
                     con,
                     f"""WITH all_rows AS ({rows_sql}),

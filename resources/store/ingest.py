@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import duckdb
 import pandas as pd
 
-from resources.store.connection import Connection, now, upsert_sql
+from resources.store.connection import Repository, now, upsert_sql
 from resources.store.sessions import derived_session_rows, upsert_sessions
 from resources.store.summaries import adopt_imported_summaries
 from resources.store.vectors import split_vectors_sql
@@ -60,7 +60,7 @@ def _vector_batch(con: duckdb.DuckDBPyConnection, frame: pd.DataFrame) -> Iterat
         con.unregister("batch_rows")
 
 
-class Ingest(Connection):
+class Ingest(Repository):
     def write_turns(self, rows: list[dict]) -> list[str]:
         """Upsert by id; returns the sessions that stored turns moved out of (same id, another
         session), which need their `sessions` rows refreshed too."""
@@ -69,7 +69,7 @@ class Ingest(Connection):
         # One row per id: DuckDB refuses to update the same row twice in one statement.
         batch = pd.DataFrame(list({r["id"]: r for r in rows}.values()), columns=TURN_COLUMNS)
         batch["ingested_at"] = now()
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             # The file is checkpointed when the ingest lets its connection go (`digest.ingest.HOLD_BYTES`),
             # not at every 16 MB of log as by default: each checkpoint rewrites the last, partly filled
             # row group, vectors and all, and the old copy's blocks stay in the file (BENCHMARKS §3.2).
@@ -96,7 +96,7 @@ class Ingest(Connection):
         batch["model"] = None
         batch["created_at"] = now()
         columns = ["turn_id", "session_id", "text", "origin", "model", "created_at"]
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             con.register("batch", batch)
             con.execute(upsert_sql("mini_summaries", columns, ["turn_id"], keep=["created_at"]))
 
@@ -108,7 +108,7 @@ class Ingest(Connection):
         columns = IMPORTED_SUMMARY_COLUMNS
         batch = pd.DataFrame(list({r["session_id"]: r for r in rows}.values()), columns=columns)
         batch["imported_at"] = now()
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             with _vector_batch(con, batch):
                 con.execute(
                     upsert_sql(
@@ -127,7 +127,7 @@ class Ingest(Connection):
         the later line wins, as for turns."""
         if not nodes and not edges:
             return
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             for table, rows in (("imported_graph_nodes", nodes), ("imported_graph_edges", edges)):
                 if not rows:
                     continue
@@ -143,7 +143,7 @@ class Ingest(Connection):
         columns = ["source_file", "line_no", "reason", "excerpt"]
         batch = pd.DataFrame(rows, columns=columns).drop_duplicates(["source_file", "line_no"], keep="last")
         batch["rejected_at"] = now()
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             con.register("batch", batch)
             con.execute(
                 upsert_sql("rejects", columns + ["rejected_at"], ["source_file", "line_no"], keep=["rejected_at"])
@@ -154,7 +154,7 @@ class Ingest(Connection):
         the file was still being written, complete since): they no longer stand."""
         if not line_nos:
             return
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             con.execute(
                 "DELETE FROM rejects WHERE source_file = ? AND line_no IN (SELECT unnest(?::INTEGER[]))",
                 [source_file, line_nos],
@@ -168,5 +168,5 @@ class Ingest(Connection):
         ids = sorted(set(session_ids))
         if not ids:
             return []
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             return refresh_sessions(con, ids)

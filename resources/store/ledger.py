@@ -1,5 +1,6 @@
 """The model ledger: every model call's attempt and every friction event, written as it happens
-(the friction report and the sweep's time estimate read them)."""
+(the friction report and the sweep's time estimate read them): `Attempts` is the store's table of
+them, `RunLedger` one run's writes to it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from digest.friction import EmissionPoint, FrictionEvent
 from digest.graph import Chunk, GraphExtraction
 from digest.scheduling import now_ms
 from digest.synthesis import Attempt
-from resources.store.connection import Connection, now
+from resources.store.cache import mark_staged_attempts_recorded
+from resources.store.connection import Repository, now
 
 if TYPE_CHECKING:
     from resources.store import DigestStore
@@ -20,11 +22,11 @@ if TYPE_CHECKING:
 DEFAULT_CIRCUIT = CircuitPolicy()  # the settings' defaults (DIGEST_HOST_*)
 
 
-class Ledger(Connection):
+class Attempts(Repository):
     def record_attempt(self, attempt: Attempt, run_id: str | None = None) -> None:
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             if attempt.stage == "session-summary" and not attempt.cached and attempt.outcome == "ok":
-                self.mark_staged_attempts_recorded(con, attempt.session_id)
+                mark_staged_attempts_recorded(con, attempt.session_id)
             con.execute(
                 """INSERT INTO attempts (session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens,
                    completion_tokens, duration_s, outcome, suspected_truncation, cached, error_text, run_id, created_at, host,
@@ -39,7 +41,7 @@ class Ledger(Connection):
             )  # fmt: skip
 
     def record_friction(self, event: FrictionEvent, run_id: str | None = None) -> None:
-        with self.connect() as con:
+        with self.file.connect() as con:
             con.execute(
                 """INSERT INTO friction_events (occurred_at, asset_ref, consumer, model, symptom, emission_point,
                    suggestion_kind, input_bytes, input_tokens_estimate, context_limit_tokens, safe_limit_tokens,
@@ -59,7 +61,9 @@ def record_host_outcome_of(store: DigestStore, attempt: Attempt, policy: Circuit
     a circuit it opens is a friction event about the host."""
     if attempt.host is None or attempt.cached:
         return
-    transition = store.record_host_outcome(attempt.host, attempt.host_failure, attempt.error_text, now_ms(), policy)
+    transition = store.hosts.record_host_outcome(
+        attempt.host, attempt.host_failure, attempt.error_text, now_ms(), policy
+    )
     if transition is None or not transition.opened:
         return
     event = FrictionEvent(
@@ -76,7 +80,7 @@ def record_host_outcome_of(store: DigestStore, attempt: Attempt, policy: Circuit
         note=opened_note(transition),
         error_text=attempt.error_text,
     )
-    store.record_friction(event, run_id)
+    store.attempts.record_friction(event, run_id)
 
 
 class RunLedger:
@@ -95,17 +99,17 @@ class RunLedger:
     def record_attempt(self, attempt: Attempt) -> None:
         if self.host is not None and attempt.host is None:
             attempt = dataclasses.replace(attempt, host=self.host)
-        self.store.record_attempt(attempt, self.run_id)
+        self.store.attempts.record_attempt(attempt, self.run_id)
         record_host_outcome_of(self.store, attempt, self.circuit, self.run_id)
 
     def record_friction(self, event: FrictionEvent) -> None:
-        self.store.record_friction(event, self.run_id)
+        self.store.attempts.record_friction(event, self.run_id)
 
     # The graph's `ChunkStore`: a digest run's finished chunks, tagged with the run.
     def finished_chunks(self, session_id: str, revision: str) -> dict[tuple[int, str], tuple[GraphExtraction, bool]]:
-        return self.store.finished_graph_chunks(session_id, revision)
+        return self.store.graph.finished_graph_chunks(session_id, revision)
 
     def save_chunk(
         self, session_id: str, revision: str, chunk: Chunk, extraction: GraphExtraction, cut: bool, model: str
     ) -> None:
-        self.store.save_graph_chunk(session_id, revision, chunk, extraction, cut, model, self.run_id)
+        self.store.graph.save_graph_chunk(session_id, revision, chunk, extraction, cut, model, self.run_id)

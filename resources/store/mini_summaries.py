@@ -3,10 +3,9 @@ turn's failed attempts and archive, each session's backoff, and the sessions pen
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from digest.mini_summaries import PendingSession, PendingTurn
-from resources.store.connection import Connection, now
+from digest.mini_summaries import PendingSession, PendingTurn, archive_reason_after, order_sessions
+from digest.synthesis import Limits
+from resources.store.connection import Repository, now
 from resources.store.ledger import RunLedger
 
 # Turns that still need a mini summary: none yet, and not archived (by us, or by the export unless
@@ -20,22 +19,22 @@ PENDING_MINI_SUMMARY_TURNS = """
 """
 
 
-class MiniSummaries(Connection):
+class MiniSummaries(Repository):
     def pending_mini_summary_turns(self, session_id: str) -> list[PendingTurn]:
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = con.execute(
                 f"SELECT * FROM ({PENDING_MINI_SUMMARY_TURNS}) WHERE session_id = ?", [session_id]
             ).fetchall()
         return [PendingTurn(*row) for row in rows]
 
     def mini_summary_pending(self, turn_id: str) -> bool:
-        with self.connect() as con:
+        with self.file.connect() as con:
             row = con.execute(f"SELECT count(*) FROM ({PENDING_MINI_SUMMARY_TURNS}) WHERE id = ?", [turn_id]).fetchone()
         return row[0] > 0
 
     def pending_mini_summary_sessions(self, now_ms: int) -> list[PendingSession]:
         """Sessions with turns that need a mini summary and no backoff in force, in no order."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = con.execute(
                 f"""SELECT DISTINCT s.partition_key, s.session_id, s.raw_bytes, s.turn_count, s.last_activity_ms
                     FROM ({PENDING_MINI_SUMMARY_TURNS}) p
@@ -49,22 +48,28 @@ class MiniSummaries(Connection):
 
     def save_generated_mini_summary(self, turn_id: str, session_id: str, text: str, model: str) -> None:
         """Never over an existing one: an imported mini summary is the source system's word."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             con.execute(
                 """INSERT INTO mini_summaries (turn_id, session_id, text, origin, model, created_at)
                    VALUES (?, ?, ?, 'generated', ?, ?) ON CONFLICT (turn_id) DO NOTHING""",
                 [turn_id, session_id, text, model, now()],
             )
 
-    def count_mini_summary_failure(
-        self, turn_id: str, session_id: str, cause: str, archive_reason: Callable[[int], str | None]
-    ) -> bool:
-        """Count a failed attempt, and archive the turn if `archive_reason(attempts)` gives a reason,
-        in one transaction. True if it was archived."""
-        with self.transaction() as con:
+    def pending_mini_summary_keys(
+        self, limits: Limits, priority: str, now_ms: int, limit: int | None = None
+    ) -> list[str]:
+        """Sessions with turns that need a mini summary and no backoff in force, in priority order
+        (`digest.mini_summaries.order_sessions`)."""
+        ordered = order_sessions(self.pending_mini_summary_sessions(now_ms), limits, priority)
+        return [s.partition_key for s in ordered[:limit]]
+
+    def record_mini_summary_failure(self, turn_id: str, session_id: str, cause: str, max_attempts: int) -> bool:
+        """Count a failed attempt, and archive the turn when `digest.mini_summaries.archive_reason_after`
+        says so (at `max_attempts`), in one transaction. True if it was archived."""
+        with self.file.transaction() as con:
             row = con.execute("SELECT attempts FROM mini_summary_state WHERE turn_id = ?", [turn_id]).fetchone()
             attempts = (row[0] if row else 0) + 1
-            reason = archive_reason(attempts)
+            reason = archive_reason_after(attempts, max_attempts)
             archived = reason is not None
             stamp = now()
             con.execute(
@@ -81,7 +86,7 @@ class MiniSummaries(Connection):
     def archive_turn(self, turn_id: str, session_id: str, reason: str) -> None:
         """Out of mini summary generation; the turn keeps its text and stays in the raw summary input."""
         stamp = now()
-        with self.connect() as con:
+        with self.file.connect() as con:
             con.execute(
                 """INSERT INTO mini_summary_state (turn_id, session_id, attempts, archived_at, archived_reason, updated_at)
                    VALUES (?, ?, 0, ?, ?, ?)
@@ -95,7 +100,7 @@ class MiniSummaries(Connection):
         if not turn_ids and not session_id:
             raise ValueError("name turn ids or a session")
         stamp = now()
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             ids = [
                 r[0]
                 for r in con.execute(
@@ -119,14 +124,14 @@ class MiniSummaries(Connection):
     def record_backfill_run(
         self, session_id: str, attempted: int, generated: int, backoff_until_ms: int | None, run_id: str | None
     ) -> None:
-        with self.connect() as con:
+        with self.file.connect() as con:
             con.execute(
                 "INSERT OR REPLACE INTO backfill_state VALUES (?, ?, ?, ?, ?, ?)",
                 [session_id, backoff_until_ms, attempted, generated, run_id, now()],
             )
 
     def mini_summary_backoff_until_ms(self, session_id: str) -> int | None:
-        with self.connect() as con:
+        with self.file.connect() as con:
             row = con.execute(
                 "SELECT backoff_until_ms FROM backfill_state WHERE session_id = ?", [session_id]
             ).fetchone()
@@ -134,7 +139,7 @@ class MiniSummaries(Connection):
 
     def mini_summary_counts(self, session_id: str) -> dict:
         """Coverage of one session: its turns, those with a mini summary by origin, archived, pending."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             row = con.execute(
                 f"""SELECT count(*), count(m.turn_id), count(*) FILTER (m.origin = 'imported'),
                            count(*) FILTER (m.origin = 'generated'), count(*) FILTER (st.archived_at IS NOT NULL),
@@ -155,13 +160,13 @@ class MiniSummaryLedger(RunLedger):
     mini summaries and failures."""
 
     def save_mini_summary(self, turn: PendingTurn, text: str, model: str) -> None:
-        self.store.save_generated_mini_summary(turn.id, turn.session_id, text, model)
+        self.store.mini_summaries.save_generated_mini_summary(turn.id, turn.session_id, text, model)
 
     def record_failure(self, turn: PendingTurn, cause: str, max_attempts: int) -> bool:
-        return self.store.record_mini_summary_failure(turn.id, turn.session_id, cause, max_attempts)
+        return self.store.mini_summaries.record_mini_summary_failure(turn.id, turn.session_id, cause, max_attempts)
 
     def archive(self, turn: PendingTurn, reason: str) -> None:
-        self.store.archive_turn(turn.id, turn.session_id, reason)
+        self.store.mini_summaries.archive_turn(turn.id, turn.session_id, reason)
 
     def still_pending(self, turn: PendingTurn) -> bool:
-        return self.store.mini_summary_pending(turn.id)
+        return self.store.mini_summaries.mini_summary_pending(turn.id)

@@ -7,15 +7,15 @@ import json
 
 from digest.circuit import circuit_status
 from digest.scheduling import now_ms
-from resources.store.connection import Connection, records
+from resources.store.connection import Repository, records
 from resources.store.hosts import read_circuits
 from resources.store.summaries import PENDING_SUMMARY_SESSIONS
 
 
-class Reports(Connection):
+class Reports(Repository):
     def status(self) -> dict:
         """Counts for `session-digest status`."""
-        with self.connect() as con:
+        with self.file.connect() as con:
 
             def scalar(sql: str) -> int:
                 return con.execute(sql).fetchone()[0]
@@ -40,7 +40,7 @@ class Reports(Connection):
             now = now_ms()
             hosts = {host: circuit_status(circuit, now) for host, circuit in read_circuits(con).items()}
             return {
-                "database": str(self.path),
+                "database": str(self.file.path),
                 "sessions": scalar("SELECT count(*) FROM sessions"),
                 "turns": scalar("SELECT count(*) FROM turns"),
                 "mini_summaries": scalar("SELECT count(*) FROM mini_summaries"),
@@ -67,7 +67,7 @@ class Reports(Connection):
     def current_imported_summaries(self, partition_keys: list[str]) -> list[dict]:
         """The summary rows (with `partition_key`) of these partitions whose summary is an export's,
         current for the turns: partitions the store already knows as summarized."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             return records(
                 con,
                 """SELECT s.partition_key, x.*, i.source_file FROM session_summaries x
@@ -79,7 +79,7 @@ class Reports(Connection):
 
     def fidelity_examples(self) -> list[dict]:
         """Per (origin, source tier) the best-scored summary's title and fidelity: the demo's closing lines."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             return records(
                 con,
                 """SELECT origin, source_tier, arg_max(title, fidelity) AS title, max(fidelity) AS fidelity
@@ -89,7 +89,7 @@ class Reports(Connection):
     def friction_report_rows(self) -> dict:
         """What the friction report reads, in one connection: events, attempts, summaries, mini-summary
         coverage, undigestible sessions and the model hosts' circuits."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = {
                 "events": records(
                     con,
@@ -127,12 +127,12 @@ class Reports(Connection):
 
     def summary_rows(self) -> list[dict]:
         """Every stored summary, every column: what the asset checks validate."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             return records(con, "SELECT * FROM session_summaries ORDER BY session_id")
 
     def degraded_graph_sessions(self) -> list[str]:
         """Sessions with a graph whose summary is degraded: where summary text could leak into it."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = con.execute(
                 "SELECT DISTINCT g.session_id FROM graph_nodes g JOIN session_summaries s USING (session_id) "
                 "WHERE s.degraded ORDER BY 1"
@@ -141,7 +141,7 @@ class Reports(Connection):
 
     def graph_evidence(self, session_id: str) -> dict:
         """One session's raw turn text and its graph's nodes and edges (properties parsed)."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             documents = con.execute("SELECT document FROM turns WHERE session_id = ?", [session_id]).fetchall()
             nodes = con.execute(
                 "SELECT id, label, properties FROM graph_nodes WHERE session_id = ?", [session_id]

@@ -9,7 +9,7 @@ import duckdb
 import pandas as pd
 
 from digest.turns import Turn, session_rows
-from resources.store.connection import Connection, now, record, records, upsert_sql
+from resources.store.connection import Repository, now, record, records, upsert_sql
 
 
 def load_turns(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> list[Turn]:
@@ -39,10 +39,10 @@ def upsert_sessions(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> None:
         con.unregister("batch")
 
 
-class Sessions(Connection):
+class Sessions(Repository):
     def session_rows(self, session_ids: Iterable[str]) -> list[dict]:
         """The stored `sessions` rows of these sessions (those that have one)."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             return records(
                 con,
                 "SELECT * FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
@@ -50,20 +50,20 @@ class Sessions(Connection):
             )
 
     def load_turns(self, session_ids: list[str]) -> list[Turn]:
-        with self.connect() as con:
+        with self.file.connect() as con:
             return load_turns(con, session_ids)
 
     def session_by_partition(self, key: str) -> dict | None:
-        with self.connect() as con:
+        with self.file.connect() as con:
             return record(con, "SELECT * FROM sessions WHERE partition_key = ?", [key])
 
     def partition_keys(self) -> list[str]:
-        with self.connect() as con:
+        with self.file.connect() as con:
             return [r[0] for r in con.execute("SELECT partition_key FROM sessions ORDER BY partition_key").fetchall()]
 
     def resolve_sessions(self, refs: list[str]) -> list[str]:
         """Session ids for session ids or partition keys; ValueError naming any that is neither."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = con.execute(
                 "SELECT session_id, partition_key FROM sessions "
                 "WHERE session_id IN (SELECT unnest(?::VARCHAR[])) OR partition_key IN (SELECT unnest(?::VARCHAR[]))",

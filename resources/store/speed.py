@@ -1,5 +1,5 @@
-"""Each model host's measured speed, from its own ledger, and the raw cap that follows it
-(`digest.pacing`)."""
+"""Each model host's measured speed, from its own ledger: the rates and the raw cap that follows
+them (`digest.pacing`), and the seconds per token a sweep estimates its runs by."""
 
 from __future__ import annotations
 
@@ -16,20 +16,20 @@ from digest.pacing import (
     next_auto_cap,
     slowdown,
 )
-from resources.store.connection import Connection, now, records
+from resources.store.connection import Repository, now, records
 
 # Of the host's calls, the many its slowdown is judged over (the recent ones against these).
 HISTORY_CALLS = 200
 _cap_lock = threading.Lock()  # this process's cap writes take turns (see `hosts.py`)
 
 
-class Speed(Connection):
+class Speed(Repository):
     def host_samples(self, host: str, model: str, limit: int = RECENT_CALLS) -> list[Sample]:
         """The host's finished calls of `model`, newest first, with the server's counts (else the
         estimate): every stage,
         since each measures the same prompt and answer rates (attempts from before hosts were named
         count for every host of the model)."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = con.execute(
                 # A server that sends no counts: the estimate, and no answer (`Attempt.speed_sample`).
                 """SELECT coalesce(prompt_tokens, tokens_estimate), coalesce(completion_tokens, 0), duration_s,
@@ -40,6 +40,21 @@ class Speed(Connection):
                 [model, host, limit],
             ).fetchall()
         return [Sample(*row) for row in rows]
+
+    def seconds_per_token(self, model: str, host: str | None = None, recent: int = 50) -> float | None:
+        """Measured model seconds per estimated prompt token over the recent good calls of `model`
+        on `host` (attempts from before hosts were recorded count for every host of the model)."""
+        with self.file.connect() as con:
+            row = con.execute(
+                """SELECT sum(duration_s) / nullif(sum(tokens_estimate), 0) FROM (
+                       SELECT duration_s, tokens_estimate FROM attempts
+                       -- duration 0: a reply replayed from the response cache, which says nothing of the model's speed
+                       WHERE outcome = 'ok' AND model = ? AND stage = 'session-summary' AND NOT cached
+                         AND (host IS NULL OR host = ? OR ? IS NULL)
+                       ORDER BY attempt_id DESC LIMIT ?)""",
+                [model, host, host, recent],
+            ).fetchone()
+        return row[0]
 
     def host_speed(self, host: str, model: str) -> HostSpeed | None:
         return HostSpeed.from_samples(self.host_samples(host, model))
@@ -55,7 +70,7 @@ class Speed(Connection):
 
     def summary_answers(self, host: str, model: str) -> list[int]:
         """The answer tokens of the host's recent good summary calls."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = con.execute(
                 """SELECT completion_tokens FROM attempts
                    WHERE outcome = 'ok' AND NOT cached AND stage = 'session-summary' AND completion_tokens > 0
@@ -75,12 +90,12 @@ class Speed(Connection):
             return None
         answer = answer_room(self.summary_answers(host, model), default_answer_tokens)
         computed = computed_raw_cap(speed, target_s, answer, bound_tokens)
-        with self.connect() as con:
+        with self.file.connect() as con:
             row = con.execute("SELECT cap_tokens, model FROM host_raw_caps WHERE host = ?", [host]).fetchone()
         in_force = row[0] if row is not None and row[1] == model else None
         cap = min(bound_tokens, next_auto_cap(in_force, computed))
         if cap != in_force:  # a write only when the cap moves
-            with _cap_lock, self.transaction() as con:
+            with _cap_lock, self.file.transaction() as con:
                 con.execute(
                     """INSERT OR REPLACE INTO host_raw_caps
                        (host, model, cap_tokens, computed_tokens, prompt_tps, answer_tps, samples, updated_at)
@@ -91,6 +106,6 @@ class Speed(Connection):
 
     def auto_caps(self) -> dict[str, dict]:
         """The auto raw caps in force, by host: what the friction report shows beside its calibration."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = records(con, "SELECT * FROM host_raw_caps ORDER BY host")
         return {row["host"]: row for row in rows}

@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import duckdb
 
-from digest.scheduling import Candidate
+from digest.scheduling import Candidate, failures_after
 from digest.synthesis import FALLBACK_CHARS, SessionSummary
-from resources.store.connection import Connection, now, record, records
+from resources.store.connection import Repository, now, record, records
 from resources.store.fidelity import refresh_fidelity
 from resources.store.graph import write_summary_graphs
 from resources.store.summary_row import SUMMARY_ROW, adopt_columns
@@ -92,11 +92,11 @@ def adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[s
     refresh_fidelity(con, session_ids)
 
 
-class Summaries(Connection):
+class Summaries(Repository):
     def pending_summary_keys(self, limit: int | None = None) -> list[str]:
         """Sessions with no summary, or whose turns changed since it: newest activity first."""
         sql = f"SELECT partition_key FROM ({PENDING_SUMMARY_SESSIONS}) ORDER BY last_activity_ms DESC NULLS LAST, session_id"
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = con.execute(sql + (f" LIMIT {int(limit)}" if limit else "")).fetchall()
         return [r[0] for r in rows]
 
@@ -147,7 +147,7 @@ class Summaries(Connection):
         columns = list(row)
         placeholders = ", ".join("?" for _ in columns)
         updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != "session_id")
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             con.execute(
                 f"INSERT INTO session_summaries ({', '.join(columns)}) VALUES ({placeholders}) "
                 f"ON CONFLICT (session_id) DO UPDATE SET {updates}",
@@ -157,14 +157,14 @@ class Summaries(Connection):
             refresh_fidelity(con, [summary.session_id])
 
     def summary_row(self, session_id: str) -> dict | None:
-        with self.connect() as con:
+        with self.file.connect() as con:
             return record(con, "SELECT * FROM session_summaries WHERE session_id = ?", [session_id])
 
     def summaries_where(self, column: str, values: list[str]) -> list[dict]:
         """Summary rows by `session_id` or `run_id`."""
         if column not in ("session_id", "run_id"):
             raise ValueError(f"summaries are not looked up by {column!r}")
-        with self.connect() as con:
+        with self.file.connect() as con:
             return records(
                 con,
                 f"SELECT * FROM session_summaries WHERE {column} IN (SELECT unnest(?::VARCHAR[])) ORDER BY session_id",
@@ -175,7 +175,7 @@ class Summaries(Connection):
 
     def summary_candidate(self, session_id: str) -> Candidate | None:
         """One session's sizes, as a sweep sees them (for a run that places itself on a host)."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             row = con.execute(
                 f"WITH picked AS (SELECT ?::VARCHAR AS session_id) {CANDIDATES_PICKED}", [session_id]
             ).fetchone()
@@ -193,7 +193,7 @@ class Summaries(Connection):
             FROM ({PENDING_SUMMARY_SESSIONS}) s
             LEFT JOIN summary_state st USING (session_id)
         """
-        with self.connect() as con:
+        with self.file.connect() as con:
             counts = con.execute(
                 f"SELECT count(*), count(*) FILTER (active), count(*) FILTER (backing_off AND NOT active) FROM ({gates})"
             ).fetchone()
@@ -215,34 +215,19 @@ class Summaries(Connection):
             "candidates": [Candidate(*row) for row in rows],
         }
 
-    def seconds_per_token(self, model: str, host: str | None = None, recent: int = 50) -> float | None:
-        """Measured model seconds per estimated prompt token over the recent good calls of `model`
-        on `host` (attempts from before hosts were recorded count for every host of the model)."""
-        with self.connect() as con:
-            row = con.execute(
-                """SELECT sum(duration_s) / nullif(sum(tokens_estimate), 0) FROM (
-                       SELECT duration_s, tokens_estimate FROM attempts
-                       -- duration 0: a reply replayed from the response cache, which says nothing of the model's speed
-                       WHERE outcome = 'ok' AND model = ? AND stage = 'session-summary' AND NOT cached
-                         AND (host IS NULL OR host = ? OR ? IS NULL)
-                       ORDER BY attempt_id DESC LIMIT ?)""",
-                [model, host, host, recent],
-            ).fetchone()
-        return row[0]
-
     # --- failure backoff --------------------------------------------------------------------
 
-    def count_summary_failure(
-        self, session_id: str, revision: str, symptom: str, now_ms: int,
-        count: Callable[[tuple[int, str] | None], int], backoff_s: Callable[[int], float],
-    ) -> int:  # fmt: skip
-        """Store the session's failure count, `count((failures, failed revision) so far)`, and its
-        backoff, `backoff_s(failures)` from now, in one transaction; returns the count."""
-        with self.transaction() as con:
+    def record_summary_failure(
+        self, session_id: str, revision: str, symptom: str, now_ms: int, backoff_s: Callable[[int], float]
+    ) -> int:
+        """Count a failure (from 1 again when the turns changed: `digest.scheduling.failures_after`)
+        and back the session off by `backoff_s(failures)` from now, in one transaction; returns the
+        failure count."""
+        with self.file.transaction() as con:
             row = con.execute(
                 "SELECT failures, failed_revision FROM summary_state WHERE session_id = ?", [session_id]
             ).fetchone()
-            failures = count(row)
+            failures = failures_after(row, revision)
             con.execute(
                 """INSERT OR REPLACE INTO summary_state VALUES (?, ?, ?, ?, ?, ?)""",
                 [session_id, failures, symptom, revision, now_ms + int(backoff_s(failures) * 1000), now()],
@@ -250,7 +235,7 @@ class Summaries(Connection):
         return failures
 
     def clear_summary_failures(self, session_id: str) -> None:
-        with self.connect() as con:
+        with self.file.connect() as con:
             con.execute("DELETE FROM summary_state WHERE session_id = ?", [session_id])
 
     # --- leases -----------------------------------------------------------------------------
@@ -258,7 +243,7 @@ class Summaries(Connection):
     def claim_summary_lease(self, session_id: str, run_id: str, now_ms: int, ttl_s: float) -> str | None:
         """Claim the session for this run; returns None when granted, else the holding run's id.
         An expired lease (a crashed run) is taken over, and every other expired one is dropped."""
-        with self.transaction() as con:
+        with self.file.transaction() as con:
             con.execute(
                 "DELETE FROM summary_leases WHERE expires_at_ms <= ? OR (session_id = ? AND run_id = ?)",
                 [now_ms, session_id, run_id],
@@ -270,19 +255,19 @@ class Summaries(Connection):
         return None
 
     def release_summary_lease(self, session_id: str, run_id: str) -> None:
-        with self.connect() as con:
+        with self.file.connect() as con:
             con.execute("DELETE FROM summary_leases WHERE session_id = ? AND run_id = ?", [session_id, run_id])
 
     def release_leases_of_runs(self, run_ids: list[str]) -> None:
         """Every lease these (dead) runs hold."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             con.execute("DELETE FROM summary_leases WHERE run_id IN (SELECT unnest(?::VARCHAR[]))", [run_ids])
 
     def summary_standing(self, session_id: str) -> dict | None:
         """What a summary run reads under the lease before its model work (and a sweep just before
         the run): the session's current revision, its summary's, whether it is retired, its failure
         backoff. None: no such session."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             return record(
                 con,
                 """SELECT s.input_revision, x.input_revision AS summary_revision, x.run_id AS summary_run_id,

@@ -7,10 +7,10 @@ from digest.tokens import (
     CALIBRATION_RECENT,
     conservative_bytes_per_token,
 )
-from resources.store.connection import Connection
+from resources.store.connection import Repository
 
 
-class Tokens(Connection):
+class Tokens(Repository):
     def calibrated_bytes_per_token(self, host: str, model: str) -> tuple[float, int] | None:
         """A conservative low quantile of prompt bytes / the server's prompt tokens over the recent
         good calls of `model` on `host` (`digest.tokens.conservative_bytes_per_token`), and how
@@ -19,7 +19,7 @@ class Tokens(Connection):
         The tokenizer is the model's, so only that model's calls count; among them, those on this
         host and those with no host, recorded before hosts were named (one host then). A host whose
         model changed starts again from the new model's calls."""
-        with self.connect() as con:
+        with self.file.connect() as con:
             rows = con.execute(
                 """SELECT prompt_bytes, prompt_tokens FROM attempts
                    -- the rule of digest.tokens.is_calibration_sample
