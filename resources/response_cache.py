@@ -13,7 +13,7 @@ the table. With reuse off (`DIGEST_RESPONSE_CACHE=off`) the staging job stays: a
 its session is read back only by that session's rerun at the same turns, and the summary run drops
 it once the summary is written.
 
-A run that holds the store's connection (`Connection.held`) has it let go for each model call and
+A run that holds the store's connection (`StoreFile.held`) has it let go for each model call and
 tokenizer count here, the one place every call of a run passes through, so the file is never held
 while the model works.
 """

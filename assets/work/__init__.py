@@ -7,6 +7,6 @@ No Dagster here: tests call these with a DuckDB store and the local model server
 beside the assets because each is one asset's body and changes with it; not in `digest/`, the
 policy layer, which does no I/O, nor in `pipelines/`, which launches runs (jobs, sensors, the CLI)
 rather than doing one. Each function holds one store connection for its reads and writes
-(`Connection.held`), let go for every model call: a run opens the file once before its first call
+(`StoreFile.held`), let go for every model call: a run opens the file once before its first call
 and once after each.
 """
