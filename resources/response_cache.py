@@ -23,12 +23,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Protocol
 
 from digest.graph import extraction_json_schema, parse_extraction
 from digest.model_api import ChatClient, ChatReply
 from digest.summary_output import parse_summary_output, response_json_schema
+from resources.store.connection import StoreFile
 
 
 class ReplyStore(Protocol):
@@ -38,7 +38,8 @@ class ReplyStore(Protocol):
 
     def save_reply(self, key: str, model: str, reply: ChatReply, session: tuple[str, str] | None) -> None: ...
 
-    def released(self) -> AbstractContextManager[None]: ...
+    @property
+    def file(self) -> StoreFile: ...  # its held connection is let go for each model call
 
 
 def _canonical(value: object) -> str:
@@ -107,14 +108,14 @@ class CachedChatClient:
         """A cached reply is replayed with no model time and no first token (`first_token_s` None)."""
         limits = {"max_output_tokens": max_output_tokens, "timeout_s": timeout_s, "stall_s": stall_s}
         if not self.reuse and self.session is None:
-            with self.store.file.released():
+            with self.cache.file.released():
                 return self.inner.chat(prompt, schema=schema, **limits)
         key = request_key(self.model, {**self.wire, "max_output_tokens": max_output_tokens}, prompt, schema)
         # Reuse off: only this session's own staged reply, from a run that died before finishing.
         cached = self.cache.cached_reply(key, None if self.reuse else self.session)
         if cached is not None:
             return cached
-        with self.store.file.released():
+        with self.cache.file.released():
             reply = self.inner.chat(prompt, schema=schema, **limits)
         # A reply cut at the output cap is refused by the summary, and salvaged by the graph only in part.
         if reply.finish_reason != "length" and usable_reply(reply.text, schema):
@@ -123,5 +124,5 @@ class CachedChatClient:
 
     def count_tokens(self, text: str) -> int | None:
         """The inner client's tokenizer count: never cached, it is a quick call that routes one session."""
-        with self.store.file.released():
+        with self.cache.file.released():
             return self.inner.count_tokens(text)
