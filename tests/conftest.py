@@ -45,6 +45,7 @@ TIERS = {
     "test_round_trip": "integration",
     "test_sensors": "integration",
     "test_store": "integration",
+    "test_streaming_waits": "integration",
     # embedded: the real SmolLM2 model under llama.cpp
     "test_embedded": "embedded",
     "test_embedded_lifetime": "embedded",
