@@ -95,6 +95,8 @@ def _tls_context() -> ssl.SSLContext:
 
 def _http_client() -> httpx.Client:
     return httpx.Client(headers=_HEADERS, verify=_tls_context())
+
+
 _CONTEXT_MESSAGE = re.compile(
     r"context[ _](length|window|size)|maximum context|exceeds? (the )?(available )?context", re.IGNORECASE
 )
