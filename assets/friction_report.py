@@ -3,14 +3,13 @@
 import os
 from pathlib import Path
 
-from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
 from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import session_summaries
 from digest.friction_report import build_report, render_html, render_markdown
-from digest.settings import Settings
-from resources.bindings import DigestStoreResource
+from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource
 
 REPORT_FILE = "friction-report.html"
 
@@ -22,43 +21,41 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
-def build_friction_report_asset(settings: Settings) -> AssetsDefinition:
-    """The asset, closed over the settings the definitions load with (the calibration needs the
-    raw-call target, the call ceiling and the hosts): the model resource is not used, since binding
-    it would start the embedded server."""
+# It reads what these three leave in the ledger: attempts, friction, coverage, digest state.
+@asset(deps=[turn_mini_summaries, session_summaries, session_graph], group_name="reports", kinds={"duckdb", "html"})
+def friction_report(
+    context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource, circuit: CircuitPolicyResource
+) -> MaterializeResult:
+    """Friction grouped by (asset, consumer, symptom) with the surfacing rule, the pre-routes and
+    the model time they saved against what the degraded path spent and threw away, given-up
+    calls, suspected truncation, the degraded share, mini-summary coverage, the model hosts'
+    circuits and speed, the slowest calls, and the raw cap calibrated on this host's own calls.
 
-    # It reads what these three leave in the ledger: attempts, friction, coverage, digest state.
-    @asset(deps=[turn_mini_summaries, session_summaries, session_graph], group_name="reports", kinds={"duckdb", "html"})
-    def friction_report(context: AssetExecutionContext, store: DigestStoreResource) -> MaterializeResult:
-        """Friction grouped by (asset, consumer, symptom) with the surfacing rule, the pre-routes and
-        the model time they saved against what the degraded path spent and threw away, given-up
-        calls, suspected truncation, the degraded share, mini-summary coverage, the model hosts'
-        circuits and speed, the slowest calls, and the raw cap calibrated on this host's own calls.
-
-        Also written as an HTML file with a chart beside the DuckDB file (`report_path`).
-        """
-        db = store.store()
-        rows = db.friction_report_rows()
-        report = build_report(
-            rows["events"],
-            rows["attempts"],
-            rows["summaries"],
-            settings,
-            mini_coverage=rows["mini_coverage"],
-            undigestible=rows["undigestible"],
-            host_circuits=rows["host_circuits"],
-            slowdowns=db.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts]),
-            auto_caps=db.auto_caps(),
-        )
-        path = db.path.parent / REPORT_FILE
-        _write_atomically(path, render_html(report))
-        context.log.info(f"friction report written to {path}")
-        return MaterializeResult(
-            metadata={
-                **report.numbers(),
-                "report_path": MetadataValue.path(str(path)),
-                "report": MetadataValue.md(render_markdown(report)),
-            }
-        )
-
-    return friction_report
+    Also written as an HTML file with a chart beside the DuckDB file (`report_path`).
+    """
+    # The model resource gives the settings in force and the hosts; it starts no server unless a
+    # client is asked for.
+    db = store.store()
+    rows = db.friction_report_rows()
+    report = build_report(
+        rows["events"],
+        rows["attempts"],
+        rows["summaries"],
+        model,
+        circuit.policy(),
+        mini_coverage=rows["mini_coverage"],
+        undigestible=rows["undigestible"],
+        host_circuits=rows["host_circuits"],
+        slowdowns=db.host_slowdowns([(h.name, h.model) for h in model.fleet().hosts]),
+        auto_caps=db.auto_caps(),
+    )
+    path = db.path.parent / REPORT_FILE
+    _write_atomically(path, render_html(report))
+    context.log.info(f"friction report written to {path}")
+    return MaterializeResult(
+        metadata={
+            **report.numbers(),
+            "report_path": MetadataValue.path(str(path)),
+            "report": MetadataValue.md(render_markdown(report)),
+        }
+    )

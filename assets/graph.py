@@ -5,7 +5,7 @@ from collections import Counter
 from dagster import AssetExecutionContext, AssetObservation, Failure, MaterializeResult, MetadataValue, asset
 
 from assets.partitions import sessions_partitions
-from assets.sessions import SWEEP_TAG, session_or_fail, session_summaries, tagged_host
+from assets.sessions import session_or_fail, session_summaries, tagged_host
 from digest.graph import (
     ENTITY_TYPES,
     RELATION_TYPES,
@@ -17,6 +17,7 @@ from digest.graph import (
     prompt_window_tokens,
 )
 from digest.turns import canonical_order, input_revision
+from pipelines.tags import SWEEP_TAG
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, GraphPolicyResource
 from resources.store import RunLedger
 

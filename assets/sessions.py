@@ -12,21 +12,19 @@ from dagster import (
 
 from assets.partitions import sessions_partitions
 from digest.fidelity import Fidelity
-from digest.hosts import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, assign_host
+from digest.hosts import assign_host
 from digest.ingest import ingest_paths
 from digest.scheduling import failure_backoff_s, now_ms
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
 from digest.turns import canonical_order
 from pipelines.selection import host_views
+from pipelines.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, ROUTE_TAG, SWEEP_TAG
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
 from resources.store import RunLedger
 from resources.store.summary_row import MODEL_COLUMNS, SUMMARY_ROW
 
 # Bump when a prompt or the routing rule changes, so the UI marks summaries as stale.
 SUMMARY_CODE_VERSION = "summary-v1"
-# Set on the runs a sweep launches (the sensors, the CLI), never on one asked for by hand.
-SWEEP_TAG = "digest/sweep"
-ROUTE_TAG = "digest/route"
 
 
 class SummaryConfig(Config):

@@ -1,12 +1,13 @@
 """What a summary run leaves in the Dagster instance (SQLite, under DAGSTER_HOME), by part.
 
-Run: .venv/bin/python bench/instance_size.py [--runs 200] [--config new|old|both]
+Run: .venv/bin/python bench/instance_size.py [--runs 200] [--config new|old|both|postgres]
 
 N sessions (4 turns each, imported mini summaries: the mini-summary step makes no model call),
 each summarized by one `summarize_sessions` run (what the summary sensor launches, executed in
 process as bench/real_export.py does) against a local server that answers at once, on an instance
 whose dagster.yaml is written by `pipelines.instance` (`new`), or as the code before issue 20 wrote
-it (`old`: no compute log manager, no retention). Prints the instance's growth per part (run
+it (`old`: no compute log manager, no retention), or by `pipelines.instance` on a throwaway
+PostgreSQL server (`postgres`: tests/postgres.py, Debian's binaries). Prints the instance's growth per part (run
 storage, the per-run event log files, compute logs, schedules) and per 1,000 runs, and the event
 log's rows by type; then checks that every partition's materialization and metadata and every
 run's status read back from the instance.
@@ -37,6 +38,7 @@ from resources.store import DigestStore  # noqa: E402
 from tests.bundles import write_bundle  # noqa: E402
 from tests.conftest import make_turns  # noqa: E402
 from tests.model_server import ModelServer  # noqa: E402
+from tests.postgres import postgres_server  # noqa: E402
 
 PARTS = {
     "run storage (history/runs.db)": lambda p: p.parts[-2:] == ("history", "runs.db"),
@@ -46,6 +48,7 @@ PARTS = {
     "telemetry log (logs/, rotated)": lambda p: p.parts[:1] == ("logs",),
     "schedules and ticks (schedules/)": lambda p: "schedules" in p.parts,
 }
+POSTGRES_PART = "PostgreSQL database (pg_database_size)"
 
 
 def sizes(home: Path) -> Counter:
@@ -75,7 +78,19 @@ def old_yaml(settings) -> str:
     return module._HEADER + yaml.safe_dump(config, sort_keys=False)
 
 
-def measure(root: Path, runs: int, config: str, server_url: str) -> dict:
+def pg_rows(url: str, sql: str) -> list[tuple]:
+    import psycopg2
+
+    with psycopg2.connect(url) as con, con.cursor() as cursor:
+        cursor.execute(sql)
+        return cursor.fetchall()
+
+
+def database_bytes(url: str) -> int:
+    return pg_rows(url, "SELECT pg_database_size(current_database())")[0][0]
+
+
+def measure(root: Path, runs: int, config: str, server_url: str, pg_url: str | None = None) -> dict:
     home = root / config
     dagster_home = home / "dagster"
     dagster_home.mkdir(parents=True)
@@ -86,9 +101,11 @@ def measure(root: Path, runs: int, config: str, server_url: str) -> dict:
         "DIGEST_MODEL_URL": server_url,
         "DIGEST_RESPONSE_CACHE": "off",
     }
+    if pg_url:
+        env["DIGEST_DAGSTER_PG_URL"] = pg_url.replace("postgresql://", "postgresql+psycopg2://")  # the driver installed
     os.environ.update(env)
     settings = load_settings()
-    if config == "new":
+    if config in ("new", "postgres"):
         write_instance_config(dagster_home, settings)
     else:
         (dagster_home / "dagster.yaml").write_text(old_yaml(settings))
@@ -101,11 +118,15 @@ def measure(root: Path, runs: int, config: str, server_url: str) -> dict:
     with DagsterInstance.get() as instance:
         instance.add_dynamic_partitions(sessions_partitions.name, keys)
         before = sizes(dagster_home)
+        if pg_url:
+            before[POSTGRES_PART] = database_bytes(pg_url)
         started = time.perf_counter()
         for key in keys:
             assert job.execute_in_process(instance=instance, partition_key=key).success
         seconds = time.perf_counter() - started
         growth = sizes(dagster_home)
+        if pg_url:
+            growth[POSTGRES_PART] = database_bytes(pg_url)
         growth.subtract(before)
         # What the UI shows, read back: each partition's materialization and its metadata, each run's status.
         materialized = instance.get_materialized_partitions(AssetKey("session_summaries"))
@@ -117,7 +138,9 @@ def measure(root: Path, runs: int, config: str, server_url: str) -> dict:
     events: Counter = Counter()
     # The per-run files (the index repeats their rows), or the one file.
     files = [p for p in (dagster_home / "history" / "runs").glob("*.db") if p.name != "index.db"]
-    for db in files or [dagster_home / "event_log.db"]:
+    if pg_url:
+        events.update(dict(pg_rows(pg_url, "SELECT dagster_event_type, count(*) FROM event_logs GROUP BY 1")))
+    for db in [] if pg_url else files or [dagster_home / "event_log.db"]:
         with sqlite3.connect(db) as con:
             events.update(
                 dict(con.execute("SELECT dagster_event_type, count(*) FROM event_logs GROUP BY 1").fetchall())
@@ -128,16 +151,20 @@ def measure(root: Path, runs: int, config: str, server_url: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--config", choices=("new", "old", "both"), default="both")
+    parser.add_argument("--config", choices=("new", "old", "both", "postgres"), default="both")
     args = parser.parse_args()
     configs = ["old", "new"] if args.config == "both" else [args.config]
     results = {}
     (ROOT / "bench" / "out").mkdir(exist_ok=True)
     with ModelServer() as server, tempfile.TemporaryDirectory(dir=ROOT / "bench" / "out") as tmp:
         for config in configs:
-            results[config] = measure(Path(tmp), args.runs, config, server.url)
+            if config == "postgres":
+                with postgres_server() as pg_url:
+                    results[config] = measure(Path(tmp), args.runs, config, server.url, pg_url)
+            else:
+                results[config] = measure(Path(tmp), args.runs, config, server.url)
     print(f"{args.runs} summary runs (in process), growth of the instance:")
-    parts = [*PARTS, "other"]
+    parts = [*PARTS, *([POSTGRES_PART] if "postgres" in configs else []), "other"]
     print(f"{'part':<36}" + "".join(f"{c + ' MB':>12}" for c in configs))
     for part in parts:
         print(f"{part:<36}" + "".join(f"{results[c]['growth'][part] / 1e6:>12.2f}" for c in configs))

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from digest.visibility import summary_user_id
+
 FORMAT = "session-digest-archive"
 FORMAT_VERSION = 2  # 2: the manifest's own sha256, the memory-backup file's columns
 MANIFEST = "manifest.json"
@@ -170,23 +172,6 @@ def turn_from_memory_row(obj: dict) -> dict:
 
 def _joined(values: Iterable[str] | None) -> str:
     return ",".join(values or [])
-
-
-# The original's core swarm (RequestContextService): a summary one of them took part in is shared.
-CORE_SWARM_USER_IDS = frozenset({"neo-opus-ada", "neo-opus-grace", "neo-opus-vega", "neo-gemini-pro", "neo-gpt"})
-SHARED_USER_ID = "shared"
-_AGENT_WRAPPER = re.compile(r"\s*\(.*?\)\s*")
-
-
-def summary_user_id(participating_agents: Iterable[str] | None) -> str | None:
-    """The original's `resolveSummaryVisibilityUserId` with no request user (as offline): `shared`
-    when a participating agent is a core swarm id (wrappers like ` (Antigravity)` and one `@`
-    dropped, lower-cased), else none."""
-    for agent in participating_agents or []:
-        name = _AGENT_WRAPPER.sub("", agent.strip()).lower()
-        if name.removeprefix("@") in CORE_SWARM_USER_IDS:
-            return SHARED_USER_ID
-    return None
 
 
 def dream_keys(summary: dict) -> dict:

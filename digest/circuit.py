@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
+from digest.backoff import doubling_backoff_s
 from digest.model_api import HostUnreachable, MalformedReply, ModelTimeout, ProviderError
 
 CONSUMER = "model-hosts"  # the friction events' consumer, their asset_ref the host's name
@@ -44,8 +45,7 @@ class CircuitPolicy:
 
     def backoff_s(self, opens: int) -> float:
         """The backoff after the `opens`-th opening since the host last succeeded (1 = the first)."""
-        # The exponent bounded: weeks of re-opens would overflow a float, long after the max binds.
-        return min(self.retry_max_s, self.retry_base_s * 2 ** min(max(0, opens - 1), 64))
+        return doubling_backoff_s(opens, self.retry_base_s, self.retry_max_s)
 
 
 class CircuitState(StrEnum):

@@ -25,8 +25,6 @@ from digest.scheduling import Candidate, PlannedSession, plan_session
 from digest.synthesis import Limits, Route
 from digest.tokens import resolve_bytes_per_token
 
-MODEL_HOST_TAG = "digest/model_host"  # the run tag naming the model host a run's calls go to
-MODEL_HOST_REASON_TAG = "digest/model_host_reason"
 DEFAULT_HOST = "default"  # the one host of the single-host settings
 PROVIDERS = ("embedded", "openai", "ollama")
 # A raw call must finish inside DIGEST_SUMMARY_TIMEOUT_S (180 s) on a CPU host. Prompt evaluation

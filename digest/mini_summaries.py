@@ -28,10 +28,10 @@ from typing import Protocol
 from digest.friction import Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelTimeout, ProviderError
 from digest.pacing import CallPlan, Pacer, first_token_of, is_given_up
+from digest.prompts import MINI_SUMMARY_HEAD, MINI_SUMMARY_MIDDLE
 from digest.synthesis import Attempt, Limits, Route, estimate_raw_tokens, raw_route
 
 STAGE = "mini-summary"
-INSTRUCTION = "Summarize this agent turn in one line, max 280 characters, no preamble:"
 MAX_CHARS = 280
 # 280 characters are 70-90 tokens of prose: room for the line, and a ramble is cut short on the server.
 MAX_OUTPUT_TOKENS = 128
@@ -184,8 +184,7 @@ def _shorten_to_bytes(text: str, max_bytes: int) -> str:
 def build_prompt(prompt: str, response: str, max_bytes: int | None = None) -> str:
     """The reference prompt, held to `max_bytes`: each field keeps up to half the room, and the
     longer one takes what the shorter leaves."""
-    head = f"{INSTRUCTION}\nUser: "
-    middle = "\nAgent: "
+    head, middle = MINI_SUMMARY_HEAD, MINI_SUMMARY_MIDDLE
     if max_bytes is not None:
         room = max(0, max_bytes - len((head + middle).encode("utf-8")))
         prompt_bytes, response_bytes = len(prompt.encode("utf-8")), len(response.encode("utf-8"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from digest.backoff import doubling_backoff_s
 from digest.synthesis import Limits, Route, SourceTier, estimate_compact_tokens, estimate_raw_tokens, raw_route
 
 # Before the ledger has any successful call: 50 estimated tokens a second, a CPU-class host.
@@ -31,7 +32,7 @@ def failure_backoff_s(failures: int, policy: SweepPolicy) -> float:
     """30 min after the first failure, doubling each time, never more than 24 h."""
     if failures < 1:
         return 0.0
-    return min(policy.backoff_base_s * 2 ** (failures - 1), policy.backoff_max_s)
+    return doubling_backoff_s(failures, policy.backoff_base_s, policy.backoff_max_s)
 
 
 def now_ms() -> int:

@@ -1,8 +1,9 @@
 """Every deployment setting, in one place: its env var, its default, and how it is parsed.
 
-`SETTINGS` is the one definition of each setting: env var, where its value goes (a field of
-`Settings` or of one of its policies, and the Dagster resource field it configures), its default,
-how its text is read and validated, and a line of doc. Settings are read once, when the
+`SETTINGS` is the one definition of each setting: env var, its field (of `Settings`, or of one of
+its policies), its default, how its text is read and validated, and its doc. A Dagster resource
+field configured by a setting has the same name (`resources.bindings`), and the settings tables of
+`docs/settings.md` and the README are written from `SETTINGS` (`python -m digest.settings`). Settings are read once, when the
 definitions load. A malformed value raises `SettingsError` naming the variable and the reason, so
 a bad deployment fails loudly at load instead of running with a silently substituted default.
 """
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from digest.circuit import CircuitPolicy
 from digest.graph import (
@@ -55,6 +57,25 @@ class SettingsError(ValueError):
     """A setting's env var holds a value that cannot be used."""
 
 
+class ModelSettings(Protocol):
+    """The single-host model settings and the bounds every summary call shares, under the same names
+    in `Settings` and in the Dagster model resource (`resources.bindings.ChatModelResource`)."""
+
+    hosts_file: str | Path | None
+    provider: str
+    model_url: str | None
+    model_name: str
+    context_limit_tokens: int
+    safe_limit_tokens: int
+    raw_cap_tokens: int | None
+    raw_cap_auto: bool
+    raw_call_target_s: float
+    call_ceiling_s: float
+    bytes_per_token: float | None
+    summary_timeout_s: float
+    summary_max_output_tokens: int
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path
@@ -86,7 +107,7 @@ class Settings:
 
     @functools.cached_property
     def fleet(self) -> Fleet:
-        return build_fleet(self.hosts_file, single_host(self, self.model_url, self.model_name), self)
+        return build_fleet(self)
 
     def limits(self) -> Limits:
         """The first host's bounds (the single host's, without a hosts file)."""
@@ -98,27 +119,26 @@ class Settings:
         return getattr(owner, setting.field)
 
 
-def single_host(model: Any, url: str | None, name: str) -> HostSpec:
-    """The one host of the single-host settings, from the settings or the model resource (the same
-    field names, apart from the URL and the model name)."""
-    return HostSpec(
-        name=DEFAULT_HOST,
-        provider=model.provider,
-        url=url,
-        model=name,
-        context_limit_tokens=model.context_limit_tokens,
-        safe_limit_tokens=model.safe_limit_tokens,
-        raw_cap_tokens=model.raw_cap_tokens,
-        raw_cap_auto=model.raw_cap_auto,
-        concurrency=1,
-        bytes_per_token=model.bytes_per_token,
-    )
-
-
-def build_fleet(hosts_file: str | Path | None, default: HostSpec, model: Any) -> Fleet:
-    """The hosts file's hosts, else `default`; with the output cap, deadline and raw-call target
-    every summary call shares."""
-    hosts = load_hosts_file(Path(hosts_file), DEFAULT_MODEL_NAMES) if hosts_file else (default,)
+def build_fleet(model: ModelSettings) -> Fleet:
+    """The hosts file's hosts, else the one host of the single-host settings; with the output cap,
+    deadline and raw-call target every summary call shares."""
+    if model.hosts_file:
+        hosts = load_hosts_file(Path(model.hosts_file), DEFAULT_MODEL_NAMES)
+    else:
+        hosts = (
+            HostSpec(
+                name=DEFAULT_HOST,
+                provider=model.provider,
+                url=model.model_url,
+                model=model.model_name,
+                context_limit_tokens=model.context_limit_tokens,
+                safe_limit_tokens=model.safe_limit_tokens,
+                raw_cap_tokens=model.raw_cap_tokens,
+                raw_cap_auto=model.raw_cap_auto,
+                concurrency=1,
+                bytes_per_token=model.bytes_per_token,
+            ),
+        )
     return Fleet(
         hosts,
         max_output_tokens=model.summary_max_output_tokens,
@@ -233,28 +253,31 @@ def postgres_url(name: str, value: str) -> str:
 @dataclass(frozen=True)
 class Setting:
     env: str
-    field: str  # the field of `Settings`, or of its policy `policy`
+    field: str  # the field of `Settings`, or of its policy `policy`; a resource field it configures too
     parse: Parse
     default: Any  # a value, or a function of the top-level settings read before it (by field)
-    doc: str
+    doc: str  # markdown: docs/settings.md's table and the UI's Resources page show it
     policy: str | None = None  # "sweep" | "mini_summaries" | "graph" | "circuit": the `Settings` field it is part of
-    # The Dagster resource it configures (a policy's is the policy's own) and the field there.
-    resource: str | None = None
-    resource_field: str | None = None
-
-    @property
-    def resource_key(self) -> str | None:
-        return self.policy or self.resource
-
-    @property
-    def resource_field_name(self) -> str:
-        return self.resource_field or self.field
+    default_doc: str | None = None  # the default in words, where the value alone does not say it
 
     def read(self, env: Mapping[str, str], known: Mapping[str, Any]) -> Any:
         raw = env.get(self.env, "").strip()
         if raw:
             return self.parse(self.env, raw)
         return self.default(known) if callable(self.default) else self.default
+
+    @property
+    def shown_default(self) -> str:
+        """The default as docs/settings.md shows it."""
+        if self.default_doc is not None:
+            return self.default_doc
+        if callable(self.default):
+            raise ValueError(f"{self.env}: a computed default needs its default_doc")
+        if isinstance(self.default, bool):
+            return "`on`" if self.default else "`off`"
+        if isinstance(self.default, str):
+            return f"`{self.default}`"
+        return "none" if self.default is None else f"{self.default:g}"
 
 
 def _sweep(env: str, field: str, parse: Parse, default: Any, doc: str) -> Setting:
@@ -265,8 +288,8 @@ def _mini(env: str, field: str, parse: Parse, default: Any, doc: str) -> Setting
     return Setting(env, field, parse, default, doc, policy="mini_summaries")
 
 
-def _graph(env: str, field: str, parse: Parse, default: Any, doc: str) -> Setting:
-    return Setting(env, field, parse, default, doc, policy="graph")
+def _graph(env: str, field: str, parse: Parse, default: Any, doc: str, default_doc: str | None = None) -> Setting:
+    return Setting(env, field, parse, default, doc, policy="graph", default_doc=default_doc)
 
 
 def _circuit(env: str, field: str, parse: Parse, default: Any, doc: str) -> Setting:
@@ -296,6 +319,7 @@ SETTINGS: tuple[Setting, ...] = (
         path,
         lambda known: Path(".digest").resolve(),
         "data folder: the DuckDB file, the inbox, the Dagster instance",
+        default_doc="`./.digest`",
     ),
     Setting(
         "DIGEST_DB_PATH",
@@ -303,124 +327,129 @@ SETTINGS: tuple[Setting, ...] = (
         path,
         lambda known: (known["home"] / "digest.duckdb").resolve(),
         "the DuckDB file",
-        resource="store",
+        default_doc="`$DIGEST_HOME/digest.duckdb`",
     ),
     Setting(
         "DIGEST_INBOX",
         "inbox",
         path,
         lambda known: (known["home"] / "inbox").resolve(),
-        "where the raw_turns asset looks for bundles when given no paths",
-        resource="store",
+        "where the `raw_turns` asset looks for bundles when given no paths",
+        default_doc="`$DIGEST_HOME/inbox`",
     ),
     Setting(
         "DIGEST_MODEL_HOSTS",
         "hosts_file",
         path,
         None,
-        "a TOML file declaring several model hosts (docs/deploy.md); unset: the settings below are the one host",
-        resource="model",
+        "a TOML file declaring several model hosts, each with its own provider, URL, model, context, raw cap and "
+        "calls at once ([deploy](deploy.md)); unset: the provider, URL, model name, context, safe band, raw cap and "
+        "bytes per token settings are the one host, named `default`",
     ),
     Setting(
         "DIGEST_MODEL_PROVIDER",
         "provider",
         one_of(PROVIDERS),
         "embedded",
-        "embedded (SmolLM2 under llama.cpp), openai (/v1/chat/completions) or ollama (/api/chat)",
-        resource="model",
+        "`embedded` (SmolLM2 under llama.cpp, started by the project), `openai` (any `/v1/chat/completions` "
+        "server), `ollama` (native `/api/chat`)",
     ),
     Setting(
         "DIGEST_MODEL_URL",
         "model_url",
         text,
         None,
-        "the server's base URL; embedded starts its own when unset",
-        resource="model",
-        resource_field="url",
+        "the server's base URL; `embedded` starts its own when unset, `openai` defaults to "
+        "`http://127.0.0.1:8080`, `ollama` to `http://127.0.0.1:11434`",
     ),
     Setting(
         "DIGEST_MODEL_NAME",
         "model_name",
         text,
         lambda known: DEFAULT_MODEL_NAMES[known["provider"]],
-        "the model name sent to the server",
-        resource="model",
-        resource_field="model",
+        "the model name sent to the server (`embedded` always serves `smollm2`)",
+        default_doc=" / ".join(f"`{name}`" for name in DEFAULT_MODEL_NAMES.values()),
     ),
     Setting(
         "DIGEST_CONTEXT_LIMIT_TOKENS",
         "context_limit_tokens",
         whole(256, MAX_CONTEXT_TOKENS),
         _context_default,
-        "the model's context; sent as num_ctx to Ollama",
-        resource="model",
+        "the model's context (at least 256); sent as `num_ctx` to Ollama",
+        default_doc=f"{EMBEDDED_CONTEXT_TOKENS} for `embedded` (SmolLM2's own context), else 131072",
     ),
     Setting(
         "DIGEST_SAFE_LIMIT_TOKENS",
         "safe_limit_tokens",
         whole(1, MAX_CONTEXT_TOKENS),
         lambda known: known["context_limit_tokens"] * 3 // 4,
-        "the safe band: no prompt over it is ever sent",
-        resource="model",
+        "the safe band: no prompt over it is ever sent; at most the context",
+        default_doc="75% of the context",
     ),
     Setting(
         "DIGEST_RAW_CAP_TOKENS",
         "raw_cap_tokens",
         raw_cap,
         DEFAULT_RAW_CAP_TOKENS,
-        "the raw-synthesis cap and the largest prompt of any model call; off disables it; auto follows "
-        "the host's measured speed (DIGEST_RAW_CALL_TARGET_S), 8192 until measured",
-        resource="model",
+        "the raw-synthesis cap, and the largest prompt of any model call (mini summaries, degraded summaries, "
+        "graph chunks); `off` disables it (high-context hosts); `auto` makes it follow the host's measured speed "
+        f"so one raw call fits `DIGEST_RAW_CALL_TARGET_S` ({DEFAULT_RAW_CAP_TOKENS} until measured; "
+        "[pacing](pacing.md))",
     ),
+    # The same variable: whether its text is `auto`.
     Setting(
         "DIGEST_RAW_CAP_TOKENS",
         "raw_cap_auto",
         is_auto,
         False,
-        "auto: the raw cap follows the host's measured speed",
-        resource="model",
+        "`auto`: the raw cap follows the host's measured speed",
     ),
     Setting(
         "DIGEST_RAW_CALL_TARGET_S",
         "raw_call_target_s",
         positive,
         120.0,
-        "with an auto raw cap: the seconds one raw summary call is sized to, its prompt and its answer",
-        resource="model",
+        "with `DIGEST_RAW_CAP_TOKENS=auto`: the seconds one raw summary call, its prompt and its answer, is sized to",
     ),
     Setting(
         "DIGEST_BYTES_PER_TOKEN",
         "bytes_per_token",
         positive,
         None,
-        f"pins the token estimate, UTF-8 bytes / this; unset: measured from the host's ledger, else {DEFAULT_BYTES_PER_TOKEN:g}",
-        resource="model",
+        "pins the token estimate, UTF-8 bytes / this; unset: the host's own ratio measured from its ledger, "
+        f"else {DEFAULT_BYTES_PER_TOKEN:g}",
+        default_doc=f"measured, else {DEFAULT_BYTES_PER_TOKEN:g}",
     ),
     Setting(
         "DIGEST_SUMMARY_TIMEOUT_S",
         "summary_timeout_s",
         positive,
         180.0,
-        "stall window of one summary call where the host's speed is not measured yet (docs/pacing.md)",
-        resource="model",
+        "the stall window of one summary call while the host's speed is not measured yet (a streamed call that "
+        "receives nothing this long is given up); measured, the window follows the host ([pacing](pacing.md))",
     ),
     Setting(
         "DIGEST_CALL_CEILING_S",
         "call_ceiling_s",
         positive,
         900.0,
-        "no model call runs longer, however it progresses (a trickling server is cut here)",
-        resource="model",
+        "no model call runs longer, however it progresses: a trickling server is cut here (a call still "
+        "progressing then does not count against its host)",
     ),
     Setting(
         "DIGEST_SUMMARY_MAX_OUTPUT_TOKENS",
         "summary_max_output_tokens",
         whole(64),
         1024,
-        "output cap of one summary call",
-        resource="model",
+        "output cap of one summary call (`max_tokens` / `num_predict`); at least 64",
     ),
-    _sweep("DIGEST_SWEEP_MAX_SESSIONS", "max_sessions", whole(), 5, "sessions one sweep launches at most"),
+    _sweep(
+        "DIGEST_SWEEP_MAX_SESSIONS",
+        "max_sessions",
+        whole(),
+        5,
+        "sessions one sweep (sensor tick or `session-digest sweep`) launches at most",
+    ),
     _sweep("DIGEST_SWEEP_MODEL_SECONDS", "model_seconds", positive, 1800.0, "estimated model time one sweep may queue"),
     _sweep(
         "DIGEST_IDLE_WINDOW_S",
@@ -429,104 +458,179 @@ SETTINGS: tuple[Setting, ...] = (
         600.0,
         "a session active more recently than this waits (churn gate)",
     ),
-    _sweep("DIGEST_SWEEP_OLDEST_SHARE", "oldest_share", whole(0), 1, "of a sweep's slots, those kept for the oldest"),
     _sweep(
-        "DIGEST_BACKOFF_BASE_S", "backoff_base_s", positive, 1800.0, "failure backoff after the first failure, doubling"
+        "DIGEST_SWEEP_OLDEST_SHARE",
+        "oldest_share",
+        whole(0),
+        1,
+        "of a sweep's slots, those kept for the oldest pending sessions (0 or more)",
+    ),
+    _sweep(
+        "DIGEST_BACKOFF_BASE_S",
+        "backoff_base_s",
+        positive,
+        1800.0,
+        "a session's failure backoff after its first failure, doubling per failure up to `DIGEST_BACKOFF_MAX_S`",
     ),
     _sweep("DIGEST_BACKOFF_MAX_S", "backoff_max_s", positive, 86400.0, "the longest failure backoff"),
     # Defaults as the reference backfill: 600 s a run, 20 s inner and 30 s outer per turn, 5 tries.
     _mini(
-        "DIGEST_MINI_SUMMARY_BUDGET_S", "budget_s", positive, 600.0, "model time one turn_mini_summaries run may spend"
+        "DIGEST_MINI_SUMMARY_BUDGET_S",
+        "budget_s",
+        positive,
+        600.0,
+        "model time one `turn_mini_summaries` run may spend; it starts no turn after that",
     ),
     _mini(
         "DIGEST_MINI_SUMMARY_TIMEOUT_S",
         "timeout_s",
         positive,
         20.0,
-        "stall window of one mini summary call where the host's speed is not measured yet",
+        "the stall window of one mini summary call while the host's speed is not measured yet",
     ),
     _mini(
         "DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S",
         "outer_timeout_s",
         positive,
         30.0,
-        "with the inner timeout: the outer backstop per turn is the call's ceiling times their ratio",
+        "with the inner timeout: the outer backstop per turn, whatever the client does, is the call's ceiling "
+        "times their ratio; at least the inner one",
     ),
     _mini(
-        "DIGEST_MINI_SUMMARY_MAX_ATTEMPTS", "max_attempts", whole(), 5, "failed attempts after which a turn is archived"
+        "DIGEST_MINI_SUMMARY_MAX_ATTEMPTS",
+        "max_attempts",
+        whole(),
+        5,
+        "failed attempts after which a turn is archived (`generation-timeout`)",
     ),
     _mini(
         "DIGEST_MINI_SUMMARY_FRESH_RESERVE",
         "fresh_reserve",
         whole(0),
         10,
-        "a run takes this many of the newest pending turns first, then the oldest",
+        "a run takes this many of the newest pending turns first, then the oldest (0 or more)",
     ),
     _mini(
         "DIGEST_MINI_SUMMARY_PRIORITY",
         "priority",
         one_of(MINI_SUMMARY_PRIORITIES),
         "degraded-first",
-        "order of sessions with pending turns",
+        "order of sessions with pending turns: `degraded-first` (sessions whose raw prompt is over the cap or the "
+        "safe band, then newest activity) or `newest-first`",
     ),
     # Defaults as the reference's `localModels.chat` leaves: 50000-token chunks, 8192 output tokens
     # (less on a small context), 3 attempts; a chunk's call waits up to 600 s; a session needing more
     # than 64 chunk calls is not tried. A run spends up to 1800 s of model time, as a sweep may
     # (`DIGEST_SWEEP_MODEL_SECONDS`), so one session does not hold the `model` pool for longer.
-    _graph("DIGEST_GRAPH_CHUNK_LIMIT_TOKENS", "chunk_limit_tokens", whole(), 50000, "the graph chunk limit"),
+    _graph(
+        "DIGEST_GRAPH_CHUNK_LIMIT_TOKENS",
+        "chunk_limit_tokens",
+        whole(),
+        50000,
+        "the graph chunk limit: one extraction prompt is at most min(this, the raw cap when on, the safe band, "
+        "the context − the graph output limit)",
+    ),
     _graph(
         "DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS",
         "output_limit_tokens",
         whole(64),
         _graph_output_default,
-        "output cap of one extraction call",
+        "output cap of one extraction call (at least 64); the reference's 8192 would fill an 8192-token context "
+        "such as SmolLM2's",
+        default_doc=f"{REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS}, or an eighth of the context if less "
+        f"({EMBEDDED_CONTEXT_TOKENS // 8} for `embedded`)",
     ),
     _graph(
-        "DIGEST_GRAPH_MAX_ATTEMPTS", "max_attempts", whole(), 3, "failed digests after which a session is undigestible"
+        "DIGEST_GRAPH_MAX_ATTEMPTS",
+        "max_attempts",
+        whole(),
+        3,
+        "failed digests (at the same turns) after which a session is undigestible",
     ),
     _graph(
         "DIGEST_GRAPH_TIMEOUT_S",
         "timeout_s",
         positive,
         600.0,
-        "stall window of one extraction call where the host's speed is not measured yet",
+        "the stall window of one extraction call while the host's speed is not measured yet",
     ),
     _graph(
         "DIGEST_GRAPH_MAX_CHUNKS",
         "max_chunks",
         whole(),
         64,
-        "a session that needs more extraction calls is undigestible at once",
+        "a session that needs more extraction calls is undigestible at once (the size pre-check)",
     ),
     _graph("DIGEST_GRAPH_BATCH_SESSIONS", "batch_sessions", whole(), 10, "sessions one digest sensor tick launches"),
-    _graph("DIGEST_GRAPH_FRESH_RESERVE", "fresh_reserve", whole(0), 2, "of those, how many are the newest"),
-    _graph("DIGEST_GRAPH_BUDGET_S", "budget_s", positive, 1800.0, "model time one digest_sessions run may spend"),
+    _graph(
+        "DIGEST_GRAPH_FRESH_RESERVE",
+        "fresh_reserve",
+        whole(0),
+        2,
+        "of those, how many are the newest (the rest: the oldest; 0 or more)",
+    ),
+    _graph(
+        "DIGEST_GRAPH_BUDGET_S",
+        "budget_s",
+        positive,
+        1800.0,
+        "model time one `digest_sessions` run may spend; it starts no chunk after that, and the next run goes on "
+        "from the chunks done",
+    ),
     Setting(
         "DIGEST_RESPONSE_CACHE",
         "response_cache",
         on_off,
         True,
-        "off: model replies are not reused (a summary's reply is still staged)",
-        resource="model",
+        "`off`: model replies are not reused (a summary's reply is still staged until its summary is written, "
+        "for crash safety)",
     ),
     _circuit(
         "DIGEST_HOST_FAILURE_THRESHOLD",
         "failure_threshold",
         whole(),
         3,
-        "host failures in a row (timeouts, unreachable, 5xx) that take a model host out of rotation",
+        "host failures in a row that open a model host's circuit (take it out of rotation): a timeout, a server "
+        "unreachable or breaking off, an HTTP 5xx that is not a context overflow, a reply that breaks the wire "
+        "protocol. A context overflow, a reply cut at its output cap or that does not parse, and a 4xx say "
+        "nothing of the host",
     ),
-    _circuit("DIGEST_HOST_RETRY_S", "retry_base_s", positive, 60.0, "a failing host's first backoff, doubling"),
-    _circuit("DIGEST_HOST_RETRY_MAX_S", "retry_max_s", positive, 1800.0, "a failing host's longest backoff"),
+    _circuit(
+        "DIGEST_HOST_RETRY_S",
+        "retry_base_s",
+        positive,
+        60.0,
+        "an open circuit's backoff, doubling with each re-open up to `DIGEST_HOST_RETRY_MAX_S`; after it one probe "
+        "run may go to the host, and its success closes the circuit",
+    ),
+    _circuit(
+        "DIGEST_HOST_RETRY_MAX_S",
+        "retry_max_s",
+        positive,
+        1800.0,
+        "an open circuit's longest backoff (at least `DIGEST_HOST_RETRY_S`)",
+    ),
     # Read by Dagster from the environment (dagster.yaml names the variable): no resource, no copy.
     Setting(
         "DIGEST_DAGSTER_PG_URL",
         "dagster_pg_url",
         postgres_url,
         None,
-        "PostgreSQL URL of the Dagster instance (runs, event log, schedules); unset: SQLite",
+        "a PostgreSQL URL, `postgresql+psycopg2://user:password@host:5432/db` (SQLAlchemy 2.1 would open a bare "
+        "`postgresql://` with psycopg 3, which is not installed; the load says so): the Dagster instance (runs, "
+        "event log, schedules) lives there, through `dagster-postgres`, so the webserver, the daemon and the runs "
+        "can restart or move apart; `dagster.yaml` names the variable, never its value",
+        default_doc="none (SQLite under `DAGSTER_HOME`)",
     ),
 )
+
+
+def setting_of(env: str, field: str | None = None) -> Setting:
+    """The setting of the variable `env` (of its field `field`, where a variable sets two)."""
+    for setting in SETTINGS:
+        if setting.env == env and field in (None, setting.field):
+            return setting
+    raise KeyError(f"no setting {env}" + (f" of field {field!r}" if field else ""))
 
 
 def _check(settings: Settings) -> None:
@@ -570,15 +674,53 @@ def _check_graph_window(settings: Settings, fleet: Fleet, host: HostSpec) -> Non
         )
 
 
-_POLICIES = {"sweep": SweepPolicy, "mini_summaries": MiniSummaryPolicy, "graph": GraphPolicy, "circuit": CircuitPolicy}
+POLICIES = {"sweep": SweepPolicy, "mini_summaries": MiniSummaryPolicy, "graph": GraphPolicy, "circuit": CircuitPolicy}
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     fields: dict[str, Any] = {}  # also what the defaults depend on: the settings read so far
-    parts: dict[str, dict[str, Any]] = {name: {} for name in _POLICIES}
+    parts: dict[str, dict[str, Any]] = {name: {} for name in POLICIES}
     for setting in SETTINGS:
         (fields if setting.policy is None else parts[setting.policy])[setting.field] = setting.read(env, fields)
-    settings = Settings(**fields, **{name: _POLICIES[name](**part) for name, part in parts.items()})
+    settings = Settings(**fields, **{name: POLICIES[name](**part) for name, part in parts.items()})
     _check(settings)
     return settings
+
+
+# --- the settings tables of docs/settings.md (every setting) and the README (its choice) ---------
+
+REPO = Path(__file__).resolve().parents[1]
+TABLE_HEAD = "| env var | default | meaning |\n|---|---|---|\n"
+
+
+def settings_table(envs: Iterable[str] | None = None, docs: str = "") -> str:
+    """One row per variable (of `envs`; None: every one), in the order of `SETTINGS`. The docs'
+    links are relative to docs/: `docs` is their folder as seen from the page (the README's "docs/")."""
+    rows: dict[str, str] = {}
+    for setting in SETTINGS:
+        if envs is None or setting.env in envs:
+            row = f"| `{setting.env}` | {setting.shown_default} | {setting.doc} |"
+            rows.setdefault(setting.env, re.sub(r"\]\((?=[a-z-]+\.md)", f"]({docs}", row))
+    return TABLE_HEAD + "\n".join(rows.values()) + "\n"
+
+
+def table_envs(page: str) -> set[str]:
+    """The variables a page's settings table has rows for."""
+    start = page.index(TABLE_HEAD)
+    table = page[start : page.index("\n\n", start)]
+    return set(re.findall(r"^\| `(DIGEST_[A-Z_]+)`", table, re.MULTILINE))
+
+
+def write_settings_table(page: Path, envs: Iterable[str] | None = None, docs: str = "") -> None:
+    """Replace the page's table (its head down to the first blank line) with `settings_table(...)`."""
+    text = page.read_text(encoding="utf-8")
+    start = text.index(TABLE_HEAD)
+    end = text.index("\n\n", start) + 1
+    page.write_text(text[:start] + settings_table(envs, docs) + text[end:], encoding="utf-8")
+
+
+if __name__ == "__main__":
+    write_settings_table(REPO / "docs" / "settings.md")
+    readme = REPO / "README.md"
+    write_settings_table(readme, table_envs(readme.read_text(encoding="utf-8")), docs="docs/")

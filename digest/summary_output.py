@@ -41,7 +41,7 @@ class SessionSummaryOutput(BaseModel):
         return value.strip()
 
 
-# What the prompt asks of each field, in the output model's order (`prompt_instructions`).
+# What the summary prompt asks of each field (`digest.prompts`), in the output model's order.
 PROMPT_LINES = {
     "summary": "the goal, the key decisions, the code that was modified, and the outcome.",
     "title": "a title of at most 10 words.",
@@ -52,12 +52,6 @@ PROMPT_LINES = {
     "complexity": "0-100 (a typo fix is below 10, a deep core refactor above 90).",
     "technologies": "the technologies involved, as a list of strings.",
 }
-
-
-def prompt_instructions() -> str:
-    """The summary prompt's instructions: one line per field of the output model."""
-    head = "Analyze the following AI-agent work session and reply with one JSON object, no markdown, with these fields:"
-    return "\n".join([head, *(f'- "{name}": {PROMPT_LINES[name]}' for name in SessionSummaryOutput.model_fields)])
 
 
 # The schema sent to the model bounds what a small model would otherwise generate without end (a

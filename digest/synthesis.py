@@ -28,11 +28,11 @@ from digest.circuit import is_host_failure
 from digest.friction import EmissionPoint, FrictionEvent, Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError, OutputLimitExceeded
 from digest.pacing import CallPlan, Pacer, Sample, first_token_of
+from digest.prompts import TURN_SEPARATOR, compact_line, summary_prompt
 from digest.summary_output import (
     OutputParseError,
     SessionSummaryOutput,
     parse_summary_output,
-    prompt_instructions,
     response_json_schema,
 )
 from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS, TokenCount, count_prompt
@@ -66,9 +66,6 @@ class SourceTier(StrEnum):
     RAW = "raw"  # every turn document
     MINI_SUMMARY = "miniSummary"  # a line per turn, its mini summary where it has one
     TRUNCATED_RAW = "truncatedRaw"  # a line per turn, its document cut, no turn having a mini summary
-
-
-INSTRUCTIONS = prompt_instructions()  # the field list is beside the output model
 
 
 @dataclass(frozen=True)
@@ -231,25 +228,17 @@ def _names(values: list[str]) -> str:
 
 
 def build_prompt(content: str, turns: list[Turn]) -> str:
-    agents = _names(_distinct(t.agent for t in turns)) or "unknown"
-    models = _names(_distinct(t.model for t in turns)) or "unknown"
-    tools = _names(_distinct(n for t in turns for n in tool_identifiers(t.tools_used))) or "none recorded"
-    calls = sum(t.amount_tool_calls or 0 for t in turns)
-    return (
-        f"{INSTRUCTIONS}\n\n"
-        f"This session involved the following agents: {agents} running on models: {models}.\n"
-        f"Total Tool Calls Executed: {calls}\n"
-        f"Unique Tools Utilized: {tools}\n"
-        f"---\n{content}"
-    )
+    agents = _names(_distinct(t.agent for t in turns))
+    models = _names(_distinct(t.model for t in turns))
+    tools = _names(_distinct(n for t in turns for n in tool_identifiers(t.tools_used)))
+    return summary_prompt(content, agents, models, sum(t.amount_tool_calls or 0 for t in turns), tools)
 
 
-RAW_SEPARATOR = "\n\n---\n\n"
-COMPACT_LINE_OVERHEAD = "Turn 1000: \n"
+COMPACT_LINE_OVERHEAD = compact_line(1000, "") + "\n"
 
 
 def raw_content(turns: list[Turn]) -> str:
-    return RAW_SEPARATOR.join(t.document for t in turns)
+    return TURN_SEPARATOR.join(t.document for t in turns)
 
 
 def _prompt_header_bytes() -> int:
@@ -259,7 +248,7 @@ def _prompt_header_bytes() -> int:
 
 def estimate_raw_tokens(raw_bytes: int, turn_count: int, limits: Limits) -> int:
     """The raw prompt's estimate from the session's size alone, without reading its turns."""
-    separators = len(RAW_SEPARATOR) * max(0, turn_count - 1)
+    separators = len(TURN_SEPARATOR) * max(0, turn_count - 1)
     return math.ceil((_prompt_header_bytes() + separators + raw_bytes) / limits.bytes_per_token)
 
 
@@ -285,7 +274,7 @@ def compact_content(entries: list[str], max_chars_per_entry: int = FALLBACK_CHAR
     lines = []
     for i, entry in enumerate(entries, start=1):
         text = entry if len(entry) <= max_chars_per_entry else entry[: max_chars_per_entry - 1].rstrip() + "…"
-        lines.append(f"Turn {i}: {text}")
+        lines.append(compact_line(i, text))
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from assets.graph import session_graph
 from assets.sessions import session_summaries
 from digest.fidelity import FLOOR as FIDELITY_FLOOR
-from digest.graph import grounded
+from digest.graph import RAW_EVIDENCE, grounded
 from digest.summary_output import SessionSummaryOutput
 from digest.synthesis import Route, SourceTier
 from resources.bindings import DigestStoreResource
@@ -30,7 +30,6 @@ EXAMPLES = 20  # violations listed in the check's metadata
 # turns, agents and issues, and the edges between them. Everything else is evidence.
 PROVENANCE_LABELS = frozenset({"SESSION_SUMMARY", "SESSION", "AGENT_MEMORY", "AGENT", "ISSUE"})
 PROVENANCE_EDGES = frozenset({"ORIGINATES_IN", "AUTHORED_BY", "DISCUSSED_IN", "SESSION_COMPLETED", "SPAWNED_MEMORY"})
-RAW_EVIDENCE = "raw-turns"
 
 
 def provenance_problems(row: dict) -> list[str]:

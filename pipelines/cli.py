@@ -19,6 +19,7 @@ from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
 from pipelines.console import Output, run_log_config, run_log_file
 from pipelines.instance import write_instance_config
+from pipelines.tags import ROUTE_TAG, SWEEP_TAG
 from resources.store import StoreUnreadable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -250,7 +251,7 @@ def _run_partitions(
         for key, run_tags in todo:
             started = time.monotonic()
             progress.starting(key)
-            tags = {"digest/sweep": "cli", **run_tags, **process}
+            tags = {SWEEP_TAG: "cli", **run_tags, **process}
             reason = nothing_to_do(key, tags)
             if reason:
                 outcome = {"partition": key, "run_id": None, "success": True, "nothing_to_do": reason}
@@ -295,7 +296,7 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
     recovered = close_interrupted_runs(instance, store)
     staged = store.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
-    todo = [(key, {"digest/route": "staged"}) for key in staged]
+    todo = [(key, {ROUTE_TAG: "staged"}) for key in staged]
     todo += [(item.candidate.partition_key, summary_run_tags(item)) for item in selection.batch]
     # A staged replay calls no model.
     estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]
@@ -319,7 +320,7 @@ def digest(settings: Settings, limit: int | None, output: Output) -> dict:
     store = _store(settings)
     policy = settings.graph
     keys = store.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
-    todo = [(k, {"digest/route": "graph"}) for k in keys]
+    todo = [(k, {ROUTE_TAG: "graph"}) for k in keys]
     # The plan estimates summaries only: a graph run's bar counts sessions, with no time left.
     estimates = [None] * len(keys)
     runs = _run_partitions(settings, _instance(), store, "digest_sessions", todo, "session_graph", output, estimates)

@@ -2,17 +2,45 @@
 
 from __future__ import annotations
 
-from dagster import AssetSelection, DefaultScheduleStatus, Definitions, ScheduleDefinition, define_asset_job
+import os
+from pathlib import Path
+from typing import Any
 
-from assets.friction_report import build_friction_report_asset
+from dagster import (
+    AssetSelection,
+    ConfigurableResource,
+    DefaultScheduleStatus,
+    Definitions,
+    EnvVar,
+    ScheduleDefinition,
+    define_asset_job,
+)
+
+from assets.friction_report import friction_report
 from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import raw_sessions, raw_turns, session_summaries
-from digest.settings import Settings, load_settings
+from digest.settings import Settings, load_settings, setting_of
 from pipelines.checks import quality_checks, store_checks
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.sensors import digest_sensor, inbox_sensor, interrupted_runs_sensor, mini_summary_sensor, summary_sensor
-from resources.bindings import build_resources
+from resources.bindings import (
+    ChatModelResource,
+    CircuitPolicyResource,
+    DigestStoreResource,
+    GraphPolicyResource,
+    MiniSummaryPolicyResource,
+    SweepPolicyResource,
+)
+
+RESOURCES: dict[str, type[ConfigurableResource]] = {
+    "store": DigestStoreResource,
+    "model": ChatModelResource,
+    "sweep": SweepPolicyResource,
+    "mini_summaries": MiniSummaryPolicyResource,
+    "graph": GraphPolicyResource,
+    "circuit": CircuitPolicyResource,
+}
 
 # The friction report and the store's checks, hourly: no model call, a few DuckDB reads.
 report_job = define_asset_job(
@@ -28,6 +56,34 @@ report_schedule = ScheduleDefinition(
 )
 
 
+def bound(env: str, value: Any) -> Any:
+    """`EnvVar(env)` where the variable is set and Dagster reads its text as this same value, so the
+    UI's Resources page shows where the value comes from; else the value itself. Dagster reads a
+    variable as text or a whole number only: a float, `on`/`off`, a value the setting normalised
+    (`off`, a relative path) or one changed in code (the CLI's embedded server URL) is the value."""
+    text = os.environ.get(env)
+    if text is None or isinstance(value, (bool, float)):
+        return value
+    if isinstance(value, int) and text == str(value):
+        return EnvVar.int(env)
+    if isinstance(value, str) and text == value:
+        return EnvVar(env)
+    return value
+
+
+def build_resources(settings: Settings) -> dict[str, ConfigurableResource]:
+    """Each resource field, bound to the setting of the same name (`resources.bindings.configured_by`)."""
+    resources = {}
+    for key, resource_type in RESOURCES.items():
+        config = {}
+        for name, field in resource_type.model_fields.items():
+            env = field.json_schema_extra["env"]
+            value = settings.value(setting_of(env, name))
+            config[name] = bound(env, str(value) if isinstance(value, Path) else value)
+        resources[key] = resource_type(**config)
+    return resources
+
+
 def build_definitions(settings: Settings) -> Definitions:
     return Definitions(
         assets=[
@@ -36,7 +92,7 @@ def build_definitions(settings: Settings) -> Definitions:
             turn_mini_summaries,
             session_summaries,
             session_graph,
-            build_friction_report_asset(settings),
+            friction_report,
         ],
         asset_checks=store_checks + quality_checks,
         jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job, digest_job],

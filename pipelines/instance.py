@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from digest.hosts import MODEL_HOST_TAG
 from digest.settings import Settings
+from pipelines.tags import MODEL_HOST_TAG
 
 MARKER = "# Written by session-digest."
 PG_URL_ENV = "DIGEST_DAGSTER_PG_URL"

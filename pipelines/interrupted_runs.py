@@ -15,12 +15,9 @@ from pathlib import Path
 from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from digest.turns import partition_key
+from pipelines.tags import HOST_TAG, PID_STARTED_TAG, PID_TAG
 from resources.store import DigestStore
 
-HOST_TAG = "digest/host"
-PID_TAG = "digest/pid"
-# The process's start time, so a recycled pid is not mistaken for the run's own process.
-STARTED_TAG = "digest/pid_started"
 IN_FLIGHT = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
@@ -44,7 +41,7 @@ def worker_tags() -> dict[str, str]:
     tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(pid)}
     started = _process_start_ticks(pid)
     if started is not None:
-        tags[STARTED_TAG] = started
+        tags[PID_STARTED_TAG] = started
     return tags
 
 
@@ -87,7 +84,9 @@ def close_interrupted_runs(instance: DagsterInstance, store: DigestStore) -> lis
     materialized. Returns the closed runs' ids."""
     host = socket.gethostname()
     runs = instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT, tags={HOST_TAG: host}))
-    dead = [r for r in runs if PID_TAG in r.tags and not _process_alive(int(r.tags[PID_TAG]), r.tags.get(STARTED_TAG))]
+    dead = [
+        r for r in runs if PID_TAG in r.tags and not _process_alive(int(r.tags[PID_TAG]), r.tags.get(PID_STARTED_TAG))
+    ]
     written = {row["run_id"]: row for row in store.summaries_where("run_id", [run.run_id for run in dead])}
     for run in dead:
         if run.run_id in written:

@@ -20,11 +20,23 @@ from dagster import (
 )
 
 from assets.partitions import sessions_partitions
-from digest.hosts import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, estimated_seconds
+from digest.backoff import doubling_backoff_s
+from digest.hosts import estimated_seconds
 from digest.scheduling import now_ms
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.selection import closed_hosts, hosts_in_rotation, next_summary_batch
+from pipelines.tags import (
+    BUDGET_TAG,
+    ESTIMATED_S_TAG,
+    FILES_TAG,
+    INBOX_BATCH_TAG,
+    MODEL_HOST_REASON_TAG,
+    MODEL_HOST_TAG,
+    PRIORITY_TAG,
+    ROUTE_TAG,
+    SWEEP_TAG,
+)
 from resources.bindings import (
     ChatModelResource,
     CircuitPolicyResource,
@@ -38,8 +50,6 @@ from resources.bindings import (
 SETTLE_S = 5.0
 # Partition keys registered per tick: SQLite refuses very large single requests.
 PARTITION_CHUNK = 1000
-# Ingest runs carry their inbox batch, so the next tick can tell which files went in.
-INBOX_BATCH_TAG = "digest/inbox_batch"
 # A batch whose ingest failed twice waits this long before its next try, doubling up to the cap.
 RETRY_BASE_S = 60.0
 RETRY_MAX_S = 3600.0
@@ -63,14 +73,14 @@ def _batch_state(instance, batch: str) -> tuple[str, float]:
         return "failed", 0.0
     # The first retry goes on the next tick; then the wait doubles, so a file that keeps failing
     # does not fill the run list.
-    wait = 0.0 if len(records) < 2 else min(RETRY_BASE_S * 2 ** (len(records) - 2), RETRY_MAX_S)
+    wait = 0.0 if len(records) < 2 else doubling_backoff_s(len(records) - 1, RETRY_BASE_S, RETRY_MAX_S)
     return "failed", max(r.end_time or 0.0 for r in records) + wait
 
 
 def _ingest_request(batch: str, files: dict[str, str], inbox: Path) -> RunRequest:
     return RunRequest(
         run_config={"ops": {"raw_turns": {"config": {"paths": [str(inbox / name) for name in sorted(files)]}}}},
-        tags={"digest/sweep": "inbox", "digest/files": str(len(files)), INBOX_BATCH_TAG: batch},
+        tags={SWEEP_TAG: "inbox", FILES_TAG: str(len(files)), INBOX_BATCH_TAG: batch},
     )
 
 
@@ -204,7 +214,7 @@ def in_flight(instance, job_name: str) -> tuple[set[str], dict[str, float]]:
         keys.add(run.tags.get("dagster/partition"))
         if MODEL_HOST_TAG in run.tags:
             host = run.tags[MODEL_HOST_TAG]
-            queued_s[host] = queued_s.get(host, 0.0) + estimated_seconds(run.tags.get("digest/estimated_s"))
+            queued_s[host] = queued_s.get(host, 0.0) + estimated_seconds(run.tags.get(ESTIMATED_S_TAG))
     return keys, queued_s
 
 
@@ -237,8 +247,8 @@ def summary_run_tags(item) -> dict[str, str]:
     return {
         MODEL_HOST_TAG: item.host,
         MODEL_HOST_REASON_TAG: item.reason,
-        "digest/route": str(item.tier),  # Dagster's tags are plain text
-        "digest/estimated_s": f"{item.model_seconds_estimate:.0f}",
+        ROUTE_TAG: str(item.tier),  # Dagster's tags are plain text
+        ESTIMATED_S_TAG: f"{item.model_seconds_estimate:.0f}",
     }
 
 
@@ -298,7 +308,7 @@ def summary_sensor(
             # after a restore. Duplicates are prevented by the in-flight check and the lease.
             RunRequest(
                 partition_key=item.candidate.partition_key,
-                tags={"digest/sweep": "sensor", "digest/budget": budget, **summary_run_tags(item)},
+                tags={SWEEP_TAG: "sensor", BUDGET_TAG: budget, **summary_run_tags(item)},
             )
             for item in batch
         ],
@@ -327,9 +337,9 @@ def mini_summary_sensor(
     if not hosts:
         return _no_host_in_rotation(fleet)
     tags = {
-        "digest/sweep": "mini-summaries",
-        "digest/budget": f"{policy.budget_s:.0f}s",
-        "digest/priority": policy.priority,
+        SWEEP_TAG: "mini-summaries",
+        BUDGET_TAG: f"{policy.budget_s:.0f}s",
+        PRIORITY_TAG: policy.priority,
         MODEL_HOST_TAG: hosts[0],
     }
     return _with_partitions(context, [RunRequest(partition_key=keys[0], tags=tags)])
@@ -353,7 +363,7 @@ def digest_sensor(
     )
     if not keys:
         return SkipReason("no summarized session waits for its graph")
-    tags = {"digest/sweep": "graph", "digest/budget": f"{policy.batch_sessions} sessions"}
+    tags = {SWEEP_TAG: "graph", BUDGET_TAG: f"{policy.batch_sessions} sessions"}
     hosts = spread_over_hosts(context.instance, db, fleet, circuit.policy(), len(keys))
     if not hosts:
         return _no_host_in_rotation(fleet)

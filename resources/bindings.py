@@ -1,13 +1,11 @@
 """The Dagster resources: thin typed wrappers that hand the assets a store, a model client and the
-policies, configured from the settings table (`digest.settings.SETTINGS`)."""
+policies. Each field is one setting of `digest.settings.SETTINGS`, under the setting's field name,
+declared with `configured_by` (its variable, and its doc for the UI's Resources page); the values
+are bound where the definitions are built (`pipelines.definitions`)."""
 
-import dataclasses
-import os
-import typing
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from dagster import ConfigurableResource, EnvVar, InitResourceContext
+from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
 from digest.circuit import CircuitPolicy
@@ -17,7 +15,7 @@ from digest.mini_summaries import MiniSummaryPolicy
 from digest.model_api import ChatClient
 from digest.pacing import Pacer, PacingPolicy
 from digest.scheduling import SweepPolicy
-from digest.settings import SETTINGS, Settings, build_fleet, single_host
+from digest.settings import build_fleet, setting_of
 from digest.synthesis import Limits
 from pipelines.interrupted_runs import worker_tags
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
@@ -26,11 +24,19 @@ from resources.response_cache import CachedChatClient
 from resources.store import DigestStore
 
 
-class DigestStoreResource(ConfigurableResource):
-    """The DuckDB file (`DIGEST_DB_PATH`) and the inbox folder export bundles are dropped into."""
+def configured_by(env: str, field: str | None = None) -> Any:
+    """A resource field set by the variable `env` (its field `field`, where a variable sets two), with
+    the setting's default where that is a constant (one computed from other settings is required)."""
+    setting = setting_of(env, field)
+    default = ... if callable(setting.default) else setting.default
+    return Field(default, description=f"{env}: {setting.doc}", json_schema_extra={"env": env})
 
-    db_path: str
-    inbox: str
+
+class DigestStoreResource(ConfigurableResource):
+    """The DuckDB file and the inbox folder export bundles are dropped into."""
+
+    db_path: str = configured_by("DIGEST_DB_PATH")
+    inbox: str = configured_by("DIGEST_INBOX")
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # Which process runs this run, so a run whose process dies can be told apart and closed.
@@ -44,28 +50,28 @@ class DigestStoreResource(ConfigurableResource):
 
 
 class ChatModelResource(ConfigurableResource):
-    """The model hosts and the bounds every call is held to.
+    """The model hosts and the bounds every call is held to (`digest.settings.ModelSettings`).
 
-    `hosts_file` (DIGEST_MODEL_HOSTS) declares several hosts; without it the fields below are the
-    one host. The file is read at each use, so a host added to it is seen by the next sensor tick.
-    An embedded host with no `url` gets a SmolLM2 llama.cpp server on loopback when the run first
-    asks for its client, stopped when the run ends.
+    `hosts_file` declares several hosts; without it the fields below are the one host. The file is
+    read at each use, so a host added to it is seen by the next sensor tick. An embedded host with
+    no URL gets a SmolLM2 llama.cpp server on loopback when the run first asks for its client,
+    stopped when the run ends.
     """
 
-    hosts_file: str | None = None
-    provider: str
-    url: str | None = None
-    model: str
-    context_limit_tokens: int
-    safe_limit_tokens: int
-    raw_cap_tokens: int | None
-    raw_cap_auto: bool = False  # DIGEST_RAW_CAP_TOKENS=auto: the cap follows the host's measured speed
-    raw_call_target_s: float = 120.0
-    call_ceiling_s: float = 900.0
-    bytes_per_token: float | None
-    summary_timeout_s: float
-    summary_max_output_tokens: int
-    response_cache: bool = True  # DIGEST_RESPONSE_CACHE: reuse replies stored in DuckDB
+    hosts_file: str | None = configured_by("DIGEST_MODEL_HOSTS")
+    provider: str = configured_by("DIGEST_MODEL_PROVIDER")
+    model_url: str | None = configured_by("DIGEST_MODEL_URL")
+    model_name: str = configured_by("DIGEST_MODEL_NAME")
+    context_limit_tokens: int = configured_by("DIGEST_CONTEXT_LIMIT_TOKENS")
+    safe_limit_tokens: int = configured_by("DIGEST_SAFE_LIMIT_TOKENS")
+    raw_cap_tokens: int | None = configured_by("DIGEST_RAW_CAP_TOKENS")
+    raw_cap_auto: bool = configured_by("DIGEST_RAW_CAP_TOKENS", "raw_cap_auto")
+    raw_call_target_s: float = configured_by("DIGEST_RAW_CALL_TARGET_S")
+    call_ceiling_s: float = configured_by("DIGEST_CALL_CEILING_S")
+    bytes_per_token: float | None = configured_by("DIGEST_BYTES_PER_TOKEN")
+    summary_timeout_s: float = configured_by("DIGEST_SUMMARY_TIMEOUT_S")
+    summary_max_output_tokens: int = configured_by("DIGEST_SUMMARY_MAX_OUTPUT_TOKENS")
+    response_cache: bool = configured_by("DIGEST_RESPONSE_CACHE")
 
     _servers: dict[str, EmbeddedServer] = PrivateAttr(default_factory=dict)
 
@@ -75,7 +81,7 @@ class ChatModelResource(ConfigurableResource):
         self._servers.clear()
 
     def fleet(self) -> Fleet:
-        return build_fleet(self.hosts_file, single_host(self, self.url, self.model), self)
+        return build_fleet(self)
 
     def limits(self, host: str | None = None, store: DigestStore | None = None) -> Limits:
         """The bounds of a call to `host` (None: the first declared); given the store, with the
@@ -119,83 +125,58 @@ class ChatModelResource(ConfigurableResource):
         return OpenAIChatClient(spec.url or "http://127.0.0.1:8080", spec.model)
 
 
-class PolicyResource(ConfigurableResource):
-    """A policy dataclass as a resource: its fields are the resource's config (see `policy_resource`)."""
+class SweepPolicyResource(ConfigurableResource):
+    """How sweeps pick sessions (count and model-time budget, churn gate) and back failures off."""
 
-    policy_type: ClassVar[type]
+    max_sessions: int = configured_by("DIGEST_SWEEP_MAX_SESSIONS")
+    model_seconds: float = configured_by("DIGEST_SWEEP_MODEL_SECONDS")
+    idle_window_s: float = configured_by("DIGEST_IDLE_WINDOW_S")
+    oldest_share: int = configured_by("DIGEST_SWEEP_OLDEST_SHARE")
+    backoff_base_s: float = configured_by("DIGEST_BACKOFF_BASE_S")
+    backoff_max_s: float = configured_by("DIGEST_BACKOFF_MAX_S")
 
-    def policy(self):
-        return self.policy_type(**self.model_dump())
-
-
-def policy_resource(policy_type: type, key: str, doc: str) -> type[PolicyResource]:
-    """The resource class of a policy dataclass: one field per dataclass field, of its type, with
-    the doc of the setting that configures it (resource key `key`), for the UI's Resources page."""
-    hints = typing.get_type_hints(policy_type)
-    docs = {s.resource_field_name: f"{s.env}: {s.doc}" for s in SETTINGS if s.resource_key == key}
-    namespace = {
-        "__module__": __name__,
-        "__qualname__": f"{policy_type.__name__}Resource",
-        "__doc__": doc,
-        "__annotations__": {f.name: hints[f.name] for f in dataclasses.fields(policy_type)},
-        "policy_type": policy_type,
-        **{f.name: Field(description=docs[f.name]) for f in dataclasses.fields(policy_type)},
-    }
-    return type(namespace["__qualname__"], (PolicyResource,), namespace)
+    def policy(self) -> SweepPolicy:
+        return SweepPolicy(**self.model_dump())
 
 
-SweepPolicyResource = policy_resource(
-    SweepPolicy, "sweep", "How sweeps pick sessions (count and model-time budget, churn gate) and back failures off."
-)
-MiniSummaryPolicyResource = policy_resource(
-    MiniSummaryPolicy,
-    "mini_summaries",
-    "How per-turn mini summaries are generated: the run's budget, timeouts, attempts and order.",
-)
-GraphPolicyResource = policy_resource(
-    GraphPolicy,
-    "graph",
-    "The session graph's bounds: chunk and output limits, call timeout, attempts, chunk count, the "
-    "sensor's batch, and the model time one run may spend.",
-)
-CircuitPolicyResource = policy_resource(
-    CircuitPolicy,
-    "circuit",
-    "Each model host's circuit breaker: the host failures in a row that take a host out of rotation, "
-    "and the backoff before it is tried again.",
-)
+class MiniSummaryPolicyResource(ConfigurableResource):
+    """How per-turn mini summaries are generated: the run's budget, timeouts, attempts and order."""
+
+    budget_s: float = configured_by("DIGEST_MINI_SUMMARY_BUDGET_S")
+    timeout_s: float = configured_by("DIGEST_MINI_SUMMARY_TIMEOUT_S")
+    outer_timeout_s: float = configured_by("DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S")
+    max_attempts: int = configured_by("DIGEST_MINI_SUMMARY_MAX_ATTEMPTS")
+    fresh_reserve: int = configured_by("DIGEST_MINI_SUMMARY_FRESH_RESERVE")
+    priority: str = configured_by("DIGEST_MINI_SUMMARY_PRIORITY")
+
+    def policy(self) -> MiniSummaryPolicy:
+        return MiniSummaryPolicy(**self.model_dump())
 
 
-def _bound(env_var: str, value: Any) -> Any:
-    """`EnvVar` when the variable is set and Dagster reads its text as this same value, so the UI's
-    Resources page shows where the value comes from; else the value. Dagster reads env vars as text
-    or whole numbers only, so floats, on/off and normalised text (`off`, a relative path) stay values."""
-    text = os.environ.get(env_var)
-    if text is None or isinstance(value, (bool, float)):
-        return value
-    if isinstance(value, int) and text == str(value):
-        return EnvVar.int(env_var)
-    if isinstance(value, str) and text == value:
-        return EnvVar(env_var)
-    return value
+class GraphPolicyResource(ConfigurableResource):
+    """The session graph's bounds: chunk and output limits, call timeout, attempts, chunk count, the
+    sensor's batch, and the model time one run may spend."""
+
+    chunk_limit_tokens: int = configured_by("DIGEST_GRAPH_CHUNK_LIMIT_TOKENS")
+    output_limit_tokens: int = configured_by("DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS")
+    max_attempts: int = configured_by("DIGEST_GRAPH_MAX_ATTEMPTS")
+    timeout_s: float = configured_by("DIGEST_GRAPH_TIMEOUT_S")
+    max_chunks: int = configured_by("DIGEST_GRAPH_MAX_CHUNKS")
+    batch_sessions: int = configured_by("DIGEST_GRAPH_BATCH_SESSIONS")
+    fresh_reserve: int = configured_by("DIGEST_GRAPH_FRESH_RESERVE")
+    budget_s: float = configured_by("DIGEST_GRAPH_BUDGET_S")
+
+    def policy(self) -> GraphPolicy:
+        return GraphPolicy(**self.model_dump())
 
 
-def resource_config(settings: Settings, key: str) -> dict[str, Any]:
-    """The fields of the resource `key` (e.g. "model", "sweep"), from the settings table."""
-    config = {}
-    for setting in SETTINGS:
-        if setting.resource_key == key:
-            value = settings.value(setting)
-            config[setting.resource_field_name] = _bound(setting.env, str(value) if isinstance(value, Path) else value)
-    return config
+class CircuitPolicyResource(ConfigurableResource):
+    """Each model host's circuit breaker: the host failures in a row that take a host out of
+    rotation, and the backoff before it is tried again."""
 
+    failure_threshold: int = configured_by("DIGEST_HOST_FAILURE_THRESHOLD")
+    retry_base_s: float = configured_by("DIGEST_HOST_RETRY_S")
+    retry_max_s: float = configured_by("DIGEST_HOST_RETRY_MAX_S")
 
-def build_resources(settings: Settings) -> dict[str, ConfigurableResource]:
-    return {
-        "store": DigestStoreResource(**resource_config(settings, "store")),
-        "model": ChatModelResource(**resource_config(settings, "model")),
-        "sweep": SweepPolicyResource(**resource_config(settings, "sweep")),
-        "mini_summaries": MiniSummaryPolicyResource(**resource_config(settings, "mini_summaries")),
-        "graph": GraphPolicyResource(**resource_config(settings, "graph")),
-        "circuit": CircuitPolicyResource(**resource_config(settings, "circuit")),
-    }
+    def policy(self) -> CircuitPolicy:
+        return CircuitPolicy(**self.model_dump())

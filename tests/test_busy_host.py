@@ -21,7 +21,7 @@ ANSWER_S = 3.0  # every call takes this long, over the configured 2 s
 def _resource(provider: str, url: str) -> ChatModelResource:
     limits = make_limits()
     return ChatModelResource(
-        provider=provider, url=url, model="fake-model", context_limit_tokens=limits.context_limit_tokens,
+        provider=provider, model_url=url, model_name="fake-model", context_limit_tokens=limits.context_limit_tokens,
         safe_limit_tokens=limits.safe_limit_tokens, raw_cap_tokens=limits.raw_cap_tokens,
         bytes_per_token=limits.bytes_per_token, summary_timeout_s=limits.timeout_s,
         summary_max_output_tokens=limits.max_output_tokens,

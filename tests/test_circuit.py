@@ -346,11 +346,13 @@ def test_status_and_the_friction_report_show_each_hosts_circuit(store, tmp_path)
     }
     assert status["cpu-box"]["state"] == "closed" and status["cpu-box"]["consecutive_failures"] == 1
     rows = store.friction_report_rows()
+    settings = load_settings({"DIGEST_HOME": str(tmp_path)})
     report = build_report(
         rows["events"],
         rows["attempts"],
         rows["summaries"],
-        load_settings({"DIGEST_HOME": str(tmp_path)}),
+        settings,
+        settings.circuit,
         host_circuits=rows["host_circuits"],
     )
     markdown = render_markdown(report)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, RunsFilter
 
-from digest.synthesis import INSTRUCTIONS
+from digest.prompts import SUMMARY_INSTRUCTIONS
 from pipelines.interrupted_runs import IN_FLIGHT
 from resources.store import DigestStore
 from tests.bundles import write_bundle
@@ -52,7 +52,7 @@ class CountingModel:
     def script(self, received) -> Behaviour:
         named = re.search(r"\[([cd]\d\d)\]", received.prompt)
         session = named.group(1) if named else "unnamed"
-        if INSTRUCTIONS[:40] in received.prompt:
+        if SUMMARY_INSTRUCTIONS[:40] in received.prompt:
             with self.lock:
                 self.summaries[session] += 1
         if session == FAILING:

@@ -226,7 +226,7 @@ def test_with_reuse_off_the_staged_reply_goes_once_the_summary_is_written(tmp_pa
     with ModelServer() as server:
         resources = build_definitions(settings).resources
         fields = {name: getattr(resources["model"], name) for name in ChatModelResource.model_fields}
-        model = ChatModelResource(**{**fields, "url": server.url, "response_cache": False})
+        model = ChatModelResource(**{**fields, "model_url": server.url, "response_cache": False})
         revision = store.session_by_partition("s1")["input_revision"]
         # The run that died after the reply: its reply is staged for s1 at this revision.
         summarize_session(

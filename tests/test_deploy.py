@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg2
 import yaml
 
-from digest.hosts import MODEL_HOST_TAG
+from pipelines.tags import MODEL_HOST_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns

@@ -116,7 +116,7 @@ def test_events_group_by_asset_consumer_and_symptom():
 def test_a_group_shows_the_providers_own_error_text():
     overflow = event("context-overflow", 0, note="tier=raw")
     overflow["error_text"] = "Requested tokens (9000) exceed context window of 8192"
-    markdown = render_markdown(build_report([overflow], [], [], SETTINGS))
+    markdown = render_markdown(build_report([overflow], [], [], SETTINGS, SETTINGS.circuit))
     assert "| tier=raw; Requested tokens (9000) exceed context window of 8192 |" in markdown
 
 
@@ -191,7 +191,8 @@ def test_a_degraded_path_that_cost_more_than_it_saved_says_so():
     ledger = [attempt(p, 0, p / 100) for p in (1000, 2000, 3000)]
     events = [pre_route(0, input_bytes=4600)]  # 1000 tokens and the 512-token answer room: 15.12 s
     cut = [attempt(None, None, 20.0, session_id="s1", stage="mini-summary", tier="turn", outcome="timeout-inner")] * 3
-    report = build_report(events, ledger + cut, [], load_settings({}))
+    settings = load_settings({})
+    report = build_report(events, ledger + cut, [], settings, settings.circuit)
     assert report.pre_routes.net_seconds == pytest.approx(15.12 - 60.0)
     assert "net lost 44.9 s" in render_markdown(report)
     assert "the degraded path cost more model time than the cap saved" in render_markdown(report)
@@ -207,7 +208,9 @@ def test_percentile_interpolates_linearly():
 
 
 def test_the_report_renders_with_no_events():
-    report = build_report([], [], [], SETTINGS, mini_coverage={"turns": 0, "imported": 0, "generated": 0})
+    report = build_report(
+        [], [], [], SETTINGS, SETTINGS.circuit, mini_coverage={"turns": 0, "imported": 0, "generated": 0}
+    )
     numbers = report.numbers()
     assert numbers["degraded_share"] == 0.0 and numbers["pre_routes"] == 0 and numbers["timeouts"] == 0
     assert numbers["p95_call_seconds"] == 0.0 and numbers["tokens_avoided"] == 0
@@ -238,6 +241,7 @@ def test_the_report_renders_with_many_events():
         attempts,
         summaries,
         SETTINGS,
+        SETTINGS.circuit,
         mini_coverage={"turns": 200, "imported": 50, "generated": 30},
         undigestible=[{"session_id": "s7", "reason": "skip-over-band", "attempts": 1, "updated_at": T0}],
     )

@@ -15,7 +15,6 @@ from dagster import build_sensor_context, instance_for_test
 
 from digest.graph import (
     ENTITY_TYPES,
-    TURN_SEPARATOR,
     Chunk,
     DigestState,
     ExtractionStats,
@@ -41,11 +40,12 @@ from digest.graph import (
     prompt_window_tokens,
     reinforce,
     salvage_cut_reply,
-    summary_user_id,
 )
 from digest.ingest import parse_graph_line
+from digest.prompts import TURN_SEPARATOR
 from digest.settings import SettingsError, load_settings
 from digest.turns import Turn, canonical_order, compose_document, input_revision
+from digest.visibility import summary_user_id
 from pipelines.cli import export_graph, reset_digest
 from pipelines.definitions import build_definitions
 from pipelines.sensors import digest_sensor, register_partitions

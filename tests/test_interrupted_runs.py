@@ -10,8 +10,9 @@ from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
 from digest.ingest import ingest_paths
 from digest.settings import load_settings
 from pipelines.definitions import build_definitions
-from pipelines.interrupted_runs import HOST_TAG, PID_TAG, STARTED_TAG, _process_start_ticks, worker_tags
+from pipelines.interrupted_runs import _process_start_ticks, worker_tags
 from pipelines.sensors import interrupted_runs_sensor
+from pipelines.tags import HOST_TAG, PID_STARTED_TAG, PID_TAG
 from tests.bundles import write_bundle
 from tests.conftest import dead_pid, make_turns
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
@@ -31,14 +32,14 @@ def test_a_run_is_tagged_with_the_process_that_runs_it(tmp_path):
         tags = instance.get_run_by_id(result.run_id).tags
     assert result.success
     assert tags[PID_TAG] == str(os.getpid())
-    assert tags[STARTED_TAG] == _process_start_ticks(os.getpid())
+    assert tags[PID_STARTED_TAG] == _process_start_ticks(os.getpid())
 
 
 def test_the_sensor_closes_the_runs_whose_process_died_and_leaves_live_ones(tmp_path):
     defs = _definitions(tmp_path)
     defs.resources["store"].store()  # an empty store
     live = worker_tags()
-    recycled = {**live, STARTED_TAG: str(int(live[STARTED_TAG]) + 1)}  # our pid, another process's start
+    recycled = {**live, PID_STARTED_TAG: str(int(live[PID_STARTED_TAG]) + 1)}  # our pid, another process's start
     dead = {HOST_TAG: live[HOST_TAG], PID_TAG: str(dead_pid())}
     with instance_for_test(overrides=POOL) as instance:
         runs = {}

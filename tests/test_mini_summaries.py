@@ -10,7 +10,6 @@ import pytest
 from dagster import instance_for_test
 
 from digest.mini_summaries import (
-    INSTRUCTION,
     MAX_CHARS,
     MiniSummaryPolicy,
     PendingTurn,
@@ -20,6 +19,7 @@ from digest.mini_summaries import (
     mini_summary_limits,
     split_document,
 )
+from digest.prompts import MINI_SUMMARY_INSTRUCTION
 from digest.settings import SettingsError, load_settings
 from digest.synthesis import build_prompt as build_session_prompt
 from digest.synthesis import raw_content
@@ -141,7 +141,9 @@ def test_generation_stores_one_clean_line_of_at_most_280_characters(store):
     assert len(expected) == MAX_CHARS and "\n" not in expected and "  " not in expected
     request = server.chat_requests()[0]
     assert "response_format" not in request.body, "a mini summary is plain text: no schema is sent"
-    assert request.prompt.startswith(INSTRUCTION + "\nUser: Prompt 1: fix the grid\nAgent: Step 1: changed")
+    assert request.prompt.startswith(
+        MINI_SUMMARY_INSTRUCTION + "\nUser: Prompt 1: fix the grid\nAgent: Step 1: changed"
+    )
     attempts = _rows(store, "SELECT stage, tier, outcome, model, run_id, error_text FROM attempts")
     assert (
         attempts
@@ -203,7 +205,7 @@ def test_an_oversized_turn_is_cut_to_the_prompt_budget():
     prompt = build_prompt("short question", "x" * 100_000, max_bytes=max_bytes)
     assert len(prompt.encode("utf-8")) <= max_bytes
     assert "User: short question\nAgent: xxx" in prompt and prompt.endswith("…")
-    assert build_prompt("q", "a", max_bytes=max_bytes) == f"{INSTRUCTION}\nUser: q\nAgent: a"
+    assert build_prompt("q", "a", max_bytes=max_bytes) == f"{MINI_SUMMARY_INSTRUCTION}\nUser: q\nAgent: a"
 
 
 def test_imported_mini_summaries_are_kept_and_never_regenerated(store):

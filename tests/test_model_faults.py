@@ -11,7 +11,7 @@ import time
 import pytest
 from dagster import instance_for_test
 
-from assets.sessions import SWEEP_TAG, nothing_to_summarize
+from assets.sessions import nothing_to_summarize
 from digest.graph import GraphPolicy, after_failure, digest_session
 from digest.hosts import DEFAULT_HOST
 from digest.settings import load_settings
@@ -19,6 +19,7 @@ from digest.synthesis import summarize_session
 from digest.turns import input_revision
 from pipelines.definitions import build_definitions
 from pipelines.sensors import register_partitions
+from pipelines.tags import SWEEP_TAG
 from resources.bindings import ChatModelResource
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle
@@ -51,8 +52,8 @@ def _resource(provider: str, url: str) -> ChatModelResource:
     limits = make_limits(timeout_s=TIMEOUT_S)
     return ChatModelResource(
         provider=provider,
-        url=url,
-        model="fake-model",
+        model_url=url,
+        model_name="fake-model",
         context_limit_tokens=limits.context_limit_tokens,
         safe_limit_tokens=limits.safe_limit_tokens,
         raw_cap_tokens=limits.raw_cap_tokens,

@@ -2,7 +2,15 @@ from __future__ import annotations
 
 import pytest
 
-from digest.settings import DEFAULT_RAW_CAP_TOKENS, SETTINGS, SettingsError, load_settings
+from digest.settings import (
+    DEFAULT_RAW_CAP_TOKENS,
+    POLICIES,
+    SETTINGS,
+    SettingsError,
+    load_settings,
+    settings_table,
+    table_envs,
+)
 
 
 def test_defaults_for_the_embedded_model(tmp_path):
@@ -95,10 +103,22 @@ def test_every_resource_field_is_one_setting(tmp_path):
     from pipelines.definitions import build_definitions
 
     resources = build_definitions(load_settings({"DIGEST_HOME": str(tmp_path)})).resources
+    configured = []
     for key, resource in resources.items():
-        configured = [s.resource_field_name for s in SETTINGS if s.resource_key == key]
-        assert sorted(configured) == sorted(type(resource).model_fields), key
-        assert len(set(configured)) == len(configured), key
+        for name, field in type(resource).model_fields.items():
+            env = field.json_schema_extra["env"]
+            (setting,) = [s for s in SETTINGS if s.env == env and s.field == name]  # the same name
+            assert setting.policy in (None, key), (key, name)
+            assert field.description == f"{env}: {setting.doc}"  # the UI's Resources page shows it
+            configured.append((env, name))
+    assert len(set(configured)) == len(configured)
+    # Every setting but the data folder and the Dagster instance's URL configures one resource field.
+    unbound = {(s.env, s.field) for s in SETTINGS} - set(configured)
+    assert unbound == {("DIGEST_HOME", "home"), ("DIGEST_DAGSTER_PG_URL", "dagster_pg_url")}
+    # What `Settings` and the model resource share is named once, as `ModelSettings`.
+    from digest.settings import ModelSettings
+
+    assert set(ModelSettings.__annotations__) == set(type(resources["model"]).model_fields) - {"response_cache"}
 
 
 def test_set_variables_are_bound_as_env_vars_and_resolve_to_the_loaded_values(tmp_path, monkeypatch):
@@ -118,7 +138,7 @@ def test_set_variables_are_bound_as_env_vars_and_resolve_to_the_loaded_values(tm
         monkeypatch.setenv(name, value)
     settings = load_settings()
     resources = build_definitions(settings).resources
-    assert _shown(resources["model"])["url"] == {"env": "DIGEST_MODEL_URL"}
+    assert _shown(resources["model"])["model_url"] == {"env": "DIGEST_MODEL_URL"}
     assert _shown(resources["model"])["provider"] == {"env": "DIGEST_MODEL_PROVIDER"}
     assert _shown(resources["model"])["raw_cap_tokens"] is None
     assert _shown(resources["model"])["context_limit_tokens"] == 65536
@@ -131,7 +151,7 @@ def test_set_variables_are_bound_as_env_vars_and_resolve_to_the_loaded_values(tm
     assert resources["graph"].process_config_and_initialize().policy() == settings.graph
     assert resources["mini_summaries"].process_config_and_initialize().policy() == settings.mini_summaries
     with resources["model"].process_config_and_initialize_cm() as model:
-        assert (model.url, model.provider, model.raw_cap_tokens) == ("http://127.0.0.1:9", "openai", None)
+        assert (model.model_url, model.provider, model.raw_cap_tokens) == ("http://127.0.0.1:9", "openai", None)
 
 
 def test_a_value_other_than_the_env_var_is_not_bound_to_it(tmp_path, monkeypatch):
@@ -145,7 +165,18 @@ def test_a_value_other_than_the_env_var_is_not_bound_to_it(tmp_path, monkeypatch
     settings = load_settings({"DIGEST_HOME": str(tmp_path)})
     changed = dataclasses.replace(settings, model_url="http://127.0.0.1:8", model_name="in-code")
     with build_definitions(changed).resources["model"].process_config_and_initialize_cm() as model:
-        assert (model.url, model.model) == ("http://127.0.0.1:8", "in-code")
+        assert (model.model_url, model.model_name) == ("http://127.0.0.1:8", "in-code")
+
+
+def test_a_policy_default_is_its_setting_default():
+    """The policy dataclasses keep defaults of their own, for the code that builds one without
+    settings: they are the settings' constant defaults."""
+    import dataclasses
+
+    for setting in SETTINGS:
+        if setting.policy is not None and not callable(setting.default):
+            (field,) = [f for f in dataclasses.fields(POLICIES[setting.policy]) if f.name == setting.field]
+            assert field.default in (dataclasses.MISSING, setting.default), setting.env
 
 
 def test_the_settings_page_lists_every_setting_and_no_other():
@@ -155,3 +186,13 @@ def test_the_settings_page_lists_every_setting_and_no_other():
     page = (Path(__file__).parent.parent / "docs" / "settings.md").read_text()
     first_cells = [line.split("|")[1] for line in page.splitlines() if line.startswith("| `")]
     assert set(re.findall(r"`(DIGEST_[A-Z_]+)`", "\n".join(first_cells))) == {s.env for s in SETTINGS}
+
+
+def test_the_settings_tables_are_written_from_the_settings():
+    """A setting added, or its default or doc changed, without `python -m digest.settings` fails here."""
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    assert settings_table() in (root / "docs" / "settings.md").read_text()
+    readme = (root / "README.md").read_text()
+    assert settings_table(table_envs(readme), docs="docs/") in readme

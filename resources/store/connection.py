@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from digest.backoff import doubling_backoff_s
 from resources.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from resources.store.summary_row import summary_ddl
 
@@ -95,7 +96,7 @@ class Connection:
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + LOCK_WAIT_S
-        delay = 0.05
+        retries = 0
         while True:
             try:
                 con = duckdb.connect(str(self.path), read_only=read_only)
@@ -108,8 +109,8 @@ class Connection:
                     raise StoreUnreadable(self.path, exc) from exc
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                retries += 1
+                time.sleep(doubling_backoff_s(retries, 0.05, 2.0))
             except duckdb.Error as exc:  # a damaged file: DuckDB raises its base error
                 raise StoreUnreadable(self.path, exc) from exc
         try:

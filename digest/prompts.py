@@ -1,0 +1,90 @@
+"""The texts sent to the model: the session summary, mini summary and graph extraction prompts.
+
+A prompt's bytes key the response cache and the golden fixtures, so any change here is a new
+prompt (bump `SUMMARY_CODE_VERSION` in assets/sessions.py when the summary's changes). What the
+summary prompt asks of each field stays beside the output model (`summary_output.PROMPT_LINES`),
+so a new field is written in one place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from digest.summary_output import PROMPT_LINES, SessionSummaryOutput
+
+# Between two turn documents, in a raw summary prompt and in a graph chunk.
+TURN_SEPARATOR = "\n\n---\n\n"
+
+# --- the session summary (digest.synthesis) ------------------------------------------------------
+
+SUMMARY_HEAD = (
+    "Analyze the following AI-agent work session and reply with one JSON object, no markdown, with these fields:"
+)
+SUMMARY_INSTRUCTIONS = "\n".join(
+    [SUMMARY_HEAD, *(f'- "{name}": {PROMPT_LINES[name]}' for name in SessionSummaryOutput.model_fields)]
+)
+
+
+def summary_prompt(content: str, agents: str, models: str, tool_calls: int, tools: str) -> str:
+    """The summary prompt over `content` (the raw turns or a line per turn), with the session's
+    agents, models and tools as comma-separated names (empty: none known)."""
+    return (
+        f"{SUMMARY_INSTRUCTIONS}\n\n"
+        f"This session involved the following agents: {agents or 'unknown'} running on models: {models or 'unknown'}.\n"
+        f"Total Tool Calls Executed: {tool_calls}\n"
+        f"Unique Tools Utilized: {tools or 'none recorded'}\n"
+        f"---\n{content}"
+    )
+
+
+def compact_line(number: int, text: str) -> str:
+    """One turn's line of a compact summary prompt (numbered from 1)."""
+    return f"Turn {number}: {text}"
+
+
+# --- the mini summary (digest.mini_summaries) ----------------------------------------------------
+
+MINI_SUMMARY_INSTRUCTION = "Summarize this agent turn in one line, max 280 characters, no preamble:"
+# The prompt is `MINI_SUMMARY_HEAD + prompt + MINI_SUMMARY_MIDDLE + response`.
+MINI_SUMMARY_HEAD = f"{MINI_SUMMARY_INSTRUCTION}\nUser: "
+MINI_SUMMARY_MIDDLE = "\nAgent: "
+
+# --- the graph extraction (digest.graph) ---------------------------------------------------------
+
+# The example is off-domain on purpose: a small model copies it, and the grounding rule then drops
+# the copy (no session names a teapot's pour() method, and one that does earns the entity).
+SHAPE_EXAMPLE = json.dumps(
+    {
+        "entities": [
+            {"name": "Teapot", "type": "CLASS", "description": "Brews the tea."},
+            {"name": "pour()", "type": "METHOD", "description": "Pours the tea."},
+        ],
+        "relations": [
+            {
+                "source": "Teapot",
+                "target": "pour()",
+                "type": "IMPLEMENTS",
+                "description": "The teapot pours.",
+                "weight": 1.0,
+            }
+        ],
+    }
+)
+EXCERPT_HEADER = "--- Session excerpt ---"
+
+
+def extraction_instructions(entity_types: Iterable[str], relation_types: Iterable[str]) -> str:
+    """The extraction prompt's instructions, naming the types the output model accepts."""
+    return f"""Extract a knowledge graph from this excerpt of an AI-agent work session.
+Reply with one JSON object, no markdown, with two lists:
+- "entities": what the excerpt works on, each with "name", "type" (one of {", ".join(entity_types)}) and a short "description".
+- "relations": how those entities relate, each with "source" and "target" (entity names from your list), "type" (one of {", ".join(relation_types)}), a short "description" and a "weight" from 0.1 (weak) to 5 (strong).
+Keep to the most important: at most 8 entities and 8 relations. Use the names as the excerpt writes them. Issue numbers are found separately: leave them out.
+The shape, by an example that is not from this session:
+{SHAPE_EXAMPLE}"""
+
+
+def extraction_prompt(instructions: str, content: str) -> str:
+    """The extraction prompt over one chunk of turn text."""
+    return f"{instructions}\n\n{EXCERPT_HEADER}\n{content}"
