@@ -43,6 +43,7 @@ TIERS = {
     "test_pipeline": "integration",
     "test_round_trip": "integration",
     "test_sensors": "integration",
+    "test_settings_load": "integration",
     "test_store": "integration",
     "test_streaming_waits": "integration",
     # smoke: every benchmark in bench/ at its smallest size, in a subprocess
