@@ -50,7 +50,9 @@ SMOKE = {
         ("registration", "model calls owed", "drain 2 sessions", "Dagster instance"),
     ),
     "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s")),
-    "stream_cancel.py": Smoke((), ("idle short request", "streamed: given up", "unstreamed: given up"), embedded=True),
+    "stream_cancel.py": Smoke(
+        ("--smoke",), ("idle short request", "streamed: given up", "unstreamed: given up"), embedded=True
+    ),
     "token_counts.py": Smoke(("--sessions", "2", "--ledger-calls", "2"), ("needless",), embedded=True),
 }
 
