@@ -34,7 +34,11 @@ SMOKE = {
         embedded=True,
         timeout_s=880.0,
     ),
-    "fidelity.py": Smoke(("--synthetic", "2"), ('"samples_imported"', '"synthetic_imported"', '"cpu_ms_per_kb"')),
+    "fidelity.py": Smoke(
+        ("--synthetic", "2", "--policies", "--max-sessions", "1"),
+        ('"samples_imported"', '"synthetic_imported"', '"cpu_ms_per_kb"', '"embedded_cap_off"'),
+        embedded=True,
+    ),
     "graph_cap.py": Smoke(
         ("--kilobytes", "40"), ("graph calls:", "the largest prompt any model call sent in the graph scenario")
     ),
