@@ -48,7 +48,7 @@ SMOKE = {
     "orchestration.py": Smoke(
         ("--sessions", "2"), ("one run per session", "one run for the batch", "Dagster overhead of one run")
     ),
-    "raw_cap.py": Smoke(("--sessions", "4"), ("no cap / cap",), embedded=True),
+    "raw_cap.py": Smoke(("--smoke",), ("no cap / cap", "safe band / cap"), embedded=True),
     "real_export.py": Smoke(
         ("--sessions", "20", "--turns", "3", "--drain", "2", "--dimensions", "0"),
         ("registration", "model calls owed", "drain 2 sessions", "Dagster instance"),
