@@ -1,25 +1,14 @@
-"""The `session_graph` asset: thin over `digest.graph` (policy) and the store."""
+"""The `session_graph` asset: maps its work's outcome (`assets/work/graph.py`) to what Dagster records."""
 
 from collections import Counter
 
-from dagster import AssetExecutionContext, AssetObservation, Failure, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
 
 from assets.partitions import sessions_partitions
-from assets.sessions import session_or_fail, session_summaries, tagged_host
-from digest.graph import (
-    ENTITY_TYPES,
-    RELATION_TYPES,
-    DigestStatus,
-    SessionGraph,
-    chunk_content_budget_bytes,
-    digest_gate,
-    digest_session,
-    prompt_window_tokens,
-)
-from digest.turns import canonical_order, input_revision
-from pipelines.tags import SWEEP_TAG
+from assets.sessions import not_done, run_facts, session_summaries
+from assets.work.graph import digest_partition
+from digest.graph import ENTITY_TYPES, RELATION_TYPES, SessionGraph
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, GraphPolicyResource
-from resources.store import RunLedger
 
 # Bump when the extraction prompt, the schema or the graph's shape changes.
 GRAPH_CODE_VERSION = "graph-v2"  # v2: Neo.mjs's node ids, labels and edges
@@ -77,95 +66,13 @@ def session_graph(
     spends at most `DIGEST_GRAPH_BUDGET_S` of model time: a session whose chunks do not fit keeps the
     finished ones and the next run (the digest sensor's) goes on from there; not a failure.
     """
-    db = store.store()
-    session = session_or_fail(db, context.partition_key)
-    session_id = session["session_id"]
-    turns = canonical_order(db.load_turns([session_id]))
-    revision = input_revision(turns)
-    summary = db.summary_row(session_id)
-    state = db.digest_state(session_id)
-    blocked = digest_gate(revision, summary, state)
-    digested = state is not None and (state.digest_state, state.revision) == (DigestStatus.DIGESTED, revision)
-    if not blocked and digested and SWEEP_TAG in context.run.tags:
-        blocked = f"already digested at its current turns (revision {revision})"
-    if blocked:
-        context.log.info(f"session {session_id!r} not digested: {blocked}")
-        context.log_event(
-            AssetObservation(
-                asset_key=context.asset_key,
-                partition=context.partition_key,
-                metadata={"session_id": session_id, "digested": False, "reason": blocked, "input_revision": revision},
-            )
-        )
-        return
-
-    host = tagged_host(context, model)
-    limits, policy = model.limits(host, db), graph.policy()
-    ledger = RunLedger(db, context.run.run_id, host=host, circuit=circuit.policy())
-    result = digest_session(
-        turns, summary, model.client(db, host=host), limits, policy, ledger, chunk_store=ledger,
-        pacer=model.pacer(db, host, policy.timeout_s),
-    )  # fmt: skip
-    if result.left_for_later:
-        context.log.info(f"session {session_id!r} part-digested: {result.note}")
-        context.log_event(
-            AssetObservation(
-                asset_key=context.asset_key,
-                partition=context.partition_key,
-                metadata={
-                    "session_id": session_id,
-                    "digested": False,
-                    "reason": result.note,
-                    "input_revision": revision,
-                    "chunks_planned": result.chunks_planned,
-                    "chunks_done": result.chunks_done,
-                    "chunks_left_for_later": result.left_for_later,
-                    "model_seconds": round(result.model_seconds, 2),
-                    "budget_s": policy.budget_s,
-                },
-            )
-        )
-        return
-    if result.graph is None:
-        state = db.record_digest_failure(session_id, revision, result.failure, policy.max_attempts)
-        then = (
-            "out of the cadence until reset" if state.digest_state == DigestStatus.UNDIGESTIBLE else "will be retried"
-        )
-        raise Failure(
-            description=f"no graph for session {session_id!r}: {result.failure} ({result.note}); "
-            f"{state.digest_state} after {state.attempts} attempt(s), {then}",
-            metadata={  # plain text: Dagster serializes no enum of ours
-                "symptom": str(result.failure),
-                "digest_state": str(state.digest_state),
-                "attempts": state.attempts,
-                "defer_reason": str(state.defer_reason),
-                "chunks_planned": result.chunks_planned,
-                "chunks_done": result.chunks_done,
-            },
-        )
-    built = result.graph
-    db.write_graph(built, run_id=context.run.run_id)
-    stats = built.stats
-    yield MaterializeResult(
-        metadata={
-            "session_id": session_id,
-            "digest_state": str(DigestStatus.DIGESTED),
-            "input_revision": revision,
-            "summary_source_tier": summary["source_tier"],
-            "evidence": "raw turns only",
-            "nodes": len(built.nodes),
-            "edges": len(built.edges),
-            "entities": stats.entities,
-            "relations": stats.relations,
-            "ungrounded_entities_dropped": stats.ungrounded_entities,
-            "relations_culled": stats.culled_relations,
-            "issues_discussed": built.issues,
-            "chunks": built.chunks,
-            "chunks_from_earlier_runs": result.chunks_resumed,
-            "model_seconds": round(result.model_seconds, 2),
-            "replies_cut_at_output_cap": built.cut_replies,
-            "prompt_window_tokens": prompt_window_tokens(limits, policy),
-            "chunk_content_budget_bytes": chunk_content_budget_bytes(limits, policy),
-            "graph": MetadataValue.md(_preview(built)),
-        }
+    outcome = digest_partition(
+        store.store(), model, run_facts(context), context.partition_key, graph.policy(), circuit.policy()
     )
+    if outcome.failure:
+        raise Failure(description=outcome.failure, metadata=outcome.metadata)
+    if outcome.not_digested:
+        what = "part-digested" if outcome.part_digested else "not digested"
+        not_done(context, outcome.session_id, what, outcome.not_digested, digested=False, **outcome.metadata)
+        return
+    yield MaterializeResult(metadata={**outcome.metadata, "graph": MetadataValue.md(_preview(outcome.graph))})

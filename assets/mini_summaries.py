@@ -1,15 +1,13 @@
-"""The `turn_mini_summaries` asset: thin over `digest.mini_summaries` (policy) and the store."""
+"""The `turn_mini_summaries` asset: maps its work's outcome (`assets/work/mini_summaries.py`) to what
+Dagster records."""
 
-from datetime import UTC, datetime
-
-from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, MetadataValue, asset
 
 from assets.partitions import sessions_partitions
-from assets.sessions import host_check, out_of_rotation_reason, raw_sessions, run_host, session_or_fail
-from digest.mini_summaries import FillReport, fill_mini_summaries, headed_for_degraded
-from digest.scheduling import now_ms
+from assets.sessions import raw_sessions, run_facts
+from assets.work.mini_summaries import MiniSummaryOutcome, fill_partition, iso
+from digest.mini_summaries import FillReport
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, MiniSummaryPolicyResource
-from resources.store import MiniSummaryLedger
 
 # Bump when the prompt or the output cleaning changes.
 MINI_SUMMARY_CODE_VERSION = "mini-summary-v1"
@@ -23,10 +21,6 @@ class MiniSummaryConfig(Config):
     # Set by the summary job: a session within the cap is summarized raw, so mini summaries would
     # cost model time there and change nothing; the mini-summary backfill fills them later.
     only_if_degraded: bool = False
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
 def _cell(text: str) -> str:
@@ -72,66 +66,40 @@ def turn_mini_summaries(
     no content, or that failed its last allowed attempt, is archived: it keeps its text and stays in
     the raw summary input, but is not tried again until un-archived.
     """
-    db = store.store()
-    session = session_or_fail(db, context.partition_key)
-    session_id = session["session_id"]
     policy = mini_summaries.policy()
-    # The summary's host: whether the session is headed for the degraded path depends on it.
-    host, _ = run_host(context, db, model, session_id)
+    outcome = fill_partition(
+        store.store(), model, run_facts(context), context.partition_key, policy, circuit.policy(),
+        only_if_degraded=config.only_if_degraded, ignore_backoff=config.ignore_backoff, log=context.log.info,
+    )  # fmt: skip
+    if outcome.failure:
+        raise Failure(outcome.failure)
+    return MaterializeResult(metadata=_metadata(outcome, policy.budget_s))
 
-    backoff_until_ms = db.mini_summary_backoff_until_ms(session_id)
-    if config.only_if_degraded and not headed_for_degraded(
-        session["raw_bytes"], session["turn_count"], model.limits(host, db)
-    ):
-        context.log.info(f"session {session_id!r} is within the raw cap: its summary needs no mini summaries")
-        report = FillReport()
-    elif backoff_until_ms is not None and backoff_until_ms > now_ms() and not config.ignore_backoff:
-        context.log.info(
-            f"session {session_id!r} made no progress last time; backing off until {_iso(backoff_until_ms)}"
-        )
-        report = FillReport()
-    else:
-        report = fill_mini_summaries(
-            db.pending_mini_summary_turns(session_id),
-            model.client(db, host=host),
-            model.limits(host, db),
-            policy,
-            MiniSummaryLedger(db, context.run.run_id, host=host, circuit=circuit.policy()),
-            pacer=model.pacer(db, host, policy.timeout_s),
-            host_available=host_check(db, host),
-        )
-        if report.host_out_of_rotation:
-            context.log.info(f"{out_of_rotation_reason(host)}; {report.left_for_later} turn(s) left for later")
-        backoff_until_ms = report.backoff_until_ms(now_ms())
-        db.record_backfill_run(
-            session_id, report.attempted, len(report.generated), backoff_until_ms, context.run.run_id
-        )
 
-    counts = db.mini_summary_counts(session_id)
-    return MaterializeResult(
-        metadata={
-            "session_id": session_id,
-            "host": host,
-            "pending_at_start": report.pending,
-            "attempted": report.attempted,
-            "generated": len(report.generated),
-            "failed": report.failed,
-            "archived_no_content": len(report.archived_no_content),
-            "archived_generation_timeout": len(report.archived_after_failures),
-            "causes": MetadataValue.json(report.cause_tally()),
-            "model_seconds": round(report.model_seconds, 2),
-            "budget_s": policy.budget_s,
-            "budget_exhausted": report.budget_exhausted,
-            "left_for_later": report.left_for_later,
-            "done_by_another_run": report.done_by_another_run,
-            "cut_at_output_cap": report.cut_at_output_cap,
-            "backoff_until": _iso(backoff_until_ms) if backoff_until_ms else "none",
-            "turns": counts["turns"],
-            "mini_summaries_imported": counts["imported"],
-            "mini_summaries_generated": counts["generated"],
-            "turns_archived": counts["archived"],
-            "turns_pending": counts["pending"],
-            "mini_summary_coverage": counts["with_mini_summary"] / counts["turns"] if counts["turns"] else 0.0,
-            "preview": MetadataValue.md(_preview(report)),
-        }
-    )
+def _metadata(outcome: MiniSummaryOutcome, budget_s: float) -> dict:
+    report, counts = outcome.report, outcome.counts
+    return {
+        "session_id": outcome.session_id,
+        "host": outcome.host,
+        "pending_at_start": report.pending,
+        "attempted": report.attempted,
+        "generated": len(report.generated),
+        "failed": report.failed,
+        "archived_no_content": len(report.archived_no_content),
+        "archived_generation_timeout": len(report.archived_after_failures),
+        "causes": MetadataValue.json(report.cause_tally()),
+        "model_seconds": round(report.model_seconds, 2),
+        "budget_s": budget_s,
+        "budget_exhausted": report.budget_exhausted,
+        "left_for_later": report.left_for_later,
+        "done_by_another_run": report.done_by_another_run,
+        "cut_at_output_cap": report.cut_at_output_cap,
+        "backoff_until": iso(outcome.backoff_until_ms) if outcome.backoff_until_ms else "none",
+        "turns": counts["turns"],
+        "mini_summaries_imported": counts["imported"],
+        "mini_summaries_generated": counts["generated"],
+        "turns_archived": counts["archived"],
+        "turns_pending": counts["pending"],
+        "mini_summary_coverage": counts["with_mini_summary"] / counts["turns"] if counts["turns"] else 0.0,
+        "preview": MetadataValue.md(_preview(report)),
+    }

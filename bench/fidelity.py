@@ -68,8 +68,10 @@ def policy(cap: str, home: Path, max_sessions: int) -> dict:
     from digest.settings import load_settings
     from pipelines import cli
     from pipelines.console import Output
+    from pipelines.instance import write_instance_config
 
     settings = load_settings(dict(os.environ))
+    write_instance_config(home / "dagster", settings)  # the instance the CLI would write, not Dagster's default
     memory = home / "memory-only"
     memory.mkdir(parents=True, exist_ok=True)
     for f in SAMPLES.glob("memory-backup-*.jsonl"):

@@ -1,7 +1,7 @@
 """Several model hosts, side by side in one run: throughput with 1, 2 and 4 hosts, the seed's
 pathology on a CPU host, and the DuckDB writer's headroom.
 
-Run: .venv/bin/python bench/hosts.py [--quick | --smoke]
+Run: .venv/bin/python bench/hosts.py [--quick | --smoke] [--writer]
 
 No real model: each host is a local OpenAI-protocol server (tests/model_server.py) that answers
 with a valid summary after prompt tokens / prompt rate + completion tokens / generation rate,
@@ -21,7 +21,9 @@ cancel a request whose connection closed).
    50 prompt tokens/s) with the raw cap off, on (8192), and on with a long-context GPU host
    beside it; the three cases run at the same time, each on its own store and servers;
 3. the DuckDB writer: a summary run's store work (no model time) from several threads and
-   several processes at once, against what N hosts need.
+   several processes at once, against what N hosts need; side by side, each store method on its
+   own connection (the code before) and the run's own work, `summarize_partition`, on one held
+   connection a phase (`--writer`: only this, a minute or two).
 
 Sessions are assigned to hosts by the project's selection, as the summary sensor does: a tick
 every 60 simulated seconds (the sensor's interval) asks for the next batch, with the sessions
@@ -52,13 +54,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/ (the export generator and the model server) is not installed
 
+from assets.work.runs import RunFacts  # noqa: E402
+from assets.work.sessions import summarize_partition  # noqa: E402
 from digest.circuit import CircuitPolicy  # noqa: E402
 from digest.hosts import Fleet, HostSpec  # noqa: E402
 from digest.ingest import ingest_paths  # noqa: E402
 from digest.model_api import ChatReply, ModelError  # noqa: E402
 from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms  # noqa: E402
+from digest.settings import load_settings  # noqa: E402
 from digest.synthesis import Limits, estimate_raw_tokens, summarize_session  # noqa: E402
+from pipelines.definitions import resource_config  # noqa: E402
 from pipelines.selection import hosts_in_rotation, next_summary_batch  # noqa: E402
+from pipelines.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG  # noqa: E402
+from resources.bindings import ChatModelResource  # noqa: E402
 from resources.model_clients import OpenAIChatClient  # noqa: E402
 from resources.response_cache import CachedChatClient  # noqa: E402
 from resources.store import DigestStore, RunLedger  # noqa: E402
@@ -165,7 +173,7 @@ class BenchStore(DigestStore):
     """The store as the bench's threads share it: one connection at a time in this process (the
     exclusion DuckDB's file lock gives a run's process; two threads of one process opening and
     closing the file at once can fail with DuckDB 1.5's "Unique file handle conflict"), each
-    counted (read or write, each one takes the file's lock)."""
+    opening of the file counted (read or write, each one takes the file's lock)."""
 
     _locks: dict[Path, threading.RLock] = {}
 
@@ -177,9 +185,12 @@ class BenchStore(DigestStore):
     @contextmanager
     def connect(self, read_only: bool = False):
         with self._lock:
-            self.connections += 1
             with super().connect(read_only) as con:
                 yield con
+
+    def _open(self, read_only: bool):
+        self.connections += 1
+        return super()._open(read_only)
 
 
 # --- one summary run's work, as the session_summaries asset does it -------------------------------
@@ -195,7 +206,8 @@ class Job:
 
 def summary_run(store: DigestStore, client, limits: Limits, job: Job, run_id: str) -> None:
     """The store work of one `session_summaries` run around its model calls, in its order, with
-    DIGEST_RESPONSE_CACHE=off (the sequence with the most writes: the staged reply is dropped)."""
+    DIGEST_RESPONSE_CACHE=off (the sequence with the most writes: the staged reply is dropped),
+    each store method on a connection of its own (the writer's "per method" side)."""
     session = store.session_by_partition(job.partition_key)
     session_id, revision = session["session_id"], session["input_revision"]
     store.summary_row(session_id)  # the asset's check for an imported summary of these turns
@@ -423,39 +435,75 @@ class InstantClient:
         tokens = math.ceil(len(prompt.encode("utf-8")) / SERVER_BYTES_PER_TOKEN)
         return ChatReply(REPLY.content, tokens, COMPLETION_TOKENS, duration_s=0.0, finish_reason="stop")
 
+    def count_tokens(self, text: str) -> int | None:
+        return None  # no tokenizer: the estimate routes
 
-def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, tag: str) -> None:
-    """Summary runs back to back for `seconds` after every writer is ready; (runs, connections, errors)."""
+
+class InstantModel(ChatModelResource):
+    """The model resource whose hosts all answer at once (`InstantClient`)."""
+
+    def _provider_client(self, spec: HostSpec) -> InstantClient:
+        return InstantClient()
+
+
+def instant_model(home: str) -> InstantModel:
+    """One host as the writer's "per method" side has it: context 131,072, raw cap 8192, 3 bytes a
+    token, no response cache (the staged reply dropped: the most writes)."""
+    settings = load_settings(
+        {
+            "DIGEST_HOME": home,
+            "DIGEST_MODEL_PROVIDER": "openai",
+            "DIGEST_CONTEXT_LIMIT_TOKENS": "131072",
+            "DIGEST_RAW_CAP_TOKENS": "8192",
+            "DIGEST_BYTES_PER_TOKEN": "3",
+            "DIGEST_RESPONSE_CACHE": "off",
+        }
+    )
+    return InstantModel(**resource_config(settings, ChatModelResource))
+
+
+def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, tag: str, side: str) -> None:
+    """Summary runs back to back for `seconds` after every writer is ready; (runs, connections, errors).
+    `side`: "per method", the store work of a run with each method on its own connection
+    (`summary_run`, the code before one connection per phase); "held", the run's own work
+    (`summarize_partition`: one held connection before the model call and one after)."""
     store = BenchStore(path)
     limits = fleet([cpu_host("writer")], 1.0).limits()
     client = InstantClient()
+    model = instant_model(str(Path(path).parent))
+    host = model.fleet().host().name
+    tags = {MODEL_HOST_TAG: host, MODEL_HOST_REASON_TAG: "bench"}  # placed, as a sweep's run is
     runs, errors = 0, 0
     barrier.wait()
     stop = time.perf_counter() + seconds
     while time.perf_counter() < stop:
-        job = Job(keys[runs % len(keys)], "writer", "bench", 0.0)
+        key, run_id = keys[runs % len(keys)], f"{tag}-{runs}"
         try:
-            summary_run(store, client, limits, job, f"{tag}-{runs}")
+            if side == "held":
+                outcome = summarize_partition(store, model, RunFacts(run_id, tags), key, SweepPolicy(), CircuitPolicy())
+                assert outcome.row is not None, outcome
+            else:
+                summary_run(store, client, limits, Job(key, "writer", "bench", 0.0), run_id)
         except Exception:  # a lock wait past LOCK_WAIT_S, a conflict: counted
             errors += 1
         runs += 1
     results.put((runs, store.connections, errors))
 
 
-def writer_headroom(path: Path, workers: int, mode: str, seconds: float) -> dict:
+def writer_headroom(path: Path, workers: int, mode: str, seconds: float, side: str = "per method") -> dict:
     keys = DigestStore(path).partition_keys()
     slices = [keys[i::workers] for i in range(workers)]
     if mode == "threads":
         barrier, results = threading.Barrier(workers + 1), queue.Queue()
         starters = [
-            threading.Thread(target=writer_loop, args=(str(path), s, seconds, barrier, results, f"t{i}"))
+            threading.Thread(target=writer_loop, args=(str(path), s, seconds, barrier, results, f"t{i}", side))
             for i, s in enumerate(slices)
         ]
     else:
         context = multiprocessing.get_context("spawn")
         barrier, results = context.Barrier(workers + 1), context.Queue()
         starters = [
-            context.Process(target=writer_loop, args=(str(path), s, seconds, barrier, results, f"p{i}"))
+            context.Process(target=writer_loop, args=(str(path), s, seconds, barrier, results, f"p{i}", side))
             for i, s in enumerate(slices)
         ]
     for s in starters:
@@ -466,6 +514,7 @@ def writer_headroom(path: Path, workers: int, mode: str, seconds: float) -> dict
         s.join()
     runs = sum(r[0] for r in rows)
     return {
+        "side": side,
         "mode": mode,
         "workers": workers,
         "runs": runs,
@@ -473,6 +522,34 @@ def writer_headroom(path: Path, workers: int, mode: str, seconds: float) -> dict
         "connections_per_run": sum(r[1] for r in rows) / max(1, runs),
         "errors": sum(r[2] for r in rows),
     }
+
+
+def measure_writer(path: Path, seconds: float, processes: list[int]) -> list[dict]:
+    """Both sides from threads of one process and from separate processes (a Dagster run is a
+    process), each on the same file; printed as a table."""
+    measured = []
+    for side in ("per method", "held"):
+        for mode, counts in (("threads", [1, 4]), ("processes", processes)):
+            for workers in counts:
+                measured.append(writer_headroom(path, workers, mode, seconds, side))
+    print(f"\n3. The DuckDB writer: summary runs back to back, no model time, {seconds:g} s each")
+    print(
+        table(
+            ["side", "writers", "runs", "runs/s", "connections/run", "errors"],
+            [
+                [
+                    m["side"],
+                    f"{m['workers']} {m['mode']}",
+                    m["runs"],
+                    f"{m['runs_per_s']:.1f}",
+                    f"{m['connections_per_run']:.1f}",
+                    m["errors"],
+                ]
+                for m in measured
+            ],
+        )
+    )
+    return measured
 
 
 # --- the report -------------------------------------------------------------------------------------
@@ -499,6 +576,7 @@ def main() -> None:
     parser.add_argument(
         "--smoke", action="store_true", help="the smallest size, for the test suite (its figures mean little)"
     )
+    parser.add_argument("--writer", action="store_true", help="only the DuckDB writer (3.), on the typical corpus")
     args = parser.parse_args()
     size = "smoke" if args.smoke else "quick" if args.quick else "full"
     throughput_scale = {"full": 50.0, "quick": 100.0, "smoke": 1000.0}[size]
@@ -516,6 +594,10 @@ def main() -> None:
         typical = write_corpus(
             root / "typical", [(typical_per_class, turns, 1200) for turns in (4, 6, 8, 10, 12)], root / "typical.duckdb"
         )
+        if args.writer:
+            print(f"typical corpus: {sizes_line(corpus_sizes(typical))}")
+            measure_writer(root / "typical.duckdb", writer_seconds, writer_processes)
+            return
         big = [(1, round(tokens * 3 / 4000), 4000) for tokens in large_tokens]
         heavy = write_corpus(
             root / "heavy", [(small_per_class, t, 1200) for t in (4, 6, 8, 10, 12, 14)] + big, root / "heavy.duckdb"
@@ -627,28 +709,9 @@ def main() -> None:
         )
 
         # 3. the DuckDB writer
-        measured = []
-        for mode, counts in (("threads", [1, 4]), ("processes", writer_processes)):
-            for workers in counts:
-                measured.append(writer_headroom(root / "writer.duckdb", workers, mode, writer_seconds))
-        print(f"\n3. The DuckDB writer: summary runs back to back, no model time, {writer_seconds:g} s each")
-        print(
-            table(
-                ["writers", "runs", "runs/s", "connections/run", "errors"],
-                [
-                    [
-                        f"{m['workers']} {m['mode']}",
-                        m["runs"],
-                        f"{m['runs_per_s']:.1f}",
-                        f"{m['connections_per_run']:.1f}",
-                        m["errors"],
-                    ]
-                    for m in measured
-                ],
-            )
-        )
+        measured = measure_writer(root / "writer.duckdb", writer_seconds, writer_processes)
         per_host_s = per_hour[0] / 3600
-        processes = [m for m in measured if m["mode"] == "processes"]
+        processes = [m for m in measured if m["mode"] == "processes" and m["side"] == "held"]
         rows = []
         for n in (1, 2, 4, 16):
             sustained = max((m for m in processes if m["workers"] <= n), key=lambda m: m["workers"])

@@ -31,6 +31,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -38,10 +39,14 @@ from typing import Protocol
 from digest.synthesis import SourceTier
 from digest.turns import compose_document, parse_timestamp_ms
 
-# Rows and line bytes per write: every write opens the file and checkpoints it on close, which
-# costs about half a second at a few hundred thousand turns, so batches are large but bounded.
+# Rows and line bytes per write: large, since each is one transaction, but bounded (memory).
 BATCH_ROWS = 20_000
 BATCH_BYTES = 64 << 20
+# A file's batches share one held connection for this many line bytes, then let it go: the store
+# is checkpointed then (`Ingest.write_turns`), and each checkpoint rewrites the last, partly filled
+# row group, while a writer that never let go would keep other processes waiting the whole ingest
+# (they wait up to the store's LOCK_WAIT_S; 512 MB is about 25 s here).
+HOLD_BYTES = 512 << 20
 MAX_VECTOR_PROBLEMS = 20
 EXCERPT_CHARS = 200
 READ_BUFFER_BYTES = 1 << 20
@@ -74,6 +79,8 @@ class Sink(Protocol):
     def write_rejects(self, rows: list[dict]) -> None: ...
     def clear_rejects(self, source_file: str, line_nos: list[int]) -> None: ...  # lines now kept
     def session_rows(self, session_ids: Iterable[str]) -> list[dict]: ...
+    def held(self) -> AbstractContextManager[None]: ...  # one connection for the writes inside
+    def released(self) -> AbstractContextManager[None]: ...  # that connection let go (checkpointed)
 
 
 @dataclass
@@ -564,9 +571,11 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
     rejects: list[dict] = []
     kept: list[int] = []  # line numbers kept: a reject of one from an earlier read (half-written) goes
     batch_bytes = 0
+    held_bytes = 0
 
     def flush() -> None:
-        nonlocal batch_bytes
+        nonlocal batch_bytes, held_bytes
+        held_bytes += batch_bytes
         batch_bytes = 0
         touched.update(r["session_id"] for r in turns)
         touched.update(sink.write_turns(turns))
@@ -577,6 +586,9 @@ def ingest_file(path: Path, sink: Sink, touched: set[str], seen: dict) -> FileRe
         sink.write_rejects(rejects)
         for batch in (turns, minis, summaries, graph["node"], graph["edge"], rejects, kept):
             batch.clear()
+        if held_bytes >= HOLD_BYTES:
+            with sink.released():  # other processes write in between; the next batch opens again
+                held_bytes = 0
 
     def vector(cut: str | None) -> str | None:
         if cut is None:
@@ -683,7 +695,8 @@ def ingest_paths(paths: Iterable[str | Path], sink: Sink) -> IngestReport:
     seen: dict = {}
     # A file named twice (or inside a folder also named) is read once: its lines would supersede themselves.
     for path in dict.fromkeys(p.resolve() for p in discover(paths)):
-        report.files.append(ingest_file(path, sink, touched, seen))
+        with sink.held():
+            report.files.append(ingest_file(path, sink, touched, seen))
     # Each batch of turns brought its sessions' rows up to date as it was written: read them back.
     report.sessions = sink.session_rows(touched)
     report.emptied = sorted(touched - {s["session_id"] for s in report.sessions})

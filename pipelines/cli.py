@@ -280,7 +280,7 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
     DuckDB) are written first, with no model call. Then the summary sensor's selection and budget,
     run now: one Dagster run per session. A session another sweep running at the same time has
     summarized meanwhile gets no run, or its run no model call (counted in `nothing_to_do`)."""
-    from assets.sessions import nothing_to_summarize
+    from assets.work.sessions import nothing_to_summarize
     from pipelines.interrupted_runs import close_interrupted_runs
     from pipelines.sensors import summary_run_tags
 

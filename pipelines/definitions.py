@@ -71,17 +71,18 @@ def bound(env: str, value: Any) -> Any:
     return value
 
 
+def resource_config(settings: Settings, resource_type: type[ConfigurableResource]) -> dict[str, Any]:
+    """The resource's fields, each bound to the setting of the same name (`resources.bindings.configured_by`)."""
+    config = {}
+    for name, field in resource_type.model_fields.items():
+        env = field.json_schema_extra["env"]
+        value = settings.value(setting_of(env, name))
+        config[name] = bound(env, str(value) if isinstance(value, Path) else value)
+    return config
+
+
 def build_resources(settings: Settings) -> dict[str, ConfigurableResource]:
-    """Each resource field, bound to the setting of the same name (`resources.bindings.configured_by`)."""
-    resources = {}
-    for key, resource_type in RESOURCES.items():
-        config = {}
-        for name, field in resource_type.model_fields.items():
-            env = field.json_schema_extra["env"]
-            value = settings.value(setting_of(env, name))
-            config[name] = bound(env, str(value) if isinstance(value, Path) else value)
-        resources[key] = resource_type(**config)
-    return resources
+    return {key: resource_type(**resource_config(settings, resource_type)) for key, resource_type in RESOURCES.items()}
 
 
 def build_definitions(settings: Settings) -> Definitions:

@@ -266,6 +266,11 @@ def summary_sensor(
     newest first with a share for the oldest, idle sessions only, failures in backoff skipped, each
     placed on a model host in rotation."""
     db = store.store()
+    with db.held():  # the tick's reads, and a probe taken, on one connection
+        return summary_tick(context, db, model, sweep, circuit)
+
+
+def summary_tick(context: SensorEvaluationContext, db, model: ChatModelResource, sweep, circuit) -> SensorResult:
     policy = sweep.policy()
     try:
         fleet, now = model.fleet(), now_ms()
@@ -330,8 +335,13 @@ def mini_summary_sensor(
     sessions in their no-progress backoff wait."""
     if in_flight_partitions(context.instance, fill_mini_summaries_job.name):
         return SkipReason("a mini-summary backfill run is still going")
-    policy = mini_summaries.policy()
-    db, fleet = store.store(), model.fleet()
+    db = store.store()
+    with db.held():
+        return mini_summary_tick(context, db, model, mini_summaries, circuit)
+
+
+def mini_summary_tick(context: SensorEvaluationContext, db, model: ChatModelResource, mini_summaries, circuit):
+    policy, fleet = mini_summaries.policy(), model.fleet()
     keys = db.pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
     if not keys:
         return SkipReason("no turn needs a mini summary (or the sessions that do are backing off)")
@@ -359,7 +369,13 @@ def digest_sensor(
     `DIGEST_GRAPH_BATCH_SESSIONS` a tick, `DIGEST_GRAPH_FRESH_RESERVE` of them the newest and the
     rest the oldest; undigestible sessions and sessions whose turns changed since their summary
     are left out, and so are those already queued or running."""
-    policy, db, fleet = graph.policy(), store.store(), model.fleet()
+    db = store.store()
+    with db.held():
+        return digest_tick(context, db, model, graph, circuit)
+
+
+def digest_tick(context: SensorEvaluationContext, db, model: ChatModelResource, graph, circuit):
+    policy, fleet = graph.policy(), model.fleet()
     keys = db.pending_digest_keys(
         policy.fresh_reserve, policy.batch_sessions, exclude=in_flight_partitions(context.instance, digest_job.name)
     )

@@ -3,6 +3,7 @@ policies. Each field is one setting of `digest.settings.SETTINGS`, under the set
 declared with `configured_by` (its variable, and its doc for the UI's Resources page); the values
 are bound where the definitions are built (`pipelines.definitions`)."""
 
+from contextlib import nullcontext
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -103,9 +104,12 @@ class ChatModelResource(ConfigurableResource):
         cache. `session`: the (session id, input revision) a summary's replies are staged for, so a
         rerun after a crash finishes from them even with reuse off."""
         spec = self.fleet().host(host)
-        inner = self._provider_client(spec)
         if store is None:
-            return inner
+            return self._provider_client(spec)
+        # Starting an embedded server takes seconds: not with a run's store connection held.
+        starts_server = spec.provider == "embedded" and not spec.url and spec.name not in self._servers
+        with store.released() if starts_server else nullcontext():
+            inner = self._provider_client(spec)
         # What the server sees besides the model, prompt, schema and output cap (added per call).
         wire = {"provider": spec.provider}
         if spec.provider == "ollama":

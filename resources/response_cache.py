@@ -12,6 +12,10 @@ a non-empty plain reply): a failure is never replayed. Errors and timeouts raise
 the table. With reuse off (`DIGEST_RESPONSE_CACHE=off`) the staging job stays: a reply tagged with
 its session is read back only by that session's rerun at the same turns, and the summary run drops
 it once the summary is written.
+
+A run that holds the store's connection (`Connection.held`) has it let go for each model call and
+tokenizer count here, the one place every call of a run passes through, so the file is never held
+while the model works.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from digest.graph import extraction_json_schema, parse_extraction
@@ -30,6 +35,8 @@ class ReplyStore(Protocol):
     def cached_reply(self, key: str, session: tuple[str, str] | None) -> ChatReply | None: ...
 
     def save_reply(self, key: str, model: str, reply: ChatReply, session: tuple[str, str] | None) -> None: ...
+
+    def released(self) -> AbstractContextManager[None]: ...
 
 
 def _canonical(value: object) -> str:
@@ -98,13 +105,15 @@ class CachedChatClient:
         """A cached reply is replayed with no model time and no first token (`first_token_s` None)."""
         limits = {"max_output_tokens": max_output_tokens, "timeout_s": timeout_s, "stall_s": stall_s}
         if not self.reuse and self.session is None:
-            return self.inner.chat(prompt, schema=schema, **limits)
+            with self.store.released():
+                return self.inner.chat(prompt, schema=schema, **limits)
         key = request_key(self.model, {**self.wire, "max_output_tokens": max_output_tokens}, prompt, schema)
         # Reuse off: only this session's own staged reply, from a run that died before finishing.
         cached = self.store.cached_reply(key, None if self.reuse else self.session)
         if cached is not None:
             return cached
-        reply = self.inner.chat(prompt, schema=schema, **limits)
+        with self.store.released():
+            reply = self.inner.chat(prompt, schema=schema, **limits)
         # A reply cut at the output cap is refused by the summary, and salvaged by the graph only in part.
         if reply.finish_reason != "length" and usable_reply(reply.text, schema):
             self.store.save_reply(key, self.model, reply, self.session)
@@ -112,4 +121,5 @@ class CachedChatClient:
 
     def count_tokens(self, text: str) -> int | None:
         """The inner client's tokenizer count: never cached, it is a quick call that routes one session."""
-        return self.inner.count_tokens(text)
+        with self.store.released():
+            return self.inner.count_tokens(text)

@@ -46,6 +46,7 @@ TIERS = {
     "test_settings_load": "integration",
     "test_store": "integration",
     "test_streaming_waits": "integration",
+    "test_work": "integration",
     # smoke: every benchmark in bench/ at its smallest size, in a subprocess
     "test_bench_smoke": "smoke",
     # embedded: the real SmolLM2 model under llama.cpp

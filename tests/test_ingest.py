@@ -730,6 +730,28 @@ def test_more_lines_than_a_batch_ingest_every_row_exactly_once(db, tmp_path, mon
     assert report.turns == 11
 
 
+@pytest.mark.parametrize("hold_bytes, opens", [(1 << 30, 1), (1, 4)])
+def test_a_files_batches_share_one_connection_until_the_hold_is_spent(db, tmp_path, monkeypatch, hold_bytes, opens):
+    """Each open of the file while writing is a close and a checkpoint later, which rewrites the
+    last row group: one connection for the file's batches, let go every HOLD_BYTES of lines."""
+    import duckdb
+
+    monkeypatch.setattr(ingest_module, "BATCH_ROWS", 3)
+    monkeypatch.setattr(ingest_module, "HOLD_BYTES", hold_bytes)
+    path = write_jsonl(
+        tmp_path / "memory-backup-hold.jsonl", [memory_row(f"t{i:02d}", "s", 1_000 + i) for i in range(12)]
+    )
+    db.migrate()
+    connect, counted = duckdb.connect, []
+    monkeypatch.setattr(duckdb, "connect", lambda *a, **k: counted.append(a) or connect(*a, **k))
+
+    report = ingest_paths([path], db)
+
+    # The file's opens, and one for reading the sessions back after it.
+    assert len(counted) == opens + 1
+    assert report.turns == 12 and rows(db, "SELECT count(*) AS n FROM turns")[0]["n"] == 12
+
+
 def test_a_folder_ingests_every_jsonl_in_it(db, tmp_path):
     bundle = write_bundle(tmp_path / "bundle")
     (bundle / "notes.txt").write_text("not a bundle file\n")

@@ -11,7 +11,7 @@ import time
 import pytest
 from dagster import instance_for_test
 
-from assets.sessions import nothing_to_summarize
+from assets.work.sessions import nothing_to_summarize
 from digest.graph import GraphPolicy, after_failure, digest_session
 from digest.hosts import DEFAULT_HOST
 from digest.settings import load_settings

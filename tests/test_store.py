@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import duckdb
 import pytest
@@ -63,3 +64,49 @@ def test_a_store_file_deleted_since_is_migrated_again(tmp_path):
     path.with_name(path.name + ".wal").unlink(missing_ok=True)
 
     assert resource.store().status()["pending_summaries"] == 0  # the tables are there again
+
+
+@pytest.fixture
+def opened(monkeypatch) -> list[str]:
+    """The paths this process opens with duckdb.connect from here on."""
+    paths, real = [], duckdb.connect
+
+    def connect(path, *args, **kwargs):
+        paths.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(duckdb, "connect", connect)
+    return paths
+
+
+def test_a_held_scope_opens_the_file_once_and_a_failed_transaction_leaves_it_usable(store, opened):
+    with store.held():
+        store.claim_summary_lease("s1", "run-1", 0, 60)
+        with pytest.raises(duckdb.ConstraintException), store.transaction() as con:
+            con.execute("INSERT INTO summary_leases VALUES ('s2', 'run-1', 1)")
+            con.execute("INSERT INTO summary_leases VALUES ('s2', 'run-2', 1)")  # the key twice
+        with store.transaction() as outer:
+            outer.execute("INSERT INTO summary_leases VALUES ('s3', 'run-1', 1)")
+            with store.transaction() as inner:  # joins the outer one: DuckDB nests none
+                inner.execute("INSERT INTO summary_leases VALUES ('s4', 'run-1', 1)")
+        with store.held():  # the outer scope's connection
+            leases = store.query("SELECT session_id FROM summary_leases ORDER BY 1")["session_id"].tolist()
+    assert leases == ["s1", "s3", "s4"]  # the failed one rolled back, the nested one committed with its outer
+    assert len(opened) == 1
+    store.release_summary_lease("s1", "run-1")  # outside the scope: a connection of its own
+    assert len(opened) == 2
+
+
+def test_released_lets_the_held_connection_go_and_another_thread_opens_its_own(store, opened):
+    seen = []
+    with store.held():
+        store.summary_row("s1")
+        with store.released():
+            worker = threading.Thread(target=lambda: seen.append(store.summary_row("s1")))
+            worker.start()
+            worker.join()
+        store.summary_row("s1")  # opened again after the call
+        with store.transaction(), pytest.raises(RuntimeError, match="across a model call"), store.released():
+            pass
+        store.summary_row("s1")  # still the held connection, its transaction ended
+    assert seen == [None] and len(opened) == 3

@@ -2,8 +2,8 @@
 ledger. One module per feature, each with its SQL beside its code, in the order one session
 passes through them:
 
-- `connection.py`     the file: connections that wait out another process's lock, transactions,
-                      `migrate` (the tables are `schema.sql`)
+- `connection.py`     the file: connections that wait out another process's lock, a run's held
+                      connection, transactions, `migrate` (the tables are `schema.sql`)
 - `migrations.py`     the numbered migrations `migrate` runs past a store's version (how to add one)
 - `summary_row.py`    the one definition of the `session_summaries` row: its DDL, column lists, metadata
 - `ingest.py`         bundle → turns: the export's turns, mini summaries, summaries and rejected lines

@@ -4,6 +4,11 @@ and the schema (`schema.sql`, `summary_row.py`) with its numbered migrations (`m
 DuckDB allows one writer per file across processes, so every method opens a connection, does a
 short piece of work and closes it: no connection is ever held across a model call. Opening
 retries while another process holds the lock, so concurrent runs wait instead of failing.
+
+A run's phase holds one connection instead (`held`): an open costs about 90 ms here (the close
+checkpoints), a statement on an open connection a few, and a summary run used to open the file
+some 35 times. The held connection is let go around each model call (`released`), so other
+processes write while the model works.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
@@ -81,6 +87,33 @@ class StoreUnreadable(RuntimeError):
         )
 
 
+def _commit(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("COMMIT")
+    except duckdb.Error:
+        # A commit that fails (a write conflict) leaves its transaction aborted: end it, so a held
+        # connection takes the next statement.
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass  # DuckDB ended it already
+        raise
+
+
+@dataclass
+class _Held:
+    """One thread's held connection: opened at its first use, closed when let go."""
+
+    con: duckdb.DuckDBPyConnection | None = None
+    in_transaction: bool = False
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+
+
 class Connection:
     """The file and its connections; every feature's part of `DigestStore` builds on this."""
 
@@ -88,19 +121,63 @@ class Connection:
         self.path = Path(path)
         # Every connection read-only: a command that only reads (`status`) needs no writable disk.
         self.read_only = read_only
+        # By thread: a DuckDB connection is not for two threads at once, so another thread's
+        # methods open their own short connections while this one holds.
+        self._held: dict[int, _Held] = {}
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Within this scope, this thread's `connect` and `transaction` share one connection,
+        opened at the first use and closed at the end (or by `released`). A scope inside another
+        is the outer one's. Never hold one across a model call: `released` lets it go for one."""
+        thread = threading.get_ident()
+        if thread in self._held:
+            yield
+            return
+        self._held[thread] = held = _Held()
+        try:
+            yield
+        finally:
+            del self._held[thread]
+            held.close()
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """No connection held for the scope (a model call), so other processes can write meanwhile;
+        the next use opens one again. Every thread's held connection is let go: a mini-summary call
+        runs in a worker thread while the holding thread waits for it."""
+        for held in list(self._held.values()):
+            if held.in_transaction:
+                raise RuntimeError("a transaction cannot be held open across a model call")
+            with held.lock:  # not while its thread is in a statement
+                held.close()
+        yield
 
     @contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A short-lived connection; waits (with backoff) while another process holds the file."""
-        read_only = read_only or self.read_only
+        """A short-lived connection, or the held one (see `held`; it reads and writes alike);
+        waits (with backoff) while another process holds the file."""
+        held = self._held.get(threading.get_ident())
+        if held is not None:
+            with held.lock:
+                if held.con is None:
+                    held.con = self._open(self.read_only)
+                yield held.con
+            return
+        con = self._open(read_only or self.read_only)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + LOCK_WAIT_S
         retries = 0
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=read_only)
-                break
+                return duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.IOException as exc:
                 # Another process holds the file: "Could not set lock on file ...: Conflicting lock ...".
                 if "could not set lock" not in str(exc).lower():
@@ -113,21 +190,29 @@ class Connection:
                 time.sleep(doubling_backoff_s(retries, 0.05, 2.0))
             except duckdb.Error as exc:  # a damaged file: DuckDB raises its base error
                 raise StoreUnreadable(self.path, exc) from exc
-        try:
-            yield con
-        finally:
-            con.close()
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One transaction. On the held connection one inside another joins it (DuckDB nests
+        none), and a failed one is rolled back, leaving the connection usable."""
+        held = self._held.get(threading.get_ident())
         with self.connect() as con:
+            if held is not None and held.in_transaction:
+                yield con
+                return
             con.execute("BEGIN TRANSACTION")
+            if held is not None:
+                held.in_transaction = True
             try:
                 yield con
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
-            con.execute("COMMIT")
+            else:
+                _commit(con)
+            finally:
+                if held is not None:
+                    held.in_transaction = False
 
     def migrate(self) -> None:
         """Create what is missing, then run the numbered migrations past the store's version
