@@ -18,8 +18,9 @@ test: $(VENV)
 	.venv/bin/python -m pytest
 
 # The unit tier alone (tests/conftest.py TIERS): pure functions, DuckDB, a local HTTP server.
+# No unit test uses hypothesis, and its plugin imports all of it at the end (a second of CPU).
 test-fast: $(VENV)
-	.venv/bin/python -m pytest -m unit -q
+	.venv/bin/python -m pytest -m unit -q -p no:hypothesispytest
 
 # ruff: lint and format check ([tool.ruff] in pyproject.toml).
 lint: $(VENV)

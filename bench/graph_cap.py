@@ -60,6 +60,8 @@ def main() -> None:
     parser.add_argument("--kilobytes", type=int, default=90)
     args = parser.parse_args()
     settings = load_settings({"DIGEST_MODEL_PROVIDER": "ollama", "DIGEST_RAW_CAP_TOKENS": args.cap})
+    # The bounds resolve the bytes per token (pinned, else the default: no ledger here).
+    limits = settings.limits()
     turns = session(args.kilobytes)
     summary = {"title": "bench", "category": "other", "source_tier": "miniSummary", "degraded": True,
                "raw_canonical": True, "input_revision": input_revision(turns), "summary": ""}  # fmt: skip
@@ -67,10 +69,10 @@ def main() -> None:
         store = DigestStore(Path(tmp) / "bench.duckdb")
         store.migrate()
         client = OllamaChatClient(server.url, settings.model_name, num_ctx=settings.context_limit_tokens)
-        result = digest_session(turns, summary, client, settings.limits(), settings.graph, RunLedger(store, "bench"))
+        result = digest_session(turns, summary, client, limits, settings.graph, RunLedger(store, "bench"))
         sizes = [len(r.prompt.encode("utf-8")) for r in server.chat_requests()]
     largest = max(sizes)
-    tokens = math.ceil(largest / settings.bytes_per_token)
+    tokens = math.ceil(largest / limits.bytes_per_token)
     print(f"session: {len(turns)} turns, {sum(len(t.document.encode()) for t in turns):,} bytes of documents; "
           f"context {settings.context_limit_tokens}, DIGEST_RAW_CAP_TOKENS={args.cap}")  # fmt: skip
     print(f"graph calls: {len(sizes)} (digested: {result.graph is not None})")

@@ -1,7 +1,7 @@
 """Several model hosts, side by side in one run: throughput with 1, 2 and 4 hosts, the seed's
 pathology on a CPU host, and the DuckDB writer's headroom.
 
-Run: .venv/bin/python bench/hosts.py [--quick] [--writer]
+Run: .venv/bin/python bench/hosts.py [--quick | --smoke] [--writer]
 
 No real model: each host is a local OpenAI-protocol server (tests/model_server.py) that answers
 with a valid summary after prompt tokens / prompt rate + completion tokens / generation rate,
@@ -575,15 +575,19 @@ def sizes_line(sizes: list[int]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a smaller corpus and faster clocks (about 4 min)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the smallest size, for the test suite (its figures mean little)"
+    )
     parser.add_argument("--writer", action="store_true", help="only the DuckDB writer (3.), on the typical corpus")
     args = parser.parse_args()
-    quick = args.quick
-    throughput_scale = 100.0 if quick else 50.0
-    pathology_scale = 60.0 if quick else 40.0
-    typical_per_class = 4 if quick else 8  # x 5 size classes
-    small_per_class = 2 if quick else 4  # x 6 size classes, beside the 4 large sessions
-    writer_seconds = 3.0 if quick else 5.0
-    writer_processes = [1, 4] if quick else [1, 4, 16]
+    size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    throughput_scale = {"full": 50.0, "quick": 100.0, "smoke": 1000.0}[size]
+    pathology_scale = {"full": 40.0, "quick": 60.0, "smoke": 1000.0}[size]
+    typical_per_class = {"full": 8, "quick": 4, "smoke": 1}[size]  # x 5 size classes
+    small_per_class = {"full": 4, "quick": 2, "smoke": 1}[size]  # x 6 size classes, beside the large sessions
+    large_tokens = (50_000,) if size == "smoke" else (50_000, 70_000, 95_000, 120_000)
+    writer_seconds = {"full": 5.0, "quick": 3.0, "smoke": 0.5}[size]
+    writer_processes = {"full": [1, 4, 16], "quick": [1, 4], "smoke": [1]}[size]
 
     (ROOT / "bench" / "out").mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=ROOT / "bench" / "out") as tmp:
@@ -596,7 +600,7 @@ def main() -> None:
             print(f"typical corpus: {sizes_line(corpus_sizes(typical))}")
             measure_writer(root / "typical.duckdb", writer_seconds, writer_processes)
             return
-        big = [(1, round(tokens * 3 / 4000), 4000) for tokens in (50_000, 70_000, 95_000, 120_000)]
+        big = [(1, round(tokens * 3 / 4000), 4000) for tokens in large_tokens]
         heavy = write_corpus(
             root / "heavy", [(small_per_class, t, 1200) for t in (4, 6, 8, 10, 12, 14)] + big, root / "heavy.duckdb"
         )

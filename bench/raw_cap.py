@@ -1,6 +1,6 @@
 """What the raw-synthesis cap saves, on the real embedded model (SmolLM2 under llama.cpp).
 
-Run: .venv/bin/python bench/raw_cap.py [--cap 2048] [--sessions 16]
+Run: .venv/bin/python bench/raw_cap.py [--cap 2048] [--sessions 16]   # --smoke: two sessions, for the test suite
 
 One seeded corpus with a heavy-tailed size distribution (most sessions small, a few over the
 cap, one near the context limit), summarized three times by the same server:
@@ -33,10 +33,15 @@ WORDS = (
 ).split()
 
 
-def corpus(sessions: int, seed: int = 5) -> list[list[Turn]]:
-    """Session sizes in estimated tokens: mostly 300-1500, a few 3000-6000, one near 7000."""
+LARGE_TOKENS = (3000, 4500, 5800, 6700)
+SMOKE_LARGE_TOKENS = (2500,)  # one session, over the default cap
+
+
+def corpus(sessions: int, seed: int = 5, large: tuple[int, ...] = LARGE_TOKENS) -> list[list[Turn]]:
+    """Session sizes in estimated tokens: mostly 300-1500, then the `large` ones (by default a few
+    3000-6000, one near 7000)."""
     rng = random.Random(seed)
-    sizes = [rng.randint(400, 1500) for _ in range(sessions - 4)] + [3000, 4500, 5800, 6700]
+    sizes = [rng.randint(400, 1500) for _ in range(sessions - len(large))] + list(large)
     out = []
     for s, tokens in enumerate(sizes):
         turns, budget, i = [], tokens * 3 - 1200, 0  # 3 bytes a token, less the prompt's own ~1.2 KB
@@ -76,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cap", type=int, default=2048)
     parser.add_argument("--sessions", type=int, default=16)
+    parser.add_argument("--smoke", action="store_true", help="two sessions, one over the cap, for the test suite")
     args = parser.parse_args()
     base = load_settings({"DIGEST_MODEL_PROVIDER": "embedded"}).limits()
     output = base.max_output_tokens
@@ -84,7 +90,7 @@ def main() -> None:
         "safe band": dataclasses.replace(base, raw_cap_tokens=None),
         f"cap {args.cap}": dataclasses.replace(base, raw_cap_tokens=args.cap),
     }
-    sessions = corpus(args.sessions)
+    sessions = corpus(2, large=SMOKE_LARGE_TOKENS) if args.smoke else corpus(args.sessions)
     results = {}
     with EmbeddedServer() as server, tempfile.TemporaryDirectory() as tmp:
         client = OpenAIChatClient(server.url, MODEL_ALIAS, schema_style="json_object")

@@ -1,7 +1,7 @@
 """Does the embedded server (llama-cpp-python's) stream usage, and does it stop generating when
 the client gives up, streaming and not? Against the real embedded server.
 
-Run: .venv/bin/python bench/stream_cancel.py
+Run: .venv/bin/python bench/stream_cancel.py [--smoke]   # --smoke: a 200-token long generation, for the test suite
 
 1. A streamed call with `stream_options.include_usage`: is there a usage chunk (empty choices)?
 2. Stop on close: a long generation (max_tokens 2000, end-of-text suppressed so it cannot stop
@@ -14,6 +14,7 @@ Run: .venv/bin/python bench/stream_cancel.py
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -27,7 +28,9 @@ from resources.embedded_server import MODEL_ALIAS, EmbeddedServer  # noqa: E402
 from resources.model_clients import OpenAIChatClient  # noqa: E402
 
 GIVE_UP_S = 1.0
-# SmolLM2's <|endoftext|> (0) and <|im_end|> (2), banned so the long generation runs its 2000 tokens.
+LONG_TOKENS = 2000  # the long generation; a server that runs on after the give-up finishes it first
+SMOKE_LONG_TOKENS = 200
+# SmolLM2's <|endoftext|> (0) and <|im_end|> (2), banned so the long generation runs all its tokens.
 NO_END = {"0": -100, "2": -100}
 
 
@@ -74,8 +77,8 @@ def usage_in_stream(url: str) -> dict:
     }
 
 
-def give_up(url: str, stream: bool) -> None:
-    body = _body(2000, stream, logit_bias=NO_END)
+def give_up(url: str, stream: bool, long_tokens: int) -> None:
+    body = _body(long_tokens, stream, logit_bias=NO_END)
     try:
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=GIVE_UP_S) as response:
             started = time.monotonic()
@@ -87,6 +90,9 @@ def give_up(url: str, stream: bool) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--smoke", action="store_true", help=f"a {SMOKE_LONG_TOKENS}-token long generation")
+    long_tokens = SMOKE_LONG_TOKENS if parser.parse_args().smoke else LONG_TOKENS
     with EmbeddedServer() as server:
         client = OpenAIChatClient(server.url, MODEL_ALIAS, schema_style="json_object")
         short_call_s(client)  # warm up
@@ -95,7 +101,7 @@ def main() -> None:
         print("usage in stream:", json.dumps(usage_in_stream(server.url), indent=1)[:1500])
         for stream in (True, False):
             counted = len(generated_tokens(server._log.name))
-            give_up(server.url, stream)
+            give_up(server.url, stream, long_tokens)
             after = short_call_s(client)
             ran_on = len(generated_tokens(server._log.name)) - counted > 1
             verdict = "kept generating" if ran_on else "stopped"

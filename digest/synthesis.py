@@ -193,6 +193,12 @@ def _distinct(values) -> list[str]:
     return list(seen)
 
 
+def session_tools(turns: list[Turn]) -> list[str]:
+    """The session's distinct tool identifiers, in first-use order. Turns often repeat one
+    `toolsUsed` text, and an export's can be megabytes: each distinct text is parsed once."""
+    return _distinct(n for text in _distinct(t.tools_used for t in turns) for n in tool_identifiers(text))
+
+
 def tool_identifiers(tools_used: str | None) -> list[str]:
     """`toolsUsed` is a JSON array (elements may be JSON strings themselves) of tool records."""
     if not tools_used:
@@ -230,7 +236,7 @@ def _names(values: list[str]) -> str:
 def build_prompt(content: str, turns: list[Turn]) -> str:
     agents = _names(_distinct(t.agent for t in turns))
     models = _names(_distinct(t.model for t in turns))
-    tools = _names(_distinct(n for t in turns for n in tool_identifiers(t.tools_used)))
+    tools = _names(session_tools(turns))
     return summary_prompt(content, agents, models, sum(t.amount_tool_calls or 0 for t in turns), tools)
 
 
@@ -466,7 +472,7 @@ def summarize_session(
             participating_agents=_distinct(t.agent for t in ordered),
             models=_distinct(t.model for t in ordered),
             total_tool_calls=sum(t.amount_tool_calls or 0 for t in ordered),
-            tools_used=_distinct(n for t in ordered for n in tool_identifiers(t.tools_used)),
+            tools_used=session_tools(ordered),
             source_agent_identities=_distinct(t.agent_identity for t in ordered),
             raw_tokens_source=routed.source,
             raw_tokens_counted=counted,

@@ -1,5 +1,7 @@
-"""Sensors: the inbox feeds ingest, and the summary sensor works through the backlog in budgeted
-batches. Both are cheap: they list files or run one DuckDB query, never call a model."""
+"""Sensors: the inbox feeds ingest, the summary sensor works through the backlog in budgeted
+batches, the mini-summary and graph sensors launch their backfills, and one closes runs whose
+process died. All five are cheap: they list files and read DuckDB and the instance's runs (the
+last one also marks a dead run failed); none calls a model."""
 
 import json
 import time

@@ -39,9 +39,11 @@ What failed decides the error type, never the words of the model's reply:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -82,6 +84,19 @@ TOKENIZE_ROUTES = (("/tokenize", "content"), ("/extras/tokenize", "input"))
 PROGRESS_WINDOW_S = 5.0
 # Uncompressed, so the bytes counted are the bytes the reply holds.
 _HEADERS = {"Accept-Encoding": "identity"}
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default verification, built once: loading the CA bundle costs ~30 ms of CPU, and
+    every call opens a client of its own."""
+    return httpx.create_ssl_context()
+
+
+def _http_client() -> httpx.Client:
+    return httpx.Client(headers=_HEADERS, verify=_tls_context())
+
+
 _CONTEXT_MESSAGE = re.compile(
     r"context[ _](length|window|size)|maximum context|exceeds? (the )?(available )?context", re.IGNORECASE
 )
@@ -539,7 +554,7 @@ class _StreamingClient:
         except EmptyStream:
             # Asked again unstreamed, under the same deadline and on a new connection (the server
             # dropped the last one), it says why (an overflow).
-            with httpx.Client(headers=_HEADERS) as fresh:
+            with _http_client() as fresh:
                 return _send(fresh, url, {**body, **self._stream_fields(False)}, deadline, cap)
         if streamed and reply is None:
             if status == 200:  # a whole reply to a stream request: the server ignores `stream`
@@ -610,7 +625,7 @@ class OpenAIChatClient(_StreamingClient):
         url = f"{self.base_url}/v1/chat/completions"
         cap = reply_byte_cap(max_output_tokens)
         # The client before the deadline: loading its TLS context can take 0.1 s on a loaded host.
-        with httpx.Client(headers=_HEADERS) as http, _Deadline(timeout_s, stall_s) as deadline:
+        with _http_client() as http, _Deadline(timeout_s, stall_s) as deadline:
             status, data, reply = self._post(http, url, body, deadline, cap)
             if (
                 reply is None
@@ -663,7 +678,7 @@ class OpenAIChatClient(_StreamingClient):
             url = f"{self.base_url}{path}"
             cap = MIN_REPLY_BYTES + TOKENIZE_BYTES_PER_BYTE * len(text.encode("utf-8"))
             try:
-                with httpx.Client(headers=_HEADERS) as http, _Deadline(min(timeout_s, TOKENIZE_TIMEOUT_S)) as deadline:
+                with _http_client() as http, _Deadline(min(timeout_s, TOKENIZE_TIMEOUT_S)) as deadline:
                     status, data, _ = _send(http, url, body, deadline, cap)
             except ModelError:
                 return None  # the server failed this time: the route may answer the next
@@ -719,7 +734,7 @@ class OllamaChatClient(_StreamingClient):
         if schema is not None:
             body["format"] = schema
         url = f"{self.base_url}/api/chat"
-        with httpx.Client(headers=_HEADERS) as http, _Deadline(timeout_s, stall_s) as deadline:
+        with _http_client() as http, _Deadline(timeout_s, stall_s) as deadline:
             status, data, reply = self._post(http, url, body, deadline, reply_byte_cap(max_output_tokens))
             if reply is None:
                 _raise_for_status(status, data, deadline, coded=False)

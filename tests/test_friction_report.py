@@ -300,7 +300,7 @@ def test_the_asset_writes_the_report_file_and_plots_its_numbers(tmp_path):
     )
     assert meta["pre_routes"] == 1 and meta["tokens_avoided"] == int(big["raw_tokens_estimate"][0])
     assert meta["degraded_share"] == 0.5 and meta["timeouts"] == 0 and meta["friction_events"] == 1
-    assert meta["p95_call_seconds"] >= 0
+    assert meta["p95_call_seconds"] > 0  # the two summary calls were timed
     assert "size-precheck-skip" in meta["report"]
     report_file = Path(meta["report_path"])
     assert report_file == settings.db_path.parent / "friction-report.html"

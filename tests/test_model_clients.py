@@ -109,6 +109,7 @@ def _closed_port() -> int:
 @pytest.mark.parametrize("style", ["json_schema", "json_object"])
 def test_openai_request_and_reply(style, server):
     client = OpenAIChatClient(server.url + "/", "qwen2.5-3b", schema_style=style)
+    server.script = lambda received: dataclasses.replace(Behaviour.reply(), delay_s=0.05)
     reply = _chat(client, "Summarize: the agent fixed auth.py", max_output_tokens=321)
 
     [request] = server.chat_requests()
@@ -132,7 +133,7 @@ def test_openai_request_and_reply(style, server):
     assert reply.prompt_tokens == len("Summarize: the agent fixed auth.py") // 4
     assert reply.completion_tokens == len(json.dumps(GOOD_SUMMARY)) // 4
     assert reply.finish_reason == "stop"
-    assert reply.duration_s >= 0
+    assert 0.05 <= reply.duration_s < 5.0  # the server's delay, in seconds, within the call's deadline
 
 
 def _rejects_json_schema(received) -> Behaviour:

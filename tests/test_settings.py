@@ -77,18 +77,6 @@ def test_invalid_values_fail_loudly(env, message):
         load_settings(env)
 
 
-def test_an_invalid_cap_fails_the_code_location_load(tmp_path):
-    import subprocess
-    import sys
-
-    env = {"DIGEST_HOME": str(tmp_path), "DIGEST_RAW_CAP_TOKENS": "lots", "PATH": ""}
-    done = subprocess.run(
-        [sys.executable, "-c", "import pipelines.definitions"], env=env, capture_output=True, text=True
-    )
-    assert done.returncode != 0
-    assert "DIGEST_RAW_CAP_TOKENS='lots'" in done.stderr
-
-
 # --- the resources, from the settings table -------------------------------------------------------
 
 
