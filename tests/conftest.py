@@ -32,6 +32,7 @@ TIERS = {
     "test_archive": "integration",
     "test_busy_host": "integration",
     "test_checks": "integration",
+    "test_circuit_concurrency": "integration",
     "test_cli": "integration",
     "test_friction_report": "integration",
     "test_full_disk": "integration",
@@ -48,6 +49,7 @@ TIERS = {
     "test_sensors": "integration",
     "test_settings_load": "integration",
     "test_store": "integration",
+    "test_vectors_archive": "integration",
     "test_streaming_waits": "integration",
     "test_work": "integration",
     # smoke: every benchmark in bench/ at its smallest size, in a subprocess
