@@ -154,3 +154,59 @@ def test_concurrent_sweeps_and_an_ingest_summarize_each_session_once(tmp_path):
     finally:
         instance.dispose()
     assert materialized == Counter(summarized)  # once each: a run with nothing to do materializes nothing
+
+
+def _busy(stop) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def _ticks_at_once(path: Path, policy, ticks: int = 4) -> tuple[list, list]:
+    """`ticks` threads asking a store at `path` (each its own, as each tick builds one) for the
+    hosts of a half-open circuit at the same moment: (their answers, their errors)."""
+    answers, errors = [], []
+    barrier = threading.Barrier(ticks)
+
+    def tick() -> None:
+        store = DigestStore(path)
+        barrier.wait()
+        try:
+            answers.append(store.hosts.available_hosts(["gpu-box", "cpu-box"], 60_000, policy))
+        except Exception as exc:  # the failure under test, reported by the caller
+            errors.append(repr(exc))
+
+    workers = [threading.Thread(target=tick) for _ in range(ticks)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return answers, errors
+
+
+def test_threads_opening_and_closing_one_store_under_load_all_get_it(tmp_path):
+    """A sensor tick's threads and a run's worker share one process: an open of the file racing
+    the close of its last connection was refused by DuckDB ("Unique file handle conflict", read as
+    a damaged store; 9 rounds in 150 here under this load), and a half-open host's probe was lost."""
+    import multiprocessing
+
+    from digest.circuit import CircuitPolicy
+
+    policy = CircuitPolicy(failure_threshold=3, retry_base_s=60.0, retry_max_s=1800.0)
+    stop = multiprocessing.Event()
+    load = [multiprocessing.Process(target=_busy, args=(stop,)) for _ in range(4)]
+    for process in load:
+        process.start()
+    try:
+        for attempt in range(60):
+            path = tmp_path / f"s{attempt}.duckdb"
+            store = DigestStore(path)
+            store.migrate()
+            for _ in range(3):
+                store.hosts.record_host_outcome("gpu-box", True, "HTTP 500", 0, policy)
+            answers, errors = _ticks_at_once(path, policy)
+            assert errors == [], (attempt, errors[:1])
+            assert sorted(answers) == [["cpu-box"]] * 3 + [["gpu-box", "cpu-box"]], (attempt, answers)
+    finally:
+        stop.set()
+        for process in load:
+            process.join()

@@ -37,6 +37,17 @@ SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8") +
 _migrated: set[tuple[str, int, int]] = set()
 _migrated_lock = threading.Lock()
 
+# This process's opens and closes of one file, one at a time: DuckDB refuses an open that races
+# the close of the file's last connection ("Unique file handle conflict"), which would read as a
+# damaged store to a sensor tick in one thread while another closes. By resolved path.
+_open_close_locks: dict[str, threading.Lock] = {}
+_open_close_locks_lock = threading.Lock()
+
+
+def _open_close_lock(path: Path) -> threading.Lock:
+    with _open_close_locks_lock:
+        return _open_close_locks.setdefault(str(path.resolve()), threading.Lock())
+
 
 def now() -> datetime:
     return datetime.now(UTC)
@@ -104,13 +115,15 @@ def _commit(con: duckdb.DuckDBPyConnection) -> None:
 class _Held:
     """One thread's held connection: opened at its first use, closed when let go."""
 
+    open_close: threading.Lock  # the file's (`_open_close_lock`)
     con: duckdb.DuckDBPyConnection | None = None
     in_transaction: bool = False
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def close(self) -> None:
         if self.con is not None:
-            self.con.close()
+            with self.open_close:
+                self.con.close()
             self.con = None
 
 
@@ -120,6 +133,7 @@ class StoreFile:
 
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
+        self._open_close = _open_close_lock(self.path)
         # Every connection read-only: a command that only reads (`status`) needs no writable disk.
         self.read_only = read_only
         # By thread: a DuckDB connection is not for two threads at once, so another thread's
@@ -135,7 +149,7 @@ class StoreFile:
         if thread in self._held:
             yield
             return
-        self._held[thread] = held = _Held()
+        self._held[thread] = held = _Held(self._open_close)
         try:
             yield
         finally:
@@ -169,7 +183,8 @@ class StoreFile:
         try:
             yield con
         finally:
-            con.close()
+            with self._open_close:
+                con.close()
 
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         if not read_only:
@@ -178,7 +193,8 @@ class StoreFile:
         retries = 0
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                with self._open_close:
+                    return duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.IOException as exc:
                 # Another process holds the file: "Could not set lock on file ...: Conflicting lock ...".
                 if "could not set lock" not in str(exc).lower():
