@@ -2,10 +2,10 @@
 
 from collections import Counter
 
-from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, Failure, MetadataValue, asset
 
 from assets.partitions import sessions_partitions
-from assets.sessions import not_done, run_facts, session_summaries
+from assets.sessions import materialized, not_done, run_facts, session_summaries
 from assets.work.graph import digest_partition
 from digest.graph import ENTITY_TYPES, RELATION_TYPES, SessionGraph
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, GraphPolicyResource
@@ -75,4 +75,4 @@ def session_graph(
         what = "part-digested" if outcome.part_digested else "not digested"
         not_done(context, outcome.session_id, what, outcome.not_digested, digested=False, **outcome.metadata)
         return
-    yield MaterializeResult(metadata={**outcome.metadata, "graph": MetadataValue.md(_preview(outcome.graph))})
+    yield materialized(context, {**outcome.metadata, "graph": MetadataValue.md(_preview(outcome.graph))})

@@ -4,7 +4,7 @@ Dagster records."""
 from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, MetadataValue, asset
 
 from assets.partitions import sessions_partitions
-from assets.sessions import raw_sessions, run_facts
+from assets.sessions import materialized, raw_sessions, run_facts
 from assets.work.mini_summaries import MiniSummaryOutcome, fill_partition, iso
 from digest.mini_summaries import FillReport
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, MiniSummaryPolicyResource
@@ -73,7 +73,7 @@ def turn_mini_summaries(
     )  # fmt: skip
     if outcome.failure:
         raise Failure(outcome.failure)
-    return MaterializeResult(metadata=_metadata(outcome, policy.budget_s))
+    return materialized(context, _metadata(outcome, policy.budget_s))
 
 
 def _metadata(outcome: MiniSummaryOutcome, budget_s: float) -> dict:

@@ -70,6 +70,13 @@ def raw_turns(config: IngestConfig, store: DigestStoreResource) -> MaterializeRe
     )
 
 
+def materialized(context: AssetExecutionContext, metadata: dict) -> MaterializeResult:
+    """The materialization, its metadata on it alone: metadata given to `MaterializeResult` is the
+    step output's as well, a second copy in the run's `STEP_OUTPUT` event (issue 20)."""
+    context.add_asset_metadata(metadata)
+    return MaterializeResult()
+
+
 def run_facts(context: AssetExecutionContext) -> RunFacts:
     """The run as its work sees it; a lease holder is ended when Dagster knows it as finished."""
 
@@ -101,7 +108,7 @@ def raw_sessions(
     described = describe_partition(store.store(), model, run_facts(context), context.partition_key)
     if described.failure:
         raise Failure(described.failure)
-    return MaterializeResult(metadata=described.metadata)
+    return materialized(context, described.metadata)
 
 
 @asset(
@@ -139,7 +146,7 @@ def session_summaries(
     if outcome.skipped:
         not_done(context, outcome.session_id, "not summarized, no model call", outcome.skipped, summarized=False)
         return
-    yield MaterializeResult(metadata=summary_metadata(outcome.row))
+    yield materialized(context, summary_metadata(outcome.row))
 
 
 def summary_metadata(row: dict) -> dict:

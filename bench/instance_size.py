@@ -1,16 +1,17 @@
 """What a summary run leaves in the Dagster instance (SQLite, under DAGSTER_HOME), by part.
 
-Run: .venv/bin/python bench/instance_size.py [--runs 200] [--config new|old|both|postgres]
+Run: .venv/bin/python bench/instance_size.py [--runs 200] [--degraded 0] [--config new|old|both|postgres]
 
-N sessions (4 turns each, imported mini summaries: the mini-summary step makes no model call),
-each summarized by one `summarize_sessions` run (what the summary sensor launches, executed in
-process as bench/real_export.py does) against a local server that answers at once, on an instance
+N sessions (4 turns each, imported mini summaries: the mini-summary step makes no model call; the
+first `--degraded` of them over the raw cap), each summarized by one `summarize_sessions` run (the
+run request the summary sensor makes, of the assets its route needs, executed in process as
+`session-digest sweep` does) against a local server that answers at once, on an instance
 whose dagster.yaml is written by `pipelines.instance` (`new`), or as the code before issue 20 wrote
 it (`old`: no compute log manager, no retention), or by `pipelines.instance` on a throwaway
 PostgreSQL server (`postgres`: tests/postgres.py, Debian's binaries). Prints the instance's growth per part (run
 storage, the per-run event log files, compute logs, schedules) and per 1,000 runs, and the event
-log's rows by type; then checks that every partition's materialization and metadata and every
-run's status read back from the instance.
+log's rows and bytes by type; then checks that every partition's materializations and metadata and
+every run's status and steps read back from the instance.
 """
 
 from __future__ import annotations
@@ -30,22 +31,28 @@ sys.path.insert(0, str(ROOT))  # tests/ (the bundle writer and the model server)
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter  # noqa: E402
 
 from assets.partitions import sessions_partitions  # noqa: E402
+from digest.hosts import assign_host  # noqa: E402
 from digest.ingest import ingest_paths  # noqa: E402
 from digest.settings import load_settings  # noqa: E402
 from pipelines.definitions import build_definitions  # noqa: E402
 from pipelines.instance import write_instance_config  # noqa: E402
+from pipelines.jobs import default_run_config, requested_job  # noqa: E402
+from pipelines.selection import host_views  # noqa: E402
+from pipelines.sensors import summary_run_request, summary_run_tags  # noqa: E402
+from pipelines.tags import SWEEP_TAG  # noqa: E402
 from resources.store import DigestStore  # noqa: E402
 from tests.bundles import write_bundle  # noqa: E402
 from tests.conftest import make_turns  # noqa: E402
 from tests.model_server import ModelServer  # noqa: E402
 from tests.postgres import postgres_server  # noqa: E402
 
+TELEMETRY_PART = "telemetry log (logs/, rotated)"
 PARTS = {
     "run storage (history/runs.db)": lambda p: p.parts[-2:] == ("history", "runs.db"),
     "event logs (history/runs/*.db)": lambda p: "runs" in p.parts and p.suffix == ".db" and p.name != "runs.db",
     "event log, one file (event_log.db*)": lambda p: p.name.startswith("event_log.db"),
     "compute logs (storage/)": lambda p: "storage" in p.parts,
-    "telemetry log (logs/, rotated)": lambda p: p.parts[:1] == ("logs",),
+    TELEMETRY_PART: lambda p: p.parts[:1] == ("logs",),
     "schedules and ticks (schedules/)": lambda p: "schedules" in p.parts,
 }
 POSTGRES_PART = "PostgreSQL database (pg_database_size)"
@@ -90,7 +97,7 @@ def database_bytes(url: str) -> int:
     return pg_rows(url, "SELECT pg_database_size(current_database())")[0][0]
 
 
-def measure(root: Path, runs: int, config: str, server_url: str, pg_url: str | None = None) -> dict:
+def measure(root: Path, runs: int, degraded: int, config: str, server_url: str, pg_url: str | None = None) -> dict:
     home = root / config
     dagster_home = home / "dagster"
     dagster_home.mkdir(parents=True)
@@ -109,48 +116,74 @@ def measure(root: Path, runs: int, config: str, server_url: str, pg_url: str | N
         write_instance_config(dagster_home, settings)
     else:
         (dagster_home / "dagster.yaml").write_text(old_yaml(settings))
-    turns = [t for i in range(runs) for t in make_turns(f"size-{config}-{i:04d}", 4, doc_bytes=600, minis=4)]
+    # 4 turns of 600 bytes: about 1,200 tokens, raw; of 12,000 bytes: over the 8,192-token raw cap.
+    doc_bytes = [12_000 if i < degraded else 600 for i in range(runs)]
+    turns = [t for i, b in enumerate(doc_bytes) for t in make_turns(f"size-{config}-{i:04d}", 4, doc_bytes=b, minis=4)]
     store = DigestStore(settings.db_path)
     store.migrate()
     ingest_paths([write_bundle(home / "bundle", turns)], store)
     keys = store.sessions.partition_keys()
     job = build_definitions(settings).resolve_job_def("summarize_sessions")
+    # Each run as the summary sensor requests it: on the host and of the assets its route needs.
+    views, _ = host_views(store, settings.fleet, settings.fleet.names, {})
+    requests = []
+    for key in keys:
+        item = assign_host(
+            store.summaries.summary_candidate(store.sessions.session_by_partition(key)["session_id"]), views
+        )
+        requests.append(summary_run_request(item, {SWEEP_TAG: "bench", **summary_run_tags(item)}))
     with DagsterInstance.get() as instance:
         instance.add_dynamic_partitions(sessions_partitions.name, keys)
         before = sizes(dagster_home)
         if pg_url:
             before[POSTGRES_PART] = database_bytes(pg_url)
         started = time.perf_counter()
-        for key in keys:
-            assert job.execute_in_process(instance=instance, partition_key=key).success
+        for request in requests:
+            run, key = requested_job(job, request), request.partition_key
+            config = default_run_config(run, key)
+            assert run.execute_in_process(config, instance=instance, partition_key=key, tags=request.tags).success
         seconds = time.perf_counter() - started
         growth = sizes(dagster_home)
         if pg_url:
             growth[POSTGRES_PART] = database_bytes(pg_url)
         growth.subtract(before)
         # What the UI shows, read back: each partition's materialization and its metadata, each run's status.
-        materialized = instance.get_materialized_partitions(AssetKey("session_summaries"))
-        assert set(keys) <= materialized, "a partition lost its materialization"
+        for asset in ("raw_sessions", "session_summaries"):
+            materialized = instance.get_materialized_partitions(AssetKey(asset))
+            assert set(keys) <= materialized, f"a partition lost its {asset} materialization"
+        # The mini-summary step runs (and materializes) in a degraded session's run only.
+        degraded_keys = {r.partition_key for r in requests if r.asset_selection is None}
+        assert len(degraded_keys) == degraded, degraded_keys
+        assert instance.get_materialized_partitions(AssetKey("turn_mini_summaries")) == degraded_keys
         event = instance.get_latest_materialization_event(AssetKey("session_summaries"))
         metadata = sorted(event.asset_materialization.metadata)
-        statuses = Counter(r.status for r in instance.get_runs(RunsFilter(job_name="summarize_sessions")))
+        assert {"summary", "source_tier", "host"} <= set(metadata), metadata
+        done = instance.get_runs(RunsFilter(job_name="summarize_sessions"))
+        statuses = Counter(r.status for r in done)
         assert statuses == {DagsterRunStatus.SUCCESS: runs}, statuses
+        for r in done:  # each run's steps: the mini-summary one in a degraded session's run only, no check
+            steps = {stats.step_key for stats in instance.get_run_step_stats(r.run_id)}
+            mini = {"turn_mini_summaries"} if r.tags["dagster/partition"] in degraded_keys else set()
+            assert steps == {"raw_sessions", "session_summaries", *mini}, steps
     events: Counter = Counter()
+    event_bytes: Counter = Counter()  # the serialized events' own bytes, without indexes
+    by_type = "SELECT dagster_event_type, count(*), sum(length(event)) FROM event_logs GROUP BY 1"
     # The per-run files (the index repeats their rows), or the one file.
     files = [p for p in (dagster_home / "history" / "runs").glob("*.db") if p.name != "index.db"]
-    if pg_url:
-        events.update(dict(pg_rows(pg_url, "SELECT dagster_event_type, count(*) FROM event_logs GROUP BY 1")))
+    rows = pg_rows(pg_url, by_type) if pg_url else []
     for db in [] if pg_url else files or [dagster_home / "event_log.db"]:
         with sqlite3.connect(db) as con:
-            events.update(
-                dict(con.execute("SELECT dagster_event_type, count(*) FROM event_logs GROUP BY 1").fetchall())
-            )
-    return {"growth": growth, "seconds": seconds, "metadata": metadata, "events": events}
+            rows += con.execute(by_type).fetchall()
+    for kind, count, size in rows:
+        events[kind] += count
+        event_bytes[kind] += size
+    return {"growth": growth, "seconds": seconds, "metadata": metadata, "events": events, "bytes": event_bytes}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--degraded", type=int, default=0, help="how many of the sessions go degraded")
     parser.add_argument("--config", choices=("new", "old", "both", "postgres"), default="both")
     args = parser.parse_args()
     configs = ["old", "new"] if args.config == "both" else [args.config]
@@ -160,10 +193,10 @@ def main() -> None:
         for config in configs:
             if config == "postgres":
                 with postgres_server() as pg_url:
-                    results[config] = measure(Path(tmp), args.runs, config, server.url, pg_url)
+                    results[config] = measure(Path(tmp), args.runs, args.degraded, config, server.url, pg_url)
             else:
-                results[config] = measure(Path(tmp), args.runs, config, server.url)
-    print(f"{args.runs} summary runs (in process), growth of the instance:")
+                results[config] = measure(Path(tmp), args.runs, args.degraded, config, server.url)
+    print(f"{args.runs} summary runs ({args.degraded} degraded, in process), growth of the instance:")
     parts = [*PARTS, *([POSTGRES_PART] if "postgres" in configs else []), "other"]
     print(f"{'part':<36}" + "".join(f"{c + ' MB':>12}" for c in configs))
     for part in parts:
@@ -171,10 +204,15 @@ def main() -> None:
     total = {c: sum(results[c]["growth"].values()) for c in configs}
     print(f"{'total':<36}" + "".join(f"{total[c] / 1e6:>12.2f}" for c in configs))
     print(f"{'per 1,000 runs':<36}" + "".join(f"{total[c] / args.runs * 1000 / 1e6:>12.1f}" for c in configs))
+    bare = {c: total[c] - results[c]["growth"][TELEMETRY_PART] for c in configs}
+    print(
+        f"{'  without the telemetry log':<36}" + "".join(f"{bare[c] / args.runs * 1000 / 1e6:>12.1f}" for c in configs)
+    )
     print(f"{'seconds for the runs':<36}" + "".join(f"{results[c]['seconds']:>12.1f}" for c in configs))
     for config in configs:
-        top = ", ".join(f"{k} {v}" for k, v in results[config]["events"].most_common())
-        print(f"{config}: event log rows: {top}")
+        events, event_bytes = results[config]["events"], results[config]["bytes"]
+        top = ", ".join(f"{k} {v} ({event_bytes[k] / args.runs / 1e3:.1f} KB/run)" for k, v in events.most_common())
+        print(f"{config}: event log rows (their serialized events): {top}")
         print(f"{config}: latest materialization metadata: {', '.join(results[config]['metadata'])}")
 
 

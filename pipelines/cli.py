@@ -84,19 +84,14 @@ def deep_merge(base: dict, extra: dict) -> dict:
     return merged
 
 
-def _job_default_config(job, partition_key: str | None) -> dict:
-    """The config a run of `job` gets when it is given none (what a sensor's run request gets): a
-    run config passed to `execute_in_process` replaces it whole, so the CLI merges its own into it."""
-    if job.partitioned_config is not None:
-        return dict(job.get_run_config_for_partition_key(partition_key)) if partition_key else {}
-    return dict(job.run_config or {})
-
-
 def _execute(settings: Settings, instance, job, run_config: dict | None = None, **kwargs):
     """`execute_in_process` with Dagster's events in the instance and the log file, not on the console.
-    The run's config is the job's default with the command's and the logger's merged into it."""
+    The run's config is the job's default with the command's and the logger's merged into it (a run
+    config passed to `execute_in_process` replaces the default whole)."""
+    from pipelines.jobs import default_run_config
+
     own = deep_merge(run_config or {}, run_log_config(log_path(settings)))
-    run_config = deep_merge(_job_default_config(job, kwargs.get("partition_key")), own)
+    run_config = deep_merge(default_run_config(job, kwargs.get("partition_key")), own)
     return job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False, **kwargs)
 
 
@@ -233,10 +228,12 @@ def _run_partitions(
     estimates: list[float | None],
     nothing_to_do=lambda key, tags: None,
 ) -> list[dict]:
-    """One in-process Dagster run per (partition, tags) in `todo`; the embedded model starts once for all.
+    """One in-process Dagster run per run request in `todo` (what the sensor would launch), of the
+    assets it names; the embedded model starts once for all.
     `estimates`: the plan's model seconds of each, for the progress bar.
     `nothing_to_do(key, tags)`: why a partition needs no run any more, asked just before its run."""
     from pipelines.interrupted_runs import worker_tags
+    from pipelines.jobs import requested_job
     from pipelines.sensors import register_partitions
 
     outcomes = []
@@ -248,17 +245,17 @@ def _run_partitions(
     title = {"summarize_sessions": "summarizing", "digest_sessions": "digesting"}[job_name]
     with _model_url(settings, output) as run_settings, output.sessions(title, estimates) as progress:
         job = _job(run_settings, job_name)
-        for key, run_tags in todo:
-            started = time.monotonic()
+        for request in todo:
+            key, started = request.partition_key, time.monotonic()
             progress.starting(key)
-            tags = {SWEEP_TAG: "cli", **run_tags, **process}
+            tags = {SWEEP_TAG: "cli", **request.tags, **process}
             reason = nothing_to_do(key, tags)
             if reason:
                 outcome = {"partition": key, "run_id": None, "success": True, "nothing_to_do": reason}
                 outcomes.append(outcome)
                 progress.finished(outcome)
                 continue
-            result = _execute(run_settings, instance, job, partition_key=key, tags=tags)
+            result = _execute(run_settings, instance, requested_job(job, request), partition_key=key, tags=tags)
             outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
             for event in result.asset_materializations_for_node(asset):
                 meta = event.metadata
@@ -280,9 +277,11 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
     DuckDB) are written first, with no model call. Then the summary sensor's selection and budget,
     run now: one Dagster run per session. A session another sweep running at the same time has
     summarized meanwhile gets no run, or its run no model call (counted in `nothing_to_do`)."""
+    from dagster import RunRequest
+
     from assets.work.sessions import nothing_to_summarize
     from pipelines.interrupted_runs import close_interrupted_runs
-    from pipelines.sensors import summary_run_tags
+    from pipelines.sensors import summary_run_request, summary_run_tags
 
     instance = _instance()
     store = _store(settings)
@@ -296,8 +295,8 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
     recovered = close_interrupted_runs(instance, store)
     staged = store.cache.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
-    todo = [(key, {ROUTE_TAG: "staged"}) for key in staged]
-    todo += [(item.candidate.partition_key, summary_run_tags(item)) for item in selection.batch]
+    todo = [RunRequest(partition_key=key, tags={ROUTE_TAG: "staged"}) for key in staged]
+    todo += [summary_run_request(item, summary_run_tags(item)) for item in selection.batch]
     # A staged replay calls no model.
     estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]
     outcomes = _run_partitions(
@@ -317,10 +316,12 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
 def digest(settings: Settings, limit: int | None, output: Output) -> dict:
     """The digest sensor's selection, run now: one `digest_sessions` run per session. A run that
     succeeds without a graph left its session part-done (its budget ran out) or gated."""
+    from dagster import RunRequest
+
     store = _store(settings)
     policy = settings.graph
     keys = store.graph.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
-    todo = [(k, {ROUTE_TAG: "graph"}) for k in keys]
+    todo = [RunRequest(partition_key=k, tags={ROUTE_TAG: "graph"}) for k in keys]
     # The plan estimates summaries only: a graph run's bar counts sessions, with no time left.
     estimates = [None] * len(keys)
     runs = _run_partitions(settings, _instance(), store, "digest_sessions", todo, "session_graph", output, estimates)

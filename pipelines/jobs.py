@@ -1,8 +1,9 @@
-from dagster import AssetSelection, define_asset_job, in_process_executor
+from dagster import AssetKey, AssetSelection, JobDefinition, RunRequest, define_asset_job, in_process_executor
 
 from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import raw_sessions, raw_turns, session_summaries
+from digest.synthesis import Route
 
 ingest_job = define_asset_job("ingest", selection=[raw_turns], description="Ingest export bundles into DuckDB.")
 summarize_job = define_asset_job(
@@ -17,6 +18,42 @@ summarize_job = define_asset_job(
     description="Summarize one session: raw under the raw-synthesis cap; over it, fill the missing mini "
     "summaries first, then the degraded summary.",
 )
+# What a summary run materializes when its session goes raw: not `turn_mini_summaries`, which the job
+# runs `only_if_degraded` and so would do nothing there but add a third of the run's events to the
+# Dagster instance (issue 20). The mini-summary backfill fills that session's mini summaries later.
+RAW_ROUTE_ASSETS = (raw_sessions.key, session_summaries.key)
+
+
+def summary_run_assets(route: Route) -> list[AssetKey] | None:
+    """The assets of a summary run planned on `route`; None: the whole job. The route is the sweep's
+    plan on the host's bounds at the time; a session the run then finds over the cap (the host's
+    measured bounds moved meanwhile) is summarized from the mini summaries it has, else truncated
+    raw, as its `source_tier` says."""
+    return list(RAW_ROUTE_ASSETS) if route == Route.WITHIN_CAP else None
+
+
+def requested_job(job: JobDefinition, request: RunRequest) -> JobDefinition:
+    """`job` as the daemon runs `request`, for an in-process run (the CLI's): the subset of the
+    assets and checks the request names. Run it with `default_run_config`."""
+    if request.asset_selection is None:
+        return job
+    checks = None if request.asset_check_keys is None else set(request.asset_check_keys)
+    return job.get_subset(asset_selection=set(request.asset_selection), asset_check_selection=checks)
+
+
+def default_run_config(job: JobDefinition, partition_key: str | None) -> dict:
+    """The config a run of `job` gets when it is given none (what a sensor's run request gets). Of a
+    subset, its own steps' entries only: in process, a subset runs as a job of those steps alone,
+    which refuses config for the others (the daemon's run of a subset ignores it)."""
+    if job.partitioned_config is not None:
+        config = dict(job.get_run_config_for_partition_key(partition_key)) if partition_key else {}
+    else:
+        config = dict(job.run_config or {})
+    if "ops" in config:
+        config["ops"] = {name: op for name, op in config["ops"].items() if job.graph.has_node_named(name)}
+    return config
+
+
 fill_mini_summaries_job = define_asset_job(
     "fill_mini_summaries",
     selection=[turn_mini_summaries],

@@ -26,7 +26,7 @@ from digest.backoff import doubling_backoff_s
 from digest.hosts import estimated_seconds
 from digest.scheduling import now_ms
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
-from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
+from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job, summary_run_assets
 from pipelines.selection import closed_hosts, hosts_in_rotation, next_summary_batch
 from pipelines.tags import (
     BUDGET_TAG,
@@ -313,12 +313,21 @@ def summary_tick(context: SensorEvaluationContext, db, model: ChatModelResource,
         run_requests=[
             # No run key: a key would be deduplicated for the sensor's life and swallow a rerun
             # after a restore. Duplicates are prevented by the in-flight check and the lease.
-            RunRequest(
-                partition_key=item.candidate.partition_key,
-                tags={SWEEP_TAG: "sensor", BUDGET_TAG: budget, **summary_run_tags(item)},
-            )
+            summary_run_request(item, {SWEEP_TAG: "sensor", BUDGET_TAG: budget, **summary_run_tags(item)})
             for item in batch
         ],
+    )
+
+
+def summary_run_request(item, tags: dict[str, str]) -> RunRequest:
+    """The run of a planned assignment, of the assets its route needs (`summary_run_assets`)."""
+    assets = summary_run_assets(item.route)
+    return RunRequest(
+        partition_key=item.candidate.partition_key,
+        tags=tags,
+        asset_selection=assets,
+        # A subset names its checks (none, as the job's), else Dagster adds back the selected assets' checks.
+        asset_check_keys=[] if assets else None,
     )
 
 

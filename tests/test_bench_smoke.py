@@ -44,7 +44,9 @@ SMOKE = {
     ),
     "hosts.py": Smoke(("--smoke",), ("1. Throughput", "2. The pathology", "3. The DuckDB writer", "Headroom")),
     "ingest.py": Smoke(("--megabytes", "1"), ("session-digest ingest", "duckdb read_json", "ratio (ours / read_json")),
-    "instance_size.py": Smoke(("--runs", "2"), ("growth of the instance", "per 1,000 runs", "new: event log rows")),
+    "instance_size.py": Smoke(
+        ("--runs", "2", "--degraded", "1"), ("growth of the instance", "per 1,000 runs", "new: event log rows")
+    ),
     "orchestration.py": Smoke(
         ("--sessions", "2"), ("one run per session", "one run for the batch", "Dagster overhead of one run")
     ),

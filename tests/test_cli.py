@@ -279,23 +279,30 @@ def test_the_cli_rewrites_its_own_instance_config_keeping_telemetry_and_leaves_a
     assert (home / "dagster" / "dagster.yaml").read_text() == limited
 
 
-def test_a_cli_sweep_of_a_raw_session_makes_one_model_call_as_the_sensors_run_does(tmp_path):
+def test_a_cli_sweep_runs_what_the_sensor_requests_with_the_jobs_default_config(tmp_path):
     """The CLI's run config (its log-file logger) is merged with the summary job's own default
-    (`only_if_degraded: True`), not put in its place: a 3-turn raw session is one summary call, no
-    mini summaries (issue 22, defect 1)."""
+    (`only_if_degraded: True`), not put in its place: a raw session is one summary call, no mini
+    summaries (issue 22, defect 1). And as the sensor requests it, a raw session's run leaves the
+    mini-summary step out, a degraded one's keeps it (issue 20)."""
     home = tmp_path / "home"
-    folder = write_bundle(tmp_path / "bundle", make_turns("small", 3))
+    folder = write_bundle(tmp_path / "bundle", make_turns("small", 3) + make_turns("big", 40, doc_bytes=400, minis=40))
     with ModelServer() as server:
-        env = _cli_env(home, server.url)
+        env = _cli_env(home, server.url, DIGEST_RAW_CAP_TOKENS="2000")
         _run(["ingest", str(folder)], env)
         swept = _run(["sweep"], env)
         calls = len(server.requests)
-    assert swept["summarized"] == 1
-    assert calls == 1, [r.prompt[:60] for r in server.requests]
+    assert swept["summarized"] == 2
+    assert calls == 2, [r.prompt[:60] for r in server.requests]  # big's mini summaries are the export's
     instance = DagsterInstance.from_config(str(home / "dagster"))
     try:
-        [run] = [r for r in instance.get_runs() if r.job_name == "summarize_sessions"]
+        runs = {r.tags["dagster/partition"]: r for r in instance.get_runs() if r.job_name == "summarize_sessions"}
+        steps = {key: {s.step_key for s in instance.get_run_step_stats(r.run_id)} for key, r in runs.items()}
     finally:
         instance.dispose()
-    assert run.run_config["ops"]["turn_mini_summaries"]["config"]["only_if_degraded"] is True
-    assert "run_log_file" in run.run_config["loggers"]
+    assert steps == {
+        "small": {"raw_sessions", "session_summaries"},
+        "big": {"raw_sessions", "turn_mini_summaries", "session_summaries"},
+    }
+    assert "turn_mini_summaries" not in runs["small"].run_config["ops"]
+    assert runs["big"].run_config["ops"]["turn_mini_summaries"]["config"]["only_if_degraded"] is True
+    assert all("run_log_file" in r.run_config["loggers"] for r in runs.values())

@@ -9,14 +9,24 @@ import sys
 import time
 
 import pytest
-from dagster import AssetRecordsFilter, DagsterRunStatus, RunsFilter, build_sensor_context, instance_for_test
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterRunStatus,
+    RunsFilter,
+    build_sensor_context,
+    instance_for_test,
+    validate_run_config,
+)
 
 from assets.partitions import sessions_partitions
+from digest.ingest import ingest_paths
 from digest.scheduling import SweepPolicy, failure_backoff_s
 from digest.settings import load_settings
 from digest.summary_output import SessionSummaryOutput
 from digest.synthesis import SessionSummary
 from pipelines.definitions import build_definitions
+from pipelines.jobs import default_run_config, requested_job
 from pipelines.sensors import (
     PARTITION_CHUNK,
     digest_sensor,
@@ -173,6 +183,47 @@ def test_mini_summary_and_digest_sensors_register_what_they_request(tmp_path, in
     assert sorted(r.partition_key for r in graph.run_requests) == ["s000000", "s000001", "s000002"]
     (request,) = _daemon_tick(instance, definitions, "mini_summary_sensor").run_requests
     assert instance.has_dynamic_partition(sessions_partitions.name, request.partition_key)
+
+
+def test_a_raw_sessions_run_leaves_the_mini_summary_step_out_and_still_shows_its_summary(tmp_path, instance):
+    """Issue 20: the sensor requests a raw session's run without `turn_mini_summaries` (the job runs
+    it `only_if_degraded`: nothing to do there) and without checks, a degraded one's whole. Run as
+    the daemon takes them (the job's default config, whose mini-summary entry the subset ignores)
+    and in process as the CLI does, each materializes its summary, its metadata on the
+    materialization and not repeated in the step's output event."""
+    small, big = make_turns("small", 3), make_turns("big", 40, doc_bytes=400, minis=40)  # big: over the 2,000 cap
+    with ModelServer() as server:
+        settings = dataclasses.replace(_settings(tmp_path), model_url=server.url)
+        store = DigestStore(settings.db_path)
+        store.migrate()
+        ingest_paths([write_bundle(tmp_path / "bundle", small + big)], store)
+        definitions = build_definitions(settings)
+        requests = {r.partition_key: r for r in _daemon_tick(instance, definitions, "summary_sensor").run_requests}
+        assert requests["small"].asset_selection == [AssetKey("raw_sessions"), AssetKey("session_summaries")]
+        assert requests["small"].asset_check_keys == []
+        assert requests["big"].asset_selection is None and requests["big"].asset_check_keys is None
+        job = definitions.resolve_job_def("summarize_sessions")
+        subset = requested_job(job, requests["small"])  # as the daemon's code server makes it
+        assert validate_run_config(subset, job.get_run_config_for_partition_key("small"))
+        results = {}
+        for key, request in requests.items():
+            run = requested_job(job, request)
+            results[key] = run.execute_in_process(
+                default_run_config(run, key), instance=instance, partition_key=key, tags=request.tags
+            )
+        assert len(server.requests) == 2  # one summary call each, no mini summary
+    for key, steps in (("small", 2), ("big", 3)):
+        result = results[key]
+        assert result.success and len(instance.get_run_step_stats(result.run_id)) == steps
+        assert instance.get_run_by_id(result.run_id).status == DagsterRunStatus.SUCCESS
+        [materialized] = result.asset_materializations_for_node("session_summaries")
+        assert materialized.partition == key and "summary" in materialized.metadata
+        outputs = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+        assert len(outputs) == steps and not any(e.step_output_data.metadata for e in outputs)
+    assert instance.get_materialized_partitions(AssetKey("session_summaries")) == {"small", "big"}
+    assert instance.get_materialized_partitions(AssetKey("turn_mini_summaries")) == {"big"}
+    assert store.summaries.summary_row("small")["source_tier"] == "raw"
+    assert store.summaries.summary_row("big")["source_tier"] == "miniSummary"
 
 
 def test_churn_gate_holds_active_sessions_back(tmp_path, instance):
