@@ -1090,3 +1090,42 @@ def test_a_store_written_with_duckdbs_default_row_groups_takes_more_turns_exactl
 
     assert stored_vectors(db) == {r["id"]: r["embedding"] for r in first + second}
     assert rows(db, "SELECT count(*) AS n FROM turns")[0]["n"] == 4_999
+
+
+# --- reading ahead of the writes ------------------------------------------------------------
+
+
+def test_the_reader_runs_at_most_one_batch_ahead_of_the_writer_and_hands_over_its_error():
+    finished = 0
+    produced = []
+
+    def batches():
+        for i in range(6):
+            # Two batches at most: this one, and the one being written (batch i - 1).
+            assert finished >= i - 1
+            produced.append(i)
+            yield i
+        raise OSError("the disk went away")
+
+    written = []
+    with pytest.raises(OSError, match="the disk went away"):
+        for batch in ingest_module._read_ahead(batches()):
+            written.append(batch)
+            finished += 1
+    assert written == produced == list(range(6))
+
+
+def test_a_failed_write_stops_the_reader():
+    produced = []
+
+    def batches():
+        for i in range(100):
+            produced.append(i)
+            yield i
+
+    with pytest.raises(RuntimeError, match="write failed"):
+        for batch in ingest_module._read_ahead(batches()):
+            if batch == 2:
+                raise RuntimeError("write failed")
+    # The reader is stopped (joined) by then, having read at most one batch past the failed one.
+    assert produced in ([0, 1, 2], [0, 1, 2, 3])
