@@ -46,7 +46,7 @@ BATCH_ROWS = 20_000
 BATCH_BYTES = 64 << 20
 # A file's batches share one held connection for this many line bytes, then let it go: the store
 # is checkpointed then (`Ingest.write_turns`), and each checkpoint rewrites the last, partly filled
-# row group, while a writer that never let go would keep other processes waiting the whole ingest
+# row group (up to `ROW_GROUP_ROWS` turns, resources/store/connection.py), while a writer that never let go would keep other processes waiting the whole ingest
 # (they wait up to the store's LOCK_WAIT_S; 512 MB is about 25 s here).
 HOLD_BYTES = 512 << 20
 MAX_VECTOR_PROBLEMS = 20
@@ -584,7 +584,8 @@ class _Batch:
     summaries: list[dict] = field(default_factory=list)
     graph: dict[str, list[dict]] = field(default_factory=lambda: {"node": [], "edge": []})
     rejects: list[dict] = field(default_factory=list)
-    kept: list[int] = field(default_factory=list)  # line numbers kept: a reject of one from an earlier read goes
+    # Line numbers kept: a reject of one from an earlier read (a half-written line) no longer stands.
+    kept: list[int] = field(default_factory=list)
     line_bytes: int = 0
 
     def rows(self) -> int:
