@@ -1,5 +1,6 @@
 """Ingest throughput on a generated export bundle with 4096-float embeddings, as real exports
-carry, beside DuckDB's own `read_json` of the same file; and the peak memory of each.
+carry, beside two DuckDB `read_json` loads of the same file (one leaving the vectors out, one
+keeping them as FLOAT[] as our store does); and the peak memory of each.
 
 Run: .venv/bin/python bench/ingest.py [--megabytes 1024] [--origin float32|float64] [--keep]
 
