@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import json
 import math
+import queue
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -44,7 +46,7 @@ BATCH_ROWS = 20_000
 BATCH_BYTES = 64 << 20
 # A file's batches share one held connection for this many line bytes, then let it go: the store
 # is checkpointed then (`Ingest.write_turns`), and each checkpoint rewrites the last, partly filled
-# row group, while a writer that never let go would keep other processes waiting the whole ingest
+# row group (up to `ROW_GROUP_ROWS` turns, resources/store/connection.py), while a writer that never let go would keep other processes waiting the whole ingest
 # (they wait up to the store's LOCK_WAIT_S; 512 MB is about 25 s here).
 HOLD_BYTES = 512 << 20
 MAX_VECTOR_PROBLEMS = 20
@@ -573,39 +575,67 @@ def _decode(raw: bytes) -> str:
         raise Reject(f"invalid-utf8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1} ({exc.reason})") from None
 
 
-def ingest_file(path: Path, sink: Sink, file: HeldFile, touched: set[str], seen: dict) -> FileReport:
-    """`seen`: each turn id (and each graph row as `(kind, id)`) kept so far in this ingest, with
-    its file's report and line."""
-    kind = file_kind(path)
-    report = FileReport(path=str(path), kind=kind)
-    if kind == "temporal":
-        return report
-    source = str(path)
-    turns: list[dict] = []
-    minis: list[dict] = []
-    summaries: list[dict] = []
-    graph: dict[str, list[dict]] = {"node": [], "edge": []}
-    rejects: list[dict] = []
-    kept: list[int] = []  # line numbers kept: a reject of one from an earlier read (half-written) goes
-    batch_bytes = 0
-    held_bytes = 0
+@dataclass
+class _Batch:
+    """One write's worth of a file's rows, as read and checked."""
 
-    def flush() -> None:
-        nonlocal batch_bytes, held_bytes
-        held_bytes += batch_bytes
-        batch_bytes = 0
-        touched.update(r["session_id"] for r in turns)
-        touched.update(sink.write_turns(turns))
-        sink.write_imported_mini_summaries(minis)
-        sink.write_imported_summaries(summaries)
-        sink.write_imported_graph(graph["node"], graph["edge"])
-        sink.clear_rejects(source, kept)  # before this batch's rejects: one may supersede a kept line
-        sink.write_rejects(rejects)
-        for batch in (turns, minis, summaries, graph["node"], graph["edge"], rejects, kept):
-            batch.clear()
-        if held_bytes >= HOLD_BYTES:
-            with file.released():  # other processes write in between; the next batch opens again
-                held_bytes = 0
+    turns: list[dict] = field(default_factory=list)
+    minis: list[dict] = field(default_factory=list)
+    summaries: list[dict] = field(default_factory=list)
+    graph: dict[str, list[dict]] = field(default_factory=lambda: {"node": [], "edge": []})
+    rejects: list[dict] = field(default_factory=list)
+    # Line numbers kept: a reject of one from an earlier read (a half-written line) no longer stands.
+    kept: list[int] = field(default_factory=list)
+    line_bytes: int = 0
+
+    def rows(self) -> int:
+        return sum(map(len, (self.turns, self.minis, self.summaries, self.rejects, *self.graph.values())))
+
+
+def _read_ahead(batches: Iterator[_Batch]) -> Iterator[_Batch]:
+    """`batches`, produced in a second thread while the caller writes the one before: DuckDB lets go
+    of the GIL while it executes, so reading and checking batch n+1 overlaps writing batch n on a
+    second core. At most two batches exist at a time (the one being written, the one being read),
+    so memory stays bounded by the batch. An error of either side ends both; the reader's is
+    raised here."""
+    ready: queue.Queue = queue.Queue()
+    slots = threading.Semaphore(2)
+    stop = threading.Event()
+    done = object()
+
+    def read() -> None:
+        try:
+            while True:
+                slots.acquire()
+                if stop.is_set():
+                    return
+                batch = next(batches, done)
+                ready.put(batch)
+                if batch is done:
+                    return
+        except BaseException as exc:  # handed to the writing thread, which raises it
+            ready.put(exc)
+
+    reader = threading.Thread(target=read, name="ingest-read-ahead", daemon=True)
+    reader.start()
+    try:
+        while (batch := ready.get()) is not done:
+            if isinstance(batch, BaseException):
+                raise batch
+            yield batch
+            slots.release()
+    finally:
+        stop.set()
+        slots.release()
+        reader.join()
+
+
+def _read_batches(path: Path, kind: str, report: FileReport, seen: dict) -> Iterator[_Batch]:
+    """The file's rows and rejects in batches of at most BATCH_ROWS rows or BATCH_BYTES of lines,
+    the last one possibly empty; counts them in `report`."""
+    source = str(path)
+    batch = _Batch()
+    line_no = 0
 
     def vector(cut: str | None) -> str | None:
         if cut is None:
@@ -632,7 +662,7 @@ def ingest_file(path: Path, sink: Sink, file: HeldFile, touched: set[str], seen:
             earlier_report, earlier_line = earlier
             earlier_report.rows -= 1
             earlier_report.superseded += 1
-            rejects.append(
+            batch.rejects.append(
                 {
                     "source_file": earlier_report.path,
                     "line_no": earlier_line,
@@ -644,11 +674,11 @@ def ingest_file(path: Path, sink: Sink, file: HeldFile, touched: set[str], seen:
 
     def keep_turn(row: dict) -> None:
         supersede(row["id"], f"turn id {row['id']!r}")
-        turns.append(row)
+        batch.turns.append(row)
 
     for line_no, raw in _lines(path):
         report.lines += 1
-        batch_bytes += len(raw)
+        batch.line_bytes += len(raw)
         if not raw.strip(_JSON_WHITESPACE):
             report.skipped += 1
             continue
@@ -661,22 +691,22 @@ def ingest_file(path: Path, sink: Sink, file: HeldFile, touched: set[str], seen:
                 row, mini = parse_simple_turn(obj, source, line_no)
                 keep_turn(row)
                 if mini:
-                    minis.append({"turn_id": row["id"], "session_id": row["session_id"], "text": mini})
+                    batch.minis.append({"turn_id": row["id"], "session_id": row["session_id"], "text": mini})
             elif kind == "graph":
                 graph_kind, row = parse_graph_row(obj, source, line_no)
                 mini = parse_graph_line(obj)
                 # A turn and its AGENT_MEMORY node share the id: graph rows are keyed apart.
                 supersede((graph_kind, row["id"]), f"{graph_kind} id {row['id']!r}")
-                graph[graph_kind].append(row)
+                batch.graph[graph_kind].append(row)
                 if mini is not None:
-                    minis.append(mini)
+                    batch.minis.append(mini)
             else:
-                summaries.append({**parse_summary_row(obj, source), "embedding": vector(cut)})
+                batch.summaries.append({**parse_summary_row(obj, source), "embedding": vector(cut)})
             report.rows += 1
-            kept.append(line_no)
+            batch.kept.append(line_no)
         except Reject as reason:
             report.rejects += 1
-            rejects.append(
+            batch.rejects.append(
                 {
                     "source_file": source,
                     "line_no": line_no,
@@ -685,10 +715,32 @@ def ingest_file(path: Path, sink: Sink, file: HeldFile, touched: set[str], seen:
                     "excerpt": _strip_embedding(raw.decode("utf-8", "replace"))[:EXCERPT_CHARS],
                 }
             )
-        batched = len(turns) + len(minis) + len(summaries) + len(graph["node"]) + len(graph["edge"]) + len(rejects)
-        if batched >= BATCH_ROWS or batch_bytes >= BATCH_BYTES:
-            flush()
-    flush()
+        if batch.rows() >= BATCH_ROWS or batch.line_bytes >= BATCH_BYTES:
+            yield batch
+            batch = _Batch()
+    yield batch
+
+
+def ingest_file(path: Path, sink: Sink, file: HeldFile, touched: set[str], seen: dict) -> FileReport:
+    """`seen`: each turn id (and each graph row as `(kind, id)`) kept so far in this ingest, with
+    its file's report and line."""
+    kind = file_kind(path)
+    report = FileReport(path=str(path), kind=kind)
+    if kind == "temporal":
+        return report
+    held_bytes = 0
+    for batch in _read_ahead(_read_batches(path, kind, report, seen)):
+        touched.update(r["session_id"] for r in batch.turns)
+        touched.update(sink.write_turns(batch.turns))
+        sink.write_imported_mini_summaries(batch.minis)
+        sink.write_imported_summaries(batch.summaries)
+        sink.write_imported_graph(batch.graph["node"], batch.graph["edge"])
+        sink.clear_rejects(str(path), batch.kept)  # before this batch's rejects: one may supersede a kept line
+        sink.write_rejects(batch.rejects)
+        held_bytes += batch.line_bytes
+        if held_bytes >= HOLD_BYTES:
+            with file.released():  # other processes write in between; the next batch opens again
+                held_bytes = 0
     return report
 
 

@@ -30,6 +30,12 @@ from resources.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from resources.store.summary_row import summary_ddl
 
 LOCK_WAIT_S = 120.0
+# Rows a row group of the store holds (DuckDB's default is 122,880). A checkpoint rewrites each
+# table's last, partly filled row group, vectors and all, and leaves the old copy's blocks free in
+# the file: with 16 KB of vector a turn the default made every checkpoint of an ingest rewrite all
+# the turns so far, up to 1.9 GB (BENCHMARKS §3.2). DuckDB keeps no row group size in the file: it
+# applies to what is written through an ATTACH naming it, hence `_attach`.
+ROW_GROUP_ROWS = 2048
 SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8") + "\n" + summary_ddl()
 
 # Store files this process has migrated, by (path, device, inode): a file replaced or deleted since
@@ -194,7 +200,7 @@ class StoreFile:
         while True:
             try:
                 with self._open_close:
-                    return duckdb.connect(str(self.path), read_only=read_only)
+                    return self._attach(read_only)
             except duckdb.IOException as exc:
                 # Another process holds the file: "Could not set lock on file ...: Conflicting lock ...".
                 if "could not set lock" not in str(exc).lower():
@@ -207,6 +213,23 @@ class StoreFile:
                 time.sleep(doubling_backoff_s(retries, 0.05, 2.0))
             except duckdb.Error as exc:  # a damaged file: DuckDB raises its base error
                 raise StoreUnreadable(self.path, exc) from exc
+
+    def _attach(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        """A connection with the file attached as `store` (and in use) at `ROW_GROUP_ROWS`. The
+        in-memory database is named after the file, so this process's connections to it share one
+        attachment, as they shared one database instance when opened by path; the file is let go
+        (and checkpointed) when the last of them closes."""
+        mode = "read-only" if read_only else "read-write"
+        con = duckdb.connect(f":memory:{mode}:{self.path.resolve()}", config={"temp_directory": f"{self.path}.tmp"})
+        try:
+            options = f"ROW_GROUP_SIZE {ROW_GROUP_ROWS}" + (", READ_ONLY" if read_only else "")
+            path = str(self.path).replace("'", "''")
+            con.execute(f"ATTACH IF NOT EXISTS '{path}' AS store ({options})")
+            con.execute("USE store")
+        except BaseException:
+            con.close()
+            raise
+        return con
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:

@@ -72,7 +72,7 @@ class Ingest(Repository):
         with self.file.transaction() as con:
             # The file is checkpointed when the ingest lets its connection go (`digest.ingest.HOLD_BYTES`),
             # not at every 16 MB of log as by default: each checkpoint rewrites the last, partly filled
-            # row group, vectors and all, and the old copy's blocks stay in the file (BENCHMARKS §3.2).
+            # row group (up to ROW_GROUP_ROWS turns), vectors and all, and frees the old copy's blocks.
             con.execute("SET checkpoint_threshold = '64GB'")
             with _vector_batch(con, batch):
                 left = con.execute(
