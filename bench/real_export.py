@@ -19,8 +19,9 @@ summaries-backup row for a third of them) goes the way the daemon takes it:
    partition: ticks, seconds, p95 tick;
 3. what is owed: model calls the backlog needs with and without the imported summaries;
 4. drain: sensor ticks whose run requests are executed (the `summarize_sessions` job with the
-   request's partition and tags, in process: the daemon would start a worker process per run on
-   top) until `--drain` sessions are summarized, against a local server that answers at a fixed
+   request's partition, tags and assets: a raw session's run has no mini-summary step; in process,
+   the daemon would start a worker process per run on top) until `--drain` sessions are summarized,
+   against a local server that answers at a fixed
    prompt rate. `--time-scale` shortens the server's sleep by that factor so the drain finishes
    in minutes; the model seconds at the real rate and the orchestration share at that rate are
    printed beside the measured ones;
@@ -49,6 +50,7 @@ from assets.partitions import sessions_partitions  # noqa: E402
 from digest.settings import load_settings  # noqa: E402
 from pipelines.definitions import build_definitions  # noqa: E402
 from pipelines.instance import write_instance_config  # noqa: E402
+from pipelines.jobs import default_run_config, requested_job  # noqa: E402
 from pipelines.sensors import summary_sensor  # noqa: E402
 from resources.store import DigestStore  # noqa: E402
 from tests.model_server import Behaviour, ModelServer, Received  # noqa: E402
@@ -233,8 +235,13 @@ def main() -> None:
             drain_ticks.append(seconds)
             assert requests, "the sensor launched nothing while sessions were pending"
             for request in requests[: args.drain - summarized]:
-                result = job.execute_in_process(
-                    instance=instance, partition_key=request.partition_key, tags=request.tags, raise_on_error=False
+                run_job = requested_job(job, request)  # the route's assets, as the daemon runs the request
+                result = run_job.execute_in_process(
+                    run_config=default_run_config(run_job, request.partition_key),
+                    instance=instance,
+                    partition_key=request.partition_key,
+                    tags=request.tags,
+                    raise_on_error=False,
                 )
                 runs += 1
                 summarized += result.success
