@@ -21,9 +21,8 @@ summaries-backup row for a third of them) goes the way the daemon takes it:
 4. drain: sensor ticks whose run requests are executed (the `summarize_sessions` job with the
    request's partition, tags and assets: a raw session's run has no mini-summary step; in process,
    the daemon would start a worker process per run on top) until `--drain` sessions are summarized,
-   against a local server that answers at a fixed
-   prompt rate. `--time-scale` shortens the server's sleep by that factor so the drain finishes
-   in minutes; the model seconds at the real rate and the orchestration share at that rate are
+   against a local server that answers at a fixed prompt rate. `--time-scale` shortens the
+   server's sleep by that factor so the drain finishes in minutes; the model seconds at the real rate and the orchestration share at that rate are
    printed beside the measured ones;
 5. sizes: the DuckDB file, and the Dagster instance's growth per 1,000 runs.
 """
