@@ -46,8 +46,9 @@ BATCH_ROWS = 20_000
 BATCH_BYTES = 64 << 20
 # A file's batches share one held connection for this many line bytes, then let it go: the store
 # is checkpointed then (`Ingest.write_turns`), and each checkpoint rewrites the last, partly filled
-# row group (up to `ROW_GROUP_ROWS` turns, resources/store/connection.py), while a writer that never let go would keep other processes waiting the whole ingest
-# (they wait up to the store's LOCK_WAIT_S; 512 MB is about 25 s here).
+# row group (at most `ROW_GROUP_ROWS` turns, resources/store/connection.py), while a writer that
+# never let go would keep other processes waiting the whole ingest (they wait up to the store's
+# LOCK_WAIT_S; 512 MB is about 25 s here).
 HOLD_BYTES = 512 << 20
 MAX_VECTOR_PROBLEMS = 20
 EXCERPT_CHARS = 200
