@@ -135,14 +135,16 @@ def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
     return SensorResult(run_requests=requests, cursor=cursor)
 
 
+def registered_partitions(instance) -> set[str]:
+    return set(instance.get_dynamic_partitions(sessions_partitions.name))
+
+
 def unregistered_partition_keys(
-    instance, store, first: Iterable[str] = (), limit: int | None = PARTITION_CHUNK
+    registered: set[str], held: list[str], first: Iterable[str] = (), limit: int | None = PARTITION_CHUNK
 ) -> list[str]:
-    """Sessions in DuckDB that are not yet partitions (new, or from a restore), `first` (the ones a
-    tick is about to request) ahead of the rest, at most `limit`. Two plain reads, each a single
-    query however many sessions there are."""
-    known = set(instance.get_dynamic_partitions(sessions_partitions.name))
-    return [key for key in dict.fromkeys([*first, *store.sessions.partition_keys()]) if key not in known][:limit]
+    """Sessions in DuckDB (`held`, the store's partition keys) that are not yet partitions (new, or
+    from a restore), `first` (the ones a tick is about to request) ahead of the rest, at most `limit`."""
+    return [key for key in dict.fromkeys([*first, *held]) if key not in registered][:limit]
 
 
 def imported_materializations(store, keys: list[str]) -> list[AssetMaterialization]:
@@ -164,24 +166,24 @@ def imported_materializations(store, keys: list[str]) -> list[AssetMaterializati
     ]
 
 
-def stale_partition_keys(instance, store, limit: int | None = PARTITION_CHUNK) -> list[str]:
+def stale_partition_keys(registered: set[str], held: list[str], limit: int | None = PARTITION_CHUNK) -> list[str]:
     """Partitions whose session DuckDB no longer holds (a replace restore removed it, and was killed
     before it could delete its partition), at most `limit`: the partition set converges to the store's."""
-    held = set(store.sessions.partition_keys())
-    return sorted(set(instance.get_dynamic_partitions(sessions_partitions.name)) - held)[:limit]
+    return sorted(registered - set(held))[:limit]
 
 
 def reconcile_partitions(instance, store) -> tuple[int, list[str]]:
     """What the summary sensor does a chunk a tick, done at once (for the CLI, which has no tick):
     the store's new sessions registered, partitions of sessions it no longer holds deleted.
     (how many added, the keys deleted)."""
-    keys = unregistered_partition_keys(instance, store, limit=None)
+    registered, held = registered_partitions(instance), store.sessions.partition_keys()
+    keys = unregistered_partition_keys(registered, held, limit=None)
     for start in range(0, len(keys), PARTITION_CHUNK):
         chunk = keys[start : start + PARTITION_CHUNK]
         instance.add_dynamic_partitions(sessions_partitions.name, chunk)
         for event in imported_materializations(store, chunk):
             instance.report_runless_asset_event(event)
-    stale = stale_partition_keys(instance, store, limit=None)
+    stale = stale_partition_keys(registered, held, limit=None)
     for key in stale:
         instance.delete_dynamic_partition(sessions_partitions.name, key)
     return len(keys), stale
@@ -265,12 +267,19 @@ def summary_sensor(
     """Registers new sessions as partitions, then launches the next budgeted batch of summaries:
     newest first with a share for the oldest, idle sessions only, failures in backoff skipped, each
     placed on a model host in rotation."""
+    # The Dagster instance is read first, so the store's file is held for its own reads alone (other
+    # processes wait for it meanwhile): the partitions (some 0.1-0.3 s at 10,000) and in-flight runs.
+    registered = registered_partitions(context.instance)
+    exclude, queued_s = in_flight(context.instance, summarize_job.name)
     db = store.store()
     with db.file.held():  # the tick's reads, and a probe taken, on one connection
-        return summary_tick(context, db, model, sweep, circuit)
+        return summary_tick(context, db, model, sweep, circuit, registered, exclude, queued_s)
 
 
-def summary_tick(context: SensorEvaluationContext, db, model: ChatModelResource, sweep, circuit) -> SensorResult:
+def summary_tick(
+    context: SensorEvaluationContext, db, model: ChatModelResource, sweep, circuit, registered, exclude, queued_s
+) -> SensorResult:
+    """`registered`: the partitions; `exclude`, `queued_s`: the summary runs in flight (`in_flight`)."""
     policy = sweep.policy()
     try:
         fleet, now = model.fleet(), now_ms()
@@ -278,7 +287,6 @@ def summary_tick(context: SensorEvaluationContext, db, model: ChatModelResource,
         if len(available) < len(fleet.names):
             out = ", ".join(n for n in fleet.names if n not in available)
             context.log.warning(f"model host(s) out of rotation, their circuit open: {out}")
-        exclude, queued_s = in_flight(context.instance, summarize_job.name)
         selection = next_summary_batch(
             db, fleet, policy, now, exclude, queued_s, available=available, probing=probing, circuit=circuit.policy()
         )
@@ -287,20 +295,16 @@ def summary_tick(context: SensorEvaluationContext, db, model: ChatModelResource,
         context.log.exception("the summary selection failed")
         batch, skip_reason = [], f"the summary selection failed: {exc!r}"
     # The batch's sessions go first, so its runs never wait for their partitions.
-    new_keys = unregistered_partition_keys(context.instance, db, first=[item.candidate.partition_key for item in batch])
+    held = db.sessions.partition_keys()
+    new_keys = unregistered_partition_keys(registered, held, first=[item.candidate.partition_key for item in batch])
     partition_requests = [sessions_partitions.build_add_request(new_keys)] if new_keys else []
     # The registration diff both ways: a session the store no longer holds loses its partition.
-    stale = stale_partition_keys(context.instance, db)
+    stale = stale_partition_keys(registered, held)
     if stale:
         partition_requests.append(sessions_partitions.build_delete_request(stale))
-    added = set(new_keys)
     # Registered, or added by this result: only a batch larger than a chunk leaves some to a later tick.
-    batch = [
-        item
-        for item in batch
-        if item.candidate.partition_key in added
-        or context.instance.has_dynamic_partition(sessions_partitions.name, item.candidate.partition_key)
-    ]
+    known = registered | set(new_keys)
+    batch = [item for item in batch if item.candidate.partition_key in known]
     adopted = imported_materializations(db, new_keys)
     if not batch:
         return SensorResult(
