@@ -21,6 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dagster import RunRequest  # noqa: E402
+
 from digest.fidelity import fidelity  # noqa: E402
 from digest.ingest import ingest_paths  # noqa: E402
 from resources.store import DigestStore  # noqa: E402
@@ -82,7 +84,7 @@ def policy(cap: str, home: Path, max_sessions: int) -> dict:
         keep = store.summaries.pending_summary_keys(limit=max_sessions)
         started = time.monotonic()
         output = Output(as_json=True)
-        todo = [(key, {}) for key in keep]
+        todo = [RunRequest(partition_key=key) for key in keep]  # the whole job, a sensor's request of it
         cli._run_partitions(
             settings,
             cli._instance(),
