@@ -38,7 +38,7 @@ from pipelines.definitions import build_definitions  # noqa: E402
 from pipelines.instance import write_instance_config  # noqa: E402
 from pipelines.jobs import default_run_config, requested_job  # noqa: E402
 from pipelines.selection import host_views  # noqa: E402
-from pipelines.sensors import summary_run_request, summary_run_tags  # noqa: E402
+from pipelines.sensors import summary_run_request  # noqa: E402
 from pipelines.tags import SWEEP_TAG  # noqa: E402
 from resources.store import DigestStore  # noqa: E402
 from tests.bundles import write_bundle  # noqa: E402
@@ -131,7 +131,7 @@ def measure(root: Path, runs: int, degraded: int, config: str, server_url: str, 
         item = assign_host(
             store.summaries.summary_candidate(store.sessions.session_by_partition(key)["session_id"]), views
         )
-        requests.append(summary_run_request(item, {SWEEP_TAG: "bench", **summary_run_tags(item)}))
+        requests.append(summary_run_request(item, {SWEEP_TAG: "bench"}))
     with DagsterInstance.get() as instance:
         instance.add_dynamic_partitions(sessions_partitions.name, keys)
         before = sizes(dagster_home)

@@ -281,7 +281,7 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
 
     from assets.work.sessions import nothing_to_summarize
     from pipelines.interrupted_runs import close_interrupted_runs
-    from pipelines.sensors import summary_run_request, summary_run_tags
+    from pipelines.sensors import summary_run_request
 
     instance = _instance()
     store = _store(settings)
@@ -296,7 +296,7 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
     staged = store.cache.staged_summary_keys()
     selection = _selection(settings, limit, exclude=set(staged))
     todo = [RunRequest(partition_key=key, tags={ROUTE_TAG: "staged"}) for key in staged]
-    todo += [summary_run_request(item, summary_run_tags(item)) for item in selection.batch]
+    todo += [summary_run_request(item) for item in selection.batch]
     # A staged replay calls no model.
     estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]
     outcomes = _run_partitions(

@@ -140,11 +140,11 @@ def registered_partitions(instance) -> set[str]:
 
 
 def unregistered_partition_keys(
-    registered: set[str], held: list[str], first: Iterable[str] = (), limit: int | None = PARTITION_CHUNK
+    registered: set[str], stored: list[str], first: Iterable[str] = (), limit: int | None = PARTITION_CHUNK
 ) -> list[str]:
-    """Sessions in DuckDB (`held`, the store's partition keys) that are not yet partitions (new, or
+    """Sessions in DuckDB (`stored`, the store's partition keys) that are not yet partitions (new, or
     from a restore), `first` (the ones a tick is about to request) ahead of the rest, at most `limit`."""
-    return [key for key in dict.fromkeys([*first, *held]) if key not in registered][:limit]
+    return [key for key in dict.fromkeys([*first, *stored]) if key not in registered][:limit]
 
 
 def imported_materializations(store, keys: list[str]) -> list[AssetMaterialization]:
@@ -166,24 +166,24 @@ def imported_materializations(store, keys: list[str]) -> list[AssetMaterializati
     ]
 
 
-def stale_partition_keys(registered: set[str], held: list[str], limit: int | None = PARTITION_CHUNK) -> list[str]:
+def stale_partition_keys(registered: set[str], stored: list[str], limit: int | None = PARTITION_CHUNK) -> list[str]:
     """Partitions whose session DuckDB no longer holds (a replace restore removed it, and was killed
     before it could delete its partition), at most `limit`: the partition set converges to the store's."""
-    return sorted(registered - set(held))[:limit]
+    return sorted(registered - set(stored))[:limit]
 
 
 def reconcile_partitions(instance, store) -> tuple[int, list[str]]:
     """What the summary sensor does a chunk a tick, done at once (for the CLI, which has no tick):
     the store's new sessions registered, partitions of sessions it no longer holds deleted.
     (how many added, the keys deleted)."""
-    registered, held = registered_partitions(instance), store.sessions.partition_keys()
-    keys = unregistered_partition_keys(registered, held, limit=None)
+    registered, stored = registered_partitions(instance), store.sessions.partition_keys()
+    keys = unregistered_partition_keys(registered, stored, limit=None)
     for start in range(0, len(keys), PARTITION_CHUNK):
         chunk = keys[start : start + PARTITION_CHUNK]
         instance.add_dynamic_partitions(sessions_partitions.name, chunk)
         for event in imported_materializations(store, chunk):
             instance.report_runless_asset_event(event)
-    stale = stale_partition_keys(registered, held, limit=None)
+    stale = stale_partition_keys(registered, stored, limit=None)
     for key in stale:
         instance.delete_dynamic_partition(sessions_partitions.name, key)
     return len(keys), stale
@@ -295,11 +295,11 @@ def summary_tick(
         context.log.exception("the summary selection failed")
         batch, skip_reason = [], f"the summary selection failed: {exc!r}"
     # The batch's sessions go first, so its runs never wait for their partitions.
-    held = db.sessions.partition_keys()
-    new_keys = unregistered_partition_keys(registered, held, first=[item.candidate.partition_key for item in batch])
+    stored = db.sessions.partition_keys()
+    new_keys = unregistered_partition_keys(registered, stored, first=[item.candidate.partition_key for item in batch])
     partition_requests = [sessions_partitions.build_add_request(new_keys)] if new_keys else []
     # The registration diff both ways: a session the store no longer holds loses its partition.
-    stale = stale_partition_keys(registered, held)
+    stale = stale_partition_keys(registered, stored)
     if stale:
         partition_requests.append(sessions_partitions.build_delete_request(stale))
     # Registered, or added by this result: only a batch larger than a chunk leaves some to a later tick.
@@ -317,18 +317,19 @@ def summary_tick(
         run_requests=[
             # No run key: a key would be deduplicated for the sensor's life and swallow a rerun
             # after a restore. Duplicates are prevented by the in-flight check and the lease.
-            summary_run_request(item, {SWEEP_TAG: "sensor", BUDGET_TAG: budget, **summary_run_tags(item)})
+            summary_run_request(item, {SWEEP_TAG: "sensor", BUDGET_TAG: budget})
             for item in batch
         ],
     )
 
 
-def summary_run_request(item, tags: dict[str, str]) -> RunRequest:
-    """The run of a planned assignment, of the assets its route needs (`summary_run_assets`)."""
+def summary_run_request(item, sweep_tags: dict[str, str] | None = None) -> RunRequest:
+    """The run of a planned assignment, of the assets its route needs (`summary_run_assets`), tagged
+    with its plan (`summary_run_tags`) beside `sweep_tags` (who launched it, on what budget)."""
     assets = summary_run_assets(item.route)
     return RunRequest(
         partition_key=item.candidate.partition_key,
-        tags=tags,
+        tags={**(sweep_tags or {}), **summary_run_tags(item)},
         asset_selection=assets,
         # A subset names its checks (none, as the job's), else Dagster adds back the selected assets' checks.
         asset_check_keys=[] if assets else None,
