@@ -79,7 +79,9 @@ def extract(text: str) -> Counter:
             continue  # a plain word: the fast path of most tokens
         if token.startswith(("http://", "https://")):
             ref = _GH_REF.search(token)
-            found["#" + ref.group(1) if ref else token.lower().rstrip("/").split("://", 1)[1]] += 1
+            address = token.lower().split("://", 1)[1].rstrip("/")
+            if ref or address:  # a bare scheme (`f"http://{host}"`) names nothing
+                found["#" + ref.group(1) if ref else address] += 1
         elif token[:1] == "#" and token[1:].isdigit() and len(token) > 2:
             found[token] += 1
         elif token[:3] == "GH-" and token[3:].isdigit():

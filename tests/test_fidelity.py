@@ -96,3 +96,9 @@ def test_the_friction_report_rows_by_tier_and_degraded_against_raw_per_host():
         ["raw", "within-cap", "generated", "1", "0.60"],
     ]
     assert degraded_against_raw(rows) == [["a", "1", "0.60", "1", "0.20", "-0.40"]]
+
+
+def test_a_bare_url_scheme_names_nothing_and_raises_nothing():
+    # Real transcripts hold `f"http://{host}:{port}"`: the token `http://` alone once aborted an ingest.
+    terms = extract('url = f"http://{host}:{port}" and https:// then http:/// see https://example.org/docs/')
+    assert "" not in terms and "example.org/docs" in terms
