@@ -40,6 +40,7 @@ TIERS = {
     "test_imported_summaries": "integration",
     "test_instance": "integration",
     "test_ingest": "integration",
+    "test_harness_readers": "integration",
     "test_host_runs": "integration",
     "test_interrupted_runs": "integration",
     "test_mini_summaries": "integration",
