@@ -65,6 +65,7 @@ TIERS = {
     "test_crash_safety": "stress",
     "test_deploy": "stress",
     "test_ingest_properties": "stress",
+    "test_ingest_text_properties": "stress",
     "test_real_export": "stress",
     "test_restore_properties": "stress",
 }
