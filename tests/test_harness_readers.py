@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from digest.ingest import discover, ingest_paths
+from digest.mini_summaries import build_prompt
 from digest.readers import file_kind
 from resources.store import DigestStore
 from tests.test_cli import CLI, _cli_env
@@ -66,6 +67,10 @@ def test_each_sample_reads_as_its_harness_writes_it(db):
     # The 60 KB test run's output is kept whole: bounded where a prompt is built, not at ingest.
     assert "test_port_from_env[1199] PASSED" in first["document"] and len(first["document"]) > 60_000
     assert "/clear" not in claude[1]["document"]  # an isMeta line is skipped
+    # ... and a mini summary's prompt of the turn holds to its bound (here the default cap's bytes).
+    bound = 8192 * 3
+    prompt = build_prompt(first["prompt"], first["response"], max_bytes=bound)
+    assert len(prompt.encode()) <= bound and "The dev server ignores PORT" in prompt
 
     codex = turns_of(db, "codex")
     assert [t["prompt"] for t in codex] == [
