@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from digest.readers import READERS, TURN_KINDS, file_kind, is_log
-from digest.readers.common import BOM, Reject, check_derivable, decode, excerpt, load
+from digest.readers.common import BOM, Reject, check_derivable, decode, excerpt, load, reason_of
 from digest.readers.neo import embedding_text, parse_graph_line, parse_graph_row, parse_memory_row, parse_summary_row
 from digest.readers.plain import parse_simple_turn
 
@@ -292,8 +292,8 @@ def _read_batches(path: Path, kind: str, report: FileReport, seen: dict) -> Iter
                 batch.summaries.append({**parse_summary_row(obj, source), "embedding": vector(cut)})
             report.rows += 1
             batch.kept.append(line_no)
-        except Reject as reason:
-            reject(line_no, reason, excerpt(raw))
+        except Exception as exc:  # noqa: BLE001 - any content: this line's reject, never the run's end
+            reject(line_no, reason_of(exc), excerpt(raw))
         if batch.rows() >= BATCH_ROWS or batch.line_bytes >= BATCH_BYTES:
             yield batch
             batch = _Batch()

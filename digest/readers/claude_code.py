@@ -28,6 +28,7 @@ from digest.readers.common import (
     decode,
     excerpt,
     load,
+    reason_of,
     required_id,
     text_field,
     timestamp,
@@ -75,12 +76,13 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
                 raise Reject(f"wrong-type: message is {type(message).__name__}, expected object")
             content = message.get("content")
             prompt = _prompt_text(content) if kind == "user" else None
+            model = text_field(message, "model", "message.") if kind == "assistant" else None
             sidechain = obj.get("isSidechain") is True
             starts = prompt is not None and not (sidechain and turn is not None)
+            fresh = None
             if turn is None or starts or turn.session_id != session_id:
-                if turn is not None:
-                    yield turn.finish(source)
-                turn = PendingTurn(
+                # Everything the line could be refused for is checked before the turn before it ends.
+                fresh = PendingTurn(
                     turn_id=required_id(obj, "uuid", "", "missing-id"),
                     session_id=session_id,
                     line_no=line_no,
@@ -88,19 +90,22 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
                     ts_ms=timestamp(obj.get("timestamp"), ""),
                     agent=AGENT,
                 )
-                outcome = "turn"
-            else:
-                outcome = "fold"
-            _add(turn, kind, message, content, prompt, sidechain)
-            if outcome == "fold":
-                yield Read("fold", line_no)
-        except Reject as reason:
-            yield Read("reject", line_no, reason=str(reason), excerpt=excerpt(raw))
+        except Exception as exc:  # noqa: BLE001 - any content: this line's reject, never the run's end
+            yield Read("reject", line_no, reason=reason_of(exc), excerpt=excerpt(raw))
+            continue
+        if fresh is not None:
+            if turn is not None:
+                yield turn.finish(source)
+            turn = fresh
+        _add(turn, kind, content, prompt, model, sidechain)
+        if fresh is None:
+            yield Read("fold", line_no)
     if turn is not None:
         yield turn.finish(source)
 
 
-def _add(turn: PendingTurn, kind: str, message: dict, content, prompt: str | None, sidechain: bool) -> None:
+def _add(turn: PendingTurn, kind: str, content, prompt: str | None, model: str | None, sidechain: bool) -> None:
+    """The event's content into the turn (nothing here refuses a line: it was checked)."""
     mark = "[subagent] " if sidechain else ""
     if kind == "system":
         turn.response.append(f"[system] {block_text(content)}")
@@ -109,13 +114,12 @@ def _add(turn: PendingTurn, kind: str, message: dict, content, prompt: str | Non
         if prompt is not None:
             (turn.response if sidechain or turn.prompt else turn.prompt).append(mark + prompt)
             return
-        for part in content:
+        for part in content if isinstance(content, list) else [content]:
             if isinstance(part, dict) and part.get("type") == "tool_result":
                 turn.output(block_text(part.get("content")), mark + "tool result")
             else:
                 turn.response.append(mark + block_text(part))
         return
-    model = text_field(message, "model", "message.")
     if model and model != _SYNTHETIC_MODEL:
         turn.model = model
     for part in content if isinstance(content, list) else [content]:

@@ -31,6 +31,7 @@ from digest.readers.common import (
     decode,
     excerpt,
     load,
+    reason_of,
     text_field,
     timestamp,
 )
@@ -67,50 +68,59 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
             yield Read("skip", line_no)
             continue
         try:
-            obj, _ = load(decode(raw))
-            kind, payload = obj.get("type"), obj.get("payload")
-            if kind not in LINE_TYPES and obj.get("type") in ITEM_TYPES:  # the older rollout's bare item
-                kind, payload = "response_item", obj
-            elif kind is None and "id" in obj and "timestamp" in obj and line_no <= 2:
-                kind, payload = "session_meta", obj
-            if kind in LINE_TYPES and not isinstance(payload, dict):
-                raise Reject(f"wrong-type: payload is {type(payload).__name__}, expected object")
-            ts = timestamp(obj.get("timestamp"), "") if kind != "session_meta" else None
+            kind, payload, ts = _line(raw)
             if kind == "session_meta":
-                session_id = text_field(payload, "id", "payload.") or session_id
-                session_ts = timestamp(payload.get("timestamp", obj.get("timestamp")), "payload.")
-                yield Read("fold", line_no)
-                continue
-            if kind == "turn_context":
+                meta_id = text_field(payload, "id", "payload.")
+                session_ts = timestamp(payload.get("timestamp", ts), "payload.")
+                session_id = meta_id or session_id
+            elif kind == "turn_context":
                 model = text_field(payload, "model", "payload.") or model
-                if turn is not None:
-                    turn.model = model
-                yield Read("fold", line_no)
-                continue
-            if kind != "response_item" or not _kept(payload):
-                yield Read("skip", line_no)
-                continue
-            if turn is None or (payload.get("type") == "message" and payload.get("role") == "user"):
-                if turn is not None:
-                    yield turn.finish(source)
-                count += 1
-                turn = PendingTurn(
-                    turn_id=f"{session_id}:{count:05d}",
-                    session_id=session_id,
-                    line_no=line_no,
-                    first_line=raw,
-                    ts_ms=ts if ts is not None else session_ts,
-                    agent=AGENT,
-                    model=model,
-                )
-                _add(turn, payload)
-                continue  # counted when the turn is done
-            _add(turn, payload)
+            kept = kind == "response_item" and _kept(payload)
+        except Exception as exc:  # noqa: BLE001 - any content: this line's reject, never the run's end
+            yield Read("reject", line_no, reason=reason_of(exc), excerpt=excerpt(raw))
+            continue
+        if kind in ("session_meta", "turn_context"):
+            if turn is not None:
+                turn.model = model
             yield Read("fold", line_no)
-        except Reject as reason:
-            yield Read("reject", line_no, reason=str(reason), excerpt=excerpt(raw))
+            continue
+        if not kept:
+            yield Read("skip", line_no)
+            continue
+        if turn is None or (payload.get("type") == "message" and payload.get("role") == "user"):
+            if turn is not None:
+                yield turn.finish(source)
+            count += 1
+            turn = PendingTurn(
+                turn_id=f"{session_id}:{count:05d}",
+                session_id=session_id,
+                line_no=line_no,
+                first_line=raw,
+                ts_ms=timestamp(ts, "") if ts is not None else session_ts,
+                agent=AGENT,
+                model=model,
+            )
+            _add(turn, payload)
+            continue  # counted when the turn is done
+        _add(turn, payload)
+        yield Read("fold", line_no)
     if turn is not None:
         yield turn.finish(source)
+
+
+def _line(raw: bytes) -> tuple[str | None, dict | None, object]:
+    """The line's type, payload and timestamp (checked), the older rollout's lines read as the newer's."""
+    obj, _ = load(decode(raw))
+    kind, payload = obj.get("type"), obj.get("payload")
+    if kind not in LINE_TYPES and kind in ITEM_TYPES:  # the older rollout's bare item
+        kind, payload = "response_item", obj
+    elif kind is None and "id" in obj and "timestamp" in obj:  # the older rollout's first line
+        kind, payload = "session_meta", obj
+    if kind in LINE_TYPES and not isinstance(payload, dict):
+        raise Reject(f"wrong-type: payload is {type(payload).__name__}, expected object")
+    ts = obj.get("timestamp")
+    timestamp(ts, "")  # a bad one is the line's reject
+    return kind, payload, ts
 
 
 def _kept(item: dict) -> bool:

@@ -26,6 +26,12 @@ class Reject(Exception):
     """A line (or a turn) that cannot be ingested; the message is the stored reason."""
 
 
+def reason_of(exc: Exception) -> str:
+    """A reject's reason: a Reject's own, else what a reader did not foresee in this content
+    (`unreadable: IndexError: …`), which costs the line, never the run."""
+    return str(exc) if isinstance(exc, Reject) else f"unreadable: {type(exc).__name__}: {exc}"[:300]
+
+
 Lines = Iterator[tuple[int, bytes]]  # (1-based line number, the physical line as read)
 
 

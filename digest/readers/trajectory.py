@@ -38,6 +38,7 @@ from digest.readers.common import (
     decode,
     excerpt,
     load_json,
+    reason_of,
 )
 
 KIND = "trajectory"
@@ -61,36 +62,42 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
         return
     raw = b"".join(line for _, line in read_lines)
     try:
-        text = decode(raw)
-        doc = load_json(text, "file")
-        turns = _swe_agent(doc, text) if isinstance(doc.get("trajectory"), list) else _mini(doc, text)
-        if not turns:
-            raise Reject("no-steps: the trajectory holds no step")
-    except Reject as reason:
-        first = read_lines[0][0]
-        yield Read("reject", first, reason=str(reason), excerpt=excerpt(read_lines[0][1]))
+        groups = _turns(raw, read_lines, source)
+    except Exception as exc:  # noqa: BLE001 - any content: this file's reject, never the run's end
+        yield Read("reject", read_lines[0][0], reason=reason_of(exc), excerpt=excerpt(read_lines[0][1]))
         yield from (Read("fold", n) for n, _ in read_lines[1:])
         return
+    for line_no, _ in read_lines:
+        yield groups[line_no].finish(source) if line_no in groups else Read("fold", line_no)
+
+
+def _turns(raw: bytes, read_lines: list[tuple[int, bytes]], source: str) -> dict[int, PendingTurn]:
+    """The document's turns by the line each starts on."""
+    text = decode(raw)
+    doc = load_json(text, "file")
+    steps = _swe_agent(doc, text) if isinstance(doc.get("trajectory"), list) else _mini(doc, text)
+    if not steps:
+        raise Reject("no-steps: the trajectory holds no step")
     starts = [0]
     for _, line in read_lines:
         starts.append(starts[-1] + len(line.decode("utf-8")))
-    session_id = _session_id(source, turns)
+    session_id = _session_id(source, steps)
+    agent, model = doc_agent(doc), _model(doc)
     groups: dict[int, PendingTurn] = {}
-    for position, fill in turns:
-        line_no = read_lines[max(0, bisect.bisect_right(starts, position) - 1)][0]
+    for position, fill in steps:
+        line_no, line = read_lines[max(0, bisect.bisect_right(starts, position) - 1)]
         turn = groups.get(line_no)
         if turn is None:
             turn = groups[line_no] = PendingTurn(
                 turn_id=f"{session_id}:{len(groups) + 1:05d}",
                 session_id=session_id,
                 line_no=line_no,
-                first_line=read_lines[0][1],
-                agent=doc_agent(doc),
-                model=_model(doc),
+                first_line=line,
+                agent=agent,
+                model=model,
             )
         fill(turn)
-    for line_no, _ in read_lines:
-        yield groups[line_no].finish(source) if line_no in groups else Read("fold", line_no)
+    return groups
 
 
 def doc_agent(doc: dict) -> str:
@@ -145,10 +152,12 @@ def _mini(doc: dict, text: str) -> list:
             elif role == "assistant":
                 turn.thought.append(block_text(message.get("reasoning_content")))
                 turn.response.append(content)
-                for call in message.get("tool_calls") or []:
-                    function = call.get("function", {}) if isinstance(call, dict) else {}
+                calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
+                for call in calls:
+                    function = call.get("function") if isinstance(call, dict) else None
+                    function = function if isinstance(function, dict) else {}
                     turn.tool(str(function.get("name") or "tool"), arguments_text(function.get("arguments")))
-                if not message.get("tool_calls") and (blocks := content.count("```bash")):
+                if not calls and (blocks := content.count("```bash")):
                     turn.tool_calls += blocks
                     turn.tools[:] = turn.tools if "bash" in turn.tools else [*turn.tools, "bash"]
             else:
