@@ -292,7 +292,7 @@ def _read_batches(path: Path, kind: str, report: FileReport, seen: dict) -> Iter
                 batch.summaries.append({**parse_summary_row(obj, source), "embedding": vector(cut)})
             report.rows += 1
             batch.kept.append(line_no)
-        except Exception as exc:  # noqa: BLE001 - any content: this line's reject, never the run's end
+        except Exception as exc:  # any content: this line's reject, never the run's end
             reject(line_no, reason_of(exc), excerpt(raw))
         if batch.rows() >= BATCH_ROWS or batch.line_bytes >= BATCH_BYTES:
             yield batch

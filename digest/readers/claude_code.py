@@ -90,7 +90,7 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
                     ts_ms=timestamp(obj.get("timestamp"), ""),
                     agent=AGENT,
                 )
-        except Exception as exc:  # noqa: BLE001 - any content: this line's reject, never the run's end
+        except Exception as exc:  # any content: this line's reject, never the run's end
             yield Read("reject", line_no, reason=reason_of(exc), excerpt=excerpt(raw))
             continue
         if fresh is not None:

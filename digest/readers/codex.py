@@ -76,7 +76,7 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
             elif kind == "turn_context":
                 model = text_field(payload, "model", "payload.") or model
             kept = kind == "response_item" and _kept(payload)
-        except Exception as exc:  # noqa: BLE001 - any content: this line's reject, never the run's end
+        except Exception as exc:  # any content: this line's reject, never the run's end
             yield Read("reject", line_no, reason=reason_of(exc), excerpt=excerpt(raw))
             continue
         if kind in ("session_meta", "turn_context"):

@@ -63,7 +63,7 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
     raw = b"".join(line for _, line in read_lines)
     try:
         groups = _turns(raw, read_lines, source)
-    except Exception as exc:  # noqa: BLE001 - any content: this file's reject, never the run's end
+    except Exception as exc:  # any content: this file's reject, never the run's end
         yield Read("reject", read_lines[0][0], reason=reason_of(exc), excerpt=excerpt(read_lines[0][1]))
         yield from (Read("fold", n) for n, _ in read_lines[1:])
         return
