@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from digest.turns import Turn, canonical_order, compose_document, input_revision, parse_timestamp_ms, partition_key
+from digest.turns import compose_document, id_sort_key, parse_timestamp_ms, partition_key
 
 EXCERPT_CHARS = 200
 _EMBEDDING = re.compile(r'"embedding"\s*:\s*\[')
@@ -216,21 +216,17 @@ def turn_row(
 
 
 def check_derivable(row: dict) -> None:
-    """What the store derives from a turn as it writes it (the partition key, the canonical order's
-    sort key, the input revision's JSON and hash, the raw bytes), computed for this turn alone: a
-    turn none of them can be computed for is this line's reject, not an error of the whole batch's
-    write. (Fidelity terms degrade instead: `resources.store.fidelity`.)"""
+    """What the store derives from a turn as it writes it, tried on this turn alone: its session's
+    partition key, its id's place in the canonical order (an ICU sort key), and the UTF-8 of the
+    text the input revision hashes and the raw bytes count (the revision's JSON and hash cannot fail
+    on text that encodes). A turn any of them fails for is this line's reject, not an error of the
+    whole batch's write. (Fidelity terms degrade instead: `resources.store.fidelity`.)"""
     try:
         partition_key(row["session_id"])
-        turn = Turn(
-            id=row["id"],
-            session_id=row["session_id"],
-            document=row["document"],
-            agent_identity=row["agent_identity"],
-            user_id=row["user_id"],
-        )
-        input_revision(canonical_order([turn]))
-        row["document"].encode("utf-8")
+        id_sort_key(row["id"])
+        for key in ("id", "session_id", "document", "agent_identity", "user_id"):
+            if row[key] is not None:
+                row[key].encode("utf-8")
     except Exception as exc:  # whatever it is, it costs this turn only
         raise Reject(f"underivable: {type(exc).__name__}: {exc}"[:300]) from None
 
