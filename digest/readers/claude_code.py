@@ -40,11 +40,18 @@ EVENT_TYPES = frozenset({"user", "assistant", "system"})
 _SYNTHETIC_MODEL = "<synthetic>"
 
 
+# Lines a session log may open with (many of them, for a resumed session) before its first event.
+_PREAMBLE = {"summary": "leafUuid", "file-history-snapshot": "messageId"}
+
+
 def sniff(objs: list[dict]) -> bool:
-    """Claude Code's events carry `sessionId` and `uuid` beside a `type` of its own."""
-    return any(
+    """Claude Code's events carry `sessionId` and `uuid` beside a `type` of its own; a log that
+    opens with nothing but its `summary` / `file-history-snapshot` lines is one too."""
+    if any(
         obj.get("type") in EVENT_TYPES and "sessionId" in obj and "uuid" in obj and "message" in obj for obj in objs
-    )
+    ):
+        return True
+    return bool(objs) and all(_PREAMBLE.get(obj.get("type")) in obj for obj in objs)
 
 
 def _prompt_text(content) -> str | None:
