@@ -116,12 +116,15 @@ def test_logs_are_told_by_their_content_not_their_names(db, tmp_path):
         (MINI, "r2.traj"),
     ]:
         shutil.copy(SAMPLES / source, folder / name)
+    # A resumed session's log can open with many `summary` lines before its first event.
+    (folder / "c.jsonl").write_text('{"type":"summary","summary":"Port","leafUuid":"u1"}\n' * 60)
     (folder / "README.md").write_text("# Logs\n\nNot a chat history.\n")
     (folder / "config.json").write_text('{"trajectory": 3}\n')  # not a trajectory: no list
     found = {p.name: file_kind(p) for p in discover([folder])}
     assert found == {
         "a.jsonl": "claude-code",
         "b.jsonl": "codex",
+        "c.jsonl": "claude-code",
         "notes.md": "aider",
         "r1.json": "trajectory",
         "r2.traj": "trajectory",
