@@ -123,7 +123,7 @@ def _add(turn: PendingTurn, kind: str, content, prompt: str | None, model: str |
             return
         for part in content if isinstance(content, list) else [content]:
             if isinstance(part, dict) and part.get("type") == "tool_result":
-                turn.output(block_text(part.get("content")), mark + "tool result")
+                turn.output(block_text(part.get("content")), "subagent tool result" if sidechain else "tool result")
             else:
                 turn.response.append(mark + block_text(part))
         return
