@@ -4,12 +4,13 @@ multi-line input is several `#### ` lines), `> ` lines are aider's own output (t
 results, confirmations), and the other lines are the model's reply.
 
 A turn is one user input (its consecutive `#### ` lines) and every line after it until the next
-input or session: the reply and aider's `> ` lines, as written (a `> ` inside a fenced code block
-is the reply's). The file holds no session id and no time but the session's start: the session is
-`aider-<start>-<10 hex digits>` (a hash of its header line and first input, so a history appended
-to keeps its ids), its turns `<session>:00001`... in order, each at the session's start time; the
-model is read from the banner (`> Model: …` / `> Main model: …`) before the first input. The
-banner's other lines are folded (read for the model, not kept as text), as is the header.
+input or session: the reply and aider's `> ` lines, as written. (Code fences are not followed: a
+reply left with an unclosed fence must not swallow the inputs after it.) The file holds no session
+id and no time but the session's start: the session is `aider-<start>-<10 hex digits>` (a hash of
+its header line and first input, so a history appended to keeps its ids), its turns
+`<session>:00001`... in order, each at the session's start time; the model is read from the banner
+(`> Model: …` / `> Main model: …`) before the first input. The banner's other lines are folded
+(read for the model, not kept as text), as is the header.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ AGENT = "aider"
 HEADER = "# aider chat started at "
 _USER = "#### "
 _MODEL = re.compile(r"^> (?:Main )?[Mm]odel: (\S+)")
-_FENCE = "```"
 
 
 def sniff(head: bytes) -> bool:
@@ -38,7 +38,6 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
     session_id: str | None = None
     count = 0
     turn: PendingTurn | None = None
-    fenced = False
     in_input = False  # the previous line was one of the turn's `#### ` lines
     for line_no, raw in lines:
         try:
@@ -50,7 +49,7 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
         if line.startswith(HEADER):
             if turn is not None:
                 yield turn.finish(source)
-            turn, session_id, model, count, fenced, in_input = None, None, None, 0, False, False
+            turn, session_id, model, count, in_input = None, None, None, 0, False
             try:
                 header = (line, timestamp(line[len(HEADER) :].strip(), ""))
             except Reject:
@@ -65,7 +64,7 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
                 yield Read("skip", line_no)
             continue
         user = line.startswith(_USER) or line == _USER.strip()
-        if user and not fenced and not in_input:
+        if user and not in_input:
             if turn is not None:
                 yield turn.finish(source)
             if session_id is None:
@@ -93,8 +92,6 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
                 model = match.group(1)
             yield Read("fold" if line.strip() else "skip", line_no)
             continue
-        if line.lstrip().startswith(_FENCE):
-            fenced = not fenced
         turn.response.append(line)
         yield Read("fold", line_no)
     if turn is not None:
