@@ -50,7 +50,12 @@ def canonical_order(turns: list[Turn]) -> list[Turn]:
     sort is stable over Chroma's order; here code point order settles them, so the order (and the
     revision) does not depend on the order the turns were read in.
     """
-    return sorted(turns, key=lambda t: (t.ts_ms or 0, _COLLATOR.getSortKey(t.id), t.id))
+    return sorted(turns, key=lambda t: (t.ts_ms or 0, id_sort_key(t.id), t.id))
+
+
+def id_sort_key(turn_id: str) -> bytes:
+    """A turn id's place in `localeCompare` order (`canonical_order`'s tie-break)."""
+    return _COLLATOR.getSortKey(turn_id)
 
 
 def input_revision(turns: list[Turn]) -> str:
