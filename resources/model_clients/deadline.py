@@ -68,13 +68,15 @@ class Deadline:
             self._quiet_since = self._sent if streamed and self.stall_s is not None else None
             self._wake.notify()
 
-    def piece(self, content: bool) -> None:
-        """A complete, well-formed chunk arrived; `content`: it carries reply text."""
+    def piece(self) -> None:
+        """A piece of generated text arrived (the answer's, or a thinking model's reasoning): the
+        only progress. A chunk without text (a role delta, `{"done": false}` with no content, a
+        keep-alive) moves neither the stall window nor the call's last piece."""
         now = time.monotonic()
         self._last_piece = now
         if self._quiet_since is not None:
             self._quiet_since = now
-        if content and self.first_token_s is None:
+        if self.first_token_s is None:
             self.first_token_s = now - self._sent
 
     def quiet(self) -> None:

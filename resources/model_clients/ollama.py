@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, StrictBool
 
-from digest.model_api import ChatReply
+from digest.model_api import DEFAULT_STREAM_BOUNDS, ChatReply, StreamBounds
 from resources.model_clients.deadline import Deadline
 from resources.model_clients.streams import (
+    Budget,
     Count,
     Message,
     Reason,
@@ -16,7 +17,6 @@ from resources.model_clients.streams import (
     chat_reply,
     http_client,
     raise_for_status,
-    reply_byte_cap,
     validated,
 )
 
@@ -48,7 +48,8 @@ class _NDJSON(Stream):
         if not line.strip():
             return False
         chunk = validated(_OllamaChunk, line, self.url, "stream chunk", self.deadline, error_coded=False)
-        self.text(chunk.message.content if chunk.message else None)
+        if chunk.message is not None:
+            self.text(chunk.message.content, chunk.message.thought)
         if not chunk.done:
             return False
         self.reply = Reply("".join(self.pieces), chunk.done_reason, chunk.prompt_eval_count, chunk.eval_count)
@@ -62,11 +63,19 @@ class OllamaChatClient(StreamingClient):
     reply's `prompt_tokens`, and the synthesis flags a count far below the estimate.
     """
 
-    def __init__(self, base_url: str, model: str, num_ctx: int, keep_alive: str = "5m"):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        num_ctx: int,
+        keep_alive: str = "5m",
+        bounds: StreamBounds = DEFAULT_STREAM_BOUNDS,
+    ):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.num_ctx = num_ctx
         self.keep_alive = keep_alive
+        self.bounds = bounds
 
     stream = _NDJSON
 
@@ -93,7 +102,7 @@ class OllamaChatClient(StreamingClient):
             body["format"] = schema
         url = f"{self.base_url}/api/chat"
         with http_client() as http, Deadline(timeout_s, stall_s) as deadline:
-            status, data, reply = self._post(http, url, body, deadline, reply_byte_cap(max_output_tokens))
+            status, data, reply = self._post(http, url, body, deadline, Budget(max_output_tokens, self.bounds))
             if reply is None:
                 raise_for_status(status, data, deadline, coded=False)
                 whole = validated(_OllamaReply, data, url, "chat reply", deadline)

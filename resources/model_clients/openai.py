@@ -7,10 +7,11 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, Field, StrictInt, ValidationError
 
-from digest.model_api import ChatReply, ModelError
+from digest.model_api import DEFAULT_STREAM_BOUNDS, ChatReply, ModelError, StreamBounds
 from resources.model_clients.deadline import Deadline
 from resources.model_clients.streams import (
     MIN_REPLY_BYTES,
+    Budget,
     Count,
     Message,
     Reason,
@@ -21,7 +22,6 @@ from resources.model_clients.streams import (
     http_client,
     json_object,
     raise_for_status,
-    reply_byte_cap,
     send,
     validated,
 )
@@ -79,6 +79,7 @@ class _SSE(Stream):
     def __init__(self, *args):
         super().__init__(*args)
         self.data: list[bytes] = []
+        self.event_size = 0  # of `data`: an event that never ends is held to the event bound
         self.finish_reason: str | None = None
         self.usage: _Usage | None = None
 
@@ -86,16 +87,18 @@ class _SSE(Stream):
         field, _, value = line.partition(b":")
         if field in (b"data", b"error"):  # llama.cpp's server sends a failure as an `error:` field
             self.data.append(value[1:] if value.startswith(b" ") else value)
+            self.event_size += len(self.data[-1]) + 1
+            self.budget.over_event(self.event_size, self.url, self.deadline)
             return False
         if line or not self.data:
             return False
-        data, self.data = b"\n".join(self.data), []
+        data, self.data, self.event_size = b"\n".join(self.data), [], 0
         if data.strip() == b"[DONE]":
             usage = self.usage
             if usage is None:
                 # No usage chunk (llama-cpp-python 0.3 ignores include_usage): no prompt count, and
                 # the pieces for the answer's, a token each on llama.cpp-based servers.
-                usage = _Usage(completion_tokens=len(self.pieces))
+                usage = _Usage(completion_tokens=self.generated)
             self.reply = Reply("".join(self.pieces), self.finish_reason, usage.prompt_tokens, usage.completion_tokens)
             return True
         chunk = validated(_Chunk, data, self.url, "stream chunk", self.deadline, error_coded=True)
@@ -104,9 +107,7 @@ class _SSE(Stream):
         if chunk.choices:
             choice = chunk.choices[0]
             self.finish_reason = choice.finish_reason or self.finish_reason
-            self.text(choice.delta.content)
-        else:
-            self.text(None)
+            self.text(choice.delta.content, choice.delta.thought)
         return False
 
 
@@ -118,12 +119,15 @@ class OpenAIChatClient(StreamingClient):
     to send; `auto` tries `json_schema` and falls back to `json_object` once, then remembers.
     """
 
-    def __init__(self, base_url: str, model: str, schema_style: str = "auto"):
+    def __init__(
+        self, base_url: str, model: str, schema_style: str = "auto", bounds: StreamBounds = DEFAULT_STREAM_BOUNDS
+    ):
         if schema_style not in ("auto", "json_schema", "json_object"):
             raise ValueError(f"unknown schema style {schema_style!r}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.schema_style = schema_style
+        self.bounds = bounds
 
     def _response_format(self, schema: dict, style: str) -> dict:
         if style == "json_object":
@@ -156,10 +160,10 @@ class OpenAIChatClient(StreamingClient):
         if schema is not None:
             body["response_format"] = self._response_format(schema, style)
         url = f"{self.base_url}/v1/chat/completions"
-        cap = reply_byte_cap(max_output_tokens)
+        budget = Budget(max_output_tokens, self.bounds)
         # The client before the deadline: loading its TLS context can take 0.1 s on a loaded host.
         with http_client() as http, Deadline(timeout_s, stall_s) as deadline:
-            status, data, reply = self._post(http, url, body, deadline, cap)
+            status, data, reply = self._post(http, url, body, deadline, budget)
             if (
                 reply is None
                 and schema is not None
@@ -169,7 +173,7 @@ class OpenAIChatClient(StreamingClient):
             ):
                 self.schema_style = "json_object"
                 body["response_format"] = self._response_format(schema, "json_object")
-                status, data, reply = self._post(http, url, body, deadline, cap)
+                status, data, reply = self._post(http, url, body, deadline, budget)
             streamed = reply is not None
             if not streamed:
                 raise_for_status(status, data, deadline, coded=True)
@@ -212,7 +216,7 @@ class OpenAIChatClient(StreamingClient):
             cap = MIN_REPLY_BYTES + TOKENIZE_BYTES_PER_BYTE * len(text.encode("utf-8"))
             try:
                 with http_client() as http, Deadline(min(timeout_s, TOKENIZE_TIMEOUT_S)) as deadline:
-                    status, data, _ = send(http, url, body, deadline, cap)
+                    status, data, _ = send(http, url, body, deadline, Budget(0, self.bounds, cap))
             except ModelError:
                 return None  # the server failed this time: the route may answer the next
             if 400 <= status < 500:

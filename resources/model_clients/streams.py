@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import ssl
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from digest.model_api import (
     ModelError,
     OutputLimitExceeded,
     ProviderError,
+    RunawayReply,
+    StreamBounds,
 )
 from resources.model_clients.deadline import Deadline
 
@@ -30,6 +33,11 @@ CONNECT_TIMEOUT_S = 10.0
 # token is room for any honest reply and its envelope. The floor covers short caps and error pages.
 REPLY_BYTES_PER_TOKEN = 64
 MIN_REPLY_BYTES = 256 * 1024
+# A stream past its output cap by this much is a runaway: a piece is at most a token on the servers
+# read (llama.cpp and Ollama send a token a piece, vLLM one or more), and the slack covers a role
+# chunk, a finish chunk and a stray character split in two.
+RUNAWAY_FACTOR = 1.25
+RUNAWAY_SLACK_PIECES = 16
 INT32_MAX = 2**31 - 1  # the ledger's INTEGER columns
 # Uncompressed, so the bytes counted are the bytes the reply holds.
 _HEADERS = {"Accept-Encoding": "identity"}
@@ -66,30 +74,67 @@ class Reply:
     completion_tokens: int | None
 
 
+class Budget:
+    """What one call may hold and read, over all its requests: its reply text (`reply_bytes`, from
+    the output cap; a whole body too), the pieces of a stream (`max_pieces`: past them the server
+    ignores the output cap), one event of a stream, and every byte off the wire."""
+
+    def __init__(self, max_output_tokens: int, bounds: StreamBounds, reply_bytes: int | None = None):
+        self.reply_bytes = reply_byte_cap(max_output_tokens) if reply_bytes is None else reply_bytes
+        self.output_tokens = max_output_tokens
+        self.max_pieces = math.ceil(max_output_tokens * RUNAWAY_FACTOR) + RUNAWAY_SLACK_PIECES
+        self.event_bytes = bounds.event_max_bytes
+        self.call_bytes = bounds.call_max_bytes
+        self.read = 0
+
+    def received(self, size: int, url: str, deadline: Deadline) -> None:
+        self.read += size
+        if self.read > self.call_bytes:
+            message = f"model server at {url} sent over {self.call_bytes} bytes in one call: stopped reading"
+            raise deadline.error(MalformedReply, message)
+
+    def over_event(self, size: int, url: str, deadline: Deadline) -> None:
+        if size > self.event_bytes:
+            message = f"malformed stream from {url}: one event over {self.event_bytes} bytes, stopped reading"
+            raise deadline.error(MalformedReply, message)
+
+
 class Stream:
     """A streamed reply, parsed line by line as the bytes arrive. A subclass is one protocol."""
 
     media_type = ""  # the Content-Type of a streamed answer; another is a server that did not stream
 
-    def __init__(self, url: str, deadline: Deadline, cap: int):
-        self.url, self.deadline, self.cap = url, deadline, cap
+    def __init__(self, url: str, deadline: Deadline, budget: Budget):
+        self.url, self.deadline, self.budget = url, deadline, budget
         self.pieces: list[str] = []
         self.size = 0
+        self.generated = 0  # pieces of text, answer or reasoning: at most the tokens generated
         self.reply: Reply | None = None  # set at the stream's end marker
 
     def line(self, line: bytes) -> bool:
         """Take one line (its end of line stripped); True when the reply has ended."""
         raise NotImplementedError
 
-    def text(self, content: str | None) -> None:
+    def text(self, content: str | None, reasoning: str | None = None) -> None:
+        """A well-formed chunk's text: `content` the answer's, `reasoning` a thinking model's, which
+        is no part of the reply but is generated, under the same output cap. A chunk with neither
+        is no progress."""
+        if not content and not reasoning:
+            return
         if content:
             self.pieces.append(content)
             self.size += len(content.encode("utf-8"))
-            if self.size > self.cap:
-                raise self.deadline.error(
-                    OutputLimitExceeded, f"reply from {self.url} over {self.cap} bytes: stopped reading"
-                )
-        self.deadline.piece(bool(content))
+            if self.size > self.budget.reply_bytes:
+                message = f"reply from {self.url} over {self.budget.reply_bytes} bytes: stopped reading"
+                raise self.deadline.error(OutputLimitExceeded, message)
+        self.generated += 1
+        if self.generated > self.budget.max_pieces:
+            message = (
+                f"runaway reply from {self.url}: over {self.budget.max_pieces} pieces streamed for an output cap "
+                f"of {self.budget.output_tokens} tokens: stopped reading"
+            )
+            raise self.deadline.error(RunawayReply, message)
+        self.deadline.piece()
 
 
 def _media_type(response: httpx.Response) -> str:
@@ -99,6 +144,7 @@ def _media_type(response: httpx.Response) -> str:
 def _read_stream(response: httpx.Response, parser: Stream, url: str, deadline: Deadline) -> Reply:
     buffer = bytearray()
     for chunk in response.iter_bytes():
+        parser.budget.received(len(chunk), url, deadline)
         buffer += chunk
         while (end := buffer.find(b"\n")) >= 0:
             line = bytes(buffer[:end]).rstrip(b"\r")
@@ -106,8 +152,7 @@ def _read_stream(response: httpx.Response, parser: Stream, url: str, deadline: D
             if parser.line(line):
                 deadline.quiet()
                 return parser.reply
-        if len(buffer) > parser.cap:  # one line with no end: a reply too, held to the cap
-            raise deadline.error(OutputLimitExceeded, f"reply from {url} over {parser.cap} bytes: stopped reading")
+        parser.budget.over_event(len(buffer), url, deadline)  # one line with no end
     if deadline.expired:  # the shutdown reads as the end of the body
         raise deadline.timeout()
     # The last line may come without its end of line; a stream with no end marker broke off.
@@ -126,11 +171,11 @@ class EmptyStream(HostUnreachable):
 
 
 def send(
-    http: httpx.Client, url: str, body: dict, deadline: Deadline, cap: int, stream: type[Stream] | None = None
+    http: httpx.Client, url: str, body: dict, deadline: Deadline, budget: Budget, stream: type[Stream] | None = None
 ) -> tuple[int, bytes, Reply | None]:
     """POST `body` within the deadline. With `stream`, a 200 in the stream's media type is read as
-    that stream: (200, b"", the reply). Anything else is a whole body, read up to `cap` bytes:
-    (status, body, None)."""
+    that stream: (200, b"", the reply). Anything else is a whole body, read up to the budget's reply
+    bytes: (status, body, None)."""
     remaining = deadline.timeout_s - deadline.elapsed
     if remaining <= 0:
         raise deadline.timeout()
@@ -142,11 +187,13 @@ def send(
         with http.stream("POST", url, json=body, timeout=timeout, extensions={"trace": deadline.trace}) as response:
             status = response.status_code
             if stream is not None and status == 200 and _media_type(response) == stream.media_type:
-                return status, b"", _read_stream(response, stream(url, deadline, cap), url, deadline)
+                return status, b"", _read_stream(response, stream(url, deadline, budget), url, deadline)
             deadline.quiet()  # a whole body: only the ceiling bounds it
             for chunk in response.iter_bytes():
+                budget.received(len(chunk), url, deadline)
                 data += chunk
-                if len(data) > cap:
+                if len(data) > budget.reply_bytes:
+                    cap = budget.reply_bytes
                     message = f"reply from {url} over {cap} bytes: stopped reading (HTTP {response.status_code})"
                     raise deadline.error(OutputLimitExceeded, message)
     except httpx.TimeoutException:
@@ -201,7 +248,11 @@ def _failure(status: int | None, message: str, error: dict, deadline: Deadline, 
         overflow = named
     where = f"HTTP {status}" if status is not None else "error in the stream"
     failure = deadline.error(ContextOverflow if overflow else ProviderError, f"{where}: {message}")
-    failure.status = status  # a 5xx says the host is bad, a 4xx the request (`digest.circuit`)
+    # A 5xx says the host is bad, a 4xx the request (`digest.circuit`). An error inside a 200
+    # stream has no status: the server failed mid-answer, after it accepted the request, so a 5xx
+    # unless its `code` is an HTTP status that says otherwise (llama.cpp's: 500, type server_error).
+    code = error.get("code")
+    failure.status = status if status is not None else code if type(code) is int and 400 <= code < 600 else 500
     return failure
 
 
@@ -227,8 +278,25 @@ Count = Annotated[int | None, BeforeValidator(_count)]
 Reason = Annotated[str | None, BeforeValidator(_reason)]
 
 
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+Text = Annotated[str | None, BeforeValidator(_text)]
+
+
 class Message(BaseModel):
     content: StrictStr | None = None  # text or null; an object or a number breaks the protocol
+    # A thinking model's reasoning, streamed apart from its answer: `reasoning_content` (llama.cpp's
+    # server), `reasoning` (vLLM, Ollama's /v1), `thinking` (Ollama's /api/chat). Progress, and under
+    # the output cap, but no part of the reply; a non-string is dropped, as no reply depends on it.
+    reasoning_content: Text = None
+    reasoning: Text = None
+    thinking: Text = None
+
+    @property
+    def thought(self) -> str | None:
+        return self.reasoning_content or self.reasoning or self.thinking
 
 
 Shape = TypeVar("Shape", bound=BaseModel)
@@ -264,26 +332,26 @@ class StreamingClient:
         return {"stream": streamed}
 
     def _post(
-        self, http: httpx.Client, url: str, body: dict, deadline: Deadline, cap: int
+        self, http: httpx.Client, url: str, body: dict, deadline: Deadline, budget: Budget
     ) -> tuple[int, bytes, Reply | None]:
         """One request, streamed while the client streams; (status, whole body, None) when the
         server answered with a whole body, which the caller parses as an unstreamed reply."""
         streamed = self.streaming
         request = {**body, **self._stream_fields(streamed)}
         try:
-            status, data, reply = send(http, url, request, deadline, cap, self.stream if streamed else None)
+            status, data, reply = send(http, url, request, deadline, budget, self.stream if streamed else None)
         except EmptyStream:
             # Asked again unstreamed, under the same deadline and on a new connection (the server
             # dropped the last one), it says why (an overflow).
             with http_client() as fresh:
-                return send(fresh, url, {**body, **self._stream_fields(False)}, deadline, cap)
+                return send(fresh, url, {**body, **self._stream_fields(False)}, deadline, budget)
         if streamed and reply is None:
             if status == 200:  # a whole reply to a stream request: the server ignores `stream`
                 self.streaming = False
             elif _refuses_stream(status, data):
                 self.streaming = False
                 # Under the same deadline: one attempt, one budget, however many requests.
-                status, data, reply = send(http, url, {**body, **self._stream_fields(False)}, deadline, cap)
+                status, data, reply = send(http, url, {**body, **self._stream_fields(False)}, deadline, budget)
         return status, data, reply
 
 
