@@ -26,6 +26,7 @@ TIERS = {
     "test_settings": "unit",
     "test_streaming": "unit",
     "test_stream_faults": "unit",
+    "test_usage_counts": "unit",
     "test_synthesis": "unit",
     "test_tokens": "unit",
     "test_vectors": "unit",
