@@ -13,12 +13,14 @@ answers, and called without streaming from then on (`streaming` turns False). A 
 usage chunk (llama-cpp-python's server ignores include_usage) has its answer counted in pieces and
 its prompt by the server's tokenizer.
 
-Every call is bounded four ways: a wall-clock ceiling (`timeout_s`, however slowly the server
-sends), a stall window (`stall_s`: no complete chunk for that long, the wait for the first one
-included, is `ModelStalled`), a cap on the bytes held (from the output token cap: the body of a
-whole reply, the text and any one line of a streamed one), and a validated reply shape, chunk by
-chunk. Both windows are kept by one watchdog thread that shuts the call's sockets down, which
-ends a read blocked in the kernel at once.
+Every call is bounded: a wall-clock ceiling (`timeout_s`, however slowly the server sends), a
+stall window (`stall_s`: no piece of text for that long, the wait for the first one included, is
+`ModelStalled`; a chunk without text is no progress), the bytes held (the reply text, or a whole
+body, from the output token cap; one event or line of a stream, `StreamBounds.event_max_bytes`),
+the bytes read (`StreamBounds.call_max_bytes`), the pieces streamed (past the output cap with a
+margin: `RunawayReply`), and a validated reply shape, chunk by chunk. Both windows are kept by
+one watchdog thread that shuts the call's sockets down, which ends a read blocked in the kernel at
+once.
 
 What failed decides the error type, never the words of the model's reply:
 - no answer by the ceiling: `ModelTimeout` (`progressing` when pieces were still arriving); no
@@ -31,10 +33,11 @@ What failed decides the error type, never the words of the model's reply:
   as 400, 413 or 500 by version and endpoint, so there the message decides on any error status.
   Both read the server's error object of an error status (or an error chunk inside a stream)
   only, never the reply text;
-- a reply over the byte cap: `OutputLimitExceeded`;
+- a reply over the byte cap: `OutputLimitExceeded`; a stream past its output cap: `RunawayReply`;
 - a connection refused, or closed before the reply's end: `HostUnreachable`; a 200 that breaks
-  the wire protocol (a bad chunk mid-stream included): `MalformedReply`; anything else the server
-  did wrong: `ProviderError`.
+  the wire protocol (a bad chunk mid-stream, an event over its bound, a call over its bytes
+  included): `MalformedReply`; anything else the server did wrong: `ProviderError` (an error chunk
+  inside a 200 stream with its `code` as status, else 500: the host's failure).
 """
 
 from resources.model_clients.ollama import OllamaChatClient
