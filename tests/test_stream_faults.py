@@ -99,6 +99,17 @@ def test_a_stream_past_its_output_cap_is_a_runaway(protocol):
     assert CallPlan(CEILING_S, STALL_S, measured=True, at_ceiling=True).host_failure(error)
 
 
+def test_a_runaway_summary_is_ledgered_as_one_and_counts_against_its_host(store):
+    with FaultServer("stream-runaway", gap_s=0.001) as server:
+        limits = make_limits(max_output_tokens=64, timeout_s=CEILING_S)
+        ledger = RunLedger(store, "runaway-run", host=DEFAULT_HOST)
+        result = summarize_session(make_turns("runaway", 2), _client("openai", server.url), limits, ledger)
+    assert result.summary is None and result.failure == "runaway" and result.host_failure
+    assert store.query("SELECT outcome FROM attempts")["outcome"].tolist() == ["runaway"]
+    assert store.query("SELECT symptom FROM friction_events")["symptom"].tolist() == ["runaway"]
+    assert store.hosts.host_circuits()[DEFAULT_HOST].failures == 1
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_an_error_chunk_in_a_200_stream_is_a_host_failure(store, protocol):
     """llama.cpp's `{"error": {"type": "server_error", "code": 500}}` as a stream's first chunk
