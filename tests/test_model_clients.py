@@ -385,12 +385,12 @@ def test_a_reply_over_the_byte_cap_is_refused_and_one_under_it_read(server, clie
             return OpenAIChatClient(server.url, "m", "json_object")
         return OllamaChatClient(server.url, "m", 4096)
 
-    cap = reply_byte_cap(64)
-    # Streamed in pieces of 4 KB (not 4 bytes, so the test is quick: 65 pieces, under 64 tokens'
-    # runaway bound); the text is what is held to the cap, so a reply one byte over it is refused.
+    cap = reply_byte_cap(16)
+    # Streamed in pieces of 4 KB (not 4 bytes, so the test is quick); the text is what is held to
+    # the cap, so a reply one byte over it is refused.
     server.script = lambda received: dataclasses.replace(Behaviour.text("a" * (cap - 1000)), piece_chars=4096)
-    assert len(_chat(client(), max_output_tokens=64).text) == cap - 1000
+    assert len(_chat(client(), max_output_tokens=16).text) == cap - 1000
     server.script = lambda received: dataclasses.replace(Behaviour.text("a" * (cap + 1)), piece_chars=4096)
-    over = _caught(lambda: _chat(client(), max_output_tokens=64))
+    over = _caught(lambda: _chat(client(), max_output_tokens=16))
     assert type(over) is OutputLimitExceeded and f"over {cap} bytes" in str(over)
     assert classify_error(over) == "token-budget-exceeded"

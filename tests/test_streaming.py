@@ -90,9 +90,9 @@ def test_a_length_cut_stream_reports_its_finish_reason(server, protocol):
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_streamed_reply_over_the_byte_cap_is_refused(server, protocol):
-    cap = reply_byte_cap(64)  # 65 pieces of 4096 bytes: under 64 tokens' runaway bound, over the bytes
+    cap = reply_byte_cap(16)
     server.script = lambda received: Behaviour(content="a" * (cap + 1), piece_chars=4096)
-    over = _caught(lambda: _chat(_client(protocol, server.url), max_output_tokens=64))
+    over = _caught(lambda: _chat(_client(protocol, server.url), max_output_tokens=16))
     assert type(over) is OutputLimitExceeded and f"over {cap} bytes" in str(over)
 
 
