@@ -448,6 +448,7 @@ SETTINGS: tuple[Setting, ...] = (
         StreamBounds.event_max_bytes,
         "the most one event of a streamed reply (an SSE event, all its `data:` lines; an Ollama line) may hold; "
         "past it the stream is broken (a provider error, the host's failure) ([model clients](model-clients.md))",
+        default_doc="1048576 (1 MiB)",
     ),
     Setting(
         "DIGEST_CALL_MAX_BYTES",
@@ -456,6 +457,7 @@ SETTINGS: tuple[Setting, ...] = (
         StreamBounds.call_max_bytes,
         "the most bytes one model call reads off the wire, all its requests (a flood of keep-alives or empty "
         "chunks included); past it the server is broken (a provider error, the host's failure)",
+        default_doc="67108864 (64 MiB)",
     ),
     Setting(
         "DIGEST_SUMMARY_MAX_OUTPUT_TOKENS",
