@@ -1,8 +1,9 @@
 """A circuit breaker per model host: a host that keeps failing is taken out of rotation.
 
 A host failure is what says the host is bad, not the prompt: no answer by the deadline, a server
-that cannot be reached or breaks off, an HTTP 5xx that is not the server's context overflow, a 200
-that breaks the wire protocol. A prompt over the context, a reply cut at its output cap, a reply
+that cannot be reached or breaks off, an HTTP 5xx (or an error inside a 200 stream) that is not the
+server's context overflow, a 200 that breaks the wire protocol, a stream that runs past the output
+cap it was sent (a runaway: the server ignores `max_tokens` / `num_predict`, on every call). A prompt over the context, a reply cut at its output cap, a reply
 that does not parse or a 4xx say nothing about the host and leave its circuit as it is.
 
 States, by the clock the caller passes in (milliseconds):
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from digest.backoff import doubling_backoff_s
-from digest.model_api import HostUnreachable, MalformedReply, ModelTimeout, ProviderError
+from digest.model_api import HostUnreachable, MalformedReply, ModelTimeout, ProviderError, RunawayReply
 
 CONSUMER = "model-hosts"  # the friction events' consumer, their asset_ref the host's name
 ERROR_CHARS = 500  # of the last failure's text kept on the circuit
@@ -31,7 +32,7 @@ ERROR_CHARS = 500  # of the last failure's text kept on the circuit
 
 def is_host_failure(error: BaseException | None) -> bool:
     """Whether a failed call says its host is bad (see the module doc); False for no error."""
-    if isinstance(error, (ModelTimeout, HostUnreachable, MalformedReply)):
+    if isinstance(error, (ModelTimeout, HostUnreachable, MalformedReply, RunawayReply)):
         return True
     # A 5xx that is the server's context overflow is a `ContextOverflow`, not a `ProviderError`.
     return isinstance(error, ProviderError) and error.status is not None and error.status >= 500
@@ -142,7 +143,9 @@ def opened_note(transition: Transition) -> str:
 
 def host_symptom(outcome: str) -> str:
     """The friction symptom of a host failure from its attempt's outcome: a host failure is a
-    timeout (`timeout`, a mini summary's `timeout-inner`/`timeout-outer`) or a provider error."""
+    timeout (`timeout`, a mini summary's `timeout-inner`/`timeout-outer`), a runaway or a provider error."""
+    if outcome == "runaway":
+        return outcome
     return "timeout" if outcome.startswith("timeout") else "provider-error"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from digest.model_api import ContextOverflow, ModelError, ModelTimeout, OutputLimitExceeded
+from digest.model_api import ContextOverflow, ModelError, ModelTimeout, OutputLimitExceeded, RunawayReply
 
 
 class Symptom(StrEnum):
@@ -23,6 +23,7 @@ class Symptom(StrEnum):
     TIMEOUT = "timeout"
     SIZE_PRECHECK_SKIP = "size-precheck-skip"
     PROVIDER_ERROR = "provider-error"
+    RUNAWAY = "runaway"  # ours: a streamed reply past its output cap, which the server ignored
 
 
 class EmissionPoint(StrEnum):
@@ -40,6 +41,7 @@ SUGGESTION_KIND = {
     Symptom.SEMANTIC_CONFUSION: "extract-anchor",
     Symptom.TIMEOUT: "unknown",
     Symptom.PROVIDER_ERROR: "unknown",
+    Symptom.RUNAWAY: "unknown",
 }
 
 
@@ -55,6 +57,8 @@ def classify_error(error: BaseException) -> Symptom:
         return Symptom.TIMEOUT
     if isinstance(error, ContextOverflow):
         return Symptom.CONTEXT_OVERFLOW
+    if isinstance(error, RunawayReply):
+        return Symptom.RUNAWAY
     if isinstance(error, OutputLimitExceeded):
         return Symptom.TOKEN_BUDGET_EXCEEDED
     if isinstance(error, ModelError):

@@ -48,6 +48,7 @@ CAUSES = (
     "provider-error",
     "context-overflow",
     "token-budget-exceeded",
+    "runaway",
     "unspecified",
 )
 ARCHIVE_NO_CONTENT = "no-content"
@@ -260,7 +261,7 @@ def cause_of(error: BaseException) -> str:
         return str(symptom)
     if symptom == Symptom.PARSE_FAILURE:
         return "unspecified"
-    return str(symptom)  # context-overflow, token-budget-exceeded
+    return str(symptom)  # context-overflow, token-budget-exceeded, runaway
 
 
 def call_with_deadline(

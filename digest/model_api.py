@@ -60,6 +60,31 @@ class OutputLimitExceeded(ModelError):
     larger than the client reads for that cap."""
 
 
+class RunawayReply(OutputLimitExceeded):
+    """A streamed reply still coming past its output cap (`max_tokens` / `num_predict`, counted in
+    pieces as they arrive): the server ignores the cap it was sent. The same server does it on every
+    call, so it is a host failure (`digest.circuit`), not a long answer."""
+
+
+# Defaults of the stream bounds (DIGEST_STREAM_EVENT_MAX_BYTES, DIGEST_CALL_MAX_BYTES).
+EVENT_MAX_BYTES = 1024 * 1024
+CALL_MAX_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StreamBounds:
+    """What one call may hold and read, besides its reply text (held to the output cap's bytes).
+
+    An honest event (one SSE event, one NDJSON line) is one chunk of a few hundred bytes; a call
+    reads its reply and a few requests' worth of envelopes. A server past either is broken."""
+
+    event_max_bytes: int = EVENT_MAX_BYTES  # one SSE event (all its data lines) or one line of a stream
+    call_max_bytes: int = CALL_MAX_BYTES  # every byte one call reads off the wire, all its requests
+
+
+DEFAULT_STREAM_BOUNDS = StreamBounds()
+
+
 class ChatClient(Protocol):
     model: str
     # Whether calls are streamed: False once the server has refused to stream (the client then

@@ -38,6 +38,7 @@ from digest.hosts import (
 )
 from digest.mini_summaries import PRIORITIES as MINI_SUMMARY_PRIORITIES
 from digest.mini_summaries import MiniSummaryPolicy
+from digest.model_api import StreamBounds
 from digest.scheduling import SweepPolicy
 from digest.synthesis import Limits
 from digest.tokens import DEFAULT_BYTES_PER_TOKEN
@@ -74,6 +75,8 @@ class ModelSettings(Protocol):
     bytes_per_token: float | None
     summary_timeout_s: float
     summary_max_output_tokens: int
+    event_max_bytes: int
+    call_max_bytes: int
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class Settings:
     bytes_per_token: float | None  # pinned; None: measured from the ledger, else 3.0
     summary_timeout_s: float
     summary_max_output_tokens: int
+    event_max_bytes: int  # one event of a streamed reply holds at most this (`digest.model_api.StreamBounds`)
+    call_max_bytes: int  # one model call reads at most this off the wire
     sweep: SweepPolicy
     mini_summaries: MiniSummaryPolicy
     graph: GraphPolicy
@@ -437,6 +442,24 @@ SETTINGS: tuple[Setting, ...] = (
         "progressing then does not count against its host)",
     ),
     Setting(
+        "DIGEST_STREAM_EVENT_MAX_BYTES",
+        "event_max_bytes",
+        whole(4096),
+        StreamBounds.event_max_bytes,
+        "the most one event of a streamed reply (an SSE event, all its `data:` lines; an Ollama line) may hold; "
+        "past it the stream is broken (a provider error, the host's failure) ([model clients](model-clients.md))",
+        default_doc="1048576 (1 MiB)",
+    ),
+    Setting(
+        "DIGEST_CALL_MAX_BYTES",
+        "call_max_bytes",
+        whole(65536),
+        StreamBounds.call_max_bytes,
+        "the most bytes one model call reads off the wire, all its requests (a flood of keep-alives or empty "
+        "chunks included); past it the server is broken (a provider error, the host's failure)",
+        default_doc="67108864 (64 MiB)",
+    ),
+    Setting(
         "DIGEST_SUMMARY_MAX_OUTPUT_TOKENS",
         "summary_max_output_tokens",
         whole(64),
@@ -674,7 +697,12 @@ def _check_graph_window(settings: Settings, fleet: Fleet, host: HostSpec) -> Non
         )
 
 
-POLICIES = {"sweep": SweepPolicy, "mini_summaries": MiniSummaryPolicy, "graph": GraphPolicy, "circuit": CircuitPolicy}
+POLICIES = {
+    "sweep": SweepPolicy,
+    "mini_summaries": MiniSummaryPolicy,
+    "graph": GraphPolicy,
+    "circuit": CircuitPolicy,
+}
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:

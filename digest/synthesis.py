@@ -35,7 +35,7 @@ from digest.summary_output import (
     parse_summary_output,
     response_json_schema,
 )
-from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS, TokenCount, count_prompt
+from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS, TokenCount, count_prompt, plausible_prompt_tokens
 from digest.turns import Turn, canonical_order, input_revision
 
 CONSUMER = "session_summaries"
@@ -129,10 +129,10 @@ class Attempt:
         if self.outcome != "ok" or self.cached:
             return None
         # A server that sends no counts: the estimate (an over-count, so the rate errs slow) and
-        # no answer rate (its time is charged to the prompt).
-        return Sample(
-            self.prompt_tokens or self.tokens_estimate, self.completion_tokens or 0, self.duration_s, self.first_token_s
-        )
+        # no answer rate (its time is charged to the prompt). A count past belief for the prompt's
+        # bytes is no count (`digest.tokens.plausible_prompt_tokens`).
+        counted = self.prompt_tokens if plausible_prompt_tokens(self.prompt_bytes, self.prompt_tokens) else None
+        return Sample(counted or self.tokens_estimate, self.completion_tokens or 0, self.duration_s, self.first_token_s)
 
 
 class Ledger(Protocol):

@@ -34,6 +34,16 @@ CALIBRATION_QUANTILE = 0.10
 # 1-token and a 240-token prompt). Twice that leaves room for templates with a longer preamble.
 CHAT_TEMPLATE_MARGIN_TOKENS = 64
 
+# A server's prompt count is believed only within this band of the prompt's UTF-8 bytes: a token
+# holds at least one byte (a byte-level tokenizer's fallback) and, in text or code, rarely over 8
+# (SmolLM2 measures 3.3-4.6 on summary prompts, BENCHMARKS.md), and the server counts the chat
+# template's tokens besides. A count outside it measures nothing of the prompt: a server that
+# misreports (`prompt_tokens: 1` for 5.5 KB drove an auto cap to its floor), or one that cut the
+# prompt. It is kept in the ledger as the server sent it, and left out of the host's rates and the
+# bytes per token (`plausible_prompt_tokens`; the store's SQL applies the same rule).
+MIN_COUNTED_BYTES_PER_TOKEN = 1
+MAX_COUNTED_BYTES_PER_TOKEN = 8
+
 # The tokenizer is asked only when the estimate lies in [NEAR_CAP_LOW, NEAR_CAP_HIGH] x the bound
 # it is checked against: elsewhere no plausible count changes the route. At the 3.0 default the
 # estimate over-counts long prose, whose real 3.5-4.6 bytes a token put the count at 0.65-0.86 of
@@ -69,6 +79,23 @@ def resolve_bytes_per_token(pinned: float | None, calibrated: tuple[float, int] 
     return DEFAULT_BYTES_PER_TOKEN, "default"
 
 
+def plausible_prompt_tokens(prompt_bytes: int, prompt_tokens: int | None) -> bool:
+    """Is a server's count of a prompt of `prompt_bytes` one to measure by? False for no count."""
+    if prompt_tokens is None:
+        return False
+    low = prompt_bytes / MAX_COUNTED_BYTES_PER_TOKEN
+    return low <= prompt_tokens <= prompt_bytes / MIN_COUNTED_BYTES_PER_TOKEN + CHAT_TEMPLATE_MARGIN_TOKENS
+
+
+def plausible_count_sql(bytes_column: str = "prompt_bytes", tokens_column: str = "prompt_tokens") -> str:
+    """`plausible_prompt_tokens` as a SQL condition over an attempts row (NULL for no count)."""
+    low, high = MAX_COUNTED_BYTES_PER_TOKEN, MIN_COUNTED_BYTES_PER_TOKEN
+    return (
+        f"({tokens_column} >= {bytes_column} / {low} "
+        f"AND {tokens_column} <= {bytes_column} / {high} + {CHAT_TEMPLATE_MARGIN_TOKENS})"
+    )
+
+
 def is_calibration_sample(outcome: str, cached: bool, prompt_bytes: int, prompt_tokens: int | None) -> bool:
     """Does a ledger attempt measure bytes per token? (The store's SQL applies the same rule.)"""
     return (
@@ -77,6 +104,7 @@ def is_calibration_sample(outcome: str, cached: bool, prompt_bytes: int, prompt_
         and prompt_tokens is not None
         and prompt_tokens > 0
         and prompt_bytes >= CALIBRATION_MIN_PROMPT_BYTES
+        and plausible_prompt_tokens(prompt_bytes, prompt_tokens)
     )
 
 

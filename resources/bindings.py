@@ -13,7 +13,7 @@ from digest.circuit import CircuitPolicy
 from digest.graph import GraphPolicy
 from digest.hosts import Fleet, HostSpec
 from digest.mini_summaries import MiniSummaryPolicy
-from digest.model_api import ChatClient
+from digest.model_api import ChatClient, StreamBounds
 from digest.pacing import Pacer, PacingPolicy
 from digest.scheduling import SweepPolicy
 from digest.settings import build_fleet, setting_of
@@ -73,6 +73,8 @@ class ChatModelResource(ConfigurableResource):
     summary_timeout_s: float = configured_by("DIGEST_SUMMARY_TIMEOUT_S")
     summary_max_output_tokens: int = configured_by("DIGEST_SUMMARY_MAX_OUTPUT_TOKENS")
     response_cache: bool = configured_by("DIGEST_RESPONSE_CACHE")
+    event_max_bytes: int = configured_by("DIGEST_STREAM_EVENT_MAX_BYTES")
+    call_max_bytes: int = configured_by("DIGEST_CALL_MAX_BYTES")
 
     _servers: dict[str, EmbeddedServer] = PrivateAttr(default_factory=dict)
 
@@ -117,16 +119,18 @@ class ChatModelResource(ConfigurableResource):
         return CachedChatClient(inner, store.cache, wire, reuse=self.response_cache, session=session)
 
     def _provider_client(self, spec: HostSpec) -> ChatClient:
+        bounds = StreamBounds(event_max_bytes=self.event_max_bytes, call_max_bytes=self.call_max_bytes)
         if spec.provider == "ollama":
-            return OllamaChatClient(spec.url or "http://127.0.0.1:11434", spec.model, num_ctx=spec.context_limit_tokens)
+            url = spec.url or "http://127.0.0.1:11434"
+            return OllamaChatClient(url, spec.model, num_ctx=spec.context_limit_tokens, bounds=bounds)
         if spec.provider == "embedded":
             # Started on first use, so a run or sensor that never calls the model starts nothing.
             if not spec.url and spec.name not in self._servers:
                 self._servers[spec.name] = EmbeddedServer(n_ctx=spec.context_limit_tokens).start()
             url = spec.url or self._servers[spec.name].url
             # llama-cpp-python's server takes the schema only in the json_object form.
-            return OpenAIChatClient(url, MODEL_ALIAS, schema_style="json_object")
-        return OpenAIChatClient(spec.url or "http://127.0.0.1:8080", spec.model)
+            return OpenAIChatClient(url, MODEL_ALIAS, schema_style="json_object", bounds=bounds)
+        return OpenAIChatClient(spec.url or "http://127.0.0.1:8080", spec.model, bounds=bounds)
 
 
 class SweepPolicyResource(ConfigurableResource):

@@ -25,6 +25,8 @@ TIERS = {
     "test_fidelity": "unit",
     "test_settings": "unit",
     "test_streaming": "unit",
+    "test_stream_faults": "unit",
+    "test_usage_counts": "unit",
     "test_synthesis": "unit",
     "test_tokens": "unit",
     "test_vectors": "unit",

@@ -49,9 +49,14 @@ STREAM_FAULTS = (
     "stream-malformed",  # a few pieces, then a line that is not JSON
     "stream-ignored",  # a whole JSON reply to a stream request (a server that does not stream)
     "stream-rejected",  # a 400 naming `stream` to a stream request, a good reply without
+    "stream-flood",  # 64 KB `data:` lines with no event end (Ollama: one line with no end), as fast as it can
+    "stream-empty",  # well-formed chunks with no text, every gap_s, never ending
+    "stream-runaway",  # one-character pieces every gap_s, never ending: the output cap ignored
+    "stream-error",  # a 200 stream whose first chunk is the server's error object (llama.cpp's server_error)
 )
 STREAM_PIECES = 3  # the pieces before a stream stalls, is cut or breaks
 HUGE_BYTES = 50 * 1024 * 1024
+FLOOD_LINE_BYTES = 64 * 1024
 TIMEOUT_WORDS = "Request timeout: the call was aborted and timed out."
 CONTEXT_WORDS = "The context window maximum was exceeded (context_length_exceeded), so no JSON."
 
@@ -75,6 +80,16 @@ def envelope(protocol: str, content: object, finish: str = "stop", counts: tuple
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
     }
+
+
+def _textless(protocol: str, text: str) -> bytes:
+    """One well-formed chunk carrying `text` (empty: none): SSE `{"choices": [{"delta": {...}}]}`,
+    Ollama `{"message": {...}, "done": false}`."""
+    if protocol == "ollama":
+        line = {"model": "fake-model", "message": {"role": "assistant", "content": text}, "done": False}
+        return json.dumps(line).encode() + b"\n"
+    delta = {"content": text} if text else {}
+    return b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}).encode() + b"\n\n"
 
 
 def _response(status: int, body: bytes, reason: str = "OK", length: int | None = None) -> bytes:
@@ -232,6 +247,31 @@ class FaultServer:
                 ok = ok and sink.wait(self.gap_s) and sink.send(events[1 + i % (len(events) - 4)])
                 if not ok:
                     break
+        elif fault == "stream-flood":
+            block = (b"data: " if protocol == "openai" else b"") + b"a" * FLOOD_LINE_BYTES
+            for _ in forever:
+                ok = ok and sink.send(block + (b"\n" if protocol == "openai" else b""))
+                if not ok or self._stop.is_set():
+                    break
+        elif fault in ("stream-empty", "stream-runaway"):
+            for _ in forever:
+                ok = (
+                    ok
+                    and sink.wait(self.gap_s)
+                    and sink.send(_textless(protocol, "x" if fault == "stream-runaway" else ""))
+                )
+                if not ok:
+                    break
+        elif fault == "stream-error":
+            error = {"error": {"code": 500, "message": "llama_decode failed: out of memory", "type": "server_error"}}
+            if protocol == "ollama":
+                error = {"error": "llama runner process has terminated: signal: killed"}
+            ok = ok and sink.send(
+                (b"data: " if protocol == "openai" else b"")
+                + json.dumps(error).encode()
+                + (b"\n\n" if protocol == "openai" else b"\n")
+            )
+            ok = ok and sink.end()
         elif fault == "stream-pings":
             ping = b": ping - 2026-01-01 00:00:00.000000+00:00\n\n" if protocol == "openai" else b"\n"
             for _ in forever:

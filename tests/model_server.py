@@ -304,7 +304,12 @@ class ModelServer:
                 self.close_connection = True
                 protocol = "ollama" if self.path == "/api/chat" else "openai"
                 content = behaviour.content or ""
-                pieces = [content[i : i + behaviour.piece_chars] for i in range(0, len(content), behaviour.piece_chars)]
+                # A real server streams no more tokens than the output cap it is sent: a text longer
+                # than that many pieces comes in fewer, larger ones (a server past it is a runaway,
+                # `tests.fault_server`'s stream-runaway).
+                cap = received.body.get("max_tokens") or received.body.get("options", {}).get("num_predict")
+                size = max(behaviour.piece_chars, math.ceil(len(content) / cap) if cap else 0)
+                pieces = [content[i : i + size] for i in range(0, len(content), size)]
                 usage = bool(received.body.get("stream_options", {}).get("include_usage"))
                 events = stream_events(protocol, pieces, behaviour.finish, counts, usage)
                 sink = StreamSink(self.connection, protocol)

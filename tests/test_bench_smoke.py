@@ -59,6 +59,7 @@ SMOKE = {
         ("registration", "model calls owed", "drain 2 sessions", "Dagster instance"),
     ),
     "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s")),
+    "stream_faults.py": Smoke(("--smoke",), ("time to give up, old / new", "RunawayReply (runaway)", "MalformedReply")),
     "stream_cancel.py": Smoke(
         ("--smoke",), ("idle short request", "streamed: given up", "unstreamed: given up"), embedded=True
     ),

@@ -4,6 +4,8 @@ hysteresis on a ledger in a real DuckDB file."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from assets.sessions import summary_metadata
@@ -132,8 +134,12 @@ def test_the_fixed_pacer_is_the_configured_timeout_and_never_stretches():
 
 
 def test_an_attempt_is_a_speed_sample_only_when_the_server_finished_it():
-    ok = Attempt("s", "mini-summary", "turn", 100, 40, "ok", 2.0, "m", 400, 50, first_token_s=0.5)
+    ok = Attempt("s", "mini-summary", "turn", 1600, 40, "ok", 2.0, "m", 400, 50, first_token_s=0.5)
     assert ok.speed_sample() == Sample(400, 50, 2.0, 0.5)
+    # A count past belief for 1600 bytes (1 token, or 4 a byte) is no count: the estimate stands in.
+    for lie in (1, 6400):
+        lying = dataclasses.replace(ok, prompt_tokens=lie)
+        assert lying.speed_sample() == Sample(40, 50, 2.0, 0.5)
     assert Attempt("s", "mini-summary", "turn", 100, 40, "timeout", 2.0, "m").speed_sample() is None
     cached = Attempt("s", "mini-summary", "turn", 100, 40, "ok", 0.0, "m", 400, 50, cached=True)
     assert cached.speed_sample() is None

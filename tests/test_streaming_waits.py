@@ -1,5 +1,5 @@
 """Streamed model calls that wait out a window: a steady call longer than its stall window, stalls
-before and after the first piece, keep-alive pings, a trickle cut at its ceiling. They run on the
+before and after the first piece, keep-alive pings, chunks without text, a trickle cut at its ceiling. They run on the
 real clock (0.5-1.2 s windows), so they sit in the integration tier; the rest of the streaming
 tests are in test_streaming.py."""
 
@@ -12,6 +12,7 @@ import time
 import pytest
 
 from digest.model_api import ModelStalled, ModelTimeout
+from digest.pacing import CallPlan, was_progressing
 from tests.fault_server import FaultServer
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 from tests.test_streaming import PROTOCOLS, STALL_S, _caught, _chat, _client
@@ -60,6 +61,21 @@ def test_keep_alive_pings_alone_are_no_progress(protocol):
         error = _caught(lambda: _chat(_client(protocol, server.url), timeout_s=10.0))
         time.sleep(0.1)
     assert type(error) is ModelStalled and error.duration_s < STALL_S + SLACK_S
+    assert server.gone_after_s[0] is not None
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_chunks_without_text_are_no_progress(protocol):
+    """SSE `{"choices": [{"delta": {}}]}` / Ollama `{"done": false}` with empty content, forever: the
+    call stalls at its window (it ran to the ceiling, "still progressing", sparing its host), and
+    counts against its host."""
+    with FaultServer("stream-empty", gap_s=0.05) as server:
+        error = _caught(lambda: _chat(_client(protocol, server.url), timeout_s=10.0))
+        time.sleep(0.1)
+    assert type(error) is ModelStalled and not was_progressing(error)
+    assert STALL_S <= error.duration_s < STALL_S + SLACK_S
+    assert error.first_token_s is None
+    assert CallPlan(10.0, STALL_S, measured=True, at_ceiling=True).host_failure(error)
     assert server.gone_after_s[0] is not None
 
 

@@ -32,6 +32,7 @@ from digest.tokens import (
     CALIBRATION_RECENT,
     conservative_bytes_per_token,
     is_calibration_sample,
+    plausible_prompt_tokens,
 )
 
 PROBABILISTIC_SURFACE_COUNT = 3
@@ -164,6 +165,13 @@ class ModelCalibration:
         return self.speed.expected_s(prompt_tokens, self.answer_tokens)
 
 
+def counted_plausibly(attempt: dict) -> bool:
+    """The server counted the call's prompt, and believably for its bytes (`digest.tokens`)."""
+    return bool(attempt.get("prompt_tokens")) and plausible_prompt_tokens(
+        attempt["prompt_bytes"], attempt["prompt_tokens"]
+    )
+
+
 def calibrate_model(
     model: str, attempts: list[dict], target_s: float, bound_tokens: int, max_output_tokens: int
 ) -> ModelCalibration | None:
@@ -171,7 +179,7 @@ def calibrate_model(
     rates and the same cap arithmetic an auto raw cap uses (`digest.pacing`), so the cap it prints
     is the one `DIGEST_RAW_CAP_TOKENS=auto` would put in force."""
     newest_first = sorted((a for a in attempts if a["model"] == model), key=lambda a: a["created_at"], reverse=True)
-    measured = [a for a in newest_first if a.get("prompt_tokens") and a["duration_s"] > 0]
+    measured = [a for a in newest_first if counted_plausibly(a) and a["duration_s"] > 0]
     samples = [
         Sample(a["prompt_tokens"], a.get("completion_tokens") or 0, a["duration_s"], a.get("first_token_s"))
         for a in measured[:RECENT_CALLS]
@@ -378,6 +386,7 @@ class FrictionReport:
     pre_routes: PreRoutes
     timeouts: list[dict]  # newest first
     truncations: list[dict]  # newest first
+    implausible_counts: list[dict]  # newest first: calls whose server's prompt count was ignored
     slowest: list[dict]
     summaries: int
     degraded: int
@@ -416,6 +425,7 @@ class FrictionReport:
             "friction_events": sum(g.count for g in self.groups),
             "surfaced_groups": sum(g.surfaced for g in self.groups),
             "suspected_truncations": len(self.truncations),
+            "implausible_counts": len(self.implausible_counts),
             "model_calls": len(self.call_seconds),
             "hosts_out_of_rotation": sum(self.host_state(c) == CircuitState.OPEN for c in self.host_circuits),
             "slow_hosts": sum(d.slow for d in self.slowdowns.values()),
@@ -451,6 +461,7 @@ def build_report(
         pre_routes=pre_routes(events, attempts, calibrations, settings.call_ceiling_s),
         timeouts=[a for a in newest_first if is_timeout(a)],
         truncations=[a for a in newest_first if a["suspected_truncation"]],
+        implausible_counts=[a for a in newest_first if a.get("prompt_tokens") is not None and not counted_plausibly(a)],
         slowest=sorted(attempts, key=lambda a: a["duration_s"], reverse=True)[:SLOWEST_CALLS],
         summaries=len(summaries),
         degraded=sum(1 for s in summaries if s["degraded"]),

@@ -22,6 +22,8 @@ from digest.tokens import (
     CALIBRATION_MIN_SAMPLES,
     CALIBRATION_QUANTILE,
     CALIBRATION_RECENT,
+    MAX_COUNTED_BYTES_PER_TOKEN,
+    MIN_COUNTED_BYTES_PER_TOKEN,
 )
 
 MARKDOWN_ROWS = 15  # the UI's metadata preview stays readable
@@ -228,6 +230,18 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         ["Calls whose server counted under 40% of the estimated prompt tokens: the server most likely cut the prompt."],
         "None.",
     )  # fmt: skip
+    implausible = _table_section(
+        "Server counts ignored",
+        ["when", "session", "model", "prompt bytes", "server counted", "bytes per token"],
+        [[_when(a["created_at"]), a["session_id"], a["model"], str(a["prompt_bytes"]), str(a["prompt_tokens"]),
+          f"{a['prompt_bytes'] / a['prompt_tokens']:.1f}" if a["prompt_tokens"] else "-"]
+         for a in report.implausible_counts],
+        max_rows,
+        [f"Calls whose server's prompt count is past belief for the prompt's bytes (outside "
+         f"{MIN_COUNTED_BYTES_PER_TOKEN}-{MAX_COUNTED_BYTES_PER_TOKEN} bytes a token, the chat template aside): kept in the "
+         "ledger as sent, left out of the host's speed, the bytes per token and the cap."],
+        "None.",
+    )  # fmt: skip
     undigestible = _table_section(
         "Undigestible sessions",
         ["session", "defer reason", "attempts", "since"],
@@ -306,7 +320,8 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         [],
         "No model calls yet.",
     )  # fmt: skip
-    return [overview, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, undigestible, degraded, fidelity,
+    return [overview, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, implausible, undigestible,
+            degraded, fidelity,
             mini, slowest, calibration_section(report, max_rows)]  # fmt: skip
 
 

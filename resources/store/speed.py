@@ -16,11 +16,14 @@ from digest.pacing import (
     next_auto_cap,
     slowdown,
 )
+from digest.tokens import plausible_count_sql
 from resources.store.connection import Repository, now, records
 
 # Of the host's calls, the many its slowdown is judged over (the recent ones against these).
 HISTORY_CALLS = 200
-_cap_lock = threading.Lock()  # this process's cap writes take turns (see `hosts.py`)
+_cap_lock = threading.Lock()
+# The server's prompt count where it is plausible for the prompt's bytes, else the estimate.
+_PROMPT_TOKENS = f"CASE WHEN {plausible_count_sql()} THEN prompt_tokens ELSE tokens_estimate END"  # this process's cap writes take turns (see `hosts.py`)
 
 
 class Speed(Repository):
@@ -31,10 +34,11 @@ class Speed(Repository):
         count for every host of the model)."""
         with self.file.connect() as con:
             rows = con.execute(
-                # A server that sends no counts: the estimate, and no answer (`Attempt.speed_sample`).
-                """SELECT coalesce(prompt_tokens, tokens_estimate), coalesce(completion_tokens, 0), duration_s,
+                # A server that sends no counts, or one past belief: the estimate, and no answer
+                # from no count (`Attempt.speed_sample`).
+                f"""SELECT {_PROMPT_TOKENS}, coalesce(completion_tokens, 0), duration_s,
                           first_token_s FROM attempts
-                   WHERE outcome = 'ok' AND NOT cached AND coalesce(prompt_tokens, tokens_estimate) > 0
+                   WHERE outcome = 'ok' AND NOT cached AND {_PROMPT_TOKENS} > 0
                      AND model = ? AND (host = ? OR host IS NULL)
                    ORDER BY attempt_id DESC LIMIT ?""",
                 [model, host, limit],

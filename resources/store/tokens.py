@@ -6,6 +6,7 @@ from digest.tokens import (
     CALIBRATION_MIN_PROMPT_BYTES,
     CALIBRATION_RECENT,
     conservative_bytes_per_token,
+    plausible_count_sql,
 )
 from resources.store.connection import Repository
 
@@ -21,10 +22,10 @@ class Tokens(Repository):
         model changed starts again from the new model's calls."""
         with self.file.connect() as con:
             rows = con.execute(
-                """SELECT prompt_bytes, prompt_tokens FROM attempts
+                f"""SELECT prompt_bytes, prompt_tokens FROM attempts
                    -- the rule of digest.tokens.is_calibration_sample
                    WHERE outcome = 'ok' AND NOT cached AND prompt_tokens > 0 AND prompt_bytes >= ?
-                     AND model = ? AND (host = ? OR host IS NULL)
+                     AND {plausible_count_sql()} AND model = ? AND (host = ? OR host IS NULL)
                    ORDER BY attempt_id DESC LIMIT ?""",
                 [CALIBRATION_MIN_PROMPT_BYTES, model, host, CALIBRATION_RECENT],
             ).fetchall()
