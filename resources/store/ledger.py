@@ -59,7 +59,7 @@ class Attempts(Repository):
         with self.file.transaction() as con:
             rows = records(
                 con,
-                f"""SELECT attempt_id, session_id, stage, created_at, tokens_estimate FROM attempts
+                f"""SELECT attempt_id, session_id, stage, created_at FROM attempts
                     WHERE outcome = '{IN_FLIGHT}' AND run_id IN ({marks}) ORDER BY attempt_id""",
                 list(run_ids),
             )
