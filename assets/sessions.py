@@ -20,6 +20,8 @@ from resources.store.summary_row import MODEL_COLUMNS, SUMMARY_ROW
 
 # Bump when a prompt or the routing rule changes, so the UI marks summaries as stale.
 SUMMARY_CODE_VERSION = "summary-v1"
+# Dagster's tag on the runs of a backfill (`dagster._core.storage.tags.BACKFILL_ID_TAG`).
+BACKFILL_TAG = "dagster/backfill"
 
 
 class SummaryConfig(Config):
@@ -87,10 +89,18 @@ def run_facts(context: AssetExecutionContext) -> RunFacts:
     return RunFacts(context.run.run_id, context.run.tags, ended)
 
 
-def not_done(context: AssetExecutionContext, session_id: str, what: str, reason: str, **metadata) -> None:
-    """Why the run made nothing (`what`: not summarized, ...), in its log and, as an observation,
-    on the partition."""
+def not_done(
+    context: AssetExecutionContext, session_id: str, what: str, reason: str, **metadata
+) -> MaterializeResult | None:
+    """Why the run made nothing (`what`: not summarized, ...), in its log and, as an observation, on
+    the partition: its latest materialization stays the one that made the summary or graph.
+
+    In a backfill's run (the UI's Materialize of several partitions) a materialization instead, its
+    `not_done` saying why: since dagster 1.13.22 a backfill marks failed every partition that a
+    successful run did not materialize (dagster-io/dagster#34219; before, it waited for it for ever)."""
     context.log.info(f"session {session_id!r} {what}: {reason}")
+    if BACKFILL_TAG in context.run.tags:
+        return materialized(context, {"session_id": session_id, **metadata, "not_done": f"{what}: {reason}"})
     context.log_event(
         AssetObservation(
             asset_key=context.asset_key,
@@ -98,6 +108,7 @@ def not_done(context: AssetExecutionContext, session_id: str, what: str, reason:
             metadata={"session_id": session_id, **metadata, "reason": reason},
         )
     )
+    return None
 
 
 @asset(partitions_def=sessions_partitions, deps=[raw_turns], group_name="sessions", kinds={"duckdb"})
@@ -133,9 +144,9 @@ def session_summaries(
     Over the cap the raw prompt is never sent: the summary is built from per-turn mini summaries
     (else truncated raw snippets) and says so in `source_tier`, `degraded` and `raw_canonical`.
 
-    Nothing is materialized (an observation says why; the latest materialization stays the one that
-    made the summary) when, under the lease, there is nothing to do (`nothing_to_summarize`), or
-    when a run a sweep launched finds another run holding the lease: that run is doing it.
+    No summary is made when, under the lease, there is nothing to do (`nothing_to_summarize`), or
+    when a run a sweep launched finds another run holding the lease: that run is doing it (`not_done`
+    says what is on the partition then). Any other run finding the lease held fails: it was asked for.
     """
     outcome = summarize_partition(
         store.store(), model, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
@@ -144,7 +155,9 @@ def session_summaries(
     if outcome.failure:
         raise Failure(description=outcome.failure, metadata=outcome.failure_metadata)
     if outcome.skipped:
-        not_done(context, outcome.session_id, "not summarized, no model call", outcome.skipped, summarized=False)
+        done = not_done(context, outcome.session_id, "not summarized, no model call", outcome.skipped, summarized=False)
+        if done is not None:
+            yield done
         return
     yield materialized(context, summary_metadata(outcome.row))
 

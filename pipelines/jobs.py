@@ -1,4 +1,4 @@
-from dagster import AssetKey, AssetSelection, JobDefinition, RunRequest, define_asset_job, in_process_executor
+from dagster import AssetKey, AssetSelection, JobDefinition, RunRequest, define_asset_job
 
 from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
@@ -10,10 +10,8 @@ summarize_job = define_asset_job(
     "summarize_sessions",
     # Without the store's checks: each reads every summary, so after each of thousands of one-session
     # runs it would recheck the whole store, and its steps' events were half of a run's record in the
-    # Dagster instance (issue 20). The hourly report job runs them, and the asset's Checks tab on demand.
+    # Dagster instance (issue 20). The hourly report job runs them, and the Checks tab on demand.
     selection=AssetSelection.assets(raw_sessions, turn_mini_summaries, session_summaries).without_checks(),
-    # One process per run: DuckDB takes one writer per file, and per-step processes buy nothing here.
-    executor_def=in_process_executor,
     config={"ops": {"turn_mini_summaries": {"config": {"only_if_degraded": True}}}},
     description="Summarize one session: raw under the raw-synthesis cap; over it, fill the missing mini "
     "summaries first, then the degraded summary.",
@@ -57,7 +55,6 @@ def default_run_config(job: JobDefinition, partition_key: str | None) -> dict:
 fill_mini_summaries_job = define_asset_job(
     "fill_mini_summaries",
     selection=[turn_mini_summaries],
-    executor_def=in_process_executor,
     description="The mini-summary backfill: one session's missing mini summaries, within the run budget.",
 )
 # Its own job, not a step of `summarize_sessions`: a digest is one model call per chunk (dozens for a
@@ -66,7 +63,6 @@ fill_mini_summaries_job = define_asset_job(
 digest_job = define_asset_job(
     "digest_sessions",
     selection=AssetSelection.assets(session_graph).without_checks(),  # as summarize_sessions
-    executor_def=in_process_executor,
     description="Digest one summarized session into the graph: provenance nodes and the entities and "
     "relations extracted from its raw turns, chunk by chunk.",
 )

@@ -32,6 +32,7 @@ TIERS = {
     "test_vectors": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
+    "test_backfill": "integration",
     "test_busy_host": "integration",
     "test_checks": "integration",
     "test_circuit_concurrency": "integration",

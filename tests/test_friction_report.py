@@ -357,3 +357,21 @@ def test_the_pre_route_bound_is_a_column_and_older_rows_get_it_from_their_note(t
     assert bounds == {"old": "over-raw-cap", "compact": None, "graph": None, "new": "over-safe-band"}
     routes = pre_routes(store.reports.friction_report_rows()["events"], [], {}, ceiling_s=900.0)
     assert routes.count == 2 and routes.by_reason == {"over-raw-cap": 1, "over-safe-band": 1}
+
+
+def test_calls_interrupted_by_their_runs_death_are_counted_as_thrown_away_not_as_timeouts():
+    """Issue 31, defect 6: a call whose run was killed during it is in the ledger as `interrupted`;
+    the report counts it and its seconds apart from the timeouts, as model time thrown away."""
+    attempts = [
+        attempt(1000, 100, 20.0),
+        attempt(None, None, 42.0, outcome="interrupted", minutes=1),
+        attempt(None, None, 8.0, outcome="interrupted", minutes=2, stage="mini-summary", tier="turn"),
+        attempt(None, None, 180.0, outcome="timeout", minutes=3),
+    ]
+    report = build_report([], attempts, [], SETTINGS, SETTINGS.circuit)
+    numbers = report.numbers()
+    assert (numbers["interrupted_calls"], numbers["model_seconds_interrupted"]) == (2, 50.0)
+    assert (numbers["timeouts"], numbers["model_seconds_discarded"]) == (1, 180.0)
+    [bucket] = report.series
+    assert (bucket.spent_seconds, bucket.discarded_seconds) == (20.0, 230.0)
+    assert "2 calls interrupted (the run killed or stopped during the call" in render_markdown(report)

@@ -138,7 +138,9 @@ def summarize_partition(
         lease_ttl_s = 2 * model.call_ceiling_s + 120
         holder = store.summaries.claim_summary_lease(session_id, run.run_id, now_ms(), lease_ttl_s)
         if holder is not None and run.ended(holder):
-            # Its process died holding the lease (killed mid-run, marked failed since): take it over.
+            # Its process died holding the lease (killed mid-run, marked failed since): take it over,
+            # closing the model call it died in (a run on another machine, marked failed in the UI).
+            store.attempts.close_in_flight([holder])
             store.summaries.release_summary_lease(session_id, holder)
             holder = store.summaries.claim_summary_lease(session_id, run.run_id, now_ms(), lease_ttl_s)
         if holder is not None:

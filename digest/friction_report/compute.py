@@ -26,6 +26,7 @@ from digest.circuit import CircuitPolicy, CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.pacing import RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
 from digest.settings import ModelSettings
+from digest.synthesis import INTERRUPTED
 from digest.tokens import (
     CALIBRATION_MIN_SAMPLES,
     CALIBRATION_QUANTILE,
@@ -238,6 +239,11 @@ def is_timeout(attempt: dict) -> bool:
     return attempt["outcome"].startswith("timeout")
 
 
+def is_thrown_away(attempt: dict) -> bool:
+    """A call whose model time bought nothing: given up, or its run killed or stopped during it."""
+    return is_timeout(attempt) or attempt["outcome"] == INTERRUPTED
+
+
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile with linear interpolation (numpy's default); 0 for no values."""
     if not values:
@@ -356,7 +362,7 @@ def activity_series(
     discarded: defaultdict = defaultdict(float)
     saved: defaultdict = defaultdict(float)
     for attempt in attempts:
-        (discarded if is_timeout(attempt) else spent)[_bucket_start(attempt["created_at"], width)] += attempt[
+        (discarded if is_thrown_away(attempt) else spent)[_bucket_start(attempt["created_at"], width)] += attempt[
             "duration_s"
         ]
     for event in events:
@@ -385,6 +391,7 @@ class FrictionReport:
     current_model: str | None  # the model of the latest call: the one to calibrate the cap for
     pre_routes: PreRoutes
     timeouts: list[dict]  # newest first
+    interrupted: list[dict]  # calls whose run died or was stopped during them, newest first
     truncations: list[dict]  # newest first
     implausible_counts: list[dict]  # newest first: calls whose server's prompt count was ignored
     slowest: list[dict]
@@ -430,6 +437,8 @@ class FrictionReport:
             "hosts_out_of_rotation": sum(self.host_state(c) == CircuitState.OPEN for c in self.host_circuits),
             "slow_hosts": sum(d.slow for d in self.slowdowns.values()),
             "model_seconds_discarded": round(sum(a["duration_s"] for a in self.timeouts), 1),
+            "interrupted_calls": len(self.interrupted),
+            "model_seconds_interrupted": round(sum(a["duration_s"] for a in self.interrupted), 1),
             "degraded_path_seconds": round(self.pre_routes.degraded_seconds, 1),
             "pre_route_net_seconds": round(self.pre_routes.net_seconds, 1),
         }
@@ -460,6 +469,7 @@ def build_report(
         current_model=newest_first[0]["model"] if newest_first else None,
         pre_routes=pre_routes(events, attempts, calibrations, settings.call_ceiling_s),
         timeouts=[a for a in newest_first if is_timeout(a)],
+        interrupted=[a for a in newest_first if a["outcome"] == INTERRUPTED],
         truncations=[a for a in newest_first if a["suspected_truncation"]],
         implausible_counts=[a for a in newest_first if a.get("prompt_tokens") is not None and not counted_plausibly(a)],
         slowest=sorted(attempts, key=lambda a: a["duration_s"], reverse=True)[:SLOWEST_CALLS],

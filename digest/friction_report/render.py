@@ -210,6 +210,10 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         f"{_count(len(report.timeouts), 'call')} given up (stalled, or cut at a deadline or the ceiling), "
         f"{_seconds(lost)} of model time thrown away."
     )
+    interrupted_lead = (
+        f"{_count(len(report.interrupted), 'call')} interrupted (the run killed or stopped during the call; not "
+        f"the host's failure), at most {_seconds(sum(a['duration_s'] for a in report.interrupted))} thrown away."
+    )
     timeouts = _table_section(
         "Timeouts",
         ["when", "session", "stage", "tier", "model", "prompt tokens", "seconds"],
@@ -217,7 +221,7 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
           _seconds(a["duration_s"])]
          for a in report.timeouts],
         max_rows,
-        [timeouts_lead] if report.timeouts else [],
+        [timeouts_lead] * bool(report.timeouts) + [interrupted_lead] * bool(report.interrupted),
         "None.",
     )  # fmt: skip
     truncations = _table_section(

@@ -59,6 +59,9 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     6: [add_column("response_cache", "attempt_recorded BOOLEAN")],
     # 7: each summary's fidelity score, and the identifiers it names and misses (`digest.fidelity`).
     7: [summary_column("fidelity"), summary_column("fidelity_found"), summary_column("fidelity_missed")],
+    # 8: a call's attempt is written before the call (`in-flight`); its deadline bounds the time an
+    # interrupted call spent (issue 31).
+    8: [add_column("attempts", "deadline_s DOUBLE")],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

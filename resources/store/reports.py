@@ -100,7 +100,8 @@ class Reports(Repository):
                     con,
                     "SELECT session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens, "
                     "completion_tokens, duration_s, outcome, suspected_truncation, created_at, first_token_s FROM attempts "
-                    "WHERE NOT cached",  # a replay from the response cache is no model call
+                    # A replay from the response cache is no model call; one in flight has not ended.
+                    "WHERE NOT cached AND outcome <> 'in-flight'",
                 ),
                 "summaries": records(
                     con,
