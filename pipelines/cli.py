@@ -19,7 +19,7 @@ from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
 from pipelines.console import Output, run_log_config, run_log_file
 from pipelines.instance import write_instance_config
-from pipelines.tags import ROUTE_TAG, SWEEP_TAG
+from pipelines.tags import EXPLICIT_TAG, ROUTE_TAG, SWEEP_TAG
 from resources.store import StoreUnreadable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -242,7 +242,11 @@ def _run_partitions(
     register_partitions(instance, store)
     # Tagged at creation, not only when the run's resources start: a kill can land in between.
     process = worker_tags()
-    title = {"summarize_sessions": "summarizing", "digest_sessions": "digesting"}[job_name]
+    title = {
+        "summarize_sessions": "summarizing",
+        "digest_sessions": "digesting",
+        "fill_mini_summaries": "filling mini summaries",
+    }[job_name]
     with _model_url(settings, output) as run_settings, output.sessions(title, estimates) as progress:
         job = _job(run_settings, job_name)
         for request in todo:
@@ -262,6 +266,8 @@ def _run_partitions(
                 outcome.update(
                     {k: meta[k].value for k in ("source_tier", "route_reason", "nodes", "edges") if k in meta}
                 )
+                if "generated" in meta:
+                    outcome["mini_summaries"] = meta["generated"].value
             for event in result.asset_observations_for_node(asset):
                 # The run found nothing to do (e.g. a concurrent sweep had done it): no model call.
                 if "reason" in event.metadata:
@@ -272,19 +278,28 @@ def _run_partitions(
     return outcomes
 
 
-def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
+def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[str] = ()) -> dict:
     """Runs that died mid-sweep are closed, and summaries their model calls finished (staged in
     DuckDB) are written first, with no model call. Then the summary sensor's selection and budget,
     run now: one Dagster run per session. A session another sweep running at the same time has
-    summarized meanwhile gets no run, or its run no model call (counted in `nothing_to_do`)."""
+    summarized meanwhile gets no run, or its run no model call (counted in `nothing_to_do`).
+    `sessions` (ids or partition keys): those alone, outside the budget, the churn gate and their
+    failure backoff; one already summarized at its current turns, and not due an upgrade, gets no run."""
     from dagster import RunRequest
 
     from assets.work.sessions import nothing_to_summarize
     from pipelines.interrupted_runs import close_interrupted_runs
+    from pipelines.selection import hosts_in_rotation, named_sessions_batch
     from pipelines.sensors import summary_run_request
 
     instance = _instance()
     store = _store(settings)
+    named = None
+    if sessions:
+        try:
+            named = store.sessions.resolve_sessions(list(sessions))
+        except ValueError as exc:
+            raise SystemExit(f"session-digest sweep --session: {exc}") from None
 
     def nothing_to_do(key: str, tags: dict) -> str | None:
         # The selection is as old as the sweep: another sweep may have done the session since.
@@ -294,9 +309,17 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
 
     recovered = close_interrupted_runs(instance, store)
     staged = store.cache.staged_summary_keys()
-    selection = _selection(settings, limit, exclude=set(staged))
+    if named is not None:
+        available, _ = hosts_in_rotation(store, settings.fleet, settings.circuit, now_ms())
+        selection = named_sessions_batch(store, settings.fleet, named, available=available)
+        # A named session with a staged reply is finished by its replay, with no model call.
+        selection = dataclasses.replace(
+            selection, batch=[item for item in selection.batch if item.candidate.partition_key not in staged]
+        )
+    else:
+        selection = _selection(settings, limit, exclude=set(staged))
     todo = [RunRequest(partition_key=key, tags={ROUTE_TAG: "staged"}) for key in staged]
-    todo += [summary_run_request(item) for item in selection.batch]
+    todo += [summary_run_request(item, {EXPLICIT_TAG: "cli"} if named else None) for item in selection.batch]
     # A staged replay calls no model.
     estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]
     outcomes = _run_partitions(
@@ -523,17 +546,45 @@ def ui(settings: Settings, port: int) -> None:
     raise SystemExit(subprocess.call([str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=REPO_ROOT))
 
 
+def fill_degraded_mini_summaries(settings: Settings, output: Output) -> list[dict]:
+    """What `mini_summary_sensor` launches in turn, run now for the sessions headed for the degraded
+    path (their mini summaries reach their summary; no backoff is ignored): one run each."""
+    from dagster import RunRequest
+
+    from digest.mini_summaries import headed_for_degraded
+
+    store = _store(settings)
+    limits = settings.fleet.measured_limits(store)
+    keys = sorted(
+        s.partition_key
+        for s in store.mini_summaries.pending_mini_summary_sessions(now_ms())
+        if headed_for_degraded(s.raw_bytes, s.turn_count, limits)
+    )
+    todo = [RunRequest(partition_key=key) for key in keys]
+    return _run_partitions(
+        settings, _instance(), store, "fill_mini_summaries", todo, "turn_mini_summaries", output, [None] * len(keys)
+    )
+
+
 def demo(settings: Settings, output: Output) -> dict:
     started = time.monotonic()
     output.note(f"Ingesting the samples in {SAMPLES}; Dagster's run logs go to {log_path(settings)}.")
     ingested = ingest(settings, [str(SAMPLES)])
-    runs = []
-    while batch := sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
-        runs.extend(batch)
+    runs, mini_summary_runs = [], []
+    # As the sensors order the work: every session's first summary, then the degraded ones' missing
+    # mini summaries, then their upgrades, until nothing is left.
+    while True:
+        while batch := sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
+            runs.extend(batch)
+        filled = fill_degraded_mini_summaries(settings, output)
+        mini_summary_runs.extend(filled)
+        if not any(run.get("mini_summaries") for run in filled):  # none left, or no progress: done
+            break
     friction = friction_report(settings)
     report = {
         "ingest": ingested,
         "summary_runs": runs,
+        "mini_summary_runs": mini_summary_runs,
         "status": status(settings),
         "seconds": round(time.monotonic() - started, 1),
         # Per tier one summary's title and fidelity, the imported ones beside as the reference.
@@ -554,7 +605,7 @@ def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, outp
     if args.command == "ingest":
         return ingest(settings, args.paths)
     if args.command == "sweep":
-        return sweep(settings, args.limit, output)
+        return sweep(settings, args.limit, output, args.session)
     if args.command == "digest":
         return digest(settings, args.limit, output)
     if args.command == "friction-report":
@@ -593,6 +644,10 @@ def main(argv: list[str] | None = None) -> None:
     p_ingest.add_argument("paths", nargs="+")
     p_sweep = sub.add_parser("sweep", help="summarize the next budgeted batch now, one Dagster run each")
     p_sweep.add_argument("--limit", type=int, default=None, help="at most this many sessions")
+    p_sweep.add_argument(
+        "--session", action="extend", nargs="+", default=[], metavar="ID",
+        help="these sessions alone (ids or partition keys; repeatable), in their failure backoff too",
+    )  # fmt: skip
     p_plan = sub.add_parser("plan", help="what the next sweep would do, without calling a model")
     p_plan.add_argument("--limit", type=int, default=None, help="at most this many sessions")
     sub.add_parser("status", help="counts of the store")

@@ -96,7 +96,9 @@ def session_line(outcome: dict) -> str:
             f"✗ {key}  failed in {outcome['seconds']}s (run {outcome['run_id']}): see `session-digest ui` for its logs"
         )
     parts = [outcome.get(k) for k in ("route_reason", "source_tier") if outcome.get(k)]
-    if "nodes" in outcome:
+    if "mini_summaries" in outcome:
+        parts.append(f"{outcome['mini_summaries']} mini summaries")
+    elif "nodes" in outcome:
         parts.append(f"{outcome['nodes']} nodes, {outcome['edges']} edges")
     elif not parts:
         parts.append("no graph yet (part-done or gated)")

@@ -32,6 +32,7 @@ TIERS = {
     "test_archive": "integration",
     "test_busy_host": "integration",
     "test_checks": "integration",
+    "test_early_summaries": "integration",
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
     "test_friction_report": "integration",
