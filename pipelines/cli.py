@@ -444,6 +444,8 @@ def plan(settings: Settings, limit: int | None) -> dict:
         "waiting_for_a_host_out_of_rotation": selection.waiting_for_host,
         "next_sweep": {
             "sessions": len(selection.batch),
+            # Current degraded summaries made again, their mini-summary coverage having crossed a step.
+            "upgrades": selection.upgrades,
             "by_route": routes,
             "by_host": hosts,
             "estimated_prompt_tokens": sum(i.prompt_tokens_estimate for i in selection.batch),

@@ -280,6 +280,7 @@ def _render_plan(console: Console, result: dict) -> None:
         _fields(
             {
                 "sessions": sweep["sessions"],
+                "upgrades": sweep["upgrades"],
                 "by tier": sweep["by_route"],
                 "by host": sweep["by_host"],
                 "estimated": estimate,
