@@ -331,6 +331,7 @@ def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[
         "interrupted_runs_closed": recovered,
         "staged_replayed": staged,
         "summarized": sum(o["success"] and "nothing_to_do" not in o for o in outcomes),
+        "upgrades": selection.upgrades,  # runs planned as upgrades: degraded summaries made again at a higher step
         "nothing_to_do": sum("nothing_to_do" in o for o in outcomes),
         "runs": outcomes,
     }

@@ -316,7 +316,15 @@ def _render_demo(console: Console, result: dict) -> None:
         k: result["ingest"][k] for k in ("files", "turns", "rejects", "sessions_touched") if k in result["ingest"]
     }
     console.print(
-        _fields({**ingest, "summary runs": len(result["summary_runs"]), "seconds": result["seconds"]}, "Demo")
+        _fields(
+            {
+                **ingest,
+                "summary runs": len(result["summary_runs"]),
+                "mini-summary runs": len(result["mini_summary_runs"]),
+                "seconds": result["seconds"],
+            },
+            "Demo",
+        )
     )
     console.print()
     console.print(_fields(result["status"], "Store"))

@@ -179,6 +179,8 @@ def named_sessions_batch(
     candidates = []
     for session_id in session_ids:
         candidate = store.summaries.summary_candidate(session_id)
+        if candidate is None:  # no turns left: nothing to summarize
+            continue
         standing = store.summaries.summary_standing(session_id)
         current = standing["summary_revision"] == standing["input_revision"]
         if current and upgrade_due(standing["summary_step"], standing["coverage_step"]):

@@ -11,6 +11,7 @@ import pytest
 from dagster import instance_for_test
 
 from digest.ingest import ingest_paths
+from digest.scheduling import COMPLETE_STEP, coverage_step, upgrade_due
 from digest.settings import load_settings
 from pipelines.definitions import build_definitions
 from pipelines.jobs import default_run_config, requested_job
@@ -84,6 +85,14 @@ class Backlog:
 
     def row(self, session_id: str) -> dict:
         return self.store.summaries.summary_row(session_id)
+
+
+def test_the_coverage_steps_are_half_then_none_left():
+    assert [coverage_step(40, n, pending=40 - n) for n in (0, 19, 20, 39)] == [0, 0, 1, 1]
+    # None left for the backfill: the last step, however few have one (the rest archived).
+    assert coverage_step(40, 3, pending=0) == COMPLETE_STEP and coverage_step(40, 40, pending=0) == COMPLETE_STEP
+    assert upgrade_due(0, 1) and upgrade_due(1, COMPLETE_STEP) and not upgrade_due(1, 1)
+    assert not upgrade_due(None, COMPLETE_STEP)  # raw or imported: never made again for coverage
 
 
 def _server():
