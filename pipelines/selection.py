@@ -43,7 +43,7 @@ class SweepSelection:
         if self.batch:
             return None
         if not self.pending:
-            return "no session needs a summary, and no degraded summary is due an upgrade"
+            return "no session needs a summary"
         if not self.seconds_per_token:
             return (
                 f"{self.pending} pending, no model host available: {', '.join(self.hosts_unavailable)} out of rotation"
