@@ -206,13 +206,16 @@ def _write_failure(exc: BaseException, settings: Settings) -> str | None:
     return None
 
 
-def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozenset(), probe: bool = True):
-    """The sweep's selection; `probe` off (`plan`): a half-open host's probe is looked at, not taken."""
-    from pipelines.selection import hosts_in_rotation, next_summary_batch
+def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozenset(), probe: bool = True, named=None):
+    """The sweep's selection; `probe` off (`plan`): a half-open host's probe is looked at, not taken;
+    `named`: these session ids alone (`sweep --session`)."""
+    from pipelines.selection import hosts_in_rotation, named_sessions_batch, next_summary_batch
 
     store, now, fleet = _store(settings), now_ms(), settings.fleet
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
     available, probing = hosts_in_rotation(store, fleet, settings.circuit, now)
+    if named is not None:
+        return named_sessions_batch(store, fleet, named, available=available, exclude=exclude)
     circuit = settings.circuit if probe else None
     return next_summary_batch(store, fleet, policy, now, exclude, available=available, probing=probing, circuit=circuit)
 
@@ -289,7 +292,6 @@ def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[
 
     from assets.work.sessions import nothing_to_summarize
     from pipelines.interrupted_runs import close_interrupted_runs
-    from pipelines.selection import hosts_in_rotation, named_sessions_batch
     from pipelines.sensors import summary_run_request
 
     instance = _instance()
@@ -309,15 +311,7 @@ def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[
 
     recovered = close_interrupted_runs(instance, store)
     staged = store.cache.staged_summary_keys()
-    if named is not None:
-        available, _ = hosts_in_rotation(store, settings.fleet, settings.circuit, now_ms())
-        selection = named_sessions_batch(store, settings.fleet, named, available=available)
-        # A named session with a staged reply is finished by its replay, with no model call.
-        selection = dataclasses.replace(
-            selection, batch=[item for item in selection.batch if item.candidate.partition_key not in staged]
-        )
-    else:
-        selection = _selection(settings, limit, exclude=set(staged))
+    selection = _selection(settings, limit, exclude=set(staged), named=named)
     todo = [RunRequest(partition_key=key, tags={ROUTE_TAG: "staged"}) for key in staged]
     todo += [summary_run_request(item, {EXPLICIT_TAG: "cli"} if named else None) for item in selection.batch]
     # A staged replay calls no model.
@@ -554,15 +548,8 @@ def fill_degraded_mini_summaries(settings: Settings, output: Output) -> list[dic
     path (their mini summaries reach their summary; no backoff is ignored): one run each."""
     from dagster import RunRequest
 
-    from digest.mini_summaries import headed_for_degraded
-
     store = _store(settings)
-    limits = settings.fleet.measured_limits(store)
-    keys = sorted(
-        s.partition_key
-        for s in store.mini_summaries.pending_mini_summary_sessions(now_ms())
-        if headed_for_degraded(s.raw_bytes, s.turn_count, limits)
-    )
+    keys = store.mini_summaries.pending_degraded_mini_summary_keys(settings.fleet.measured_limits(store), now_ms())
     todo = [RunRequest(partition_key=key) for key in keys]
     return _run_partitions(
         settings, _instance(), store, "fill_mini_summaries", todo, "turn_mini_summaries", output, [None] * len(keys)

@@ -168,18 +168,23 @@ def sized_alone(
 
 
 def named_sessions_batch(
-    store: DigestStore, fleet: Fleet, session_ids: Sequence[str], available: list[str] | None = None
+    store: DigestStore,
+    fleet: Fleet,
+    session_ids: Sequence[str],
+    available: list[str] | None = None,
+    exclude: set[str] = frozenset(),
 ) -> SweepSelection:
     """The sessions named by hand (`session-digest sweep --session`), each placed on a host in
     rotation, outside the budget and with no churn gate or failure backoff (the reference's explicit
     single-session run); a session whose degraded summary is due an upgrade is one. Whether each
-    still needs a summary is asked just before its run (`nothing_to_summarize`)."""
+    still needs a summary is asked just before its run (`nothing_to_summarize`). `exclude`:
+    partition keys left out (a staged reply finishes theirs with no model call)."""
     available = fleet.names if available is None else [n for n in fleet.names if n in available]
     views, measured = host_views(store, fleet, available, {})
     candidates = []
     for session_id in session_ids:
         candidate = store.summaries.summary_candidate(session_id)
-        if candidate is None:  # no turns left: nothing to summarize
+        if candidate is None or candidate.partition_key in exclude:  # no turns left, or staged
             continue
         standing = store.summaries.summary_standing(session_id)
         current = standing["summary_revision"] == standing["input_revision"]
