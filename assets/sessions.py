@@ -174,7 +174,6 @@ def summary_metadata(row: dict) -> dict:
     lists = [f"{k}: {', '.join(v) or 'none'}" for k, v in fields.items() if isinstance(v, list)]
     return {
         **plain,
-        "mini_summary_coverage": row["mini_summary_count"] / row["memory_count"],
         # What the fidelity score found named in the summary, and missed (docs/fidelity.md).
         "fidelity_identifiers": MetadataValue.md(
             Fidelity(row["fidelity"], row["fidelity_found"] or [], row["fidelity_missed"] or []).markdown()

@@ -1,9 +1,8 @@
-from dagster import AssetKey, AssetSelection, JobDefinition, RunRequest, define_asset_job
+from dagster import AssetSelection, JobDefinition, RunRequest, define_asset_job
 
 from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import raw_sessions, raw_turns, session_summaries
-from digest.synthesis import Route
 
 ingest_job = define_asset_job("ingest", selection=[raw_turns], description="Ingest export bundles into DuckDB.")
 summarize_job = define_asset_job(
@@ -13,21 +12,16 @@ summarize_job = define_asset_job(
     # Dagster instance (issue 20). The hourly report job runs them, and the Checks tab on demand.
     selection=AssetSelection.assets(raw_sessions, turn_mini_summaries, session_summaries).without_checks(),
     config={"ops": {"turn_mini_summaries": {"config": {"only_if_degraded": True}}}},
-    description="Summarize one session: raw under the raw-synthesis cap; over it, fill the missing mini "
-    "summaries first, then the degraded summary.",
+    description="Summarize one session: raw under the raw-synthesis cap; over it, the degraded summary "
+    "(a run asked for by hand fills the missing mini summaries first, within their budget; a sweep's run does not).",
 )
-# What a summary run materializes when its session goes raw: not `turn_mini_summaries`, which the job
-# runs `only_if_degraded` and so would do nothing there but add a third of the run's events to the
-# Dagster instance (issue 20). The mini-summary backfill fills that session's mini summaries later.
-RAW_ROUTE_ASSETS = (raw_sessions.key, session_summaries.key)
-
-
-def summary_run_assets(route: Route) -> list[AssetKey] | None:
-    """The assets of a summary run planned on `route`; None: the whole job. The route is the sweep's
-    plan on the host's bounds at the time; a session the run then finds over the cap (the host's
-    measured bounds moved meanwhile) is summarized from the mini summaries it has, else truncated
-    raw, as its `source_tier` says."""
-    return list(RAW_ROUTE_ASSETS) if route == Route.WITHIN_CAP else None
+# What a summary run a sweep launches materializes: not `turn_mini_summaries`. Within the cap it would
+# do nothing but add a third of the run's events to the Dagster instance (issue 20); over it, the
+# session gets its first summary from the mini summaries it has (else truncated raw lines) now, and
+# the mini-summary backfill fills the rest, after which a sweep makes the summary again at each
+# coverage step (issue 28: over-cap sessions hold most turns, and waiting for all their mini
+# summaries left most sessions without any summary for most of a backlog).
+SWEEP_RUN_ASSETS = (raw_sessions.key, session_summaries.key)
 
 
 def requested_job(job: JobDefinition, request: RunRequest) -> JobDefinition:

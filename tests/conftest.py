@@ -35,6 +35,7 @@ TIERS = {
     "test_backfill": "integration",
     "test_busy_host": "integration",
     "test_checks": "integration",
+    "test_early_summaries": "integration",
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
     "test_friction_report": "integration",

@@ -62,6 +62,9 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 8: a call's attempt is written before the call (`in-flight`); its deadline bounds the time an
     # interrupted call spent (issue 31).
     8: [add_column("attempts", "deadline_s DOUBLE")],
+    # 9: how much of a degraded summary's input was mini summaries, and the coverage step it was made
+    # at: a sweep makes it again when its session's coverage crosses the next step (issue 28).
+    9: [summary_column("mini_summary_coverage"), summary_column("coverage_step")],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)
