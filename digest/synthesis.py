@@ -168,6 +168,10 @@ class SessionSummary:
     raw_tokens_source: str = "default"  # what `route_reason` was decided on: "tokenizer", else the bytes/token's source
     raw_tokens_counted: int | None = None  # the host's count of the raw prompt plus the chat template margin
     raw_cap_source: str = "pinned"  # where `raw_cap_tokens` came from (`Limits.raw_cap_source`)
+    # The turns its prompt carried, in prompt order, and of those the ones carried by their mini
+    # summary (a degraded summary's other turns went as truncated raw text).
+    covered_turn_ids: list[str] = field(default_factory=list)
+    mini_turn_ids: list[str] = field(default_factory=list)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -265,15 +269,28 @@ def estimate_compact_tokens(compact_bytes: int, turn_count: int, limits: Limits)
     return min(tokens, limits.prompt_budget_tokens)
 
 
-def compact_entries(turns: list[Turn]) -> tuple[SourceTier, list[str]]:
-    """One entry per turn (its mini summary, else the first 280 characters), and the tier."""
+@dataclass(frozen=True)
+class CompactInput:
+    """The degraded input: one entry per turn with text (its mini summary, else the first 280
+    characters), the turns they come from, and those whose entry is their mini summary."""
+
+    tier: SourceTier
+    entries: list[str]
+    turn_ids: list[str]
+    mini_turn_ids: list[str]
+
+
+def compact_entries(turns: list[Turn]) -> CompactInput:
     tier = SourceTier.MINI_SUMMARY if any(t.mini_summary for t in turns) else SourceTier.TRUNCATED_RAW
-    entries = []
+    entries, ids, minis = [], [], []
     for t in turns:
         text = (t.mini_summary or t.document[:FALLBACK_CHARS]).strip()
         if text:
             entries.append(" ".join(text.split()))
-    return tier, entries
+            ids.append(t.id)
+            if t.mini_summary:
+                minis.append(t.id)
+    return CompactInput(tier, entries, ids, minis)
 
 
 def compact_content(entries: list[str], max_chars_per_entry: int = FALLBACK_CHARS) -> str:
@@ -451,7 +468,9 @@ def summarize_session(
     counted = routed.tokens if routed.source == "tokenizer" else None
     route = raw_route(routed.tokens, limits)
 
-    def finish(output: SessionSummaryOutput, tier: SourceTier, prompt: str, reason: Route) -> SynthesisResult:
+    def finish(
+        output: SessionSummaryOutput, tier: SourceTier, prompt: str, reason: Route, compact: CompactInput | None = None
+    ) -> SynthesisResult:
         stamps = [t.ts_ms for t in ordered if t.ts_ms is not None]
         summary = SessionSummary(
             session_id=session_id,
@@ -477,6 +496,8 @@ def summarize_session(
             raw_tokens_source=routed.source,
             raw_tokens_counted=counted,
             raw_cap_source=limits.raw_cap_source,
+            covered_turn_ids=compact.turn_ids if compact else [t.id for t in ordered],
+            mini_turn_ids=compact.mini_turn_ids if compact else [],
         )
         return SynthesisResult(summary=summary, route_reason=reason, failure=None)
 
@@ -522,7 +543,8 @@ def summarize_session(
             )
         )
 
-    tier, entries = compact_entries(ordered)
+    compact = compact_entries(ordered)
+    tier, entries = compact.tier, compact.entries
     compact_prompt = fit_compact_prompt(ordered, entries, limits)
     if compact_prompt is None:
         oversized = build_prompt(compact_content(entries, MIN_COMPACT_CHARS), ordered)
@@ -543,7 +565,7 @@ def summarize_session(
         return handed_back
     output, error, host_failure = _call(client, compact_prompt, limits, ledger, session_id, tier, pacer)
     if output is not None:
-        return finish(output, tier, compact_prompt, route)
+        return finish(output, tier, compact_prompt, route, compact)
     symptom = classify_error(error)
     ledger.record_friction(
         _friction(

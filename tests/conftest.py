@@ -17,6 +17,7 @@ from resources.store import DigestStore
 TIERS = {
     # unit: pure functions, a DuckDB file, a local HTTP server; no Dagster run, no subprocess
     "test_circuit": "unit",
+    "test_covered_turns": "unit",
     "test_hosts": "unit",
     "test_model_clients": "unit",
     "test_pacing": "unit",

@@ -59,6 +59,19 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     6: [add_column("response_cache", "attempt_recorded BOOLEAN")],
     # 7: each summary's fidelity score, and the identifiers it names and misses (`digest.fidelity`).
     7: [summary_column("fidelity"), summary_column("fidelity_found"), summary_column("fidelity_missed")],
+    # 8: the turns each summary covered, and which went by their mini summary (issue 29). A summary at
+    # its session's current turns that is raw or imported covered every one of them.
+    8: [
+        summary_column("covered_turn_ids"),
+        summary_column("mini_turn_ids"),
+        """UPDATE session_summaries x
+           SET covered_turn_ids = (SELECT list(t.id ORDER BY t.ts_ms NULLS FIRST, t.id) FROM turns t
+                                   WHERE t.session_id = x.session_id),
+               mini_turn_ids = CASE WHEN x.origin = 'imported' THEN NULL ELSE [] END
+           FROM sessions s
+           WHERE s.session_id = x.session_id AND s.input_revision = x.input_revision
+             AND x.covered_turn_ids IS NULL AND (x.source_tier = 'raw' OR x.origin = 'imported')""",
+    ],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -83,6 +83,18 @@ MARK_IMPORTED_DIGESTS = """
 """
 
 
+def covered_turns_query(session_id: str) -> str:
+    """A query to paste into any DuckDB client: the turns a session's summary covered, in prompt order,
+    each with whether it went by its mini summary (a degraded summary's others went truncated raw)."""
+    quoted = "'" + session_id.replace("'", "''") + "'"
+    return (
+        "SELECT list_position(x.covered_turn_ids, t.id) AS position, t.id, t.ts_ms, "
+        "coalesce(list_contains(x.mini_turn_ids, t.id), false) AS by_mini_summary, m.text AS mini_summary, t.document "
+        "FROM session_summaries x JOIN turns t ON t.session_id = x.session_id AND list_contains(x.covered_turn_ids, t.id) "
+        f"LEFT JOIN mini_summaries m ON m.turn_id = t.id WHERE x.session_id = {quoted} ORDER BY position"
+    )
+
+
 def adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
     """Let a current imported summary stand as the summary of these sessions, graph rows and all;
     one that says its session was digested at these turns marks it digested."""
@@ -140,6 +152,8 @@ class Summaries(Repository):
             "fidelity": None,  # scored below, from the turns
             "fidelity_found": None,
             "fidelity_missed": None,
+            "covered_turn_ids": summary.covered_turn_ids,
+            "mini_turn_ids": summary.mini_turn_ids,
         }
         missing = [c.name for c in SUMMARY_ROW if c.name not in row]
         if missing:
