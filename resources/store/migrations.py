@@ -59,6 +59,8 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     6: [add_column("response_cache", "attempt_recorded BOOLEAN")],
     # 7: each summary's fidelity score, and the identifiers it names and misses (`digest.fidelity`).
     7: [summary_column("fidelity"), summary_column("fidelity_found"), summary_column("fidelity_missed")],
+    # 8: each summary's verdict, ok or the kind of junk, and its evidence (`digest.verdict`, issue 29).
+    8: [summary_column("verdict"), summary_column("verdict_evidence")],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

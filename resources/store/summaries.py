@@ -140,6 +140,8 @@ class Summaries(Repository):
             "fidelity": None,  # scored below, from the turns
             "fidelity_found": None,
             "fidelity_missed": None,
+            "verdict": None,  # judged below, against the turns
+            "verdict_evidence": None,
         }
         missing = [c.name for c in SUMMARY_ROW if c.name not in row]
         if missing:

@@ -101,6 +101,12 @@ PIPELINE_COLUMNS = (
     Column("fidelity", "DOUBLE", "0-1, digest/fidelity.py; NULL: no text to score", shown=True, none_as="none"),
     Column("fidelity_found", "VARCHAR[]", "the top identifiers of the session the summary names"),
     Column("fidelity_missed", "VARCHAR[]", "those it does not"),
+    Column(
+        "verdict", "VARCHAR",
+        "ok | echo | fabricated | template | content-free | empty | too-long, digest/verdict.py; NULL: not judged yet",
+        shown=True, none_as="none",
+    ),
+    Column("verdict_evidence", "VARCHAR", "JSON: what the verdict measured (fragments, unknown identifiers, ...)"),
 )  # fmt: skip
 
 KEY = Column("session_id", "VARCHAR PRIMARY KEY", imported="s.session_id", shown=True)
