@@ -24,6 +24,7 @@ TIERS = {
     "test_revision": "unit",
     "test_schema": "unit",
     "test_fidelity": "unit",
+    "test_verdict": "unit",
     "test_settings": "unit",
     "test_streaming": "unit",
     "test_synthesis": "unit",

@@ -110,12 +110,12 @@ def test_the_migration_fills_the_turns_of_current_raw_summaries_and_leaves_degra
     store = _ingested(tmp_path, turns)
     _summarize(store, "small")
     _summarize(store, "big")
-    # The store as migration 7 left it: no such columns.
+    # The store as migration 8 left it: no such columns.
     with duckdb.connect(str(store.path)) as con:
         con.execute("ALTER TABLE session_summaries DROP COLUMN covered_turn_ids")
         con.execute("ALTER TABLE session_summaries DROP COLUMN mini_turn_ids")
         con.execute("DELETE FROM schema_meta")
-        con.execute("INSERT INTO schema_meta VALUES (7, now())")
+        con.execute("INSERT INTO schema_meta VALUES (8, now())")
     DigestStore(store.path).migrate()
     small, big = store.summaries.summary_row("small"), store.summaries.summary_row("big")
     assert small["covered_turn_ids"] == [t.id for t in canonical_order(make_turns("small", 3))]

@@ -59,9 +59,11 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     6: [add_column("response_cache", "attempt_recorded BOOLEAN")],
     # 7: each summary's fidelity score, and the identifiers it names and misses (`digest.fidelity`).
     7: [summary_column("fidelity"), summary_column("fidelity_found"), summary_column("fidelity_missed")],
-    # 8: the turns each summary covered, and which went by their mini summary (issue 29). A summary at
+    # 8: each summary's verdict, ok or the kind of junk, and its evidence (`digest.verdict`, issue 29).
+    8: [summary_column("verdict"), summary_column("verdict_evidence")],
+    # 9: the turns each summary covered, and which went by their mini summary (issue 29). A summary at
     # its session's current turns that is raw or imported covered every one of them.
-    8: [
+    9: [
         summary_column("covered_turn_ids"),
         summary_column("mini_turn_ids"),
         """UPDATE session_summaries x

@@ -152,6 +152,8 @@ class Summaries(Repository):
             "fidelity": None,  # scored below, from the turns
             "fidelity_found": None,
             "fidelity_missed": None,
+            "verdict": None,  # judged below, against the turns
+            "verdict_evidence": None,
             "covered_turn_ids": summary.covered_turn_ids,
             "mini_turn_ids": summary.mini_turn_ids,
         }

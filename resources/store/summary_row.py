@@ -104,6 +104,12 @@ PIPELINE_COLUMNS = (
     Column("fidelity_found", "VARCHAR[]", "the top identifiers of the session the summary names"),
     Column("fidelity_missed", "VARCHAR[]", "those it does not"),
     Column(
+        "verdict", "VARCHAR",
+        "ok | echo | fabricated | template | content-free | empty | too-long, digest/verdict.py; NULL: not judged yet",
+        shown=True, none_as="none",
+    ),
+    Column("verdict_evidence", "VARCHAR", "JSON: what the verdict measured (fragments, unknown identifiers, ...)"),
+    Column(
         "covered_turn_ids", "VARCHAR[]",
         "the turns its prompt carried, in prompt order (imported: every turn of the session); NULL: made before",
         _EVERY_TURN,
