@@ -1,5 +1,7 @@
 """The session assets: each maps its work's outcome (`assets/work/`) to what Dagster records."""
 
+import json
+
 from dagster import (
     AssetExecutionContext,
     AssetObservation,
@@ -15,6 +17,7 @@ from assets.work.runs import RunFacts
 from assets.work.sessions import describe_partition, summarize_partition
 from digest.fidelity import Fidelity
 from digest.ingest import ingest_paths
+from digest.verdict import Verdict
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
 from resources.store.summaries import covered_turns_query
 from resources.store.summary_row import MODEL_COLUMNS, SUMMARY_ROW
@@ -150,6 +153,9 @@ def session_summaries(
     if outcome.skipped:
         not_done(context, outcome.session_id, "not summarized, no model call", outcome.skipped, summarized=False)
         return
+    if outcome.kept:
+        not_done(context, outcome.session_id, "summary not stored", outcome.kept, summarized=False, verdict=outcome.verdict)
+        return
     yield materialized(context, summary_metadata(outcome.row))
 
 
@@ -171,6 +177,7 @@ def summary_metadata(row: dict) -> dict:
         "fidelity_identifiers": MetadataValue.md(
             Fidelity(row["fidelity"], row["fidelity_found"] or [], row["fidelity_missed"] or []).markdown()
         ),
+        **verdict_metadata(row),
         "summary": MetadataValue.md(
             f"### {row['title']}\n\n{row['summary']}\n\n"
             + " · ".join(choices + scores)
@@ -202,3 +209,11 @@ def covered_turns_metadata(row: dict) -> dict:
         "covered_turn_ids": MetadataValue.md("\n\n".join(lines)),
         "covered_turns_query": MetadataValue.text(covered_turns_query(row["session_id"])),
     }
+
+
+def verdict_metadata(row: dict) -> dict:
+    """The verdict's evidence (`verdict` itself is a plain entry): why it is junk, or what made it ok."""
+    if row.get("verdict") is None:
+        return {}
+    verdict = Verdict(row["verdict"], json.loads(row["verdict_evidence"] or "{}"))
+    return {"verdict_evidence": MetadataValue.md(verdict.markdown())}

@@ -37,6 +37,13 @@ from digest.summary_output import (
 )
 from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS, TokenCount, count_prompt
 from digest.turns import Turn, canonical_order, input_revision
+from digest.verdict import judge
+
+# The junk verdicts (`digest.verdict`) a raw summary is retried for on the degraded route: the shape
+# of the reply (text copied from the long raw input, the prompt's fields or placeholders, nothing,
+# more than it was given), which a short line per turn changes. A fabricated or content-free one is
+# kept with its verdict: with less of the session to go on a model names less and invents more.
+RETRIED_VERDICTS = frozenset({"echo", "template", "empty", "too-long"})
 
 CONSUMER = "session_summaries"
 FALLBACK_CHARS = 280
@@ -58,6 +65,7 @@ class Route(StrEnum):
     OVER_RAW_CAP = "over-raw-cap"
     OVER_SAFE_BAND = "over-safe-band"
     RAW_TIMEOUT = "raw-timeout"  # within the cap, but the raw call timed out: degraded instead
+    RAW_JUNK = "raw-junk"  # within the cap, but the raw summary was junk of a kind a retry can fix: degraded instead
 
 
 class SourceTier(StrEnum):
@@ -506,28 +514,32 @@ def summarize_session(
             return None
         return SynthesisResult(summary=None, route_reason=reason, failure=None, host_out_of_rotation=True)
 
+    junk: SynthesisResult | None = None  # a raw summary of a retried verdict, kept if the retry makes none
     if route == Route.WITHIN_CAP:
         if handed_back := out_of_rotation(route):
             return handed_back
         output, error, host_failure = _call(client, raw_prompt, limits, ledger, session_id, SourceTier.RAW, pacer)
         if output is not None:
-            return finish(output, SourceTier.RAW, raw_prompt, route)
-        symptom = classify_error(error)
+            verdict = judge([t.document for t in ordered], output.title, output.summary)
+            if verdict.label not in RETRIED_VERDICTS:
+                return finish(output, SourceTier.RAW, raw_prompt, route)
+            junk = finish(output, SourceTier.RAW, raw_prompt, route)
+            symptom, note, route = (
+                Symptom.SEMANTIC_CONFUSION,
+                f"tier=raw: a junk summary ({verdict.label}); retried once on the degraded route",
+                Route.RAW_JUNK,
+            )
+        else:
+            symptom, note = classify_error(error), "tier=raw"
         ledger.record_friction(
             _friction(
-                session_id,
-                client,
-                limits,
-                raw_prompt,
-                symptom,
-                EmissionPoint.POST_INVOCATION_FAILURE,
-                "tier=raw",
-                error,
+                session_id, client, limits, raw_prompt, symptom, EmissionPoint.POST_INVOCATION_FAILURE, note, error
             )
         )
-        if symptom != Symptom.TIMEOUT:
+        if junk is None and symptom != Symptom.TIMEOUT:
             return SynthesisResult(summary=None, route_reason=route, failure=symptom, host_failure=host_failure)
-        route = Route.RAW_TIMEOUT
+        if junk is None:
+            route = Route.RAW_TIMEOUT
     else:
         bound = limits.raw_cap_tokens if route == Route.OVER_RAW_CAP else limits.safe_limit_tokens
         ledger.record_friction(
@@ -560,11 +572,12 @@ def summarize_session(
                 f"{MIN_COMPACT_CHARS} characters a turn",
             )
         )
-        return SynthesisResult(summary=None, route_reason=route, failure=Symptom.SIZE_PRECHECK_SKIP)
+        return junk or SynthesisResult(summary=None, route_reason=route, failure=Symptom.SIZE_PRECHECK_SKIP)
     if handed_back := out_of_rotation(route):
-        return handed_back
+        return junk or handed_back
     output, error, host_failure = _call(client, compact_prompt, limits, ledger, session_id, tier, pacer)
     if output is not None:
+        # The retry's summary stands, whatever its own verdict: `raw-junk` says the raw one was junk.
         return finish(output, tier, compact_prompt, route, compact)
     symptom = classify_error(error)
     ledger.record_friction(
@@ -579,4 +592,4 @@ def summarize_session(
             error,
         )
     )
-    return SynthesisResult(summary=None, route_reason=route, failure=symptom, host_failure=host_failure)
+    return junk or SynthesisResult(summary=None, route_reason=route, failure=symptom, host_failure=host_failure)

@@ -44,6 +44,7 @@ TIERS = {
     "test_ingest": "integration",
     "test_host_runs": "integration",
     "test_interrupted_runs": "integration",
+    "test_junk": "integration",
     "test_mini_summaries": "integration",
     "test_model_faults": "integration",
     "test_pipeline": "integration",

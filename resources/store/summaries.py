@@ -5,13 +5,15 @@ written (or an export's adopted) with its summary-time graph rows."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import duckdb
 
 from digest.scheduling import Candidate, failures_after
 from digest.synthesis import FALLBACK_CHARS, SessionSummary
 from resources.store.connection import Repository, now, record, records
-from resources.store.fidelity import refresh_fidelity
+from digest.verdict import Verdict
+from resources.store.fidelity import judge_stored, refresh_fidelity
 from resources.store.graph import write_summary_graphs
 from resources.store.summary_row import SUMMARY_ROW, adopt_columns
 
@@ -104,6 +106,23 @@ def adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[s
     refresh_fidelity(con, session_ids)
 
 
+# The session's summary of these turns when its verdict is ok (generated or imported): no junk one
+# replaces it.
+CURRENT_OK_SUMMARY = """
+    SELECT origin, run_id, created_at FROM session_summaries
+    WHERE session_id = ? AND input_revision = ? AND verdict = 'ok'
+"""
+
+
+@dataclass(frozen=True)
+class SummaryWrite:
+    """What `write_summary` did: the summary's verdict, and `kept`, why it was not written (a junk
+    summary and a current ok one standing); None: written."""
+
+    verdict: Verdict
+    kept: str | None = None
+
+
 class Summaries(Repository):
     def pending_summary_keys(self, limit: int | None = None) -> list[str]:
         """Sessions with no summary, or whose turns changed since it: newest activity first."""
@@ -118,8 +137,9 @@ class Summaries(Repository):
         run_id: str | None = None,
         host: str | None = None,
         host_reason: str | None = None,
-    ) -> None:
-        """`host`, `host_reason`: the model host that made it, and why the sweep chose that host."""
+    ) -> SummaryWrite:
+        """`host`, `host_reason`: the model host that made it, and why the sweep chose that host. A
+        junk summary (`digest.verdict`) is not written over a current ok one, generated or imported."""
         row = {
             "session_id": summary.session_id,
             **summary.output.model_dump(),  # the model-generated columns
@@ -164,6 +184,16 @@ class Summaries(Repository):
         placeholders = ", ".join("?" for _ in columns)
         updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != "session_id")
         with self.file.transaction() as con:
+            verdict = judge_stored(con, summary.session_id, summary.output.title, summary.output.summary)
+            if verdict.junk:
+                standing = record(con, CURRENT_OK_SUMMARY, [summary.session_id, summary.input_revision])
+                if standing:
+                    made = f"by run {standing['run_id']}" if standing["run_id"] else f"at {standing['created_at']}"
+                    return SummaryWrite(
+                        verdict,
+                        kept=f"a {verdict.label} summary does not replace the current ok {standing['origin']} one "
+                        f"(made {made})",
+                    )
             con.execute(
                 f"INSERT INTO session_summaries ({', '.join(columns)}) VALUES ({placeholders}) "
                 f"ON CONFLICT (session_id) DO UPDATE SET {updates}",
@@ -171,6 +201,7 @@ class Summaries(Repository):
             )
             write_summary_graphs(con, [row])
             refresh_fidelity(con, [summary.session_id])
+        return SummaryWrite(verdict)
 
     def summary_row(self, session_id: str) -> dict | None:
         with self.file.connect() as con:

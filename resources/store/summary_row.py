@@ -74,7 +74,7 @@ PIPELINE_COLUMNS = (
         "NULL", shown=True,
     ),
     Column(
-        "route_reason", "VARCHAR NOT NULL", "within-cap | over-raw-cap | over-safe-band | raw-timeout",
+        "route_reason", "VARCHAR NOT NULL", "within-cap | over-raw-cap | over-safe-band | raw-timeout | raw-junk",
         "'imported'", shown=True,
     ),
     Column("first_activity_ms", "BIGINT", "", "s.first_activity_ms"),

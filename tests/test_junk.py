@@ -1,0 +1,190 @@
+"""What happens to junk (issue 29): a raw summary whose verdict a retry can fix is tried once more on
+the degraded route, a junk summary never replaces a current ok one, and the verdict shows on the
+partition, in status, the friction report, the demo's lines and a failing asset check. Real HTTP to
+the local model server (answering an echo or a template), a real DuckDB file, a real Dagster instance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dagster import AssetKey, instance_for_test
+
+from digest.ingest import ingest_paths
+from digest.synthesis import RETRIED_VERDICTS, Route, summarize_session
+from digest.turns import input_revision
+from resources.model_clients import OpenAIChatClient
+from resources.store import DigestStore, RunLedger
+from tests.bundles import write_bundle
+from tests.conftest import make_limits, make_turns
+from tests.model_server import GOOD_SUMMARY, TEMPLATE_SUMMARY, Behaviour, ModelServer
+from tests.test_imported_summaries import exported_summary, write_summaries
+from tests.test_pipeline import _defs, _ingest
+
+# Grounded in make_turns' documents: `ok`.
+FAITHFUL = {
+    **GOOD_SUMMARY,
+    "summary": "The agent refactored the grid row in src/grid/Row.mjs and worker/Manager.mjs, step by step.",
+    "title": "Refactor the grid row",
+}
+
+
+def _store(tmp_path, turns) -> DigestStore:
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)
+    return store
+
+
+def _summarize(store: DigestStore, session_id: str, script, run_id: str = "r1"):
+    with ModelServer(script) as server:
+        client = OpenAIChatClient(server.url, "fake-model", schema_style="json_object")
+        result = summarize_session(
+            store.sessions.load_turns([session_id]), client, make_limits(), RunLedger(store, run_id)
+        )
+    return result, server
+
+
+def _first_echo_then(reply: dict):
+    """An echo of the raw prompt, then `reply` to anything else (the degraded retry)."""
+    return lambda received: Behaviour.echo(received) if "\n---\nUser Prompt:" in received.prompt else Behaviour.reply(reply)
+
+
+# --- the retry ---------------------------------------------------------------------------------
+
+
+def test_an_echoed_raw_summary_is_retried_once_on_the_degraded_route(tmp_path):
+    store = _store(tmp_path, make_turns("small", 3))
+    result, server = _summarize(store, "small", _first_echo_then(FAITHFUL))
+    assert len(server.chat_requests()) == 2
+    summary = result.summary
+    assert (summary.route_reason, summary.source_tier, summary.degraded) == (Route.RAW_JUNK, "truncatedRaw", True)
+    assert summary.output.title == FAITHFUL["title"]
+    friction = store.query("SELECT symptom, note FROM friction_events").to_dict("records")
+    assert friction == [
+        {"symptom": "semantic-confusion", "note": "tier=raw: a junk summary (echo); retried once on the degraded route"}
+    ]
+    store.summaries.write_summary(summary, run_id="r1")
+    row = store.summaries.summary_row("small")
+    assert (row["verdict"], row["route_reason"]) == ("ok", "raw-junk")
+
+
+def test_a_retry_that_is_junk_too_is_kept_with_its_verdict_and_never_tried_a_third_time(tmp_path):
+    store = _store(tmp_path, make_turns("small", 3))
+    result, server = _summarize(store, "small", lambda received: Behaviour.reply(TEMPLATE_SUMMARY))
+    assert len(server.chat_requests()) == 2  # the raw call and one retry
+    store.summaries.write_summary(result.summary, run_id="r1")
+    row = store.summaries.summary_row("small")
+    assert (row["verdict"], row["route_reason"], row["source_tier"]) == ("template", "raw-junk", "truncatedRaw")
+    assert json.loads(row["verdict_evidence"])["placeholders"] == ["[action]", "[file_name]"]
+    # Stored at the session's turns: not pending, so no sweep retries it again at this revision.
+    assert store.summaries.pending_summary_keys() == []
+
+
+def test_a_retry_that_fails_keeps_the_raw_junk_with_its_verdict(tmp_path):
+    store = _store(tmp_path, make_turns("small", 3))
+
+    def script(received):
+        return Behaviour.echo(received) if "\n---\nUser Prompt:" in received.prompt else Behaviour.server_error()
+
+    result, _ = _summarize(store, "small", script)
+    assert (result.summary.route_reason, result.summary.source_tier) == (Route.WITHIN_CAP, "raw")
+    store.summaries.write_summary(result.summary, run_id="r1")
+    assert store.summaries.summary_row("small")["verdict"] == "echo"
+
+
+@pytest.mark.parametrize("kind", ["fabricated", "content-free"])
+def test_a_fabricated_or_content_free_raw_summary_is_not_retried(tmp_path, kind):
+    assert kind not in RETRIED_VERDICTS
+    reply = GOOD_SUMMARY if kind == "fabricated" else {**GOOD_SUMMARY, "summary": "The user asked for a summary."}
+    store = _store(tmp_path, make_turns("small", 3))
+    result, server = _summarize(store, "small", lambda received: Behaviour.reply(reply))
+    assert len(server.chat_requests()) == 1 and result.summary.route_reason == Route.WITHIN_CAP
+    store.summaries.write_summary(result.summary, run_id="r1")
+    assert store.summaries.summary_row("small")["verdict"] == kind
+
+
+# --- a junk summary never replaces a current ok one ------------------------------------------
+
+
+def test_a_junk_summary_does_not_replace_a_current_ok_generated_one(tmp_path):
+    store = _store(tmp_path, make_turns("small", 3))
+    good, _ = _summarize(store, "small", lambda received: Behaviour.reply(FAITHFUL))
+    assert store.summaries.write_summary(good.summary, run_id="good").kept is None
+    junk, _ = _summarize(store, "small", lambda received: Behaviour.reply(TEMPLATE_SUMMARY), run_id="junk")
+    written = store.summaries.write_summary(junk.summary, run_id="junk")
+    assert written.verdict.label == "template"
+    assert written.kept == "a template summary does not replace the current ok generated one (made by run good)"
+    row = store.summaries.summary_row("small")
+    assert (row["run_id"], row["verdict"], row["title"]) == ("good", "ok", FAITHFUL["title"])
+
+
+def test_a_junk_summary_does_not_replace_a_current_ok_imported_one(tmp_path):
+    turns = make_turns("imp", 3)
+    folder = write_bundle(tmp_path / "bundle", turns)
+    line = exported_summary(
+        "imp", memoryCount=3, dreamInputRevision=input_revision(turns), title="Refactor the grid row"
+    )
+    write_summaries(folder, [{**line, "document": FAITHFUL["summary"]}])
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    ingest_paths([folder], store)
+    assert store.summaries.summary_row("imp")["verdict"] == "ok"
+    junk, _ = _summarize(store, "imp", lambda received: Behaviour.reply(GOOD_SUMMARY))  # fabricated
+    assert "current ok imported one" in store.summaries.write_summary(junk.summary, run_id="junk").kept
+    assert store.summaries.summary_row("imp")["origin"] == "imported"
+
+
+def test_a_junk_summary_replaces_a_junk_one_and_an_ok_one_of_older_turns(tmp_path):
+    store = _store(tmp_path, make_turns("small", 3))
+    first, _ = _summarize(store, "small", lambda received: Behaviour.reply(GOOD_SUMMARY))  # fabricated
+    store.summaries.write_summary(first.summary, run_id="first")
+    junk, _ = _summarize(store, "small", lambda received: Behaviour.reply(TEMPLATE_SUMMARY), run_id="second")
+    assert store.summaries.write_summary(junk.summary, run_id="second").kept is None
+    assert store.summaries.summary_row("small")["run_id"] == "second"
+    # An ok summary of other turns is not current: the junk one of these turns stands (counted as junk).
+    with store.file.connect() as con:
+        con.execute("UPDATE session_summaries SET verdict = 'ok', input_revision = 'sha256:old'")
+    assert store.summaries.write_summary(junk.summary, run_id="third").kept is None
+
+
+def test_a_run_asked_for_by_hand_keeps_the_current_ok_summary_and_says_why(tmp_path):
+    folder = write_bundle(tmp_path / "bundle", make_turns("small", 3))
+    with instance_for_test() as instance:
+        with ModelServer(lambda received: Behaviour.reply(FAITHFUL)) as server:
+            definitions = _defs(tmp_path, server.url)
+            _ingest(definitions, instance, folder)
+            job = definitions.resolve_job_def("summarize_sessions")
+            first = job.execute_in_process(instance=instance, partition_key="small")
+        DigestStore(tmp_path / "home" / "digest.duckdb").cache.clear_response_cache()  # the model is asked again
+        with ModelServer(lambda received: Behaviour.reply(GOOD_SUMMARY)) as server:
+            definitions = _defs(tmp_path, server.url)
+            second = definitions.resolve_job_def("summarize_sessions").execute_in_process(
+                instance=instance, partition_key="small"
+            )
+        assert first.success and second.success
+        meta = first.asset_materializations_for_node("session_summaries")[0].metadata
+        assert meta["verdict"].value == "ok" and "**verdict** `ok`" in meta["verdict_evidence"].value
+        assert second.asset_materializations_for_node("session_summaries") == []
+        observed = [e for e in second.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+        observation = observed[-1].event_specific_data.asset_observation.metadata
+        assert observation["verdict"].value == "fabricated"
+        assert "does not replace the current ok generated one" in observation["reason"].value
+        latest = instance.get_latest_materialization_event(AssetKey("session_summaries"))
+        assert latest.run_id == first.run_id
+    store = DigestStore(tmp_path / "home" / "digest.duckdb")
+    assert store.summaries.summary_row("small")["run_id"] == first.run_id
+
+
+def test_the_partition_shows_a_junk_verdict_with_its_evidence(tmp_path):
+    folder = write_bundle(tmp_path / "bundle", make_turns("small", 3))
+    with instance_for_test() as instance, ModelServer(lambda received: Behaviour.reply(GOOD_SUMMARY)) as server:
+        definitions = _defs(tmp_path, server.url)
+        _ingest(definitions, instance, folder)
+        result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
+            instance=instance, partition_key="small"
+        )
+    meta = result.asset_materializations_for_node("session_summaries")[0].metadata
+    assert meta["verdict"].value == "fabricated"
+    evidence = meta["verdict_evidence"].value
+    assert "**verdict** `fabricated`" in evidence and "**identifiers no turn has**: `auth`" in evidence
