@@ -154,7 +154,9 @@ def session_summaries(
         not_done(context, outcome.session_id, "not summarized, no model call", outcome.skipped, summarized=False)
         return
     if outcome.kept:
-        not_done(context, outcome.session_id, "summary not stored", outcome.kept, summarized=False, verdict=outcome.verdict)
+        not_done(
+            context, outcome.session_id, "summary not stored", outcome.kept, summarized=False, verdict=outcome.verdict
+        )
         return
     yield materialized(context, summary_metadata(outcome.row))
 

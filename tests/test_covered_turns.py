@@ -24,7 +24,9 @@ from tests.test_imported_summaries import exported_summary, write_summaries
 def _summarize(store: DigestStore, session_id: str) -> dict:
     with ModelServer() as server:
         client = OpenAIChatClient(server.url, "fake-model", schema_style="json_object")
-        result = summarize_session(store.sessions.load_turns([session_id]), client, make_limits(), RunLedger(store, "r"))
+        result = summarize_session(
+            store.sessions.load_turns([session_id]), client, make_limits(), RunLedger(store, "r")
+        )
     store.summaries.write_summary(result.summary, run_id="r")
     return store.summaries.summary_row(session_id)
 

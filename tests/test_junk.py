@@ -47,7 +47,9 @@ def _summarize(store: DigestStore, session_id: str, script, run_id: str = "r1"):
 
 def _first_echo_then(reply: dict):
     """An echo of the raw prompt, then `reply` to anything else (the degraded retry)."""
-    return lambda received: Behaviour.echo(received) if "\n---\nUser Prompt:" in received.prompt else Behaviour.reply(reply)
+    return lambda received: (
+        Behaviour.echo(received) if "\n---\nUser Prompt:" in received.prompt else Behaviour.reply(reply)
+    )
 
 
 # --- the retry ---------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ import duckdb
 
 from digest.scheduling import Candidate, failures_after
 from digest.synthesis import FALLBACK_CHARS, SessionSummary
-from resources.store.connection import Repository, now, record, records
 from digest.verdict import Verdict
+from resources.store.connection import Repository, now, record, records
 from resources.store.fidelity import judge_stored, refresh_fidelity
 from resources.store.graph import write_summary_graphs
 from resources.store.summary_row import SUMMARY_ROW, adopt_columns
