@@ -38,6 +38,13 @@ GOOD_SUMMARY = {
     "technologies": ["python", "pytest"],
 }
 
+# A summary of `tests.conftest.make_turns`' sessions that names their files: its verdict is `ok`.
+FAITHFUL_SUMMARY = {
+    **GOOD_SUMMARY,
+    "summary": "The agent refactored the grid row in src/grid/Row.mjs and worker/Manager.mjs, step by step.",
+    "title": "Refactor the grid row",
+}
+
 # Junk a small model writes (issue 29): the prompt's field list with numbers for values, placeholders.
 TEMPLATE_SUMMARY = {
     **GOOD_SUMMARY,

@@ -17,16 +17,11 @@ from resources.model_clients import OpenAIChatClient
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle
 from tests.conftest import make_limits, make_turns
-from tests.model_server import GOOD_SUMMARY, TEMPLATE_SUMMARY, Behaviour, ModelServer
+from tests.model_server import FAITHFUL_SUMMARY, GOOD_SUMMARY, TEMPLATE_SUMMARY, Behaviour, ModelServer
 from tests.test_imported_summaries import exported_summary, write_summaries
 from tests.test_pipeline import _defs, _ingest
 
-# Grounded in make_turns' documents: `ok`.
-FAITHFUL = {
-    **GOOD_SUMMARY,
-    "summary": "The agent refactored the grid row in src/grid/Row.mjs and worker/Manager.mjs, step by step.",
-    "title": "Refactor the grid row",
-}
+FAITHFUL = FAITHFUL_SUMMARY
 
 
 def _store(tmp_path, turns) -> DigestStore:
@@ -190,3 +185,50 @@ def test_the_partition_shows_a_junk_verdict_with_its_evidence(tmp_path):
     assert meta["verdict"].value == "fabricated"
     evidence = meta["verdict_evidence"].value
     assert "**verdict** `fabricated`" in evidence and "**identifiers no turn has**: `auth`" in evidence
+
+
+# --- the asset check ---------------------------------------------------------------------------
+
+
+def _check_evaluation(result):
+    (evaluation,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "junk_share_since_last_check"]
+    return evaluation
+
+
+def test_the_junk_check_fails_over_its_share_of_what_was_written_since_it_last_ran(tmp_path):
+    # Turn counts differ so no prompt is another's (the response cache would answer it).
+    turns = make_turns("good", 3) + make_turns("bad", 4) + make_turns("later", 5)
+    folder = write_bundle(tmp_path / "bundle", turns)
+
+    replies = {"good": FAITHFUL, "bad": GOOD_SUMMARY, "later": FAITHFUL}  # bad: fabricated, not retried
+    with instance_for_test() as instance:
+        for key in ("good", "bad"):
+            with ModelServer(lambda received, key=key: Behaviour.reply(replies[key])) as server:
+                definitions = _defs(tmp_path, server.url)
+                if key == "good":
+                    _ingest(definitions, instance, folder)
+                job = definitions.resolve_job_def("summarize_sessions")
+                assert job.execute_in_process(instance=instance, partition_key=key).success
+        report = definitions.resolve_job_def("report_friction")
+        first = report.execute_in_process(instance=instance)
+        assert first.success  # a failed check fails no run: it is recorded, and shown red
+        evaluation = _check_evaluation(first)
+        meta = {k: v.value for k, v in evaluation.metadata.items()}
+        assert not evaluation.passed
+        assert (meta["summaries_written"], meta["junk"], meta["junk_share"], meta["junk_share_max"]) == (
+            2,
+            1,
+            0.5,
+            0.25,
+        )
+        assert meta["by_verdict"] == {"fabricated": 1, "ok": 1}
+        assert "| bad | fabricated | generated raw |" in meta["examples"]
+        # Nothing written since: nothing to hold against the model.
+        second = _check_evaluation(report.execute_in_process(instance=instance))
+        assert second.passed and second.metadata["summaries_written"].value == 0
+        with ModelServer(lambda received: Behaviour.reply(replies["later"])) as server:
+            definitions = _defs(tmp_path, server.url)
+            job = definitions.resolve_job_def("summarize_sessions")
+            assert job.execute_in_process(instance=instance, partition_key="later").success
+        third = _check_evaluation(definitions.resolve_job_def("report_friction").execute_in_process(instance=instance))
+        assert third.passed and third.metadata["summaries_written"].value == 1

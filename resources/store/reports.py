@@ -4,6 +4,7 @@ stored summaries, and a session's raw text beside its graph."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from digest.circuit import circuit_status
 from digest.scheduling import now_ms
@@ -129,6 +130,18 @@ class Reports(Repository):
         """Every stored summary, every column: what the asset checks validate."""
         with self.file.connect() as con:
             return records(con, "SELECT * FROM session_summaries ORDER BY session_id")
+
+    def summaries_since(self, since: datetime | None) -> list[dict]:
+        """The judged summaries written (or adopted) after `since` (None: all), oldest first: what
+        the junk check counts."""
+        with self.file.connect() as con:
+            return records(
+                con,
+                """SELECT session_id, verdict, origin, model, source_tier, title, created_at FROM session_summaries
+                   WHERE verdict IS NOT NULL AND (?::TIMESTAMPTZ IS NULL OR created_at > ?::TIMESTAMPTZ)
+                   ORDER BY created_at, session_id""",
+                [since, since],
+            )
 
     def degraded_graph_sessions(self) -> list[str]:
         """Sessions with a graph whose summary is degraded: where summary text could leak into it."""
