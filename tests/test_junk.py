@@ -6,13 +6,20 @@ the local model server (answering an echo or a template), a real DuckDB file, a 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from dagster import AssetKey, instance_for_test
+from rich.console import Console
 
+from digest.archive import validate_bundle
+from digest.circuit import CircuitPolicy
+from digest.friction_report import build_report, junk_rows, render_markdown
 from digest.ingest import ingest_paths
+from digest.settings import load_settings
 from digest.synthesis import RETRIED_VERDICTS, Route, summarize_session
 from digest.turns import input_revision
+from pipelines.console import _render_demo
 from resources.model_clients import OpenAIChatClient
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle
@@ -232,3 +239,80 @@ def test_the_junk_check_fails_over_its_share_of_what_was_written_since_it_last_r
             assert job.execute_in_process(instance=instance, partition_key="later").success
         third = _check_evaluation(definitions.resolve_job_def("report_friction").execute_in_process(instance=instance))
         assert third.passed and third.metadata["summaries_written"].value == 1
+
+
+# --- where the verdict shows: status, the friction report, the demo's lines, the export ------
+
+
+@pytest.fixture
+def judged(tmp_path) -> DigestStore:
+    """Three generated summaries by a real run of the synthesis: two ok, one fabricated."""
+    store = _store(tmp_path, make_turns("good", 3) + make_turns("bad", 4) + make_turns("fine", 5))
+    for session_id, reply in (("good", FAITHFUL), ("bad", GOOD_SUMMARY), ("fine", FAITHFUL)):
+        result, _ = _summarize(store, session_id, lambda received, reply=reply: Behaviour.reply(reply))
+        store.summaries.write_summary(result.summary, run_id=session_id, host="gpu-1")
+    return store
+
+
+def test_status_counts_summaries_by_verdict_then_by_model_and_tier(judged):
+    status = judged.reports.status()
+    assert status["summaries_by_verdict"] == {"fabricated": 1, "ok": 2}
+    assert status["verdicts_by_model_and_tier"] == {"fake-model": {"raw": {"summaries": 3, "junk": 1, "fabricated": 1}}}
+
+
+def test_the_friction_report_has_junk_by_model_and_host(judged):
+    rows = judged.reports.friction_report_rows()
+    assert junk_rows(rows["summaries"]) == [["fake-model", "gpu-1", "3", "1", "33%", "fabricated 1"]]
+    report = build_report(rows["events"], rows["attempts"], rows["summaries"], load_settings({}), CircuitPolicy())
+    assert report.numbers()["junk_share"] == 0.3333
+    markdown = render_markdown(report)
+    assert "## Junk" in markdown and "| fake-model | gpu-1 | 3 | 1 | 33% | fabricated 1 |" in markdown
+
+
+def test_the_demo_never_shows_junk_as_a_tier_best_and_names_it(judged):
+    with judged.file.connect() as con:  # the fabricated one scores highest: it must still not be shown as best
+        con.execute("UPDATE session_summaries SET fidelity = CASE session_id WHEN 'bad' THEN 0.9 ELSE 0.4 END")
+    examples = judged.reports.fidelity_examples()
+    assert examples == [
+        {
+            "origin": "generated",
+            "source_tier": "raw",
+            "title": FAITHFUL["title"],
+            "fidelity": 0.4,
+            "summaries": 3,
+            "junk": 1,
+        }
+    ]
+    result = {
+        "ingest": {}, "summary_runs": [], "seconds": 1.0, "status": {}, "fidelity_examples": examples,
+        "junk": judged.reports.junk_summaries(), "where_to_look": {},
+    }  # fmt: skip
+    console = Console(record=True, width=200)
+    _render_demo(console, result)
+    text = console.export_text()
+    assert f"generated raw: 0.40 {FAITHFUL['title']} (1 of 3 junk, below)" in text
+    assert f"bad (generated raw, within-cap): fabricated: {GOOD_SUMMARY['title']}" in text
+
+
+def test_a_junk_summary_is_exported_with_its_verdict_and_without_the_count_the_originals_sweep_trusts(judged, tmp_path):
+    bundle = Path(judged.archive.write_archive(tmp_path / "archives")["path"])
+    lines = {
+        line["metadata"]["sessionId"]: line["metadata"]
+        for line in map(json.loads, next(bundle.glob("summaries-backup-*.jsonl")).read_text().splitlines())
+    }
+    assert lines["good"]["memoryCount"] == 3 and "summaryVerdict" not in lines["good"]
+    assert "memoryCount" not in lines["bad"] and lines["bad"]["summaryVerdict"] == "fabricated"
+    assert json.loads(lines["bad"]["summaryVerdictEvidence"])["unknown_identifiers"] == ["auth"]
+    # Our own ingest of the bundle brings it back (by its revision), judged the same from the turns,
+    # and counts no drift for a line with no count.
+    fresh = DigestStore(tmp_path / "fresh" / "digest.duckdb")
+    fresh.migrate()
+    ingest_paths([bundle], fresh)
+    assert fresh.summaries.summary_row("bad")["verdict"] == "fabricated"
+    assert fresh.reports.status()["drifted_from_export"] == 0
+    # A restore brings back the exact row, verdict and all.
+    restored = DigestStore(tmp_path / "restored" / "digest.duckdb")
+    restored.migrate()
+    restored.archive.restore_archive(validate_bundle(bundle), "merge")
+    row = restored.summaries.summary_row("bad")
+    assert (row["verdict"], row["origin"], row["run_id"]) == ("fabricated", "generated", "bad")
