@@ -185,26 +185,29 @@ _HASH = re.compile(r"(?<![\w/.-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}
 _ISSUE_WORD = re.compile(r"\b(?:issue|pr|pull request|ticket|bug)\s+(?:no\.?\s*)?#?(\d{2,})\b", re.IGNORECASE)
 # Names a summary may use that no session has to spell out: languages, products, platforms.
 COMMON_NAMES = frozenset(
-    "javascript typescript github gitlab duckdb postgresql mysql sqlite mongodb nodejs node graphql openai "
-    "chatgpt macos ios iphone youtube vscode webpack fastapi pydantic numpy pandas dagster jupyter llama ollama "
-    "smollm2 json_schema devops cicd ci_cd api_key json yaml html css".split()
+    "javascript typescript github gitlab duckdb postgresql mysql sqlite mongodb nodejs node vue next nuxt react "
+    "angular svelte express deno graphql openai chatgpt macos ios iphone youtube vscode webpack fastapi pydantic "
+    "numpy pandas dagster jupyter llama ollama smollm2 devops cicd json yaml html css".split()
 )
-STRONG = ("#", "/", "hash")  # an unknown issue number, path or URL, commit hash: fabricated on its own
+STRONG = ("#", "/", "hash")  # an unknown issue number, path, file, URL or commit hash: fabricated on its own
 
 
 def summary_identifiers(text: str) -> dict[str, str]:
-    """The identifiers a summary names: match key → kind (`#` an issue, `/` a path, file or URL,
-    `hash` a commit hash, `symbol` a symbol, call, command or error name)."""
+    """The identifiers a summary names: key → kind (`#` an issue, `/` a path, file name or URL,
+    keyed by its file name or address, `hash` a commit hash, `symbol` a symbol, call or error
+    name). Commands are left out: in prose "npm and" or "make sure" is no name."""
     found: dict[str, str] = {}
     for token in text.translate(_SPLIT).split():
         token = token.rstrip(".:(")
-        if token.startswith(("http://", "https://")) or not any(c.isalpha() for c in token):
+        if not token.startswith(("http://", "https://")) and (
+            "/" in token or ("." in token and token.rsplit(".", 1)[-1].lower() in _EXTENSIONS)
+        ):
+            name = token.rstrip("/").rsplit("/", 1)[-1].lower()
+            if any(c.isalpha() for c in token) and _stem(token):
+                found[name] = "/"  # a file name is as strong as its path
             continue
-        if "/" in token or ("." in token and token.rsplit(".", 1)[-1].lower() in _EXTENSIONS):
-            if key := _stem(token):
-                found[key] = "/"  # a file name is as strong as its path
-    for key in extract(text):
-        found.setdefault(key, "#" if key.startswith("#") else "/" if "/" in key or "." in key else "symbol")
+        for key in extract(token):
+            found.setdefault(key, "#" if key.startswith("#") else "/" if "/" in key or "." in key else "symbol")
     for match in _ISSUE_WORD.finditer(text):
         found.setdefault("#" + match.group(1), "#")
     for match in _HASH.finditer(text.lower()):
@@ -213,15 +216,18 @@ def summary_identifiers(text: str) -> dict[str, str]:
 
 
 def anchors(summary_text: str, session_text: str, terms: Mapping[str, int]) -> tuple[list[str], dict[str, str]]:
-    """The summary's identifiers the session grounds (its own identifiers, or the key anywhere in
-    its text at word bounds), and those it does not, with their kind."""
+    """The summary's identifiers the session grounds, and those it does not, with their kind. A
+    symbol or issue is grounded by the session's identifiers or the key at word bounds in its text;
+    a file, path or URL by its file name or address in the text; a hash by itself or its prefix."""
     lowered = session_text.lower()
     grounded: list[str] = []
     unknown: dict[str, str] = {}
     for key, kind in summary_identifiers(summary_text).items():
-        if key in terms or key in COMMON_NAMES or (key in lowered and mentions(lowered, key)):
-            grounded.append(key)
-        elif kind == "hash" and key in lowered:  # a hash shortened from the session's full one
+        if kind in ("/", "hash"):
+            known = key in lowered or key.split(".", 1)[0] in COMMON_NAMES
+        else:
+            known = key in terms or key in COMMON_NAMES or (key.lstrip("#") in lowered and mentions(lowered, key))
+        if known:
             grounded.append(key)
         else:
             unknown[key] = kind

@@ -39,7 +39,7 @@ MIN_SPECIFIC = 3  # fewer of the session's own words than this, and no identifie
 _LETTER_WORD = re.compile(r"[^\W\d_]{2,}")
 _CONTENT_WORD = re.compile(r"[^\W\d_][^\W\d_'-]{3,}")
 _PLACEHOLDER = re.compile(
-    r"\[[A-Za-z][\w ]{1,30}\]|<[a-z][a-z_ ]{1,30}>|\{[a-z][a-z_]{1,30}\}|\b(?:lorem ipsum|TODO|XXX)\b"
+    r"\[[A-Za-z][\w ]{1,30}\](?!\()|<[a-z][a-z_ ]{1,30}>|\{[a-z][a-z_]{1,30}\}|\b(?:lorem ipsum|TODO|XXX)\b"
 )
 # The prompt's field names: the summary's four parts and the schema's fields.
 _FIELDS = ("goal", "key decisions", "code that was modified", "modified code", "outcome", *PROMPT_LINES)
@@ -64,8 +64,8 @@ GENERIC = frozenset(
     outcomes modified modify implemented implement implementation update updated updates added adding create created
     creating title content text data system successfully successful completed complete analysis analyze analyzed
     review reviewed following follow followed example examples make sure able does done doing document documents
-    documentation changes summary prompt thought involved involving main important discussion new some sent received
-    given give gives show shows showed shown help""".split()
+    documentation prompt thought involved involving main important discussion some sent received given give gives
+    show shows showed shown""".split()
 )
 
 

@@ -36,7 +36,7 @@ def test_each_kind_of_junk_is_named():
     echo = judge(TURNS, "Fix", " ".join(TURNS)[:400])
     assert echo.label == "echo" and echo.evidence["fragments"][0]["source"] == "session"
     fabricated = judge(TURNS, FAITHFUL[0], FAITHFUL[1] + " See #14001 and src/grid/ColumnBuffer.mjs.")
-    assert fabricated.label == "fabricated" and {"#14001", "columnbuffer"} <= set(
+    assert fabricated.label == "fabricated" and {"#14001", "columnbuffer.mjs"} <= set(
         fabricated.evidence["unknown_identifiers"]
     )
     template = judge(TURNS, "Summary", "This [action] will create a new file [file_name] in the project.")
@@ -50,3 +50,31 @@ def test_each_kind_of_junk_is_named():
     assert judge(["short session text"], "Title", "A summary much longer than the session it summarizes.").label == (
         "too-long"
     )
+
+
+def test_the_labelled_set_precision_and_recall_per_class_hold_their_floor():
+    """tests/fixtures/verdicts.jsonl, labelled by hand (BENCHMARKS.md §12): each verdict's precision and
+    recall on it, and junk of any class told from ok."""
+    from tests.verdict_cases import judged, junk_against_ok, per_class
+
+    rows = judged()
+    assert len(rows) >= 60 and {r["label"] for r in rows} == set(VERDICTS)
+    figures = per_class(rows)
+    for label, floor in FLOORS.items():
+        assert figures[label]["precision"] >= floor[0] and figures[label]["recall"] >= floor[1], (label, figures)
+    junk_precision, junk_recall = junk_against_ok(rows)
+    assert junk_precision >= 0.9 and junk_recall >= 0.9, (junk_precision, junk_recall)
+    # The export's own summaries are never junk.
+    assert all(r["verdict"] == "ok" for r in rows if r["source"] == "export")
+
+
+# (precision, recall) floors per verdict, a little under what the set measures (BENCHMARKS.md §12).
+FLOORS = {
+    "ok": (0.85, 0.85),
+    "echo": (0.85, 0.85),
+    "fabricated": (0.8, 0.8),
+    "template": (0.8, 0.8),
+    "content-free": (0.75, 0.75),
+    "empty": (1.0, 1.0),
+    "too-long": (1.0, 1.0),
+}
