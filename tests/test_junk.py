@@ -191,7 +191,7 @@ def test_the_partition_shows_a_junk_verdict_with_its_evidence(tmp_path):
     meta = result.asset_materializations_for_node("session_summaries")[0].metadata
     assert meta["verdict"].value == "fabricated"
     evidence = meta["verdict_evidence"].value
-    assert "**verdict** `fabricated`" in evidence and "**identifiers no turn has**: `auth`" in evidence
+    assert "**verdict** `fabricated`" in evidence and "**identifiers no turn has**: `auth.py`" in evidence
 
 
 # --- the asset check ---------------------------------------------------------------------------
@@ -302,7 +302,7 @@ def test_a_junk_summary_is_exported_with_its_verdict_and_without_the_count_the_o
     }
     assert lines["good"]["memoryCount"] == 3 and "summaryVerdict" not in lines["good"]
     assert "memoryCount" not in lines["bad"] and lines["bad"]["summaryVerdict"] == "fabricated"
-    assert json.loads(lines["bad"]["summaryVerdictEvidence"])["unknown_identifiers"] == ["auth"]
+    assert json.loads(lines["bad"]["summaryVerdictEvidence"])["unknown_identifiers"] == ["auth.py"]
     # Our own ingest of the bundle brings it back (by its revision), judged the same from the turns,
     # and counts no drift for a line with no count.
     fresh = DigestStore(tmp_path / "fresh" / "digest.duckdb")

@@ -172,7 +172,7 @@ def test_the_sample_bundle_round_trips_through_an_archive_in_the_originals_shape
         else:
             # Junk goes out with its verdict and no count, so the original's sweep summarizes it again.
             assert "memoryCount" not in meta and meta["summaryVerdict"] == verdicts[session_id]
-            assert "auth" in json.loads(meta["summaryVerdictEvidence"])["unknown_identifiers"]
+            assert "auth.py" in json.loads(meta["summaryVerdictEvidence"])["unknown_identifiers"]
         # Digested here at its revision: the original's REM takes it as done.
         assert {k: meta[k] for k in DIGESTED} == {
             "graphDigested": True, "digestState": "digested", "dreamCompletedRevision": revision,
