@@ -316,3 +316,6 @@ def test_a_junk_summary_is_exported_with_its_verdict_and_without_the_count_the_o
     restored.archive.restore_archive(validate_bundle(bundle), "merge")
     row = restored.summaries.summary_row("bad")
     assert (row["verdict"], row["origin"], row["run_id"]) == ("fabricated", "generated", "bad")
+    # The turns it covered too: they go in tables/session_summaries.jsonl, not in the original's line.
+    assert row["covered_turn_ids"] == judged.summaries.summary_row("bad")["covered_turn_ids"] != []
+    assert "coveredTurnIds" not in lines["bad"] and "covered_turn_ids" not in lines["bad"]
