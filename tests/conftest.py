@@ -17,12 +17,14 @@ from resources.store import DigestStore
 TIERS = {
     # unit: pure functions, a DuckDB file, a local HTTP server; no Dagster run, no subprocess
     "test_circuit": "unit",
+    "test_covered_turns": "unit",
     "test_hosts": "unit",
     "test_model_clients": "unit",
     "test_pacing": "unit",
     "test_revision": "unit",
     "test_schema": "unit",
     "test_fidelity": "unit",
+    "test_verdict": "unit",
     "test_settings": "unit",
     "test_streaming": "unit",
     "test_stream_faults": "unit",
@@ -47,6 +49,7 @@ TIERS = {
     "test_harness_readers": "integration",
     "test_host_runs": "integration",
     "test_interrupted_runs": "integration",
+    "test_junk": "integration",
     "test_mini_summaries": "integration",
     "test_model_faults": "integration",
     "test_pipeline": "integration",

@@ -54,6 +54,7 @@ SMOKE = {
         ("--sessions", "2"), ("one run per session", "one run for the batch", "Dagster overhead of one run")
     ),
     "raw_cap.py": Smoke(("--smoke",), ("no cap / cap", "safe band / cap"), embedded=True),
+    "verdicts.py": Smoke((), ("labelled summaries", "precision", "recall", "mean fidelity by label")),
     "real_export.py": Smoke(
         ("--sessions", "20", "--turns", "3", "--drain", "2", "--dimensions", "0"),
         ("registration", "model calls owed", "drain 2 sessions", "Dagster instance"),
