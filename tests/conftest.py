@@ -27,6 +27,7 @@ TIERS = {
     "test_streaming": "unit",
     "test_synthesis": "unit",
     "test_tokens": "unit",
+    "test_realistic_corpus": "unit",
     "test_vectors": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
