@@ -41,7 +41,7 @@ def raw_turns(config: IngestConfig, store: DigestStoreResource) -> MaterializeRe
     paths = config.paths or [store.inbox]
     report = ingest_paths(paths, store.store())
     table = "\n".join(
-        f"| `{f.path}` | {f.kind} | {f.lines} | {f.rows} | {f.rejects} | {f.superseded} | {f.skipped} |"
+        f"| `{f.path}` | {f.kind} | {f.lines} | {f.rows} | {f.rejects} | {f.superseded} | {f.skipped} | {f.folded} |"
         for f in report.files
     )
     return MaterializeResult(
@@ -61,7 +61,7 @@ def raw_turns(config: IngestConfig, store: DigestStoreResource) -> MaterializeRe
             "sessions_touched": len(report.sessions),
             "sessions_emptied": len(report.emptied),
             "files_preview": MetadataValue.md(
-                "| file | kind | lines | rows | rejects | superseded | skipped |\n|---|---|---|---|---|---|---|\n"
+                "| file | kind | lines | rows | rejects | superseded | skipped | folded |\n|---|---|---|---|---|---|---|---|\n"
                 + table
                 if table
                 else "no files"

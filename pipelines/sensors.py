@@ -24,6 +24,7 @@ from dagster import (
 from assets.partitions import sessions_partitions
 from digest.backoff import doubling_backoff_s
 from digest.hosts import estimated_seconds
+from digest.ingest import discover
 from digest.scheduling import now_ms
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job, summary_run_assets
@@ -88,7 +89,8 @@ def _ingest_request(batch: str, files: dict[str, str], inbox: Path) -> RunReques
 
 @sensor(job=ingest_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
-    """Launches an ingest of every new or changed `*.jsonl` in the inbox (`DIGEST_INBOX`). A file is
+    """Launches an ingest of every new or changed log in the inbox (`DIGEST_INBOX`: every `*.jsonl`,
+    and each `.md`, `.traj` or `.json` whose content is a harness log, as `ingest DIR` finds them). A file is
     done once an ingest of it succeeded: a failed run is launched again (the next tick, then after a
     doubling wait), and a file whose run is still going is not launched twice."""
     inbox = Path(store.inbox)
@@ -98,7 +100,7 @@ def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
     # A cursor from before runs were followed maps files to signatures: those are done.
     done, launched = (state["done"], state["launched"]) if "done" in state else (state, {})
     now = time.time()
-    current = {path.name: _file_signature(path) for path in sorted(inbox.glob("*.jsonl"))}
+    current = {path.name: _file_signature(path) for path in discover([inbox])}
     requests, kept, waiting = [], {}, []
     for batch, files in launched.items():
         outcome, retry_at = _batch_state(context.instance, batch)

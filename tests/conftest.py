@@ -41,6 +41,7 @@ TIERS = {
     "test_imported_summaries": "integration",
     "test_instance": "integration",
     "test_ingest": "integration",
+    "test_harness_readers": "integration",
     "test_host_runs": "integration",
     "test_interrupted_runs": "integration",
     "test_mini_summaries": "integration",
@@ -65,6 +66,7 @@ TIERS = {
     "test_crash_safety": "stress",
     "test_deploy": "stress",
     "test_ingest_properties": "stress",
+    "test_ingest_text_properties": "stress",
     "test_real_export": "stress",
     "test_restore_properties": "stress",
 }

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from dagster import (
@@ -561,3 +563,22 @@ def test_digest_sensor_takes_a_fresh_reserve_then_the_oldest_and_skips_undigesti
     job = build_definitions(settings).resolve_job_def("digest_sessions")
     instance.create_run_for_job(job, tags={"dagster/partition": "s000000"}, status=DagsterRunStatus.NOT_STARTED)
     assert _requested(_tick(instance, resources, digest_sensor)) == ["s000001", "s000006", "s000005", "s000004"]
+
+
+def test_inbox_sensor_finds_harness_logs_by_their_content(tmp_path, instance):
+    settings = _settings(tmp_path)
+    samples = Path(__file__).resolve().parent.parent / "samples" / "harnesses"
+    shutil.copytree(samples, settings.inbox)
+    (settings.inbox / "notes.md").write_text("# Notes\n\nnot a chat history\n")
+    settled = time.time() - 60
+    for path in settings.inbox.iterdir():
+        os.utime(path, (settled, settled))
+    (request,) = _tick(instance, _resources(settings), inbox_sensor).run_requests
+    paths = request.run_config["ops"]["raw_turns"]["config"]["paths"]
+    assert sorted(Path(p).name for p in paths) == [
+        ".aider.chat.history.md",
+        "0b6c3f1e-5a2d-4c8e-9f41-7d2e8a1c5b90.jsonl",
+        "astropy__astropy-13033.traj",
+        "psf__requests-4498.traj.json",
+        "rollout-2026-11-19T14-02-11-01936a4e-7c1b-7d42-9a0e-3b5f2c8d1e67.jsonl",
+    ]

@@ -4,10 +4,33 @@ identifiers found and missed in `session_summaries`."""
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+
 import duckdb
 import pandas as pd
 
-from digest.fidelity import score, session_terms
+from digest.fidelity import Fidelity, score, session_terms
+
+log = logging.getLogger(__name__)
+
+
+def _terms(session_id: str, text: str) -> Counter:
+    """The session's identifiers; none when extracting them fails on some text (the session then
+    has no fidelity score: a derived value never takes the write that refreshes it down)."""
+    try:
+        return session_terms(text)
+    except Exception as exc:  # whatever the text holds, it costs this session's terms only
+        log.warning("fidelity terms of session %r not extracted: %s: %s", session_id, type(exc).__name__, exc)
+        return Counter()
+
+
+def _score(session_id: str, terms: Counter, text: str, df: dict, n_sessions: int) -> Fidelity:
+    try:
+        return score(terms, text, df, n_sessions)
+    except Exception as exc:  # as for its terms: no score, never a failed write
+        log.warning("fidelity of session %r not scored: %s: %s", session_id, type(exc).__name__, exc)
+        return Fidelity(None, [], [])
 
 
 def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], unscored_only: bool = False) -> None:
@@ -21,7 +44,7 @@ def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], uns
            WHERE session_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1""",
         [ids],
     ).fetchall()
-    terms = {sid: session_terms(text or "") for sid, text in texts}
+    terms = {sid: _terms(sid, text or "") for sid, text in texts}
     con.execute("DELETE FROM fidelity_terms WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
     batch = pd.DataFrame([(sid, t) for sid, found in terms.items() for t in found], columns=["session_id", "term"])
     if len(batch):
@@ -43,7 +66,7 @@ def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], uns
         [ids],
     ).fetchall()
     for sid, title, summary in summaries:
-        result = score(terms.get(sid, {}), f"{title}\n{summary}", df, n_sessions)
+        result = _score(sid, terms.get(sid, Counter()), f"{title}\n{summary}", df, n_sessions)
         con.execute(
             "UPDATE session_summaries SET fidelity = ?, fidelity_found = ?, fidelity_missed = ? WHERE session_id = ?",
             [result.score, result.found, result.missed, sid],
