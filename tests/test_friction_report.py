@@ -15,11 +15,13 @@ from digest.friction_report import (
     build_report,
     calibrate,
     calibrate_model,
+    first_summary_curve,
     group_friction,
     percentile,
     pre_routes,
     render_html,
     render_markdown,
+    seconds_to_share,
     surfaced_at,
 )
 from digest.settings import load_settings
@@ -202,6 +204,31 @@ def test_percentile_interpolates_linearly():
     assert percentile([], 95) == 0.0
     assert percentile([4.0], 95) == 4.0
     assert percentile([float(v) for v in range(1, 101)], 95) == pytest.approx(95.05)
+
+
+# --- time to first summary ---------------------------------------------------------------------
+
+
+def test_the_first_summary_curve_counts_every_call_and_each_sessions_first_summary_once():
+    attempts = [
+        attempt(None, None, 5.0, minutes=3, session_id="a", stage="mini-summary", tier="turn"),
+        attempt(None, None, 20.0, minutes=2, session_id="a", tier="truncatedRaw"),  # a's first, ledger out of order
+        attempt(None, None, 30.0, minutes=4, session_id="b", outcome="timeout"),  # spent, summarizes nothing
+        attempt(None, None, 10.0, minutes=5, session_id="a", tier="miniSummary"),  # an upgrade: not a first
+        attempt(None, None, 15.0, minutes=6, session_id="b", tier="truncatedRaw"),
+    ]
+    summaries = [{"session_id": "a"}, {"session_id": "b"}, {"session_id": "imported"}]
+    curve = first_summary_curve(attempts, summaries, sessions=4)
+    assert [(p.model_seconds, p.summarized, p.share) for p in curve] == [
+        (0.0, 1, 0.25),  # the imported summary, at no model time
+        (20.0, 2, 0.5),
+        (80.0, 3, 0.75),  # 20 + 5 + 30 + 10 + 15
+    ]
+    assert seconds_to_share(curve, 0.5) == 20.0 and seconds_to_share(curve, 0.6) == 80.0
+    assert seconds_to_share(curve, 1.0) is None  # the fourth session has none yet
+    # Without the store's count, the sessions the rows name are the whole.
+    assert first_summary_curve(attempts, summaries)[-1].share == 1.0
+    assert first_summary_curve([], []) == [first_summary_curve([], [])[0]] and first_summary_curve([], [])[0].share == 0
 
 
 # --- rendering ----------------------------------------------------------------------------------

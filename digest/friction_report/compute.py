@@ -363,6 +363,53 @@ def activity_series(
     return buckets
 
 
+# --- time to first summary ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """The share of sessions with a summary (any tier) once this much model time was spent."""
+
+    model_seconds: float  # cumulative duration_s of every model call up to this point
+    summarized: int  # sessions with a summary by then
+    share: float  # summarized / the sessions counted
+
+
+def first_summary_curve(attempts: list[dict], summaries: list[dict], sessions: int | None = None) -> list[CurvePoint]:
+    """The share of sessions with a summary against cumulative model-seconds, a point per session
+    that gets its first summary (its first `session-summary` attempt with outcome `ok`).
+
+    `attempts` are ledger rows (`session_id`, `stage`, `outcome`, `duration_s`, `created_at`; a call's
+    row is written when it ends, so its own seconds count before its summary), in any order; every
+    call counts, mini summaries and failures included. `summaries` are `session_summaries` rows: a
+    session with one but no such attempt (an export's imported summary, a replay from the response
+    cache) had it at no model time, the curve's first point. `sessions` is how many sessions there
+    are (the store's count); None: those the rows name. Pure, so the benchmark reuses it."""
+    ordered = sorted(attempts, key=lambda a: a["created_at"])
+    first_at: dict[str, float] = {}
+    spent = 0.0
+    for attempt in ordered:
+        spent += attempt["duration_s"]
+        if attempt["stage"] == "session-summary" and attempt["outcome"] == "ok":
+            first_at.setdefault(attempt["session_id"], spent)
+    for row in summaries:
+        first_at.setdefault(row["session_id"], 0.0)
+    named = len(first_at.keys() | {a["session_id"] for a in attempts})
+    total = max(sessions if sessions is not None else named, len(first_at), 1)
+    curve = [CurvePoint(0.0, 0, 0.0)]
+    for count, seconds in enumerate(sorted(first_at.values()), start=1):
+        # Sessions summarized at the same model time are one point (the imported ones at 0 s).
+        if curve[-1].model_seconds == seconds:
+            curve.pop()
+        curve.append(CurvePoint(seconds, count, count / total))
+    return curve
+
+
+def seconds_to_share(curve: list[CurvePoint], share: float) -> float | None:
+    """The model-seconds at which the curve first reaches `share` of the sessions; None: never."""
+    return next((p.model_seconds for p in curve if p.share >= share), None)
+
+
 # --- the report ---------------------------------------------------------------------------------
 
 
@@ -391,6 +438,12 @@ class FrictionReport:
     auto_caps: dict[str, dict]  # by host: the auto raw cap in force (`host_raw_caps` rows)
     call_seconds: list[float] = field(repr=False)
     summary_rows: list[dict] = field(default_factory=list, repr=False)  # tier, route, origin, host, fidelity
+    # The share of sessions with a summary (any tier) against cumulative model-seconds.
+    first_summaries: list[CurvePoint] = field(default_factory=list, repr=False)
+
+    @property
+    def model_seconds(self) -> float:
+        return sum(self.call_seconds)
 
     @property
     def degraded_share(self) -> float:
@@ -422,6 +475,7 @@ class FrictionReport:
             "model_seconds_discarded": round(sum(a["duration_s"] for a in self.timeouts), 1),
             "degraded_path_seconds": round(self.pre_routes.degraded_seconds, 1),
             "pre_route_net_seconds": round(self.pre_routes.net_seconds, 1),
+            "summarized_share": self.first_summaries[-1].share if self.first_summaries else 0.0,
         }
 
 
@@ -436,7 +490,9 @@ def build_report(
     host_circuits: list[HostCircuit] = (),
     slowdowns: dict[str, Slowdown] | None = None,
     auto_caps: dict[str, dict] | None = None,
+    sessions: int | None = None,
 ) -> FrictionReport:
+    """`sessions`: how many sessions the store holds, the time-to-first-summary curve's whole."""
     groups = group_friction(events)
     calibrations = calibrate(attempts, settings)
     newest_first = sorted(attempts, key=lambda a: a["created_at"], reverse=True)
@@ -466,4 +522,5 @@ def build_report(
         auto_caps=dict(auto_caps or {}),
         call_seconds=[a["duration_s"] for a in attempts],
         summary_rows=list(summaries),
+        first_summaries=first_summary_curve(attempts, summaries, sessions),
     )

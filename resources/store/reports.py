@@ -113,6 +113,10 @@ class Reports(Repository):
                     "FROM turns t LEFT JOIN mini_summaries m ON m.turn_id = t.id",
                 )[0],
             }
+            # The time-to-first-summary curve's whole: the sessions a sweep may summarize.
+            rows["sessions"] = con.execute(
+                "SELECT count(*) FROM sessions WHERE session_id NOT IN (SELECT session_id FROM retired_sessions)"
+            ).fetchone()[0]
             # Undigestible at the session's current turns: new turns make a session digestible again.
             rows["undigestible"] = records(
                 con,
