@@ -28,6 +28,7 @@ TIERS = {
     "test_synthesis": "unit",
     "test_tokens": "unit",
     "test_realistic_corpus": "unit",
+    "test_repeats": "unit",
     "test_vectors": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",

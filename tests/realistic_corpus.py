@@ -158,10 +158,10 @@ class _Text:
                     [
                         f"    {r.choice(self.names)} = {r.choice(self.names)}.get({r.choice(_WORDS)!r}, {r.randint(0, 999)})",
                         f"    if {r.choice(self.names)} is None or len({r.choice(_WORDS)}) > {r.randint(2, 4096)}:",
-                        f"        raise ValueError(f\"{r.choice(_WORDS)} {{{r.choice(self.names)}}} out of range\")",
+                        f'        raise ValueError(f"{r.choice(_WORDS)} {{{r.choice(self.names)}}} out of range")',
                         f'    url = f"http://{{host}}:{{port}}/{r.choice(_WORDS)}/{r.randint(1, 99)}"',
                         f"    return {r.choice(self.names)}({r.choice(_WORDS)}, timeout={r.randint(1, 60)})",
-                        f"    logger.info(\"{r.choice(_WORDS)} {r.choice(_WORDS)} done in %s ms\", elapsed)",
+                        f'    logger.info("{r.choice(_WORDS)} {r.choice(_WORDS)} done in %s ms", elapsed)',
                     ]
                 )
             )
@@ -174,16 +174,25 @@ class _Text:
             path, name = r.choice(self.paths), r.choice(self.names)
             outcome = r.choice(["PASSED", "PASSED", "PASSED", "FAILED", "SKIPPED"])
             lines.append(f"{path}::test_{name}_{r.choice(_WORDS)}[{r.randint(0, 500)}] {outcome} [{r.randint(1, 99)}%]")
-        lines.append(f"E   AssertionError: expected {r.randint(0, 99)} got {r.randint(0, 99)} at {r.choice(self.paths)}")
+        lines.append(
+            f"E   AssertionError: expected {r.randint(0, 99)} got {r.randint(0, 99)} at {r.choice(self.paths)}"
+        )
         lines.append(f"{r.randint(1, 200)} passed, {r.randint(0, 9)} failed in {r.uniform(0.5, 90):.2f}s")
         return "\n".join(lines)
 
     def _diff(self) -> str:
         r, path = self.rng, self.rng.choice(self.paths)
-        lines = [f"diff --git a/{path} b/{path}", f"--- a/{path}", f"+++ b/{path}", f"@@ -{r.randint(1, 400)},7 +{r.randint(1, 400)},9 @@"]
+        lines = [
+            f"diff --git a/{path} b/{path}",
+            f"--- a/{path}",
+            f"+++ b/{path}",
+            f"@@ -{r.randint(1, 400)},7 +{r.randint(1, 400)},9 @@",
+        ]
         for _ in range(r.randint(4, 40)):
             sign = r.choice(["+", "-", " "])
-            lines.append(f"{sign}    {r.choice(self.names)} = {r.choice(self.names)}({r.choice(_WORDS)}={r.randint(0, 99)})")
+            lines.append(
+                f"{sign}    {r.choice(self.names)} = {r.choice(self.names)}({r.choice(_WORDS)}={r.randint(0, 99)})"
+            )
         return "\n".join(lines)
 
     def _shell(self) -> str:
@@ -222,48 +231,205 @@ class _Text:
     def prompt(self) -> str:
         return self.rng.choice(_ASKS).format(path=self.rng.choice(self.paths), name=self.rng.choice(self.names))
 
-    def response(self, size: int) -> str:
-        parts, length = [], 0
+    def steps(self, size: int) -> list[Step]:
+        """An agent response of at least `size` bytes in the plain rendering, step by step."""
+        steps, length = [], 0
         while length < size:
-            call = f"[tool: {self.rng.choice(['read_file', 'bash', 'edit', 'search'])}]"
-            text = f"{self._prose()}\n{call}\n{self.block()}"
-            parts.append(text)
-            length += len(text.encode("utf-8")) + 2
-        return "\n\n".join(parts).encode("utf-8")[:size].decode("utf-8", "ignore")
+            step = (self._prose(), self.rng.choice(_TOOLS), self.block())
+            steps.append(step)
+            length += len(plain_step(step)) + len(STEP_SEPARATOR)
+        return steps
 
 
-def session_turns(plan: SessionPlan, seed: int, index: int) -> list[dict]:
-    """The session's turns as plain JSONL rows (docs/ingest.md): a prompt and a response each."""
+Step = tuple[str, str, str]  # (prose, tool, tool output)
+_TOOLS = ["read_file", "bash", "edit", "search"]
+STEP_SEPARATOR = "\n\n"
+
+
+def plain_step(step: Step) -> str:
+    prose, tool, output = step
+    return f"{prose}\n[tool: {tool}]\n{output}"
+
+
+def fit_steps(steps: list[Step], size: int) -> list[Step]:
+    """The steps, the last output cut so that their plain rendering is `size` characters (the text
+    is ASCII: bytes), or the first steps alone when cutting an output cannot get there."""
+    rendered = len(STEP_SEPARATOR.join(plain_step(s) for s in steps))
+    while steps and rendered > size:
+        prose, tool, output = steps[-1]
+        over = rendered - size
+        if len(output) >= over:
+            steps[-1] = (prose, tool, output[: len(output) - over])
+            break
+        rendered -= len(plain_step(steps[-1])) + (len(STEP_SEPARATOR) if len(steps) > 1 else 0)
+        steps = steps[:-1]
+    return steps
+
+
+@dataclass(frozen=True)
+class GeneratedTurn:
+    id: str
+    at: datetime
+    prompt: str
+    steps: list[Step]
+
+    @property
+    def response(self) -> str:
+        return STEP_SEPARATOR.join(plain_step(s) for s in self.steps)
+
+
+@dataclass(frozen=True)
+class GeneratedSession:
+    plan: SessionPlan
+    agent: str  # also the harness format `--harness` writes it in
+    model: str
+    turns: list[GeneratedTurn]
+
+
+def generate_session(plan: SessionPlan, seed: int, index: int) -> GeneratedSession:
     rng = _rng(seed, -1 - index)
     text = _Text(rng)
     agent, model = rng.choice(_AGENTS)
     started = START + timedelta(minutes=rng.randint(0, 60 * 24 * 60))
-    rows = []
+    turns = []
     for n, size in enumerate(plan.turn_bytes):
         prompt = text.prompt()
-        rows.append(
-            {
-                "id": f"{plan.session_id}-t{n:03d}",
-                "session_id": plan.session_id,
-                "timestamp": (started + timedelta(seconds=40 * n)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "prompt": prompt,
-                "response": text.response(max(1, size - len(prompt))),
-                "agent": agent,
-                "model": model,
-                "tool_calls": rng.randint(0, 6),
-            }
-        )
-    return rows
+        room = max(1, size - len(prompt))
+        steps = fit_steps(text.steps(room), room)
+        turns.append(GeneratedTurn(f"{plan.session_id}-t{n:03d}", started + timedelta(seconds=40 * n), prompt, steps))
+    return GeneratedSession(plan, agent, model, turns)
 
 
-def write_corpus(folder: Path, sessions: int = 290, seed: int = 28) -> list[SessionPlan]:
-    """`sessions` sessions as one plain JSONL turn file, `corpus-<seed>.jsonl`; their plans."""
+def _iso(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def plain_rows(session: GeneratedSession) -> list[dict]:
+    """The session's turns as plain JSONL rows (docs/ingest.md): a prompt and a response each."""
+    return [
+        {"id": t.id, "session_id": session.plan.session_id, "timestamp": _iso(t.at), "prompt": t.prompt,
+         "response": t.response, "agent": session.agent, "model": session.model, "tool_calls": len(t.steps)}
+        for t in session.turns
+    ]  # fmt: skip
+
+
+def session_turns(plan: SessionPlan, seed: int, index: int) -> list[dict]:
+    return plain_rows(generate_session(plan, seed, index))
+
+
+# --- the harness formats (what docs/ingest.md says each reader takes) ----------------------------
+
+
+def _jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in rows)
+
+
+def claude_code_log(s: GeneratedSession) -> tuple[str, str]:
+    """A Claude Code session log: the user's event, then per step the assistant's text and tool_use
+    and the user event holding the tool_result."""
+    sid, rows, parent = s.plan.session_id, [], None
+
+    def event(kind: str, at: datetime, message: dict) -> None:
+        nonlocal parent
+        uuid = f"{sid}-e{len(rows):05d}"
+        rows.append({"parentUuid": parent, "isSidechain": False, "userType": "external", "sessionId": sid,
+                     "cwd": "/home/dev/project", "version": "2.0.14", "type": kind, "message": message,
+                     "uuid": uuid, "timestamp": _iso(at)})  # fmt: skip
+        parent = uuid
+
+    for t in s.turns:
+        event("user", t.at, {"role": "user", "content": t.prompt})
+        for n, (prose, tool, output) in enumerate(t.steps):
+            call = f"toolu_{t.id}-{n}"
+            content = [{"type": "text", "text": prose},
+                       {"type": "tool_use", "id": call, "name": tool, "input": {"command": tool}}]  # fmt: skip
+            event("assistant", t.at, {"role": "assistant", "model": s.model, "content": content})
+            result = [{"type": "tool_result", "tool_use_id": call, "content": output}]
+            event("user", t.at, {"role": "user", "content": result})
+    return f"{sid}.jsonl", _jsonl(rows)
+
+
+def codex_rollout(s: GeneratedSession) -> tuple[str, str]:
+    """A Codex CLI rollout: session_meta and turn_context, then per turn the user's message and per
+    step the assistant's message, a shell function_call and its output."""
+    sid, first = s.plan.session_id, s.turns[0].at
+
+    def line(at: datetime, kind: str, payload: dict) -> dict:
+        return {"timestamp": _iso(at), "type": kind, "payload": payload}
+
+    def message(role: str, text: str) -> dict:
+        part = "output_text" if role == "assistant" else "input_text"
+        return {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
+
+    meta = {"id": sid, "timestamp": _iso(first), "cwd": "/home/dev/project", "originator": "codex_cli_rs",
+            "cli_version": "0.58.0", "source": "cli"}  # fmt: skip
+    rows = [
+        line(first, "session_meta", meta),
+        line(first, "turn_context", {"cwd": "/home/dev/project", "model": s.model}),
+    ]
+    for t in s.turns:
+        rows.append(line(t.at, "response_item", message("user", t.prompt)))
+        for n, (prose, tool, output) in enumerate(t.steps):
+            call = {"call_id": f"call_{t.id}-{n}"}
+            arguments = json.dumps({"command": ["bash", "-lc", tool]})
+            rows += [
+                line(t.at, "response_item", message("assistant", prose)),
+                line(t.at, "response_item", {"type": "function_call", "name": "shell", "arguments": arguments, **call}),
+                line(t.at, "response_item", {"type": "function_call_output", "output": json.dumps({"output": output}), **call}),
+            ]  # fmt: skip
+    return f"rollout-{first.strftime('%Y-%m-%dT%H-%M-%S')}-{sid}.jsonl", _jsonl(rows)
+
+
+def aider_block(s: GeneratedSession) -> str:
+    """One `# aider chat started at` block of a history: `#### ` inputs, the reply, and the tool
+    output as aider's `> ` lines."""
+    out = [f"\n# aider chat started at {s.turns[0].at.strftime('%Y-%m-%d %H:%M:%S')}\n\n",
+           f"> Main model: {s.model} with diff edit format\n\n"]  # fmt: skip
+    for t in s.turns:
+        out.append(f"#### {t.prompt}  \n\n")
+        for prose, _, output in t.steps:
+            out.append(f"{prose}\n\n" + "".join(f"> {line}  \n" for line in output.split("\n")) + "\n")
+    return "".join(out)
+
+
+def swe_agent_trajectory(s: GeneratedSession) -> tuple[str, str]:
+    """A SWE-agent trajectory: the first prompt is the task, and every step of every turn a
+    thought / action / observation step (the format has one task: later prompts open a thought)."""
+    steps = []
+    for t in s.turns:
+        for n, (prose, tool, output) in enumerate(t.steps):
+            thought = f"{t.prompt}\n{prose}" if n == 0 and t is not s.turns[0] else prose
+            steps.append({"response": f"DISCUSSION\n{thought}\n\n```\n{tool}\n```", "thought": thought,
+                          "action": tool, "observation": output, "execution_time": 0.4})  # fmt: skip
+    history = [{"role": "system", "content": "SETTING: You are an autonomous programmer.", "agent": "primary"},
+               {"role": "user", "content": s.turns[0].prompt, "agent": "primary"}]  # fmt: skip
+    doc = {"environment": "swe_main", "trajectory": steps, "history": history, "info": {"exit_status": "submitted"},
+           "replay_config": json.dumps({"agent": {"model": {"name": s.model}}})}  # fmt: skip
+    return f"{s.plan.session_id}.traj", json.dumps(doc, indent=1) + "\n"
+
+
+HARNESS_WRITERS = {"claude-code": claude_code_log, "codex-cli": codex_rollout, "swe-agent": swe_agent_trajectory}
+
+
+def write_corpus(folder: Path, sessions: int = 290, seed: int = 28, harness: bool = False) -> list[SessionPlan]:
+    """`sessions` sessions as one plain JSONL turn file, `corpus-<seed>.jsonl`; with `harness`, each
+    in its agent's own log format instead (Claude Code, Codex CLI, aider, SWE-agent), files side by
+    side in `folder` (the aider sessions in one `.aider.chat.history.md`). Their plans."""
     folder.mkdir(parents=True, exist_ok=True)
     plans = [draw_plan(seed, i) for i in range(sessions)]
-    with (folder / f"corpus-{seed}.jsonl").open("w", encoding="utf-8") as out:
+    if not harness:
+        with (folder / f"corpus-{seed}.jsonl").open("w", encoding="utf-8") as out:
+            for i, plan in enumerate(plans):
+                out.write(_jsonl(session_turns(plan, seed, i)))
+        return plans
+    with (folder / ".aider.chat.history.md").open("w", encoding="utf-8") as aider:
         for i, plan in enumerate(plans):
-            for row in session_turns(plan, seed, i):
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            session = generate_session(plan, seed, i)
+            if session.agent == "aider":
+                aider.write(aider_block(session))
+                continue
+            name, text = HARNESS_WRITERS[session.agent](session)
+            (folder / name).write_text(text, encoding="utf-8")
     return plans
 
 
@@ -272,12 +438,13 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--sessions", type=int, default=290)
     parser.add_argument("--seed", type=int, default=28)
+    parser.add_argument("--harness", action="store_true", help="each session in its agent's log format")
     args = parser.parse_args()
-    plans = write_corpus(args.out, args.sessions, args.seed)
+    plans = write_corpus(args.out, args.sessions, args.seed, args.harness)
     figures = size_figures(plans)
     for name, target in TARGETS.items():
         if name in figures:
-            print(f"{name:<20} {figures[name]:>12,.3f}  target {target:,}")
+            print(f"{name:<20} {figures[name]:>14,.3f}  target {target:,}")
 
 
 if __name__ == "__main__":

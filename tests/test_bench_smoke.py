@@ -58,6 +58,19 @@ SMOKE = {
         ("--sessions", "20", "--turns", "3", "--drain", "2", "--dimensions", "0"),
         ("registration", "model calls owed", "drain 2 sessions", "Dagster instance"),
     ),
+    "real_transcripts.py": Smoke(
+        ("--sessions", "4", "--sample-seconds", "1", "--probes", "1"),
+        (
+            "ingest, plain JSONL",
+            "ingest, harness logs",
+            "floor (read every session once)",
+            "sample: backlog / floor",
+            "early-summary curve",
+            "corpus: backlog / floor",
+        ),
+        embedded=True,
+        timeout_s=880.0,
+    ),
     "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s")),
     "stream_cancel.py": Smoke(
         ("--smoke",), ("idle short request", "streamed: given up", "unstreamed: given up"), embedded=True

@@ -1,11 +1,11 @@
 """The realistic corpus generator (tests/realistic_corpus.py) draws the sizes measured on real
-transcripts, the same bytes from the same seed; and `digest.repeats` counts repeated lines."""
+transcripts, with a fifth of its bytes in repeated lines, the same bytes from the same seed."""
 
 from __future__ import annotations
 
 import json
 
-from digest.repeats import MIN_REPEAT_CHARS, repeated_bytes
+from digest.repeats import repeated_bytes
 from tests.realistic_corpus import TARGETS, draw_plan, session_turns, size_figures, write_corpus
 
 
@@ -35,7 +35,10 @@ def test_a_fifth_of_the_bytes_are_repeated_lines():
 def test_the_turns_have_their_planned_size_and_the_plain_format():
     plan = draw_plan(7, 3)
     rows = session_turns(plan, 7, 3)
-    assert [len((r["prompt"] + r["response"]).encode()) for r in rows] == plan.turn_bytes
+    sizes = [len((r["prompt"] + r["response"]).encode()) for r in rows]
+    # Each turn at most its planned size (one too small for a whole step keeps its prompt alone).
+    assert all(size <= planned for size, planned in zip(sizes, plan.turn_bytes, strict=True))
+    assert sum(sizes) >= 0.97 * sum(plan.turn_bytes)
     assert {"id", "session_id", "timestamp", "prompt", "response"} <= set(rows[0])
 
 
@@ -47,14 +50,3 @@ def test_the_same_seed_writes_the_same_bytes(tmp_path):
     assert a.read_bytes() == b.read_bytes()
     assert a.read_bytes() != c.read_bytes()
     assert len({json.loads(line)["session_id"] for line in a.read_text().splitlines()}) == 5
-
-
-def test_repeated_lines_are_long_lines_seen_before_in_the_session():
-    long = "x" * MIN_REPEAT_CHARS
-    short = "y" * (MIN_REPEAT_CHARS - 1)
-    # Seen in an earlier text, and within the same text; short lines never count; blanks around do not matter.
-    assert repeated_bytes([f"{long}\n{short}", f"  {long}\n{short}\n{long}"]) == (
-        (len(long) + 3) + (len(long) + 1),
-        (len(long) + 1) + len(short) + 1 + (len(long) + 3) + (len(short) + 1) + (len(long) + 1),
-    )
-    assert repeated_bytes([]) == (0, 0)
