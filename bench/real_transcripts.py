@@ -67,7 +67,7 @@ from tests.realistic_corpus import TARGETS, size_figures, write_corpus  # noqa: 
 
 # A probe of the prompt rate: a few thousand bytes of the corpus's text (a second or two on a quiet
 # host, a few minutes on a busy one).
-PROBE_BYTES = 4000
+PROBE_BYTES = 3000
 CHILD_INGEST = """
 import resource, sys
 from pipelines.cli import main
@@ -192,28 +192,33 @@ def predicted_s(fact: dict, rates: dict, limits) -> float:
 
 
 def pick_sample(facts: list[dict], rates: dict, limits, budget_s: float, seed: int) -> list[dict]:
-    """Sessions in a seeded order, alternately within and over the bound, while the budget lasts."""
+    """The quickest session within the bound and the quickest over it, whatever the budget, then
+    more in a seeded order, alternately within and over the bound, while the budget lasts."""
     order = sorted(facts, key=lambda f: f["session_id"])
     random.Random(seed).shuffle(order)
     pools = {
         True: [f for f in order if f["routes"]["embedded"] == Route.WITHIN_CAP],
         False: [f for f in order if f["routes"]["embedded"] != Route.WITHIN_CAP],
     }
-    chosen, spent, raw_turn = [], 0.0, True
-    while pools[True] or pools[False]:
-        pool = pools[raw_turn] or pools[not raw_turn]
-        fitting = [f for f in pool if spent + predicted_s(f, rates, limits) <= budget_s]
-        if not fitting and not pools[not raw_turn]:
-            break
-        if fitting:
-            chosen.append(fitting[0])
-            spent += predicted_s(fitting[0], rates, limits)
-            pool.remove(fitting[0])
-        elif not [f for f in pools[not raw_turn] if spent + predicted_s(f, rates, limits) <= budget_s]:
-            break
+    chosen = []
+    for pool in pools.values():
+        if pool:
+            quickest = min(pool, key=lambda f: predicted_s(f, rates, limits))
+            chosen.append(quickest)
+            pool.remove(quickest)
+    spent = sum(predicted_s(f, rates, limits) for f in chosen)
+    raw_turn = True
+    while True:
+        fitting = [f for f in pools[raw_turn] if spent + predicted_s(f, rates, limits) <= budget_s]
+        if not fitting:
+            raw_turn = not raw_turn
+            fitting = [f for f in pools[raw_turn] if spent + predicted_s(f, rates, limits) <= budget_s]
+            if not fitting:
+                return chosen
+        chosen.append(fitting[0])
+        spent += predicted_s(fitting[0], rates, limits)
+        pools[raw_turn].remove(fitting[0])
         raw_turn = not raw_turn
-    # However small the budget, one session: the smallest.
-    return chosen or [min(facts, key=lambda f: predicted_s(f, rates, limits))]
 
 
 def sweep_sample(home: Path, corpus: Path, sample: list[dict], url: str) -> DigestStore:
@@ -386,7 +391,11 @@ def measure(args, root: Path, say) -> None:
     fits = {}
     for stage in ("mini-summary", "session-summary"):
         pts = [(a[4] or a[5] / rates["bytes_per_token"], a[3]) for a in attempts if a[1] == stage and a[2] == "ok"]
-        fits[stage] = fit_line(pts) if pts else (0.0, 1 / rates["prompt_tps"])
+        if len({x for x, _ in pts}) >= 3:
+            fits[stage] = fit_line(pts)
+        else:  # too few sizes to fit a slope: the measured prompt rate's, and the calls' mean rest
+            b = 1 / rates["prompt_tps"]
+            fits[stage] = (sum(y - b * x for x, y in pts) / len(pts) if pts else 0.0, b)
         a, b = fits[stage]
         say(f"  fit {stage}", f"{a:.2f} s + {b * 1000:.2f} ms a prompt token ({len(pts)} calls)")
     lim = limits["embedded"]
