@@ -193,7 +193,10 @@ def predicted_s(fact: dict, rates: dict, limits) -> float:
 
 def pick_sample(facts: list[dict], rates: dict, limits, budget_s: float, seed: int) -> list[dict]:
     """The quickest session within the bound and the quickest over it, whatever the budget, then
-    more in a seeded order, alternately within and over the bound, while the budget lasts."""
+    more in a seeded order, alternately within and over the bound, while the budget lasts. A budget
+    of 0: the quickest session alone (the smoke test's)."""
+    if budget_s <= 0:
+        return [min(facts, key=lambda f: predicted_s(f, rates, limits))]
     order = sorted(facts, key=lambda f: f["session_id"])
     random.Random(seed).shuffle(order)
     pools = {
@@ -398,8 +401,13 @@ def measure(args, root: Path, say) -> None:
             fits[stage] = (sum(y - b * x for x, y in pts) / len(pts) if pts else 0.0, b)
         a, b = fits[stage]
         say(f"  fit {stage}", f"{a:.2f} s + {b * 1000:.2f} ms a prompt token ({len(pts)} calls)")
-    lim = limits["embedded"]
-    mini_len = store.query("SELECT coalesce(avg(length(mini_summary)), 200) FROM turns").values[0][0]
+    mini_len = store.query("SELECT coalesce(avg(length(text)), 200) FROM mini_summaries").values[0][0]
+    project(facts, fits, rates, limits["embedded"], float(mini_len), floor, total_bytes, say)
+
+
+def project(facts: list[dict], fits: dict, rates: dict, lim, mini_len: float, floor: float, total_bytes: int, say):
+    """The backlog's model time on the whole corpus: each session's calls as its route makes them,
+    each call's seconds by its stage's fit, against the floor; with and without the repeats."""
     for key, words in (("mini_prompt_bytes", "repeats left out (this code)"),
                        ("mini_prompt_bytes_all", "repeats sent again")):  # fmt: skip
         projected, read = 0.0, 0

@@ -59,7 +59,7 @@ SMOKE = {
         ("registration", "model calls owed", "drain 2 sessions", "Dagster instance"),
     ),
     "real_transcripts.py": Smoke(
-        ("--sessions", "4", "--sample-seconds", "1", "--probes", "1"),
+        ("--sessions", "4", "--sample-seconds", "0", "--probes", "1"),
         (
             "ingest, plain JSONL",
             "ingest, harness logs",
