@@ -31,6 +31,8 @@ TIERS = {
     "test_usage_counts": "unit",
     "test_synthesis": "unit",
     "test_tokens": "unit",
+    "test_realistic_corpus": "unit",
+    "test_repeats": "unit",
     "test_vectors": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",

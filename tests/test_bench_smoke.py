@@ -59,6 +59,19 @@ SMOKE = {
         ("--sessions", "20", "--turns", "3", "--drain", "2", "--dimensions", "0"),
         ("registration", "model calls owed", "drain 2 sessions", "Dagster instance"),
     ),
+    "real_transcripts.py": Smoke(
+        ("--sessions", "4", "--sample-seconds", "0", "--probes", "1"),
+        (
+            "ingest, plain JSONL",
+            "ingest, harness logs",
+            "floor (read every session once)",
+            "sample: backlog / floor",
+            "early-summary curve",
+            "corpus: backlog / floor",
+        ),
+        embedded=True,
+        timeout_s=880.0,
+    ),
     "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s")),
     "stream_faults.py": Smoke(("--smoke",), ("time to give up, old / new", "RunawayReply (runaway)", "MalformedReply")),
     "stream_cancel.py": Smoke(
