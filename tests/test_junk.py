@@ -284,7 +284,7 @@ def test_the_demo_never_shows_junk_as_a_tier_best_and_names_it(judged):
         }
     ]
     result = {
-        "ingest": {}, "summary_runs": [], "seconds": 1.0, "status": {}, "fidelity_examples": examples,
+        "ingest": {}, "summary_runs": [], "mini_summary_runs": [], "seconds": 1.0, "status": {}, "fidelity_examples": examples,
         "junk": judged.reports.junk_summaries(), "where_to_look": {},
     }  # fmt: skip
     console = Console(record=True, width=200)
