@@ -50,6 +50,8 @@ def test_each_kind_of_junk_is_named():
     assert judge(["short session text"], "Title", "A summary much longer than the session it summarizes.").label == (
         "too-long"
     )
+    # Against what the model was given, when the caller knows it (a degraded prompt's content).
+    assert judge(TURNS, *FAITHFUL, input_chars=120).label == "too-long"
 
 
 def test_the_labelled_set_precision_and_recall_per_class_hold_their_floor():
