@@ -50,8 +50,9 @@ def fidelity_by_label(rows: list[dict], turns: dict) -> dict:
 
 def sweep(out: Path) -> None:
     """The embedded model's summary of every session, raw and from a degraded prompt."""
+    from digest.model_api import ModelError
     from digest.prompts import compact_line
-    from digest.summary_output import parse_summary_output, response_json_schema
+    from digest.summary_output import OutputParseError, parse_summary_output, response_json_schema
     from digest.synthesis import FALLBACK_CHARS, build_prompt, raw_content
     from resources.embedded_server import EmbeddedServer
     from resources.model_clients import OpenAIChatClient
@@ -66,12 +67,12 @@ def sweep(out: Path) -> None:
                 prompt = build_prompt(content, turns)
                 if len(prompt) > 24_000:  # over the raw cap: the model sees this session degraded only
                     continue
-                reply = client.chat(prompt, schema=response_json_schema(), max_output_tokens=512, timeout_s=600)
                 try:
+                    reply = client.chat(prompt, schema=response_json_schema(), max_output_tokens=512, timeout_s=900)
                     output = parse_summary_output(reply.text)
                     row = {"title": output.title, "summary": output.summary}
-                except Exception as exc:  # an invalid reply is no summary; kept to see what it was
-                    row = {"title": "", "summary": "", "error": str(exc)[:200], "reply": reply.text[:600]}
+                except (ModelError, OutputParseError) as exc:  # no summary; kept to see what it was
+                    row = {"title": "", "summary": "", "error": str(exc)[:300]}
                 f.write(json.dumps({"session": name, "route": route, **row}, ensure_ascii=False) + "\n")
                 f.flush()
                 print(name, route, row.get("title") or row.get("error"), flush=True)

@@ -50,6 +50,8 @@ def test_each_kind_of_junk_is_named():
     assert judge(["short session text"], "Title", "A summary much longer than the session it summarizes.").label == (
         "too-long"
     )
+    # Against what the model was given, when the caller knows it (a degraded prompt's content).
+    assert judge(TURNS, *FAITHFUL, input_chars=120).label == "too-long"
 
 
 def test_the_labelled_set_precision_and_recall_per_class_hold_their_floor():
@@ -68,13 +70,14 @@ def test_the_labelled_set_precision_and_recall_per_class_hold_their_floor():
     assert all(r["verdict"] == "ok" for r in rows if r["source"] == "export")
 
 
-# (precision, recall) floors per verdict, a little under what the set measures (BENCHMARKS.md §12).
+# (precision, recall) floors per verdict: the set measures 1.0 for each (BENCHMARKS.md §12); one miss
+# in a class of 6-13 rows stays above its floor, two do not.
 FLOORS = {
-    "ok": (0.85, 0.85),
-    "echo": (0.85, 0.85),
-    "fabricated": (0.8, 0.8),
+    "ok": (0.9, 0.9),
+    "echo": (0.9, 0.9),
+    "fabricated": (0.9, 0.9),
     "template": (0.8, 0.8),
-    "content-free": (0.75, 0.75),
+    "content-free": (0.8, 0.8),
     "empty": (1.0, 1.0),
     "too-long": (1.0, 1.0),
 }
