@@ -16,6 +16,7 @@ from dagster import (
     define_asset_job,
 )
 
+from assets.backlog import backlog, backlog_not_stalled
 from assets.friction_report import friction_report
 from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
@@ -94,8 +95,9 @@ def build_definitions(settings: Settings) -> Definitions:
             session_summaries,
             session_graph,
             friction_report,
+            backlog,
         ],
-        asset_checks=store_checks + quality_checks,
+        asset_checks=store_checks + quality_checks + [backlog_not_stalled],
         jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job, digest_job],
         schedules=[report_schedule],
         sensors=[inbox_sensor, summary_sensor, mini_summary_sensor, digest_sensor, interrupted_runs_sensor],

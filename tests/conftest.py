@@ -30,6 +30,7 @@ TIERS = {
     "test_vectors": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
+    "test_backlog": "integration",
     "test_busy_host": "integration",
     "test_checks": "integration",
     "test_circuit_concurrency": "integration",

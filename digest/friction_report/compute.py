@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from digest.backlog import Backlog
 from digest.circuit import CircuitPolicy, CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.pacing import RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
@@ -391,6 +392,7 @@ class FrictionReport:
     auto_caps: dict[str, dict]  # by host: the auto raw cap in force (`host_raw_caps` rows)
     call_seconds: list[float] = field(repr=False)
     summary_rows: list[dict] = field(default_factory=list, repr=False)  # tier, route, origin, host, fidelity
+    backlog: Backlog | None = None  # what waits for a summary and how fast it drains (`digest.backlog`)
 
     @property
     def degraded_share(self) -> float:
@@ -436,6 +438,7 @@ def build_report(
     host_circuits: list[HostCircuit] = (),
     slowdowns: dict[str, Slowdown] | None = None,
     auto_caps: dict[str, dict] | None = None,
+    backlog: Backlog | None = None,
 ) -> FrictionReport:
     groups = group_friction(events)
     calibrations = calibrate(attempts, settings)
@@ -466,4 +469,5 @@ def build_report(
         auto_caps=dict(auto_caps or {}),
         call_seconds=[a["duration_s"] for a in attempts],
         summary_rows=list(summaries),
+        backlog=backlog,
     )
