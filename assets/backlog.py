@@ -35,7 +35,7 @@ def _check_metadata(backlog: Backlog, reason: str | None) -> dict:
     return {
         "waiting": backlog.waiting,
         "hosts_in_rotation": len(backlog.hosts_in_rotation),
-        "verdict": MetadataValue.text(reason or backlog_metadata(backlog)["summary"]),
+        "finding": MetadataValue.text(reason or backlog_metadata(backlog)["summary"]),
     }
 
 

@@ -54,6 +54,8 @@ report_schedule = ScheduleDefinition(
     job=report_job,
     cron_schedule="0 * * * *",
     default_status=DefaultScheduleStatus.RUNNING,
+    description="Every hour: the friction report (friction-report.html beside the DuckDB file) and the store's "
+    "invariant checks.",
 )
 
 

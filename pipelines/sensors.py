@@ -62,6 +62,15 @@ RETRY_BASE_S = 60.0
 RETRY_MAX_S = 3600.0
 
 
+def described_sensor(**kwargs):
+    """`@sensor`, its docstring the description the UI shows (Dagster reads none from the docstring)."""
+
+    def wrap(fn):
+        return sensor(description=" ".join(fn.__doc__.split()), **kwargs)(fn)
+
+    return wrap
+
+
 def _file_signature(path: Path) -> str:
     stat = path.stat()
     return f"{stat.st_size}:{stat.st_mtime_ns}"
@@ -91,7 +100,7 @@ def _ingest_request(batch: str, files: dict[str, str], inbox: Path) -> RunReques
     )
 
 
-@sensor(job=ingest_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+@described_sensor(job=ingest_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
     """Launches an ingest of every new or changed `*.jsonl` in the inbox (`DIGEST_INBOX`). A file is
     done once an ingest of it succeeded: a failed run is launched again (the next tick, then after a
@@ -225,7 +234,7 @@ def summary_run_tags(item) -> dict[str, str]:
     }
 
 
-@sensor(job=summarize_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+@described_sensor(job=summarize_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def summary_sensor(
     context: SensorEvaluationContext,
     store: DigestStoreResource,
@@ -235,7 +244,7 @@ def summary_sensor(
 ):
     """Registers new sessions as partitions, then launches the next budgeted batch of summaries:
     newest first with a share for the oldest, idle sessions only, failures in backoff skipped, each
-    placed on a model host in rotation."""
+    placed on a model host in rotation. Records the `backlog` asset every `DIGEST_BACKLOG_REFRESH_S`."""
     # The Dagster instance is read first, so the store's file is held for its own reads alone (other
     # processes wait for it meanwhile): the partitions (0.7 s of a tick at 100,000) and in-flight runs.
     registered = registered_partitions(context.instance)
@@ -334,7 +343,7 @@ def summary_run_request(item, sweep_tags: dict[str, str] | None = None) -> RunRe
     )
 
 
-@sensor(job=fill_mini_summaries_job, minimum_interval_seconds=120, default_status=DefaultSensorStatus.RUNNING)
+@described_sensor(job=fill_mini_summaries_job, minimum_interval_seconds=120, default_status=DefaultSensorStatus.RUNNING)
 def mini_summary_sensor(
     context: SensorEvaluationContext,
     store: DigestStoreResource,
@@ -369,7 +378,7 @@ def mini_summary_tick(context: SensorEvaluationContext, db, model: ChatModelReso
     return _with_partitions(context, [RunRequest(partition_key=keys[0], tags=tags)])
 
 
-@sensor(job=digest_job, minimum_interval_seconds=300, default_status=DefaultSensorStatus.RUNNING)
+@described_sensor(job=digest_job, minimum_interval_seconds=300, default_status=DefaultSensorStatus.RUNNING)
 def digest_sensor(
     context: SensorEvaluationContext,
     store: DigestStoreResource,
@@ -401,7 +410,7 @@ def digest_tick(context: SensorEvaluationContext, db, model: ChatModelResource, 
     return _with_partitions(context, requests)
 
 
-@sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+@described_sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def interrupted_runs_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
     """Closes runs on this host whose process died, so their partitions can run again and their
     `model` pool slot is freed (Dagster's run monitoring cannot tell for the default launcher)."""

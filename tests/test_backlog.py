@@ -8,11 +8,13 @@ import os
 import time
 
 import pytest
+import yaml
 from dagster import (
     AssetCheckEvaluation,
     AssetKey,
     AssetMaterialization,
     DagsterRunStatus,
+    RunsFilter,
     build_sensor_context,
     instance_for_test,
     materialize,
@@ -27,8 +29,19 @@ from digest.ingest import ingest_paths
 from digest.scheduling import Candidate
 from digest.settings import load_settings
 from pipelines.definitions import build_definitions
+from pipelines.instance import write_instance_config
 from pipelines.jobs import requested_job
 from pipelines.sensors import inbox_sensor, summary_sensor
+from pipelines.tags import (
+    BUDGET_TAG,
+    ESTIMATED_S_TAG,
+    FILES_TAG,
+    INBOX_BATCH_TAG,
+    MODEL_HOST_REASON_TAG,
+    MODEL_HOST_TAG,
+    ROUTE_TAG,
+    SWEEP_TAG,
+)
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -131,13 +144,19 @@ def _tick(instance, definitions, sensor=summary_sensor, cursor=None):
         return sensor(context)
 
 
-def _ingest_from_inbox(instance, definitions, settings, turns) -> None:
-    """What the daemon does with the inbox sensor's run request: the ingest job, run as requested."""
+def _inbox_request(instance, definitions, settings, turns):
+    """The inbox sensor's run request for a bundle of these turns dropped into the inbox."""
     write_bundle(settings.inbox, turns)
     old = time.time() - 60  # settled: untouched for longer than the sensor waits
     for path in settings.inbox.iterdir():
         os.utime(path, (old, old))
     (request,) = _tick(instance, definitions, inbox_sensor).run_requests
+    return request
+
+
+def _ingest_from_inbox(instance, definitions, settings, turns) -> None:
+    """What the daemon does with the inbox sensor's run request: the ingest job, run as requested."""
+    request = _inbox_request(instance, definitions, settings, turns)
     job = definitions.resolve_job_def("ingest")
     result = requested_job(job, request).execute_in_process(
         run_config=request.run_config, instance=instance, tags=request.tags
@@ -193,7 +212,7 @@ def test_the_check_names_a_stalled_backlog_and_passes_once_a_summary_finishes(tm
     report = materialize([friction_report], instance=instance, resources=definitions.resources)
     markdown = report.asset_materializations_for_node("friction_report")[0].metadata["report"].value
     assert "### Backlog\n\n2 pending, the oldest waiting 2.0 h; 0 finished in the last hour" in markdown
-    verdict = check.metadata["verdict"].value
+    verdict = check.metadata["finding"].value
     assert verdict.startswith("stalled backlog: 2 session(s) wait (the oldest 120 min), 1 model host(s) in rotation")
     assert "no summary has finished yet" in verdict and "DIGEST_BACKLOG_STALL_S 1800" in verdict
 
@@ -225,3 +244,37 @@ def test_the_skip_reason_counts_the_runs_in_flight(tmp_path, instance):
         "2 pending, none eligible: 0 active within the idle window, 0 in failure backoff, "
         "0 waiting for a host out of rotation (none), 2 queued or running"
     )
+
+
+def test_sensors_and_the_schedule_describe_themselves_in_the_ui(tmp_path):
+    definitions = _definitions(_settings(tmp_path))
+    repository = definitions.get_repository_def()
+    for sensor in repository.sensor_defs:
+        assert sensor.description and sensor.description == sensor.description.strip(), sensor.name
+    for schedule in repository.schedule_defs:
+        assert schedule.description, schedule.name
+
+
+def test_runs_show_only_the_tags_a_user_filters_by_and_the_per_host_limit_stays_on_a_visible_one(tmp_path, instance):
+    settings = _settings(tmp_path)
+    definitions = _definitions(settings)
+    ingest = _inbox_request(instance, definitions, settings, make_turns("a", 3))
+    assert _visible(ingest.tags) == {SWEEP_TAG}
+    assert INBOX_BATCH_TAG in ingest.tags and FILES_TAG in ingest.tags  # hidden, still there for the next tick
+    job = definitions.resolve_job_def("ingest")
+    assert job.execute_in_process(run_config=ingest.run_config, instance=instance, tags=ingest.tags).success
+    # The next tick finds the batch's run by its hidden tag, as it finds any tag.
+    batch = RunsFilter(job_name="ingest", tags={INBOX_BATCH_TAG: ingest.tags[INBOX_BATCH_TAG]})
+    assert [r.dagster_run.status for r in instance.get_run_records(filters=batch)] == [DagsterRunStatus.SUCCESS]
+    (summary,) = _tick(instance, definitions).run_requests
+    assert _visible(summary.tags) == {SWEEP_TAG, ROUTE_TAG, MODEL_HOST_TAG}
+    assert {ESTIMATED_S_TAG, MODEL_HOST_REASON_TAG, BUDGET_TAG} <= set(summary.tags)
+    # The run queue limits each host's runs on the visible host tag the sensor sets.
+    write_instance_config(tmp_path / "dagster", settings)
+    config = yaml.safe_load((tmp_path / "dagster" / "dagster.yaml").read_text())
+    [limit] = config["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert limit["key"] == MODEL_HOST_TAG and summary.tags[limit["key"]] == limit["value"]
+
+
+def _visible(tags) -> set[str]:
+    return {key for key in tags if not key.startswith(".dagster/")}
