@@ -33,6 +33,7 @@ TIERS = {
     "test_backlog": "integration",
     "test_busy_host": "integration",
     "test_checks": "integration",
+    "test_dg": "integration",
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
     "test_friction_report": "integration",
