@@ -26,16 +26,17 @@ BACKLOG_KEY = AssetKey("backlog")
 STALL_CHECK = "backlog_not_stalled"
 
 
-def _metadata(backlog: Backlog) -> dict:
-    metadata = backlog_metadata(backlog)
+def _metadata(measured: Backlog) -> dict:
+    metadata = backlog_metadata(measured)
     return {**metadata, "summary": MetadataValue.text(str(metadata["summary"]))}
 
 
-def _check_metadata(backlog: Backlog, reason: str | None) -> dict:
+def _check_metadata(measured: Backlog, reason: str | None) -> dict:
     return {
-        "waiting": backlog.waiting,
-        "hosts_in_rotation": len(backlog.hosts_in_rotation),
-        "finding": MetadataValue.text(reason or backlog_metadata(backlog)["summary"]),
+        "waiting": measured.waiting,
+        "hosts_in_rotation": len(measured.hosts_in_rotation),
+        # Why it failed; passed, the backlog in one sentence.
+        "finding": MetadataValue.text(reason or backlog_metadata(measured)["summary"]),
     }
 
 
@@ -47,10 +48,8 @@ def backlog(
     would place them now), the oldest pending session's age, sessions and model-seconds finished in
     the last hour and day, the ETA at the hosts' measured speeds, and the summaries by tier (and
     verdict). No model call. The summary sensor refreshes it every `DIGEST_BACKLOG_REFRESH_S`."""
-    now = now_ms()
-    return MaterializeResult(
-        metadata=_metadata(measure(store.store(), model.fleet(), circuit.policy(), sweep.policy(), now))
-    )
+    measured = measure(store.store(), model.fleet(), circuit.policy(), sweep.policy(), now_ms())
+    return MaterializeResult(metadata=_metadata(measured))
 
 
 def stall_result(backlog_now: Backlog, policy: SweepPolicy) -> tuple[bool, dict]:
