@@ -249,10 +249,13 @@ def summary_sensor(
     # processes wait for it meanwhile): the partitions (0.7 s of a tick at 100,000) and in-flight runs.
     registered = registered_partitions(context.instance)
     exclude, queued_s = in_flight(context.instance, summarize_job.name)
-    refresh = backlog_due(context.instance, sweep.policy().backlog_refresh_s)
     db = store.store()
+    # Measured on connections of its own before the held one: placing every pending session is
+    # seconds of Python at 100,000 (BENCHMARKS §4), which would keep other processes off the file.
+    due = backlog_due(context.instance, sweep.policy().backlog_refresh_s)
+    backlog = backlog_refresh(context, db, model, sweep, circuit) if due else []
     with db.file.held():  # the tick's reads, and a probe taken, on one connection
-        return summary_tick(context, db, model, sweep, circuit, registered, exclude, queued_s, refresh)
+        return summary_tick(context, db, model, sweep, circuit, registered, exclude, queued_s, backlog)
 
 
 def backlog_due(instance, refresh_s: float) -> bool:
@@ -281,10 +284,10 @@ def summary_tick(
     registered,
     exclude,
     queued_s,
-    refresh_backlog: bool = False,
+    backlog: list = (),
 ) -> SensorResult:
     """`registered`: the partitions; `exclude`, `queued_s`: the summary runs in flight (`in_flight`);
-    `refresh_backlog`: record the `backlog` asset too."""
+    `backlog`: the `backlog` asset's events to record with the tick's (`backlog_refresh`)."""
     policy = sweep.policy()
     try:
         fleet, now = model.fleet(), now_ms()
@@ -310,9 +313,7 @@ def summary_tick(
     # Registered, or added by this result: only a batch larger than a chunk leaves some to a later tick.
     known = registered | set(new_keys)
     batch = [item for item in batch if item.candidate.partition_key in known]
-    events = imported_materializations(db, new_keys)
-    if refresh_backlog:
-        events += backlog_refresh(context, db, model, sweep, circuit)
+    events = [*imported_materializations(db, new_keys), *backlog]
     if not batch:
         return SensorResult(
             dynamic_partitions_requests=partition_requests, skip_reason=skip_reason, asset_events=events
