@@ -58,7 +58,7 @@ SMOKE = {
         ("--sessions", "20", "--turns", "3", "--drain", "2", "--dimensions", "0"),
         ("registration", "model calls owed", "drain 2 sessions", "Dagster instance"),
     ),
-    "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s")),
+    "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s", "backlog tick s")),
     "stream_cancel.py": Smoke(
         ("--smoke",), ("idle short request", "streamed: given up", "unstreamed: given up"), embedded=True
     ),
