@@ -8,8 +8,10 @@ from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, ass
 from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import session_summaries
+from assets.work.backlog import measure
 from digest.friction_report import build_report, render_html, render_markdown
-from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource
+from digest.scheduling import now_ms
+from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
 
 REPORT_FILE = "friction-report.html"
 
@@ -24,7 +26,11 @@ def _write_atomically(path: Path, text: str) -> None:
 # It reads what these three leave in the ledger: attempts, friction, coverage, digest state.
 @asset(deps=[turn_mini_summaries, session_summaries, session_graph], group_name="reports", kinds={"duckdb", "html"})
 def friction_report(
-    context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource, circuit: CircuitPolicyResource
+    context: AssetExecutionContext,
+    store: DigestStoreResource,
+    model: ChatModelResource,
+    circuit: CircuitPolicyResource,
+    sweep: SweepPolicyResource,
 ) -> MaterializeResult:
     """Friction grouped by (asset, consumer, symptom) with the surfacing rule, the pre-routes and
     the model time they saved against what the degraded path spent and threw away, given-up
@@ -49,6 +55,7 @@ def friction_report(
         slowdowns=db.speed.host_slowdowns([(h.name, h.model) for h in model.fleet().hosts]),
         auto_caps=db.speed.auto_caps(),
         sessions=rows["sessions"],
+        backlog=measure(db, model.fleet(), circuit.policy(), sweep.policy(), now_ms()),
     )
     path = db.path.parent / REPORT_FILE
     _write_atomically(path, render_html(report))

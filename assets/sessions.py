@@ -12,7 +12,7 @@ from dagster import (
     asset,
 )
 
-from assets.partitions import sessions_partitions
+from assets.partitions import add_new_partitions, sessions_partitions
 from assets.work.runs import RunFacts
 from assets.work.sessions import describe_partition, summarize_partition
 from digest.fidelity import Fidelity
@@ -41,14 +41,17 @@ class IngestConfig(Config):
 
 
 @asset(group_name="ingest", kinds={"duckdb"})
-def raw_turns(config: IngestConfig, store: DigestStoreResource) -> MaterializeResult:
+def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: DigestStoreResource) -> MaterializeResult:
     """Export bundles streamed into DuckDB `turns`; bad lines go to `rejects` with their reason,
     as do lines superseded by a later line with the same turn id.
 
-    The summary sensor (or the CLI) registers the sessions it touched as `sessions` partitions.
+    New sessions become `sessions` partitions in the same run, whoever launched it (the CLI, the
+    inbox sensor, the UI), so they show as Missing with the summary sensor off too.
     """
     paths = config.paths or [store.inbox]
-    report = ingest_paths(paths, store.store())
+    db = store.store()
+    report = ingest_paths(paths, db)
+    new_partitions = add_new_partitions(context.instance, db)
     table = "\n".join(
         f"| `{f.path}` | {f.kind} | {f.lines} | {f.rows} | {f.rejects} | {f.superseded} | {f.skipped} | {f.folded} |"
         for f in report.files
@@ -69,6 +72,7 @@ def raw_turns(config: IngestConfig, store: DigestStoreResource) -> MaterializeRe
             ),
             "sessions_touched": len(report.sessions),
             "sessions_emptied": len(report.emptied),
+            "new_partitions": new_partitions,
             "files_preview": MetadataValue.md(
                 "| file | kind | lines | rows | rejects | superseded | skipped | folded |\n|---|---|---|---|---|---|---|---|\n"
                 + table

@@ -200,7 +200,9 @@ def main() -> None:
         tick_s: list[float] = []
         started = time.perf_counter()
         first_runs = None
-        while len(instance.get_dynamic_partitions(sessions_partitions.name)) < facts.sessions:
+        # The ingest run registers its sessions itself; the ticks register what it left (none), and launch.
+        at_ingest = len(instance.get_dynamic_partitions(sessions_partitions.name))
+        while not tick_s or len(instance.get_dynamic_partitions(sessions_partitions.name)) < facts.sessions:
             seconds, requests = tick(instance, resources)
             tick_s.append(seconds)
             first_runs = len(requests) if first_runs is None else first_runs
@@ -208,7 +210,8 @@ def main() -> None:
         figures.append(
             (
                 "registration",
-                f"{len(tick_s)} ticks, {time.perf_counter() - started:.1f} s, "
+                f"{at_ingest} partitions by the ingest run, then {len(tick_s)} ticks, "
+                f"{time.perf_counter() - started:.1f} s, "
                 f"p95 tick {p95(tick_s):.2f} s (of the 60 s limit), {first_runs} runs requested by tick 1",
             )
         )

@@ -26,6 +26,8 @@ class SweepPolicy:
     oldest_share: int = 1  # of `max_sessions`, slots kept for the oldest pending sessions
     backoff_base_s: float = 1800.0
     backoff_max_s: float = 86400.0
+    backlog_refresh_s: float = 300.0  # the summary sensor refreshes the `backlog` asset at most this often
+    backlog_stall_s: float = 3600.0  # nothing finished this long, with sessions waiting: a stalled backlog
 
 
 def failure_backoff_s(failures: int, policy: SweepPolicy) -> float:

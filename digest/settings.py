@@ -507,6 +507,22 @@ SETTINGS: tuple[Setting, ...] = (
         "a session's failure backoff after its first failure, doubling per failure up to `DIGEST_BACKOFF_MAX_S`",
     ),
     _sweep("DIGEST_BACKOFF_MAX_S", "backoff_max_s", positive, 86400.0, "the longest failure backoff"),
+    _sweep(
+        "DIGEST_BACKLOG_REFRESH_S",
+        "backlog_refresh_s",
+        positive,
+        300.0,
+        "the summary sensor refreshes the `backlog` asset (pending, drain, ETA) at most this often; "
+        "`session-digest sweep` at each sweep ([sweeps](sweeps.md#the-backlog))",
+    ),
+    _sweep(
+        "DIGEST_BACKLOG_STALL_S",
+        "backlog_stall_s",
+        positive,
+        3600.0,
+        "the `backlog` asset's check fails (a stalled backlog) when sessions wait, a model host is in rotation "
+        "and no summary has finished for this long",
+    ),
     # Defaults as the reference backfill: 600 s a run, 20 s inner and 30 s outer per turn, 5 tries.
     _mini(
         "DIGEST_MINI_SUMMARY_BUDGET_S",

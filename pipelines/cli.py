@@ -116,8 +116,7 @@ def _model_url(settings: Settings, output: Output):
 
 
 def ingest(settings: Settings, paths: list[str]) -> dict:
-    from pipelines.sensors import register_partitions
-
+    """The ingest run; it registers the new sessions as partitions itself (`new_partitions`)."""
     instance = _instance()
     config = {"ops": {"raw_turns": {"config": {"paths": [str(Path(p).resolve()) for p in paths]}}}}
     result = _execute(settings, instance, _job(settings, "ingest"), config)
@@ -125,7 +124,7 @@ def ingest(settings: Settings, paths: list[str]) -> dict:
     if not result.success or not materialization:
         raise SystemExit(f"ingest failed (run {result.run_id}); see `session-digest ui` for the run's logs")
     meta = {k: v.value for k, v in materialization[0].metadata.items() if k != "files_preview"}
-    return {"run_id": result.run_id, **meta, "new_partitions": register_partitions(instance, _store(settings))}
+    return {"run_id": result.run_id, **meta}
 
 
 def _store(settings: Settings):
@@ -324,6 +323,7 @@ def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[
         settings, instance, store, "summarize_sessions", todo, "session_summaries", output, estimates, nothing_to_do
     )
     return {
+        "backlog": _refresh_backlog(settings, instance, store),
         "pending": selection.pending,
         "skipped": selection.skip_reason,
         "interrupted_runs_closed": recovered,
@@ -333,6 +333,19 @@ def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[
         "nothing_to_do": sum("nothing_to_do" in o for o in outcomes),
         "runs": outcomes,
     }
+
+
+def _refresh_backlog(settings: Settings, instance, store) -> str:
+    """The `backlog` asset recorded after a sweep (no run), as the summary sensor's ticks record it;
+    its one-line summary."""
+    from assets.backlog import backlog_events
+    from assets.work.backlog import measure
+    from digest.backlog import backlog_line
+
+    measured = measure(store, settings.fleet, settings.circuit, settings.sweep, now_ms())
+    for event in backlog_events(measured, settings.sweep):
+        instance.report_runless_asset_event(event)
+    return backlog_line(measured)
 
 
 def digest(settings: Settings, limit: int | None, output: Output) -> dict:

@@ -17,6 +17,7 @@ from dagster import (
     in_process_executor,
 )
 
+from assets.backlog import backlog, backlog_not_stalled
 from assets.friction_report import friction_report
 from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
@@ -56,6 +57,8 @@ report_schedule = ScheduleDefinition(
     job=report_job,
     cron_schedule="0 * * * *",
     default_status=DefaultScheduleStatus.RUNNING,
+    description="Every hour: the friction report (friction-report.html beside the DuckDB file) and the store's "
+    "invariant checks.",
 )
 
 
@@ -97,8 +100,9 @@ def build_definitions(settings: Settings) -> Definitions:
             session_summaries,
             session_graph,
             friction_report,
+            backlog,
         ],
-        asset_checks=store_checks + junk_checks + quality_checks,
+        asset_checks=store_checks + junk_checks + quality_checks + [backlog_not_stalled],
         jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job, digest_job],
         schedules=[report_schedule],
         sensors=[inbox_sensor, summary_sensor, mini_summary_sensor, digest_sensor, interrupted_runs_sensor],

@@ -37,6 +37,7 @@ class SweepSelection:
     # Held back: only a host out of rotation takes them raw, and they are not degraded for that.
     waiting_for_host: int = 0
     upgrades: int = 0  # of the batch, current degraded summaries made again (`Candidate.summary_step`)
+    in_flight: int = 0  # past both gates, but queued or running already
 
     @property
     def skip_reason(self) -> str | None:
@@ -51,7 +52,7 @@ class SweepSelection:
         return (
             f"{self.pending} pending, none eligible: {self.active} active within the idle window, "
             f"{self.backing_off} in failure backoff, {self.waiting_for_host} waiting for a host out of rotation "
-            f"({', '.join(self.hosts_unavailable) or 'none'})"
+            f"({', '.join(self.hosts_unavailable) or 'none'}), {self.in_flight} queued or running"
         )
 
 
@@ -120,6 +121,7 @@ def next_summary_batch(
         policy.idle_window_s,
         newest=policy.max_sessions * LOOKAHEAD * scale,
         oldest=policy.oldest_share * LOOKAHEAD * scale,
+        in_flight=list(exclude),
     )
     out_of_rotation, _ = host_views(store, fleet, [n for n in fleet.names if n not in available], {})
     alone, waiting = sized_alone(queue["candidates"], views, out_of_rotation, exclude)
@@ -144,6 +146,7 @@ def next_summary_batch(
         throughput_measured=measured,
         hosts_unavailable=[n for n in fleet.names if n not in available],
         waiting_for_host=waiting,
+        in_flight=queue["in_flight"],
         upgrades=sum(a.candidate.summary_step is not None for a in batch),
     )
 

@@ -6,11 +6,9 @@ last one also marks a dead run failed); none calls a model."""
 import json
 import time
 import uuid
-from collections.abc import Iterable
 from pathlib import Path
 
 from dagster import (
-    AssetMaterialization,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
@@ -21,7 +19,16 @@ from dagster import (
     sensor,
 )
 
-from assets.partitions import sessions_partitions
+from assets.backlog import BACKLOG_KEY, backlog_events
+from assets.partitions import (
+    PARTITION_CHUNK,
+    add_new_partitions,
+    imported_materializations,
+    registered_partitions,
+    sessions_partitions,
+    unregistered_partition_keys,
+)
+from assets.work.backlog import measure
 from digest.backoff import doubling_backoff_s
 from digest.hosts import estimated_seconds
 from digest.ingest import discover
@@ -52,11 +59,18 @@ from resources.bindings import (
 
 # A file modified more recently than this may still be being copied in.
 SETTLE_S = 5.0
-# Partition keys registered per tick: SQLite refuses very large single requests.
-PARTITION_CHUNK = 1000
 # A batch whose ingest failed twice waits this long before its next try, doubling up to the cap.
 RETRY_BASE_S = 60.0
 RETRY_MAX_S = 3600.0
+
+
+def described_sensor(**kwargs):
+    """`@sensor`, its docstring the description the UI shows (Dagster reads none from the docstring)."""
+
+    def wrap(fn):
+        return sensor(description=" ".join(fn.__doc__.split()), **kwargs)(fn)
+
+    return wrap
 
 
 def _file_signature(path: Path) -> str:
@@ -88,7 +102,7 @@ def _ingest_request(batch: str, files: dict[str, str], inbox: Path) -> RunReques
     )
 
 
-@sensor(job=ingest_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+@described_sensor(job=ingest_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
     """Launches an ingest of every new or changed log in the inbox (`DIGEST_INBOX`: every `*.jsonl`,
     and each `.md`, `.traj` or `.json` whose content is a harness log, as `ingest DIR` finds them). A file is
@@ -138,37 +152,6 @@ def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
     return SensorResult(run_requests=requests, cursor=cursor)
 
 
-def registered_partitions(instance) -> set[str]:
-    return set(instance.get_dynamic_partitions(sessions_partitions.name))
-
-
-def unregistered_partition_keys(
-    registered: set[str], stored: list[str], first: Iterable[str] = (), limit: int | None = PARTITION_CHUNK
-) -> list[str]:
-    """Sessions in DuckDB (`stored`, the store's partition keys) that are not yet partitions (new, or
-    from a restore), `first` (the ones a tick is about to request) ahead of the rest, at most `limit`."""
-    return [key for key in dict.fromkeys([*first, *stored]) if key not in registered][:limit]
-
-
-def imported_materializations(store, keys: list[str]) -> list[AssetMaterialization]:
-    """New partitions whose summary is a current export's are summarized already: recorded as
-    materialized (origin imported, its provenance in the metadata), so the UI shows no Missing
-    partition inviting a model call. A stale one stays missing."""
-    from assets.sessions import summary_metadata
-
-    return [
-        AssetMaterialization(
-            asset_key="session_summaries",
-            partition=row["partition_key"],
-            metadata={
-                **summary_metadata(row),
-                "provenance": f"imported from {row['source_file'] or 'an export'}, current at {row['input_revision']}",
-            },
-        )
-        for row in (store.reports.current_imported_summaries(keys) if keys else [])
-    ]
-
-
 def stale_partition_keys(registered: set[str], stored: list[str], limit: int | None = PARTITION_CHUNK) -> list[str]:
     """Partitions whose session DuckDB no longer holds (a replace restore removed it, and was killed
     before it could delete its partition), at most `limit`: the partition set converges to the store's."""
@@ -180,16 +163,11 @@ def reconcile_partitions(instance, store) -> tuple[int, list[str]]:
     the store's new sessions registered, partitions of sessions it no longer holds deleted.
     (how many added, the keys deleted)."""
     registered, stored = registered_partitions(instance), store.sessions.partition_keys()
-    keys = unregistered_partition_keys(registered, stored, limit=None)
-    for start in range(0, len(keys), PARTITION_CHUNK):
-        chunk = keys[start : start + PARTITION_CHUNK]
-        instance.add_dynamic_partitions(sessions_partitions.name, chunk)
-        for event in imported_materializations(store, chunk):
-            instance.report_runless_asset_event(event)
+    added = add_new_partitions(instance, store, registered, stored)
     stale = stale_partition_keys(registered, stored, limit=None)
     for key in stale:
         instance.delete_dynamic_partition(sessions_partitions.name, key)
-    return len(keys), stale
+    return added, stale
 
 
 def register_partitions(instance, store) -> int:
@@ -261,7 +239,7 @@ def summary_run_tags(item) -> dict[str, str]:
     }
 
 
-@sensor(job=summarize_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+@described_sensor(job=summarize_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def summary_sensor(
     context: SensorEvaluationContext,
     store: DigestStoreResource,
@@ -271,20 +249,50 @@ def summary_sensor(
 ):
     """Registers new sessions as partitions, then launches the next budgeted batch of summaries:
     newest first with a share for the oldest, idle sessions only, failures in backoff skipped, each
-    placed on a model host in rotation."""
+    placed on a model host in rotation. Records the `backlog` asset every `DIGEST_BACKLOG_REFRESH_S`."""
     # The Dagster instance is read first, so the store's file is held for its own reads alone (other
     # processes wait for it meanwhile): the partitions (0.7 s of a tick at 100,000) and in-flight runs.
     registered = registered_partitions(context.instance)
     exclude, queued_s = in_flight(context.instance, summarize_job.name)
     db = store.store()
+    # Measured on connections of its own before the held one: placing every pending session is
+    # seconds of Python at 100,000 (BENCHMARKS §4), which would keep other processes off the file.
+    due = backlog_due(context.instance, sweep.policy().backlog_refresh_s)
+    backlog = backlog_refresh(context, db, model, sweep, circuit) if due else []
     with db.file.held():  # the tick's reads, and a probe taken, on one connection
-        return summary_tick(context, db, model, sweep, circuit, registered, exclude, queued_s)
+        return summary_tick(context, db, model, sweep, circuit, registered, exclude, queued_s, backlog)
+
+
+def backlog_due(instance, refresh_s: float) -> bool:
+    """Whether the `backlog` asset's last materialization (a tick's, a sweep's or a run's) is older
+    than `refresh_s`."""
+    latest = instance.get_latest_materialization_event(BACKLOG_KEY)
+    return latest is None or time.time() - latest.timestamp >= refresh_s
+
+
+def backlog_refresh(context: SensorEvaluationContext, db, model: ChatModelResource, sweep, circuit) -> list:
+    """The `backlog` asset's runless materialization and stall check; none when measuring fails (the
+    tick goes on without them)."""
+    try:
+        return backlog_events(measure(db, model.fleet(), circuit.policy(), sweep.policy(), now_ms()), sweep.policy())
+    except Exception:
+        context.log.exception("measuring the backlog failed")
+        return []
 
 
 def summary_tick(
-    context: SensorEvaluationContext, db, model: ChatModelResource, sweep, circuit, registered, exclude, queued_s
+    context: SensorEvaluationContext,
+    db,
+    model: ChatModelResource,
+    sweep,
+    circuit,
+    registered,
+    exclude,
+    queued_s,
+    backlog: list = (),
 ) -> SensorResult:
-    """`registered`: the partitions; `exclude`, `queued_s`: the summary runs in flight (`in_flight`)."""
+    """`registered`: the partitions; `exclude`, `queued_s`: the summary runs in flight (`in_flight`);
+    `backlog`: the `backlog` asset's events to record with the tick's (`backlog_refresh`)."""
     policy = sweep.policy()
     try:
         fleet, now = model.fleet(), now_ms()
@@ -310,15 +318,15 @@ def summary_tick(
     # Registered, or added by this result: only a batch larger than a chunk leaves some to a later tick.
     known = registered | set(new_keys)
     batch = [item for item in batch if item.candidate.partition_key in known]
-    adopted = imported_materializations(db, new_keys)
+    events = [*imported_materializations(db, new_keys), *backlog]
     if not batch:
         return SensorResult(
-            dynamic_partitions_requests=partition_requests, skip_reason=skip_reason, asset_events=adopted
+            dynamic_partitions_requests=partition_requests, skip_reason=skip_reason, asset_events=events
         )
     budget = f"{policy.max_sessions} sessions / {policy.model_seconds:.0f}s a host"
     return SensorResult(
         dynamic_partitions_requests=partition_requests,
-        asset_events=adopted,
+        asset_events=events,
         run_requests=[
             # No run key: a key would be deduplicated for the sensor's life and swallow a rerun
             # after a restore. Duplicates are prevented by the in-flight check and the lease.
@@ -341,7 +349,7 @@ def summary_run_request(item, sweep_tags: dict[str, str] | None = None) -> RunRe
     )
 
 
-@sensor(job=fill_mini_summaries_job, minimum_interval_seconds=120, default_status=DefaultSensorStatus.RUNNING)
+@described_sensor(job=fill_mini_summaries_job, minimum_interval_seconds=120, default_status=DefaultSensorStatus.RUNNING)
 def mini_summary_sensor(
     context: SensorEvaluationContext,
     store: DigestStoreResource,
@@ -384,7 +392,7 @@ def mini_summary_tick(context: SensorEvaluationContext, db, model: ChatModelReso
     return _with_partitions(context, [RunRequest(partition_key=keys[0], tags=tags)])
 
 
-@sensor(job=digest_job, minimum_interval_seconds=300, default_status=DefaultSensorStatus.RUNNING)
+@described_sensor(job=digest_job, minimum_interval_seconds=300, default_status=DefaultSensorStatus.RUNNING)
 def digest_sensor(
     context: SensorEvaluationContext,
     store: DigestStoreResource,
@@ -416,7 +424,7 @@ def digest_tick(context: SensorEvaluationContext, db, model: ChatModelResource, 
     return _with_partitions(context, requests)
 
 
-@sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+@described_sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def interrupted_runs_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
     """Closes runs on this host whose process died, so their partitions can run again and their
     `model` pool slot is freed (Dagster's run monitoring cannot tell for the default launcher)."""

@@ -143,6 +143,8 @@ class SweepPolicyResource(ConfigurableResource):
     oldest_share: int = configured_by("DIGEST_SWEEP_OLDEST_SHARE")
     backoff_base_s: float = configured_by("DIGEST_BACKOFF_BASE_S")
     backoff_max_s: float = configured_by("DIGEST_BACKOFF_MAX_S")
+    backlog_refresh_s: float = configured_by("DIGEST_BACKLOG_REFRESH_S")
+    backlog_stall_s: float = configured_by("DIGEST_BACKLOG_STALL_S")
 
     def policy(self) -> SweepPolicy:
         return SweepPolicy(**self.model_dump())

@@ -37,8 +37,10 @@ TIERS = {
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",
+    "test_backlog": "integration",
     "test_busy_host": "integration",
     "test_checks": "integration",
+    "test_dg": "integration",
     "test_early_summaries": "integration",
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",

@@ -72,7 +72,7 @@ SMOKE = {
         embedded=True,
         timeout_s=880.0,
     ),
-    "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s")),
+    "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s", "backlog tick s")),
     "stream_faults.py": Smoke(("--smoke",), ("time to give up, old / new", "RunawayReply (runaway)", "MalformedReply")),
     "stream_cancel.py": Smoke(
         ("--smoke",), ("idle short request", "streamed: given up", "unstreamed: given up"), embedded=True

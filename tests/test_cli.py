@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import yaml
-from dagster import DagsterEventType, DagsterInstance
+from dagster import AssetCheckKey, AssetKey, DagsterEventType, DagsterInstance
 
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -73,6 +73,8 @@ def test_ingest_sweep_status_and_the_ui_instance_agree(tmp_path):
         assert (home / "dagster" / ".telemetry" / "id.yaml").is_file()
         swept_text = _text(["sweep", "--limit", "1"], env)
         assert _row(swept_text.stdout, "pending") == "2" and _row(swept_text.stdout, "summarized") == "1"
+        # The sweep recorded the backlog asset after its runs (no run of its own), and says it in a line.
+        assert _row(swept_text.stdout, "backlog").startswith("1 pending, the oldest waiting")
         # One plain line for the finished session (no bar, no colours on a pipe), no Dagster events.
         [line] = swept_text.stderr.splitlines()
         # The test server's summary names auth.py, which no turn has: the line says it is junk.
@@ -81,6 +83,7 @@ def test_ingest_sweep_status_and_the_ui_instance_agree(tmp_path):
         assert "\x1b[" not in swept_text.stderr + swept_text.stdout
         swept = _run(["sweep"], env)
         assert swept["pending"] == 1 and swept["summarized"] == 1
+        assert swept["backlog"].startswith("nothing pending; 2 finished in the last hour")
         status = _run(["status"], env)
         status_text = _text(["status"], env)
         plan = _run(["plan"], env)
@@ -102,6 +105,10 @@ def test_ingest_sweep_status_and_the_ui_instance_agree(tmp_path):
     instance = DagsterInstance.from_config(str(Path(home) / "dagster"))
     try:
         runs = instance.get_runs()
+        backlogs = instance.fetch_materializations(AssetKey("backlog"), limit=10).records
+        stall_checks = instance.event_log_storage.get_asset_check_execution_history(
+            AssetCheckKey(AssetKey("backlog"), "backlog_not_stalled"), limit=10
+        )
         jobs = sorted(run.job_name for run in runs)
         # Each run's events are in the instance, for the UI, as well as in the CLI's log file.
         logged = {
@@ -111,6 +118,8 @@ def test_ingest_sweep_status_and_the_ui_instance_agree(tmp_path):
     finally:
         instance.dispose()
     assert jobs == ["digest_sessions", "ingest", "report_friction", "summarize_sessions", "summarize_sessions"]
+    assert [r.asset_materialization.metadata["pending"].value for r in backlogs] == [0, 1]  # newest first
+    assert len(stall_checks) == 2
     log = (home / "logs" / "session-digest.log").read_text()
     for run_id, events in logged.items():
         assert DagsterEventType.RUN_SUCCESS in events

@@ -32,6 +32,7 @@ from digest.summary_output import response_json_schema
 from digest.synthesis import summarize_session
 from pipelines.definitions import build_definitions
 from pipelines.instance import write_instance_config
+from pipelines.tags import HOST_TAG, PID_TAG
 from resources.bindings import ChatModelResource
 from resources.model_clients import OpenAIChatClient
 from resources.response_cache import CachedChatClient, usable_reply
@@ -160,8 +161,8 @@ def _killed_run(instance, settings, key: str):
     tags = {
         "dagster/partition": key,
         "digest/sweep": "cli",
-        "digest/host": socket.gethostname(),
-        "digest/pid": str(dead_pid()),
+        HOST_TAG: socket.gethostname(),
+        PID_TAG: str(dead_pid()),
     }
     run = instance.create_run_for_job(job, tags=tags, status=DagsterRunStatus.STARTED)
     instance.event_log_storage.initialize_concurrency_limit_to_default("model")

@@ -37,6 +37,7 @@ from pipelines.sensors import (
     register_partitions,
     summary_sensor,
 )
+from pipelines.tags import ESTIMATED_S_TAG, PRIORITY_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -314,7 +315,7 @@ def test_model_time_budget_follows_measured_throughput(tmp_path, instance):
     ledger(0.05)  # a slow host: each small session now costs ~21 s of the 60 s budget
     slow = _tick(instance, resources)
     assert 1 <= len(slow.run_requests) < 5
-    assert sum(float(r.tags["digest/estimated_s"]) for r in slow.run_requests) <= 60 + 1
+    assert sum(float(r.tags[ESTIMATED_S_TAG]) for r in slow.run_requests) <= 60 + 1
     ledger(10.0)  # absurdly slow: one session still goes, so nothing starves
     assert len(_tick(instance, resources).run_requests) == 1
 
@@ -542,7 +543,7 @@ def test_mini_summary_sensor_serves_degraded_sessions_first_one_run_at_a_time(tm
         store.summaries.write_summary(_summary(row.session_id, row.turn_count, row.input_revision))
     (request,) = _tick(instance, resources, mini_summary_sensor).run_requests
     assert request.partition_key == "huge"  # over the cap: its mini summaries reach its summary
-    assert request.tags["digest/priority"] == "degraded-first"
+    assert request.tags[PRIORITY_TAG] == "degraded-first"
     job = build_definitions(settings).resolve_job_def("fill_mini_summaries")
     instance.create_run_for_job(job, tags={"dagster/partition": "huge"}, status=DagsterRunStatus.NOT_STARTED)
     assert "still going" in _tick(instance, resources, mini_summary_sensor).skip_message

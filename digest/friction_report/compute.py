@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from digest.backlog import Backlog
 from digest.circuit import CircuitPolicy, CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.pacing import RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
@@ -461,6 +462,8 @@ class FrictionReport:
     def model_seconds(self) -> float:
         return sum(self.call_seconds)
 
+    backlog: Backlog | None = None  # what waits for a summary and how fast it drains (`digest.backlog`)
+
     @property
     def degraded_share(self) -> float:
         return self.degraded / self.summaries if self.summaries else 0.0
@@ -517,6 +520,7 @@ def build_report(
     slowdowns: dict[str, Slowdown] | None = None,
     auto_caps: dict[str, dict] | None = None,
     sessions: int | None = None,
+    backlog: Backlog | None = None,
 ) -> FrictionReport:
     """`sessions`: how many sessions the store holds, the time-to-first-summary curve's whole."""
     groups = group_friction(events)
@@ -551,4 +555,5 @@ def build_report(
         call_seconds=[a["duration_s"] for a in attempts],
         summary_rows=list(summaries),
         first_summaries=first_summary_curve(attempts, summaries, sessions),
+        backlog=backlog,
     )

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from digest.backlog import Backlog, backlog_line
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.friction_report.compute import (
     PROBABILISTIC_SURFACE_COUNT,
@@ -350,7 +351,8 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         [],
         "No model calls yet.",
     )  # fmt: skip
-    return [overview, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, implausible, undigestible,
+    backlog = [backlog_section(report.backlog)] if report.backlog else []
+    return [overview, *backlog, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, implausible, undigestible,
             degraded, fidelity,
             junk, mini, first_summary_section(report), slowest, calibration_section(report, max_rows)]  # fmt: skip
 
@@ -378,6 +380,21 @@ def first_summary_section(report: FrictionReport) -> Section:
         if seconds is not None:
             rows.append([f"{share:.0%}", _seconds(seconds), _share(round(seconds * 1000), round(spent * 1000))])
     return Section(title, lead, Table(["sessions with a summary", "model-seconds by then", "of all spent"], rows))
+
+
+def backlog_section(backlog: Backlog) -> Section:
+    """Pending, the oldest's age, the drain in the last hour and day, and the ETA (the `backlog`
+    asset plots the same figures across its materializations)."""
+    placed = [
+        f"{what}: " + ", ".join(f"{n} {key}" for key, n in counts.items())
+        for what, counts in (("by route", backlog.by_route), ("by host", backlog.by_host))
+        if counts
+    ]
+    line = backlog_line(backlog)
+    lines = [line[0].upper() + line[1:] + "."]
+    if placed:
+        lines.append("Pending as a sweep would place them now, " + "; ".join(placed) + ".")
+    return Section("Backlog", lines)
 
 
 def calibration_section(report: FrictionReport, max_rows: int) -> Section:

@@ -23,6 +23,7 @@ with its SQL beside its code, in the order one session passes through them:
 - `tokens.py`         `store.tokens`: the bytes per token measured in a host's ledger
 - `speed.py`          `store.speed`: a host's measured rates and seconds per token, its auto raw cap
 - `reports.py`        `store.reports`: what `status`, the friction report and the asset checks read
+- `backlog.py`        `store.backlog`: the pending sessions' sizes and the drain's figures (`backlog` asset)
 - `archive.py`        `store.archive`: archive bundles written and restored
 
 Decisions are `digest/`'s pure functions (the order mini summaries are made in, when a failing turn
@@ -39,6 +40,7 @@ from pathlib import Path
 import pandas as pd
 
 from resources.store.archive import NOT_ARCHIVED, RESTORE_MODES, Archive
+from resources.store.backlog import BacklogReads
 from resources.store.cache import Cache
 from resources.store.connection import SCHEMA_VERSION, StoreFile, StoreUnreadable
 from resources.store.graph import Graph
@@ -75,6 +77,7 @@ class DigestStore:
         self.tokens = Tokens(self.file)
         self.speed = Speed(self.file)
         self.reports = Reports(self.file)
+        self.backlog = BacklogReads(self.file)
         self.archive = Archive(self.file)
 
     @property

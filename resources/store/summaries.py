@@ -114,6 +114,20 @@ def covered_turns_query(session_id: str) -> str:
     )
 
 
+def summary_gates(now_ms: int, idle_window_s: float) -> str:
+    """The pending sessions (`sessions` columns) with the sweep's two gates: `active` (within the
+    idle window) and `backing_off` (in failure backoff at the session's current turns)."""
+    idle_ms = int(idle_window_s * 1000)
+    return f"""
+        SELECT s.*,
+               coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false) AS active,
+               coalesce(st.backoff_until_ms > {now_ms} AND st.failed_revision = s.input_revision, false)
+                   AS backing_off
+        FROM ({PENDING_SUMMARY_SESSIONS}) s
+        LEFT JOIN summary_state st USING (session_id)
+    """
+
+
 def adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
     """Let a current imported summary stand as the summary of these sessions, graph rows and all;
     one that says its session was digested at these turns marks it digested."""
@@ -252,21 +266,20 @@ class Summaries(Repository):
             ).fetchone()
         return Candidate(*row) if row else None
 
-    def summary_queue(self, now_ms: int, idle_window_s: float, newest: int, oldest: int) -> dict:
+    def summary_queue(
+        self, now_ms: int, idle_window_s: float, newest: int, oldest: int, in_flight: list[str] = ()
+    ) -> dict:
         """The pending sessions a sweep may take, the newest `newest` and the oldest `oldest`
-        after the churn gate and failure backoff, with how many each gate held back."""
-        idle_ms = int(idle_window_s * 1000)
-        gates = f"""
-            SELECT s.*,
-                   coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false) AS active,
-                   coalesce(st.backoff_until_ms > {now_ms} AND st.failed_revision = s.input_revision, false)
-                       AS backing_off
-            FROM ({PENDING_SUMMARY_SESSIONS}) s
-            LEFT JOIN summary_state st USING (session_id)
-        """
+        after the churn gate and failure backoff, with how many each gate held back, and how many
+        of the others are `in_flight` (partition keys queued or running)."""
+        gates = summary_gates(now_ms, idle_window_s)
         with self.file.connect() as con:
             counts = con.execute(
-                f"SELECT count(*), count(*) FILTER (active), count(*) FILTER (backing_off AND NOT active) FROM ({gates})"
+                f"""SELECT count(*), count(*) FILTER (active), count(*) FILTER (backing_off AND NOT active),
+                           count(*) FILTER (NOT active AND NOT backing_off
+                                            AND partition_key IN (SELECT unnest(?::VARCHAR[])))
+                    FROM ({gates})""",
+                [list(in_flight)],
             ).fetchone()
             rows = con.execute(
                 f"""
@@ -285,6 +298,7 @@ class Summaries(Repository):
             "pending": counts[0],
             "active": counts[1],
             "backing_off": counts[2],
+            "in_flight": counts[3],
             "candidates": [Candidate(*row) for row in rows],
         }
 
