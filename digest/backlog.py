@@ -27,7 +27,7 @@ class Drain:
     model_seconds_last_hour: float  # model calls' seconds (every stage, cache replays left out)
     model_seconds_last_day: float
     summaries_by_tier: Mapping[str, int]
-    summaries_by_verdict: Mapping[str, int] | None  # None: the store has no `verdict` column yet
+    summaries_by_verdict: Mapping[str, int]  # `none`: a summary with no text to judge
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def backlog_metadata(backlog: Backlog) -> dict[str, int | float | str]:
         "model_seconds_last_day": round(d.model_seconds_last_day, 1),
         "hosts_in_rotation": len(backlog.hosts_in_rotation),
         **{f"summaries_tier_{k}": v for k, v in d.summaries_by_tier.items()},
-        **{f"summaries_verdict_{k}": v for k, v in (d.summaries_by_verdict or {}).items()},
+        **{f"summaries_verdict_{k}": v for k, v in d.summaries_by_verdict.items()},
     }
     figures = {
         "oldest_pending_age_s": backlog.oldest_pending_age_s,

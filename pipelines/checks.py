@@ -126,15 +126,20 @@ def junk_share_result(rows: list[dict], share_max: float, since: datetime | None
 
 
 def last_check_started(context: AssetCheckExecutionContext) -> datetime | None:
-    """When this check's previous completed evaluation (another run's) was planned: the summaries
-    written after it are this one's to count (one written while that check ran is counted twice
-    rather than never)."""
+    """When the run of this check's previous completed evaluation (another run's) started: the
+    summaries written after it are this one's to count (one written while that check ran is counted
+    twice rather than never). The run's start, not the record's creation, which is kept in whole
+    seconds: a summary written in the same second just before would be counted again."""
     key = context.check_specs[0].key
     history = context.instance.event_log_storage.get_asset_check_execution_history(
         key, limit=5, status=COMPLETED_ASSET_CHECK_EXECUTION_RECORD_STATUSES
     )
     previous = next((r for r in history if r.run_id != context.run.run_id), None)
-    return datetime.fromtimestamp(previous.create_timestamp, UTC) if previous else None
+    if previous is None:
+        return None
+    run = context.instance.get_run_record_by_id(previous.run_id)
+    started = run.start_time if run is not None and run.start_time else previous.create_timestamp
+    return datetime.fromtimestamp(started, UTC)
 
 
 def graph_evidence_problems(graph: dict) -> list[str]:

@@ -18,7 +18,7 @@ class BacklogReads(Repository):
         with self.file.connect() as con:
             rows = con.execute(
                 f"""WITH picked AS (
-                        SELECT session_id FROM ({PENDING_SUMMARY_SESSIONS})
+                        SELECT session_id, NULL::INTEGER AS summary_step FROM ({PENDING_SUMMARY_SESSIONS})
                         WHERE partition_key NOT IN (SELECT unnest(?::VARCHAR[])))
                     {CANDIDATES_PICKED}""",
                 [list(exclude)],
@@ -48,18 +48,10 @@ class BacklogReads(Repository):
             tiers = dict(
                 con.execute("SELECT source_tier, count(*) FROM session_summaries GROUP BY 1 ORDER BY 1").fetchall()
             )
-            # The verdict column comes with the junk filter (issue 30's sibling): counted once it exists.
-            has_verdict = con.execute(
-                "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'session_summaries' AND column_name = 'verdict'"
-            ).fetchone()[0]
-            verdicts = (
-                dict(
-                    con.execute(
-                        "SELECT coalesce(verdict, 'none'), count(*) FROM session_summaries GROUP BY 1 ORDER BY 1"
-                    ).fetchall()
-                )
-                if has_verdict
-                else None
+            verdicts = dict(
+                con.execute(
+                    "SELECT coalesce(verdict, 'none'), count(*) FROM session_summaries GROUP BY 1 ORDER BY 1"
+                ).fetchall()
             )
         return Drain(
             pending=pending,
