@@ -227,6 +227,7 @@ def test_the_check_names_a_stalled_backlog_and_passes_once_a_summary_finishes(tm
     verdict = store.query("SELECT verdict FROM session_summaries WHERE session_id = 'a'").iloc[0, 0]
     assert meta["summaries_tier_raw"] == 1 and meta[f"summaries_verdict_{verdict}"] == 1
 
+
 def test_the_skip_reason_counts_the_runs_in_flight(tmp_path, instance):
     settings = _settings(tmp_path)
     definitions = _definitions(settings)
