@@ -17,6 +17,7 @@ from resources.store import DigestStore
 TIERS = {
     # unit: pure functions, a DuckDB file, a local HTTP server; no Dagster run, no subprocess
     "test_circuit": "unit",
+    "test_cost": "unit",
     "test_hosts": "unit",
     "test_model_clients": "unit",
     "test_pacing": "unit",
@@ -36,6 +37,7 @@ TIERS = {
     "test_checks": "integration",
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
+    "test_cost_runs": "integration",
     "test_friction_report": "integration",
     "test_full_disk": "integration",
     "test_graph": "integration",

@@ -14,7 +14,7 @@ from digest.graph import Chunk, GraphExtraction
 from digest.scheduling import now_ms
 from digest.synthesis import Attempt
 from resources.store.cache import mark_staged_attempts_recorded
-from resources.store.connection import Repository, now
+from resources.store.connection import Repository, now, records
 
 if TYPE_CHECKING:
     from resources.store import DigestStore
@@ -39,6 +39,25 @@ class Attempts(Repository):
                     attempt.host, attempt.first_token_s,
                 ],
             )  # fmt: skip
+
+    def summary_cost_rows(self, session_id: str, run_id: str) -> tuple[list[dict], list[dict]]:
+        """What `digest.cost.summary_cost` reads: the run's summary calls for the session, and the
+        session's mini-summary calls (any run: they are made before the summary, by other runs;
+        the ledger keeps no turn revision for them)."""
+        columns = "stage, outcome, duration_s, cached, first_token_s, prompt_tokens, completion_tokens, host, model"
+        with self.file.connect() as con:
+            summary = records(
+                con,
+                f"SELECT {columns} FROM attempts WHERE session_id = ? AND run_id = ? AND stage = 'session-summary' "
+                "ORDER BY attempt_id",
+                [session_id, run_id],
+            )
+            minis = records(
+                con,
+                f"SELECT {columns} FROM attempts WHERE session_id = ? AND stage = 'mini-summary' ORDER BY attempt_id",
+                [session_id],
+            )
+        return summary, minis
 
     def record_friction(self, event: FrictionEvent, run_id: str | None = None) -> None:
         with self.file.connect() as con:
