@@ -12,6 +12,7 @@ from digest.friction_report import build_report, render_html, render_markdown
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource
 
 REPORT_FILE = "friction-report.html"
+REPORT_COST_DAYS = 30  # the days of model time by model, host and day the report shows
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -48,6 +49,7 @@ def friction_report(
         host_circuits=rows["host_circuits"],
         slowdowns=db.speed.host_slowdowns([(h.name, h.model) for h in model.fleet().hosts]),
         auto_caps=db.speed.auto_caps(),
+        cost_totals=db.reports.cost_totals(REPORT_COST_DAYS),
     )
     path = db.path.parent / REPORT_FILE
     _write_atomically(path, render_html(report))

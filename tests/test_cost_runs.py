@@ -1,6 +1,6 @@
 """A summary's cost and cache flag on its materialization, in a real Dagster instance over a real
 DuckDB file and real HTTP: the model call's prompt and generation seconds, then a rerun replayed
-from the response cache with no model call."""
+from the response cache with no model call, and the friction report's totals by model, host and day."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ def test_the_summary_shows_its_cost_and_a_rerun_from_the_cache_says_so(tmp_path,
         calls_after_first = len(server.chat_requests())
         again, again_logs = _summarize(definitions, instance)  # by hand: summarized again, from the cache
         assert len(server.chat_requests()) == calls_after_first
+        report = definitions.resolve_job_def("report_friction").execute_in_process(instance=instance)
 
     ledger = store.query("SELECT duration_s, first_token_s, cached FROM attempts ORDER BY attempt_id")
     assert ledger["cached"].tolist() == [False, True]
@@ -63,3 +64,11 @@ def test_the_summary_shows_its_cost_and_a_rerun_from_the_cache_says_so(tmp_path,
     assert again["cached"] is True
     assert again["cost_calls"] == 0 and again["cost_model_s"] == 0
     assert again_logs[-1].endswith("reply from the cache, no model call")
+
+    # The friction report's totals by model, host and day: the one call, and the one replay.
+    report_md = report.asset_materializations_for_node("friction_report")[0].metadata["report"].value
+    section = report_md.split("Model time by model, host and day", 1)[1].split("\n#", 1)[0]
+    day_rows = [line for line in section.splitlines() if line.startswith("| 20")]
+    assert len(day_rows) == 1
+    cells = [c.strip() for c in day_rows[0].strip("|").split("|")]
+    assert cells[2:] == ["default", f"{first['cost_model_s']:.2f} s", "1", "0", "0.00 s", "1"]

@@ -400,6 +400,8 @@ class FrictionReport:
     auto_caps: dict[str, dict]  # by host: the auto raw cap in force (`host_raw_caps` rows)
     call_seconds: list[float] = field(repr=False)
     summary_rows: list[dict] = field(default_factory=list, repr=False)  # tier, route, origin, host, fidelity
+    # The ledger's model-seconds, calls, given-up calls and cache replays by model, host and UTC day.
+    cost_totals: list[dict] = field(default_factory=list, repr=False)
 
     @property
     def degraded_share(self) -> float:
@@ -446,6 +448,7 @@ def build_report(
     host_circuits: list[HostCircuit] = (),
     slowdowns: dict[str, Slowdown] | None = None,
     auto_caps: dict[str, dict] | None = None,
+    cost_totals: list[dict] = (),
 ) -> FrictionReport:
     groups = group_friction(events)
     calibrations = calibrate(attempts, settings)
@@ -477,4 +480,5 @@ def build_report(
         auto_caps=dict(auto_caps or {}),
         call_seconds=[a["duration_s"] for a in attempts],
         summary_rows=list(summaries),
+        cost_totals=list(cost_totals),
     )
