@@ -17,6 +17,7 @@ from digest.cost import SummaryCost, summary_cost
 from digest.fidelity import Fidelity
 from digest.ingest import ingest_paths
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
+from resources.model_clients.progress import CallProgress
 from resources.store import DigestStore
 from resources.store.summary_row import MODEL_COLUMNS, SUMMARY_ROW
 
@@ -139,10 +140,12 @@ def session_summaries(
     made the summary) when, under the lease, there is nothing to do (`nothing_to_summarize`), or
     when a run a sweep launched finds another run holding the lease: that run is doing it.
     """
-    outcome = summarize_partition(
-        store.store(), model, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
-        replace_imported=config.replace_imported, log=context.log.info,
-    )  # fmt: skip
+    # A long model call says how far it has come in the run log (pieces and seconds, every 30 s).
+    with CallProgress(context.log.info).ticking() as progress:
+        outcome = summarize_partition(
+            store.store(), model, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
+            replace_imported=config.replace_imported, log=context.log.info, progress=progress,
+        )  # fmt: skip
     if outcome.failure:
         raise Failure(description=outcome.failure, metadata=outcome.failure_metadata)
     if outcome.skipped:

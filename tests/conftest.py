@@ -16,6 +16,7 @@ from resources.store import DigestStore
 # placed on purpose.
 TIERS = {
     # unit: pure functions, a DuckDB file, a local HTTP server; no Dagster run, no subprocess
+    "test_call_progress": "unit",
     "test_circuit": "unit",
     "test_cost": "unit",
     "test_hosts": "unit",
