@@ -13,12 +13,10 @@ from dagster import (
 from assets.partitions import sessions_partitions
 from assets.work.runs import RunFacts
 from assets.work.sessions import describe_partition, summarize_partition
-from digest.cost import SummaryCost, summary_cost
 from digest.fidelity import Fidelity
 from digest.ingest import ingest_paths
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
 from resources.model_clients.progress import CallProgress
-from resources.store import DigestStore
 from resources.store.summary_row import MODEL_COLUMNS, SUMMARY_ROW
 
 # Bump when a prompt or the routing rule changes, so the UI marks summaries as stale.
@@ -151,18 +149,9 @@ def session_summaries(
     if outcome.skipped:
         not_done(context, outcome.session_id, "not summarized, no model call", outcome.skipped, summarized=False)
         return
-    cost = run_cost(store.store(), outcome.session_id, context.run.run_id)
-    context.log.info(f"session {outcome.session_id!r}: {cost.log_line()}")
-    yield materialized(context, {**summary_metadata(outcome.row), **cost.metadata()})
-
-
-def run_cost(store: DigestStore, session_id: str, run_id: str) -> SummaryCost:
-    """What this run's summary cost, from the ledger (`digest.cost`); an unstreamed call is split
-    at its host's measured rates."""
-    summary_calls, mini_calls = store.attempts.summary_cost_rows(session_id, run_id)
-    return summary_cost(
-        summary_calls, mini_calls, lambda host, model: store.speed.host_speed(host, model) if host else None
-    )
+    # What the summary cost and whether its reply came from the cache (`digest.cost`).
+    context.log.info(f"session {outcome.session_id!r}: {outcome.cost.log_line()}")
+    yield materialized(context, {**summary_metadata(outcome.row), **outcome.cost.metadata()})
 
 
 def summary_metadata(row: dict) -> dict:

@@ -16,6 +16,7 @@ from assets.work.runs import (
     unknown_partition,
 )
 from digest.circuit import CircuitPolicy
+from digest.cost import SummaryCost, summary_cost
 from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
 from digest.turns import canonical_order
@@ -98,6 +99,7 @@ class SummaryOutcome:
 
     session_id: str | None
     row: dict | None = None
+    cost: SummaryCost = SummaryCost()  # of `row`, in this run: nothing for a kept imported summary
     skipped: str | None = None
     failure: str | None = None
     failure_metadata: dict = field(default_factory=dict)
@@ -153,7 +155,20 @@ def summarize_partition(
             outcome = _summarize_leased(store, model, run, session, placement, sweep, circuit, log, progress)
         finally:
             store.summaries.release_summary_lease(session_id, run.run_id)
-        return outcome or SummaryOutcome(session_id, row=store.summaries.summary_row(session_id))
+        if outcome is not None:
+            return outcome
+        return SummaryOutcome(
+            session_id, row=store.summaries.summary_row(session_id), cost=run_cost(store, session_id, run.run_id)
+        )
+
+
+def run_cost(store: DigestStore, session_id: str, run_id: str) -> SummaryCost:
+    """What this run's summary cost, from the ledger, on the run's held connection; an unstreamed
+    call is split at its host's measured rates."""
+    summary_calls, mini_calls = store.attempts.summary_cost_rows(session_id, run_id)
+    return summary_cost(
+        summary_calls, mini_calls, lambda host, model: store.speed.host_speed(host, model) if host else None
+    )
 
 
 def _summarize_leased(
