@@ -31,7 +31,7 @@ def test_the_line_is_due_every_period_and_says_pieces_and_seconds():
     progress.begin()
     start = time.monotonic()
     assert progress.line(start + 10) is None
-    assert progress.line(start + 31).startswith("model call in progress: 31 s, no piece yet")
+    assert progress.line(start + 31) == "model call in progress: 31 s, no piece received yet"
     assert progress.line(start + 40) is None  # 9 s after the last line
     progress.first_piece_s, progress.pieces = 35.0, 120
     assert progress.line(start + 62) == "model call in progress: 62 s, 120 pieces received (the first after 35.0 s)"
@@ -51,5 +51,5 @@ def test_a_streamed_call_counts_its_pieces_and_logs_while_it_waits(protocol):
         )
     assert progress.pieces == math.ceil(len(reply.text) / behaviour.piece_chars)
     assert progress.first_piece_s is not None and progress.first_piece_s >= 1.0
-    assert lines and "no piece yet" in lines[0]
+    assert lines and "no piece received yet" in lines[0]
     assert progress.line(time.monotonic() + 100) is None  # the call has ended: nothing more to say

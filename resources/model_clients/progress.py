@@ -45,7 +45,7 @@ class CallProgress:
         self._logged = now
         seconds = now - started
         if self.pieces == 0:
-            return f"model call in progress: {seconds:.0f} s, no piece yet (the prompt is being read)"
+            return f"model call in progress: {seconds:.0f} s, no piece received yet"
         return (
             f"model call in progress: {seconds:.0f} s, {self.pieces} pieces received "
             f"(the first after {self.first_piece_s:.1f} s)"
