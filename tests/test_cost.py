@@ -72,6 +72,12 @@ def test_cost_totals_by_model_host_and_day(tmp_path):
         ("big", "gpu", days[0]), ("small", "cpu", days[1]), ("small", "gpu", days[1])
     ]  # fmt: skip
     gpu = totals[2]
-    assert (gpu["model_s"], gpu["calls"], gpu["given_up"], gpu["given_up_s"], gpu["cached"]) == (40.0, 2, 1, 30.0, 1)
+    assert (gpu["model_seconds"], gpu["calls"], gpu["given_up"], gpu["given_up_seconds"], gpu["cached"]) == (
+        40.0,
+        2,
+        1,
+        30.0,
+        1,
+    )
     # status shows the last week: the 10-day-old calls are not in it.
     assert [t["model"] for t in store.reports.status()["cost_last_7_days"]] == ["small", "small"]

@@ -330,8 +330,8 @@ def cost_section(report: FrictionReport, max_rows: int) -> Section:
     return _table_section(
         "Model time by model, host and day",
         ["day (UTC)", "model", "host", "model seconds", "calls", "given up", "given-up seconds", "from the cache"],
-        [[t["day"], t["model"], t["host"] or "", _seconds(t["model_s"]), str(t["calls"]), str(t["given_up"]),
-          _seconds(t["given_up_s"]), str(t["cached"])]
+        [[t["day"], t["model"], t["host"] or "", _seconds(t["model_seconds"]), str(t["calls"]), str(t["given_up"]),
+          _seconds(t["given_up_seconds"]), str(t["cached"])]
          for t in reversed(report.cost_totals)],
         max_rows,
         ["Every model call's seconds from the attempts ledger, given-up calls (any that did not end ok) among them; "

@@ -15,10 +15,10 @@ from resources.store.summaries import PENDING_SUMMARY_SESSIONS
 # and took no model time, so it is only counted; a given-up call is any that did not end "ok".
 COST_TOTALS = """
     SELECT model, host, strftime(timezone('UTC', created_at), '%Y-%m-%d') AS day,
-           round(coalesce(sum(duration_s) FILTER (NOT cached), 0), 3) AS model_s,
+           round(coalesce(sum(duration_s) FILTER (NOT cached), 0), 3) AS model_seconds,
            count(*) FILTER (NOT cached) AS calls,
            count(*) FILTER (NOT cached AND outcome <> 'ok') AS given_up,
-           round(coalesce(sum(duration_s) FILTER (NOT cached AND outcome <> 'ok'), 0), 3) AS given_up_s,
+           round(coalesce(sum(duration_s) FILTER (NOT cached AND outcome <> 'ok'), 0), 3) AS given_up_seconds,
            count(*) FILTER (cached) AS cached
     FROM attempts WHERE created_at >= now() - to_days(?) GROUP BY ALL ORDER BY day, model, host NULLS FIRST"""
 
