@@ -29,8 +29,8 @@ def friction_report(
 ) -> MaterializeResult:
     """Friction grouped by (asset, consumer, symptom) with the surfacing rule, the pre-routes and
     the model time they saved against what the degraded path spent and threw away, given-up
-    calls, suspected truncation, the degraded share, mini-summary coverage, the model hosts'
-    circuits and speed, the slowest calls, and the raw cap calibrated on this host's own calls.
+    calls, suspected truncation, the degraded share, mini-summary coverage, the time to each
+    session's first summary, the model hosts' circuits and speed, the slowest calls, and the raw cap calibrated on this host's own calls.
 
     Also written as an HTML file with a chart beside the DuckDB file (`report_path`).
     """
@@ -50,6 +50,7 @@ def friction_report(
         slowdowns=db.speed.host_slowdowns([(h.name, h.model) for h in model.fleet().hosts]),
         auto_caps=db.speed.auto_caps(),
         cost_totals=db.reports.cost_totals(REPORT_COST_DAYS),
+        sessions=rows["sessions"],
     )
     path = db.path.parent / REPORT_FILE
     _write_atomically(path, render_html(report))

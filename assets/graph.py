@@ -60,7 +60,7 @@ def session_graph(
     relations the model extracts from the raw turns, chunk by chunk within its budget. Never from a
     summary's text, degraded or not.
 
-    Not digested (nothing materialized, an observation says why) when the turns changed since the
+    Not digested (`not_done` says what is on the partition then) when the turns changed since the
     summary, or the session is undigestible at its current turns, or, in a run a sweep launched, it
     was digested at its current turns since the run was queued (by a concurrent sweep's run). A run
     spends at most `DIGEST_GRAPH_BUDGET_S` of model time: a session whose chunks do not fit keeps the
@@ -73,6 +73,8 @@ def session_graph(
         raise Failure(description=outcome.failure, metadata=outcome.metadata)
     if outcome.not_digested:
         what = "part-digested" if outcome.part_digested else "not digested"
-        not_done(context, outcome.session_id, what, outcome.not_digested, digested=False, **outcome.metadata)
+        done = not_done(context, outcome.session_id, what, outcome.not_digested, digested=False, **outcome.metadata)
+        if done is not None:
+            yield done
         return
     yield materialized(context, {**outcome.metadata, "graph": MetadataValue.md(_preview(outcome.graph))})

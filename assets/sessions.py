@@ -21,6 +21,8 @@ from resources.store.summary_row import MODEL_COLUMNS, SUMMARY_ROW
 
 # Bump when a prompt or the routing rule changes, so the UI marks summaries as stale.
 SUMMARY_CODE_VERSION = "summary-v1"
+# Dagster's tag on the runs of a backfill (`dagster._core.storage.tags.BACKFILL_ID_TAG`).
+BACKFILL_TAG = "dagster/backfill"
 
 
 class SummaryConfig(Config):
@@ -88,10 +90,18 @@ def run_facts(context: AssetExecutionContext) -> RunFacts:
     return RunFacts(context.run.run_id, context.run.tags, ended)
 
 
-def not_done(context: AssetExecutionContext, session_id: str, what: str, reason: str, **metadata) -> None:
-    """Why the run made nothing (`what`: not summarized, ...), in its log and, as an observation,
-    on the partition."""
+def not_done(
+    context: AssetExecutionContext, session_id: str, what: str, reason: str, **metadata
+) -> MaterializeResult | None:
+    """Why the run made nothing (`what`: not summarized, ...), in its log and, as an observation, on
+    the partition: its latest materialization stays the one that made the summary or graph.
+
+    In a backfill's run (the UI's Materialize of several partitions) a materialization instead, its
+    `not_done` saying why: since dagster 1.13.22 a backfill marks failed every partition that a
+    successful run did not materialize (dagster-io/dagster#34219; before, it waited for it for ever)."""
     context.log.info(f"session {session_id!r} {what}: {reason}")
+    if BACKFILL_TAG in context.run.tags:
+        return materialized(context, {"session_id": session_id, **metadata, "not_done": f"{what}: {reason}"})
     context.log_event(
         AssetObservation(
             asset_key=context.asset_key,
@@ -99,6 +109,7 @@ def not_done(context: AssetExecutionContext, session_id: str, what: str, reason:
             metadata={"session_id": session_id, **metadata, "reason": reason},
         )
     )
+    return None
 
 
 @asset(partitions_def=sessions_partitions, deps=[raw_turns], group_name="sessions", kinds={"duckdb"})
@@ -134,9 +145,9 @@ def session_summaries(
     Over the cap the raw prompt is never sent: the summary is built from per-turn mini summaries
     (else truncated raw snippets) and says so in `source_tier`, `degraded` and `raw_canonical`.
 
-    Nothing is materialized (an observation says why; the latest materialization stays the one that
-    made the summary) when, under the lease, there is nothing to do (`nothing_to_summarize`), or
-    when a run a sweep launched finds another run holding the lease: that run is doing it.
+    No summary is made when, under the lease, there is nothing to do (`nothing_to_summarize`), or
+    when a run a sweep launched finds another run holding the lease: that run is doing it (`not_done`
+    says what is on the partition then). Any other run finding the lease held fails: it was asked for.
     """
     # A long model call says how far it has come in the run log (pieces and seconds, every 30 s).
     with CallProgress(context.log.info).ticking() as progress:
@@ -147,7 +158,9 @@ def session_summaries(
     if outcome.failure:
         raise Failure(description=outcome.failure, metadata=outcome.failure_metadata)
     if outcome.skipped:
-        not_done(context, outcome.session_id, "not summarized, no model call", outcome.skipped, summarized=False)
+        done = not_done(context, outcome.session_id, "not summarized, no model call", outcome.skipped, summarized=False)
+        if done is not None:
+            yield done
         return
     # What the summary cost and whether its reply came from the cache (`digest.cost`).
     context.log.info(f"session {outcome.session_id!r}: {outcome.cost.log_line()}")
@@ -166,7 +179,6 @@ def summary_metadata(row: dict) -> dict:
     lists = [f"{k}: {', '.join(v) or 'none'}" for k, v in fields.items() if isinstance(v, list)]
     return {
         **plain,
-        "mini_summary_coverage": row["mini_summary_count"] / row["memory_count"],
         # What the fidelity score found named in the summary, and missed (docs/fidelity.md).
         "fidelity_identifiers": MetadataValue.md(
             Fidelity(row["fidelity"], row["fidelity_found"] or [], row["fidelity_missed"] or []).markdown()

@@ -19,7 +19,7 @@ summaries-backup row for a third of them) goes the way the daemon takes it:
    partition: ticks, seconds, p95 tick;
 3. what is owed: model calls the backlog needs with and without the imported summaries;
 4. drain: sensor ticks whose run requests are executed (the `summarize_sessions` job with the
-   request's partition, tags and assets: a raw session's run has no mini-summary step; in process,
+   request's partition, tags and assets: a sweep's run has no mini-summary step; in process,
    the daemon would start a worker process per run on top) until `--drain` sessions are summarized,
    against a local server that answers at a fixed prompt rate. `--time-scale` shortens the
    server's sleep by that factor so the drain finishes in minutes; the model seconds at the real rate and the orchestration share at that rate are

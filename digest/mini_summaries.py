@@ -29,7 +29,15 @@ from digest.friction import Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelTimeout, ProviderError
 from digest.pacing import CallPlan, Pacer, first_token_of, is_given_up
 from digest.prompts import MINI_SUMMARY_HEAD, MINI_SUMMARY_MIDDLE
-from digest.synthesis import Attempt, Limits, Route, estimate_raw_tokens, raw_route
+from digest.synthesis import (
+    Attempt,
+    Limits,
+    Route,
+    estimate_raw_tokens,
+    in_flight_attempt,
+    ledgered_call,
+    raw_route,
+)
 
 STAGE = "mini-summary"
 MAX_CHARS = 280
@@ -93,9 +101,12 @@ class PendingSession:
 
 
 class MiniSummaryStore(Protocol):
-    """Where results go as they happen (DuckDB in production: short writes, none during a call)."""
+    """Where results go as they happen (DuckDB in production: short writes, none during a call);
+    its attempts as `digest.synthesis.Ledger` writes them."""
 
-    def record_attempt(self, attempt: Attempt) -> None: ...
+    def start_attempt(self, attempt: Attempt) -> int | None: ...
+
+    def record_attempt(self, attempt: Attempt, started: int | None = None) -> None: ...
 
     def save_mini_summary(self, turn: PendingTurn, text: str, model: str) -> None: ...
 
@@ -344,7 +355,10 @@ def fill_mini_summaries(
         prompt = build_prompt(*texts[turn.id], max_bytes=max_prompt_bytes)
         tokens_estimate = limits.estimate_tokens(prompt)
         plan = pacer.plan(tokens_estimate, MAX_OUTPUT_TOKENS, client.streaming)
-        reply, error, seconds = call_with_deadline(client, prompt, plan, plan.timeout_s * backstop_ratio)
+        backstop_s = plan.timeout_s * backstop_ratio
+        in_flight = in_flight_attempt(turn.session_id, STAGE, "turn", prompt, limits, client.model, backstop_s)
+        with ledgered_call(store, in_flight) as started:
+            reply, error, seconds = call_with_deadline(client, prompt, plan, backstop_s)
         report.model_seconds += seconds
         report.attempted += 1
         note = None
@@ -378,7 +392,7 @@ def fill_mini_summaries(
             host_failure=plan.host_failure(error),
             first_token_s=first_token_of(reply, error),
         )
-        store.record_attempt(attempt)
+        store.record_attempt(attempt, started)
         pacer.observe(attempt.speed_sample(), error)
         if cause == "ok":
             store.save_mini_summary(turn, text, client.model)

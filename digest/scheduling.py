@@ -49,6 +49,9 @@ class Candidate:
     raw_bytes: int  # the turn documents alone
     compact_bytes: int  # sum over turns of min(document or mini summary, 280 chars)
     mini_summary_count: int
+    # An upgrade: the coverage step its current degraded summary was made at (`coverage_step`);
+    # None: the session has no summary of its current turns.
+    summary_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,28 @@ def choose_batch(planned_newest_first: list[PlannedSession], policy: SweepPolicy
             break
         take(item)
     return chosen
+
+
+# A degraded summary is made again only when its session's mini-summary coverage has crossed a
+# step since: half its turns, then every turn the backfill can do. So a session pays the compact
+# call at most three times (its first summary, at half, complete), not once per mini-summary run.
+UPGRADE_COVERAGE = 0.5
+COMPLETE_STEP = 2
+
+
+def coverage_step(turns: int, with_mini_summary: int, pending: int) -> int:
+    """0: under `UPGRADE_COVERAGE` of the turns have a mini summary; 1: at least that share do;
+    `COMPLETE_STEP`: no turn is left for the backfill (each has one, or was archived without).
+    The store's `COVERAGE_STEP_SQL` is the same rule over its counts."""
+    if pending == 0:
+        return COMPLETE_STEP
+    return 1 if with_mini_summary >= UPGRADE_COVERAGE * turns else 0
+
+
+def upgrade_due(summary_step: int | None, step_now: int | None) -> bool:
+    """A degraded summary made at `summary_step` is made again at a higher coverage step; a raw or
+    imported one (no step) never is."""
+    return summary_step is not None and (step_now or 0) > summary_step
 
 
 def failures_after(previous: tuple[int, str] | None, revision: str) -> int:

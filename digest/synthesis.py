@@ -16,9 +16,12 @@ No Dagster here: the asset wires a client and a ledger in, so this runs and is t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -49,6 +52,11 @@ MIN_COMPACT_CHARS = 40
 # The estimate assumes 3 bytes a token; real prose runs 3.5-4.6, so a server that counted under
 # 40% of the estimate most likely cut the prompt (Ollama truncates silently).
 TRUNCATION_RATIO = 0.4
+# An attempt's outcome while its call runs: the row is written before the call, so a run killed
+# during it leaves the call in the ledger.
+IN_FLIGHT = "in-flight"
+# The call's run died or was stopped during it. Not a host failure: a kill says nothing of the host.
+INTERRUPTED = "interrupted"
 
 
 class Route(StrEnum):
@@ -118,6 +126,7 @@ class Attempt:
     host: str | None = None  # the model host that answered (DIGEST_MODEL_HOSTS names them)
     host_failure: bool = False  # the error says the host is bad, not the prompt (`digest.circuit`)
     first_token_s: float | None = None  # a streamed call's time to its first piece: the prompt's time
+    deadline_s: float | None = None  # the longest the call may run: an interrupted call spent at most this
 
     @property
     def suspected_truncation(self) -> bool:
@@ -138,7 +147,13 @@ class Attempt:
 class Ledger(Protocol):
     """Where attempts and friction go as they happen (DuckDB in production, short writes)."""
 
-    def record_attempt(self, attempt: Attempt) -> None: ...
+    def start_attempt(self, attempt: Attempt) -> int | None:
+        """Write a call's attempt before the call (outcome `in-flight`); its row's id, for `record_attempt`."""
+        ...
+
+    def record_attempt(self, attempt: Attempt, started: int | None = None) -> None:
+        """Write a call's attempt as it ended: the row `start_attempt` wrote, finished; else a new row."""
+        ...
 
     def record_friction(self, event: FrictionEvent) -> None: ...
 
@@ -309,6 +324,44 @@ def fit_compact_prompt(turns: list[Turn], entries: list[str], limits: Limits) ->
 # --- the routing rule --------------------------------------------------------------------------
 
 
+def in_flight_attempt(
+    session_id: str, stage: str, tier: str, prompt: str, limits: Limits, model: str, deadline_s: float
+) -> Attempt:
+    """A call's attempt as written before the call: what it sends and the longest it may run."""
+    return Attempt(
+        session_id=session_id,
+        stage=stage,
+        tier=tier,
+        prompt_bytes=len(prompt.encode("utf-8")),
+        tokens_estimate=limits.estimate_tokens(prompt),
+        outcome=IN_FLIGHT,
+        duration_s=0.0,
+        model=model,
+        deadline_s=deadline_s,
+    )
+
+
+@contextmanager
+def ledgered_call(ledger: Ledger, in_flight: Attempt) -> Iterator[int | None]:
+    """The call's attempt in the ledger before the call, so a run killed during it leaves the row
+    (closed as `interrupted` once the run is found dead, `pipelines/interrupted_runs.py`). Yields the
+    row's id, for `record_attempt`. Anything the caller does not catch (the run terminated from the
+    UI, a bug) finishes the row as `interrupted` with the time spent, then goes on up."""
+    started = ledger.start_attempt(in_flight)
+    began = time.monotonic()
+    try:
+        yield started
+    except BaseException as exc:
+        stopped = dataclasses.replace(
+            in_flight,
+            outcome=INTERRUPTED,
+            duration_s=time.monotonic() - began,
+            error_text=f"the run stopped during the call: {type(exc).__name__}: {exc}"[:2000],
+        )
+        ledger.record_attempt(stopped, started)
+        raise
+
+
 def _call(
     client: ChatClient, prompt: str, limits: Limits, ledger: Ledger, session_id: str, tier: str, pacer: Pacer
 ) -> tuple[SessionSummaryOutput | None, BaseException | None, bool]:
@@ -316,24 +369,27 @@ def _call(
     reply: ChatReply | None = None
     output, error = None, None
     plan = pacer.plan(limits.estimate_tokens(prompt), limits.max_output_tokens, client.streaming)
-    try:
-        reply = client.chat(
-            prompt,
-            schema=response_json_schema(),
-            max_output_tokens=limits.max_output_tokens,
-            timeout_s=plan.timeout_s,
-            stall_s=plan.stall_s,
-        )
-        if reply.finish_reason == "length":
-            # Cut at the output cap: even when what came parses, the summary did not end where the model meant.
-            raise OutputLimitExceeded(
-                f"reply cut at the output cap of {limits.max_output_tokens} tokens (finish_reason=length)"
+    stage = "session-summary"
+    in_flight = in_flight_attempt(session_id, stage, tier, prompt, limits, client.model, plan.timeout_s)
+    with ledgered_call(ledger, in_flight) as started:
+        try:
+            reply = client.chat(
+                prompt,
+                schema=response_json_schema(),
+                max_output_tokens=limits.max_output_tokens,
+                timeout_s=plan.timeout_s,
+                stall_s=plan.stall_s,
             )
-        output = parse_summary_output(reply.text)
-    except (ModelError, OutputParseError) as exc:
-        error = exc
-    attempt = call_attempt(session_id, "session-summary", tier, prompt, limits, client.model, reply, error, plan=plan)
-    ledger.record_attempt(attempt)
+            if reply.finish_reason == "length":
+                # Cut at the output cap: even when what came parses, the summary did not end where the model meant.
+                raise OutputLimitExceeded(
+                    f"reply cut at the output cap of {limits.max_output_tokens} tokens (finish_reason=length)"
+                )
+            output = parse_summary_output(reply.text)
+        except (ModelError, OutputParseError) as exc:
+            error = exc
+    attempt = call_attempt(session_id, stage, tier, prompt, limits, client.model, reply, error, plan=plan)
+    ledger.record_attempt(attempt, started)
     pacer.observe(attempt.speed_sample(), error)
     return output, error, attempt.host_failure
 

@@ -2,9 +2,11 @@
 
 Each check is a plain rule on one row (or one session's graph), tested on its own, wrapped in an
 `@asset_check` that reads the store and lists the violations. Dagster runs them in the hourly
-`report_friction` job and on demand from the asset's Checks tab; not after each one-session run
-(`pipelines/jobs.py`: each check reads the whole store, and a run's check steps were half of its
-record in the Dagster instance).
+`report_friction` job and on demand from the Checks tab; not in one-session runs (each check reads
+the whole store, and a run's check steps were half of its record in the Dagster instance, issue 20).
+So they are the checks of `friction_report`, the store-wide asset, not of the per-session assets
+they are about: Dagster adds every check of a selected asset to a run it was not told the checks
+of, and a Materialize of sessions from the UI (a backfill) tells it none.
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ from collections.abc import Callable, Iterable
 from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
 from pydantic import ValidationError
 
-from assets.graph import session_graph
-from assets.sessions import session_summaries
+from assets.friction_report import friction_report
 from digest.fidelity import FLOOR as FIDELITY_FLOOR
 from digest.graph import RAW_EVIDENCE, grounded
 from digest.summary_output import SessionSummaryOutput
@@ -139,26 +140,26 @@ def check_rows(rows: Iterable[dict], rule: Callable[[dict], list[str]], what: st
     )
 
 
-@asset_check(asset=session_summaries, description="Every summary says which path made it, consistently.")
+@asset_check(asset=friction_report, description="Every summary says which path made it, consistently.")
 def summaries_have_complete_provenance(store: DigestStoreResource) -> AssetCheckResult:
     return check_rows(store.store().reports.summary_rows(), provenance_problems)
 
 
 @asset_check(
-    asset=session_summaries,
+    asset=friction_report,
     description="No summary with source_tier=raw whose raw estimate exceeded the raw cap in force when it was made.",
 )
 def no_raw_summary_over_its_cap(store: DigestStoreResource) -> AssetCheckResult:
     return check_rows(store.store().reports.summary_rows(), raw_cap_problems)
 
 
-@asset_check(asset=session_summaries, description="Every stored summary validates against the output schema.")
+@asset_check(asset=friction_report, description="Every stored summary validates against the output schema.")
 def summaries_match_output_schema(store: DigestStoreResource) -> AssetCheckResult:
     return check_rows(store.store().reports.summary_rows(), schema_problems)
 
 
 @asset_check(
-    asset=session_summaries,
+    asset=friction_report,
     description=f"Warns on summaries whose fidelity (docs/fidelity.md) is under the floor {FIDELITY_FLOOR}.",
 )
 def summaries_over_the_fidelity_floor(store: DigestStoreResource) -> AssetCheckResult:
@@ -167,7 +168,7 @@ def summaries_over_the_fidelity_floor(store: DigestStoreResource) -> AssetCheckR
 
 
 @asset_check(
-    asset=session_graph,
+    asset=friction_report,
     description="No graph evidence drawn from a degraded summary's text: every entity and relation in the graph "
     "of a session with a degraded summary is grounded in its raw turns.",
 )
@@ -183,6 +184,6 @@ store_checks = [
     summaries_match_output_schema,
     graph_evidence_from_raw_turns_only,
 ]
-# Warnings on what a summary is worth, not invariants: they run with session_summaries, not in the
+# Warnings on what a summary is worth, not invariants: on the Checks tab, not in the
 # hourly report's all-must-pass set.
 quality_checks = [summaries_over_the_fidelity_floor]

@@ -19,7 +19,7 @@ from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
 from pipelines.console import Output, run_log_config, run_log_file
 from pipelines.instance import write_instance_config
-from pipelines.tags import ROUTE_TAG, SWEEP_TAG
+from pipelines.tags import EXPLICIT_TAG, ROUTE_TAG, SWEEP_TAG
 from resources.store import StoreUnreadable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -206,13 +206,16 @@ def _write_failure(exc: BaseException, settings: Settings) -> str | None:
     return None
 
 
-def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozenset(), probe: bool = True):
-    """The sweep's selection; `probe` off (`plan`): a half-open host's probe is looked at, not taken."""
-    from pipelines.selection import hosts_in_rotation, next_summary_batch
+def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozenset(), probe: bool = True, named=None):
+    """The sweep's selection; `probe` off (`plan`): a half-open host's probe is looked at, not taken;
+    `named`: these session ids alone (`sweep --session`)."""
+    from pipelines.selection import hosts_in_rotation, named_sessions_batch, next_summary_batch
 
     store, now, fleet = _store(settings), now_ms(), settings.fleet
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
     available, probing = hosts_in_rotation(store, fleet, settings.circuit, now)
+    if named is not None:
+        return named_sessions_batch(store, fleet, named, available=available, exclude=exclude)
     circuit = settings.circuit if probe else None
     return next_summary_batch(store, fleet, policy, now, exclude, available=available, probing=probing, circuit=circuit)
 
@@ -242,7 +245,11 @@ def _run_partitions(
     register_partitions(instance, store)
     # Tagged at creation, not only when the run's resources start: a kill can land in between.
     process = worker_tags()
-    title = {"summarize_sessions": "summarizing", "digest_sessions": "digesting"}[job_name]
+    title = {
+        "summarize_sessions": "summarizing",
+        "digest_sessions": "digesting",
+        "fill_mini_summaries": "filling mini summaries",
+    }[job_name]
     with _model_url(settings, output) as run_settings, output.sessions(title, estimates) as progress:
         job = _job(run_settings, job_name)
         for request in todo:
@@ -262,6 +269,8 @@ def _run_partitions(
                 outcome.update(
                     {k: meta[k].value for k in ("source_tier", "route_reason", "nodes", "edges") if k in meta}
                 )
+                if "generated" in meta:
+                    outcome["mini_summaries"] = meta["generated"].value
             for event in result.asset_observations_for_node(asset):
                 # The run found nothing to do (e.g. a concurrent sweep had done it): no model call.
                 if "reason" in event.metadata:
@@ -272,11 +281,13 @@ def _run_partitions(
     return outcomes
 
 
-def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
+def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[str] = ()) -> dict:
     """Runs that died mid-sweep are closed, and summaries their model calls finished (staged in
     DuckDB) are written first, with no model call. Then the summary sensor's selection and budget,
     run now: one Dagster run per session. A session another sweep running at the same time has
-    summarized meanwhile gets no run, or its run no model call (counted in `nothing_to_do`)."""
+    summarized meanwhile gets no run, or its run no model call (counted in `nothing_to_do`).
+    `sessions` (ids or partition keys): those alone, outside the budget, the churn gate and their
+    failure backoff; one already summarized at its current turns, and not due an upgrade, gets no run."""
     from dagster import RunRequest
 
     from assets.work.sessions import nothing_to_summarize
@@ -285,6 +296,12 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
 
     instance = _instance()
     store = _store(settings)
+    named = None
+    if sessions:
+        try:
+            named = store.sessions.resolve_sessions(list(sessions))
+        except ValueError as exc:
+            raise SystemExit(f"session-digest sweep --session: {exc}") from None
 
     def nothing_to_do(key: str, tags: dict) -> str | None:
         # The selection is as old as the sweep: another sweep may have done the session since.
@@ -294,9 +311,9 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
 
     recovered = close_interrupted_runs(instance, store)
     staged = store.cache.staged_summary_keys()
-    selection = _selection(settings, limit, exclude=set(staged))
+    selection = _selection(settings, limit, exclude=set(staged), named=named)
     todo = [RunRequest(partition_key=key, tags={ROUTE_TAG: "staged"}) for key in staged]
-    todo += [summary_run_request(item) for item in selection.batch]
+    todo += [summary_run_request(item, {EXPLICIT_TAG: "cli"} if named else None) for item in selection.batch]
     # A staged replay calls no model.
     estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]
     outcomes = _run_partitions(
@@ -308,6 +325,7 @@ def sweep(settings: Settings, limit: int | None, output: Output) -> dict:
         "interrupted_runs_closed": recovered,
         "staged_replayed": staged,
         "summarized": sum(o["success"] and "nothing_to_do" not in o for o in outcomes),
+        "upgrades": selection.upgrades,  # runs planned as upgrades: degraded summaries made again at a higher step
         "nothing_to_do": sum("nothing_to_do" in o for o in outcomes),
         "runs": outcomes,
     }
@@ -421,6 +439,8 @@ def plan(settings: Settings, limit: int | None) -> dict:
         "waiting_for_a_host_out_of_rotation": selection.waiting_for_host,
         "next_sweep": {
             "sessions": len(selection.batch),
+            # Current degraded summaries made again, their mini-summary coverage having crossed a step.
+            "upgrades": selection.upgrades,
             "by_route": routes,
             "by_host": hosts,
             "estimated_prompt_tokens": sum(i.prompt_tokens_estimate for i in selection.batch),
@@ -523,17 +543,38 @@ def ui(settings: Settings, port: int) -> None:
     raise SystemExit(subprocess.call([str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=REPO_ROOT))
 
 
+def fill_degraded_mini_summaries(settings: Settings, output: Output) -> list[dict]:
+    """What `mini_summary_sensor` launches in turn, run now for the sessions headed for the degraded
+    path (their mini summaries reach their summary; no backoff is ignored): one run each."""
+    from dagster import RunRequest
+
+    store = _store(settings)
+    keys = store.mini_summaries.pending_degraded_mini_summary_keys(settings.fleet.measured_limits(store), now_ms())
+    todo = [RunRequest(partition_key=key) for key in keys]
+    return _run_partitions(
+        settings, _instance(), store, "fill_mini_summaries", todo, "turn_mini_summaries", output, [None] * len(keys)
+    )
+
+
 def demo(settings: Settings, output: Output) -> dict:
     started = time.monotonic()
     output.note(f"Ingesting the samples in {SAMPLES}; Dagster's run logs go to {log_path(settings)}.")
     ingested = ingest(settings, [str(SAMPLES)])
-    runs = []
-    while batch := sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
-        runs.extend(batch)
+    runs, mini_summary_runs = [], []
+    # As the sensors order the work: every session's first summary, then the degraded ones' missing
+    # mini summaries, then their upgrades, until nothing is left.
+    while True:
+        while batch := sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
+            runs.extend(batch)
+        filled = fill_degraded_mini_summaries(settings, output)
+        mini_summary_runs.extend(filled)
+        if not any(run.get("mini_summaries") for run in filled):  # none left, or no progress: done
+            break
     friction = friction_report(settings)
     report = {
         "ingest": ingested,
         "summary_runs": runs,
+        "mini_summary_runs": mini_summary_runs,
         "status": status(settings),
         "seconds": round(time.monotonic() - started, 1),
         # Per tier one summary's title and fidelity, the imported ones beside as the reference.
@@ -554,7 +595,7 @@ def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, outp
     if args.command == "ingest":
         return ingest(settings, args.paths)
     if args.command == "sweep":
-        return sweep(settings, args.limit, output)
+        return sweep(settings, args.limit, output, args.session)
     if args.command == "digest":
         return digest(settings, args.limit, output)
     if args.command == "friction-report":
@@ -593,6 +634,10 @@ def main(argv: list[str] | None = None) -> None:
     p_ingest.add_argument("paths", nargs="+")
     p_sweep = sub.add_parser("sweep", help="summarize the next budgeted batch now, one Dagster run each")
     p_sweep.add_argument("--limit", type=int, default=None, help="at most this many sessions")
+    p_sweep.add_argument(
+        "--session", action="extend", nargs="+", default=[], metavar="ID",
+        help="these sessions alone (ids or partition keys; repeatable), in their failure backoff too",
+    )  # fmt: skip
     p_plan = sub.add_parser("plan", help="what the next sweep would do, without calling a model")
     p_plan.add_argument("--limit", type=int, default=None, help="at most this many sessions")
     sub.add_parser("status", help="counts of the store")

@@ -96,7 +96,9 @@ def session_line(outcome: dict) -> str:
             f"✗ {key}  failed in {outcome['seconds']}s (run {outcome['run_id']}): see `session-digest ui` for its logs"
         )
     parts = [outcome.get(k) for k in ("route_reason", "source_tier") if outcome.get(k)]
-    if "nodes" in outcome:
+    if "mini_summaries" in outcome:
+        parts.append(f"{outcome['mini_summaries']} mini summaries")
+    elif "nodes" in outcome:
         parts.append(f"{outcome['nodes']} nodes, {outcome['edges']} edges")
     elif not parts:
         parts.append("no graph yet (part-done or gated)")
@@ -278,6 +280,7 @@ def _render_plan(console: Console, result: dict) -> None:
         _fields(
             {
                 "sessions": sweep["sessions"],
+                "upgrades": sweep["upgrades"],
                 "by tier": sweep["by_route"],
                 "by host": sweep["by_host"],
                 "estimated": estimate,
@@ -313,7 +316,15 @@ def _render_demo(console: Console, result: dict) -> None:
         k: result["ingest"][k] for k in ("files", "turns", "rejects", "sessions_touched") if k in result["ingest"]
     }
     console.print(
-        _fields({**ingest, "summary runs": len(result["summary_runs"]), "seconds": result["seconds"]}, "Demo")
+        _fields(
+            {
+                **ingest,
+                "summary runs": len(result["summary_runs"]),
+                "mini-summary runs": len(result["mini_summary_runs"]),
+                "seconds": result["seconds"],
+            },
+            "Demo",
+        )
     )
     console.print()
     console.print(_fields(result["status"], "Store"))

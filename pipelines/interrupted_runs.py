@@ -79,8 +79,8 @@ def record_summaries(instance: DagsterInstance, rows: list[dict], note: str) -> 
 
 
 def close_interrupted_runs(instance: DagsterInstance, store: DigestStore) -> list[str]:
-    """Marks failed every unfinished run on this host whose process is gone and frees its pool
-    slot and its lease on a session; a summary such a run wrote before it died is recorded as
+    """Marks failed every unfinished run on this host whose process is gone, frees its pool slot
+    and its lease on a session, and closes the model call it died in (`interrupted`); a summary such a run wrote before it died is recorded as
     materialized. Returns the closed runs' ids."""
     host = socket.gethostname()
     runs = instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT, tags={HOST_TAG: host}))
@@ -101,6 +101,7 @@ def close_interrupted_runs(instance: DagsterInstance, store: DigestStore) -> lis
             if not (latest and latest[0].run_id == run.run_id):
                 record_summaries(instance, [written[run.run_id]], f"written by run {run.run_id}, whose process died")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        store.attempts.close_in_flight([run.run_id])  # the model call it died in, if any
         store.summaries.release_leases_of_runs([run.run_id])
         # Last: once failed, the run is not found here again.
         instance.report_run_failed(run, message=f"process {run.tags[PID_TAG]} on {host} is gone: the run was killed")

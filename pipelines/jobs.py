@@ -1,35 +1,27 @@
-from dagster import AssetKey, AssetSelection, JobDefinition, RunRequest, define_asset_job, in_process_executor
+from dagster import AssetSelection, JobDefinition, RunRequest, define_asset_job
 
 from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import raw_sessions, raw_turns, session_summaries
-from digest.synthesis import Route
 
 ingest_job = define_asset_job("ingest", selection=[raw_turns], description="Ingest export bundles into DuckDB.")
 summarize_job = define_asset_job(
     "summarize_sessions",
     # Without the store's checks: each reads every summary, so after each of thousands of one-session
     # runs it would recheck the whole store, and its steps' events were half of a run's record in the
-    # Dagster instance (issue 20). The hourly report job runs them, and the asset's Checks tab on demand.
+    # Dagster instance (issue 20). The hourly report job runs them, and the Checks tab on demand.
     selection=AssetSelection.assets(raw_sessions, turn_mini_summaries, session_summaries).without_checks(),
-    # One process per run: DuckDB takes one writer per file, and per-step processes buy nothing here.
-    executor_def=in_process_executor,
     config={"ops": {"turn_mini_summaries": {"config": {"only_if_degraded": True}}}},
-    description="Summarize one session: raw under the raw-synthesis cap; over it, fill the missing mini "
-    "summaries first, then the degraded summary.",
+    description="Summarize one session: raw under the raw-synthesis cap; over it, the degraded summary "
+    "(a run asked for by hand fills the missing mini summaries first, within their budget; a sweep's run does not).",
 )
-# What a summary run materializes when its session goes raw: not `turn_mini_summaries`, which the job
-# runs `only_if_degraded` and so would do nothing there but add a third of the run's events to the
-# Dagster instance (issue 20). The mini-summary backfill fills that session's mini summaries later.
-RAW_ROUTE_ASSETS = (raw_sessions.key, session_summaries.key)
-
-
-def summary_run_assets(route: Route) -> list[AssetKey] | None:
-    """The assets of a summary run planned on `route`; None: the whole job. The route is the sweep's
-    plan on the host's bounds at the time; a session the run then finds over the cap (the host's
-    measured bounds moved meanwhile) is summarized from the mini summaries it has, else truncated
-    raw, as its `source_tier` says."""
-    return list(RAW_ROUTE_ASSETS) if route == Route.WITHIN_CAP else None
+# What a summary run a sweep launches materializes: not `turn_mini_summaries`. Within the cap it would
+# do nothing but add a third of the run's events to the Dagster instance (issue 20); over it, the
+# session gets its first summary from the mini summaries it has (else truncated raw lines) now, and
+# the mini-summary backfill fills the rest, after which a sweep makes the summary again at each
+# coverage step (issue 28: over-cap sessions hold most turns, and waiting for all their mini
+# summaries left most sessions without any summary for most of a backlog).
+SWEEP_RUN_ASSETS = (raw_sessions.key, session_summaries.key)
 
 
 def requested_job(job: JobDefinition, request: RunRequest) -> JobDefinition:
@@ -57,7 +49,6 @@ def default_run_config(job: JobDefinition, partition_key: str | None) -> dict:
 fill_mini_summaries_job = define_asset_job(
     "fill_mini_summaries",
     selection=[turn_mini_summaries],
-    executor_def=in_process_executor,
     description="The mini-summary backfill: one session's missing mini summaries, within the run budget.",
 )
 # Its own job, not a step of `summarize_sessions`: a digest is one model call per chunk (dozens for a
@@ -66,7 +57,6 @@ fill_mini_summaries_job = define_asset_job(
 digest_job = define_asset_job(
     "digest_sessions",
     selection=AssetSelection.assets(session_graph).without_checks(),  # as summarize_sessions
-    executor_def=in_process_executor,
     description="Digest one summarized session into the graph: provenance nodes and the entities and "
     "relations extracted from its raw turns, chunk by chunk.",
 )

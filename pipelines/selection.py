@@ -9,7 +9,14 @@ from dataclasses import dataclass, replace
 
 from digest.circuit import CircuitPolicy, CircuitState
 from digest.hosts import Assignment, Fleet, HostView, assign_batch, assign_host
-from digest.scheduling import DEFAULT_SECONDS_PER_TOKEN, Candidate, SweepPolicy, choose_batch, plan_session
+from digest.scheduling import (
+    DEFAULT_SECONDS_PER_TOKEN,
+    Candidate,
+    SweepPolicy,
+    choose_batch,
+    plan_session,
+    upgrade_due,
+)
 from digest.synthesis import Route
 from resources.store import DigestStore
 
@@ -29,6 +36,7 @@ class SweepSelection:
     hosts_unavailable: list[str]  # declared, but out of rotation (their circuit is open)
     # Held back: only a host out of rotation takes them raw, and they are not degraded for that.
     waiting_for_host: int = 0
+    upgrades: int = 0  # of the batch, current degraded summaries made again (`Candidate.summary_step`)
 
     @property
     def skip_reason(self) -> str | None:
@@ -114,18 +122,12 @@ def next_summary_batch(
         oldest=policy.oldest_share * LOOKAHEAD * scale,
     )
     out_of_rotation, _ = host_views(store, fleet, [n for n in fleet.names if n not in available], {})
-    # Each sized on the host it would go to alone; then chosen within the budget, then placed in
-    # order, each one's time added to its host's queue before the next.
-    alone, waiting = [], 0
-    for candidate in queue["candidates"]:
-        if candidate.partition_key in exclude:
-            continue
-        assignment = assign_host(candidate, views)
-        # Not degraded for want of a host that is only away: it waits for the host that takes it raw.
-        if (assignment is None or assignment.route != Route.WITHIN_CAP) and admitted_raw(candidate, out_of_rotation):
-            waiting += 1
-        elif assignment is not None:
-            alone.append(assignment)
+    alone, waiting = sized_alone(queue["candidates"], views, out_of_rotation, exclude)
+    if not alone:
+        # First summaries first: a degraded summary is made again only when no session waits for its
+        # first (or a stale one's), so new sessions never queue behind upgrades.
+        upgrades = store.summaries.upgrade_queue(now_ms, policy.idle_window_s, policy.max_sessions * LOOKAHEAD * scale)
+        alone, _ = sized_alone(upgrades, views, out_of_rotation, exclude)
     budget = replace(policy, max_sessions=policy.max_sessions * scale, model_seconds=policy.model_seconds * scale)
     chosen = [item.candidate for item in choose_batch([a.planned for a in alone], budget)]
     batch = assign_batch(chosen, views, at_most={name: 1 for name in probing})
@@ -142,6 +144,63 @@ def next_summary_batch(
         throughput_measured=measured,
         hosts_unavailable=[n for n in fleet.names if n not in available],
         waiting_for_host=waiting,
+        upgrades=sum(a.candidate.summary_step is not None for a in batch),
+    )
+
+
+def sized_alone(
+    candidates: Sequence[Candidate], views: Sequence[HostView], out_of_rotation: Sequence[HostView], exclude: set[str]
+) -> tuple[list[Assignment], int]:
+    """Each candidate not in flight (`exclude`) sized on the host it would go to alone (chosen within
+    the budget, then placed in order, each one's time added to its host's queue before the next),
+    and how many wait for a host out of rotation."""
+    alone, waiting = [], 0
+    for candidate in candidates:
+        if candidate.partition_key in exclude:
+            continue
+        assignment = assign_host(candidate, views)
+        # Not degraded for want of a host that is only away: it waits for the host that takes it raw.
+        if (assignment is None or assignment.route != Route.WITHIN_CAP) and admitted_raw(candidate, out_of_rotation):
+            waiting += 1
+        elif assignment is not None:
+            alone.append(assignment)
+    return alone, waiting
+
+
+def named_sessions_batch(
+    store: DigestStore,
+    fleet: Fleet,
+    session_ids: Sequence[str],
+    available: list[str] | None = None,
+    exclude: set[str] = frozenset(),
+) -> SweepSelection:
+    """The sessions named by hand (`session-digest sweep --session`), each placed on a host in
+    rotation, outside the budget and with no churn gate or failure backoff (the reference's explicit
+    single-session run); a session whose degraded summary is due an upgrade is one. Whether each
+    still needs a summary is asked just before its run (`nothing_to_summarize`). `exclude`:
+    partition keys left out (a staged reply finishes theirs with no model call)."""
+    available = fleet.names if available is None else [n for n in fleet.names if n in available]
+    views, measured = host_views(store, fleet, available, {})
+    candidates = []
+    for session_id in session_ids:
+        candidate = store.summaries.summary_candidate(session_id)
+        if candidate is None or candidate.partition_key in exclude:  # no turns left, or staged
+            continue
+        standing = store.summaries.summary_standing(session_id)
+        current = standing["summary_revision"] == standing["input_revision"]
+        if current and upgrade_due(standing["summary_step"], standing["coverage_step"]):
+            candidate = replace(candidate, summary_step=standing["summary_step"])
+        candidates.append(candidate)
+    batch = assign_batch(candidates, views)
+    return SweepSelection(
+        batch=batch,
+        pending=len(session_ids),
+        active=0,
+        backing_off=0,
+        seconds_per_token={v.spec.name: v.seconds_per_token for v in views},
+        throughput_measured=measured,
+        hosts_unavailable=[n for n in fleet.names if n not in available],
+        upgrades=sum(a.candidate.summary_step is not None for a in batch),
     )
 
 

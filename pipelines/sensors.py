@@ -27,7 +27,7 @@ from digest.hosts import estimated_seconds
 from digest.ingest import discover
 from digest.scheduling import now_ms
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
-from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job, summary_run_assets
+from pipelines.jobs import SWEEP_RUN_ASSETS, digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.selection import closed_hosts, hosts_in_rotation, next_summary_batch
 from pipelines.tags import (
     BUDGET_TAG,
@@ -39,6 +39,7 @@ from pipelines.tags import (
     PRIORITY_TAG,
     ROUTE_TAG,
     SWEEP_TAG,
+    UPGRADE_TAG,
 )
 from resources.bindings import (
     ChatModelResource,
@@ -250,11 +251,13 @@ def _no_host_in_rotation(fleet) -> SkipReason:
 def summary_run_tags(item) -> dict[str, str]:
     """A summary run's tags from its planned assignment: the host (the UI filters runs on it, and
     the run queue limits each host's runs to its concurrency), why, and the route and cost."""
+    upgrade = item.candidate.summary_step
     return {
         MODEL_HOST_TAG: item.host,
         MODEL_HOST_REASON_TAG: item.reason,
         ROUTE_TAG: str(item.tier),  # Dagster's tags are plain text
         ESTIMATED_S_TAG: f"{item.model_seconds_estimate:.0f}",
+        **({UPGRADE_TAG: str(upgrade)} if upgrade is not None else {}),
     }
 
 
@@ -326,15 +329,15 @@ def summary_tick(
 
 
 def summary_run_request(item, sweep_tags: dict[str, str] | None = None) -> RunRequest:
-    """The run of a planned assignment, of the assets its route needs (`summary_run_assets`), tagged
-    with its plan (`summary_run_tags`) beside `sweep_tags` (who launched it, on what budget)."""
-    assets = summary_run_assets(item.route)
+    """The run of a planned assignment, of the assets a sweep's run needs (`SWEEP_RUN_ASSETS`: no
+    mini summaries first), tagged with its plan (`summary_run_tags`) beside `sweep_tags` (who
+    launched it, on what budget)."""
     return RunRequest(
         partition_key=item.candidate.partition_key,
         tags={**(sweep_tags or {}), **summary_run_tags(item)},
-        asset_selection=assets,
+        asset_selection=list(SWEEP_RUN_ASSETS),
         # A subset names its checks (none, as the job's), else Dagster adds back the selected assets' checks.
-        asset_check_keys=[] if assets else None,
+        asset_check_keys=[],
     )
 
 
@@ -345,18 +348,26 @@ def mini_summary_sensor(
     model: ChatModelResource,
     mini_summaries: MiniSummaryPolicyResource,
     circuit: CircuitPolicyResource,
+    sweep: SweepPolicyResource,
 ):
     """The mini-summary backfill: one session at a time, each run within its own model-time budget
     (`DIGEST_MINI_SUMMARY_BUDGET_S`), sessions headed for the degraded path first by default;
-    sessions in their no-progress backoff wait."""
+    sessions in their no-progress backoff wait, and all wait while a session the summary sensor may
+    take waits for its first summary."""
     if in_flight_partitions(context.instance, fill_mini_summaries_job.name):
         return SkipReason("a mini-summary backfill run is still going")
     db = store.store()
     with db.file.held():
-        return mini_summary_tick(context, db, model, mini_summaries, circuit)
+        return mini_summary_tick(context, db, model, mini_summaries, circuit, sweep)
 
 
-def mini_summary_tick(context: SensorEvaluationContext, db, model: ChatModelResource, mini_summaries, circuit):
+def mini_summary_tick(context: SensorEvaluationContext, db, model: ChatModelResource, mini_summaries, circuit, sweep):
+    """`sweep`: the summary sweep's policy, whose gates say which sessions wait for a summary now."""
+    # First summaries first: a backfill run holds the model for its whole budget.
+    queue = db.summaries.summary_queue(now_ms(), sweep.policy().idle_window_s, newest=0, oldest=0)
+    waiting = queue["pending"] - queue["active"] - queue["backing_off"]
+    if waiting:
+        return SkipReason(f"{waiting} session(s) wait for a summary: the summary sensor goes first")
     policy, fleet = mini_summaries.policy(), model.fleet()
     keys = db.mini_summaries.pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
     if not keys:

@@ -4,6 +4,11 @@
 # says which (`cli`, `sensor`, `inbox`, `mini-summaries`, `graph`).
 SWEEP_TAG = "digest/sweep"
 ROUTE_TAG = "digest/route"  # a summary run's planned source tier, `staged` for a replay, `graph` for a digest run
+# A summary run that makes a session's current degraded summary again, its mini-summary coverage
+# having crossed a step: the step that summary was made at.
+UPGRADE_TAG = "digest/upgrade_from_step"
+# A summary run of a session named by hand (`session-digest sweep --session`): no failure backoff.
+EXPLICIT_TAG = "digest/explicit"
 BUDGET_TAG = "digest/budget"  # the sweep's budget, for the UI
 PRIORITY_TAG = "digest/priority"  # the mini-summary sweep's order
 ESTIMATED_S_TAG = "digest/estimated_s"  # a summary run's estimated model seconds

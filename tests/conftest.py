@@ -34,8 +34,10 @@ TIERS = {
     "test_vectors": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
+    "test_backfill": "integration",
     "test_busy_host": "integration",
     "test_checks": "integration",
+    "test_early_summaries": "integration",
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
     "test_cost_runs": "integration",

@@ -282,8 +282,8 @@ def test_the_cli_rewrites_its_own_instance_config_keeping_telemetry_and_leaves_a
 def test_a_cli_sweep_runs_what_the_sensor_requests_with_the_jobs_default_config(tmp_path):
     """The CLI's run config (its log-file logger) is merged with the summary job's own default
     (`only_if_degraded: True`), not put in its place: a raw session is one summary call, no mini
-    summaries (issue 22, defect 1). And as the sensor requests it, a raw session's run leaves the
-    mini-summary step out, a degraded one's keeps it (issue 20)."""
+    summaries (issue 22, defect 1). And as the sensor requests it, every session's run leaves the
+    mini-summary step out (issue 20; issue 28: a degraded one's first summary does not wait for it)."""
     home = tmp_path / "home"
     folder = write_bundle(tmp_path / "bundle", make_turns("small", 3) + make_turns("big", 40, doc_bytes=400, minis=40))
     with ModelServer() as server:
@@ -299,10 +299,42 @@ def test_a_cli_sweep_runs_what_the_sensor_requests_with_the_jobs_default_config(
         steps = {key: {s.step_key for s in instance.get_run_step_stats(r.run_id)} for key, r in runs.items()}
     finally:
         instance.dispose()
-    assert steps == {
-        "small": {"raw_sessions", "session_summaries"},
-        "big": {"raw_sessions", "turn_mini_summaries", "session_summaries"},
-    }
-    assert "turn_mini_summaries" not in runs["small"].run_config["ops"]
-    assert runs["big"].run_config["ops"]["turn_mini_summaries"]["config"]["only_if_degraded"] is True
+    assert steps == {key: {"raw_sessions", "session_summaries"} for key in ("small", "big")}
+    assert all("turn_mini_summaries" not in r.run_config.get("ops", {}) for r in runs.values())
     assert all("run_log_file" in r.run_config["loggers"] for r in runs.values())
+
+
+def test_sweep_session_summarizes_the_sessions_named_in_their_failure_backoff_and_names_an_unknown_one(tmp_path):
+    """Issue 28, item 5: `sweep --session ID` (repeatable) as the reference's explicit single-session
+    run: outside the budget and the failure backoff; a session summarized at its turns gets no run."""
+    home = tmp_path / "home"
+    folder = write_bundle(
+        tmp_path / "bundle", make_turns("small", 3) + make_turns("big", 40, doc_bytes=400) + make_turns("other", 2)
+    )
+    replies = {"good": False}
+
+    def script(received):
+        return Behaviour.reply() if replies["good"] else Behaviour.text("no json here")
+
+    with ModelServer(script) as server:
+        env = _cli_env(home, server.url, DIGEST_RAW_CAP_TOKENS="2000")
+        _run(["ingest", str(folder)], env)
+        failed = _run(["sweep", "--session", "small"], env)  # a parse failure: small backs off 30 minutes
+        assert [(r["partition"], r["success"]) for r in failed["runs"]] == [("small", False)]
+        replies["good"] = True
+        # A budgeted sweep takes the newest, big (over the cap: its first summary with no mini summary first).
+        swept = _run(["sweep", "--limit", "1"], env)
+        assert [(r["partition"], r["source_tier"]) for r in swept["runs"]] == [("big", "truncatedRaw")]
+        calls = len(server.requests)
+        named = _run(["sweep", "--session", "small", "--session", "other"], env)
+        assert sorted((r["partition"], r["success"], r.get("source_tier")) for r in named["runs"]) == [
+            ("other", True, "raw"), ("small", True, "raw"),
+        ]  # fmt: skip
+        assert named["summarized"] == 2 and len(server.requests) == calls + 2
+        again = _run(["sweep", "--session", "big"], env)
+        assert again["summarized"] == 0 and "already summarized" in again["runs"][0]["nothing_to_do"]
+        unknown = subprocess.run(
+            CLI + ["sweep", "--session", "big", "--session", "no-such-session"], env=env, capture_output=True, text=True
+        )
+    assert unknown.returncode != 0 and "no such session: no-such-session" in unknown.stderr
+    assert len(server.requests) == calls + 2

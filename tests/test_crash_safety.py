@@ -9,12 +9,14 @@ import itertools
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -366,10 +368,29 @@ def test_a_sweep_killed_at_random_points_loses_no_summary_and_duplicates_none(tm
         assert instance.get_materialized_partitions(AssetKey("session_summaries")) == set(final)
     finally:
         instance.dispose()
+    outcomes = ledger_after_kills(store, server.chat_requests(), kills)
     print(
         f"\n{kills} kills in {trials} trials, {len(staged_at_kill)} staged replies finished after a kill, "
-        f"{requests} model calls for {SESSIONS} sessions, {time.monotonic() - started_all:.0f}s"
+        f"{requests} model calls for {SESSIONS} sessions, {time.monotonic() - started_all:.0f}s; "
+        f"the ledger's calls: {dict(sorted(outcomes.items()))}"
     )
+
+
+def ledger_after_kills(store: DigestStore, requests, kills: int) -> Counter:
+    """Issue 31, defect 6: every call the server received has its `attempts` row (written before the
+    call), and none is left in flight once the killed runs are closed. A kill between the row and the
+    request leaves a row the server never saw: at most one per kill. The outcomes of the calls."""
+    rows = store.query("SELECT session_id, outcome, duration_s, deadline_s FROM attempts WHERE NOT cached")
+    asked = Counter(re.search(r"\((s\d{3})\)", r.prompt).group(1) for r in requests)
+    ledgered = Counter(rows["session_id"])
+    missing = {sid: (n, ledgered[sid]) for sid, n in asked.items() if ledgered[sid] < n}
+    assert not missing, f"calls the server received without an attempts row (received, rows): {missing}"
+    assert len(rows) - len(requests) <= kills
+    outcomes = Counter(rows["outcome"])
+    assert "in-flight" not in outcomes
+    interrupted = rows[rows["outcome"] == "interrupted"]
+    assert ((interrupted["duration_s"] > 0) & (interrupted["duration_s"] <= interrupted["deadline_s"])).all()
+    return outcomes
 
 
 def _in_flight():

@@ -15,11 +15,13 @@ from digest.friction_report import (
     build_report,
     calibrate,
     calibrate_model,
+    first_summary_curve,
     group_friction,
     percentile,
     pre_routes,
     render_html,
     render_markdown,
+    seconds_to_share,
     surfaced_at,
 )
 from digest.settings import load_settings
@@ -204,6 +206,31 @@ def test_percentile_interpolates_linearly():
     assert percentile([float(v) for v in range(1, 101)], 95) == pytest.approx(95.05)
 
 
+# --- time to first summary ---------------------------------------------------------------------
+
+
+def test_the_first_summary_curve_counts_every_call_and_each_sessions_first_summary_once():
+    attempts = [
+        attempt(None, None, 5.0, minutes=3, session_id="a", stage="mini-summary", tier="turn"),
+        attempt(None, None, 20.0, minutes=2, session_id="a", tier="truncatedRaw"),  # a's first, ledger out of order
+        attempt(None, None, 30.0, minutes=4, session_id="b", outcome="timeout"),  # spent, summarizes nothing
+        attempt(None, None, 10.0, minutes=5, session_id="a", tier="miniSummary"),  # an upgrade: not a first
+        attempt(None, None, 15.0, minutes=6, session_id="b", tier="truncatedRaw"),
+    ]
+    summaries = [{"session_id": "a"}, {"session_id": "b"}, {"session_id": "imported"}]
+    curve = first_summary_curve(attempts, summaries, sessions=4)
+    assert [(p.model_seconds, p.summarized, p.share) for p in curve] == [
+        (0.0, 1, 0.25),  # the imported summary, at no model time
+        (20.0, 2, 0.5),
+        (80.0, 3, 0.75),  # 20 + 5 + 30 + 10 + 15
+    ]
+    assert seconds_to_share(curve, 0.5) == 20.0 and seconds_to_share(curve, 0.6) == 80.0
+    assert seconds_to_share(curve, 1.0) is None  # the fourth session has none yet
+    # Without the store's count, the sessions the rows name are the whole.
+    assert first_summary_curve(attempts, summaries)[-1].share == 1.0
+    assert first_summary_curve([], []) == [first_summary_curve([], [])[0]] and first_summary_curve([], [])[0].share == 0
+
+
 # --- rendering ----------------------------------------------------------------------------------
 
 
@@ -357,3 +384,21 @@ def test_the_pre_route_bound_is_a_column_and_older_rows_get_it_from_their_note(t
     assert bounds == {"old": "over-raw-cap", "compact": None, "graph": None, "new": "over-safe-band"}
     routes = pre_routes(store.reports.friction_report_rows()["events"], [], {}, ceiling_s=900.0)
     assert routes.count == 2 and routes.by_reason == {"over-raw-cap": 1, "over-safe-band": 1}
+
+
+def test_calls_interrupted_by_their_runs_death_are_counted_as_thrown_away_not_as_timeouts():
+    """Issue 31, defect 6: a call whose run was killed during it is in the ledger as `interrupted`;
+    the report counts it and its seconds apart from the timeouts, as model time thrown away."""
+    attempts = [
+        attempt(1000, 100, 20.0),
+        attempt(None, None, 42.0, outcome="interrupted", minutes=1),
+        attempt(None, None, 8.0, outcome="interrupted", minutes=2, stage="mini-summary", tier="turn"),
+        attempt(None, None, 180.0, outcome="timeout", minutes=3),
+    ]
+    report = build_report([], attempts, [], SETTINGS, SETTINGS.circuit)
+    numbers = report.numbers()
+    assert (numbers["interrupted_calls"], numbers["model_seconds_interrupted"]) == (2, 50.0)
+    assert (numbers["timeouts"], numbers["model_seconds_discarded"]) == (1, 180.0)
+    [bucket] = report.series
+    assert (bucket.spent_seconds, bucket.discarded_seconds) == (20.0, 230.0)
+    assert "2 calls interrupted (the run killed or stopped during the call" in render_markdown(report)

@@ -410,7 +410,10 @@ def test_provenance_nodes_and_edges_are_the_originals_field_by_field():
 
 
 class _NullLedger:
-    def record_attempt(self, attempt) -> None:
+    def start_attempt(self, attempt) -> None:
+        pass
+
+    def record_attempt(self, attempt, started=None) -> None:
         pass
 
     def record_friction(self, event) -> None:

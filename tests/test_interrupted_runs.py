@@ -9,12 +9,16 @@ from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
 
 from digest.ingest import ingest_paths
 from digest.settings import load_settings
+from digest.synthesis import in_flight_attempt, summarize_session
 from pipelines.definitions import build_definitions
 from pipelines.interrupted_runs import _process_start_ticks, worker_tags
 from pipelines.sensors import interrupted_runs_sensor
 from pipelines.tags import HOST_TAG, PID_STARTED_TAG, PID_TAG
+from resources.model_clients import OpenAIChatClient
+from resources.response_cache import CachedChatClient
+from resources.store import RunLedger
 from tests.bundles import write_bundle
-from tests.conftest import dead_pid, make_turns
+from tests.conftest import dead_pid, make_limits, make_turns
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
 POOL = {"concurrency": {"pools": {"default_limit": 1}}}
@@ -101,3 +105,62 @@ def test_a_summary_a_killed_run_wrote_is_recorded_when_its_run_is_closed(tmp_pat
             latest = instance.get_latest_materialization_event(defs.resolve_assets_def("session_summaries").key)
             assert "whose process died" in latest.asset_materialization.description
             assert instance.get_run_by_id(killed.run_id).status == DagsterRunStatus.FAILURE
+
+
+def test_the_model_calls_a_dead_run_left_in_flight_are_closed(tmp_path):
+    """Issue 31, defect 6. A run killed during a call left its attempt `in-flight`: closed with the
+    run, `interrupted`, with the time from its start, at most its deadline. One killed after its reply
+    was staged was answered: `ok`, with the reply's counts and duration, and its rerun's replay is
+    `cached`, so the call is in the ledger once. Neither touches the host's circuit."""
+    turns = make_turns("answered", 2)
+    with ModelServer(lambda r: Behaviour.reply(GOOD_SUMMARY)) as server:
+        defs = _definitions(tmp_path, server.url)
+        store = defs.resources["store"].store()
+        ingest_paths([write_bundle(tmp_path / "bundle", turns + make_turns("hung", 2))], store)
+        with instance_for_test(overrides=POOL) as instance:
+            dead = instance.create_run_for_job(
+                defs.resolve_job_def("summarize_sessions"),
+                tags={HOST_TAG: worker_tags()[HOST_TAG], PID_TAG: str(dead_pid())},
+                status=DagsterRunStatus.STARTED,
+            )
+            ledger = RunLedger(store, dead.run_id, host="h1")
+            # Killed during a call that had run a minute against a 5 s deadline.
+            ledger.start_attempt(in_flight_attempt("hung", "session-summary", "raw", "p", make_limits(), "m", 5.0))
+            with store.file.connect() as con:
+                con.execute("UPDATE attempts SET created_at = created_at - INTERVAL 60 SECOND")
+
+            class KilledAfterTheReply(RunLedger):
+                def record_attempt(self, attempt, started=None):
+                    raise KeyboardInterrupt("SIGKILL between the staged reply and the attempt")
+
+            revision = store.sessions.session_by_partition("answered")["input_revision"]
+            client = OpenAIChatClient(server.url, "m", schema_style="json_object")
+            staging = CachedChatClient(client, store.cache, {"provider": "openai"}, session=("answered", revision))
+            try:
+                summarize_session(turns, staging, make_limits(), KilledAfterTheReply(store, dead.run_id, host="h1"))
+            except KeyboardInterrupt:
+                pass
+            assert store.query("SELECT outcome FROM attempts")["outcome"].tolist() == ["in-flight", "in-flight"]
+
+            with build_sensor_context(instance=instance, resources=defs.resources) as context:
+                interrupted_runs_sensor(context)
+            rows = {
+                r["session_id"]: r
+                for r in store.query(
+                    "SELECT session_id, outcome, duration_s, prompt_tokens, completion_tokens, error_text FROM attempts"
+                ).to_dict("records")
+            }
+            assert rows["hung"]["outcome"] == "interrupted" and rows["hung"]["duration_s"] == 5.0
+            staged = store.query(
+                "SELECT prompt_tokens, duration_s, attempt_recorded IS NULL AS recorded FROM response_cache"
+            ).iloc[0]
+            assert rows["answered"]["outcome"] == "ok" and rows["answered"]["duration_s"] == staged["duration_s"]
+            assert rows["answered"]["prompt_tokens"] == staged["prompt_tokens"] > 0
+            assert staged["recorded"]  # its call is in the ledger: a replay of it is no call
+
+            # The rerun finishes from the staged reply: a replay, not a second call.
+            again = summarize_session(turns, staging, make_limits(), RunLedger(store, "rerun", host="h1"))
+            assert again.summary is not None and len(server.chat_requests()) == 1
+    ledger_rows = store.query("SELECT cached FROM attempts WHERE session_id = 'answered' ORDER BY attempt_id")
+    assert ledger_rows["cached"].tolist() == [False, True]
+    assert store.query("SELECT count(*) AS n FROM host_circuits WHERE failures > 0")["n"][0] == 0

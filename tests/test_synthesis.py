@@ -283,7 +283,10 @@ def test_a_staged_reply_whose_run_died_before_its_attempt_is_ledgered_once_as_th
     from resources.response_cache import CachedChatClient
 
     class KilledLedger:
-        def record_attempt(self, attempt):
+        def start_attempt(self, attempt):
+            return None
+
+        def record_attempt(self, attempt, started=None):
             raise KeyboardInterrupt("killed between the staged reply and the attempt")
 
         def record_friction(self, event):
@@ -304,3 +307,43 @@ def test_a_staged_reply_whose_run_died_before_its_attempt_is_ledgered_once_as_th
     attempts = _rows(store, "SELECT cached, duration_s FROM attempts ORDER BY attempt_id")
     assert [a["cached"] for a in attempts] == [False, True]  # the host's one call, then the replay
     assert attempts[0]["duration_s"] > 0
+
+
+def test_a_call_is_in_the_ledger_while_it_runs_and_one_stopped_midway_is_interrupted(store):
+    """Issue 31, defect 6: the attempt is written before the call (`in-flight`, what it sends and its
+    deadline), and finished after it in the same row. A run stopped during the call (terminated from
+    the UI) finishes the row as `interrupted` with the time spent, and its host's circuit is untouched."""
+    seen_during_call = []
+
+    def script(received):
+        seen_during_call.extend(
+            _rows(store, "SELECT stage, tier, model, host, outcome, prompt_bytes, deadline_s, run_id FROM attempts")
+        )
+        return Behaviour.reply()
+
+    ledger = RunLedger(store, run_id="test-run", host="h1")
+    with ModelServer(script) as server:
+        assert summarize_session(make_turns("s", 2), _client(server), make_limits(), ledger).summary is not None
+        prompt_bytes = len(server.chat_requests()[0].prompt.encode("utf-8"))
+    [during] = seen_during_call
+    assert during["outcome"] == "in-flight" and during["deadline_s"] > 0
+    assert {k: during[k] for k in ("stage", "tier", "model", "host", "run_id")} == {
+        "stage": "session-summary", "tier": "raw", "model": "fake-model", "host": "h1", "run_id": "test-run",
+    }  # fmt: skip
+    assert during["prompt_bytes"] == prompt_bytes
+    [finished] = _rows(store, "SELECT outcome, duration_s, completion_tokens, deadline_s FROM attempts")
+    assert finished["outcome"] == "ok" and finished["completion_tokens"] > 0
+    assert finished["deadline_s"] == during["deadline_s"]
+
+    class Stopped:
+        model, streaming = "fake-model", False
+
+        def chat(self, prompt, **limits):
+            raise KeyboardInterrupt("terminated from the UI")
+
+    with pytest.raises(KeyboardInterrupt):
+        summarize_session(make_turns("t", 2), Stopped(), make_limits(), ledger)
+    [stopped] = _rows(store, "SELECT outcome, duration_s, error_text FROM attempts WHERE session_id = 't'")
+    assert stopped["outcome"] == "interrupted" and stopped["duration_s"] >= 0
+    assert "KeyboardInterrupt: terminated from the UI" in stopped["error_text"]
+    assert _rows(store, "SELECT * FROM host_circuits") == []  # a stop is not the host's failure

@@ -17,12 +17,13 @@ from assets.work.sessions import describe_partition, summarize_partition
 from digest.ingest import ingest_paths
 from digest.scheduling import now_ms
 from digest.settings import load_settings
+from digest.synthesis import in_flight_attempt
 from pipelines.definitions import build_definitions, build_resources
 from pipelines.sensors import register_partitions
 from pipelines.tags import SWEEP_TAG
-from resources.store import DigestStore
+from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_limits, make_turns
 from tests.model_server import Behaviour, ModelServer
 from tests.test_graph import script
 
@@ -138,10 +139,15 @@ def test_summarize_partition_leaves_a_leased_session_to_its_holder_and_takes_ove
         swept = _summarize(store, resources, RunFacts("run-1", SWEPT), "s1")
         by_hand = _summarize(store, resources, RunFacts("run-2"), "s1")
         assert len(server.chat_requests()) == 0
+        # The holder died during its model call (on another machine, or marked failed in the UI).
+        in_flight = in_flight_attempt("s1", "session-summary", "raw", "prompt", make_limits(), "m", 60.0)
+        RunLedger(store, "holder").start_attempt(in_flight)
         taken = _summarize(store, resources, RunFacts("run-3", ended=lambda run_id: run_id == "holder"), "s1")
     assert swept.skipped == "session 's1' is being summarized by run holder" and swept.row is None
     assert by_hand.failure == "session 's1' is being summarized by run holder; not summarizing it twice"
     assert taken.row["run_id"] == "run-3"
+    ledger = store.query("SELECT run_id, outcome FROM attempts ORDER BY attempt_id").to_dict("records")
+    assert ledger == [{"run_id": "holder", "outcome": "interrupted"}, {"run_id": "run-3", "outcome": "ok"}]
 
 
 def test_summarize_partition_counts_a_failure_and_backs_the_session_off(tmp_path):

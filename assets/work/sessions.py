@@ -17,10 +17,10 @@ from assets.work.runs import (
 )
 from digest.circuit import CircuitPolicy
 from digest.cost import SummaryCost, summary_cost
-from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms
+from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms, upgrade_due
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
 from digest.turns import canonical_order
-from pipelines.tags import ROUTE_TAG, SWEEP_TAG
+from pipelines.tags import EXPLICIT_TAG, ROUTE_TAG, SWEEP_TAG
 from resources.store import DigestStore, RunLedger
 
 if TYPE_CHECKING:
@@ -74,7 +74,10 @@ def nothing_to_summarize(standing: dict | None, tags: Mapping[str, str], now: in
     """Why a run has no summary to make, asked under the lease (and by the CLI's sweep just before
     the run): the selection that queued the run may be stale, e.g. a concurrent sweep summarized the
     session (or failed it) since. A run asked for by hand (a rerun from the UI after a prompt change)
-    summarizes a current session again; it is left out of a gone or retired one too."""
+    summarizes a current session again; it is left out of a gone or retired one too. A sweep makes a
+    current degraded summary again only while the session's mini-summary coverage step is above the
+    one it was made at (an upgrade); a session named by hand (`EXPLICIT_TAG`, `sweep --session`) is
+    summarized in its failure backoff too."""
     if standing is None:
         return "the session no longer exists (a replace-mode restore removed it)"
     if standing["retired_by"]:
@@ -82,11 +85,13 @@ def nothing_to_summarize(standing: dict | None, tags: Mapping[str, str], now: in
     if SWEEP_TAG not in tags:
         return None
     revision = standing["input_revision"]
-    if standing["summary_revision"] == revision:
+    if standing["summary_revision"] == revision and not upgrade_due(
+        standing["summary_step"], standing["coverage_step"]
+    ):
         return f"already summarized at its current turns (revision {revision}) by run {standing['summary_run_id']}"
     # A staged reply finishes with no model call, whatever the backoff.
     backing_off = standing["failed_revision"] == revision and standing["backoff_until_ms"] > now
-    if backing_off and tags.get(ROUTE_TAG) != "staged":
+    if backing_off and tags.get(ROUTE_TAG) != "staged" and EXPLICIT_TAG not in tags:
         return f"failed at its current turns since it was queued (failure {standing['failures']}): in failure backoff"
     return None
 
@@ -143,7 +148,9 @@ def summarize_partition(
         lease_ttl_s = 2 * model.call_ceiling_s + 120
         holder = store.summaries.claim_summary_lease(session_id, run.run_id, now_ms(), lease_ttl_s)
         if holder is not None and run.ended(holder):
-            # Its process died holding the lease (killed mid-run, marked failed since): take it over.
+            # Its process died holding the lease (killed mid-run, marked failed since): take it over,
+            # closing the model call it died in (a run on another machine, marked failed in the UI).
+            store.attempts.close_in_flight([holder])
             store.summaries.release_summary_lease(session_id, holder)
             holder = store.summaries.claim_summary_lease(session_id, run.run_id, now_ms(), lease_ttl_s)
         if holder is not None:
@@ -188,6 +195,8 @@ def _summarize_leased(
     if skip:
         return SummaryOutcome(session_id, skipped=skip)
     host = placement.host
+    # Read before the turns: a mini summary made in between lowers the step kept, never raises it.
+    step = store.summaries.coverage_steps([session_id]).get(session_id)
     turns = store.sessions.load_turns([session_id])
     # Each usable reply is staged in DuckDB before the summary is built from it: a run killed
     # before the write below is finished by the next one, from the reply, with no model call.
@@ -225,7 +234,9 @@ def _summarize_leased(
                 "failures": failures,
             },
         )
-    store.summaries.write_summary(result.summary, run_id=run.run_id, host=host, host_reason=placement.reason)
+    store.summaries.write_summary(
+        result.summary, run_id=run.run_id, host=host, host_reason=placement.reason, coverage_step=step
+    )
     if not model.response_cache:
         store.cache.drop_staged_replies(session_id)
     store.summaries.clear_summary_failures(session_id)

@@ -7,6 +7,7 @@ names are re-exported here.
 
 from digest.friction_report.compute import (
     Bucket,
+    CurvePoint,
     FrictionGroup,
     FrictionReport,
     ModelCalibration,
@@ -16,10 +17,12 @@ from digest.friction_report.compute import (
     build_report,
     calibrate,
     calibrate_model,
+    first_summary_curve,
     group_friction,
     percentile,
     pre_routes,
     rollup_by_symptom,
+    seconds_to_share,
     surfaced_at,
 )
 from digest.friction_report.render import (
@@ -35,6 +38,7 @@ from digest.friction_report.render import (
 
 __all__ = [
     "Bucket",
+    "CurvePoint",
     "FrictionGroup",
     "FrictionReport",
     "ModelCalibration",
@@ -47,6 +51,7 @@ __all__ = [
     "calibrate",
     "calibrate_model",
     "chart",
+    "first_summary_curve",
     "degraded_against_raw",
     "fidelity_rows",
     "group_friction",
@@ -55,6 +60,7 @@ __all__ = [
     "render_html",
     "render_markdown",
     "rollup_by_symptom",
+    "seconds_to_share",
     "sections",
     "surfaced_at",
 ]

@@ -26,6 +26,7 @@ from digest.circuit import CircuitPolicy, CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.pacing import RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
 from digest.settings import ModelSettings
+from digest.synthesis import INTERRUPTED
 from digest.tokens import (
     CALIBRATION_MIN_SAMPLES,
     CALIBRATION_QUANTILE,
@@ -238,6 +239,11 @@ def is_timeout(attempt: dict) -> bool:
     return attempt["outcome"].startswith("timeout")
 
 
+def is_thrown_away(attempt: dict) -> bool:
+    """A call whose model time bought nothing: given up, or its run killed or stopped during it."""
+    return is_timeout(attempt) or attempt["outcome"] == INTERRUPTED
+
+
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile with linear interpolation (numpy's default); 0 for no values."""
     if not values:
@@ -356,7 +362,7 @@ def activity_series(
     discarded: defaultdict = defaultdict(float)
     saved: defaultdict = defaultdict(float)
     for attempt in attempts:
-        (discarded if is_timeout(attempt) else spent)[_bucket_start(attempt["created_at"], width)] += attempt[
+        (discarded if is_thrown_away(attempt) else spent)[_bucket_start(attempt["created_at"], width)] += attempt[
             "duration_s"
         ]
     for event in events:
@@ -369,6 +375,53 @@ def activity_series(
         buckets.append(Bucket(start, friction[start], spent[start], discarded[start], saved[start]))
         start += width
     return buckets
+
+
+# --- time to first summary ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """The share of sessions with a summary (any tier) once this much model time was spent."""
+
+    model_seconds: float  # cumulative duration_s of every model call up to this point
+    summarized: int  # sessions with a summary by then
+    share: float  # summarized / the sessions counted
+
+
+def first_summary_curve(attempts: list[dict], summaries: list[dict], sessions: int | None = None) -> list[CurvePoint]:
+    """The share of sessions with a summary against cumulative model-seconds, a point per session
+    that gets its first summary (its first `session-summary` attempt with outcome `ok`).
+
+    `attempts` are ledger rows (`session_id`, `stage`, `outcome`, `duration_s`, `created_at`; a call's
+    row is written when it ends, so its own seconds count before its summary), in any order; every
+    call counts, mini summaries and failures included. `summaries` are `session_summaries` rows: a
+    session with one but no such attempt (an export's imported summary, a replay from the response
+    cache) had it at no model time, the curve's first point. `sessions` is how many sessions there
+    are (the store's count); None: those the rows name. Pure, so the benchmark reuses it."""
+    ordered = sorted(attempts, key=lambda a: a["created_at"])
+    first_at: dict[str, float] = {}
+    spent = 0.0
+    for attempt in ordered:
+        spent += attempt["duration_s"]
+        if attempt["stage"] == "session-summary" and attempt["outcome"] == "ok":
+            first_at.setdefault(attempt["session_id"], spent)
+    for row in summaries:
+        first_at.setdefault(row["session_id"], 0.0)
+    named = len(first_at.keys() | {a["session_id"] for a in attempts})
+    total = max(sessions if sessions is not None else named, len(first_at), 1)
+    curve = [CurvePoint(0.0, 0, 0.0)]
+    for count, seconds in enumerate(sorted(first_at.values()), start=1):
+        # Sessions summarized at the same model time are one point (the imported ones at 0 s).
+        if curve[-1].model_seconds == seconds:
+            curve.pop()
+        curve.append(CurvePoint(seconds, count, count / total))
+    return curve
+
+
+def seconds_to_share(curve: list[CurvePoint], share: float) -> float | None:
+    """The model-seconds at which the curve first reaches `share` of the sessions; None: never."""
+    return next((p.model_seconds for p in curve if p.share >= share), None)
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -385,6 +438,7 @@ class FrictionReport:
     current_model: str | None  # the model of the latest call: the one to calibrate the cap for
     pre_routes: PreRoutes
     timeouts: list[dict]  # newest first
+    interrupted: list[dict]  # calls whose run died or was stopped during them, newest first
     truncations: list[dict]  # newest first
     implausible_counts: list[dict]  # newest first: calls whose server's prompt count was ignored
     slowest: list[dict]
@@ -402,6 +456,12 @@ class FrictionReport:
     summary_rows: list[dict] = field(default_factory=list, repr=False)  # tier, route, origin, host, fidelity
     # The ledger's model-seconds, calls, given-up calls and cache replays by model, host and UTC day.
     cost_totals: list[dict] = field(default_factory=list, repr=False)
+    # The share of sessions with a summary (any tier) against cumulative model-seconds.
+    first_summaries: list[CurvePoint] = field(default_factory=list, repr=False)
+
+    @property
+    def model_seconds(self) -> float:
+        return sum(self.call_seconds)
 
     @property
     def degraded_share(self) -> float:
@@ -432,8 +492,11 @@ class FrictionReport:
             "hosts_out_of_rotation": sum(self.host_state(c) == CircuitState.OPEN for c in self.host_circuits),
             "slow_hosts": sum(d.slow for d in self.slowdowns.values()),
             "model_seconds_discarded": round(sum(a["duration_s"] for a in self.timeouts), 1),
+            "interrupted_calls": len(self.interrupted),
+            "model_seconds_interrupted": round(sum(a["duration_s"] for a in self.interrupted), 1),
             "degraded_path_seconds": round(self.pre_routes.degraded_seconds, 1),
             "pre_route_net_seconds": round(self.pre_routes.net_seconds, 1),
+            "summarized_share": self.first_summaries[-1].share if self.first_summaries else 0.0,
         }
 
 
@@ -449,7 +512,9 @@ def build_report(
     slowdowns: dict[str, Slowdown] | None = None,
     auto_caps: dict[str, dict] | None = None,
     cost_totals: list[dict] = (),
+    sessions: int | None = None,
 ) -> FrictionReport:
+    """`sessions`: how many sessions the store holds, the time-to-first-summary curve's whole."""
     groups = group_friction(events)
     calibrations = calibrate(attempts, settings)
     newest_first = sorted(attempts, key=lambda a: a["created_at"], reverse=True)
@@ -463,6 +528,7 @@ def build_report(
         current_model=newest_first[0]["model"] if newest_first else None,
         pre_routes=pre_routes(events, attempts, calibrations, settings.call_ceiling_s),
         timeouts=[a for a in newest_first if is_timeout(a)],
+        interrupted=[a for a in newest_first if a["outcome"] == INTERRUPTED],
         truncations=[a for a in newest_first if a["suspected_truncation"]],
         implausible_counts=[a for a in newest_first if a.get("prompt_tokens") is not None and not counted_plausibly(a)],
         slowest=sorted(attempts, key=lambda a: a["duration_s"], reverse=True)[:SLOWEST_CALLS],
@@ -481,4 +547,5 @@ def build_report(
         call_seconds=[a["duration_s"] for a in attempts],
         summary_rows=list(summaries),
         cost_totals=list(cost_totals),
+        first_summaries=first_summary_curve(attempts, summaries, sessions),
     )

@@ -15,6 +15,7 @@ from digest.friction_report.compute import (
     FrictionReport,
     adopt_lines,
     bytes_per_token_words,
+    seconds_to_share,
 )
 from digest.pacing import MIN_SAMPLES, RECENT_CALLS
 from digest.tokens import (
@@ -210,6 +211,10 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
         f"{_count(len(report.timeouts), 'call')} given up (stalled, or cut at a deadline or the ceiling), "
         f"{_seconds(lost)} of model time thrown away."
     )
+    interrupted_lead = (
+        f"{_count(len(report.interrupted), 'call')} interrupted (the run killed or stopped during the call; not "
+        f"the host's failure), at most {_seconds(sum(a['duration_s'] for a in report.interrupted))} thrown away."
+    )
     timeouts = _table_section(
         "Timeouts",
         ["when", "session", "stage", "tier", "model", "prompt tokens", "seconds"],
@@ -217,7 +222,7 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
           _seconds(a["duration_s"])]
          for a in report.timeouts],
         max_rows,
-        [timeouts_lead] if report.timeouts else [],
+        [timeouts_lead] * bool(report.timeouts) + [interrupted_lead] * bool(report.interrupted),
         "None.",
     )  # fmt: skip
     truncations = _table_section(
@@ -322,7 +327,8 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
     )  # fmt: skip
     return [overview, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, implausible, undigestible,
             degraded, fidelity,
-            mini, cost_section(report, max_rows), slowest, calibration_section(report, max_rows)]  # fmt: skip
+            mini, first_summary_section(report), cost_section(report, max_rows), slowest,
+            calibration_section(report, max_rows)]  # fmt: skip
 
 
 def cost_section(report: FrictionReport, max_rows: int) -> Section:
@@ -338,6 +344,31 @@ def cost_section(report: FrictionReport, max_rows: int) -> Section:
          "a reply replayed from the response cache is no call and is only counted."],
         "No model calls in the period.",
     )  # fmt: skip
+
+
+# The shares of sessions the time-to-first-summary table reads the curve at.
+CURVE_SHARES = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+
+def first_summary_section(report: FrictionReport) -> Section:
+    """The share of sessions with a summary (any tier) against the model-seconds spent, all calls
+    counted: a backlog that summarizes every session early reaches its top share early."""
+    curve, spent = report.first_summaries, report.model_seconds
+    title = "Time to first summary"
+    if len(curve) < 2:
+        return Section(title, ["No session has a summary yet."])
+    last = curve[-1]
+    lead = [
+        f"{last.share:.0%} of the sessions have a summary of any tier ({last.summarized}); the model calls so far "
+        f"took {_seconds(spent)}. When each share of the sessions had its first summary, in model-seconds spent by "
+        "then (every call counted, mini summaries and upgrades included; an imported summary at 0 s):"
+    ]
+    rows = []
+    for share in CURVE_SHARES:
+        seconds = seconds_to_share(curve, share)
+        if seconds is not None:
+            rows.append([f"{share:.0%}", _seconds(seconds), _share(round(seconds * 1000), round(spent * 1000))])
+    return Section(title, lead, Table(["sessions with a summary", "model-seconds by then", "of all spent"], rows))
 
 
 def calibration_section(report: FrictionReport, max_rows: int) -> Section:

@@ -27,7 +27,7 @@ from digest.graph.provenance import add_provenance
 from digest.model_api import ChatClient, ChatReply, ModelError
 from digest.pacing import Pacer
 from digest.prompts import TURN_SEPARATOR
-from digest.synthesis import Ledger, Limits, SourceTier, call_attempt, prompt_friction
+from digest.synthesis import Ledger, Limits, SourceTier, call_attempt, in_flight_attempt, ledgered_call, prompt_friction
 from digest.turns import Turn, canonical_order, input_revision
 
 CONSUMER = "session_graph"
@@ -94,28 +94,30 @@ def _extract(
     extraction = None
     cut = False
     plan = pacer.plan(limits.estimate_tokens(prompt), policy.output_limit_tokens, client.streaming)
-    try:
-        reply = client.chat(
-            prompt,
-            schema=extraction_json_schema(),
-            max_output_tokens=policy.output_limit_tokens,
-            timeout_s=plan.timeout_s,
-            stall_s=plan.stall_s,
-        )
-        try:
-            extraction = parse_extraction(reply.text)
-        except GraphParseError:
-            if reply.finish_reason != "length":
-                raise
-            extraction, cut = salvage_cut_reply(reply.text), True
-    except (ModelError, GraphParseError) as exc:
-        error = exc
     # Tier raw: graph evidence is always the raw turns.
+    in_flight = in_flight_attempt(session_id, "graph", SourceTier.RAW, prompt, limits, client.model, plan.timeout_s)
+    with ledgered_call(ledger, in_flight) as started:
+        try:
+            reply = client.chat(
+                prompt,
+                schema=extraction_json_schema(),
+                max_output_tokens=policy.output_limit_tokens,
+                timeout_s=plan.timeout_s,
+                stall_s=plan.stall_s,
+            )
+            try:
+                extraction = parse_extraction(reply.text)
+            except GraphParseError:
+                if reply.finish_reason != "length":
+                    raise
+                extraction, cut = salvage_cut_reply(reply.text), True
+        except (ModelError, GraphParseError) as exc:
+            error = exc
     where = f"chunk {chunk.index + 1}/{total}: "
     attempt = call_attempt(
         session_id, "graph", SourceTier.RAW, prompt, limits, client.model, reply, error, where, plan=plan
     )
-    ledger.record_attempt(attempt)
+    ledger.record_attempt(attempt, started)
     pacer.observe(attempt.speed_sample(), error)
     return extraction, error, prompt, cut, attempt.duration_s
 

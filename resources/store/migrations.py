@@ -59,6 +59,12 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     6: [add_column("response_cache", "attempt_recorded BOOLEAN")],
     # 7: each summary's fidelity score, and the identifiers it names and misses (`digest.fidelity`).
     7: [summary_column("fidelity"), summary_column("fidelity_found"), summary_column("fidelity_missed")],
+    # 8: a call's attempt is written before the call (`in-flight`); its deadline bounds the time an
+    # interrupted call spent (issue 31).
+    8: [add_column("attempts", "deadline_s DOUBLE")],
+    # 9: how much of a degraded summary's input was mini summaries, and the coverage step it was made
+    # at: a sweep makes it again when its session's coverage crosses the next step (issue 28).
+    9: [summary_column("mini_summary_coverage"), summary_column("coverage_step")],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

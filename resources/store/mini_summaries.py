@@ -3,7 +3,13 @@ turn's failed attempts and archive, each session's backoff, and the sessions pen
 
 from __future__ import annotations
 
-from digest.mini_summaries import PendingSession, PendingTurn, archive_reason_after, order_sessions
+from digest.mini_summaries import (
+    PendingSession,
+    PendingTurn,
+    archive_reason_after,
+    headed_for_degraded,
+    order_sessions,
+)
 from digest.synthesis import Limits
 from resources.store.connection import Repository, now
 from resources.store.ledger import RunLedger
@@ -62,6 +68,12 @@ class MiniSummaries(Repository):
         (`digest.mini_summaries.order_sessions`)."""
         ordered = order_sessions(self.pending_mini_summary_sessions(now_ms), limits, priority)
         return [s.partition_key for s in ordered[:limit]]
+
+    def pending_degraded_mini_summary_keys(self, limits: Limits, now_ms: int) -> list[str]:
+        """Of those, the sessions headed for the degraded path, the one where a mini summary reaches
+        a summary (`digest.mini_summaries.headed_for_degraded`), by partition key."""
+        sessions = self.pending_mini_summary_sessions(now_ms)
+        return sorted(s.partition_key for s in sessions if headed_for_degraded(s.raw_bytes, s.turn_count, limits))
 
     def record_mini_summary_failure(self, turn_id: str, session_id: str, cause: str, max_attempts: int) -> bool:
         """Count a failed attempt, and archive the turn when `digest.mini_summaries.archive_reason_after`

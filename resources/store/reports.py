@@ -7,20 +7,23 @@ import json
 
 from digest.circuit import circuit_status
 from digest.scheduling import now_ms
+from digest.synthesis import IN_FLIGHT
 from resources.store.connection import Repository, records
 from resources.store.hosts import read_circuits
 from resources.store.summaries import PENDING_SUMMARY_SESSIONS
 
 # The ledger's model time by (model, host, UTC day): a replay from the response cache is no call
-# and took no model time, so it is only counted; a given-up call is any that did not end "ok".
-COST_TOTALS = """
+# and took no model time, so it is only counted; a given-up call is any that did not end "ok"
+# (an interrupted one included); a call still in flight is not counted yet.
+COST_TOTALS = f"""
     SELECT model, host, strftime(timezone('UTC', created_at), '%Y-%m-%d') AS day,
            round(coalesce(sum(duration_s) FILTER (NOT cached), 0), 3) AS model_seconds,
            count(*) FILTER (NOT cached) AS calls,
            count(*) FILTER (NOT cached AND outcome <> 'ok') AS given_up,
            round(coalesce(sum(duration_s) FILTER (NOT cached AND outcome <> 'ok'), 0), 3) AS given_up_seconds,
            count(*) FILTER (cached) AS cached
-    FROM attempts WHERE created_at >= now() - to_days(?) GROUP BY ALL ORDER BY day, model, host NULLS FIRST"""
+    FROM attempts WHERE created_at >= now() - to_days(?) AND outcome <> '{IN_FLIGHT}'
+    GROUP BY ALL ORDER BY day, model, host NULLS FIRST"""
 
 
 class Reports(Repository):
@@ -120,7 +123,8 @@ class Reports(Repository):
                     con,
                     "SELECT session_id, stage, tier, model, prompt_bytes, tokens_estimate, prompt_tokens, "
                     "completion_tokens, duration_s, outcome, suspected_truncation, created_at, first_token_s FROM attempts "
-                    "WHERE NOT cached",  # a replay from the response cache is no model call
+                    # A replay from the response cache is no model call; one in flight has not ended.
+                    "WHERE NOT cached AND outcome <> 'in-flight'",
                 ),
                 "summaries": records(
                     con,
@@ -133,6 +137,10 @@ class Reports(Repository):
                     "FROM turns t LEFT JOIN mini_summaries m ON m.turn_id = t.id",
                 )[0],
             }
+            # The time-to-first-summary curve's whole: the sessions a sweep may summarize.
+            rows["sessions"] = con.execute(
+                "SELECT count(*) FROM sessions WHERE session_id NOT IN (SELECT session_id FROM retired_sessions)"
+            ).fetchone()[0]
             # Undigestible at the session's current turns: new turns make a session digestible again.
             rows["undigestible"] = records(
                 con,

@@ -90,14 +90,15 @@ CREATE TABLE IF NOT EXISTS attempts (
     prompt_tokens INTEGER,            -- the server's own count
     completion_tokens INTEGER,
     duration_s DOUBLE NOT NULL,
-    outcome VARCHAR NOT NULL,         -- ok | a friction symptom
+    outcome VARCHAR NOT NULL,         -- ok | a friction symptom | in-flight | interrupted
     suspected_truncation BOOLEAN NOT NULL,
     cached BOOLEAN NOT NULL DEFAULT false,  -- replayed from response_cache: no model call
     error_text VARCHAR,
     run_id VARCHAR,
     created_at TIMESTAMPTZ NOT NULL,
     host VARCHAR,                     -- the model host that answered (NULL before several hosts)
-    first_token_s DOUBLE              -- a streamed call's seconds to its first piece (NULL: not streamed)
+    first_token_s DOUBLE,             -- a streamed call's seconds to its first piece (NULL: not streamed)
+    deadline_s DOUBLE                 -- the longest the call may run (NULL: not recorded)
 );
 
 CREATE SEQUENCE IF NOT EXISTS friction_ids;

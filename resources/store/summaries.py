@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import duckdb
 
-from digest.scheduling import Candidate, failures_after
+from digest.scheduling import COMPLETE_STEP, UPGRADE_COVERAGE, Candidate, failures_after
 from digest.synthesis import FALLBACK_CHARS, SessionSummary
 from resources.store.connection import Repository, now, record, records
 from resources.store.fidelity import refresh_fidelity
@@ -23,16 +23,33 @@ PENDING_SUMMARY_SESSIONS = """
       AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)
 """
 
-# The sweep's sizes of the sessions in the CTE `picked`, newest first (rows: `Candidate` fields).
+# The sweep's sizes of the sessions in the CTE `picked` (`session_id`, `summary_step`: the step of
+# the degraded summary an upgrade replaces, else NULL), newest first (rows: `Candidate` fields).
 CANDIDATES_PICKED = f"""
     SELECT s.partition_key, s.session_id, s.last_activity_ms, s.turn_count, s.raw_bytes,
            sum(least(coalesce(length(m.text), length(t.document)), {FALLBACK_CHARS}))::BIGINT,
-           count(m.turn_id)
+           count(m.turn_id), picked.summary_step
     FROM picked JOIN sessions s USING (session_id)
     JOIN turns t ON t.session_id = s.session_id
     LEFT JOIN mini_summaries m ON m.turn_id = t.id
     GROUP BY ALL
     ORDER BY s.last_activity_ms DESC NULLS LAST, s.session_id
+"""
+
+# Each session's mini-summary coverage step now, for the sessions of the CTE `stepped`: the rule of
+# `digest.scheduling.coverage_step` over the store's counts (a pending turn as `PENDING_MINI_SUMMARY_TURNS`
+# has it: no mini summary, not archived). Rows: (session_id, step).
+COVERAGE_STEP_SQL = f"""
+    SELECT t.session_id,
+           CASE WHEN count(*) FILTER (m.turn_id IS NULL AND st.archived_at IS NULL
+                                      AND (t.archived_at IS NULL OR st.unarchived_at IS NOT NULL)) = 0
+                THEN {COMPLETE_STEP}
+                WHEN count(m.turn_id) >= {UPGRADE_COVERAGE} * count(*) THEN 1 ELSE 0 END AS step
+    FROM turns t
+    LEFT JOIN mini_summaries m ON m.turn_id = t.id
+    LEFT JOIN mini_summary_state st ON st.turn_id = t.id
+    WHERE t.session_id IN (SELECT session_id FROM stepped)
+    GROUP BY 1
 """
 
 # An exported summary is current when it was made from the turns as they are: its
@@ -106,8 +123,12 @@ class Summaries(Repository):
         run_id: str | None = None,
         host: str | None = None,
         host_reason: str | None = None,
+        coverage_step: int | None = None,
     ) -> None:
-        """`host`, `host_reason`: the model host that made it, and why the sweep chose that host."""
+        """`host`, `host_reason`: the model host that made it, and why the sweep chose that host;
+        `coverage_step`: the session's mini-summary coverage step (`digest.scheduling.coverage_step`)
+        when its turns were read, kept for a degraded summary alone."""
+        degraded = summary.source_tier != "raw"
         row = {
             "session_id": summary.session_id,
             **summary.output.model_dump(),  # the model-generated columns
@@ -116,6 +137,8 @@ class Summaries(Repository):
             "raw_canonical": summary.raw_canonical,
             "memory_count": summary.memory_count,
             "mini_summary_count": summary.mini_summary_count,
+            "mini_summary_coverage": summary.mini_summary_count / max(1, summary.memory_count) if degraded else None,
+            "coverage_step": coverage_step if degraded else None,
             "input_revision": summary.input_revision,
             "model": summary.model,
             "raw_tokens_estimate": summary.raw_tokens_estimate,
@@ -177,7 +200,8 @@ class Summaries(Repository):
         """One session's sizes, as a sweep sees them (for a run that places itself on a host)."""
         with self.file.connect() as con:
             row = con.execute(
-                f"WITH picked AS (SELECT ?::VARCHAR AS session_id) {CANDIDATES_PICKED}", [session_id]
+                f"WITH picked AS (SELECT ?::VARCHAR AS session_id, NULL::INTEGER AS summary_step) {CANDIDATES_PICKED}",
+                [session_id],
             ).fetchone()
         return Candidate(*row) if row else None
 
@@ -201,9 +225,11 @@ class Summaries(Repository):
                 f"""
                 WITH eligible AS (SELECT * FROM ({gates}) WHERE NOT active AND NOT backing_off),
                 picked AS (
-                    (SELECT session_id FROM eligible ORDER BY last_activity_ms DESC NULLS LAST, session_id LIMIT {int(newest)})
-                    UNION
-                    (SELECT session_id FROM eligible ORDER BY last_activity_ms ASC NULLS FIRST, session_id LIMIT {int(oldest)})
+                    SELECT session_id, NULL::INTEGER AS summary_step FROM (
+                        (SELECT session_id FROM eligible ORDER BY last_activity_ms DESC NULLS LAST, session_id LIMIT {int(newest)})
+                        UNION
+                        (SELECT session_id FROM eligible ORDER BY last_activity_ms ASC NULLS FIRST, session_id LIMIT {int(oldest)})
+                    )
                 )
                 {CANDIDATES_PICKED}
                 """
@@ -214,6 +240,45 @@ class Summaries(Repository):
             "backing_off": counts[2],
             "candidates": [Candidate(*row) for row in rows],
         }
+
+    def upgrade_queue(self, now_ms: int, idle_window_s: float, limit: int) -> list[Candidate]:
+        """Sessions whose pre-routed degraded summary is current for their turns but was made at a
+        lower mini-summary coverage step than they have now (`digest.scheduling.coverage_step`),
+        newest first, at most `limit`, behind the churn gate and failure backoff as pending ones.
+        Imported summaries are the export's word and are not made again."""
+        idle_ms = int(idle_window_s * 1000)
+        with self.file.connect() as con:
+            rows = con.execute(
+                f"""
+                WITH stepped AS (
+                    SELECT x.session_id, x.coverage_step, s.last_activity_ms
+                    FROM session_summaries x JOIN sessions s USING (session_id)
+                    LEFT JOIN summary_state st USING (session_id)
+                    WHERE x.origin = 'generated' AND x.coverage_step < {COMPLETE_STEP}
+                      AND x.route_reason IN ('over-raw-cap', 'over-safe-band')
+                      AND x.input_revision = s.input_revision
+                      AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)
+                      AND NOT coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false)
+                      AND NOT coalesce(st.backoff_until_ms > {now_ms} AND st.failed_revision = s.input_revision, false)
+                ),
+                picked AS (
+                    SELECT session_id, coverage_step AS summary_step FROM stepped
+                    JOIN ({COVERAGE_STEP_SQL}) now_at USING (session_id)
+                    WHERE now_at.step > stepped.coverage_step
+                    ORDER BY last_activity_ms DESC NULLS LAST, session_id LIMIT {int(limit)}
+                )
+                {CANDIDATES_PICKED}
+                """
+            ).fetchall()
+        return [Candidate(*row) for row in rows]
+
+    def coverage_steps(self, session_ids: list[str]) -> dict[str, int]:
+        """Each session's mini-summary coverage step now (`digest.scheduling.coverage_step`)."""
+        with self.file.connect() as con:
+            rows = con.execute(
+                f"WITH stepped AS (SELECT unnest(?::VARCHAR[]) AS session_id) {COVERAGE_STEP_SQL}", [session_ids]
+            ).fetchall()
+        return dict(rows)
 
     # --- failure backoff --------------------------------------------------------------------
 
@@ -270,12 +335,15 @@ class Summaries(Repository):
         with self.file.connect() as con:
             return record(
                 con,
-                """SELECT s.input_revision, x.input_revision AS summary_revision, x.run_id AS summary_run_id,
-                          r.archive_id AS retired_by, st.failures, st.failed_revision, st.backoff_until_ms
+                f"""WITH stepped AS (SELECT ?::VARCHAR AS session_id)
+                   SELECT s.input_revision, x.input_revision AS summary_revision, x.run_id AS summary_run_id,
+                          r.archive_id AS retired_by, st.failures, st.failed_revision, st.backoff_until_ms,
+                          x.coverage_step AS summary_step, now_at.step AS coverage_step
                    FROM sessions s
+                   LEFT JOIN ({COVERAGE_STEP_SQL}) now_at USING (session_id)
                    LEFT JOIN session_summaries x USING (session_id)
                    LEFT JOIN retired_sessions r USING (session_id)
                    LEFT JOIN summary_state st USING (session_id)
                    WHERE s.session_id = ?""",
-                [session_id],
+                [session_id, session_id],
             )

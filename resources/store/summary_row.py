@@ -62,6 +62,17 @@ PIPELINE_COLUMNS = (
     Column("raw_canonical", "BOOLEAN NOT NULL", "", "coalesce(i.raw_canonical, true)", shown=True),
     Column("memory_count", "INTEGER NOT NULL", "", "s.turn_count", shown=True),
     Column("mini_summary_count", "INTEGER NOT NULL", "", "coalesce(minis.n, 0)"),
+    Column(
+        "mini_summary_coverage", "DOUBLE",
+        "share of the turn lines of a degraded input that were mini summaries (NULL: raw input, or imported)",
+        "NULL", shown=True, none_as="none",
+    ),
+    Column(
+        "coverage_step", "INTEGER",
+        "the mini-summary coverage step a degraded summary was made at: 0 under half, 1 from half, 2 none left "
+        "to make (NULL: raw input, or imported); a higher step since makes it again",
+        "NULL", shown=True, none_as="none",
+    ),
     Column("input_revision", "VARCHAR NOT NULL", "", "s.input_revision", shown=True),
     Column("model", "VARCHAR NOT NULL", "", "''", shown=True),
     Column("raw_tokens_estimate", "INTEGER NOT NULL", "", "0", shown=True),
