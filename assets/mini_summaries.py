@@ -10,7 +10,7 @@ from digest.mini_summaries import FillReport
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, MiniSummaryPolicyResource
 
 # Bump when the prompt or the output cleaning changes.
-MINI_SUMMARY_CODE_VERSION = "mini-summary-v1"
+MINI_SUMMARY_CODE_VERSION = "mini-summary-v2"
 PREVIEW_ROWS = 20
 
 

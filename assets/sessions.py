@@ -1,5 +1,7 @@
 """The session assets: each maps its work's outcome (`assets/work/`) to what Dagster records."""
 
+import json
+
 from dagster import (
     AssetExecutionContext,
     AssetObservation,
@@ -15,9 +17,14 @@ from assets.work.runs import RunFacts
 from assets.work.sessions import describe_partition, summarize_partition
 from digest.fidelity import Fidelity
 from digest.ingest import ingest_paths
+from digest.verdict import Verdict
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
 from resources.model_clients.progress import CallProgress
+from resources.store.summaries import covered_turns_query
 from resources.store.summary_row import MODEL_COLUMNS, SUMMARY_ROW
+
+# Turn ids listed in a partition's metadata; the query there lists them all.
+TURN_IDS_SHOWN = 100
 
 # Bump when a prompt or the routing rule changes, so the UI marks summaries as stale.
 SUMMARY_CODE_VERSION = "summary-v1"
@@ -162,6 +169,11 @@ def session_summaries(
         if done is not None:
             yield done
         return
+    if outcome.kept:
+        not_done(
+            context, outcome.session_id, "summary not stored", outcome.kept, summarized=False, verdict=outcome.verdict
+        )
+        return
     # What the summary cost and whether its reply came from the cache (`digest.cost`).
     context.log.info(f"session {outcome.session_id!r}: {outcome.cost.log_line()}")
     yield materialized(context, {**summary_metadata(outcome.row), **outcome.cost.metadata()})
@@ -179,10 +191,12 @@ def summary_metadata(row: dict) -> dict:
     lists = [f"{k}: {', '.join(v) or 'none'}" for k, v in fields.items() if isinstance(v, list)]
     return {
         **plain,
+        **covered_turns_metadata(row),
         # What the fidelity score found named in the summary, and missed (docs/fidelity.md).
         "fidelity_identifiers": MetadataValue.md(
             Fidelity(row["fidelity"], row["fidelity_found"] or [], row["fidelity_missed"] or []).markdown()
         ),
+        **verdict_metadata(row),
         "summary": MetadataValue.md(
             f"### {row['title']}\n\n{row['summary']}\n\n"
             + " · ".join(choices + scores)
@@ -191,3 +205,34 @@ def summary_metadata(row: dict) -> dict:
             f"{row['origin']}{', host ' + row['host'] if row['host'] else ''})"
         ),
     }
+
+
+def covered_turns_metadata(row: dict) -> dict:
+    """The turns the summary covered (which by their mini summary), and the query that lists them."""
+    covered, minis = row.get("covered_turn_ids"), row.get("mini_turn_ids")
+    if covered is None:
+        return {"covered_turns": "not recorded (made before the store kept them)"}
+
+    def listed(ids: list[str]) -> str:
+        more = f"\n\n… and {len(ids) - TURN_IDS_SHOWN} more (the query lists them)" if len(ids) > TURN_IDS_SHOWN else ""
+        return " ".join(f"`{i}`" for i in ids[:TURN_IDS_SHOWN]) + more if ids else "none"
+
+    by_mini = set(minis or [])
+    lines = [f"**{len(covered)} turns covered**: {listed(covered)}"]
+    if row["degraded"]:
+        lines.append(f"**by their mini summary** ({len(by_mini)}): {listed([i for i in covered if i in by_mini])}")
+        truncated = [i for i in covered if i not in by_mini]
+        lines.append(f"**truncated raw** ({len(truncated)}): {listed(truncated)}")
+    return {
+        "covered_turns": len(covered),
+        "covered_turn_ids": MetadataValue.md("\n\n".join(lines)),
+        "covered_turns_query": MetadataValue.text(covered_turns_query(row["session_id"])),
+    }
+
+
+def verdict_metadata(row: dict) -> dict:
+    """The verdict's evidence (`verdict` itself is a plain entry): why it is junk, or what made it ok."""
+    if row.get("verdict") is None:
+        return {}
+    verdict = Verdict(row["verdict"], json.loads(row["verdict_evidence"] or "{}"))
+    return {"verdict_evidence": MetadataValue.md(verdict.markdown())}

@@ -192,16 +192,28 @@ def dream_keys(summary: dict) -> dict:
     }
 
 
+def junk_keys(metadata: dict, summary: dict) -> dict:
+    """A junk summary (`digest.verdict`) goes out with its verdict and evidence (`summaryVerdict`,
+    `summaryVerdictEvidence`, as text: Chroma takes no nested values) and without `memoryCount`: the
+    original's sweep takes a session whose summary has no count equal to its turns' as still to
+    summarize, so it writes its own instead of keeping ours as if it were one."""
+    if summary.get("verdict") in (None, "ok"):
+        return metadata
+    kept = {k: v for k, v in metadata.items() if k != "memoryCount"}
+    return {**kept, "summaryVerdict": summary["verdict"], "summaryVerdictEvidence": summary.get("verdict_evidence")}
+
+
 def summary_backup_row(summary: dict) -> dict:
     """A `session_summaries` row → a `summaries-backup` line with the original's keys and types (§1.3),
-    plus the Dream keys (`dream_keys`). An imported summary (`imported_metadata`, its line's metadata
-    as ingested) goes out with its own metadata. None values are left out: Chroma takes none."""
+    plus the Dream keys (`dream_keys`), and a junk one's verdict (`junk_keys`). An imported summary
+    (`imported_metadata`, its line's metadata as ingested) goes out with its own metadata. None values
+    are left out: Chroma takes none."""
     if summary.get("origin") == "imported" and summary.get("imported_metadata"):
         metadata = {**json.loads(summary["imported_metadata"]), **dream_keys(summary)}
         return {
             "id": f"summary_{summary['session_id']}",
             "embedding": None,
-            "metadata": metadata,
+            "metadata": junk_keys(metadata, summary),
             "document": summary["summary"],
         }
     created_ms = int(summary["created_at"].timestamp() * 1000)
@@ -234,7 +246,7 @@ def summary_backup_row(summary: dict) -> dict:
         "userId": summary_user_id(summary["participating_agents"]),
         **dream_keys(summary),
     }
-    metadata = {k: v for k, v in metadata.items() if v is not None}
+    metadata = {k: v for k, v in junk_keys(metadata, summary).items() if v is not None}
     return {
         "id": f"summary_{summary['session_id']}",
         "embedding": None,

@@ -17,6 +17,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from digest.overlap import Source, fragments
+from digest.prompts import summary_prompt
+
 TOP = 15  # the identifiers scored per session
 FLOOR = 0.2  # the asset check warns on a summary under this (docs/fidelity.md)
 
@@ -118,6 +121,9 @@ class Fidelity:
     score: float | None  # None: the session has no text to score
     found: list[str]  # the top identifiers the summary names, by weight
     missed: list[str]  # those it does not
+    recall: float | None = None  # the weighted share of the top identifiers named
+    precision: float = 1.0  # the share of the summary's identifiers the session has
+    copied: float = 0.0  # the share of the summary's tokens in long copied fragments
 
     def markdown(self) -> str:
         def line(label: str, names: list[str]) -> str:
@@ -140,24 +146,107 @@ def mentions(summary_text: str, key: str) -> bool:
 
 
 def score(
-    terms: Mapping[str, int], summary_text: str, df: Mapping[str, int] | None = None, n_sessions: int = 1
+    terms: Mapping[str, int],
+    summary_text: str,
+    df: Mapping[str, int] | None = None,
+    n_sessions: int = 1,
+    *,
+    precision: float = 1.0,
+    copied: float = 0.0,
 ) -> Fidelity:
-    """The weighted share of the session's top `TOP` terms the summary names."""
+    """Recall × precision × (1 − copied): the weighted share of the session's top `TOP` terms the
+    summary names, cut by the share of its own identifiers the session lacks (`precision`) and by
+    the share of it copied verbatim (`copied`), so neither an echo nor invented names score well."""
     if not terms:
         return Fidelity(None, [], [])
     weighted = weights(terms, df or {}, n_sessions)
     top = sorted(weighted, key=lambda t: (-weighted[t], t))[:TOP]
     found = [t for t in top if mentions(summary_text, t)]
     missed = [t for t in top if t not in found]
-    total = sum(weighted[t] for t in top)
-    return Fidelity(round(sum(weighted[t] for t in found) / total, 4), found, missed)
+    recall = sum(weighted[t] for t in found) / sum(weighted[t] for t in top)
+    worth = recall * precision * (1 - copied)
+    return Fidelity(round(worth, 4), found, missed, round(recall, 4), round(precision, 4), round(copied, 4))
 
 
 def fidelity(session_text: str, title: str, summary: str, df: Mapping[str, int] | None = None, n_sessions: int = 1):
     """One summary's fidelity to its session's text (df, n_sessions: the store's document frequencies)."""
     if not session_text.strip():
         return Fidelity(None, [], [])
-    return score(session_terms(session_text), f"{title}\n{summary}", df, n_sessions)
+    terms = session_terms(session_text)
+    text = f"{title}\n{summary}"
+    grounded, unknown = anchors(text, session_text, terms)
+    copied = fragments(copy_source(session_text), text).copied()
+    return score(terms, text, df, n_sessions, precision=precision(grounded, unknown), copied=copied)
+
+
+# --- what a summary names that its session does not (anchor precision, Nan et al. 2021) ----------
+
+_HASH = re.compile(r"(?<![\w/.-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w/-])")
+_ISSUE_WORD = re.compile(r"\b(?:issue|pr|pull request|ticket|bug)\s+(?:no\.?\s*)?#?(\d{2,})\b", re.IGNORECASE)
+# Names a summary may use that no session has to spell out: languages, products, platforms.
+COMMON_NAMES = frozenset(
+    "javascript typescript github gitlab duckdb postgresql mysql sqlite mongodb nodejs node vue next nuxt react "
+    "angular svelte express deno graphql openai chatgpt macos ios iphone youtube vscode webpack fastapi pydantic "
+    "numpy pandas dagster jupyter llama ollama smollm2 devops cicd json yaml html css".split()
+)
+STRONG = ("#", "/", "hash")  # an unknown issue number, path, file, URL or commit hash: fabricated on its own
+
+
+def summary_identifiers(text: str) -> dict[str, str]:
+    """The identifiers a summary names: key → kind (`#` an issue, `/` a path, file name or URL,
+    keyed by its file name or address, `hash` a commit hash, `symbol` a symbol, call or error
+    name). Commands are left out: in prose "npm and" or "make sure" is no name."""
+    found: dict[str, str] = {}
+    for token in text.translate(_SPLIT).split():
+        token = token.rstrip(".:(")
+        if not token.startswith(("http://", "https://")) and (
+            "/" in token or ("." in token and token.rsplit(".", 1)[-1].lower() in _EXTENSIONS)
+        ):
+            name = token.rstrip("/").rsplit("/", 1)[-1].lower()
+            if any(c.isalpha() for c in token) and _stem(token):
+                found[name] = "/"  # a file name is as strong as its path
+            continue
+        for key in extract(token):
+            found.setdefault(key, "#" if key.startswith("#") else "/" if "/" in key or "." in key else "symbol")
+    for match in _ISSUE_WORD.finditer(text):
+        found.setdefault("#" + match.group(1), "#")
+    for match in _HASH.finditer(text.lower()):
+        found[match.group(0)] = "hash"
+    return found
+
+
+def anchors(summary_text: str, session_text: str, terms: Mapping[str, int]) -> tuple[list[str], dict[str, str]]:
+    """The summary's identifiers the session grounds, and those it does not, with their kind. A
+    symbol or issue is grounded by the session's identifiers or the key at word bounds in its text;
+    a file, path or URL by its file name or address in the text; a hash by itself or its prefix."""
+    lowered = session_text.lower()
+    grounded: list[str] = []
+    unknown: dict[str, str] = {}
+    for key, kind in summary_identifiers(summary_text).items():
+        if kind in ("/", "hash"):
+            known = key in lowered or key.split(".", 1)[0] in COMMON_NAMES
+        else:
+            known = key in terms or key in COMMON_NAMES or (key.lstrip("#") in lowered and mentions(lowered, key))
+        if known:
+            grounded.append(key)
+        else:
+            unknown[key] = kind
+    return grounded, unknown
+
+
+def precision(grounded: list[str], unknown: Mapping[str, str]) -> float:
+    """The share of the summary's identifiers its session has (1 when it names none)."""
+    named = len(grounded) + len(unknown)
+    return len(grounded) / named if named else 1.0
+
+
+# The fixed text of the summary prompt: a summary that copies it echoes its instructions.
+PROMPT_TEXT = summary_prompt("", "", "", 0, "")
+
+
+def copy_source(session_text: str) -> Source:
+    """What a summary may copy from: its session's raw text and the summary prompt's own text."""
+    return Source([("session", session_text), ("prompt", PROMPT_TEXT)])
 
 
 def session_text(documents: Iterable[str]) -> str:

@@ -2,7 +2,8 @@
 
 The reference backfill (`memory-summary-backfill`), made per session and budgeted:
 - a pending turn (no mini summary, not archived) gets one model call whose prompt carries the user
-  prompt and the agent response, never the agent's thought;
+  prompt and the agent response, never the agent's thought, and not the long lines an earlier
+  turn of the batch already showed (`without_repeats`);
 - the reply is whitespace-collapsed and cut to 280 characters;
 - every call is an attempt paced by the host's measured speed (`digest.pacing`: a stall window and
   a ceiling; the configured inner timeout where nothing is measured yet), with an outer backstop
@@ -29,6 +30,7 @@ from digest.friction import Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelTimeout, ProviderError
 from digest.pacing import CallPlan, Pacer, first_token_of, is_given_up
 from digest.prompts import MINI_SUMMARY_HEAD, MINI_SUMMARY_MIDDLE
+from digest.repeats import drop_repeated_lines
 from digest.synthesis import (
     Attempt,
     Limits,
@@ -206,6 +208,20 @@ def build_prompt(prompt: str, response: str, max_bytes: int | None = None) -> st
     return f"{head}{prompt}{middle}{response}"
 
 
+def without_repeats(turns: list[PendingTurn], texts: dict[str, tuple[str, str] | None]) -> dict:
+    """The turns' (prompt, response) with the lines an earlier turn of the batch (in time order)
+    or an earlier line already showed left out, a marker in their place (`digest.repeats`): a file
+    read again or a log printed again is not paid for twice. A batch is the session's pending turns,
+    so a line shown only in a turn summarized earlier is sent again."""
+    seen: set[str] = set()
+    kept = dict(texts)
+    for turn in sorted(turns, key=lambda t: (t.ts_ms or 0, t.id)):
+        if kept[turn.id] is not None:
+            prompt, response = kept[turn.id]
+            kept[turn.id] = (drop_repeated_lines(prompt, seen), drop_repeated_lines(response, seen))
+    return kept
+
+
 def clean_output(text: str) -> str:
     """One line: whitespace collapsed, cut to 280 characters."""
     return " ".join(text.split())[:MAX_CHARS]
@@ -334,7 +350,7 @@ def fill_mini_summaries(
     # The outer timeout is to the inner one what the backstop is to the call's ceiling.
     backstop_ratio = policy.outer_timeout_s / policy.timeout_s
     report = FillReport(pending=len(turns))
-    texts = {turn.id: turn_text(turn) for turn in turns}
+    texts = without_repeats(turns, {turn.id: turn_text(turn) for turn in turns})
     for turn in turns:
         if texts[turn.id] is None:
             store.archive(turn, ARCHIVE_NO_CONTENT)

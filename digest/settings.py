@@ -104,6 +104,7 @@ class Settings:
     graph: GraphPolicy
     circuit: CircuitPolicy
     response_cache: bool  # reuse model replies from DuckDB (staging for crash safety stays either way)
+    junk_share_max: float  # the junk check fails above this share of the summaries written since it last ran
     dagster_pg_url: str | None  # the Dagster instance on PostgreSQL; None: SQLite under DAGSTER_HOME
 
     @property
@@ -181,6 +182,16 @@ def positive(name: str, text: str) -> float:
         raise SettingsError(f"{name}={text!r} is not a number") from None
     if not value > 0 or value == float("inf"):
         raise SettingsError(f"{name}={text!r} must be a positive finite number")
+    return value
+
+
+def share(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{name}={text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise SettingsError(f"{name}={text!r} must be a share from 0 to 1")
     return value
 
 
@@ -607,6 +618,14 @@ SETTINGS: tuple[Setting, ...] = (
         True,
         "`off`: model replies are not reused (a summary's reply is still staged until its summary is written, "
         "for crash safety)",
+    ),
+    Setting(
+        "DIGEST_JUNK_SHARE_MAX",
+        "junk_share_max",
+        share,
+        0.25,
+        "the asset check `junk_share_since_last_check` fails when more than this share (0 to 1) of the summaries "
+        "written since it last ran has a junk verdict ([routing](routing.md#junk))",
     ),
     _circuit(
         "DIGEST_HOST_FAILURE_THRESHOLD",

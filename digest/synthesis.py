@@ -40,6 +40,13 @@ from digest.summary_output import (
 )
 from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS, TokenCount, count_prompt, plausible_prompt_tokens
 from digest.turns import Turn, canonical_order, input_revision
+from digest.verdict import judge
+
+# The junk verdicts (`digest.verdict`) a raw summary is retried for on the degraded route: the shape
+# of the reply (text copied from the long raw input, the prompt's fields or placeholders, nothing,
+# more than it was given), which a short line per turn changes. A fabricated or content-free one is
+# kept with its verdict: with less of the session to go on a model names less and invents more.
+RETRIED_VERDICTS = frozenset({"echo", "template", "empty", "too-long"})
 
 CONSUMER = "session_summaries"
 FALLBACK_CHARS = 280
@@ -66,6 +73,7 @@ class Route(StrEnum):
     OVER_RAW_CAP = "over-raw-cap"
     OVER_SAFE_BAND = "over-safe-band"
     RAW_TIMEOUT = "raw-timeout"  # within the cap, but the raw call timed out: degraded instead
+    RAW_JUNK = "raw-junk"  # within the cap, but the raw summary was junk of a kind a retry can fix: degraded instead
 
 
 class SourceTier(StrEnum):
@@ -183,6 +191,10 @@ class SessionSummary:
     raw_tokens_source: str = "default"  # what `route_reason` was decided on: "tokenizer", else the bytes/token's source
     raw_tokens_counted: int | None = None  # the host's count of the raw prompt plus the chat template margin
     raw_cap_source: str = "pinned"  # where `raw_cap_tokens` came from (`Limits.raw_cap_source`)
+    # The turns its prompt carried, in prompt order, and of those the ones carried by their mini
+    # summary (a degraded summary's other turns went as truncated raw text).
+    covered_turn_ids: list[str] = field(default_factory=list)
+    mini_turn_ids: list[str] = field(default_factory=list)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -280,15 +292,28 @@ def estimate_compact_tokens(compact_bytes: int, turn_count: int, limits: Limits)
     return min(tokens, limits.prompt_budget_tokens)
 
 
-def compact_entries(turns: list[Turn]) -> tuple[SourceTier, list[str]]:
-    """One entry per turn (its mini summary, else the first 280 characters), and the tier."""
+@dataclass(frozen=True)
+class CompactInput:
+    """The degraded input: one entry per turn with text (its mini summary, else the first 280
+    characters), the turns they come from, and those whose entry is their mini summary."""
+
+    tier: SourceTier
+    entries: list[str]
+    turn_ids: list[str]
+    mini_turn_ids: list[str]
+
+
+def compact_entries(turns: list[Turn]) -> CompactInput:
     tier = SourceTier.MINI_SUMMARY if any(t.mini_summary for t in turns) else SourceTier.TRUNCATED_RAW
-    entries = []
+    entries, ids, minis = [], [], []
     for t in turns:
         text = (t.mini_summary or t.document[:FALLBACK_CHARS]).strip()
         if text:
             entries.append(" ".join(text.split()))
-    return tier, entries
+            ids.append(t.id)
+            if t.mini_summary:
+                minis.append(t.id)
+    return CompactInput(tier, entries, ids, minis)
 
 
 def compact_content(entries: list[str], max_chars_per_entry: int = FALLBACK_CHARS) -> str:
@@ -507,7 +532,9 @@ def summarize_session(
     counted = routed.tokens if routed.source == "tokenizer" else None
     route = raw_route(routed.tokens, limits)
 
-    def finish(output: SessionSummaryOutput, tier: SourceTier, prompt: str, reason: Route) -> SynthesisResult:
+    def finish(
+        output: SessionSummaryOutput, tier: SourceTier, prompt: str, reason: Route, compact: CompactInput | None = None
+    ) -> SynthesisResult:
         stamps = [t.ts_ms for t in ordered if t.ts_ms is not None]
         summary = SessionSummary(
             session_id=session_id,
@@ -533,6 +560,8 @@ def summarize_session(
             raw_tokens_source=routed.source,
             raw_tokens_counted=counted,
             raw_cap_source=limits.raw_cap_source,
+            covered_turn_ids=compact.turn_ids if compact else [t.id for t in ordered],
+            mini_turn_ids=compact.mini_turn_ids if compact else [],
         )
         return SynthesisResult(summary=summary, route_reason=reason, failure=None)
 
@@ -541,28 +570,32 @@ def summarize_session(
             return None
         return SynthesisResult(summary=None, route_reason=reason, failure=None, host_out_of_rotation=True)
 
+    junk: SynthesisResult | None = None  # a raw summary of a retried verdict, kept if the retry makes none
     if route == Route.WITHIN_CAP:
         if handed_back := out_of_rotation(route):
             return handed_back
         output, error, host_failure = _call(client, raw_prompt, limits, ledger, session_id, SourceTier.RAW, pacer)
         if output is not None:
-            return finish(output, SourceTier.RAW, raw_prompt, route)
-        symptom = classify_error(error)
+            verdict = judge([t.document for t in ordered], output.title, output.summary)
+            if verdict.label not in RETRIED_VERDICTS:
+                return finish(output, SourceTier.RAW, raw_prompt, route)
+            junk = finish(output, SourceTier.RAW, raw_prompt, route)
+            symptom, note, route = (
+                Symptom.SEMANTIC_CONFUSION,
+                f"tier=raw: a junk summary ({verdict.label}); retried once on the degraded route",
+                Route.RAW_JUNK,
+            )
+        else:
+            symptom, note = classify_error(error), "tier=raw"
         ledger.record_friction(
             _friction(
-                session_id,
-                client,
-                limits,
-                raw_prompt,
-                symptom,
-                EmissionPoint.POST_INVOCATION_FAILURE,
-                "tier=raw",
-                error,
+                session_id, client, limits, raw_prompt, symptom, EmissionPoint.POST_INVOCATION_FAILURE, note, error
             )
         )
-        if symptom != Symptom.TIMEOUT:
+        if junk is None and symptom != Symptom.TIMEOUT:
             return SynthesisResult(summary=None, route_reason=route, failure=symptom, host_failure=host_failure)
-        route = Route.RAW_TIMEOUT
+        if junk is None:
+            route = Route.RAW_TIMEOUT
     else:
         bound = limits.raw_cap_tokens if route == Route.OVER_RAW_CAP else limits.safe_limit_tokens
         ledger.record_friction(
@@ -578,7 +611,8 @@ def summarize_session(
             )
         )
 
-    tier, entries = compact_entries(ordered)
+    compact = compact_entries(ordered)
+    tier, entries = compact.tier, compact.entries
     compact_prompt = fit_compact_prompt(ordered, entries, limits)
     if compact_prompt is None:
         oversized = build_prompt(compact_content(entries, MIN_COMPACT_CHARS), ordered)
@@ -594,12 +628,13 @@ def summarize_session(
                 f"{MIN_COMPACT_CHARS} characters a turn",
             )
         )
-        return SynthesisResult(summary=None, route_reason=route, failure=Symptom.SIZE_PRECHECK_SKIP)
+        return junk or SynthesisResult(summary=None, route_reason=route, failure=Symptom.SIZE_PRECHECK_SKIP)
     if handed_back := out_of_rotation(route):
-        return handed_back
+        return junk or handed_back
     output, error, host_failure = _call(client, compact_prompt, limits, ledger, session_id, tier, pacer)
     if output is not None:
-        return finish(output, tier, compact_prompt, route)
+        # The retry's summary stands, whatever its own verdict: `raw-junk` says the raw one was junk.
+        return finish(output, tier, compact_prompt, route, compact)
     symptom = classify_error(error)
     ledger.record_friction(
         _friction(
@@ -613,4 +648,4 @@ def summarize_session(
             error,
         )
     )
-    return SynthesisResult(summary=None, route_reason=route, failure=symptom, host_failure=host_failure)
+    return junk or SynthesisResult(summary=None, route_reason=route, failure=symptom, host_failure=host_failure)

@@ -11,9 +11,12 @@ of, and a Materialize of sessions from the UI (a backfill) tells it none.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
-from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
+from dagster._core.storage.asset_check_execution_record import COMPLETED_ASSET_CHECK_EXECUTION_RECORD_STATUSES
 from pydantic import ValidationError
 
 from assets.friction_report import friction_report
@@ -21,6 +24,7 @@ from digest.fidelity import FLOOR as FIDELITY_FLOOR
 from digest.graph import RAW_EVIDENCE, grounded
 from digest.summary_output import SessionSummaryOutput
 from digest.synthesis import Route, SourceTier
+from digest.verdict import JUNK
 from resources.bindings import DigestStoreResource
 
 SOURCE_TIERS = tuple(SourceTier)
@@ -96,6 +100,43 @@ def fidelity_problems(row: dict) -> list[str]:
     return [f"fidelity {score:.2f} < {FIDELITY_FLOOR} ({row['origin']}, {row['source_tier']}): {row['title']!r}"]
 
 
+def junk_share_result(rows: list[dict], share_max: float, since: datetime | None) -> AssetCheckResult:
+    """Fails when more than `share_max` of these summaries (written since the last check) are junk."""
+    junk = [r for r in rows if r["verdict"] in JUNK]
+    share = len(junk) / len(rows) if rows else 0.0
+    table = "\n".join(
+        f"| {r['session_id']} | {r['verdict']} | {r['origin']} {r['source_tier']} | {r['title']!r} |".replace("\n", " ")
+        for r in junk[:EXAMPLES]
+    )
+    more = f"\n\n… and {len(junk) - EXAMPLES} more" if len(junk) > EXAMPLES else ""
+    return AssetCheckResult(
+        passed=share <= share_max,
+        metadata={
+            "since": since.isoformat() if since else "the first check: every summary",
+            "summaries_written": len(rows),
+            "junk": len(junk),
+            "junk_share": round(share, 4),
+            "junk_share_max": share_max,
+            "by_verdict": MetadataValue.json(dict(sorted(Counter(r["verdict"] for r in rows).items()))),
+            "examples": MetadataValue.md(
+                f"| session | verdict | made | title |\n|---|---|---|---|\n{table}{more}" if junk else "no junk"
+            ),
+        },
+    )
+
+
+def last_check_started(context: AssetCheckExecutionContext) -> datetime | None:
+    """When this check's previous completed evaluation (another run's) was planned: the summaries
+    written after it are this one's to count (one written while that check ran is counted twice
+    rather than never)."""
+    key = context.check_specs[0].key
+    history = context.instance.event_log_storage.get_asset_check_execution_history(
+        key, limit=5, status=COMPLETED_ASSET_CHECK_EXECUTION_RECORD_STATUSES
+    )
+    previous = next((r for r in history if r.run_id != context.run.run_id), None)
+    return datetime.fromtimestamp(previous.create_timestamp, UTC) if previous else None
+
+
 def graph_evidence_problems(graph: dict) -> list[str]:
     """Entities and relations of one session's graph that its raw turns do not ground: each must say
     it came from the raw turns and, for an entity, be named there (the rule `digest.graph` applies
@@ -169,6 +210,16 @@ def summaries_over_the_fidelity_floor(store: DigestStoreResource) -> AssetCheckR
 
 @asset_check(
     asset=friction_report,
+    description="Fails when more than DIGEST_JUNK_SHARE_MAX of the summaries written since this check last ran have "
+    "a junk verdict (docs/routing.md#junk).",
+)
+def junk_share_since_last_check(context, store: DigestStoreResource) -> AssetCheckResult:
+    since = last_check_started(context)
+    return junk_share_result(store.store().reports.summaries_since(since), store.junk_share_max, since)
+
+
+@asset_check(
+    asset=friction_report,
     description="No graph evidence drawn from a degraded summary's text: every entity and relation in the graph "
     "of a session with a degraded summary is grounded in its raw turns.",
 )
@@ -184,6 +235,8 @@ store_checks = [
     summaries_match_output_schema,
     graph_evidence_from_raw_turns_only,
 ]
+# What the model wrote lately, judged: in the hourly report job, where "since the last check" is an hour.
+junk_checks = [junk_share_since_last_check]
 # Warnings on what a summary is worth, not invariants: on the Checks tab, not in the
 # hourly report's all-must-pass set.
 quality_checks = [summaries_over_the_fidelity_floor]

@@ -267,7 +267,11 @@ def _run_partitions(
             for event in result.asset_materializations_for_node(asset):
                 meta = event.metadata
                 outcome.update(
-                    {k: meta[k].value for k in ("source_tier", "route_reason", "nodes", "edges") if k in meta}
+                    {
+                        k: meta[k].value
+                        for k in ("source_tier", "route_reason", "verdict", "nodes", "edges")
+                        if k in meta
+                    }
                 )
                 if "generated" in meta:
                     outcome["mini_summaries"] = meta["generated"].value
@@ -577,8 +581,10 @@ def demo(settings: Settings, output: Output) -> dict:
         "mini_summary_runs": mini_summary_runs,
         "status": status(settings),
         "seconds": round(time.monotonic() - started, 1),
-        # Per tier one summary's title and fidelity, the imported ones beside as the reference.
+        # Per tier the best summary that is not junk, with its fidelity, the imported ones beside as the
+        # reference; then every junk one, named as such.
         "fidelity_examples": _store(settings).reports.fidelity_examples(),
+        "junk": _store(settings).reports.junk_summaries(),
     }
     query = "SELECT session_id, source_tier, degraded, route_reason, title FROM session_summaries"
     report["where_to_look"] = {

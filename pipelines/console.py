@@ -96,6 +96,8 @@ def session_line(outcome: dict) -> str:
             f"✗ {key}  failed in {outcome['seconds']}s (run {outcome['run_id']}): see `session-digest ui` for its logs"
         )
     parts = [outcome.get(k) for k in ("route_reason", "source_tier") if outcome.get(k)]
+    if outcome.get("verdict") not in (None, "ok", "none"):
+        parts.append(f"junk: {outcome['verdict']}")
     if "mini_summaries" in outcome:
         parts.append(f"{outcome['mini_summaries']} mini summaries")
     elif "nodes" in outcome:
@@ -335,7 +337,17 @@ def _render_demo(console: Console, result: dict) -> None:
         )
         for e in examples:
             label = f"{e['origin']} {e['source_tier']}" + (" (the reference)" if e["origin"] == "imported" else "")
-            console.print(f"{label}: {e['fidelity']:.2f} {e['title']}", markup=False, soft_wrap=True)
+            junk = f" ({e['junk']} of {e['summaries']} junk, below)" if e["junk"] else ""
+            if e["title"] is None:
+                console.print(f"{label}: no summary that is not junk{junk}", markup=False, soft_wrap=True)
+            else:
+                console.print(f"{label}: {e['fidelity']:.2f} {e['title']}{junk}", markup=False, soft_wrap=True)
+    junk = result.get("junk") or []
+    if junk:
+        console.print("\n[bold]Junk[/bold] (not summaries: the verdict names what is wrong, docs/routing.md#junk)")
+        for j in junk:
+            line = f"{j['session_id']} ({j['origin']} {j['source_tier']}, {j['route_reason']}): {j['verdict']}: {j['title']}"
+            console.print(line, markup=False, soft_wrap=True)
     console.print("\n[bold]Where to look[/bold]")
     for label, text in result["where_to_look"].items():  # whole lines, so a command copies as one
         console.print(f"{label}: {text}", markup=False, soft_wrap=True)

@@ -22,7 +22,7 @@ from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import raw_sessions, raw_turns, session_summaries
 from digest.settings import Settings, load_settings, setting_of
-from pipelines.checks import quality_checks, store_checks
+from pipelines.checks import junk_checks, quality_checks, store_checks
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.sensors import digest_sensor, inbox_sensor, interrupted_runs_sensor, mini_summary_sensor, summary_sensor
 from resources.bindings import (
@@ -47,7 +47,8 @@ RESOURCES: dict[str, type[ConfigurableResource]] = {
 report_job = define_asset_job(
     "report_friction",
     # The fidelity warnings are not in its all-must-pass set.
-    selection=AssetSelection.assets("friction_report").without_checks() | AssetSelection.checks(*store_checks),
+    selection=AssetSelection.assets("friction_report").without_checks()
+    | AssetSelection.checks(*store_checks, *junk_checks),
     description="Write the friction report and check the store's invariants.",
 )
 report_schedule = ScheduleDefinition(
@@ -97,7 +98,7 @@ def build_definitions(settings: Settings) -> Definitions:
             session_graph,
             friction_report,
         ],
-        asset_checks=store_checks + quality_checks,
+        asset_checks=store_checks + junk_checks + quality_checks,
         jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job, digest_job],
         schedules=[report_schedule],
         sensors=[inbox_sensor, summary_sensor, mini_summary_sensor, digest_sensor, interrupted_runs_sensor],

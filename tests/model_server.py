@@ -38,6 +38,21 @@ GOOD_SUMMARY = {
     "technologies": ["python", "pytest"],
 }
 
+# A summary of `tests.conftest.make_turns`' sessions that names their files: its verdict is `ok`.
+FAITHFUL_SUMMARY = {
+    **GOOD_SUMMARY,
+    "summary": "The agent refactored the grid row in src/grid/Row.mjs and worker/Manager.mjs, step by step.",
+    "title": "Refactor the grid row",
+}
+
+# Junk a small model writes (issue 29): the prompt's field list with numbers for values, placeholders.
+TEMPLATE_SUMMARY = {
+    **GOOD_SUMMARY,
+    "summary": "The goal: 1.0, the key decisions: 2.0, the code that was modified: 3.0. This [action] will "
+    "create a new file [file_name].",
+    "title": "The goal and the key decisions",
+}
+
 CHAT_PATHS = ("/v1/chat/completions", "/api/chat")
 
 
@@ -74,6 +89,12 @@ class Behaviour:
     @staticmethod
     def text(content: str) -> Behaviour:
         return Behaviour(content=content)
+
+    @staticmethod
+    def echo(received: Received, chars: int = 600) -> Behaviour:
+        """A summary that copies the session's text from the prompt (what follows its `---` line)."""
+        content = received.prompt.split("\n---\n", 1)[-1]
+        return Behaviour.reply({**GOOD_SUMMARY, "summary": content[:chars], "title": "The session"})
 
     @staticmethod
     def hang(seconds: float) -> Behaviour:

@@ -54,9 +54,23 @@ SMOKE = {
         ("--sessions", "2"), ("one run per session", "one run for the batch", "Dagster overhead of one run")
     ),
     "raw_cap.py": Smoke(("--smoke",), ("no cap / cap", "safe band / cap"), embedded=True),
+    "verdicts.py": Smoke((), ("labelled summaries", "precision", "recall", "mean fidelity by label")),
     "real_export.py": Smoke(
         ("--sessions", "20", "--turns", "3", "--drain", "2", "--dimensions", "0"),
         ("registration", "model calls owed", "drain 2 sessions", "Dagster instance"),
+    ),
+    "real_transcripts.py": Smoke(
+        ("--sessions", "4", "--sample-seconds", "0", "--probes", "1"),
+        (
+            "ingest, plain JSONL",
+            "ingest, harness logs",
+            "floor (read every session once)",
+            "sample: backlog / floor",
+            "early-summary curve",
+            "corpus: backlog / floor",
+        ),
+        embedded=True,
+        timeout_s=880.0,
     ),
     "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s")),
     "stream_faults.py": Smoke(("--smoke",), ("time to give up, old / new", "RunawayReply (runaway)", "MalformedReply")),

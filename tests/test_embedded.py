@@ -51,8 +51,13 @@ def test_embedded_model_summarizes_a_small_session_and_the_result_validates(embe
     assert result.failure is None, store.query("SELECT error_text FROM attempts").to_dict("records")
     summary = result.summary
     assert isinstance(summary.output, SessionSummaryOutput)
-    assert (summary.source_tier, summary.degraded, summary.raw_canonical) == ("raw", False, True)
-    attempt = store.query("SELECT prompt_tokens, completion_tokens, tokens_estimate, outcome FROM attempts").iloc[0]
+    if summary.route_reason == "raw-junk":  # its raw summary was an echo or a template: retried degraded
+        assert (summary.degraded, summary.raw_canonical) == (True, True)
+    else:
+        assert (summary.source_tier, summary.degraded, summary.raw_canonical) == ("raw", False, True)
+    attempt = store.query(
+        "SELECT prompt_tokens, completion_tokens, tokens_estimate, outcome FROM attempts ORDER BY attempt_id"
+    ).iloc[0]
     assert attempt["outcome"] == "ok"
     # Streamed: llama-cpp-python 0.3 sends no usage in a stream, so the prompt is counted by its
     # tokenizer (the text without the chat template), the answer in its pieces, a token each.

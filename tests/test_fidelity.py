@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from digest.fidelity import FLOOR, extract, fidelity, score
 from pipelines.checks import fidelity_problems
 
@@ -102,3 +104,72 @@ def test_a_bare_url_scheme_names_nothing_and_raises_nothing():
     # Real transcripts hold `f"http://{host}:{port}"`: the token `http://` alone once aborted an ingest.
     terms = extract('url = f"http://{host}:{port}" and https:// then http:/// see https://example.org/docs/')
     assert "" not in terms and "example.org/docs" in terms
+
+
+def _sample(session_id: str) -> tuple[str, str, str]:
+    """A sample session's raw text, and its export's own summary (title, text)."""
+    import json
+    from pathlib import Path
+
+    from tests.verdict_cases import sessions
+
+    bundle = Path(__file__).resolve().parents[1] / "samples" / "bundle"
+    [line] = [
+        line
+        for line in (next(bundle.glob("summaries-backup-*.jsonl"))).read_text(encoding="utf-8").splitlines()
+        if session_id in line
+    ]
+    exported = json.loads(line)
+    return "\n".join(t.document for t in sessions()[session_id]), exported["metadata"]["title"], exported["document"]
+
+
+def test_copying_or_inventing_names_cannot_outscore_the_export_or_a_faithful_summary():
+    text, title, summary = _sample("d23f0824-128b-4f33-8c5c-7fd0a6a3a450")
+    reference = fidelity(text, title, summary)
+    faithful = fidelity(
+        text,
+        "Grid selection follows the record after sorting",
+        "Issue #13904: a selected row lost its highlight after a sort because RowModel stored row indices. "
+        "RowModel and CellModel now keep record keys, selectRow(index) stays as a wrapper, and RowModel.spec.mjs "
+        "gained regression tests.",
+    )
+    assert reference.score > 0.3 and faithful.score > 0.3
+    for n in (300, 800, 2000, len(text)):  # the turns verbatim, however much of them
+        echo = fidelity(text, "Fix", text[:n])
+        assert echo.copied > 0.9 and echo.score < min(reference.score, faithful.score) / 4, n
+    # The reference's own words plus names no turn has: each invented name costs its share.
+    fabricated = fidelity(text, title, summary + " Fixed in GridSelectionManager.mjs (3f9c2ab), closes #13907.")
+    assert fabricated.recall >= reference.recall and fabricated.precision < 0.75
+    assert fabricated.score < reference.score * 0.75
+
+
+def test_the_score_is_recall_times_precision_times_what_is_not_copied():
+    terms = extract(SESSION)
+    plain = score(terms, "Fixed #13904 in RowModel")
+    cut = score(terms, "Fixed #13904 in RowModel", precision=0.5, copied=0.2)
+    assert cut.recall == plain.recall == plain.score and cut.score == round(plain.recall * 0.5 * 0.8, 4)
+
+
+def test_the_store_judges_and_scores_every_summary_again_from_its_turns(tmp_path):
+    from pathlib import Path
+
+    from digest.ingest import ingest_paths
+    from resources.store import DigestStore
+    from resources.store.fidelity import judge_stored, refresh_fidelity
+
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    ingest_paths([Path(__file__).resolve().parents[1] / "samples" / "bundle"], store)
+    sid = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"
+    imported = store.summaries.summary_row(sid)
+    assert imported["origin"] == "imported" and imported["verdict"] == "ok"
+    evidence = json.loads(imported["verdict_evidence"])
+    assert evidence["precision"] == 1.0 and "#13904" in evidence["grounded_identifiers"]
+    text, _, _ = _sample(sid)
+    with store.file.transaction() as con:
+        assert judge_stored(con, sid, "Fix", text[:900]).label == "echo"
+        con.execute("UPDATE session_summaries SET summary = ? WHERE session_id = ?", [text[:900], sid])
+        refresh_fidelity(con, [sid])
+    echoed = store.summaries.summary_row(sid)
+    assert echoed["verdict"] == "echo" and echoed["fidelity"] < imported["fidelity"] / 4
+    assert json.loads(echoed["verdict_evidence"])["fragments"][0]["source"] == "session"

@@ -30,7 +30,7 @@ from pipelines.sensors import register_partitions
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
-from tests.model_server import ModelServer
+from tests.model_server import FAITHFUL_SUMMARY, Behaviour, ModelServer
 
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 SETTINGS = load_settings({"DIGEST_MODEL_PROVIDER": "openai"})
@@ -311,7 +311,8 @@ def test_the_asset_writes_the_report_file_and_plots_its_numbers(tmp_path):
         {"DIGEST_HOME": str(tmp_path / "home"), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_RAW_CAP_TOKENS": "2000"}
     )
     folder = write_bundle(tmp_path / "bundle", make_turns("small", 3) + make_turns("big", 40, doc_bytes=400, minis=40))
-    with instance_for_test() as instance, ModelServer() as server:
+    # A summary that names the sessions' files: ok, so the junk check passes with the others.
+    with instance_for_test() as instance, ModelServer(lambda received: Behaviour.reply(FAITHFUL_SUMMARY)) as server:
         definitions = build_definitions(dataclasses.replace(settings, model_url=server.url))
         config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
         assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success

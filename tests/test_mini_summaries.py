@@ -189,6 +189,23 @@ def test_the_thought_never_reaches_the_model(store):
     assert any("User: List the tests.\nAgent: All 214 pass." in p for p in sent)
 
 
+def test_a_file_an_earlier_turn_showed_is_not_sent_again(store):
+    listing = "\n".join(f"    value_{n} = compute_{n}(request, timeout={n})  # src/app/handlers.py" for n in range(30))
+    rows = [
+        _row("s1-a", "s1", 0, "Read src/app/handlers.py.", response=f"Here it is:\n{listing}"),
+        _row("s1-b", "s1", 1, "Read it again.", response=f"Again:\n{listing}\nline 31 is new"),
+    ]
+    _add(store, rows)
+    with ModelServer(lambda received: Behaviour.text("A one-line summary.")) as server:
+        report = _fill(store, "s1", server.url)
+    assert len(report.generated) == 2
+    sent = {r.prompt.split("\n")[1]: r.prompt for r in server.chat_requests()}
+    assert "value_7 = compute_7" in sent["User: Read src/app/handlers.py."]
+    again = sent["User: Read it again."]
+    # The 30 lines the first turn showed are one marker; what is new is sent.
+    assert "value_7" not in again and "[30 lines shown earlier in the session]" in again and "line 31 is new" in again
+
+
 def test_split_document_takes_the_prompt_and_the_response_and_leaves_the_thought():
     assert split_document(compose_document("p", "t", "r")) == ("p", "r")
     # A response label quoted inside the thought: the response starts after the last label.

@@ -34,6 +34,7 @@ SUMMARY_KEYS = {
     "sourceAgentIdentities", "sourceTrustTier", "provenancePolicy", "sourceTier", "degraded", "rawCanonical",
 }  # fmt: skip
 DIGESTED = {"graphDigested", "digestState", "dreamCompletedRevision", "dreamStateRevision"}
+JUNK_KEYS = {"summaryVerdict", "summaryVerdictEvidence"}  # a junk summary's, in place of its memoryCount
 EXTRACTION = {
     "entities": [
         {"name": "RowModel", "type": "CLASS", "description": "grid selection model"},
@@ -158,11 +159,20 @@ def test_the_sample_bundle_round_trips_through_an_archive_in_the_originals_shape
     sample_summary = next(
         s for s in _lines(_file(SAMPLES, "summaries-backup")) if s["metadata"]["sessionId"] == IMPORTED
     )
+    verdicts = dict(_store_rows(home, "SELECT session_id, verdict FROM session_summaries"))
+    # The test server's summary (GOOD_SUMMARY) names auth.py, which no sample has: fabricated junk.
+    assert {v for s, v in verdicts.items() if s != IMPORTED} == {"fabricated"}
     for session_id, row in summary_lines.items():
         meta = row["metadata"]
         turn_count, revision = sessions[session_id]
         assert row["id"] == f"summary_{session_id}" and row["document"] == summaries[session_id][0]
-        assert meta["dreamInputRevision"] == revision and meta["memoryCount"] == turn_count
+        assert meta["dreamInputRevision"] == revision
+        if verdicts[session_id] == "ok":
+            assert meta["memoryCount"] == turn_count
+        else:
+            # Junk goes out with its verdict and no count, so the original's sweep summarizes it again.
+            assert "memoryCount" not in meta and meta["summaryVerdict"] == verdicts[session_id]
+            assert "auth.py" in json.loads(meta["summaryVerdictEvidence"])["unknown_identifiers"]
         # Digested here at its revision: the original's REM takes it as done.
         assert {k: meta[k] for k in DIGESTED} == {
             "graphDigested": True, "digestState": "digested", "dreamCompletedRevision": revision,
@@ -174,7 +184,7 @@ def test_the_sample_bundle_round_trips_through_an_archive_in_the_originals_shape
             assert {k: v for k, v in meta.items() if k not in DIGESTED} == sample_summary["metadata"]
             assert row["embedding"] == sample_summary["embedding"]
         else:
-            assert set(meta) == SUMMARY_KEYS | DIGESTED | {"unclassifiedSourceCount"}
+            assert set(meta) == (SUMMARY_KEYS - {"memoryCount"}) | DIGESTED | {"unclassifiedSourceCount"} | JUNK_KEYS
             assert meta["unclassifiedSourceCount"] == turn_count  # no identity has a known tier here
             assert meta["sourceTrustTier"] == "unclassified" and meta["provenancePolicy"] == "most-restrictive-source"
             assert row["embedding"] is None  # made here: the original's import must re-embed it

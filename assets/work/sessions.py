@@ -100,7 +100,8 @@ def nothing_to_summarize(standing: dict | None, tags: Mapping[str, str], now: in
 class SummaryOutcome:
     """What a summary run came to: `row`, the stored summary to materialize (made now, or a current
     imported one kept); else `skipped`, why nothing is materialized (the latest materialization
-    stays the one that made the summary); else `failure`, why the run fails, with its metadata."""
+    stays the one that made the summary), or `kept`, why the junk summary it made was not stored;
+    else `failure`, why the run fails, with its metadata."""
 
     session_id: str | None
     row: dict | None = None
@@ -108,6 +109,9 @@ class SummaryOutcome:
     skipped: str | None = None
     failure: str | None = None
     failure_metadata: dict = field(default_factory=dict)
+    # A junk summary made and not stored, why (a current ok one stands), and its verdict.
+    kept: str | None = None
+    verdict: str | None = None
 
 
 def summarize_partition(
@@ -234,10 +238,10 @@ def _summarize_leased(
                 "failures": failures,
             },
         )
-    store.summaries.write_summary(
+    written = store.summaries.write_summary(
         result.summary, run_id=run.run_id, host=host, host_reason=placement.reason, coverage_step=step
     )
     if not model.response_cache:
         store.cache.drop_staged_replies(session_id)
     store.summaries.clear_summary_failures(session_id)
-    return None
+    return SummaryOutcome(session_id, kept=written.kept, verdict=written.verdict.label) if written.kept else None

@@ -453,7 +453,7 @@ class FrictionReport:
     slowdowns: dict[str, Slowdown]  # by host: its recent calls against its earlier ones
     auto_caps: dict[str, dict]  # by host: the auto raw cap in force (`host_raw_caps` rows)
     call_seconds: list[float] = field(repr=False)
-    summary_rows: list[dict] = field(default_factory=list, repr=False)  # tier, route, origin, host, fidelity
+    summary_rows: list[dict] = field(default_factory=list, repr=False)  # tier, route, origin, host, fidelity, verdict
     # The ledger's model-seconds, calls, given-up calls and cache replays by model, host and UTC day.
     cost_totals: list[dict] = field(default_factory=list, repr=False)
     # The share of sessions with a summary (any tier) against cumulative model-seconds.
@@ -468,6 +468,12 @@ class FrictionReport:
         return self.degraded / self.summaries if self.summaries else 0.0
 
     @property
+    def junk_share(self) -> float:
+        """The share of the judged summaries whose verdict is junk."""
+        judged = [s["verdict"] for s in self.summary_rows if s.get("verdict") is not None]
+        return sum(v != "ok" for v in judged) / len(judged) if judged else 0.0
+
+    @property
     def p95_call_seconds(self) -> float:
         return percentile(self.call_seconds, 95)
 
@@ -478,6 +484,7 @@ class FrictionReport:
         """The numeric metadata the Dagster UI plots across materializations."""
         return {
             "degraded_share": round(self.degraded_share, 4),
+            "junk_share": round(self.junk_share, 4),
             "pre_routes": self.pre_routes.count,
             "timeouts": len(self.timeouts),
             "p95_call_seconds": round(self.p95_call_seconds, 3),

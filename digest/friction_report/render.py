@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -131,6 +132,21 @@ def degraded_against_raw(summaries: list[dict]) -> list[list[str]]:
         gap = f"{degraded - raw:+.2f}" if raw is not None and degraded is not None else "—"
         rows.append([host, f"{len(by[False])}", f"{raw:.2f}" if raw is not None else "—", f"{len(by[True])}",
                      f"{degraded:.2f}" if degraded is not None else "—", gap])  # fmt: skip
+    return rows
+
+
+def junk_rows(summaries: list[dict]) -> list[list[str]]:
+    """By model and host, the judged summaries, how many are junk and of which kinds (docs/routing.md#junk)."""
+    groups: dict[tuple[str, str], Counter] = {}
+    for s in summaries:
+        if s.get("verdict") is not None:
+            key = (s.get("model") or s.get("origin") or "—", s.get("host") or "—")
+            groups.setdefault(key, Counter())[s["verdict"]] += 1
+    rows = []
+    for (model, host), verdicts in sorted(groups.items()):
+        judged, junk = sum(verdicts.values()), sum(n for v, n in verdicts.items() if v != "ok")
+        kinds = ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items()) if v != "ok") or "none"
+        rows.append([model, host, str(judged), str(junk), _share(junk, judged), kinds])
     return rows
 
 
@@ -305,6 +321,15 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
             after_table="Degraded against raw on the same host (generated): "
             + "; ".join(f"{h}: raw {r} ({nr}), degraded {d} ({nd}), {g}" for h, nr, r, nd, d, g in by_host),
         )
+    junk = _table_section(
+        "Junk",
+        ["model", "host", "summaries", "junk", "share", "kinds"],
+        junk_rows(report.summary_rows),
+        max_rows,
+        ["Summaries whose verdict is not ok (echo, fabricated, template, content-free, empty, too-long; "
+         "docs/routing.md#junk), by the model and host that wrote them (an imported one's model is `imported`)."],
+        "No summary is judged yet.",
+    )  # fmt: skip
     coverage = report.mini_coverage
     if coverage is None:
         mini = Section("Mini-summary coverage", ["None yet: no turn has a mini summary."])
@@ -327,7 +352,7 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
     )  # fmt: skip
     return [overview, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, implausible, undigestible,
             degraded, fidelity,
-            mini, first_summary_section(report), cost_section(report, max_rows), slowest,
+            junk, mini, first_summary_section(report), cost_section(report, max_rows), slowest,
             calibration_section(report, max_rows)]  # fmt: skip
 
 

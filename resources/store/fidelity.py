@@ -1,6 +1,7 @@
-"""Each summary's fidelity score (`digest.fidelity`), kept up to date with its turns: the sessions'
-salient identifiers in `fidelity_terms` (the store's document frequencies), the score and the
-identifiers found and missed in `session_summaries`."""
+"""Each summary's fidelity score (`digest.fidelity`) and verdict (`digest.verdict`), kept up to date
+with its turns: the sessions' salient identifiers in `fidelity_terms` (the store's document
+frequencies), the score, the identifiers found and missed, the verdict and its evidence in
+`session_summaries`."""
 
 from __future__ import annotations
 
@@ -10,41 +11,45 @@ from collections import Counter
 import duckdb
 import pandas as pd
 
-from digest.fidelity import Fidelity, score, session_terms
+from digest.fidelity import Fidelity, score, session_terms, session_text
+from digest.verdict import Verdict, judge
 
 log = logging.getLogger(__name__)
 
+_DOCUMENTS = """SELECT session_id, list(document ORDER BY ts_ms, id) FROM turns
+    WHERE session_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1"""
 
-def _terms(session_id: str, text: str) -> Counter:
-    """The session's identifiers; none when extracting them fails on some text (the session then
-    has no fidelity score: a derived value never takes the write that refreshes it down)."""
+
+def turn_documents(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> dict[str, list[str]]:
+    """Each session's raw turn documents, in order."""
+    return {sid: [d or "" for d in docs] for sid, docs in con.execute(_DOCUMENTS, [session_ids]).fetchall()}
+
+
+def judge_stored(con: duckdb.DuckDBPyConnection, session_id: str, title: str, summary: str) -> Verdict:
+    """The verdict a summary would get against this session's stored turns (before writing it)."""
+    return judge(turn_documents(con, [session_id]).get(session_id, []), title, summary)
+
+
+def _derived(session_id: str, what: str, fallback, compute, *args, **kwargs):
+    """`compute(*args, **kwargs)`, a value derived from the session's text, or `fallback` when it
+    fails on some text: a derived value costs this session its terms, score or verdict, never the
+    write that refreshes it."""
     try:
-        return session_terms(text)
-    except Exception as exc:  # whatever the text holds, it costs this session's terms only
-        log.warning("fidelity terms of session %r not extracted: %s: %s", session_id, type(exc).__name__, exc)
-        return Counter()
-
-
-def _score(session_id: str, terms: Counter, text: str, df: dict, n_sessions: int) -> Fidelity:
-    try:
-        return score(terms, text, df, n_sessions)
-    except Exception as exc:  # as for its terms: no score, never a failed write
-        log.warning("fidelity of session %r not scored: %s: %s", session_id, type(exc).__name__, exc)
-        return Fidelity(None, [], [])
+        return compute(*args, **kwargs)
+    except Exception as exc:  # whatever the text holds
+        log.warning("%s of session %r not computed: %s: %s", what, session_id, type(exc).__name__, exc)
+        return fallback
 
 
 def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], unscored_only: bool = False) -> None:
-    """Extract these sessions' identifiers from their turns again and score their summaries (with
-    `unscored_only`, those with no score yet: a restore keeps the scores its bundle holds)."""
+    """Extract these sessions' identifiers from their turns again, judge and score their summaries
+    (with `unscored_only`, those with no score yet: a restore keeps the scores its bundle holds)."""
     if not session_ids:
         return
     ids = sorted(set(session_ids))
-    texts = con.execute(
-        """SELECT session_id, string_agg(document, chr(10) ORDER BY ts_ms, id) FROM turns
-           WHERE session_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1""",
-        [ids],
-    ).fetchall()
-    terms = {sid: _terms(sid, text or "") for sid, text in texts}
+    documents = turn_documents(con, ids)
+    texts = {sid: session_text(docs) for sid, docs in documents.items()}
+    terms = {sid: _derived(sid, "fidelity terms", Counter(), session_terms, text) for sid, text in texts.items()}
     con.execute("DELETE FROM fidelity_terms WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
     batch = pd.DataFrame([(sid, t) for sid, found in terms.items() for t in found], columns=["session_id", "term"])
     if len(batch):
@@ -62,12 +67,27 @@ def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], uns
     )
     summaries = con.execute(
         "SELECT session_id, title, summary FROM session_summaries WHERE session_id IN (SELECT unnest(?::VARCHAR[]))"
-        + (" AND fidelity IS NULL" if unscored_only else ""),
+        + (" AND (fidelity IS NULL OR verdict IS NULL)" if unscored_only else ""),
         [ids],
     ).fetchall()
     for sid, title, summary in summaries:
-        result = _score(sid, terms.get(sid, Counter()), f"{title}\n{summary}", df, n_sessions)
-        con.execute(
-            "UPDATE session_summaries SET fidelity = ?, fidelity_found = ?, fidelity_missed = ? WHERE session_id = ?",
-            [result.score, result.found, result.missed, sid],
+        # No text to judge against: no verdict, as no score.
+        verdict = (
+            _derived(sid, "verdict", None, judge, documents[sid], title, summary)
+            if texts.get(sid, "").strip()
+            else None
         )
+        evidence = verdict.evidence if verdict else {}
+        result = _derived(
+            sid, "fidelity", Fidelity(None, [], []),
+            score, terms.get(sid, Counter()), f"{title}\n{summary}", df, n_sessions,
+            precision=evidence.get("precision", 1.0), copied=evidence.get("copied", 0.0),
+        )  # fmt: skip
+        con.execute(
+            "UPDATE session_summaries SET fidelity = ?, fidelity_found = ?, fidelity_missed = ?, verdict = ?, "
+            "verdict_evidence = ? WHERE session_id = ?",
+            [
+                result.score, result.found, result.missed,
+                verdict and verdict.label, verdict and verdict.json(), sid,
+            ],
+        )  # fmt: skip

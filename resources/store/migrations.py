@@ -65,6 +65,21 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 9: how much of a degraded summary's input was mini summaries, and the coverage step it was made
     # at: a sweep makes it again when its session's coverage crosses the next step (issue 28).
     9: [summary_column("mini_summary_coverage"), summary_column("coverage_step")],
+    # 10: each summary's verdict, ok or the kind of junk, and its evidence (`digest.verdict`, issue 29).
+    10: [summary_column("verdict"), summary_column("verdict_evidence")],
+    # 11: the turns each summary covered, and which went by their mini summary (issue 29). A summary at
+    # its session's current turns that is raw or imported covered every one of them.
+    11: [
+        summary_column("covered_turn_ids"),
+        summary_column("mini_turn_ids"),
+        """UPDATE session_summaries x
+           SET covered_turn_ids = (SELECT list(t.id ORDER BY t.ts_ms NULLS FIRST, t.id) FROM turns t
+                                   WHERE t.session_id = x.session_id),
+               mini_turn_ids = CASE WHEN x.origin = 'imported' THEN NULL ELSE [] END
+           FROM sessions s
+           WHERE s.session_id = x.session_id AND s.input_revision = x.input_revision
+             AND x.covered_turn_ids IS NULL AND (x.source_tier = 'raw' OR x.origin = 'imported')""",
+    ],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -4,10 +4,12 @@ stored summaries, and a session's raw text beside its graph."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from digest.circuit import circuit_status
 from digest.scheduling import now_ms
 from digest.synthesis import IN_FLIGHT
+from digest.verdict import JUNK
 from resources.store.connection import Repository, records
 from resources.store.hosts import read_circuits
 from resources.store.summaries import PENDING_SUMMARY_SESSIONS
@@ -57,6 +59,21 @@ class Reports(Repository):
                 fidelity.setdefault(tier, {})[origin] = {
                     "summaries": n, "scored": scored, "mean": round(mean, 3) if mean is not None else None,
                 }  # fmt: skip
+            verdicts = dict(
+                con.execute(
+                    "SELECT coalesce(verdict, 'unjudged'), count(*) FROM session_summaries GROUP BY 1 ORDER BY 1"
+                ).fetchall()
+            )
+            junk: dict = {}
+            for model, tier, verdict, n in con.execute(
+                """SELECT coalesce(nullif(model, ''), origin), source_tier, verdict, count(*) FROM session_summaries
+                   WHERE verdict IS NOT NULL GROUP BY ALL ORDER BY ALL"""
+            ).fetchall():
+                counts = junk.setdefault(model, {}).setdefault(tier, {"summaries": 0, "junk": 0})
+                counts["summaries"] += n
+                if verdict in JUNK:
+                    counts["junk"] += n
+                    counts[verdict] = n
             now = now_ms()
             hosts = {host: circuit_status(circuit, now) for host, circuit in read_circuits(con).items()}
             result = {
@@ -70,13 +87,17 @@ class Reports(Repository):
                 "summaries_by_origin": origins,
                 # The mean fidelity score (docs/fidelity.md) by source tier, then origin.
                 "fidelity_by_tier": fidelity,
+                # ok, or the kind of junk (docs/routing.md#junk); then by model (imported: the export's) and tier.
+                "summaries_by_verdict": verdicts,
+                "verdicts_by_model_and_tier": junk,
                 "pending_summaries": scalar(f"SELECT count(*) FROM ({PENDING_SUMMARY_SESSIONS})"),
                 "attempts": scalar("SELECT count(*) FROM attempts"),
                 "rejects": scalar("SELECT count(*) FROM rejects"),
-                # Sessions whose exported summary counted another number of turns than we hold.
+                # Sessions whose exported summary counted another number of turns than we hold (one
+                # that counts none, as a junk summary's line, says nothing of drift).
                 "drifted_from_export": scalar(
                     "SELECT count(*) FROM imported_summaries i JOIN sessions s USING (session_id) "
-                    "WHERE i.memory_count IS DISTINCT FROM s.turn_count"
+                    "WHERE i.memory_count <> s.turn_count"
                 ),
                 "friction_by_symptom": friction,
                 # Model hosts that have failed since they last succeeded, or did once (a host not
@@ -101,12 +122,25 @@ class Reports(Repository):
             )
 
     def fidelity_examples(self) -> list[dict]:
-        """Per (origin, source tier) the best-scored summary's title and fidelity: the demo's closing lines."""
+        """Per (origin, source tier) the best-scored summary that is not junk, its title and fidelity
+        (None: every one is junk), and how many of the group are junk: the demo's closing lines."""
         with self.file.connect() as con:
             return records(
                 con,
-                """SELECT origin, source_tier, arg_max(title, fidelity) AS title, max(fidelity) AS fidelity
+                """SELECT origin, source_tier,
+                          arg_max(title, fidelity) FILTER (verdict = 'ok') AS title,
+                          max(fidelity) FILTER (verdict = 'ok') AS fidelity,
+                          count(*) AS summaries, count(*) FILTER (verdict <> 'ok') AS junk
                    FROM session_summaries WHERE fidelity IS NOT NULL GROUP BY 1, 2 ORDER BY origin, source_tier""",
+            )
+
+    def junk_summaries(self) -> list[dict]:
+        """Every summary with a junk verdict: the demo names them."""
+        with self.file.connect() as con:
+            return records(
+                con,
+                """SELECT session_id, verdict, origin, source_tier, route_reason, title FROM session_summaries
+                   WHERE verdict <> 'ok' ORDER BY origin, source_tier, session_id""",
             )
 
     def friction_report_rows(self) -> dict:
@@ -128,7 +162,8 @@ class Reports(Repository):
                 ),
                 "summaries": records(
                     con,
-                    "SELECT session_id, source_tier, degraded, route_reason, origin, host, fidelity FROM session_summaries",
+                    "SELECT session_id, source_tier, degraded, route_reason, origin, host, fidelity, model, verdict "
+                    "FROM session_summaries",
                 ),
                 "mini_coverage": records(
                     con,
@@ -157,6 +192,18 @@ class Reports(Repository):
         """Every stored summary, every column: what the asset checks validate."""
         with self.file.connect() as con:
             return records(con, "SELECT * FROM session_summaries ORDER BY session_id")
+
+    def summaries_since(self, since: datetime | None) -> list[dict]:
+        """The judged summaries written (or adopted) after `since` (None: all), oldest first: what
+        the junk check counts."""
+        with self.file.connect() as con:
+            return records(
+                con,
+                """SELECT session_id, verdict, origin, model, source_tier, title, created_at FROM session_summaries
+                   WHERE verdict IS NOT NULL AND (?::TIMESTAMPTZ IS NULL OR created_at > ?::TIMESTAMPTZ)
+                   ORDER BY created_at, session_id""",
+                [since, since],
+            )
 
     def degraded_graph_sessions(self) -> list[str]:
         """Sessions with a graph whose summary is degraded: where summary text could leak into it."""

@@ -5,13 +5,15 @@ written (or an export's adopted) with its summary-time graph rows."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import duckdb
 
 from digest.scheduling import COMPLETE_STEP, UPGRADE_COVERAGE, Candidate, failures_after
 from digest.synthesis import FALLBACK_CHARS, SessionSummary
+from digest.verdict import Verdict
 from resources.store.connection import Repository, now, record, records
-from resources.store.fidelity import refresh_fidelity
+from resources.store.fidelity import judge_stored, refresh_fidelity
 from resources.store.graph import write_summary_graphs
 from resources.store.summary_row import SUMMARY_ROW, adopt_columns
 
@@ -100,6 +102,18 @@ MARK_IMPORTED_DIGESTS = """
 """
 
 
+def covered_turns_query(session_id: str) -> str:
+    """A query to paste into any DuckDB client: the turns a session's summary covered, in prompt order,
+    each with whether it went by its mini summary (a degraded summary's others went truncated raw)."""
+    quoted = "'" + session_id.replace("'", "''") + "'"
+    return (
+        "SELECT list_position(x.covered_turn_ids, t.id) AS position, t.id, t.ts_ms, "
+        "coalesce(list_contains(x.mini_turn_ids, t.id), false) AS by_mini_summary, m.text AS mini_summary, t.document "
+        "FROM session_summaries x JOIN turns t ON t.session_id = x.session_id AND list_contains(x.covered_turn_ids, t.id) "
+        f"LEFT JOIN mini_summaries m ON m.turn_id = t.id WHERE x.session_id = {quoted} ORDER BY position"
+    )
+
+
 def adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
     """Let a current imported summary stand as the summary of these sessions, graph rows and all;
     one that says its session was digested at these turns marks it digested."""
@@ -107,6 +121,23 @@ def adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[s
     con.execute(MARK_IMPORTED_DIGESTS, [now(), session_ids])
     # The sessions' turns changed or their summary did: score them again.
     refresh_fidelity(con, session_ids)
+
+
+# The session's summary of these turns when its verdict is ok (generated or imported): no junk one
+# replaces it.
+CURRENT_OK_SUMMARY = """
+    SELECT origin, run_id, created_at FROM session_summaries
+    WHERE session_id = ? AND input_revision = ? AND verdict = 'ok'
+"""
+
+
+@dataclass(frozen=True)
+class SummaryWrite:
+    """What `write_summary` did: the summary's verdict, and `kept`, why it was not written (a junk
+    summary and a current ok one standing); None: written."""
+
+    verdict: Verdict
+    kept: str | None = None
 
 
 class Summaries(Repository):
@@ -124,10 +155,11 @@ class Summaries(Repository):
         host: str | None = None,
         host_reason: str | None = None,
         coverage_step: int | None = None,
-    ) -> None:
+    ) -> SummaryWrite:
         """`host`, `host_reason`: the model host that made it, and why the sweep chose that host;
         `coverage_step`: the session's mini-summary coverage step (`digest.scheduling.coverage_step`)
-        when its turns were read, kept for a degraded summary alone."""
+        when its turns were read, kept for a degraded summary alone. A junk summary
+        (`digest.verdict`) is not written over a current ok one, generated or imported."""
         degraded = summary.source_tier != "raw"
         row = {
             "session_id": summary.session_id,
@@ -163,6 +195,10 @@ class Summaries(Repository):
             "fidelity": None,  # scored below, from the turns
             "fidelity_found": None,
             "fidelity_missed": None,
+            "verdict": None,  # judged below, against the turns
+            "verdict_evidence": None,
+            "covered_turn_ids": summary.covered_turn_ids,
+            "mini_turn_ids": summary.mini_turn_ids,
         }
         missing = [c.name for c in SUMMARY_ROW if c.name not in row]
         if missing:
@@ -171,6 +207,16 @@ class Summaries(Repository):
         placeholders = ", ".join("?" for _ in columns)
         updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != "session_id")
         with self.file.transaction() as con:
+            verdict = judge_stored(con, summary.session_id, summary.output.title, summary.output.summary)
+            if verdict.junk:
+                standing = record(con, CURRENT_OK_SUMMARY, [summary.session_id, summary.input_revision])
+                if standing:
+                    made = f"by run {standing['run_id']}" if standing["run_id"] else f"at {standing['created_at']}"
+                    return SummaryWrite(
+                        verdict,
+                        kept=f"a {verdict.label} summary does not replace the current ok {standing['origin']} one "
+                        f"(made {made})",
+                    )
             con.execute(
                 f"INSERT INTO session_summaries ({', '.join(columns)}) VALUES ({placeholders}) "
                 f"ON CONFLICT (session_id) DO UPDATE SET {updates}",
@@ -178,6 +224,7 @@ class Summaries(Repository):
             )
             write_summary_graphs(con, [row])
             refresh_fidelity(con, [summary.session_id])
+        return SummaryWrite(verdict)
 
     def summary_row(self, session_id: str) -> dict | None:
         with self.file.connect() as con:

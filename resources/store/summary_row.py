@@ -56,6 +56,8 @@ _IMPORTED = {"title", "category", "quality", "productivity", "impact", "complexi
 MODEL_COLUMNS = tuple(_model_column(n, f) for n, f in SessionSummaryOutput.model_fields.items())
 
 _TIER = "coalesce(i.source_tier, 'raw')"
+# An adopted summary is current for the session's turns as they are: it covers every one of them.
+_EVERY_TURN = "(SELECT list(t.id ORDER BY t.ts_ms NULLS FIRST, t.id) FROM turns t WHERE t.session_id = s.session_id)"
 PIPELINE_COLUMNS = (
     Column("source_tier", "VARCHAR NOT NULL", "raw | miniSummary | truncatedRaw", _TIER, shown=True),
     Column("degraded", "BOOLEAN NOT NULL", "", f"coalesce(i.degraded, {_TIER} <> 'raw')", shown=True),
@@ -83,7 +85,7 @@ PIPELINE_COLUMNS = (
         "NULL", shown=True,
     ),
     Column(
-        "route_reason", "VARCHAR NOT NULL", "within-cap | over-raw-cap | over-safe-band | raw-timeout",
+        "route_reason", "VARCHAR NOT NULL", "within-cap | over-raw-cap | over-safe-band | raw-timeout | raw-junk",
         "'imported'", shown=True,
     ),
     Column("first_activity_ms", "BIGINT", "", "s.first_activity_ms"),
@@ -112,6 +114,21 @@ PIPELINE_COLUMNS = (
     Column("fidelity", "DOUBLE", "0-1, digest/fidelity.py; NULL: no text to score", shown=True, none_as="none"),
     Column("fidelity_found", "VARCHAR[]", "the top identifiers of the session the summary names"),
     Column("fidelity_missed", "VARCHAR[]", "those it does not"),
+    Column(
+        "verdict", "VARCHAR",
+        "ok | echo | fabricated | template | content-free | empty | too-long, digest/verdict.py; NULL: not judged yet",
+        shown=True, none_as="none",
+    ),
+    Column("verdict_evidence", "VARCHAR", "JSON: what the verdict measured (fragments, unknown identifiers, ...)"),
+    Column(
+        "covered_turn_ids", "VARCHAR[]",
+        "the turns its prompt carried, in prompt order (imported: every turn of the session); NULL: made before",
+        _EVERY_TURN,
+    ),
+    Column(
+        "mini_turn_ids", "VARCHAR[]",
+        "of those, the ones carried by their mini summary (a degraded summary's others went truncated raw)", "NULL",
+    ),
 )  # fmt: skip
 
 KEY = Column("session_id", "VARCHAR PRIMARY KEY", imported="s.session_id", shown=True)

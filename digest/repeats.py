@@ -1,0 +1,62 @@
+"""Lines a session repeats: a file read again, a test log or an output printed again.
+
+In 290 real transcripts (issue 28) about 20% of a session's bytes are lines of 40+ characters
+already seen earlier in the same session. A model reading the session pays for them twice. One
+rule here, for the benchmark's measure and for the prompts that leave them out: a line is repeated
+when, without its surrounding blanks, it has at least `MIN_REPEAT_CHARS` characters and the same
+text appeared as a line earlier in the session (in an earlier turn, or earlier in the same one).
+Shorter lines (braces, `else:`, blank lines) always stay: they are cheap and carry the layout. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+MIN_REPEAT_CHARS = 40
+
+
+def _repeated(line: str, seen: set[str]) -> bool:
+    """Is the line repeated? Remembers it when it is long and new."""
+    key = line.strip()
+    if len(key) < MIN_REPEAT_CHARS:
+        return False
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
+
+
+def repeated_bytes(texts: Iterable[str]) -> tuple[int, int]:
+    """(UTF-8 bytes of the repeated lines, all bytes) over a session's texts in order; each line's
+    newline counts with it."""
+    seen: set[str] = set()
+    repeated = total = 0
+    for text in texts:
+        for line in text.split("\n"):
+            size = len(line.encode("utf-8")) + 1
+            total += size
+            repeated += size if _repeated(line, seen) else 0
+    return repeated, total
+
+
+def marker(lines: int) -> str:
+    """What stands for a run of repeated lines left out of a prompt."""
+    return f"[{lines} line{'s' if lines > 1 else ''} shown earlier in the session]"
+
+
+def drop_repeated_lines(text: str, seen: set[str]) -> str:
+    """`text` with each run of repeated lines replaced by one `marker` line; `seen` holds the long
+    lines of the session's texts before this one and takes this one's."""
+    out: list[str] = []
+    run = 0
+    for line in text.split("\n"):
+        if _repeated(line, seen):
+            run += 1
+            continue
+        if run:
+            out.append(marker(run))
+            run = 0
+        out.append(line)
+    if run:
+        out.append(marker(run))
+    return "\n".join(out)

@@ -1,0 +1,164 @@
+"""A verdict on a summary, with no model call: `ok`, or the kind of junk it is (docs/verdicts.md).
+
+Judged against the session's raw turns (never the degraded input alone), in this order, the first
+that holds wins:
+
+- **empty**: the summary says fewer than `MIN_WORDS` words;
+- **too-long**: the title and summary are longer than the input they summarize;
+- **template**: placeholders (`[file_name]`, `<name>`, `{value}`) the session never writes, or
+  the prompt's field names given as values ("The goal: 1.0, the key decisions: 2.0"), or the
+  schema's own field list echoed;
+- **echo**: at least `ECHO_SHARE` of its tokens in long fragments copied from the session's text,
+  or `PROMPT_ECHO_SHARE` from the prompt's instructions (Grusky et al. 2018);
+- **fabricated**: it names an issue, path, file, URL or commit hash no turn has, or
+  `FABRICATED_SYMBOLS` other identifiers no turn has (anchor precision, Nan et al. 2021);
+- **content-free**: it names no identifier of the session and fewer than `MIN_SPECIFIC` of the
+  session's own words beyond a summary's boilerplate ("The user asked for a summary of the changes").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from digest.fidelity import STRONG, anchors, copy_source, precision, session_terms, session_text
+from digest.overlap import fragments
+from digest.summary_output import PROMPT_LINES
+
+VERDICTS = ("ok", "echo", "fabricated", "template", "content-free", "empty", "too-long")
+JUNK = frozenset(VERDICTS) - {"ok"}
+
+MIN_WORDS = 2  # fewer words than this in the summary: empty
+ECHO_SHARE = 0.5  # this share of the summary's tokens in long fragments of the session: echo
+PROMPT_ECHO_SHARE = 0.2  # the same, from the prompt's own instructions
+FABRICATED_SYMBOLS = 2  # this many unknown symbols (or one unknown issue, path, URL, hash): fabricated
+MIN_SPECIFIC = 3  # fewer of the session's own words than this, and no identifier: content-free
+
+_LETTER_WORD = re.compile(r"[^\W\d_]{2,}")
+_CONTENT_WORD = re.compile(r"[^\W\d_][^\W\d_'-]{3,}")
+_PLACEHOLDER = re.compile(
+    r"\[[A-Za-z][\w ]{1,30}\](?!\()|<[a-z][a-z_ ]{1,30}>|\{[a-z][a-z_]{1,30}\}|\b(?:lorem ipsum|TODO|XXX)\b"
+)
+# The prompt's field names: the summary's four parts and the schema's fields.
+_FIELDS = ("goal", "key decisions", "code that was modified", "modified code", "outcome", *PROMPT_LINES)
+_FIELD_VALUE = re.compile(
+    r"""\b(?:the\s+)?("?)("""
+    + "|".join(re.escape(f) for f in _FIELDS)
+    + r""")\1\s*[:=]\s*(?=[\d\[<{,;]|$|"?\s*[,}])""",
+    re.IGNORECASE | re.MULTILINE,
+)
+_SCHEMA_FIELDS = ("category", "quality", "productivity", "impact", "complexity", "technologies")
+SCHEMA_LIST = 4  # this many of the schema's fields named in one summary: its field list echoed
+# A summary's boilerplate: words any summary of any session may say.
+GENERIC = frozenset(
+    """user users asked asks asking summary summaries summarize summarized change changes changed made make makes
+    making session sessions agent agents assistant code codes work worked working works task tasks file files project
+    projects issue issues help helped helps request requested requests provided provide provides discussed discuss
+    conversation explained explain information detail details various several also that this with from have been were
+    what which they them their about into then than when where will would could should there these those other more
+    most such each only very well just like used using uses need needs needed based including include includes related
+    regarding specific general overall process approach solution problem problems question questions answer answers
+    response responses message messages output input result results step steps goal goals decision decisions outcome
+    outcomes modified modify implemented implement implementation update updated updates added adding create created
+    creating title content text data system successfully successful completed complete analysis analyze analyzed
+    review reviewed following follow followed example examples make sure able does done doing document documents
+    documentation prompt thought involved involving main important discussion some sent received given give gives
+    show shows showed shown""".split()
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    label: str  # one of VERDICTS
+    evidence: dict = field(default_factory=dict)  # JSON-able: what the rules measured
+
+    @property
+    def junk(self) -> bool:
+        return self.label in JUNK
+
+    def json(self) -> str:
+        return json.dumps(self.evidence, sort_keys=True, ensure_ascii=False)
+
+    def markdown(self) -> str:
+        """For the partition's metadata: the verdict, why, and the measures behind it."""
+        e = self.evidence
+        lines = [f"**verdict** `{self.label}`" + (f": {e['reason']}" if e.get("reason") else "")]
+        if "copied" in e:
+            lines.append(
+                f"copied {e['copied']:.0%} (from the prompt {e['copied_from_prompt']:.0%}), "
+                f"fragment coverage {e['coverage']:.2f}, density {e['density']:.2f}, "
+                f"identifier precision {e['precision']:.2f}"
+            )
+        for key, label in (
+            ("fragments", "copied fragments"),
+            ("unknown_identifiers", "identifiers no turn has"),
+            ("placeholders", "placeholders"),
+            ("template_fields", "prompt fields"),
+        ):
+            if e.get(key):
+                items = [f["text"] if isinstance(f, dict) else f for f in e[key]]
+                lines.append(f"**{label}**: " + ", ".join(f"`{i}`" for i in items))
+        return "\n\n".join(lines)
+
+
+def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_chars: int | None = None) -> Verdict:
+    """The verdict on one summary of these raw turns (`input_chars`: the size of what the model was
+    given, when that was not the turns themselves, e.g. a degraded prompt's content)."""
+    session = session_text(turn_documents)
+    text = f"{title}\n{summary}"
+    size = len(session) if input_chars is None else input_chars
+    lowered = session.lower()
+    terms = session_terms(session)
+    frags = fragments(copy_source(session), text)
+    grounded, unknown = anchors(text, session, terms)
+    placeholders = sorted({m.group(0) for m in _PLACEHOLDER.finditer(text) if m.group(0).lower() not in lowered})
+    fields = sorted({m.group(2).lower() for m in _FIELD_VALUE.finditer(text)})
+    schema = sorted({f for f in _SCHEMA_FIELDS if re.search(rf"\b{f}\b", text, re.IGNORECASE)})
+    specific = sorted(
+        {
+            w
+            for w in (m.lower() for m in _CONTENT_WORD.findall(text))
+            if w not in GENERIC and re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lowered)
+        }
+    )
+    evidence = {
+        "summary_chars": len(title) + len(summary),
+        "input_chars": size,
+        "fragments": frags.texts(),
+        "coverage": round(frags.coverage, 4),
+        "density": round(frags.density, 4),
+        "copied": round(frags.copied(), 4),
+        "copied_from_prompt": round(frags.copied("prompt"), 4),
+        "identifiers": len(grounded) + len(unknown),
+        "grounded_identifiers": sorted(grounded),
+        "unknown_identifiers": sorted(unknown),
+        "precision": round(precision(grounded, unknown), 4),
+        "placeholders": placeholders,
+        "template_fields": fields + ([f"schema: {', '.join(schema)}"] if len(schema) >= SCHEMA_LIST else []),
+        "specific_words": specific[:20],
+    }
+
+    if len(_LETTER_WORD.findall(summary)) < MIN_WORDS:
+        return Verdict("empty", {**evidence, "reason": f"fewer than {MIN_WORDS} words"})
+    if size and evidence["summary_chars"] > size:
+        return Verdict("too-long", {**evidence, "reason": f"{evidence['summary_chars']} characters for {size}"})
+    if placeholders or len(fields) >= 2 or len(schema) >= SCHEMA_LIST:
+        reason = (
+            "placeholders"
+            if placeholders
+            else "the prompt's field names as values"
+            if fields
+            else "the schema's fields"
+        )
+        return Verdict("template", {**evidence, "reason": reason})
+    if frags.copied() >= ECHO_SHARE or frags.copied("prompt") >= PROMPT_ECHO_SHARE:
+        source = "the prompt" if frags.copied("prompt") >= PROMPT_ECHO_SHARE else "the session"
+        return Verdict("echo", {**evidence, "reason": f"{frags.copied():.0%} copied in long fragments of {source}"})
+    strong = [k for k, kind in unknown.items() if kind in STRONG]
+    if strong or len(unknown) >= FABRICATED_SYMBOLS:
+        return Verdict("fabricated", {**evidence, "reason": f"{len(unknown)} identifiers no turn has"})
+    if not grounded and len(specific) < MIN_SPECIFIC:
+        return Verdict("content-free", {**evidence, "reason": f"no identifier, {len(specific)} words of the session"})
+    return Verdict("ok", evidence)

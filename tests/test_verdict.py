@@ -1,0 +1,83 @@
+"""The verdict on a summary (digest/verdict.py) on hand-written sessions, and in the store."""
+
+from __future__ import annotations
+
+import json
+
+from digest.verdict import JUNK, VERDICTS, judge
+
+TURNS = [
+    "User Prompt: Fix #13904: the grid selection jumps after a sort.\n"
+    "Agent Thought: the bug is in src/grid/RowModel.mjs, where getSelection() reads a stale buffer_range.\n"
+    "Agent Response: RowModel stores row indices; after a sort the index points at another record.",
+    "User Prompt: go ahead.\nAgent Response: I switched RowModel to record keys, kept selectRow(index) as a "
+    "wrapper, added a regression test in RowModel.spec.mjs and ran `npm test`: 41 passed. Commit 3f9c2ab1.",
+]
+FAITHFUL = (
+    "Fix grid selection after sort (#13904)",
+    "RowModel kept row indices, so a sort moved the selection to another record. It now stores record keys, "
+    "selectRow(index) stays as a wrapper, and RowModel.spec.mjs has a regression test; npm test passes.",
+)
+
+
+def test_the_labels():
+    assert VERDICTS[0] == "ok" and JUNK == set(VERDICTS) - {"ok"}
+
+
+def test_a_faithful_summary_is_ok_with_its_evidence():
+    verdict = judge(TURNS, *FAITHFUL)
+    assert verdict.label == "ok", verdict.evidence
+    assert verdict.evidence["precision"] == 1.0 and verdict.evidence["copied"] < 0.2
+    json.loads(verdict.json())
+    assert "`ok`" in verdict.markdown()
+
+
+def test_each_kind_of_junk_is_named():
+    echo = judge(TURNS, "Fix", " ".join(TURNS)[:400])
+    assert echo.label == "echo" and echo.evidence["fragments"][0]["source"] == "session"
+    fabricated = judge(TURNS, FAITHFUL[0], FAITHFUL[1] + " See #14001 and src/grid/ColumnBuffer.mjs.")
+    assert fabricated.label == "fabricated" and {"#14001", "columnbuffer.mjs"} <= set(
+        fabricated.evidence["unknown_identifiers"]
+    )
+    template = judge(TURNS, "Summary", "This [action] will create a new file [file_name] in the project.")
+    assert template.label == "template" and "[file_name]" in template.evidence["placeholders"]
+    fields = judge(TURNS, "Summary", "The goal: 1.0, the key decisions: 2.0, the code that was modified: 3.0.")
+    assert fields.label == "template"
+    assert judge(TURNS, "AI-Agent Work Session", "The user asked for a summary of the changes made.").label == (
+        "content-free"
+    )
+    assert judge(TURNS, "Title", " ... ").label == "empty"
+    assert judge(["short session text"], "Title", "A summary much longer than the session it summarizes.").label == (
+        "too-long"
+    )
+    # Against what the model was given, when the caller knows it (a degraded prompt's content).
+    assert judge(TURNS, *FAITHFUL, input_chars=120).label == "too-long"
+
+
+def test_the_labelled_set_precision_and_recall_per_class_hold_their_floor():
+    """tests/fixtures/verdicts.jsonl, labelled by hand (BENCHMARKS.md §12): each verdict's precision and
+    recall on it, and junk of any class told from ok."""
+    from tests.verdict_cases import judged, junk_against_ok, per_class
+
+    rows = judged()
+    assert len(rows) >= 60 and {r["label"] for r in rows} == set(VERDICTS)
+    figures = per_class(rows)
+    for label, floor in FLOORS.items():
+        assert figures[label]["precision"] >= floor[0] and figures[label]["recall"] >= floor[1], (label, figures)
+    junk_precision, junk_recall = junk_against_ok(rows)
+    assert junk_precision >= 0.9 and junk_recall >= 0.9, (junk_precision, junk_recall)
+    # The export's own summaries are never junk.
+    assert all(r["verdict"] == "ok" for r in rows if r["source"] == "export")
+
+
+# (precision, recall) floors per verdict: the set measures 1.0 for each (BENCHMARKS.md §12); one miss
+# in a class of 6-13 rows stays above its floor, two do not.
+FLOORS = {
+    "ok": (0.9, 0.9),
+    "echo": (0.9, 0.9),
+    "fabricated": (0.9, 0.9),
+    "template": (0.8, 0.8),
+    "content-free": (0.8, 0.8),
+    "empty": (1.0, 1.0),
+    "too-long": (1.0, 1.0),
+}
