@@ -14,6 +14,7 @@ from digest.scheduling import now_ms
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
 
 REPORT_FILE = "friction-report.html"
+REPORT_COST_DAYS = 30  # the days of model time by model, host and day the report shows
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -54,6 +55,7 @@ def friction_report(
         host_circuits=rows["host_circuits"],
         slowdowns=db.speed.host_slowdowns([(h.name, h.model) for h in model.fleet().hosts]),
         auto_caps=db.speed.auto_caps(),
+        cost_totals=db.reports.cost_totals(REPORT_COST_DAYS),
         sessions=rows["sessions"],
         backlog=measure(db, model.fleet(), circuit.policy(), sweep.policy(), now_ms()),
     )

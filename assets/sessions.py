@@ -19,6 +19,7 @@ from digest.fidelity import Fidelity
 from digest.ingest import ingest_paths
 from digest.verdict import Verdict
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
+from resources.model_clients.progress import CallProgress
 from resources.store.summaries import covered_turns_query
 from resources.store.summary_row import MODEL_COLUMNS, SUMMARY_ROW
 
@@ -159,10 +160,12 @@ def session_summaries(
     when a run a sweep launched finds another run holding the lease: that run is doing it (`not_done`
     says what is on the partition then). Any other run finding the lease held fails: it was asked for.
     """
-    outcome = summarize_partition(
-        store.store(), model, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
-        replace_imported=config.replace_imported, log=context.log.info,
-    )  # fmt: skip
+    # A long model call says how far it has come in the run log (pieces and seconds, every 30 s).
+    with CallProgress(context.log.info).ticking() as progress:
+        outcome = summarize_partition(
+            store.store(), model, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
+            replace_imported=config.replace_imported, log=context.log.info, progress=progress,
+        )  # fmt: skip
     if outcome.failure:
         raise Failure(description=outcome.failure, metadata=outcome.failure_metadata)
     if outcome.skipped:
@@ -175,7 +178,9 @@ def session_summaries(
             context, outcome.session_id, "summary not stored", outcome.kept, summarized=False, verdict=outcome.verdict
         )
         return
-    yield materialized(context, summary_metadata(outcome.row))
+    # What the summary cost and whether its reply came from the cache (`digest.cost`).
+    context.log.info(f"session {outcome.session_id!r}: {outcome.cost.log_line()}")
+    yield materialized(context, {**summary_metadata(outcome.row), **outcome.cost.metadata()})
 
 
 def summary_metadata(row: dict) -> dict:

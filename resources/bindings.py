@@ -21,6 +21,7 @@ from digest.synthesis import Limits
 from pipelines.interrupted_runs import worker_tags
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
+from resources.model_clients.progress import CallProgress
 from resources.response_cache import CachedChatClient
 from resources.store import DigestStore
 
@@ -101,25 +102,35 @@ class ChatModelResource(ConfigurableResource):
         return Pacer.for_host(policy, first_timeout_s, store.speed.host_samples(spec.name, spec.model))
 
     def client(
-        self, store: DigestStore | None = None, session: tuple[str, str] | None = None, host: str | None = None
+        self,
+        store: DigestStore | None = None,
+        session: tuple[str, str] | None = None,
+        host: str | None = None,
+        progress: CallProgress | None = None,
     ) -> ChatClient:
         """The client of `host` (None: the first declared); given the store, behind the response
         cache. `session`: the (session id, input revision) a summary's replies are staged for, so a
-        rerun after a crash finishes from them even with reuse off."""
+        rerun after a crash finishes from them even with reuse off. `progress`: where each call's
+        pieces are counted for the run log."""
         spec = self.fleet().host(host)
         if store is None:
-            return self._provider_client(spec)
+            return self._provider_client(spec, progress)
         # Starting an embedded server takes seconds: not with a run's store connection held.
         starts_server = spec.provider == "embedded" and not spec.url and spec.name not in self._servers
         with store.file.released() if starts_server else nullcontext():
-            inner = self._provider_client(spec)
+            inner = self._provider_client(spec, progress)
         # What the server sees besides the model, prompt, schema and output cap (added per call).
         wire = {"provider": spec.provider}
         if spec.provider == "ollama":
             wire["num_ctx"] = spec.context_limit_tokens
         return CachedChatClient(inner, store.cache, wire, reuse=self.response_cache, session=session)
 
-    def _provider_client(self, spec: HostSpec) -> ChatClient:
+    def _provider_client(self, spec: HostSpec, progress: CallProgress | None = None) -> ChatClient:
+        client = self._new_provider_client(spec)
+        client.progress = progress
+        return client
+
+    def _new_provider_client(self, spec: HostSpec) -> OllamaChatClient | OpenAIChatClient:
         bounds = StreamBounds(event_max_bytes=self.event_max_bytes, call_max_bytes=self.call_max_bytes)
         if spec.provider == "ollama":
             url = spec.url or "http://127.0.0.1:11434"

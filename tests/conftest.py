@@ -16,7 +16,9 @@ from resources.store import DigestStore
 # placed on purpose.
 TIERS = {
     # unit: pure functions, a DuckDB file, a local HTTP server; no Dagster run, no subprocess
+    "test_call_progress": "unit",
     "test_circuit": "unit",
+    "test_cost": "unit",
     "test_covered_turns": "unit",
     "test_hosts": "unit",
     "test_model_clients": "unit",
@@ -44,6 +46,7 @@ TIERS = {
     "test_early_summaries": "integration",
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
+    "test_cost_runs": "integration",
     "test_friction_report": "integration",
     "test_full_disk": "integration",
     "test_graph": "integration",

@@ -16,6 +16,7 @@ from assets.work.runs import (
     unknown_partition,
 )
 from digest.circuit import CircuitPolicy
+from digest.cost import SummaryCost, summary_cost
 from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms, upgrade_due
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
 from digest.turns import canonical_order
@@ -24,6 +25,7 @@ from resources.store import DigestStore, RunLedger
 
 if TYPE_CHECKING:
     from resources.bindings import ChatModelResource
+    from resources.model_clients.progress import CallProgress
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class SummaryOutcome:
 
     session_id: str | None
     row: dict | None = None
+    cost: SummaryCost = SummaryCost()  # of `row`, in this run: nothing for a kept imported summary
     skipped: str | None = None
     failure: str | None = None
     failure_metadata: dict = field(default_factory=dict)
@@ -120,12 +123,14 @@ def summarize_partition(
     circuit: CircuitPolicy,
     replace_imported: bool = False,
     log: Callable[[str], None] = lambda line: None,
+    progress: CallProgress | None = None,
 ) -> SummaryOutcome:
     """The session summary, raw when the session fits the raw-synthesis cap, else degraded.
 
     Nothing to do (`skipped`) when, under the lease, `nothing_to_summarize` says so, or when a run a
     sweep launched finds another run holding the lease: that run is doing it. A current imported
-    summary is kept (no model call) unless `replace_imported`."""
+    summary is kept (no model call) unless `replace_imported`. `progress`: where the model calls'
+    pieces are counted for the run log."""
     with store.file.held():
         session = store.sessions.session_by_partition(partition_key)
         if session is None:
@@ -158,10 +163,23 @@ def summarize_partition(
                 return SummaryOutcome(session_id, failure=f"{busy}; not summarizing it twice")
             return SummaryOutcome(session_id, skipped=busy)
         try:
-            outcome = _summarize_leased(store, model, run, session, placement, sweep, circuit, log)
+            outcome = _summarize_leased(store, model, run, session, placement, sweep, circuit, log, progress)
         finally:
             store.summaries.release_summary_lease(session_id, run.run_id)
-        return outcome or SummaryOutcome(session_id, row=store.summaries.summary_row(session_id))
+        if outcome is not None:
+            return outcome
+        return SummaryOutcome(
+            session_id, row=store.summaries.summary_row(session_id), cost=run_cost(store, session_id, run.run_id)
+        )
+
+
+def run_cost(store: DigestStore, session_id: str, run_id: str) -> SummaryCost:
+    """What this run's summary cost, from the ledger, on the run's held connection; an unstreamed
+    call is split at its host's measured rates."""
+    summary_calls, mini_calls = store.attempts.summary_cost_rows(session_id, run_id)
+    return summary_cost(
+        summary_calls, mini_calls, lambda host, model: store.speed.host_speed(host, model) if host else None
+    )
 
 
 def _summarize_leased(
@@ -173,6 +191,7 @@ def _summarize_leased(
     sweep: SweepPolicy,
     circuit: CircuitPolicy,
     log: Callable[[str], None],
+    progress: CallProgress | None,
 ) -> SummaryOutcome | None:
     """The run's work under the lease; None once the summary is written."""
     session_id, revision = session["session_id"], session["input_revision"]
@@ -185,7 +204,7 @@ def _summarize_leased(
     turns = store.sessions.load_turns([session_id])
     # Each usable reply is staged in DuckDB before the summary is built from it: a run killed
     # before the write below is finished by the next one, from the reply, with no model call.
-    client = model.client(store, session=(session_id, revision), host=host)
+    client = model.client(store, session=(session_id, revision), host=host, progress=progress)
     log(f"session {session_id!r} goes to model host {host!r}: {placement.reason}")
     # Near the bound, the host's own tokenizer (when it has one) counts the raw prompt.
     ledger = RunLedger(store, run.run_id, host=host, circuit=circuit)

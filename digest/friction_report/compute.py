@@ -455,6 +455,8 @@ class FrictionReport:
     auto_caps: dict[str, dict]  # by host: the auto raw cap in force (`host_raw_caps` rows)
     call_seconds: list[float] = field(repr=False)
     summary_rows: list[dict] = field(default_factory=list, repr=False)  # tier, route, origin, host, fidelity, verdict
+    # The ledger's model-seconds, calls, given-up calls and cache replays by model, host and UTC day.
+    cost_totals: list[dict] = field(default_factory=list, repr=False)
     # The share of sessions with a summary (any tier) against cumulative model-seconds.
     first_summaries: list[CurvePoint] = field(default_factory=list, repr=False)
 
@@ -519,6 +521,7 @@ def build_report(
     host_circuits: list[HostCircuit] = (),
     slowdowns: dict[str, Slowdown] | None = None,
     auto_caps: dict[str, dict] | None = None,
+    cost_totals: list[dict] = (),
     sessions: int | None = None,
     backlog: Backlog | None = None,
 ) -> FrictionReport:
@@ -554,6 +557,7 @@ def build_report(
         auto_caps=dict(auto_caps or {}),
         call_seconds=[a["duration_s"] for a in attempts],
         summary_rows=list(summaries),
+        cost_totals=list(cost_totals),
         first_summaries=first_summary_curve(attempts, summaries, sessions),
         backlog=backlog,
     )

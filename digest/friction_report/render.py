@@ -354,7 +354,23 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
     backlog = [backlog_section(report.backlog)] if report.backlog else []
     return [overview, *backlog, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, implausible, undigestible,
             degraded, fidelity,
-            junk, mini, first_summary_section(report), slowest, calibration_section(report, max_rows)]  # fmt: skip
+            junk, mini, first_summary_section(report), cost_section(report, max_rows), slowest,
+            calibration_section(report, max_rows)]  # fmt: skip
+
+
+def cost_section(report: FrictionReport, max_rows: int) -> Section:
+    """Model time by model, host and day, newest day first: what the backlog cost, from the ledger."""
+    return _table_section(
+        "Model time by model, host and day",
+        ["day (UTC)", "model", "host", "model seconds", "calls", "given up", "given-up seconds", "from the cache"],
+        [[t["day"], t["model"], t["host"] or "", _seconds(t["model_seconds"]), str(t["calls"]), str(t["given_up"]),
+          _seconds(t["given_up_seconds"]), str(t["cached"])]
+         for t in reversed(report.cost_totals)],
+        max_rows,
+        ["Every model call's seconds from the attempts ledger, given-up calls (any that did not end ok) among them; "
+         "a reply replayed from the response cache is no call and is only counted."],
+        "No model calls in the period.",
+    )  # fmt: skip
 
 
 # The shares of sessions the time-to-first-summary table reads the curve at.

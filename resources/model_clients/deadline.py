@@ -7,6 +7,7 @@ import threading
 import time
 
 from digest.model_api import ModelError, ModelStalled, ModelTimeout
+from resources.model_clients.progress import CallProgress
 
 # Without a stall window, a call cut at its ceiling counts as progressing when its last piece is
 # this recent: a few token gaps of a slow CPU host.
@@ -31,8 +32,9 @@ class Deadline:
     and the call reports a timeout.
     """
 
-    def __init__(self, timeout_s: float, stall_s: float | None = None):
+    def __init__(self, timeout_s: float, stall_s: float | None = None, progress: CallProgress | None = None):
         self.timeout_s = timeout_s
+        self.progress = progress  # the run log's view of the call (`progress.py`); None: not watched
         self.stall_s = stall_s
         self.started = time.monotonic()
         self.expired = False  # the sockets were shut: by the ceiling, or by the stall window
@@ -49,9 +51,13 @@ class Deadline:
 
     def __enter__(self) -> Deadline:
         self._watchdog.start()
+        if self.progress is not None:
+            self.progress.begin()
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.progress is not None:
+            self.progress.end()
         with self._wake:
             self._finished = True
             self._wake.notify()
@@ -78,6 +84,8 @@ class Deadline:
             self._quiet_since = now
         if self.first_token_s is None:
             self.first_token_s = now - self._sent
+        if self.progress is not None:
+            self.progress.piece()
 
     def quiet(self) -> None:
         """The stream has ended, or a whole body is read: no stall window."""

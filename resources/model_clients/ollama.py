@@ -101,7 +101,7 @@ class OllamaChatClient(StreamingClient):
         if schema is not None:
             body["format"] = schema
         url = f"{self.base_url}/api/chat"
-        with http_client() as http, Deadline(timeout_s, stall_s) as deadline:
+        with http_client() as http, Deadline(timeout_s, stall_s, self.progress) as deadline:
             status, data, reply = self._post(http, url, body, deadline, Budget(max_output_tokens, self.bounds))
             if reply is None:
                 raise_for_status(status, data, deadline, coded=False)

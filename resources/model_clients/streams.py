@@ -26,6 +26,7 @@ from digest.model_api import (
     StreamBounds,
 )
 from resources.model_clients.deadline import Deadline
+from resources.model_clients.progress import CallProgress
 
 # Connecting is quick or not at all; the deadline is the call's own budget.
 CONNECT_TIMEOUT_S = 10.0
@@ -327,6 +328,8 @@ class StreamingClient:
     stream: type[Stream]
     # Whether calls are streamed: False once the server has refused (`ChatClient.streaming`).
     streaming = True
+    # Where a call's pieces are counted for the run log (`progress.py`); None: nobody watches.
+    progress: CallProgress | None = None
 
     def _stream_fields(self, streamed: bool) -> dict:
         return {"stream": streamed}

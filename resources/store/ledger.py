@@ -48,6 +48,26 @@ class Attempts(Repository):
                 ],
             )  # fmt: skip
 
+    def summary_cost_rows(self, session_id: str, run_id: str) -> tuple[list[dict], list[dict]]:
+        """What `digest.cost.summary_cost` reads: the run's summary calls for the session, and the
+        session's mini-summary calls (any run: they are made before the summary, by other runs;
+        the ledger keeps no turn revision for them)."""
+        columns = "stage, outcome, duration_s, cached, first_token_s, prompt_tokens, completion_tokens, host, model"
+        with self.file.connect() as con:
+            summary = records(
+                con,
+                f"SELECT {columns} FROM attempts WHERE session_id = ? AND run_id = ? AND stage = 'session-summary' "
+                "ORDER BY attempt_id",
+                [session_id, run_id],
+            )
+            minis = records(
+                con,
+                f"SELECT {columns} FROM attempts WHERE session_id = ? AND stage = 'mini-summary' "
+                f"AND outcome <> '{IN_FLIGHT}' ORDER BY attempt_id",
+                [session_id],
+            )
+        return summary, minis
+
     def close_in_flight(self, run_ids: list[str]) -> int:
         """The calls these dead runs left in flight, finished. A summary call whose reply was staged
         before the kill was answered: `ok`, with the reply's counts and duration, and the staged reply

@@ -8,13 +8,33 @@ from datetime import datetime
 
 from digest.circuit import circuit_status
 from digest.scheduling import now_ms
+from digest.synthesis import IN_FLIGHT
 from digest.verdict import JUNK
 from resources.store.connection import Repository, records
 from resources.store.hosts import read_circuits
 from resources.store.summaries import PENDING_SUMMARY_SESSIONS
 
+# The ledger's model time by (model, host, UTC day): a replay from the response cache is no call
+# and took no model time, so it is only counted; a given-up call is any that did not end "ok"
+# (an interrupted one included); a call still in flight is not counted yet.
+COST_TOTALS = f"""
+    SELECT model, host, strftime(timezone('UTC', created_at), '%Y-%m-%d') AS day,
+           round(coalesce(sum(duration_s) FILTER (NOT cached), 0), 3) AS model_seconds,
+           count(*) FILTER (NOT cached) AS calls,
+           count(*) FILTER (NOT cached AND outcome <> 'ok') AS given_up,
+           round(coalesce(sum(duration_s) FILTER (NOT cached AND outcome <> 'ok'), 0), 3) AS given_up_seconds,
+           count(*) FILTER (cached) AS cached
+    FROM attempts WHERE created_at >= now() - to_days(?) AND outcome <> '{IN_FLIGHT}'
+    GROUP BY ALL ORDER BY day, model, host NULLS FIRST"""
+
 
 class Reports(Repository):
+    def cost_totals(self, days: int) -> list[dict]:
+        """Model-seconds, calls, calls given up and replies from the cache by model, host and day,
+        over the last `days` days: what `status` and the friction report show."""
+        with self.file.connect() as con:
+            return records(con, COST_TOTALS, [days])
+
     def status(self) -> dict:
         """Counts for `session-digest status`."""
         with self.file.connect() as con:
@@ -56,7 +76,7 @@ class Reports(Repository):
                     counts[verdict] = n
             now = now_ms()
             hosts = {host: circuit_status(circuit, now) for host, circuit in read_circuits(con).items()}
-            return {
+            result = {
                 "database": str(self.file.path),
                 "sessions": scalar("SELECT count(*) FROM sessions"),
                 "turns": scalar("SELECT count(*) FROM turns"),
@@ -84,6 +104,9 @@ class Reports(Repository):
                 # listed is closed): an open one is out of rotation until its retry time.
                 "host_circuits": hosts,
             }
+        # The last week's model time by model, host and day (the friction report shows more days).
+        result["cost_last_7_days"] = self.cost_totals(7)
+        return result
 
     def current_imported_summaries(self, partition_keys: list[str]) -> list[dict]:
         """The summary rows (with `partition_key`) of these partitions whose summary is an export's,
