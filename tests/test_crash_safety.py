@@ -39,7 +39,7 @@ from resources.response_cache import CachedChatClient, usable_reply
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle
 from tests.conftest import dead_pid, make_turns
-from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
+from tests.model_server import FAITHFUL_SUMMARY, GOOD_SUMMARY, Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
 SCHEMA = response_json_schema()
@@ -273,7 +273,9 @@ class RecordingModel:
             number = next(self.numbers)
             delay = self.rng.uniform(0.05, 0.4)
             self.reply_times.append(time.monotonic() + delay)
-        return Behaviour(content=json.dumps({**GOOD_SUMMARY, "summary": f"reply {number}"}), delay_s=delay)
+        # A summary whose verdict is `ok`: a junk one would be tried again on the degraded route.
+        summary = f"reply {number}: {FAITHFUL_SUMMARY['summary']}"
+        return Behaviour(content=json.dumps({**FAITHFUL_SUMMARY, "summary": summary}), delay_s=delay)
 
     def replies_since(self, started: float) -> int:
         with self.lock:
