@@ -397,7 +397,7 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
     partitions of the restored sessions exist, those of sessions the restore removed are gone, and
     restored summaries are recorded as materialized. Sessions whose turns differ from what was
     summarized are pending: the summary sensor (or `sweep`) reruns them."""
-    from digest.archive import BundleError, validate_bundle
+    from digest.archive_read import BundleError, validate_bundle
     from digest.turns import partition_key
     from pipelines.interrupted_runs import record_summaries
     from pipelines.sensors import reconcile_partitions
