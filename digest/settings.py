@@ -1,11 +1,12 @@
 """Every deployment setting, in one place: its env var, its default, and how it is parsed.
 
 `SETTINGS` is the one definition of each setting: env var, its field (of `Settings`, or of one of
-its policies), its default, how its text is read and validated, and its doc. A Dagster resource
-field configured by a setting has the same name (`resources.bindings`), and the settings tables of
-`docs/settings.md` and the README are written from `SETTINGS` (`python -m digest.settings`). Settings are read once, when the
-definitions load. A malformed value raises `SettingsError` naming the variable and the reason, so
-a bad deployment fails loudly at load instead of running with a silently substituted default.
+its policies), its default, how its text is read and validated (`digest.settings_parse`), and its
+doc. A Dagster resource field configured by a setting has the same name (`resources.bindings`), and
+the settings tables of `docs/settings.md` and the README are written from `SETTINGS`
+(`python -m digest.settings`). Settings are read once, when the definitions load. A malformed value
+raises `SettingsError` naming the variable and the reason, so a bad deployment fails loudly at load
+instead of running with a silently substituted default.
 """
 
 from __future__ import annotations
