@@ -68,7 +68,7 @@ def policy(cap: str, home: Path, max_sessions: int) -> dict:
     os.environ.update({"DIGEST_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "DIGEST_RAW_CAP_TOKENS": cap})
     (home / "dagster").mkdir(parents=True, exist_ok=True)
     from digest.settings import load_settings
-    from pipelines import cli
+    from pipelines import runs
     from pipelines.console import Output
     from pipelines.instance import write_instance_config
 
@@ -79,15 +79,15 @@ def policy(cap: str, home: Path, max_sessions: int) -> dict:
     for f in SAMPLES.glob("memory-backup-*.jsonl"):
         (memory / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
     with contextlib.redirect_stdout(io.StringIO()):
-        cli.ingest(settings, [str(memory)])
+        runs.ingest(settings, [str(memory)])
         store = DigestStore(settings.db_path)
         keep = store.summaries.pending_summary_keys(limit=max_sessions)
         started = time.monotonic()
         output = Output(as_json=True)
         todo = [RunRequest(partition_key=key) for key in keep]  # the whole job, a sensor's request of it
-        cli._run_partitions(
+        runs._run_partitions(
             settings,
-            cli._instance(),
+            runs._instance(),
             store,
             "summarize_sessions",
             todo,

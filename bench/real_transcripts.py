@@ -247,16 +247,16 @@ def sweep_sample(home: Path, corpus: Path, sample: list[dict], url: str) -> Dige
         )
     )
     (home / "dagster").mkdir(parents=True, exist_ok=True)
-    from pipelines import cli
+    from pipelines import runs
     from pipelines.console import Output
     from pipelines.instance import write_instance_config
 
     settings = load_settings(dict(os.environ))
     write_instance_config(home / "dagster", settings)
     with contextlib.redirect_stdout(io.StringIO()):
-        cli.ingest(settings, [str(folder)])
+        runs.ingest(settings, [str(folder)])
         output = Output(as_json=True)
-        while cli.sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
+        while runs.sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
             pass
     return DigestStore(settings.db_path)
 

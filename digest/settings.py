@@ -1,11 +1,12 @@
 """Every deployment setting, in one place: its env var, its default, and how it is parsed.
 
 `SETTINGS` is the one definition of each setting: env var, its field (of `Settings`, or of one of
-its policies), its default, how its text is read and validated, and its doc. A Dagster resource
-field configured by a setting has the same name (`resources.bindings`), and the settings tables of
-`docs/settings.md` and the README are written from `SETTINGS` (`python -m digest.settings`). Settings are read once, when the
-definitions load. A malformed value raises `SettingsError` naming the variable and the reason, so
-a bad deployment fails loudly at load instead of running with a silently substituted default.
+its policies), its default, how its text is read and validated (`digest.settings_parse`), and its
+doc. A Dagster resource field configured by a setting has the same name (`resources.bindings`), and
+the settings tables of `docs/settings.md` and the README are written from `SETTINGS`
+(`python -m digest.settings`). Settings are read once, when the definitions load. A malformed value
+raises `SettingsError` naming the variable and the reason, so a bad deployment fails loudly at load
+instead of running with a silently substituted default.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from digest.circuit import CircuitPolicy
 from digest.graph import (
@@ -40,43 +41,33 @@ from digest.mini_summaries import PRIORITIES as MINI_SUMMARY_PRIORITIES
 from digest.mini_summaries import MiniSummaryPolicy
 from digest.model_api import StreamBounds
 from digest.scheduling import SweepPolicy
+from digest.settings_fleet import DEFAULT_MODEL_NAMES, build_fleet
+from digest.settings_parse import (
+    Parse,
+    Setting,
+    SettingsError,
+    is_auto,
+    on_off,
+    one_of,
+    path,
+    positive,
+    postgres_url,
+    raw_cap,
+    share,
+    text,
+    whole,
+)
 from digest.synthesis import Limits
 from digest.tokens import DEFAULT_BYTES_PER_TOKEN
 
 # The embedded SmolLM2 GGUF was trained with an 8192-token context; the server is started with it.
 EMBEDDED_CONTEXT_TOKENS = 8192
-DEFAULT_MODEL_NAMES = {"embedded": "smollm2", "openai": "default", "ollama": "llama3.2"}
 
 # The reference's graph output limit is 8192 tokens for a 131072-token context. On a small context
 # (the embedded SmolLM2's is 8192) that would leave no room for a prompt, so the default is an eighth
 # of the context when that is less: 1024 for 8192, enough for 8 entities and 8 relations, and the
 # safe band (6144) stays the bound on the prompt.
 REFERENCE_GRAPH_OUTPUT_LIMIT_TOKENS = 8192
-
-
-class SettingsError(ValueError):
-    """A setting's env var holds a value that cannot be used."""
-
-
-class ModelSettings(Protocol):
-    """The single-host model settings and the bounds every summary call shares, under the same names
-    in `Settings` and in the Dagster model resource (`resources.bindings.ChatModelResource`)."""
-
-    hosts_file: str | Path | None
-    provider: str
-    model_url: str | None
-    model_name: str
-    context_limit_tokens: int
-    safe_limit_tokens: int
-    raw_cap_tokens: int | None
-    raw_cap_auto: bool
-    raw_call_target_s: float
-    call_ceiling_s: float
-    bytes_per_token: float | None
-    summary_timeout_s: float
-    summary_max_output_tokens: int
-    event_max_bytes: int
-    call_max_bytes: int
 
 
 @dataclass(frozen=True)
@@ -123,177 +114,6 @@ class Settings:
         """The setting's value: a field of these settings, or of one of their policies."""
         owner = self if setting.policy is None else getattr(self, setting.policy)
         return getattr(owner, setting.field)
-
-
-def build_fleet(model: ModelSettings) -> Fleet:
-    """The hosts file's hosts, else the one host of the single-host settings; with the output cap,
-    deadline and raw-call target every summary call shares."""
-    if model.hosts_file:
-        hosts = load_hosts_file(Path(model.hosts_file), DEFAULT_MODEL_NAMES)
-    else:
-        hosts = (
-            HostSpec(
-                name=DEFAULT_HOST,
-                provider=model.provider,
-                url=model.model_url,
-                model=model.model_name,
-                context_limit_tokens=model.context_limit_tokens,
-                safe_limit_tokens=model.safe_limit_tokens,
-                raw_cap_tokens=model.raw_cap_tokens,
-                raw_cap_auto=model.raw_cap_auto,
-                concurrency=1,
-                bytes_per_token=model.bytes_per_token,
-            ),
-        )
-    return Fleet(
-        hosts,
-        max_output_tokens=model.summary_max_output_tokens,
-        timeout_s=model.summary_timeout_s,
-        raw_call_target_s=model.raw_call_target_s,
-    )
-
-
-# --- how a setting's text is read: (env var, stripped non-empty text) -> value, or SettingsError --
-
-Parse = Callable[[str, str], Any]
-
-
-def whole(minimum: int = 1, maximum: int = 2**31 - 1) -> Parse:
-    """A whole number in [minimum, maximum]: by default what the store's INT32 columns hold."""
-
-    def parse(name: str, text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise SettingsError(f"{name}={text!r} is not a whole number") from None
-        if value < minimum:
-            raise SettingsError(f"{name}={text!r} must be at least {minimum}")
-        if value > maximum:
-            raise SettingsError(f"{name}={text!r} must be at most {maximum}")
-        return value
-
-    return parse
-
-
-def positive(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise SettingsError(f"{name}={text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise SettingsError(f"{name}={text!r} must be a positive finite number")
-    return value
-
-
-def share(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise SettingsError(f"{name}={text!r} is not a number") from None
-    if not 0 <= value <= 1:
-        raise SettingsError(f"{name}={text!r} must be a share from 0 to 1")
-    return value
-
-
-def on_off(name: str, text: str) -> bool:
-    text = text.lower()
-    if text not in ("on", "off"):
-        raise SettingsError(f"{name}={text!r} is neither 'on' nor 'off'")
-    return text == "on"
-
-
-def one_of(choices: tuple[str, ...]) -> Parse:
-    def parse(name: str, text: str) -> str:
-        text = text.lower()
-        if text not in choices:
-            raise SettingsError(f"{name}={text!r} is not one of {', '.join(choices)}")
-        return text
-
-    return parse
-
-
-def raw_cap(name: str, text: str) -> int | None:
-    """A positive token count, `off` (no cap), or `auto` (the default cap until the host's speed
-    is measured; `raw_cap_auto` says it follows the speed then)."""
-    if text.lower() == "off":
-        return None
-    if text.lower() == "auto":
-        return DEFAULT_RAW_CAP_TOKENS
-    try:
-        value = int(text)
-    except ValueError:
-        raise SettingsError(f"{name}={text!r} is neither a whole number of tokens, 'off' nor 'auto'") from None
-    if value < 1:
-        raise SettingsError(f"{name}={text!r} must be at least 1 (or 'off')")
-    if value > MAX_CONTEXT_TOKENS:
-        raise SettingsError(f"{name}={text!r} must be at most {MAX_CONTEXT_TOKENS} (or 'off')")
-    return value
-
-
-def is_auto(name: str, text: str) -> bool:
-    """Whether a raw cap's text asks the cap to follow the host (`auto`); `raw_cap` validates it."""
-    return text.lower() == "auto"
-
-
-def text(name: str, value: str) -> str:
-    return value
-
-
-def path(name: str, value: str) -> Path:
-    return Path(value).resolve()
-
-
-def postgres_url(name: str, value: str) -> str:
-    """A PostgreSQL URL whose driver is installed, checked as Dagster will open it (SQLAlchemy).
-    The value is shown with its password masked."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        url = make_url(value)
-    except ArgumentError:
-        raise SettingsError(f"{name} is not a URL (postgresql+psycopg2://user:password@host:5432/db)") from None
-    shown = url.render_as_string(hide_password=True)
-    if url.get_backend_name() != "postgresql":
-        raise SettingsError(f"{name}={shown!r} is not a PostgreSQL URL (postgresql+psycopg2://...)")
-    try:
-        url.get_dialect().import_dbapi()
-    except ImportError as exc:
-        # SQLAlchemy 2.1 opens a bare postgresql:// with psycopg (3); the project installs psycopg2.
-        raise SettingsError(
-            f"{name}={shown!r}: its driver is not installed ({exc}); write postgresql+psycopg2://..."
-        ) from None
-    return value
-
-
-@dataclass(frozen=True)
-class Setting:
-    env: str
-    field: str  # the field of `Settings`, or of its policy `policy`; a resource field it configures too
-    parse: Parse
-    default: Any  # a value, or a function of the top-level settings read before it (by field)
-    doc: str  # markdown: docs/settings.md's table and the UI's Resources page show it
-    policy: str | None = None  # "sweep" | "mini_summaries" | "graph" | "circuit": the `Settings` field it is part of
-    default_doc: str | None = None  # the default in words, where the value alone does not say it
-
-    def read(self, env: Mapping[str, str], known: Mapping[str, Any]) -> Any:
-        raw = env.get(self.env, "").strip()
-        if raw:
-            return self.parse(self.env, raw)
-        return self.default(known) if callable(self.default) else self.default
-
-    @property
-    def shown_default(self) -> str:
-        """The default as docs/settings.md shows it."""
-        if self.default_doc is not None:
-            return self.default_doc
-        if callable(self.default):
-            raise ValueError(f"{self.env}: a computed default needs its default_doc")
-        if isinstance(self.default, bool):
-            return "`on`" if self.default else "`off`"
-        if isinstance(self.default, str):
-            return f"`{self.default}`"
-        return "none" if self.default is None else f"{self.default:g}"
 
 
 def _sweep(env: str, field: str, parse: Parse, default: Any, doc: str) -> Setting:

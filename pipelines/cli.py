@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import io
 import os
 import subprocess
@@ -15,11 +14,20 @@ from datetime import UTC
 from pathlib import Path
 
 from digest.pacing import slowdown_status
-from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
-from pipelines.console import Output, run_log_config, run_log_file
+from pipelines.console import Output
 from pipelines.instance import write_instance_config
-from pipelines.tags import EXPLICIT_TAG, ROUTE_TAG, SWEEP_TAG
+from pipelines.runs import (
+    _instance,
+    _selection,
+    _store,
+    digest,
+    fill_degraded_mini_summaries,
+    friction_report,
+    ingest,
+    log_path,
+    sweep,
+)
 from resources.store import StoreUnreadable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -56,83 +64,6 @@ def _prepare_home(settings: Settings) -> None:
         print(warning, file=sys.stderr)
     _telemetry_notice(home)
     settings.inbox.mkdir(parents=True, exist_ok=True)
-
-
-def log_path(settings: Settings) -> Path:
-    """Where the CLI's runs write Dagster's event stream (the instance holds it too, for the UI)."""
-    return settings.home / "logs" / "session-digest.log"
-
-
-def _job(settings: Settings, name: str):
-    """A job of the code location, with the logger that writes its events to `log_path`."""
-    from dagster import Definitions
-
-    from pipelines.definitions import build_definitions
-
-    defs = Definitions.merge(build_definitions(settings), Definitions(loggers={"run_log_file": run_log_file()}))
-    return defs.resolve_job_def(name)
-
-
-def deep_merge(base: dict, extra: dict) -> dict:
-    """`base` with `extra` laid over it, key by key at every depth (`extra` wins on a leaf)."""
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _execute(settings: Settings, instance, job, run_config: dict | None = None, **kwargs):
-    """`execute_in_process` with Dagster's events in the instance and the log file, not on the console.
-    The run's config is the job's default with the command's and the logger's merged into it (a run
-    config passed to `execute_in_process` replaces the default whole)."""
-    from pipelines.jobs import default_run_config
-
-    own = deep_merge(run_config or {}, run_log_config(log_path(settings)))
-    run_config = deep_merge(default_run_config(job, kwargs.get("partition_key")), own)
-    return job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False, **kwargs)
-
-
-def _instance():
-    from dagster import DagsterInstance
-
-    return DagsterInstance.get()
-
-
-@contextlib.contextmanager
-def _model_url(settings: Settings, output: Output):
-    """One embedded server for the whole sweep, instead of one per run."""
-    if settings.provider == "embedded" and not settings.model_url:
-        from resources.embedded_server import EmbeddedServer
-
-        output.note("Starting the embedded model server…")
-
-        with EmbeddedServer(n_ctx=settings.context_limit_tokens) as server:
-            yield dataclasses.replace(settings, model_url=server.url)
-    else:
-        yield settings
-
-
-def ingest(settings: Settings, paths: list[str]) -> dict:
-    """The ingest run; it registers the new sessions as partitions itself (`new_partitions`)."""
-    instance = _instance()
-    config = {"ops": {"raw_turns": {"config": {"paths": [str(Path(p).resolve()) for p in paths]}}}}
-    result = _execute(settings, instance, _job(settings, "ingest"), config)
-    materialization = result.asset_materializations_for_node("raw_turns")
-    if not result.success or not materialization:
-        raise SystemExit(f"ingest failed (run {result.run_id}); see `session-digest ui` for the run's logs")
-    meta = {k: v.value for k, v in materialization[0].metadata.items() if k != "files_preview"}
-    return {"run_id": result.run_id, **meta}
-
-
-def _store(settings: Settings):
-    from resources.store import DigestStore
-
-    store = DigestStore(settings.db_path)
-    store.migrate()
-    return store
 
 
 def _reading_store(settings: Settings):
@@ -205,177 +136,6 @@ def _write_failure(exc: BaseException, settings: Settings) -> str | None:
     return None
 
 
-def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozenset(), probe: bool = True, named=None):
-    """The sweep's selection; `probe` off (`plan`): a half-open host's probe is looked at, not taken;
-    `named`: these session ids alone (`sweep --session`)."""
-    from pipelines.selection import hosts_in_rotation, named_sessions_batch, next_summary_batch
-
-    store, now, fleet = _store(settings), now_ms(), settings.fleet
-    policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
-    available, probing = hosts_in_rotation(store, fleet, settings.circuit, now)
-    if named is not None:
-        return named_sessions_batch(store, fleet, named, available=available, exclude=exclude)
-    circuit = settings.circuit if probe else None
-    return next_summary_batch(store, fleet, policy, now, exclude, available=available, probing=probing, circuit=circuit)
-
-
-def _run_partitions(
-    settings: Settings,
-    instance,
-    store,
-    job_name: str,
-    todo,
-    asset: str,
-    output: Output,
-    estimates: list[float | None],
-    nothing_to_do=lambda key, tags: None,
-) -> list[dict]:
-    """One in-process Dagster run per run request in `todo` (what the sensor would launch), of the
-    assets it names; the embedded model starts once for all.
-    `estimates`: the plan's model seconds of each, for the progress bar.
-    `nothing_to_do(key, tags)`: why a partition needs no run any more, asked just before its run."""
-    from pipelines.interrupted_runs import worker_tags
-    from pipelines.jobs import requested_job
-    from pipelines.sensors import register_partitions
-
-    outcomes = []
-    if not todo:
-        return outcomes
-    register_partitions(instance, store)
-    # Tagged at creation, not only when the run's resources start: a kill can land in between.
-    process = worker_tags()
-    title = {
-        "summarize_sessions": "summarizing",
-        "digest_sessions": "digesting",
-        "fill_mini_summaries": "filling mini summaries",
-    }[job_name]
-    with _model_url(settings, output) as run_settings, output.sessions(title, estimates) as progress:
-        job = _job(run_settings, job_name)
-        for request in todo:
-            key, started = request.partition_key, time.monotonic()
-            progress.starting(key)
-            tags = {SWEEP_TAG: "cli", **request.tags, **process}
-            reason = nothing_to_do(key, tags)
-            if reason:
-                outcome = {"partition": key, "run_id": None, "success": True, "nothing_to_do": reason}
-                outcomes.append(outcome)
-                progress.finished(outcome)
-                continue
-            result = _execute(run_settings, instance, requested_job(job, request), partition_key=key, tags=tags)
-            outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
-            for event in result.asset_materializations_for_node(asset):
-                meta = event.metadata
-                outcome.update(
-                    {
-                        k: meta[k].value
-                        for k in ("source_tier", "route_reason", "verdict", "nodes", "edges")
-                        if k in meta
-                    }
-                )
-                if "generated" in meta:
-                    outcome["mini_summaries"] = meta["generated"].value
-            for event in result.asset_observations_for_node(asset):
-                # The run found nothing to do (e.g. a concurrent sweep had done it): no model call.
-                if "reason" in event.metadata:
-                    outcome["nothing_to_do"] = event.metadata["reason"].value
-            outcome["seconds"] = round(time.monotonic() - started, 2)
-            outcomes.append(outcome)
-            progress.finished(outcome)
-    return outcomes
-
-
-def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[str] = ()) -> dict:
-    """Runs that died mid-sweep are closed, and summaries their model calls finished (staged in
-    DuckDB) are written first, with no model call. Then the summary sensor's selection and budget,
-    run now: one Dagster run per session. A session another sweep running at the same time has
-    summarized meanwhile gets no run, or its run no model call (counted in `nothing_to_do`).
-    `sessions` (ids or partition keys): those alone, outside the budget, the churn gate and their
-    failure backoff; one already summarized at its current turns, and not due an upgrade, gets no run."""
-    from dagster import RunRequest
-
-    from assets.work.sessions import nothing_to_summarize
-    from pipelines.interrupted_runs import close_interrupted_runs
-    from pipelines.sensors import summary_run_request
-
-    instance = _instance()
-    store = _store(settings)
-    named = None
-    if sessions:
-        try:
-            named = store.sessions.resolve_sessions(list(sessions))
-        except ValueError as exc:
-            raise SystemExit(f"session-digest sweep --session: {exc}") from None
-
-    def nothing_to_do(key: str, tags: dict) -> str | None:
-        # The selection is as old as the sweep: another sweep may have done the session since.
-        session = store.sessions.session_by_partition(key)
-        standing = store.summaries.summary_standing(session["session_id"]) if session else None
-        return nothing_to_summarize(standing, tags, now_ms())
-
-    recovered = close_interrupted_runs(instance, store)
-    staged = store.cache.staged_summary_keys()
-    selection = _selection(settings, limit, exclude=set(staged), named=named)
-    todo = [RunRequest(partition_key=key, tags={ROUTE_TAG: "staged"}) for key in staged]
-    todo += [summary_run_request(item, {EXPLICIT_TAG: "cli"} if named else None) for item in selection.batch]
-    # A staged replay calls no model.
-    estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]
-    outcomes = _run_partitions(
-        settings, instance, store, "summarize_sessions", todo, "session_summaries", output, estimates, nothing_to_do
-    )
-    return {
-        "backlog": _refresh_backlog(settings, instance, store),
-        "pending": selection.pending,
-        "skipped": selection.skip_reason,
-        "interrupted_runs_closed": recovered,
-        "staged_replayed": staged,
-        "summarized": sum(o["success"] and "nothing_to_do" not in o for o in outcomes),
-        "upgrades": selection.upgrades,  # runs planned as upgrades: degraded summaries made again at a higher step
-        "nothing_to_do": sum("nothing_to_do" in o for o in outcomes),
-        "runs": outcomes,
-    }
-
-
-def _refresh_backlog(settings: Settings, instance, store) -> str:
-    """The `backlog` asset recorded after a sweep (no run), as the summary sensor's ticks record it;
-    its one-line summary."""
-    from assets.backlog import backlog_events
-    from assets.work.backlog import measure
-    from digest.backlog import backlog_line
-
-    measured = measure(store, settings.fleet, settings.circuit, settings.sweep, now_ms())
-    for event in backlog_events(measured, settings.sweep):
-        instance.report_runless_asset_event(event)
-    return backlog_line(measured)
-
-
-def digest(settings: Settings, limit: int | None, output: Output) -> dict:
-    """The digest sensor's selection, run now: one `digest_sessions` run per session. A run that
-    succeeds without a graph left its session part-done (its budget ran out) or gated."""
-    from dagster import RunRequest
-
-    store = _store(settings)
-    policy = settings.graph
-    keys = store.graph.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
-    todo = [RunRequest(partition_key=k, tags={ROUTE_TAG: "graph"}) for k in keys]
-    # The plan estimates summaries only: a graph run's bar counts sessions, with no time left.
-    estimates = [None] * len(keys)
-    runs = _run_partitions(settings, _instance(), store, "digest_sessions", todo, "session_graph", output, estimates)
-    return {
-        "digested": sum("nodes" in r for r in runs),  # graphs written (a run may stop part-done)
-        "nothing_to_do": sum("nothing_to_do" in r for r in runs),
-        "runs": runs,
-    }
-
-
-def friction_report(settings: Settings) -> dict:
-    result = _execute(settings, _instance(), _job(settings, "report_friction"))
-    events = result.asset_materializations_for_node("friction_report")
-    if not result.success or not events:
-        raise SystemExit(f"the friction report failed (run {result.run_id}); see `session-digest ui`")
-    # The numbers and the report file; the Markdown copy is for the UI.
-    return {"run_id": result.run_id, **{k: v.value for k, v in events[0].metadata.items() if k != "report"}}
-
-
 def archive(settings: Settings, sessions: list[str], retire: bool, out: str | None) -> dict:
     """A bundle of these sessions (ids or partition keys; none: the whole store), recorded in
     `archives`; `retire` then takes them out of every sweep."""
@@ -397,7 +157,7 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
     partitions of the restored sessions exist, those of sessions the restore removed are gone, and
     restored summaries are recorded as materialized. Sessions whose turns differ from what was
     summarized are pending: the summary sensor (or `sweep`) reruns them."""
-    from digest.archive import BundleError, validate_bundle
+    from digest.archive_read import BundleError, validate_bundle
     from digest.turns import partition_key
     from pipelines.interrupted_runs import record_summaries
     from pipelines.sensors import reconcile_partitions
@@ -558,19 +318,6 @@ def ui(settings: Settings, port: int) -> None:
     command = ["dagster", "dev", "-m", "pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)]
     print(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={os.environ['DAGSTER_HOME']})", file=sys.stderr)
     raise SystemExit(subprocess.call([str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=REPO_ROOT))
-
-
-def fill_degraded_mini_summaries(settings: Settings, output: Output) -> list[dict]:
-    """What `mini_summary_sensor` launches in turn, run now for the sessions headed for the degraded
-    path (their mini summaries reach their summary; no backoff is ignored): one run each."""
-    from dagster import RunRequest
-
-    store = _store(settings)
-    keys = store.mini_summaries.pending_degraded_mini_summary_keys(settings.fleet.measured_limits(store), now_ms())
-    todo = [RunRequest(partition_key=key) for key in keys]
-    return _run_partitions(
-        settings, _instance(), store, "fill_mini_summaries", todo, "turn_mini_summaries", output, [None] * len(keys)
-    )
 
 
 def demo(settings: Settings, output: Output) -> dict:

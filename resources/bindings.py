@@ -16,7 +16,8 @@ from digest.mini_summaries import MiniSummaryPolicy
 from digest.model_api import ChatClient, StreamBounds
 from digest.pacing import Pacer, PacingPolicy
 from digest.scheduling import SweepPolicy
-from digest.settings import build_fleet, setting_of
+from digest.settings import setting_of
+from digest.settings_fleet import build_fleet
 from digest.synthesis import Limits
 from pipelines.interrupted_runs import worker_tags
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
@@ -53,7 +54,7 @@ class DigestStoreResource(ConfigurableResource):
 
 
 class ChatModelResource(ConfigurableResource):
-    """The model hosts and the bounds every call is held to (`digest.settings.ModelSettings`).
+    """The model hosts and the bounds every call is held to (`digest.settings_fleet.ModelSettings`).
 
     `hosts_file` declares several hosts; without it the fields below are the one host. The file is
     read at each use, so a host added to it is seen by the next sensor tick. An embedded host with

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from digest import archive
+from digest import archive_read
 from digest.archive import MANIFEST, SESSION_COLUMN, manifest_digest
 
 # Sessions of the live store the scoped bundle does not hold.
@@ -391,7 +391,7 @@ def _node_after_edge(lines: list[bytes]) -> list[bytes]:
 
 def _huge_manifest(bundle: Path, outside: Path) -> None:
     with (bundle / MANIFEST).open("r+b") as handle:
-        handle.truncate(archive.MAX_MANIFEST_BYTES + 1)
+        handle.truncate(archive_read.MAX_MANIFEST_BYTES + 1)
 
 
 def _huge_line(lines: list[bytes]) -> list[bytes]:

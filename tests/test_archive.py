@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, build_sensor_context, instance_for_test
 
-from digest import archive
-from digest.archive import BundleError, SessionState, restore_outcome, summary_backup_row, validate_bundle
+from digest import archive_read
+from digest.archive import summary_backup_row
+from digest.archive_read import BundleError, SessionState, restore_outcome, validate_bundle
 from digest.friction import FrictionEvent
 from digest.ingest import ingest_paths
 from digest.settings import load_settings
@@ -485,7 +486,7 @@ def test_an_intact_bundle_restores_its_sessions_and_no_other(restore_base, tmp_p
 def test_a_hostile_bundle_is_refused_and_changes_nothing(restore_base, tmp_path, monkeypatch, case):
     bundle, outside, db = _restore_case(restore_base, tmp_path, case.base, case.own_store)
     for name, value in case.limits.items():
-        monkeypatch.setattr(archive, name, value)
+        monkeypatch.setattr(archive_read, name, value)
     case.apply(bundle, outside)
     if case.reseal:
         reseal(bundle)

@@ -8,7 +8,8 @@ import pytest
 
 from digest.hosts import DEFAULT_HOST, HostsError, HostView, assign_batch, assign_host, load_hosts_file
 from digest.scheduling import Candidate, SweepPolicy
-from digest.settings import DEFAULT_MODEL_NAMES, SettingsError, load_settings
+from digest.settings import SettingsError, load_settings
+from digest.settings_fleet import DEFAULT_MODEL_NAMES
 from digest.synthesis import Route, SourceTier
 from pipelines.selection import hosts_in_rotation, next_summary_batch
 from resources.store import DigestStore

@@ -12,7 +12,7 @@ import pytest
 from dagster import AssetKey, instance_for_test
 from rich.console import Console
 
-from digest.archive import validate_bundle
+from digest.archive_read import validate_bundle
 from digest.circuit import CircuitPolicy
 from digest.friction_report import build_report, junk_rows, render_markdown
 from digest.ingest import ingest_paths

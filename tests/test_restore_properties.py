@@ -16,7 +16,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from digest.archive import MANIFEST, BundleError, validate_bundle
+from digest.archive import MANIFEST
+from digest.archive_read import BundleError, validate_bundle
 from resources.store import DigestStore
 from tests.hostile_bundles import (
     LIVE_ONLY,

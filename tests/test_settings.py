@@ -104,7 +104,7 @@ def test_every_resource_field_is_one_setting(tmp_path):
     unbound = {(s.env, s.field) for s in SETTINGS} - set(configured)
     assert unbound == {("DIGEST_HOME", "home"), ("DIGEST_DAGSTER_PG_URL", "dagster_pg_url")}
     # What `Settings` and the model resource share is named once, as `ModelSettings`.
-    from digest.settings import ModelSettings
+    from digest.settings_fleet import ModelSettings
 
     assert set(ModelSettings.__annotations__) == set(type(resources["model"]).model_fields) - {"response_cache"}
 

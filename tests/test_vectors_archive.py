@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from digest.archive import validate_bundle
+from digest.archive_read import validate_bundle
 from digest.ingest import ingest_paths
 from resources.store import DigestStore
 from tests.hostile_bundles import reseal

@@ -26,7 +26,7 @@ from digest.backlog import Backlog
 from digest.circuit import CircuitPolicy, CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.pacing import RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
-from digest.settings import ModelSettings
+from digest.settings_fleet import ModelSettings
 from digest.synthesis import INTERRUPTED
 from digest.tokens import (
     CALIBRATION_MIN_SAMPLES,

@@ -1,6 +1,6 @@
-"""Archive bundles (`digest.archive` defines and validates them): a snapshot of some sessions or
-the whole store written as JSONL files with a manifest, and a bundle restored in one
-transaction, merged or replacing what its sessions had."""
+"""Archive bundles (`digest.archive` defines them, `digest.archive_read` validates them): a
+snapshot of some sessions or the whole store written as JSONL files with a manifest, and a bundle
+restored in one transaction, merged or replacing what its sessions had."""
 
 from __future__ import annotations
 
@@ -15,28 +15,30 @@ import duckdb
 from digest.archive import (
     ARCHIVED_TURN_COLUMNS,
     MANIFEST,
-    MAX_LINE_BYTES,
     SESSION_COLUMN,
     TURN_METADATA_KEYS,
-    Bundle,
-    BundleError,
     BundleFile,
     JsonlWriter,
-    SessionState,
-    VectorCount,
     archive_stamp,
     build_manifest,
     bundle_file_names,
     jsonable,
     memory_row,
     mini_summary_node_row,
-    restore_outcome,
     sha256_file,
     summary_backup_row,
     table_file_name,
-    validate_bundle,
     vector_line,
     write_manifest,
+)
+from digest.archive_read import (
+    MAX_LINE_BYTES,
+    Bundle,
+    BundleError,
+    SessionState,
+    VectorCount,
+    restore_outcome,
+    validate_bundle,
 )
 from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
 from resources.store.connection import SCHEMA_VERSION, Repository, now
