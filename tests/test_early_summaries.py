@@ -19,7 +19,7 @@ from pipelines.tags import UPGRADE_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
-from tests.model_server import Behaviour, ModelServer
+from tests.model_server import FAITHFUL_SUMMARY, TEMPLATE_SUMMARY, Behaviour, ModelServer
 
 TURNS = 40  # of 400 bytes: about 5,500 tokens raw, over the 2,000 cap
 
@@ -183,3 +183,38 @@ def test_first_summaries_go_before_mini_summaries_and_upgrades(tmp_path, instanc
     small = backlog.row("small")
     assert (small["source_tier"], small["mini_summary_coverage"], small["coverage_step"]) == ("raw", None, None)
     assert calls == {"summary": 4, "mini-summary": 0}
+
+
+def test_an_upgrade_judged_junk_keeps_the_ok_summary_and_is_not_tried_again_at_its_step(tmp_path, instance):
+    # The first summary is ok; the upgrade at half coverage answers template junk, which must not
+    # replace it, and must not leave the upgrade due: the sweeps would ask for it again forever.
+    replies = iter([FAITHFUL_SUMMARY])
+    calls = {"summary": 0}
+
+    def script(received):
+        if "response_format" not in received.body:
+            return Behaviour.text("a mini summary")
+        calls["summary"] += 1
+        return Behaviour.reply(next(replies, TEMPLATE_SUMMARY))
+
+    with ModelServer(script) as server:
+        backlog = Backlog(tmp_path, instance, server)
+        backlog.ingest("big", make_turns("big", TURNS, doc_bytes=400))
+        backlog.sweep()
+        first = backlog.row("big")
+        assert (first["verdict"], first["coverage_step"], calls["summary"]) == ("ok", 0, 1)
+
+        backlog.add_mini_summaries("big", range(20))
+        job = backlog.definitions.resolve_job_def("summarize_sessions")
+        [request] = backlog.tick().run_requests
+        assert request.tags[UPGRADE_TAG] == "0"
+        run = requested_job(job, request)
+        config = default_run_config(run, request.partition_key)
+        assert run.execute_in_process(
+            config, instance=instance, partition_key=request.partition_key, tags=request.tags
+        ).success
+        kept = backlog.row("big")
+        assert calls["summary"] == 2
+        assert (kept["title"], kept["verdict"], kept["run_id"]) == (first["title"], "ok", first["run_id"])
+        assert kept["coverage_step"] == 1  # the step its upgrade was tried at
+        assert backlog.tick().run_requests == [] and calls["summary"] == 2

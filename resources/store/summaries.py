@@ -225,6 +225,12 @@ class Summaries(Repository):
             if verdict.junk:
                 standing = record(con, CURRENT_OK_SUMMARY, [summary.session_id, summary.input_revision])
                 if standing:
+                    # An upgrade judged junk is not due again at this step: the ok summary stands for it.
+                    con.execute(
+                        """UPDATE session_summaries SET coverage_step = greatest(coverage_step, ?)
+                           WHERE session_id = ? AND origin = 'generated' AND coverage_step IS NOT NULL""",
+                        [row["coverage_step"], summary.session_id],
+                    )
                     made = f"by run {standing['run_id']}" if standing["run_id"] else f"at {standing['created_at']}"
                     return SummaryWrite(
                         verdict,
