@@ -560,20 +560,24 @@ def fill_degraded_mini_summaries(settings: Settings, output: Output) -> list[dic
     )
 
 
-def demo(settings: Settings, output: Output) -> dict:
-    started = time.monotonic()
-    output.note(f"Ingesting the samples in {SAMPLES}; Dagster's run logs go to {log_path(settings)}.")
-    ingested = ingest(settings, [str(SAMPLES)])
+def drain(settings: Settings, output: Output) -> tuple[list[dict], list[dict]]:
+    """The backlog's runs now, in the sensors' order, until nothing is left: every session's first
+    summary, then the degraded ones' missing mini summaries, then their upgrades (`demo`, the bench)."""
     runs, mini_summary_runs = [], []
-    # As the sensors order the work: every session's first summary, then the degraded ones' missing
-    # mini summaries, then their upgrades, until nothing is left.
     while True:
         while batch := sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
             runs.extend(batch)
         filled = fill_degraded_mini_summaries(settings, output)
         mini_summary_runs.extend(filled)
         if not any(run.get("mini_summaries") for run in filled):  # none left, or no progress: done
-            break
+            return runs, mini_summary_runs
+
+
+def demo(settings: Settings, output: Output) -> dict:
+    started = time.monotonic()
+    output.note(f"Ingesting the samples in {SAMPLES}; Dagster's run logs go to {log_path(settings)}.")
+    ingested = ingest(settings, [str(SAMPLES)])
+    runs, mini_summary_runs = drain(settings, output)
     friction = friction_report(settings)
     report = {
         "ingest": ingested,
