@@ -16,13 +16,16 @@ Run: PYTHONPATH=. .venv/bin/python bench/real_transcripts.py [--sessions 290] [-
    corpus's own text, and its answer rate; the **floor** is the corpus's bytes at that bytes a
    token, over that prompt rate: the time to read every session once;
 5. the sample: sessions of the corpus (alternately within and over the bound, in a seeded order) whose
-   predicted model time fits `--sample-seconds`, ingested into a store of their own and swept with
-   `session-digest sweep` (its in-process call, one Dagster run per session, as the demo) until
-   nothing is pending: model seconds per session by route and tier, the sample's backlog against its
-   floor, and the early-summary curve (share of sessions with a summary over model time);
+   predicted model time fits `--sample-seconds`, ingested into a store of their own and drained as
+   `session-digest demo` does (`pipelines.cli.drain`, one Dagster run per session or backfill:
+   first summaries, the mini-summary backfill, the upgrades) until nothing is left: model seconds per
+   session by route and tier, the sample's backlog against its floor, and the measured early-summary
+   curve (share of sessions with a summary over model time, from the attempts ledger);
 6. the projection: each call's seconds fitted on the sample (a + b x prompt tokens, per stage) and
    applied to every session of the corpus as its route would call the model: the backlog's model
-   time against the corpus's floor.
+   time against the corpus's floor, once with a session's calls in the order before issue 28.4 (mini
+   summaries, then one summary), once in the order since (every first summary, then the backfill
+   and up to two upgrades a session), with that order's curve.
 """
 
 from __future__ import annotations
