@@ -16,13 +16,16 @@ Run: PYTHONPATH=. .venv/bin/python bench/real_transcripts.py [--sessions 290] [-
    corpus's own text, and its answer rate; the **floor** is the corpus's bytes at that bytes a
    token, over that prompt rate: the time to read every session once;
 5. the sample: sessions of the corpus (alternately within and over the bound, in a seeded order) whose
-   predicted model time fits `--sample-seconds`, ingested into a store of their own and swept with
-   `session-digest sweep` (its in-process call, one Dagster run per session, as the demo) until
-   nothing is pending: model seconds per session by route and tier, the sample's backlog against its
-   floor, and the early-summary curve (share of sessions with a summary over model time);
+   predicted model time fits `--sample-seconds`, ingested into a store of their own and drained as
+   `session-digest demo` does (`pipelines.runs.drain`, one Dagster run per session or backfill:
+   first summaries, the mini-summary backfill, the upgrades) until nothing is left: model seconds per
+   session by route and tier, the sample's backlog against its floor, and the measured early-summary
+   curve (share of sessions with a summary over model time, from the attempts ledger);
 6. the projection: each call's seconds fitted on the sample (a + b x prompt tokens, per stage) and
    applied to every session of the corpus as its route would call the model: the backlog's model
-   time against the corpus's floor.
+   time against the corpus's floor, once with a session's calls in the order before issue 28.4 (mini
+   summaries, then one summary), once in the order since (every first summary, then the backfill
+   and up to two upgrades a session), with that order's curve.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from digest.friction_report import first_summary_curve, seconds_to_share  # noqa
 from digest.mini_summaries import MAX_OUTPUT_TOKENS, split_document  # noqa: E402
 from digest.mini_summaries import build_prompt as mini_prompt  # noqa: E402
 from digest.repeats import drop_repeated_lines, repeated_bytes  # noqa: E402
+from digest.scheduling import UPGRADE_COVERAGE  # noqa: E402
 from digest.settings import load_settings  # noqa: E402
 from digest.synthesis import (  # noqa: E402
     COMPACT_LINE_OVERHEAD,
@@ -105,7 +109,8 @@ def limits_of(**env: str):
 
 def session_facts(store: DigestStore, limits_by_name: dict) -> list[dict]:
     """Per session: its documents' bytes, repeats, and its route under each named limits."""
-    ids = [r[0] for r in store.query("SELECT session_id FROM sessions ORDER BY session_id").values.tolist()]
+    rows = store.query("SELECT session_id, last_activity_ms FROM sessions ORDER BY session_id").values.tolist()
+    ids, activity = [r[0] for r in rows], {r[0]: r[1] for r in rows}
     facts = []
     for start in range(0, len(ids), 50):
         turns = store.sessions.load_turns(ids[start : start + 50])
@@ -118,6 +123,7 @@ def session_facts(store: DigestStore, limits_by_name: dict) -> list[dict]:
             repeated, total = repeated_bytes(t.document for t in ordered)
             fact = {
                 "session_id": session_id,
+                "last_activity_ms": activity[session_id] or 0,
                 "turns": len(ordered),
                 "bytes": sum(len(t.document.encode("utf-8")) for t in ordered),
                 "raw_prompt_bytes": len(raw_prompt.encode("utf-8")),
@@ -129,9 +135,11 @@ def session_facts(store: DigestStore, limits_by_name: dict) -> list[dict]:
                 route = raw_route(limits.estimate_tokens(raw_prompt), limits)
                 fact["routes"][name] = route
                 if route != Route.WITHIN_CAP:
-                    _, entries = compact_entries(ordered)
-                    compact = build_prompt(compact_content(entries), ordered)
+                    compact = build_prompt(compact_content(compact_entries(ordered).entries), ordered)
                     fact[f"{name}_compact_cut"] = limits.estimate_tokens(compact) > limits.prompt_budget_tokens
+                    # The first summary's prompt: truncated lines, no mini summary yet, cut to the budget.
+                    budget_bytes = limits.prompt_budget_tokens * limits.bytes_per_token
+                    fact[f"{name}_first_compact_bytes"] = min(len(compact.encode("utf-8")), budget_bytes)
             # A mini summary's prompt as `fill_mini_summaries` builds it, held to its budget.
             mini = dataclasses.replace(limits_by_name["embedded"], max_output_tokens=MAX_OUTPUT_TOKENS)
             mini_budget = int(mini.prompt_budget_tokens * mini.bytes_per_token)
@@ -188,7 +196,8 @@ def predicted_s(fact: dict, rates: dict, limits) -> float:
         return fact["raw_prompt_bytes"] * per_token + answer
     minis = sum(b * per_token + 60 / rates["answer_tps"] for b in fact["mini_prompt_bytes"])
     compact = min(fact["turns"] * 220 + 800, limits.prompt_budget_tokens * limits.bytes_per_token)
-    return minis + compact * per_token + answer
+    first = fact["embedded_first_compact_bytes"] * per_token + answer  # the first summary, truncated lines
+    return first + minis + compact * per_token + answer
 
 
 def pick_sample(facts: list[dict], rates: dict, limits, budget_s: float, seed: int) -> list[dict]:
@@ -225,7 +234,8 @@ def pick_sample(facts: list[dict], rates: dict, limits, budget_s: float, seed: i
 
 
 def sweep_sample(home: Path, corpus: Path, sample: list[dict], url: str) -> DigestStore:
-    """The sample's sessions ingested and swept until nothing is pending, as `session-digest demo`."""
+    """The sample's sessions ingested and drained as `session-digest demo` does (`cli.drain`): first
+    summaries, then the mini-summary backfill in runs of the default budget, then the upgrades."""
     keep = {f["session_id"] for f in sample}
     folder = home / "in"
     folder.mkdir(parents=True)
@@ -243,7 +253,6 @@ def sweep_sample(home: Path, corpus: Path, sample: list[dict], url: str) -> Dige
             DIGEST_SUMMARY_TIMEOUT_S="600",
             DIGEST_MINI_SUMMARY_TIMEOUT_S="300",
             DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S="450",
-            DIGEST_MINI_SUMMARY_BUDGET_S="3600",
         )
     )
     (home / "dagster").mkdir(parents=True, exist_ok=True)
@@ -255,10 +264,19 @@ def sweep_sample(home: Path, corpus: Path, sample: list[dict], url: str) -> Dige
     write_instance_config(home / "dagster", settings)
     with contextlib.redirect_stdout(io.StringIO()):
         runs.ingest(settings, [str(folder)])
-        output = Output(as_json=True)
-        while runs.sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
-            pass
+        runs.drain(settings, Output(as_json=True))
     return DigestStore(settings.db_path)
+
+
+def say_curve(name: str, curve: list, model_s: float, say) -> None:
+    """The share of sessions with a summary at 10/25/50/75/100% of the model time, and the half-time point."""
+    shares = (0.1, 0.25, 0.5, 0.75, 1.0)
+    at = [max((p.share for p in curve if p.model_seconds <= share * model_s + 1e-9), default=0.0) for share in shares]
+    points = ", ".join(f"{share:.0%}: {a:.0%}" for share, a in zip(shares, at, strict=True))
+    say(name, f"sessions with a summary at a share of the model time: {points}")
+    full = seconds_to_share(curve, 1.0)
+    say("  half-time point", f"{at[2]:.0%} of sessions summarized at half the model time; all at "
+        + (f"{full:.0f} s = {full / model_s:.0%} of it" if full is not None else "never"))  # fmt: skip
 
 
 def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -384,13 +402,7 @@ def measure(args, root: Path, say) -> None:
         [{"session_id": s} for s in summaries],
         len(sample),
     )
-    at = [max((p.share for p in curve if p.model_seconds <= share * model_s + 1e-9), default=0.0)
-          for share in (0.1, 0.25, 0.5, 0.75, 1.0)]  # fmt: skip
-    points = ", ".join(f"{share:.0%}: {a:.0%}" for share, a in zip((0.1, 0.25, 0.5, 0.75, 1.0), at, strict=True))
-    say("early-summary curve", f"sessions with a summary at a share of the model time: {points}")
-    full = seconds_to_share(curve, 1.0)
-    say("  half-time point", f"{at[2]:.0%} of sessions summarized at half the model time; all at "
-        + (f"{full:.0f} s = {full / model_s:.0%} of it" if full is not None else "never"))  # fmt: skip
+    say_curve("early-summary curve (measured)", curve, model_s, say)
     fits = {}
     for stage in ("mini-summary", "session-summary"):
         pts = [(a[4] or a[5] / rates["bytes_per_token"], a[3]) for a in attempts if a[1] == stage and a[2] == "ok"]
@@ -403,6 +415,8 @@ def measure(args, root: Path, say) -> None:
         say(f"  fit {stage}", f"{a:.2f} s + {b * 1000:.2f} ms a prompt token ({len(pts)} calls)")
     mini_len = store.query("SELECT coalesce(avg(length(text)), 200) FROM mini_summaries").values[0][0]
     project(facts, fits, rates, limits["embedded"], float(mini_len), floor, total_bytes, say)
+    budget_s = load_settings(home_env(root)).mini_summaries.budget_s  # the default, not the sample's
+    project_curve(facts, fits, rates, limits["embedded"], float(mini_len), budget_s, floor, say)
 
 
 def project(facts: list[dict], fits: dict, rates: dict, lim, mini_len: float, floor: float, total_bytes: int, say):
@@ -430,6 +444,59 @@ def project(facts: list[dict], fits: dict, rates: dict, lim, mini_len: float, fl
             f"{projected / 3600:.1f} h / {floor / 3600:.1f} h = {projected / floor:.2f}x (goal <= 1.5x); "
             f"the prompts carry {read / total_bytes:.0%} of the corpus's bytes",
         )
+
+
+def project_curve(facts: list[dict], fits: dict, rates: dict, lim, mini_len: float, budget_s: float, floor, say):
+    """A projection of the whole corpus in the order the sensors work since issue 28.4, each call's
+    seconds by its stage's fit: every session's first summary, newest first (a raw call within the
+    bound, one compact call over truncated lines over it); then each over-bound session's mini
+    summaries in backfill runs of `budget_s`, its compact call again after the run that brings half
+    its turns a mini summary (`UPGRADE_COVERAGE`) and after the last. The curve is
+    `first_summary_curve` over these calls; the upgrades change the total, not who has a summary."""
+    a, b = fits["session-summary"]
+    am, bm = fits["mini-summary"]
+    bpt = rates["bytes_per_token"]
+    calls = []  # (session_id, stage, seconds) in order
+    order = sorted(facts, key=lambda f: (-f["last_activity_ms"], f["session_id"]))
+    for fact in order:
+        within = fact["routes"]["embedded"] == Route.WITHIN_CAP
+        size = fact["raw_prompt_bytes"] if within else fact["embedded_first_compact_bytes"]
+        calls.append((fact["session_id"], "session-summary", a + b * size / bpt))
+    upgrades = 0
+    for fact in order:
+        if fact["routes"]["embedded"] == Route.WITHIN_CAP:
+            continue
+        full = min(
+            fact["turns"] * (len(COMPACT_LINE_OVERHEAD) + min(mini_len, FALLBACK_CHARS)) + 800,
+            lim.prompt_budget_tokens * lim.bytes_per_token,
+        )
+        half = (full + fact["embedded_first_compact_bytes"]) / 2  # half the lines mini summaries
+        minis = [am + bm * size / bpt for size in fact["mini_prompt_bytes"]]
+        run_s, step = 0.0, 0
+        for done, seconds in enumerate(minis, start=1):
+            calls.append((fact["session_id"], "mini-summary", seconds))
+            run_s += seconds
+            if done == len(minis):  # the complete step
+                calls.append((fact["session_id"], "session-summary", a + b * full / bpt))
+                upgrades += 1
+            elif run_s >= budget_s:  # a run ends: the sweep after it upgrades at the half step
+                run_s = 0.0
+                if step == 0 and done >= UPGRADE_COVERAGE * len(minis):
+                    step = 1
+                    calls.append((fact["session_id"], "session-summary", a + b * half / bpt))
+                    upgrades += 1
+    attempts = [
+        {"session_id": sid, "stage": stage, "outcome": "ok", "duration_s": seconds, "created_at": i}
+        for i, (sid, stage, seconds) in enumerate(calls)
+    ]
+    total = sum(c[2] for c in calls)
+    say_curve("corpus curve, new order (projected)", first_summary_curve(attempts, [], len(facts)), total, say)
+    over = sum(f["routes"]["embedded"] != Route.WITHIN_CAP for f in facts)
+    say(
+        "corpus: backlog / floor, new order",
+        f"{total / 3600:.1f} h / {floor / 3600:.1f} h = {total / floor:.2f}x (projected; {over} first compact "
+        f"calls and {upgrades} upgrades over {over} over-bound sessions, backfill runs of {budget_s:.0f} s)",
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pipelines.runs import (
     _selection,
     _store,
     digest,
-    fill_degraded_mini_summaries,
+    drain,
     friction_report,
     ingest,
     log_path,
@@ -324,16 +324,7 @@ def demo(settings: Settings, output: Output) -> dict:
     started = time.monotonic()
     output.note(f"Ingesting the samples in {SAMPLES}; Dagster's run logs go to {log_path(settings)}.")
     ingested = ingest(settings, [str(SAMPLES)])
-    runs, mini_summary_runs = [], []
-    # As the sensors order the work: every session's first summary, then the degraded ones' missing
-    # mini summaries, then their upgrades, until nothing is left.
-    while True:
-        while batch := sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
-            runs.extend(batch)
-        filled = fill_degraded_mini_summaries(settings, output)
-        mini_summary_runs.extend(filled)
-        if not any(run.get("mini_summaries") for run in filled):  # none left, or no progress: done
-            break
+    runs, mini_summary_runs = drain(settings, output)
     friction = friction_report(settings)
     report = {
         "ingest": ingested,

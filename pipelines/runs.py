@@ -274,3 +274,16 @@ def fill_degraded_mini_summaries(settings: Settings, output: Output) -> list[dic
     return _run_partitions(
         settings, _instance(), store, "fill_mini_summaries", todo, "turn_mini_summaries", output, [None] * len(keys)
     )
+
+
+def drain(settings: Settings, output: Output) -> tuple[list[dict], list[dict]]:
+    """The backlog's runs now, in the sensors' order, until nothing is left: every session's first
+    summary, then the degraded ones' missing mini summaries, then their upgrades (`demo`, the bench)."""
+    runs, mini_summary_runs = [], []
+    while True:
+        while batch := sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
+            runs.extend(batch)
+        filled = fill_degraded_mini_summaries(settings, output)
+        mini_summary_runs.extend(filled)
+        if not any(run.get("mini_summaries") for run in filled):  # none left, or no progress: done
+            return runs, mini_summary_runs

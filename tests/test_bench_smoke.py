@@ -68,6 +68,7 @@ SMOKE = {
             "sample: backlog / floor",
             "early-summary curve",
             "corpus: backlog / floor",
+            "corpus curve, new order (projected)",
         ),
         embedded=True,
         timeout_s=880.0,
