@@ -394,8 +394,7 @@ def _call(
     reply: ChatReply | None = None
     output, error = None, None
     plan = pacer.plan(limits.estimate_tokens(prompt), limits.max_output_tokens, client.streaming)
-    stage = "session-summary"
-    in_flight = in_flight_attempt(session_id, stage, tier, prompt, limits, client.model, plan.timeout_s)
+    in_flight = in_flight_attempt(session_id, "session-summary", tier, prompt, limits, client.model, plan.timeout_s)
     with ledgered_call(ledger, in_flight) as started:
         try:
             reply = client.chat(
@@ -413,36 +412,27 @@ def _call(
             output = parse_summary_output(reply.text)
         except (ModelError, OutputParseError) as exc:
             error = exc
-    attempt = call_attempt(session_id, stage, tier, prompt, limits, client.model, reply, error, plan=plan)
+    attempt = call_attempt(in_flight, reply, error, plan=plan)
     ledger.record_attempt(attempt, started)
     pacer.observe(attempt.speed_sample(), error)
     return output, error, attempt.host_failure
 
 
 def call_attempt(
-    session_id: str,
-    stage: str,
-    tier: str,
-    prompt: str,
-    limits: Limits,
-    model: str,
+    in_flight: Attempt,
     reply: ChatReply | None,
     error: BaseException | None,
     where: str = "",
     plan: CallPlan | None = None,
 ) -> Attempt:
-    """The ledger row of one model call, whatever its end: a reply, a bad reply, or no reply.
-    `where` prefixes the error text (e.g. which chunk); `plan`, the call's pacing, decides whether
-    a failure is the host's (without one, by the error alone)."""
-    return Attempt(
-        session_id=session_id,
-        stage=stage,
-        tier=tier,
-        prompt_bytes=len(prompt.encode("utf-8")),
-        tokens_estimate=limits.estimate_tokens(prompt),
+    """The ledger row of one model call, whatever its end (a reply, a bad reply, or no reply): the
+    row written before the call (`in_flight_attempt`), finished. `where` prefixes the error text
+    (e.g. which chunk); `plan`, the call's pacing, decides whether a failure is the host's (without
+    one, by the error alone)."""
+    return dataclasses.replace(
+        in_flight,
         outcome="ok" if error is None else classify_error(error),
         duration_s=reply.duration_s if reply else getattr(error, "duration_s", 0.0),
-        model=model,
         prompt_tokens=reply.prompt_tokens if reply else None,
         completion_tokens=reply.completion_tokens if reply else None,
         cached=reply is not None and reply.cached,

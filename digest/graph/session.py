@@ -114,9 +114,7 @@ def _extract(
         except (ModelError, GraphParseError) as exc:
             error = exc
     where = f"chunk {chunk.index + 1}/{total}: "
-    attempt = call_attempt(
-        session_id, "graph", SourceTier.RAW, prompt, limits, client.model, reply, error, where, plan=plan
-    )
+    attempt = call_attempt(in_flight, reply, error, where, plan=plan)
     ledger.record_attempt(attempt, started)
     pacer.observe(attempt.speed_sample(), error)
     return extraction, error, prompt, cut, attempt.duration_s
