@@ -1,7 +1,7 @@
-"""The `backlog` asset and its check: thin over `digest.backlog`. The summary sensor records a
-materialization of it every `DIGEST_BACKLOG_REFRESH_S` and `session-digest sweep` one after each
-sweep (`backlog_events`, no run), so its Plots tab draws the backlog's curve; materializing it
-from the UI does the same in a run."""
+"""The `backlog` asset and its check: thin over `digest.backlog`, downstream of the sessions it
+measures. The summary sensor records a materialization of it every `DIGEST_BACKLOG_REFRESH_S` and
+`session-digest sweep` one after each sweep (`backlog_events`, no run), so its Plots tab draws the
+backlog's curve; materializing it from the UI does the same in a run."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from dagster import (
     asset_check,
 )
 
+from assets.sessions import raw_sessions, session_summaries
 from assets.work.backlog import measure
 from digest.backlog import Backlog, backlog_metadata, stalled
 from digest.scheduling import SweepPolicy, now_ms
@@ -40,7 +41,7 @@ def _check_metadata(measured: Backlog, reason: str | None) -> dict:
     }
 
 
-@asset(group_name="reports", kinds={"duckdb"})
+@asset(deps=[raw_sessions, session_summaries], group_name="reports", kinds={"duckdb"})
 def backlog(
     store: DigestStoreResource, model: ChatModelResource, circuit: CircuitPolicyResource, sweep: SweepPolicyResource
 ) -> MaterializeResult:
