@@ -5,7 +5,7 @@ from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, M
 
 from assets.partitions import sessions_partitions
 from assets.sessions import materialized, raw_sessions, run_facts
-from assets.work.mini_summaries import MiniSummaryOutcome, fill_partition, iso
+from assets.work.mini_summaries import MiniSummaryOutcome, coverage_metadata, fill_partition, iso
 from digest.mini_summaries import FillReport
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, MiniSummaryPolicyResource
 
@@ -77,7 +77,7 @@ def turn_mini_summaries(
 
 
 def _metadata(outcome: MiniSummaryOutcome, budget_s: float) -> dict:
-    report, counts = outcome.report, outcome.counts
+    report = outcome.report
     return {
         "session_id": outcome.session_id,
         "host": outcome.host,
@@ -95,11 +95,6 @@ def _metadata(outcome: MiniSummaryOutcome, budget_s: float) -> dict:
         "done_by_another_run": report.done_by_another_run,
         "cut_at_output_cap": report.cut_at_output_cap,
         "backoff_until": iso(outcome.backoff_until_ms) if outcome.backoff_until_ms else "none",
-        "turns": counts["turns"],
-        "mini_summaries_imported": counts["imported"],
-        "mini_summaries_generated": counts["generated"],
-        "turns_archived": counts["archived"],
-        "turns_pending": counts["pending"],
-        "mini_summary_coverage": counts["with_mini_summary"] / counts["turns"] if counts["turns"] else 0.0,
+        **coverage_metadata(outcome.counts),
         "preview": MetadataValue.md(_preview(report)),
     }

@@ -4,6 +4,8 @@ import json
 
 from dagster import (
     AssetExecutionContext,
+    AssetKey,
+    AssetMaterialization,
     AssetObservation,
     Config,
     Failure,
@@ -13,10 +15,12 @@ from dagster import (
 )
 
 from assets.partitions import add_new_partitions, sessions_partitions
+from assets.work.mini_summaries import coverage_metadata
 from assets.work.runs import RunFacts
 from assets.work.sessions import describe_partition, summarize_partition
 from digest.fidelity import Fidelity
 from digest.ingest import ingest_paths
+from digest.synthesis import SourceTier
 from digest.verdict import Verdict
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
 from resources.model_clients.progress import CallProgress
@@ -28,6 +32,8 @@ TURN_IDS_SHOWN = 100
 
 # Bump when a prompt or the routing rule changes, so the UI marks summaries as stale.
 SUMMARY_CODE_VERSION = "summary-v1"
+# The asset between a session's turns and its degraded summary (`assets.mini_summaries`).
+MINI_SUMMARIES_KEY = AssetKey("turn_mini_summaries")
 # Dagster's tag on the runs of a backfill (`dagster._core.storage.tags.BACKFILL_ID_TAG`).
 BACKFILL_TAG = "dagster/backfill"
 
@@ -136,7 +142,7 @@ def raw_sessions(
 
 @asset(
     partitions_def=sessions_partitions,
-    deps=[raw_sessions, "turn_mini_summaries"],
+    deps=[raw_sessions, MINI_SUMMARIES_KEY],
     group_name="sessions",
     kinds={"duckdb"},
     pool="model",
@@ -161,9 +167,10 @@ def session_summaries(
     says what is on the partition then). Any other run finding the lease held fails: it was asked for.
     """
     # A long model call says how far it has come in the run log (pieces and seconds, every 30 s).
+    db = store.store()
     with CallProgress(context.log.info).ticking() as progress:
         outcome = summarize_partition(
-            store.store(), model, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
+            db, model, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
             replace_imported=config.replace_imported, log=context.log.info, progress=progress,
         )  # fmt: skip
     if outcome.failure:
@@ -180,7 +187,31 @@ def session_summaries(
         return
     # What the summary cost and whether its reply came from the cache (`digest.cost`).
     context.log.info(f"session {outcome.session_id!r}: {outcome.cost.log_line()}")
+    record_no_mini_summaries_needed(context, db, outcome.row)
     yield materialized(context, {**summary_metadata(outcome.row), **outcome.cost.metadata()})
+
+
+def record_no_mini_summaries_needed(context: AssetExecutionContext, db, row: dict) -> None:
+    """A raw summary read every turn whole: its session's `turn_mini_summaries` partition is what
+    the summary needs as it stands. A run without that step (a sweep's, the UI's Materialize of the
+    summary alone) records it as materialized, saying so, with the coverage it has; else the partition
+    looks Missing for ever and the launch dialog of the summary's rerun warns "Upstream data missing"
+    (it checks that each upstream partition is materialized)."""
+    if row["source_tier"] != SourceTier.RAW or MINI_SUMMARIES_KEY in context.job_def.asset_layer.selected_asset_keys:
+        return
+    counts = db.mini_summaries.mini_summary_counts(row["session_id"])
+    note = (
+        f"no mini summary needed: the summary read the raw turns (route {row['route_reason']}), "
+        f"{counts['turns']} turns, {counts['with_mini_summary']} mini summaries exist"
+    )
+    context.log_event(
+        AssetMaterialization(
+            asset_key=MINI_SUMMARIES_KEY,
+            partition=context.partition_key,
+            description=note,
+            metadata={"session_id": row["session_id"], "not_needed": note, **coverage_metadata(counts)},
+        )
+    )
 
 
 def summary_metadata(row: dict) -> dict:

@@ -220,12 +220,27 @@ def test_a_sweeps_run_leaves_the_mini_summary_step_out_and_still_shows_its_summa
         result = results[key]
         assert result.success and len(instance.get_run_step_stats(result.run_id)) == steps
         assert instance.get_run_by_id(result.run_id).status == DagsterRunStatus.SUCCESS
-        [materialized] = result.asset_materializations_for_node("session_summaries")
+        by_key = {}
+        for event in result.asset_materializations_for_node("session_summaries"):
+            by_key.setdefault(event.asset_key.to_user_string(), []).append(event)
+        [materialized] = by_key.pop("session_summaries")
         assert materialized.partition == key and "summary" in materialized.metadata
         outputs = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
         assert len(outputs) == steps and not any(e.step_output_data.metadata for e in outputs)
+        # The raw summary needed no mini summary, and its run says so on that partition (the launch
+        # dialog's "Upstream data missing" otherwise); the degraded one's wait for the backfill.
+        if key == "small":
+            [mini] = by_key.pop("turn_mini_summaries")
+            assert mini.partition == "small" and (
+                mini.metadata["turns"].value,
+                mini.metadata["turns_pending"].value,
+            ) == (3, 3)
+            assert mini.metadata["not_needed"].value.startswith(
+                "no mini summary needed: the summary read the raw turns"
+            )
+        assert by_key == {}
     assert instance.get_materialized_partitions(AssetKey("session_summaries")) == {"small", "big"}
-    assert instance.get_materialized_partitions(AssetKey("turn_mini_summaries")) == set()
+    assert instance.get_materialized_partitions(AssetKey("turn_mini_summaries")) == {"small"}
     assert store.summaries.summary_row("small")["source_tier"] == "raw"
     assert store.summaries.summary_row("big")["source_tier"] == "miniSummary"
 

@@ -80,3 +80,16 @@ def fill_partition(
         return MiniSummaryOutcome(
             session_id, host, report, backoff_until_ms, store.mini_summaries.mini_summary_counts(session_id)
         )
+
+
+def coverage_metadata(counts: dict) -> dict:
+    """A session's mini-summary coverage (`mini_summary_counts`) as a `turn_mini_summaries`
+    materialization shows it, whichever run records it."""
+    return {
+        "turns": counts["turns"],
+        "mini_summaries_imported": counts["imported"],
+        "mini_summaries_generated": counts["generated"],
+        "turns_archived": counts["archived"],
+        "turns_pending": counts["pending"],
+        "mini_summary_coverage": counts["with_mini_summary"] / counts["turns"] if counts["turns"] else 0.0,
+    }
