@@ -18,6 +18,7 @@ from assets.partitions import add_new_partitions, sessions_partitions
 from assets.work.mini_summaries import coverage_metadata
 from assets.work.runs import RunFacts
 from assets.work.sessions import describe_partition, summarize_partition
+from digest.cost import SummaryCost
 from digest.fidelity import Fidelity
 from digest.ingest import ingest_paths
 from digest.synthesis import SourceTier
@@ -188,7 +189,7 @@ def session_summaries(
     # What the summary cost and whether its reply came from the cache (`digest.cost`).
     context.log.info(f"session {outcome.session_id!r}: {outcome.cost.log_line()}")
     record_no_mini_summaries_needed(context, db, outcome.row)
-    yield materialized(context, {**summary_metadata(outcome.row), **outcome.cost.metadata()})
+    yield materialized(context, summary_record_metadata(outcome.row, outcome.cost))
 
 
 def record_no_mini_summaries_needed(context: AssetExecutionContext, db, row: dict) -> None:
@@ -212,6 +213,16 @@ def record_no_mini_summaries_needed(context: AssetExecutionContext, db, row: dic
             metadata={"session_id": row["session_id"], "not_needed": note, **coverage_metadata(counts)},
         )
     )
+
+
+def summary_record_metadata(row: dict, cost: SummaryCost | None) -> dict:
+    """A summary's materialization, whoever records it: its run, a restore that brought it back, the
+    close of a run that died after writing it. The summary as the UI shows it, and what it cost and
+    whether its reply came from the cache (`digest.cost`); `cost` None: not known (no call of its
+    run in this store's ledger)."""
+    if cost is None:
+        return {**summary_metadata(row), "cost": f"not known: no call of run {row['run_id'] or 'none'} in the ledger"}
+    return {**summary_metadata(row), **cost.metadata()}
 
 
 def summary_metadata(row: dict) -> dict:

@@ -176,6 +176,7 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
     added, removed = reconcile_partitions(instance, store)
     recorded = record_summaries(
         instance,
+        store,
         store.summaries.summaries_where("session_id", outcome.summaries_restored),
         f"restored from {bundle.path}",
     )

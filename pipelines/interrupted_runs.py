@@ -55,24 +55,24 @@ def _process_alive(pid: int, started: str | None) -> bool:
     return started is None or _process_start_ticks(pid) == started
 
 
-def record_summaries(instance: DagsterInstance, rows: list[dict], note: str) -> int:
+def record_summaries(instance: DagsterInstance, store: DigestStore, rows: list[dict], note: str) -> int:
     """Tell Dagster about summaries DuckDB holds that no run of it materialized (restored from a
-    bundle, or written by a run killed before it could say so), so the asset page matches the store."""
+    bundle, or written by a run killed before it could say so), so the asset page matches the store:
+    the metadata a summary run records (`summary_record_metadata`), its cost where the ledger has
+    its run's calls, and `note`."""
+    # Here, not at the top: the store resource (`resources.bindings`) imports this module's `worker_tags`.
+    from assets.sessions import summary_record_metadata
+    from assets.work.sessions import run_cost
+
     for row in rows:
+        cost = run_cost(store, row["session_id"], row["run_id"]) if row["run_id"] else None
+        known = cost is not None and (cost.calls or cost.cached)
         instance.report_runless_asset_event(
             AssetMaterialization(
                 asset_key="session_summaries",
                 partition=partition_key(row["session_id"]),
                 description=note,
-                metadata={
-                    "session_id": row["session_id"],
-                    "source_tier": row["source_tier"],
-                    "degraded": row["degraded"],
-                    "route_reason": row["route_reason"],
-                    "input_revision": row["input_revision"],
-                    "model": row["model"],
-                    "recorded_by": note,
-                },
+                metadata={**summary_record_metadata(row, cost if known else None), "recorded_by": note},
             )
         )
     return len(rows)
@@ -99,7 +99,9 @@ def close_interrupted_runs(instance: DagsterInstance, store: DigestStore) -> lis
                 limit=1,
             ).records
             if not (latest and latest[0].run_id == run.run_id):
-                record_summaries(instance, [written[run.run_id]], f"written by run {run.run_id}, whose process died")
+                record_summaries(
+                    instance, store, [written[run.run_id]], f"written by run {run.run_id}, whose process died"
+                )
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         store.attempts.close_in_flight([run.run_id])  # the model call it died in, if any
         store.summaries.release_leases_of_runs([run.run_id])

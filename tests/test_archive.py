@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, build_sensor_context, instance_for_test
+from dagster import AssetKey, DagsterInstance, build_sensor_context, instance_for_test
 
+from assets.sessions import summary_record_metadata
+from assets.work.sessions import run_cost
 from digest import archive_read
 from digest.archive import summary_backup_row
 from digest.archive_read import BundleError, SessionState, restore_outcome, validate_bundle
@@ -430,6 +432,18 @@ def test_archive_restore_and_cache_clear_from_the_cli(tmp_path, server):
         store.query("SELECT title FROM session_summaries WHERE session_id = 'small'")["title"][0]
         == GOOD_SUMMARY["title"]
     )
+    # The asset page shows the restored summary as its run did: the one metadata builder for both,
+    # the cost from the ledger the bundle brought back, and where it came from.
+    with DagsterInstance.from_config(str(settings.dagster_home)) as instance:
+        event = instance.get_latest_materialization_event(AssetKey("session_summaries"))
+    shown = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    row = store.summaries.summary_row("small")
+    assert event.run_id == "" and event.asset_materialization.partition == "small"
+    assert shown.keys() >= summary_record_metadata(row, run_cost(store, "small", row["run_id"])).keys()
+    assert f"### {GOOD_SUMMARY['title']}" in shown["summary"] and shown["source_tier"] == "raw"
+    assert (shown["verdict"], shown["fidelity"], shown["model"]) == (row["verdict"], row["fidelity"], row["model"])
+    assert shown["cost_calls"] == 1 and shown["cost_model_s"] > 0
+    assert shown["recorded_by"] == f"restored from {Path(archived['path']).resolve()}"
     assert run("cache", "clear") == {"cleared": 2}
 
 
