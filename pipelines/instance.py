@@ -29,6 +29,9 @@ EVENT_LOG_STORAGE = {
     "class": "ConsolidatedSqliteEventLogStorage",
     "config": {"base_dir": {"env": "DAGSTER_HOME"}},
 }
+# Dagster's run queue, which places a model run submitted without a model host (the UI's, a
+# backfill's) on one as the sensors would, so the per-host limit below holds it too.
+RUN_COORDINATOR = {"module": "pipelines.run_coordinator", "class": "HostPlacingRunCoordinator"}
 # Sensor ticks (a tick a minute per sensor): Dagster keeps skipped ones 7 days and the others for
 # ever; runs, their status and the materializations are not ticks and are kept.
 RETENTION = {
@@ -77,6 +80,7 @@ def instance_config(settings: Settings, telemetry: dict | None = None, dagster_h
         config["event_log_storage"] = {**EVENT_LOG_STORAGE, "config": {"base_dir": base_dir}}
     config["compute_logs"] = COMPUTE_LOGS
     config["retention"] = RETENTION
+    config["run_coordinator"] = RUN_COORDINATOR
     config["concurrency"] = {
         "pools": {"default_limit": total},
         "runs": {
@@ -152,6 +156,7 @@ def describe(dagster_home: Path) -> dict:
         "storage": next(iter(config.get("storage") or {"sqlite": None})),
         "event_log_storage": (config.get("event_log_storage") or {}).get("class", "Dagster's default"),
         "compute_logs": (config.get("compute_logs") or {}).get("class", "LocalComputeLogManager"),
+        "run_coordinator": (config.get("run_coordinator") or {}).get("class", "QueuedRunCoordinator"),
         "max_concurrent_runs": runs.get("max_concurrent_runs"),
         "model_pool_limit": (concurrency.get("pools") or {}).get("default_limit"),
         "host_run_limits": {

@@ -55,6 +55,7 @@ TIERS = {
     "test_ingest": "integration",
     "test_harness_readers": "integration",
     "test_host_runs": "integration",
+    "test_run_queue": "integration",
     "test_interrupted_runs": "integration",
     "test_junk": "integration",
     "test_mini_summaries": "integration",

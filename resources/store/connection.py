@@ -137,8 +137,10 @@ class StoreFile:
     """The store's DuckDB file: its path, its short-lived connections and transactions, and its
     schema. Every repository of `DigestStore` reads and writes through the one shared instance."""
 
-    def __init__(self, path: str | Path, read_only: bool = False):
+    def __init__(self, path: str | Path, read_only: bool = False, lock_wait_s: float = LOCK_WAIT_S):
         self.path = Path(path)
+        # How long an open waits out another process's lock before it raises.
+        self.lock_wait_s = lock_wait_s
         self._open_close = _open_close_lock(self.path)
         # Every connection read-only: a command that only reads (`status`) needs no writable disk.
         self.read_only = read_only
@@ -195,7 +197,7 @@ class StoreFile:
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + LOCK_WAIT_S
+        deadline = time.monotonic() + self.lock_wait_s
         retries = 0
         while True:
             try:
