@@ -20,6 +20,7 @@ from dagster._core.storage.tags import BACKFILL_ID_TAG
 from digest.ingest import ingest_paths
 from digest.settings import load_settings
 from pipelines.definitions import build_definitions
+from pipelines.tags import MODEL_HOST_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -111,6 +112,11 @@ def test_a_backfill_from_the_ui_runs_in_process_without_store_checks_and_fails_n
         materializations = instance.fetch_materializations(SUMMARIES, limit=10).records
         instance.dispose()
     assert {run.job_name for run in runs} == {"__ASSET_JOB"} and sorted(by_partition) == sorted(keys)
+    # The project's run queue placed each run on the model host, as the sensor's are, before it was
+    # queued; one it could not place (the store busy with a run's write) the daemon's log names.
+    daemon_log = log.read_text()
+    for run in runs:
+        assert run.tags.get(MODEL_HOST_TAG) == "default" or f"run {run.run_id} (partition" in daemon_log, run.tags
     # In process, as the project's jobs: one process a run, and only the summary step, no check's.
     assert all(step_keys == {"session_summaries"} for step_keys in steps.values()), steps
     assert not [m for m in messages if "multiprocess" in m]
