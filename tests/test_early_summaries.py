@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from dagster import instance_for_test
+from dagster import AssetKey, instance_for_test
 
 from digest.ingest import ingest_paths
 from digest.scheduling import COMPLETE_STEP, coverage_step, upgrade_due
@@ -20,6 +20,8 @@ from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
 from tests.model_server import FAITHFUL_SUMMARY, TEMPLATE_SUMMARY, Behaviour, ModelServer
+
+SUMMARIES = AssetKey("session_summaries")
 
 TURNS = 40  # of 400 bytes: about 5,500 tokens raw, over the 2,000 cap
 
@@ -70,7 +72,10 @@ class Backlog:
                 default_run_config(run, key), instance=self.instance, partition_key=key, tags=request.tags
             )
             assert result.success
-            [materialization] = result.asset_materializations_for_node("session_summaries")
+            # The step also records a raw session's mini-summary partition (none needed): the summary's own.
+            [materialization] = [
+                e for e in result.asset_materializations_for_node("session_summaries") if e.asset_key == SUMMARIES
+            ]
             requested[key] = {
                 "tags": request.tags,
                 "metadata": {k: v.value for k, v in materialization.metadata.items()},
