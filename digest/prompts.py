@@ -26,14 +26,22 @@ SUMMARY_INSTRUCTIONS = "\n".join(
 )
 
 
+# The labels of the session's metadata in the summary prompt: a summary that reproduces one copied
+# the prompt's scaffolding (the verdict's template rule looks for them).
+AGENTS_LABEL = "This session involved the following agents:"
+TOOL_CALLS_LABEL = "Total Tool Calls Executed:"
+TOOLS_LABEL = "Unique Tools Utilized:"
+SUMMARY_LABELS = (AGENTS_LABEL, TOOL_CALLS_LABEL, TOOLS_LABEL)
+
+
 def summary_prompt(content: str, agents: str, models: str, tool_calls: int, tools: str) -> str:
     """The summary prompt over `content` (the raw turns or a line per turn), with the session's
     agents, models and tools as comma-separated names (empty: none known)."""
     return (
         f"{SUMMARY_INSTRUCTIONS}\n\n"
-        f"This session involved the following agents: {agents or 'unknown'} running on models: {models or 'unknown'}.\n"
-        f"Total Tool Calls Executed: {tool_calls}\n"
-        f"Unique Tools Utilized: {tools or 'none recorded'}\n"
+        f"{AGENTS_LABEL} {agents or 'unknown'} running on models: {models or 'unknown'}.\n"
+        f"{TOOL_CALLS_LABEL} {tool_calls}\n"
+        f"{TOOLS_LABEL} {tools or 'none recorded'}\n"
         f"---\n{content}"
     )
 
