@@ -38,9 +38,9 @@ CANDIDATES_PICKED = f"""
     ORDER BY s.last_activity_ms DESC NULLS LAST, s.session_id
 """
 
-# Each session's mini-summary coverage step now, for the sessions of the CTE `stepped`: the rule of
-# `digest.scheduling.coverage_step` over the store's counts (a pending turn as `PENDING_MINI_SUMMARY_TURNS`
-# has it: no mini summary, not archived). Rows: (session_id, step).
+# Each session's mini-summary coverage step now, for the sessions of the CTE `stepped`: the one place
+# the rule is written (`digest.scheduling` keeps its constants), over the store's counts (a pending
+# turn as `PENDING_MINI_SUMMARY_TURNS` has it: no mini summary, not archived). Rows: (session_id, step).
 COVERAGE_STEP_SQL = f"""
     SELECT t.session_id,
            CASE WHEN count(*) FILTER (m.turn_id IS NULL AND st.archived_at IS NULL
@@ -171,7 +171,7 @@ class Summaries(Repository):
         coverage_step: int | None = None,
     ) -> SummaryWrite:
         """`host`, `host_reason`: the model host that made it, and why the sweep chose that host;
-        `coverage_step`: the session's mini-summary coverage step (`digest.scheduling.coverage_step`)
+        `coverage_step`: the session's mini-summary coverage step (`COVERAGE_STEP_SQL`)
         when its turns were read, kept for a degraded summary alone. A junk summary
         (`digest.verdict`) is not written over a current ok one, generated or imported."""
         degraded = summary.source_tier != "raw"
@@ -310,7 +310,7 @@ class Summaries(Repository):
 
     def upgrade_queue(self, now_ms: int, idle_window_s: float, limit: int) -> list[Candidate]:
         """Sessions whose pre-routed degraded summary is current for their turns but was made at a
-        lower mini-summary coverage step than they have now (`digest.scheduling.coverage_step`),
+        lower mini-summary coverage step than they have now (`COVERAGE_STEP_SQL`),
         newest first, at most `limit`, behind the churn gate and failure backoff as pending ones.
         Imported summaries are the export's word and are not made again."""
         idle_ms = int(idle_window_s * 1000)
@@ -340,7 +340,7 @@ class Summaries(Repository):
         return [Candidate(*row) for row in rows]
 
     def coverage_steps(self, session_ids: list[str]) -> dict[str, int]:
-        """Each session's mini-summary coverage step now (`digest.scheduling.coverage_step`)."""
+        """Each session's mini-summary coverage step now (`COVERAGE_STEP_SQL`)."""
         with self.file.connect() as con:
             rows = con.execute(
                 f"WITH stepped AS (SELECT unnest(?::VARCHAR[]) AS session_id) {COVERAGE_STEP_SQL}", [session_ids]
