@@ -58,6 +58,7 @@ def friction_report(
         cost_totals=db.reports.cost_totals(REPORT_COST_DAYS),
         sessions=rows["sessions"],
         backlog=measure(db, model.fleet(), circuit.policy(), sweep.policy(), now_ms()),
+        resummaries=db.resummaries.finished(),
     )
     path = db.path.parent / REPORT_FILE
     _write_atomically(path, render_html(report))

@@ -289,6 +289,8 @@ def status(settings: Settings) -> dict:
     # Each host's recent calls against its earlier ones: slow is shown, not taken out of rotation.
     slowdowns = store.speed.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts])
     result["host_speed"] = {host: slowdown_status(slow) for host, slow in slowdowns.items()}
+    # Re-summaries asked for (`sweep --resummarize`): requested, done (replaced or previous kept), waiting.
+    result["resummary_queue"] = store.resummaries.queue_counts()
     return result
 
 
