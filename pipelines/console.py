@@ -285,6 +285,7 @@ def _render_plan(console: Console, result: dict) -> None:
             {
                 "sessions": sweep["sessions"],
                 "upgrades": sweep["upgrades"],
+                "re-summaries": sweep["resummaries"],
                 "by tier": sweep["by_route"],
                 "by host": sweep["by_host"],
                 "estimated": estimate,
@@ -322,22 +323,16 @@ def _render_resummary_plan(console: Console, result: dict) -> None:
     if price["sessions_detail"]:
         table = Table()
         table.add_column("partition", overflow="fold")
-        for name in (
-            "made by",
-            "code version",
-            "verdict",
-            "fidelity",
-            "host",
-            "tier",
-            "prompt tokens",
-            "model seconds",
-        ):
-            table.add_column(name, justify="right" if name.endswith(("tokens", "seconds")) else "left", no_wrap=True)
+        table.add_column("made with (model on host, code version, verdict fidelity)", overflow="fold")
+        table.add_column("goes to", overflow="fold")
+        for name in ("prompt tokens", "model seconds"):
+            table.add_column(name, justify="right")
         for item in price["sessions_detail"]:
             was = item["was"]
+            fidelity = "—" if was["fidelity"] is None else f"{was['fidelity']:.2f}"
+            made = f"{was['model']} on {was['host'] or '—'}, {was['code_version'] or 'unrecorded'}, {_value(was['verdict'])} {fidelity}"
             table.add_row(
-                item["partition"], f"{was['model']} on {was['host'] or '—'}", _value(was["code_version"]),
-                _value(was["verdict"]), _value(was["fidelity"]), item["host"], item["tier"],
+                item["partition"], made, f"{item['host']}, {item['tier']}",
                 str(item["prompt_tokens_estimate"]), str(item["model_seconds_estimate"]),
             )  # fmt: skip
         console.print(table)
