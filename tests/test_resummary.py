@@ -196,6 +196,8 @@ def test_sweep_resummarize_after_a_model_change_goes_after_new_work_and_keeps_th
         }  # fmt: skip
         # Asked again: the open requests are not doubled.
         assert cli("plan", "--resummarize", "--model", "model-a")["requests_waiting"] == 2
+        again = cli.store.resummaries.record_requests(ResummaryCriteria(model="model-a"), ["old1", "old2", "old1"])
+        assert again == {"recorded": 0, "already_requested": 2}
 
         # The summary sensor's next tick takes the requests, tagged as re-summaries.
         runs = cli.sensor_sweep()

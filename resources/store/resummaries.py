@@ -5,8 +5,6 @@ next, and `summary_history`, the summaries replaced."""
 
 from __future__ import annotations
 
-import uuid
-
 from digest.resummary import ANY_JUNK, KEPT_PREVIOUS, NOT_CURRENT, REPLACED, ResummaryCriteria
 from digest.scheduling import Candidate
 from resources.store.connection import Repository, now, records
@@ -73,22 +71,18 @@ class Resummaries(Repository):
     def record_requests(self, criteria: ResummaryCriteria, session_ids: list[str]) -> dict:
         """A request for each session without an open one; how many were recorded and already open."""
         with self.file.transaction() as con:
-            open_ = {
-                r[0]
-                for r in con.execute(
-                    "SELECT session_id FROM resummary_requests WHERE done_at IS NULL AND session_id IN "
-                    "(SELECT unnest(?::VARCHAR[]))",
-                    [session_ids],
-                ).fetchall()
-            }
-            new = [s for s in dict.fromkeys(session_ids) if s not in open_]
-            stamp, text = now(), criteria.to_json()
-            if new:
-                con.executemany(
-                    "INSERT INTO resummary_requests (request_id, session_id, criteria, requested_at) VALUES (?, ?, ?, ?)",
-                    [[uuid.uuid4().hex, s, text, stamp] for s in new],
-                )
-        return {"recorded": len(new), "already_requested": len(open_)}
+            already = con.execute(
+                "SELECT count(DISTINCT session_id) FROM resummary_requests WHERE done_at IS NULL "
+                "AND session_id IN (SELECT unnest(?::VARCHAR[]))",
+                [session_ids],
+            ).fetchone()[0]
+            recorded = con.execute(
+                """INSERT INTO resummary_requests (request_id, session_id, criteria, requested_at)
+                   SELECT uuid()::VARCHAR, session_id, ?, ? FROM (SELECT DISTINCT unnest(?::VARCHAR[]) AS session_id)
+                   WHERE session_id NOT IN (SELECT session_id FROM resummary_requests WHERE done_at IS NULL)""",
+                [criteria.to_json(), now(), session_ids],
+            ).fetchone()[0]
+        return {"recorded": recorded, "already_requested": already}
 
     def resummary_queue(self, now_ms: int, idle_window_s: float, limit: int) -> list[Candidate]:
         """The open requests a sweep may take now, oldest request first, at most `limit`: their
