@@ -329,3 +329,26 @@ def test_before_after_groups_by_previous_and_new_model():
     assert [(g.previous_model, g.new_model, g.count) for g in groups] == [("a", "b", 2), ("c", "b", 1)]
     assert (groups[0].fidelity_before, groups[0].fidelity_after) == (0.3, 0.6)
     assert (groups[0].ok_before, groups[0].ok_after, groups[0].kept_previous) == (0.5, 0.5, 1)
+
+
+def test_every_replace_keeps_the_previous_summary_and_closes_the_sessions_open_request(tmp_path):
+    from tests.test_sensors import _seed_sessions, _summary
+
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    _seed_sessions(store, 1, 1_760_000_000_000)
+    [session] = store.query("SELECT session_id, turn_count, input_revision FROM sessions").to_dict("records")
+    first = _summary(session["session_id"], session["turn_count"], session["input_revision"])
+    store.summaries.write_summary(first, run_id="r1", host="cpu", code_version="summary-v0")
+    assert store.resummaries.history(session["session_id"]) == []  # nothing replaced
+    store.resummaries.record_requests(ResummaryCriteria(code_version=NOT_CURRENT), [session["session_id"]])
+
+    # Made again by any run (here one with no request of its own in mind): the first one is kept.
+    store.summaries.write_summary(first, run_id="r2", host="gpu", code_version=SUMMARY_CODE_VERSION)
+    [kept] = store.resummaries.history(session["session_id"])
+    assert (kept["run_id"], kept["host"], kept["code_version"], kept["replaced_by_run"]) == (
+        "r1", "cpu", "summary-v0", "r2",
+    )  # fmt: skip
+    assert kept["replaced_at"] is not None and kept["title"] == first.output.title
+    [request] = store.resummaries.finished()
+    assert (request["run_id"], request["outcome"]) == ("r2", REPLACED)
