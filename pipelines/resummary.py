@@ -72,7 +72,7 @@ class ResummaryConfig(Config):
 
 
 @op(description="Record a re-summary request for each current summary the filters select.")
-def request_resummaries(context: OpExecutionContext, config: ResummaryConfig, store: DigestStoreResource):
+def record_resummary_requests(context: OpExecutionContext, config: ResummaryConfig, store: DigestStoreResource):
     try:
         recorded = record_resummaries(store.store(), ResummaryCriteria.of(config.model_dump()))
     except ValueError as exc:
@@ -90,4 +90,4 @@ def request_resummaries(context: OpExecutionContext, config: ResummaryConfig, st
     description="Ask for re-summaries (after a model or prompt change): the filters of `sweep --resummarize` as config.",
 )
 def request_resummaries_job():
-    request_resummaries()
+    record_resummary_requests()

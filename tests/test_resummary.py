@@ -244,10 +244,10 @@ def test_a_junk_resummary_keeps_the_ok_summary_and_marks_the_request(cli_of):
         cli.model("model-b")
         definitions = build_definitions(load_settings())
         ran = definitions.resolve_job_def("request_resummaries").execute_in_process(
-            run_config={"ops": {"request_resummaries": {"config": {"code_version": SUMMARY_CODE_VERSION}}}},
+            run_config={"ops": {"record_resummary_requests": {"config": {"code_version": SUMMARY_CODE_VERSION}}}},
             instance=DagsterInstance.get(),
         )
-        assert ran.success and ran.output_for_node("request_resummaries") == 1
+        assert ran.success and ran.output_for_node("record_resummary_requests") == 1
 
         swept = cli("sweep")
         assert swept["resummaries"] == 1
