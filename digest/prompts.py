@@ -1,7 +1,7 @@
 """The texts sent to the model: the session summary, mini summary and graph extraction prompts.
 
 A prompt's bytes key the response cache and the golden fixtures, so any change here is a new
-prompt (bump `SUMMARY_CODE_VERSION` in assets/sessions.py when the summary's changes). What the
+prompt (bump `SUMMARY_CODE_VERSION` below when the summary's changes). What the
 summary prompt asks of each field stays beside the output model (`summary_output.PROMPT_LINES`),
 so a new field is written in one place.
 """
@@ -12,6 +12,11 @@ import json
 from collections.abc import Iterable
 
 from digest.summary_output import PROMPT_LINES, SessionSummaryOutput
+
+# Bump when a prompt or the routing rule changes, so the UI marks summaries as stale; each summary
+# records the version it was made under (`session_summaries.code_version`), which
+# `plan --resummarize --code-version` selects on.
+SUMMARY_CODE_VERSION = "summary-v1"
 
 # Between two turn documents, in a raw summary prompt and in a graph chunk.
 TURN_SEPARATOR = "\n\n---\n\n"

@@ -54,6 +54,8 @@ class Candidate:
     # An upgrade: the coverage step its current degraded summary was made at (`coverage_step`);
     # None: the session has no summary of its current turns.
     summary_step: int | None = None
+    # A re-summary asked for (`digest.resummary`): its current summary made again.
+    resummary: bool = False
 
 
 @dataclass(frozen=True)
