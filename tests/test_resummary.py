@@ -15,6 +15,7 @@ from dagster import DagsterInstance, build_sensor_context
 
 from digest.prompts import SUMMARY_CODE_VERSION
 from digest.resummary import ANY_JUNK, KEPT_PREVIOUS, NOT_CURRENT, REPLACED, ResummaryCriteria, before_after
+from digest.scheduling import now_ms
 from digest.settings import load_settings
 from pipelines.cli import main
 from pipelines.definitions import build_definitions
@@ -194,6 +195,9 @@ def test_sweep_resummarize_after_a_model_change_goes_after_new_work_and_keeps_th
         assert cli("status")["resummary_queue"] == {
             "requested": 2, "done": 0, "replaced": 0, "kept_previous": 0, "waiting": 2,
         }  # fmt: skip
+        # The backlog counts them apart from the sessions that wait for a summary.
+        drain = cli.store.backlog.drain(now_ms(), idle_window_s=0)
+        assert (drain.pending, drain.resummaries_waiting) == (0, 2)
         # Asked again: the open requests are not doubled.
         assert cli("plan", "--resummarize", "--model", "model-a")["requests_waiting"] == 2
         again = cli.store.resummaries.record_requests(ResummaryCriteria(model="model-a"), ["old1", "old2", "old1"])
@@ -219,6 +223,7 @@ def test_sweep_resummarize_after_a_model_change_goes_after_new_work_and_keeps_th
     ]  # fmt: skip
     assert all(r["run_id"] == after[r["session_id"]]["run_id"] and r["done_at"] is not None for r in requests)
     assert cli("status")["resummary_queue"]["waiting"] == 0
+    assert cli.store.backlog.drain(now_ms(), idle_window_s=0).resummaries_waiting == 0
 
     # The friction report: before and after, model-a → model-b.
     report = cli("friction-report")
