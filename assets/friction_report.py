@@ -36,7 +36,7 @@ def friction_report(
     """Friction grouped by (asset, consumer, symptom) with the surfacing rule, the pre-routes and
     the model time they saved against what the degraded path spent and threw away, given-up
     calls, suspected truncation, the degraded share, mini-summary coverage, the time to each
-    session's first summary, the model hosts' circuits and speed, the slowest calls, and the raw cap calibrated on this host's own calls.
+    session's first summary, the re-summaries' before and after by model, the model hosts' circuits and speed, the slowest calls, and the raw cap calibrated on this host's own calls.
 
     Also written as an HTML file with a chart beside the DuckDB file (`report_path`).
     """
@@ -58,6 +58,7 @@ def friction_report(
         cost_totals=db.reports.cost_totals(REPORT_COST_DAYS),
         sessions=rows["sessions"],
         backlog=measure(db, model.fleet(), circuit.policy(), sweep.policy(), now_ms()),
+        resummaries=db.resummaries.finished(),
     )
     path = db.path.parent / REPORT_FILE
     _write_atomically(path, render_html(report))

@@ -5,6 +5,7 @@ bring the partition set in line with the store both ways (`pipelines.sensors`)."
 from collections.abc import Iterable
 
 from dagster import AssetMaterialization, DynamicPartitionsDefinition
+from sqlalchemy.exc import IntegrityError
 
 # One partition per session, keyed by `digest.turns.partition_key` (the original id stays in DuckDB).
 sessions_partitions = DynamicPartitionsDefinition(name="sessions")
@@ -51,9 +52,27 @@ def add_new_partitions(instance, store, registered: set[str] | None = None, stor
     registered = registered_partitions(instance) if registered is None else registered
     stored = store.sessions.partition_keys() if stored is None else stored
     keys = unregistered_partition_keys(registered, stored, limit=None)
+    added = 0
     for start in range(0, len(keys), PARTITION_CHUNK):
-        chunk = keys[start : start + PARTITION_CHUNK]
-        instance.add_dynamic_partitions(sessions_partitions.name, chunk)
+        chunk = _add_partitions(instance, keys[start : start + PARTITION_CHUNK])
         for event in imported_materializations(store, chunk):
             instance.report_runless_asset_event(event)
-    return len(keys)
+        added += len(chunk)
+    return added
+
+
+def _add_partitions(instance, keys: list[str], tries: int = 3) -> list[str]:
+    """`keys` registered; those this call added. A concurrent sweep or ingest may register some of
+    them between the read and the insert, and the storage then refuses the whole request on its
+    unique key: the keys still missing are read again and added."""
+    for _ in range(tries - 1):
+        try:
+            instance.add_dynamic_partitions(sessions_partitions.name, keys)
+            return keys
+        except IntegrityError:
+            registered = registered_partitions(instance)
+            keys = [key for key in keys if key not in registered]
+            if not keys:
+                return []
+    instance.add_dynamic_partitions(sessions_partitions.name, keys)
+    return keys

@@ -21,6 +21,7 @@ from assets.work.sessions import describe_partition, summarize_partition
 from digest.cost import SummaryCost
 from digest.fidelity import Fidelity
 from digest.ingest import ingest_paths
+from digest.prompts import SUMMARY_CODE_VERSION
 from digest.synthesis import SourceTier
 from digest.verdict import Verdict
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
@@ -31,8 +32,6 @@ from resources.store.summary_row import MODEL_COLUMNS, SUMMARY_ROW
 # Turn ids listed in a partition's metadata; the query there lists them all.
 TURN_IDS_SHOWN = 100
 
-# Bump when a prompt or the routing rule changes, so the UI marks summaries as stale.
-SUMMARY_CODE_VERSION = "summary-v1"
 # The asset between a session's turns and its degraded summary (`assets.mini_summaries`).
 MINI_SUMMARIES_KEY = AssetKey("turn_mini_summaries")
 # Dagster's tag on the runs of a backfill (`dagster._core.storage.tags.BACKFILL_ID_TAG`).

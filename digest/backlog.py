@@ -28,6 +28,7 @@ class Drain:
     model_seconds_last_day: float
     summaries_by_tier: Mapping[str, int]
     summaries_by_verdict: Mapping[str, int]  # `none`: a summary with no text to judge
+    resummaries_waiting: int = 0  # re-summaries asked for and not done; sweeps take them after `pending`
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ def backlog_metadata(backlog: Backlog) -> dict[str, int | float | str]:
         "pending_active": d.active,
         "pending_backing_off": d.backing_off,
         "pending_unplaced": backlog.unplaced,
+        "resummaries_waiting": d.resummaries_waiting,
         **{f"pending_route_{k}": v for k, v in backlog.by_route.items()},
         **{f"pending_host_{k}": v for k, v in backlog.by_host.items()},
         **{f"pending_tier_{k}": v for k, v in backlog.by_tier.items()},
@@ -156,6 +158,8 @@ def backlog_line(backlog: Backlog) -> str:
         f"{d.finished_last_hour} finished in the last hour ({_duration(d.model_seconds_last_hour)} of model time), "
         f"{d.finished_last_day} in the last day"
     )
+    if d.resummaries_waiting:
+        head += f" ({d.resummaries_waiting} re-summaries asked for wait after them)"
     if not d.pending:
         return f"{head}; {drain}"
     if backlog.eta_s is None:

@@ -28,13 +28,14 @@ from typing import Protocol
 
 from digest.friction import Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelTimeout, ProviderError
-from digest.pacing import CallPlan, Pacer, first_token_of, is_given_up
+from digest.pacing import CallPlan, Pacer, is_given_up
 from digest.prompts import MINI_SUMMARY_HEAD, MINI_SUMMARY_MIDDLE
 from digest.repeats import drop_repeated_lines
 from digest.synthesis import (
     Attempt,
     Limits,
     Route,
+    call_attempt,
     estimate_raw_tokens,
     in_flight_attempt,
     ledgered_call,
@@ -319,7 +320,9 @@ def call_with_deadline(
     worker.join(backstop_s)
     seconds = time.monotonic() - started
     if worker.is_alive():
-        return None, OuterTimeout(f"no reply within the outer timeout of {backstop_s:g}s"), seconds
+        abandoned = OuterTimeout(f"no reply within the outer timeout of {backstop_s:g}s")
+        abandoned.duration_s = seconds
+        return None, abandoned, seconds
     return outcome.get("reply"), outcome.get("error"), seconds
 
 
@@ -381,7 +384,9 @@ def fill_mini_summaries(
         if reply is not None:
             text = clean_output(reply.text)
             cause = "ok" if text else "empty-output"
-            if reply.finish_reason == "length" and text:
+            if not text:
+                note = "the reply was empty"
+            elif reply.finish_reason == "length":
                 # Unlike a summary's JSON, a line cut at the cap is still a line: its first 280
                 # characters are kept, as the reference keeps them; the attempt says it was cut.
                 note = (
@@ -390,24 +395,7 @@ def fill_mini_summaries(
                 report.cut_at_output_cap += 1
         else:
             text, cause = "", cause_of(error)
-        attempt = Attempt(
-            session_id=turn.session_id,
-            stage=STAGE,
-            tier="turn",
-            prompt_bytes=len(prompt.encode("utf-8")),
-            tokens_estimate=tokens_estimate,
-            outcome=cause,
-            duration_s=seconds,
-            model=client.model,
-            prompt_tokens=reply.prompt_tokens if reply is not None else None,
-            completion_tokens=reply.completion_tokens if reply is not None else None,
-            cached=reply is not None and reply.cached,
-            error_text=f"turn {turn.id}: {error or note or 'the reply was empty'}"[:2000]
-            if cause != "ok" or note
-            else None,
-            host_failure=plan.host_failure(error),
-            first_token_s=first_token_of(reply, error),
-        )
+        attempt = call_attempt(in_flight, reply, error, f"turn {turn.id}: ", plan, outcome=cause, note=note)
         store.record_attempt(attempt, started)
         pacer.observe(attempt.speed_sample(), error)
         if cause == "ok":

@@ -1,7 +1,7 @@
 """The texts sent to the model: the session summary, mini summary and graph extraction prompts.
 
 A prompt's bytes key the response cache and the golden fixtures, so any change here is a new
-prompt (bump `SUMMARY_CODE_VERSION` in assets/sessions.py when the summary's changes). What the
+prompt (bump `SUMMARY_CODE_VERSION` below when the summary's changes). What the
 summary prompt asks of each field stays beside the output model (`summary_output.PROMPT_LINES`),
 so a new field is written in one place.
 """
@@ -12,6 +12,11 @@ import json
 from collections.abc import Iterable
 
 from digest.summary_output import PROMPT_LINES, SessionSummaryOutput
+
+# Bump when a prompt or the routing rule changes, so the UI marks summaries as stale; each summary
+# records the version it was made under (`session_summaries.code_version`), which
+# `plan --resummarize --code-version` selects on.
+SUMMARY_CODE_VERSION = "summary-v1"
 
 # Between two turn documents, in a raw summary prompt and in a graph chunk.
 TURN_SEPARATOR = "\n\n---\n\n"
@@ -26,14 +31,22 @@ SUMMARY_INSTRUCTIONS = "\n".join(
 )
 
 
+# The labels of the session's metadata in the summary prompt: a summary that reproduces one copied
+# the prompt's scaffolding (the verdict's template rule looks for them).
+AGENTS_LABEL = "This session involved the following agents:"
+TOOL_CALLS_LABEL = "Total Tool Calls Executed:"
+TOOLS_LABEL = "Unique Tools Utilized:"
+SUMMARY_LABELS = (AGENTS_LABEL, TOOL_CALLS_LABEL, TOOLS_LABEL)
+
+
 def summary_prompt(content: str, agents: str, models: str, tool_calls: int, tools: str) -> str:
     """The summary prompt over `content` (the raw turns or a line per turn), with the session's
     agents, models and tools as comma-separated names (empty: none known)."""
     return (
         f"{SUMMARY_INSTRUCTIONS}\n\n"
-        f"This session involved the following agents: {agents or 'unknown'} running on models: {models or 'unknown'}.\n"
-        f"Total Tool Calls Executed: {tool_calls}\n"
-        f"Unique Tools Utilized: {tools or 'none recorded'}\n"
+        f"{AGENTS_LABEL} {agents or 'unknown'} running on models: {models or 'unknown'}.\n"
+        f"{TOOL_CALLS_LABEL} {tool_calls}\n"
+        f"{TOOLS_LABEL} {tools or 'none recorded'}\n"
         f"---\n{content}"
     )
 

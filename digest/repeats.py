@@ -10,9 +10,11 @@ Shorter lines (braces, `else:`, blank lines) always stay: they are cheap and car
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 MIN_REPEAT_CHARS = 40
+SHOWN_EARLIER = "shown earlier in the session"  # the marker's words
 
 
 def _repeated(line: str, seen: set[str]) -> bool:
@@ -41,7 +43,12 @@ def repeated_bytes(texts: Iterable[str]) -> tuple[int, int]:
 
 def marker(lines: int) -> str:
     """What stands for a run of repeated lines left out of a prompt."""
-    return f"[{lines} line{'s' if lines > 1 else ''} shown earlier in the session]"
+    return f"[{lines} line{'s' if lines > 1 else ''} {SHOWN_EARLIER}]"
+
+
+# A marker, or what is left of one when a model copies it without its brackets: the verdict looks
+# for it in a summary (a summary that reproduces it copied the prompt, not the session).
+MARKER_PATTERN = re.compile(rf"\[?\d+ lines? {re.escape(SHOWN_EARLIER)}\]?", re.IGNORECASE)
 
 
 def drop_repeated_lines(text: str, seen: set[str]) -> str:

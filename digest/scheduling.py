@@ -54,6 +54,8 @@ class Candidate:
     # An upgrade: the coverage step its current degraded summary was made at (`coverage_step`);
     # None: the session has no summary of its current turns.
     summary_step: int | None = None
+    # A re-summary asked for (`digest.resummary`): its current summary made again.
+    resummary: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,17 +111,12 @@ def choose_batch(planned_newest_first: list[PlannedSession], policy: SweepPolicy
 # A degraded summary is made again only when its session's mini-summary coverage has crossed a
 # step since: half its turns, then every turn the backfill can do. So a session pays the compact
 # call at most three times (its first summary, at half, complete), not once per mini-summary run.
+# A session's step: 0 while under `UPGRADE_COVERAGE` of its turns have a mini summary, 1 from that
+# share, `COMPLETE_STEP` when no turn is left for the backfill (each has one, or was archived
+# without). The rule is written once, in the store's `COVERAGE_STEP_SQL` over these constants:
+# the queue and the run both read the step there.
 UPGRADE_COVERAGE = 0.5
 COMPLETE_STEP = 2
-
-
-def coverage_step(turns: int, with_mini_summary: int, pending: int) -> int:
-    """0: under `UPGRADE_COVERAGE` of the turns have a mini summary; 1: at least that share do;
-    `COMPLETE_STEP`: no turn is left for the backfill (each has one, or was archived without).
-    The store's `COVERAGE_STEP_SQL` is the same rule over its counts."""
-    if pending == 0:
-        return COMPLETE_STEP
-    return 1 if with_mini_summary >= UPGRADE_COVERAGE * turns else 0
 
 
 def upgrade_due(summary_step: int | None, step_now: int | None) -> bool:

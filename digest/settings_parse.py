@@ -38,21 +38,22 @@ def whole(minimum: int = 1, maximum: int = 2**31 - 1) -> Parse:
     return parse
 
 
-def positive(name: str, text: str) -> float:
+def _number(name: str, text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise SettingsError(f"{name}={text!r} is not a number") from None
+
+
+def positive(name: str, text: str) -> float:
+    value = _number(name, text)
     if not value > 0 or value == float("inf"):
         raise SettingsError(f"{name}={text!r} must be a positive finite number")
     return value
 
 
 def share(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise SettingsError(f"{name}={text!r} is not a number") from None
+    value = _number(name, text)
     if not 0 <= value <= 1:
         raise SettingsError(f"{name}={text!r} must be a share from 0 to 1")
     return value

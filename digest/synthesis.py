@@ -424,19 +424,25 @@ def call_attempt(
     error: BaseException | None,
     where: str = "",
     plan: CallPlan | None = None,
+    *,
+    outcome: str | None = None,
+    note: str | None = None,
 ) -> Attempt:
     """The ledger row of one model call, whatever its end (a reply, a bad reply, or no reply): the
     row written before the call (`in_flight_attempt`), finished. `where` prefixes the error text
     (e.g. which chunk); `plan`, the call's pacing, decides whether a failure is the host's (without
-    one, by the error alone)."""
+    one, by the error alone). A caller that names the outcome more finely than `classify_error`
+    (a mini summary's causes) passes it, and `note` is the row's text when no error says more (a
+    reply that came empty, or cut but kept)."""
+    said = error if error is not None else note
     return dataclasses.replace(
         in_flight,
-        outcome="ok" if error is None else classify_error(error),
+        outcome=outcome or ("ok" if error is None else classify_error(error)),
         duration_s=reply.duration_s if reply else getattr(error, "duration_s", 0.0),
         prompt_tokens=reply.prompt_tokens if reply else None,
         completion_tokens=reply.completion_tokens if reply else None,
         cached=reply is not None and reply.cached,
-        error_text=None if error is None else f"{where}{error}"[:2000],
+        error_text=None if said is None else f"{where}{said}"[:2000],
         host_failure=plan.host_failure(error) if plan is not None else is_host_failure(error),
         first_token_s=first_token_of(reply, error),
     )

@@ -6,6 +6,7 @@ that holds wins:
 - **empty**: the summary says fewer than `MIN_WORDS` words;
 - **too-long**: the title and summary are longer than the input they summarize;
 - **template**: placeholders (`[file_name]`, `<name>`, `{value}`) the session never writes, or
+  the scaffolding the project writes into its prompts (a repeat marker, a metadata label), or
   the prompt's field names given as values ("The goal: 1.0, the key decisions: 2.0"), or the
   schema's own field list echoed;
 - **echo**: at least `ECHO_SHARE` of its tokens in long fragments copied from the session's text,
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 
 from digest.fidelity import STRONG, anchors, copy_source, precision, session_terms, session_text
 from digest.overlap import fragments
+from digest.prompts import SUMMARY_LABELS
+from digest.repeats import MARKER_PATTERN
 from digest.summary_output import PROMPT_LINES
 
 VERDICTS = ("ok", "echo", "fabricated", "template", "content-free", "empty", "too-long")
@@ -41,6 +44,10 @@ _CONTENT_WORD = re.compile(r"[^\W\d_][^\W\d_'-]{3,}")
 _PLACEHOLDER = re.compile(
     r"\[[A-Za-z][\w ]{1,30}\](?!\()|<[a-z][a-z_ ]{1,30}>|\{[a-z][a-z_]{1,30}\}|\b(?:lorem ipsum|TODO|XXX)\b"
 )
+# What the project writes into its own prompts beside or in place of the session's text: a mini
+# summary prompt's repeat marker (a degraded prompt carries the mini summaries that copied it), the
+# summary prompt's metadata labels. An ellipsis marks a cut too, but a summary may fairly write one.
+_SCAFFOLDING = re.compile("|".join([MARKER_PATTERN.pattern, *map(re.escape, SUMMARY_LABELS)]), re.IGNORECASE)
 # The prompt's field names: the summary's four parts and the schema's fields.
 _FIELDS = ("goal", "key decisions", "code that was modified", "modified code", "outcome", *PROMPT_LINES)
 _FIELD_VALUE = re.compile(
@@ -95,6 +102,7 @@ class Verdict:
             ("fragments", "copied fragments"),
             ("unknown_identifiers", "identifiers no turn has"),
             ("placeholders", "placeholders"),
+            ("scaffolding", "prompt scaffolding"),
             ("template_fields", "prompt fields"),
         ):
             if e.get(key):
@@ -114,6 +122,7 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
     frags = fragments(copy_source(session), text)
     grounded, unknown = anchors(text, session, terms)
     placeholders = sorted({m.group(0) for m in _PLACEHOLDER.finditer(text) if m.group(0).lower() not in lowered})
+    scaffolding = sorted({m.group(0) for m in _SCAFFOLDING.finditer(text) if m.group(0).lower() not in lowered})
     fields = sorted({m.group(2).lower() for m in _FIELD_VALUE.finditer(text)})
     schema = sorted({f for f in _SCHEMA_FIELDS if re.search(rf"\b{f}\b", text, re.IGNORECASE)})
     specific = sorted(
@@ -136,6 +145,7 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
         "unknown_identifiers": sorted(unknown),
         "precision": round(precision(grounded, unknown), 4),
         "placeholders": placeholders,
+        "scaffolding": scaffolding,
         "template_fields": fields + ([f"schema: {', '.join(schema)}"] if len(schema) >= SCHEMA_LIST else []),
         "specific_words": specific[:20],
     }
@@ -144,10 +154,12 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
         return Verdict("empty", {**evidence, "reason": f"fewer than {MIN_WORDS} words"})
     if size and evidence["summary_chars"] > size:
         return Verdict("too-long", {**evidence, "reason": f"{evidence['summary_chars']} characters for {size}"})
-    if placeholders or len(fields) >= 2 or len(schema) >= SCHEMA_LIST:
+    if placeholders or scaffolding or len(fields) >= 2 or len(schema) >= SCHEMA_LIST:
         reason = (
             "placeholders"
             if placeholders
+            else "the prompt's scaffolding"
+            if scaffolding
             else "the prompt's field names as values"
             if fields
             else "the schema's fields"

@@ -14,6 +14,7 @@ from datetime import UTC
 from pathlib import Path
 
 from digest.pacing import slowdown_status
+from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
 from pipelines.console import Output
 from pipelines.instance import write_instance_config
@@ -199,12 +200,10 @@ def clear_cache(settings: Settings) -> dict:
 
 def plan(settings: Settings, limit: int | None) -> dict:
     """What the next sweep would do, without calling a model."""
+    from pipelines.selection import batch_price
+
     selection = _selection(settings, limit, probe=False)
-    routes: dict[str, int] = {}
-    hosts: dict[str, int] = {}
-    for item in selection.batch:
-        routes[item.tier] = routes.get(item.tier, 0) + 1
-        hosts[item.host] = hosts.get(item.host, 0) + 1
+    price = batch_price(selection.batch)
     return {
         "pending": selection.pending,
         "held_back": {"active_within_idle_window": selection.active, "in_failure_backoff": selection.backing_off},
@@ -216,25 +215,11 @@ def plan(settings: Settings, limit: int | None) -> dict:
         "hosts_out_of_rotation": selection.hosts_unavailable,
         "waiting_for_a_host_out_of_rotation": selection.waiting_for_host,
         "next_sweep": {
-            "sessions": len(selection.batch),
+            "sessions": price.pop("sessions"),
             # Current degraded summaries made again, their mini-summary coverage having crossed a step.
             "upgrades": selection.upgrades,
-            "by_route": routes,
-            "by_host": hosts,
-            "estimated_prompt_tokens": sum(i.prompt_tokens_estimate for i in selection.batch),
-            "estimated_model_seconds": round(sum(i.model_seconds_estimate for i in selection.batch), 1),
-            "sessions_detail": [
-                {
-                    "partition": i.candidate.partition_key,
-                    "host": i.host,
-                    "host_reason": i.reason,
-                    "tier": i.tier,
-                    "route": i.route,
-                    "prompt_tokens_estimate": i.prompt_tokens_estimate,
-                    "model_seconds_estimate": round(i.model_seconds_estimate, 1),
-                }
-                for i in selection.batch
-            ],
+            "resummaries": selection.resummaries,  # re-summaries asked for (`sweep --resummarize`)
+            **price,
         },
         "skipped": selection.skip_reason,
     }
@@ -305,6 +290,8 @@ def status(settings: Settings) -> dict:
     # Each host's recent calls against its earlier ones: slow is shown, not taken out of rotation.
     slowdowns = store.speed.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts])
     result["host_speed"] = {host: slowdown_status(slow) for host, slow in slowdowns.items()}
+    # Re-summaries asked for (`sweep --resummarize`): requested, done (replaced or previous kept), waiting.
+    result["resummary_queue"] = store.resummaries.queue_counts()
     return result
 
 
@@ -349,9 +336,62 @@ def demo(settings: Settings, output: Output) -> dict:
     return report
 
 
+def resummary_filters(command: argparse.ArgumentParser) -> None:
+    """`--resummarize` and its filters (`plan`, `sweep`): the criteria of `digest.resummary`."""
+    from digest.resummary import ANY_JUNK, NOT_CURRENT
+
+    command.add_argument(
+        "--resummarize", action="store_true",
+        help="current summaries to make again (after a model or prompt change), selected by the filters below",
+    )  # fmt: skip
+    command.add_argument("--model", help="made by this model")
+    command.add_argument("--host", help="made on this model host")
+    command.add_argument(
+        "--code-version", nargs="?", const=NOT_CURRENT, metavar="V",
+        help="made under summary code version V; without V: any but the current one (unrecorded included)",
+    )  # fmt: skip
+    command.add_argument("--tier", help="of this source tier: raw, miniSummary, truncatedRaw")
+    command.add_argument("--verdict", help=f"with this verdict (ok, echo, template, ...), or {ANY_JUNK}: any but ok")
+    command.add_argument("--fidelity-below", type=float, metavar="F", help="with a fidelity under F")
+
+
+def _resummary_criteria(args, parser: argparse.ArgumentParser):
+    """The criteria the command line gives, or None without `--resummarize`."""
+    from digest.resummary import ResummaryCriteria
+
+    criteria = ResummaryCriteria.of(vars(args))
+    if not args.resummarize:
+        if criteria.given:
+            parser.error(f"{', '.join(criteria.given)}: filters of --resummarize")
+        return None
+    if not criteria.given:
+        parser.error(
+            "--resummarize needs at least one filter: --model, --host, --code-version, --tier, --verdict, --fidelity-below"
+        )
+    return criteria
+
+
+def resummarize(settings: Settings, criteria, record: bool) -> dict:
+    """`plan --resummarize` (`record` off): the selected summaries priced; `sweep --resummarize`:
+    their requests recorded, for this sweep and the sensor's ticks to take after new work."""
+    from pipelines.resummary import plan_resummaries, record_resummaries
+    from pipelines.selection import hosts_in_rotation
+
+    store = _store(settings)
+    if record:
+        return record_resummaries(store, criteria)
+    available, _ = hosts_in_rotation(store, settings.fleet, settings.circuit, now_ms())
+    return plan_resummaries(store, settings.fleet, criteria, available)
+
+
 def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, output: Output) -> dict | None:
     if args.command == "ingest":
         return ingest(settings, args.paths)
+    if args.command in ("plan", "sweep") and (criteria := _resummary_criteria(args, parser)):
+        requested = resummarize(settings, criteria, record=args.command == "sweep")
+        if args.command == "plan":
+            return requested
+        return {"resummary_requests": requested, **sweep(settings, args.limit, output, args.session)}
     if args.command == "sweep":
         return sweep(settings, args.limit, output, args.session)
     if args.command == "digest":
@@ -398,6 +438,8 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     p_plan = sub.add_parser("plan", help="what the next sweep would do, without calling a model")
     p_plan.add_argument("--limit", type=int, default=None, help="at most this many sessions")
+    for command in (p_sweep, p_plan):
+        resummary_filters(command)
     sub.add_parser("status", help="counts of the store")
     sub.add_parser("instance-config", help="write $DAGSTER_HOME/dagster.yaml from the settings, and show it")
     p_unarchive = sub.add_parser("unarchive-turns", help="let archived turns get mini summary attempts again")

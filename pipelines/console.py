@@ -270,6 +270,8 @@ def _render_status(console: Console, result: dict) -> None:
 
 
 def _render_plan(console: Console, result: dict) -> None:
+    if "resummarize" in result:
+        return _render_resummary_plan(console, result)
     held = result["held_back"]
     held = f"{held['active_within_idle_window']} active within the idle window, {held['in_failure_backoff']} in failure backoff"
     console.print(_fields({**result, "held_back": held}, "Next sweep (planned, no model call)", skip=("next_sweep",)))
@@ -283,6 +285,7 @@ def _render_plan(console: Console, result: dict) -> None:
             {
                 "sessions": sweep["sessions"],
                 "upgrades": sweep["upgrades"],
+                "re-summaries": sweep["resummaries"],
                 "by tier": sweep["by_route"],
                 "by host": sweep["by_host"],
                 "estimated": estimate,
@@ -306,6 +309,32 @@ def _render_plan(console: Console, result: dict) -> None:
                 str(item["prompt_tokens_estimate"]),
                 str(item["model_seconds_estimate"]),
             )
+        console.print(table)
+
+
+def _render_resummary_plan(console: Console, result: dict) -> None:
+    """`plan --resummarize`: the summaries selected, what each was made with, what remaking it costs."""
+    price = result["all_of_them"]
+    estimate = (
+        f"{_duration(price['estimated_model_seconds'])} of model time, {price['estimated_prompt_tokens']} prompt tokens"
+    )
+    summary = {**result, "by tier": price["by_route"], "by host": price["by_host"], "estimated": estimate}
+    console.print(_fields(summary, "Re-summaries (planned, no model call)", skip=("all_of_them",)))
+    if price["sessions_detail"]:
+        table = Table()
+        table.add_column("partition", overflow="fold")
+        table.add_column("made with (model on host, code version, verdict fidelity)", overflow="fold")
+        table.add_column("goes to", overflow="fold")
+        for name in ("prompt tokens", "model seconds"):
+            table.add_column(name, justify="right")
+        for item in price["sessions_detail"]:
+            was = item["was"]
+            fidelity = "—" if was["fidelity"] is None else f"{was['fidelity']:.2f}"
+            made = f"{was['model']} on {was['host'] or '—'}, {was['code_version'] or 'unrecorded'}, {_value(was['verdict'])} {fidelity}"
+            table.add_row(
+                item["partition"], made, f"{item['host']}, {item['tier']}",
+                str(item["prompt_tokens_estimate"]), str(item["model_seconds_estimate"]),
+            )  # fmt: skip
         console.print(table)
 
 

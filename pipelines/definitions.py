@@ -25,6 +25,7 @@ from assets.sessions import raw_sessions, raw_turns, session_summaries
 from digest.settings import Settings, load_settings, setting_of
 from pipelines.checks import junk_checks, quality_checks, store_checks
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
+from pipelines.resummary import request_resummaries_job
 from pipelines.sensors import digest_sensor, inbox_sensor, interrupted_runs_sensor, mini_summary_sensor, summary_sensor
 from resources.bindings import (
     ChatModelResource,
@@ -103,7 +104,7 @@ def build_definitions(settings: Settings) -> Definitions:
             backlog,
         ],
         asset_checks=store_checks + junk_checks + quality_checks + [backlog_not_stalled],
-        jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job, digest_job],
+        jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job, digest_job, request_resummaries_job],
         schedules=[report_schedule],
         sensors=[inbox_sensor, summary_sensor, mini_summary_sensor, digest_sensor, interrupted_runs_sensor],
         resources=build_resources(settings),

@@ -217,6 +217,7 @@ def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[
         "staged_replayed": staged,
         "summarized": sum(o["success"] and "nothing_to_do" not in o for o in outcomes),
         "upgrades": selection.upgrades,  # runs planned as upgrades: degraded summaries made again at a higher step
+        "resummaries": selection.resummaries,  # runs planned as re-summaries asked for (`--resummarize`)
         "nothing_to_do": sum("nothing_to_do" in o for o in outcomes),
         "runs": outcomes,
     }

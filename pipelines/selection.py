@@ -38,6 +38,7 @@ class SweepSelection:
     waiting_for_host: int = 0
     upgrades: int = 0  # of the batch, current degraded summaries made again (`Candidate.summary_step`)
     in_flight: int = 0  # past both gates, but queued or running already
+    resummaries: int = 0  # of the batch, re-summaries asked for (`Candidate.resummary`)
 
     @property
     def skip_reason(self) -> str | None:
@@ -130,6 +131,12 @@ def next_summary_batch(
         # first (or a stale one's), so new sessions never queue behind upgrades.
         upgrades = store.summaries.upgrade_queue(now_ms, policy.idle_window_s, policy.max_sessions * LOOKAHEAD * scale)
         alone, _ = sized_alone(upgrades, views, out_of_rotation, exclude)
+    if not alone:
+        # Re-summaries asked for (`sweep --resummarize`) last: after new work and upgrades.
+        resummaries = store.resummaries.resummary_queue(
+            now_ms, policy.idle_window_s, policy.max_sessions * LOOKAHEAD * scale
+        )
+        alone, _ = sized_alone(resummaries, views, out_of_rotation, exclude)
     budget = replace(policy, max_sessions=policy.max_sessions * scale, model_seconds=policy.model_seconds * scale)
     chosen = [item.candidate for item in choose_batch([a.planned for a in alone], budget)]
     batch = assign_batch(chosen, views, at_most={name: 1 for name in probing})
@@ -148,6 +155,7 @@ def next_summary_batch(
         waiting_for_host=waiting,
         in_flight=queue["in_flight"],
         upgrades=sum(a.candidate.summary_step is not None for a in batch),
+        resummaries=sum(a.candidate.resummary for a in batch),
     )
 
 
@@ -205,6 +213,55 @@ def named_sessions_batch(
         hosts_unavailable=[n for n in fleet.names if n not in available],
         upgrades=sum(a.candidate.summary_step is not None for a in batch),
     )
+
+
+def priced_resummaries(
+    store: DigestStore, fleet: Fleet, session_ids: Sequence[str], available: list[str] | None = None
+) -> SweepSelection:
+    """Re-summaries of these sessions (`plan --resummarize`), each placed on a host in rotation and
+    sized as a sweep would, all of them: no budget (the sweeps take them a budget at a time)."""
+    available = fleet.names if available is None else [n for n in fleet.names if n in available]
+    views, measured = host_views(store, fleet, available, {})
+    batch = assign_batch(store.resummaries.candidates(list(session_ids)), views)
+    return SweepSelection(
+        batch=batch,
+        pending=len(session_ids),
+        active=0,
+        backing_off=0,
+        seconds_per_token={v.spec.name: v.seconds_per_token for v in views},
+        throughput_measured=measured,
+        hosts_unavailable=[n for n in fleet.names if n not in available],
+        resummaries=len(batch),
+    )
+
+
+def batch_price(batch: Sequence[Assignment]) -> dict:
+    """A batch as `plan` shows it: by route and host, the estimated prompt tokens and model seconds,
+    and each session's placement and size."""
+    routes: dict[str, int] = {}
+    hosts: dict[str, int] = {}
+    for item in batch:
+        routes[item.tier] = routes.get(item.tier, 0) + 1
+        hosts[item.host] = hosts.get(item.host, 0) + 1
+    return {
+        "sessions": len(batch),
+        "by_route": routes,
+        "by_host": hosts,
+        "estimated_prompt_tokens": sum(i.prompt_tokens_estimate for i in batch),
+        "estimated_model_seconds": round(sum(i.model_seconds_estimate for i in batch), 1),
+        "sessions_detail": [
+            {
+                "partition": i.candidate.partition_key,
+                "host": i.host,
+                "host_reason": i.reason,
+                "tier": i.tier,
+                "route": i.route,
+                "prompt_tokens_estimate": i.prompt_tokens_estimate,
+                "model_seconds_estimate": round(i.model_seconds_estimate, 1),
+            }
+            for i in batch
+        ],
+    }
 
 
 def admitted_raw(candidate: Candidate, views: Sequence[HostView]) -> bool:

@@ -44,6 +44,7 @@ from pipelines.tags import (
     MODEL_HOST_REASON_TAG,
     MODEL_HOST_TAG,
     PRIORITY_TAG,
+    RESUMMARY_TAG,
     ROUTE_TAG,
     SWEEP_TAG,
     UPGRADE_TAG,
@@ -236,6 +237,7 @@ def summary_run_tags(item) -> dict[str, str]:
         ROUTE_TAG: str(item.tier),  # Dagster's tags are plain text
         ESTIMATED_S_TAG: f"{item.model_seconds_estimate:.0f}",
         **({UPGRADE_TAG: str(upgrade)} if upgrade is not None else {}),
+        **({RESUMMARY_TAG: "requested"} if item.candidate.resummary else {}),
     }
 
 

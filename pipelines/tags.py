@@ -15,6 +15,9 @@ ROUTE_TAG = "digest/route"  # a summary run's planned source tier, `staged` for 
 # A summary run that makes a session's current degraded summary again, its mini-summary coverage
 # having crossed a step: the step that summary was made at.
 UPGRADE_TAG = f"{HIDDEN}digest_upgrade_from_step"
+# A summary run that makes a current summary again because a re-summary was asked for
+# (`sweep --resummarize`): a user filters the runs of a re-summary on it.
+RESUMMARY_TAG = "digest/resummary"
 # A summary run of a session named by hand (`session-digest sweep --session`): no failure backoff.
 EXPLICIT_TAG = f"{HIDDEN}digest_explicit"
 MODEL_HOST_TAG = "digest/model_host"  # the model host a run's calls go to; the run queue limits on it

@@ -44,6 +44,7 @@ TIERS = {
     "test_checks": "integration",
     "test_dg": "integration",
     "test_early_summaries": "integration",
+    "test_resummary": "integration",
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
     "test_cost_runs": "integration",

@@ -11,7 +11,7 @@ import pytest
 from dagster import AssetKey, instance_for_test
 
 from digest.ingest import ingest_paths
-from digest.scheduling import COMPLETE_STEP, coverage_step, upgrade_due
+from digest.scheduling import COMPLETE_STEP, upgrade_due
 from digest.settings import load_settings
 from pipelines.definitions import build_definitions
 from pipelines.jobs import default_run_config, requested_job
@@ -92,10 +92,23 @@ class Backlog:
         return self.store.summaries.summary_row(session_id)
 
 
-def test_the_coverage_steps_are_half_then_none_left():
-    assert [coverage_step(40, n, pending=40 - n) for n in (0, 19, 20, 39)] == [0, 0, 1, 1]
-    # None left for the backfill: the last step, however few have one (the rest archived).
-    assert coverage_step(40, 3, pending=0) == COMPLETE_STEP and coverage_step(40, 40, pending=0) == COMPLETE_STEP
+def test_the_coverage_steps_are_half_then_none_left(tmp_path):
+    """The step as the store computes it (`COVERAGE_STEP_SQL`, the one place the rule is written,
+    over `digest.scheduling`'s constants), at its boundaries, in a real DuckDB file."""
+    minis = {"n0": 0, "n19": 19, "n20": 20, "n39": 39, "n40": 40, "archived": 3, "unarchived": 3}
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    turns = [t for sid, n in minis.items() for t in make_turns(sid, 40, doc_bytes=100, minis=n)]
+    ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)
+    for sid in ("archived", "unarchived"):
+        for i in range(3, 40):
+            store.mini_summaries.archive_turn(f"{sid}-t{i:03d}", sid, "generation-timeout")
+    store.mini_summaries.unarchive_turns(session_id="unarchived")
+    steps = store.summaries.coverage_steps(list(minis))
+    # Half of 40 is the first step; none left for the backfill is the last, however few have one
+    # (the rest archived); un-archived turns are left for it again.
+    assert steps == dict(n0=0, n19=0, n20=1, n39=1, n40=COMPLETE_STEP, archived=COMPLETE_STEP, unarchived=0)
+    assert all((steps[s] == COMPLETE_STEP) == (not store.mini_summaries.pending_mini_summary_turns(s)) for s in minis)
     assert upgrade_due(0, 1) and upgrade_due(1, COMPLETE_STEP) and not upgrade_due(1, 1)
     assert not upgrade_due(None, COMPLETE_STEP)  # raw or imported: never made again for coverage
 

@@ -296,6 +296,60 @@ def test_each_failure_is_tallied_by_its_cause(store, cause):
     assert _rows(store, "SELECT attempts, last_cause FROM mini_summary_state") == [{"attempts": 1, "last_cause": cause}]
 
 
+def test_a_mini_summary_calls_attempt_is_its_in_flight_row_finished(store):
+    """The row written before the call is the row finished (`digest.synthesis.call_attempt`, as a
+    summary's): one row per call, under the in-flight row's id, keeping what it said before the call
+    (its deadline, the outer backstop, included), whatever the call's end."""
+    _add(store, _session("s1", 3))
+
+    class Watching(MiniSummaryLedger):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.started, self.finished = [], []
+
+        def start_attempt(self, attempt):
+            self.started.append((super().start_attempt(attempt), attempt))
+            return self.started[-1][0]
+
+        def record_attempt(self, attempt, started=None):
+            self.finished.append((started, attempt))
+            super().record_attempt(attempt, started)
+
+    def script(received):
+        if "Prompt 0:" in received.prompt:
+            return Behaviour.text("Kept record ids in Row.mjs.")
+        return Behaviour.text(" ") if "Prompt 1:" in received.prompt else Behaviour.hang(1.0)
+
+    ledger = Watching(store, "test-run")
+    # The outer backstop (0.3 s) under the inner timeout, so the third call is abandoned.
+    with ModelServer(script) as server:
+        fill_mini_summaries(
+            store.mini_summaries.pending_mini_summary_turns("s1"),
+            _client(server.url),
+            make_limits(),
+            _policy(timeout_s=5.0, outer_timeout_s=0.3),
+            ledger,
+        )
+    assert [started for started, _ in ledger.finished] == [started for started, _ in ledger.started]
+    before = ("session_id", "stage", "tier", "prompt_bytes", "tokens_estimate", "model", "deadline_s")
+    for (_, in_flight), (_, attempt) in zip(ledger.started, ledger.finished, strict=True):
+        assert in_flight.outcome == "in-flight" and in_flight.deadline_s == pytest.approx(0.3)
+        assert {f: getattr(attempt, f) for f in before} == {f: getattr(in_flight, f) for f in before}
+    rows = _rows(
+        store,
+        "SELECT attempt_id, outcome, deadline_s, duration_s, coalesce(error_text, '') AS error_text FROM attempts ORDER BY 1",
+    )
+    assert [r["attempt_id"] for r in rows] == [started for started, _ in ledger.started]
+    assert all(r["deadline_s"] == pytest.approx(0.3) for r in rows)
+    by_outcome = {r["outcome"]: r for r in rows}
+    assert set(by_outcome) == {"ok", "empty-output", "timeout-outer"}
+    assert by_outcome["ok"]["error_text"] == ""
+    assert by_outcome["empty-output"]["error_text"] == "turn s1-t001: the reply was empty"
+    # An abandoned call is charged the time the run waited for it.
+    assert by_outcome["timeout-outer"]["error_text"].startswith("turn s1-t002: no reply within the outer timeout")
+    assert by_outcome["timeout-outer"]["duration_s"] >= 0.3
+
+
 def test_a_server_that_is_not_there_is_no_model(store):
     _add(store, _session("s1", 2))
     report = _fill(store, "s1", _closed_port_url())

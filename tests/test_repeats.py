@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from digest.repeats import MIN_REPEAT_CHARS, drop_repeated_lines, marker, repeated_bytes
+from digest.repeats import MARKER_PATTERN, MIN_REPEAT_CHARS, drop_repeated_lines, marker, repeated_bytes
 
 LONG = "x" * MIN_REPEAT_CHARS
 OTHER = "y" * MIN_REPEAT_CHARS
@@ -24,6 +24,10 @@ def test_a_run_of_repeated_lines_becomes_one_marker_and_short_lines_stay():
     again = drop_repeated_lines(f"head\n{LONG}\n {OTHER}\n{SHORT}\n{SHORT}\n{LONG}", seen)
     assert again == f"head\n{marker(2)}\n{SHORT}\n{SHORT}\n{marker(1)}"
     assert marker(1) == "[1 line shown earlier in the session]"
+    # The pattern the verdict looks for matches every marker, and one a model copied without its brackets.
+    assert all(MARKER_PATTERN.fullmatch(marker(n)) for n in (1, 2, 30))
+    assert MARKER_PATTERN.fullmatch(marker(2)[1:-1])
+    assert not MARKER_PATTERN.search("the log shown earlier in the session")
 
 
 def test_what_is_dropped_is_what_is_counted():

@@ -20,8 +20,9 @@ from dagster import (
     instance_for_test,
     validate_run_config,
 )
+from dagster._core.storage.event_log.schema import DynamicPartitionsTable
 
-from assets.partitions import sessions_partitions
+from assets.partitions import add_new_partitions, sessions_partitions
 from digest.ingest import ingest_paths
 from digest.scheduling import SweepPolicy, failure_backoff_s
 from digest.settings import load_settings
@@ -170,6 +171,43 @@ def test_a_failing_selection_does_not_stop_registration(tmp_path, instance, monk
     monkeypatch.setattr("pipelines.sensors.next_summary_batch", broken)
     data = _daemon_tick(instance, definitions, "summary_sensor")
     assert data.run_requests == [] and "selection bug" in data.skip_message
+    assert sorted(instance.get_dynamic_partitions(sessions_partitions.name)) == ["s000000", "s000001", "s000002"]
+
+
+def test_partitions_another_process_registers_meanwhile_do_not_fail_the_registration(tmp_path, instance):
+    """Concurrent sweeps and an ingest register the same new sessions: one of them inserts a key
+    between another's read and its insert, and the storage refuses that whole request on its unique
+    key (CI saw it from `session-digest sweep`). The keys still missing are added, once each."""
+    settings = _settings(tmp_path)
+    store = DigestStore(settings.db_path)
+    store.migrate()
+    _seed_sessions(store, 3, int(time.time() * 1000) - 2 * HOUR_MS)
+    stale_read = set(instance.get_dynamic_partitions(sessions_partitions.name))
+
+    class RacedInstance:
+        """The real instance, but the first insert finds s000001 registered by another process after
+        this one read the partitions: the storage's own filter misses it, its unique key does not."""
+
+        def __init__(self):
+            self.raced = False
+
+        def __getattr__(self, name):
+            return getattr(instance, name)
+
+        def add_dynamic_partitions(self, name, keys):
+            if self.raced:
+                return instance.add_dynamic_partitions(name, keys)
+            self.raced = True
+            instance.add_dynamic_partitions(name, ["s000001"])
+            storage = instance._event_storage  # noqa: SLF001 the insert the storage does, past its filter
+            with storage.index_connection() as conn:
+                conn.execute(
+                    DynamicPartitionsTable.insert(), [{"partitions_def_name": name, "partition": k} for k in keys]
+                )
+
+    raced = RacedInstance()
+    assert add_new_partitions(raced, store, stale_read) == 2
+    assert raced.raced
     assert sorted(instance.get_dynamic_partitions(sessions_partitions.name)) == ["s000000", "s000001", "s000002"]
 
 

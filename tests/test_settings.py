@@ -64,6 +64,9 @@ def test_raw_cap_off(value):
         ({"DIGEST_CONTEXT_LIMIT_TOKENS": "lots"}, "DIGEST_CONTEXT_LIMIT_TOKENS='lots'"),
         ({"DIGEST_BYTES_PER_TOKEN": "0"}, "positive finite"),
         ({"DIGEST_BYTES_PER_TOKEN": "nan"}, "positive finite"),
+        ({"DIGEST_BYTES_PER_TOKEN": "fast"}, "DIGEST_BYTES_PER_TOKEN='fast' is not a number"),
+        ({"DIGEST_JUNK_SHARE_MAX": "most"}, "DIGEST_JUNK_SHARE_MAX='most' is not a number"),
+        ({"DIGEST_JUNK_SHARE_MAX": "1.5"}, "must be a share from 0 to 1"),
         ({"DIGEST_MODEL_PROVIDER": "gemini"}, "not one of embedded, openai, ollama"),
         ({"DIGEST_SAFE_LIMIT_TOKENS": "9000"}, "above DIGEST_CONTEXT_LIMIT_TOKENS=8192"),
         # Issue 22, defect 8: past what the store's INT32 columns hold, refused at load.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from digest.prompts import TOOL_CALLS_LABEL
+from digest.repeats import SHOWN_EARLIER, marker
 from digest.verdict import JUNK, VERDICTS, judge
 
 TURNS = [
@@ -41,6 +43,13 @@ def test_each_kind_of_junk_is_named():
     )
     template = judge(TURNS, "Summary", "This [action] will create a new file [file_name] in the project.")
     assert template.label == "template" and "[file_name]" in template.evidence["placeholders"]
+    # The scaffolding the project writes into its prompts, from its own constants: a repeat marker as
+    # the title of a faithful summary, a metadata label of the summary prompt.
+    marked = judge(TURNS, marker(1), FAITHFUL[1])
+    assert marked.label == "template" and marked.evidence["scaffolding"] == [marker(1)]
+    label = judge(TURNS, FAITHFUL[0], f"{FAITHFUL[1]} {TOOL_CALLS_LABEL} 4")
+    assert label.label == "template" and label.evidence["scaffolding"] == [TOOL_CALLS_LABEL]
+    assert judge(TURNS, FAITHFUL[0], f"{FAITHFUL[1]} The failure {SHOWN_EARLIER} is gone.").label == "ok"
     fields = judge(TURNS, "Summary", "The goal: 1.0, the key decisions: 2.0, the code that was modified: 3.0.")
     assert fields.label == "template"
     assert judge(TURNS, "AI-Agent Work Session", "The user asked for a summary of the changes made.").label == (
@@ -55,7 +64,7 @@ def test_each_kind_of_junk_is_named():
 
 
 def test_the_labelled_set_precision_and_recall_per_class_hold_their_floor():
-    """tests/fixtures/verdicts.jsonl, labelled by hand (BENCHMARKS.md §12): each verdict's precision and
+    """tests/fixtures/verdicts.jsonl, labelled by hand (BENCHMARKS.md §14): each verdict's precision and
     recall on it, and junk of any class told from ok."""
     from tests.verdict_cases import judged, junk_against_ok, per_class
 
@@ -70,7 +79,7 @@ def test_the_labelled_set_precision_and_recall_per_class_hold_their_floor():
     assert all(r["verdict"] == "ok" for r in rows if r["source"] == "export")
 
 
-# (precision, recall) floors per verdict: the set measures 1.0 for each (BENCHMARKS.md §12); one miss
+# (precision, recall) floors per verdict: the set measures 1.0 for each (BENCHMARKS.md §14); one miss
 # in a class of 6-13 rows stays above its floor, two do not.
 FLOORS = {
     "ok": (0.9, 0.9),

@@ -17,6 +17,7 @@ from assets.work.runs import (
 )
 from digest.circuit import CircuitPolicy
 from digest.cost import SummaryCost, summary_cost
+from digest.prompts import SUMMARY_CODE_VERSION
 from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms, upgrade_due
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
 from digest.turns import canonical_order
@@ -76,7 +77,8 @@ def nothing_to_summarize(standing: dict | None, tags: Mapping[str, str], now: in
     session (or failed it) since. A run asked for by hand (a rerun from the UI after a prompt change)
     summarizes a current session again; it is left out of a gone or retired one too. A sweep makes a
     current degraded summary again only while the session's mini-summary coverage step is above the
-    one it was made at (an upgrade); a session named by hand (`EXPLICIT_TAG`, `sweep --session`) is
+    one it was made at (an upgrade), and any current summary while a re-summary of it is asked for
+    (`sweep --resummarize`); a session named by hand (`EXPLICIT_TAG`, `sweep --session`) is
     summarized in its failure backoff too."""
     if standing is None:
         return "the session no longer exists (a replace-mode restore removed it)"
@@ -85,8 +87,10 @@ def nothing_to_summarize(standing: dict | None, tags: Mapping[str, str], now: in
     if SWEEP_TAG not in tags:
         return None
     revision = standing["input_revision"]
-    if standing["summary_revision"] == revision and not upgrade_due(
-        standing["summary_step"], standing["coverage_step"]
+    if (
+        standing["summary_revision"] == revision
+        and not upgrade_due(standing["summary_step"], standing["coverage_step"])
+        and not standing.get("resummary_requested")
     ):
         return f"already summarized at its current turns (revision {revision}) by run {standing['summary_run_id']}"
     # A staged reply finishes with no model call, whatever the backoff.
@@ -239,8 +243,9 @@ def _summarize_leased(
             },
         )
     written = store.summaries.write_summary(
-        result.summary, run_id=run.run_id, host=host, host_reason=placement.reason, coverage_step=step
-    )
+        result.summary, run_id=run.run_id, host=host, host_reason=placement.reason, coverage_step=step,
+        code_version=SUMMARY_CODE_VERSION,
+    )  # fmt: skip
     if not model.response_cache:
         store.cache.drop_staged_replies(session_id)
     store.summaries.clear_summary_failures(session_id)

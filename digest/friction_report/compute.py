@@ -26,6 +26,7 @@ from digest.backlog import Backlog
 from digest.circuit import CircuitPolicy, CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.pacing import RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
+from digest.resummary import BeforeAfter, before_after
 from digest.settings_fleet import ModelSettings
 from digest.synthesis import INTERRUPTED
 from digest.tokens import (
@@ -465,6 +466,8 @@ class FrictionReport:
         return sum(self.call_seconds)
 
     backlog: Backlog | None = None  # what waits for a summary and how fast it drains (`digest.backlog`)
+    # Finished re-summaries by (previous model → new model), before and after (`digest.resummary`).
+    resummaries: list[BeforeAfter] = field(default_factory=list, repr=False)
 
     @property
     def degraded_share(self) -> float:
@@ -524,8 +527,10 @@ def build_report(
     cost_totals: list[dict] = (),
     sessions: int | None = None,
     backlog: Backlog | None = None,
+    resummaries: list[dict] = (),
 ) -> FrictionReport:
-    """`sessions`: how many sessions the store holds, the time-to-first-summary curve's whole."""
+    """`sessions`: how many sessions the store holds, the time-to-first-summary curve's whole;
+    `resummaries`: the finished re-summary requests with their before and after."""
     groups = group_friction(events)
     calibrations = calibrate(attempts, settings)
     newest_first = sorted(attempts, key=lambda a: a["created_at"], reverse=True)
@@ -560,4 +565,5 @@ def build_report(
         cost_totals=list(cost_totals),
         first_summaries=first_summary_curve(attempts, summaries, sessions),
         backlog=backlog,
+        resummaries=before_after(list(resummaries)),
     )

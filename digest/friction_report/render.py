@@ -354,8 +354,29 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
     backlog = [backlog_section(report.backlog)] if report.backlog else []
     return [overview, *backlog, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, implausible, undigestible,
             degraded, fidelity,
-            junk, mini, first_summary_section(report), cost_section(report, max_rows), slowest,
+            junk, resummary_section(report, max_rows), mini, first_summary_section(report), cost_section(report, max_rows), slowest,
             calibration_section(report, max_rows)]  # fmt: skip
+
+
+def resummary_section(report: FrictionReport, max_rows: int) -> Section:
+    """Finished re-summaries (`sweep --resummarize`) by (previous model → new model): were the new
+    summaries worth more?"""
+
+    def fidelity(value: float | None) -> str:
+        return "—" if value is None else f"{value:.2f}"
+
+    return _table_section(
+        "Re-summaries: before and after",
+        ["previous model", "new model", "re-summaries", "mean fidelity before", "after", "ok before", "ok after",
+         "junk, previous kept"],
+        [[g.previous_model, g.new_model, str(g.count), fidelity(g.fidelity_before), fidelity(g.fidelity_after),
+          f"{g.ok_before:.0%}", f"{g.ok_after:.0%}", str(g.kept_previous)]
+         for g in report.resummaries],
+        max_rows,
+        ["The summaries made again on request, against the ones they were asked to replace. A new one judged junk "
+         "is not stored (the previous ok summary stands): it counts as not ok, with no fidelity."],
+        "No re-summary has finished.",
+    )  # fmt: skip
 
 
 def cost_section(report: FrictionReport, max_rows: int) -> Section:

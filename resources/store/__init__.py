@@ -23,6 +23,7 @@ with its SQL beside its code, in the order one session passes through them:
 - `tokens.py`         `store.tokens`: the bytes per token measured in a host's ledger
 - `speed.py`          `store.speed`: a host's measured rates and seconds per token, its auto raw cap
 - `reports.py`        `store.reports`: what `status`, the friction report and the asset checks read
+- `resummaries.py`    `store.resummaries`: re-summaries asked for, their queue, the replaced summaries
 - `backlog.py`        `store.backlog`: the pending sessions' sizes and the drain's figures (`backlog` asset)
 - `archive.py`        `store.archive`: archive bundles written and restored
 
@@ -49,6 +50,7 @@ from resources.store.ingest import Ingest
 from resources.store.ledger import Attempts, RunLedger
 from resources.store.mini_summaries import MiniSummaries, MiniSummaryLedger
 from resources.store.reports import Reports
+from resources.store.resummaries import Resummaries
 from resources.store.sessions import Sessions
 from resources.store.speed import Speed
 from resources.store.summaries import Summaries
@@ -77,6 +79,7 @@ class DigestStore:
         self.tokens = Tokens(self.file)
         self.speed = Speed(self.file)
         self.reports = Reports(self.file)
+        self.resummaries = Resummaries(self.file)
         self.backlog = BacklogReads(self.file)
         self.archive = Archive(self.file)
 

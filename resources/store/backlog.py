@@ -53,6 +53,9 @@ class BacklogReads(Repository):
                     "SELECT coalesce(verdict, 'none'), count(*) FROM session_summaries GROUP BY 1 ORDER BY 1"
                 ).fetchall()
             )
+            resummaries_waiting = con.execute(
+                "SELECT count(DISTINCT session_id) FROM resummary_requests WHERE done_at IS NULL"
+            ).fetchone()[0]
         return Drain(
             pending=pending,
             active=active,
@@ -65,4 +68,5 @@ class BacklogReads(Repository):
             model_seconds_last_day=float(seconds_day),
             summaries_by_tier=tiers,
             summaries_by_verdict=verdicts,
+            resummaries_waiting=resummaries_waiting,
         )

@@ -80,6 +80,9 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
            WHERE s.session_id = x.session_id AND s.input_revision = x.input_revision
              AND x.covered_turn_ids IS NULL AND (x.source_tier = 'raw' OR x.origin = 'imported')""",
     ],
+    # 12: the summary code version each summary was made under; the tables of re-summaries asked for
+    # and of replaced summaries are `schema.sql`'s (`resummary_requests`, `summary_history`).
+    12: [summary_column("code_version")],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

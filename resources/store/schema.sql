@@ -324,3 +324,42 @@ CREATE TABLE IF NOT EXISTS host_raw_caps (
     samples INTEGER NOT NULL,
     updated_at TIMESTAMPTZ NOT NULL
 );
+
+-- Re-summaries asked for (`session-digest sweep --resummarize`, the `request_resummaries` job): a
+-- sweep takes them after new work; the summary written for the session closes its open request.
+CREATE TABLE IF NOT EXISTS resummary_requests (
+    request_id VARCHAR PRIMARY KEY,
+    session_id VARCHAR NOT NULL,
+    criteria VARCHAR NOT NULL,        -- JSON: the filters that selected it
+    requested_at TIMESTAMPTZ NOT NULL,
+    done_at TIMESTAMPTZ,              -- NULL: waiting
+    run_id VARCHAR,                   -- the run whose summary closed it
+    outcome VARCHAR,                  -- replaced | kept-previous
+    outcome_detail VARCHAR,
+    previous_model VARCHAR,           -- the summary before, and the one made: the report's before/after
+    previous_verdict VARCHAR,
+    previous_fidelity DOUBLE,
+    new_model VARCHAR,
+    new_verdict VARCHAR,
+    new_fidelity DOUBLE
+);
+
+-- A summary replaced by another (a re-summary, an upgrade, new turns), as it stood.
+CREATE TABLE IF NOT EXISTS summary_history (
+    session_id VARCHAR NOT NULL,
+    title VARCHAR,
+    summary VARCHAR,
+    model VARCHAR,
+    host VARCHAR,
+    source_tier VARCHAR,
+    route_reason VARCHAR,
+    verdict VARCHAR,
+    fidelity DOUBLE,
+    code_version VARCHAR,
+    input_revision VARCHAR,
+    origin VARCHAR,
+    run_id VARCHAR,
+    created_at TIMESTAMPTZ,
+    replaced_at TIMESTAMPTZ NOT NULL,
+    replaced_by_run VARCHAR
+);

@@ -15,6 +15,7 @@ from digest.verdict import Verdict
 from resources.store.connection import Repository, now, record, records
 from resources.store.fidelity import judge_stored, refresh_fidelity
 from resources.store.graph import write_summary_graphs
+from resources.store.summary_history import close_requests, keep_replaced
 from resources.store.summary_row import SUMMARY_ROW, adopt_columns
 
 # The sessions with no summary, or whose turns changed since it was made; retired sessions
@@ -38,9 +39,9 @@ CANDIDATES_PICKED = f"""
     ORDER BY s.last_activity_ms DESC NULLS LAST, s.session_id
 """
 
-# Each session's mini-summary coverage step now, for the sessions of the CTE `stepped`: the rule of
-# `digest.scheduling.coverage_step` over the store's counts (a pending turn as `PENDING_MINI_SUMMARY_TURNS`
-# has it: no mini summary, not archived). Rows: (session_id, step).
+# Each session's mini-summary coverage step now, for the sessions of the CTE `stepped`: the one place
+# the rule is written (`digest.scheduling` keeps its constants), over the store's counts (a pending
+# turn as `PENDING_MINI_SUMMARY_TURNS` has it: no mini summary, not archived). Rows: (session_id, step).
 COVERAGE_STEP_SQL = f"""
     SELECT t.session_id,
            CASE WHEN count(*) FILTER (m.turn_id IS NULL AND st.archived_at IS NULL
@@ -169,11 +170,14 @@ class Summaries(Repository):
         host: str | None = None,
         host_reason: str | None = None,
         coverage_step: int | None = None,
+        code_version: str | None = None,
     ) -> SummaryWrite:
         """`host`, `host_reason`: the model host that made it, and why the sweep chose that host;
-        `coverage_step`: the session's mini-summary coverage step (`digest.scheduling.coverage_step`)
-        when its turns were read, kept for a degraded summary alone. A junk summary
-        (`digest.verdict`) is not written over a current ok one, generated or imported."""
+        `coverage_step`: the session's mini-summary coverage step (`COVERAGE_STEP_SQL`)
+        when its turns were read, kept for a degraded summary alone; `code_version`: the summary code
+        version it was made under. A junk summary (`digest.verdict`) is not written over a current ok
+        one, generated or imported. The summary it replaces goes to `summary_history`, and the
+        session's open re-summary request is closed either way (`summary_history.py`)."""
         degraded = summary.source_tier != "raw"
         row = {
             "session_id": summary.session_id,
@@ -213,6 +217,7 @@ class Summaries(Repository):
             "verdict_evidence": None,
             "covered_turn_ids": summary.covered_turn_ids,
             "mini_turn_ids": summary.mini_turn_ids,
+            "code_version": code_version,
         }
         missing = [c.name for c in SUMMARY_ROW if c.name not in row]
         if missing:
@@ -222,6 +227,7 @@ class Summaries(Repository):
         updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != "session_id")
         with self.file.transaction() as con:
             verdict = judge_stored(con, summary.session_id, summary.output.title, summary.output.summary)
+            previous = record(con, "SELECT * FROM session_summaries WHERE session_id = ?", [summary.session_id])
             if verdict.junk:
                 standing = record(con, CURRENT_OK_SUMMARY, [summary.session_id, summary.input_revision])
                 if standing:
@@ -232,11 +238,12 @@ class Summaries(Repository):
                         [row["coverage_step"], summary.session_id],
                     )
                     made = f"by run {standing['run_id']}" if standing["run_id"] else f"at {standing['created_at']}"
-                    return SummaryWrite(
-                        verdict,
-                        kept=f"a {verdict.label} summary does not replace the current ok {standing['origin']} one "
-                        f"(made {made})",
-                    )
+                    kept = f"a {verdict.label} summary does not replace the current ok {standing['origin']} one (made {made})"
+                    made_now = {"model": summary.model, "verdict": verdict.label}
+                    close_requests(con, summary.session_id, run_id, previous, made_now, detail=kept)
+                    return SummaryWrite(verdict, kept=kept)
+            if previous:
+                keep_replaced(con, summary.session_id, run_id)
             con.execute(
                 f"INSERT INTO session_summaries ({', '.join(columns)}) VALUES ({placeholders}) "
                 f"ON CONFLICT (session_id) DO UPDATE SET {updates}",
@@ -244,6 +251,10 @@ class Summaries(Repository):
             )
             write_summary_graphs(con, [row])
             refresh_fidelity(con, [summary.session_id])
+            close_requests(
+                con, summary.session_id, run_id, previous,
+                record(con, "SELECT model, verdict, fidelity FROM session_summaries WHERE session_id = ?", [summary.session_id]),
+            )  # fmt: skip
         return SummaryWrite(verdict)
 
     def summary_row(self, session_id: str) -> dict | None:
@@ -310,7 +321,7 @@ class Summaries(Repository):
 
     def upgrade_queue(self, now_ms: int, idle_window_s: float, limit: int) -> list[Candidate]:
         """Sessions whose pre-routed degraded summary is current for their turns but was made at a
-        lower mini-summary coverage step than they have now (`digest.scheduling.coverage_step`),
+        lower mini-summary coverage step than they have now (`COVERAGE_STEP_SQL`),
         newest first, at most `limit`, behind the churn gate and failure backoff as pending ones.
         Imported summaries are the export's word and are not made again."""
         idle_ms = int(idle_window_s * 1000)
@@ -340,7 +351,7 @@ class Summaries(Repository):
         return [Candidate(*row) for row in rows]
 
     def coverage_steps(self, session_ids: list[str]) -> dict[str, int]:
-        """Each session's mini-summary coverage step now (`digest.scheduling.coverage_step`)."""
+        """Each session's mini-summary coverage step now (`COVERAGE_STEP_SQL`)."""
         with self.file.connect() as con:
             rows = con.execute(
                 f"WITH stepped AS (SELECT unnest(?::VARCHAR[]) AS session_id) {COVERAGE_STEP_SQL}", [session_ids]
@@ -398,14 +409,16 @@ class Summaries(Repository):
     def summary_standing(self, session_id: str) -> dict | None:
         """What a summary run reads under the lease before its model work (and a sweep just before
         the run): the session's current revision, its summary's, whether it is retired, its failure
-        backoff. None: no such session."""
+        backoff, whether a re-summary of it is asked for. None: no such session."""
         with self.file.connect() as con:
             return record(
                 con,
                 f"""WITH stepped AS (SELECT ?::VARCHAR AS session_id)
                    SELECT s.input_revision, x.input_revision AS summary_revision, x.run_id AS summary_run_id,
                           r.archive_id AS retired_by, st.failures, st.failed_revision, st.backoff_until_ms,
-                          x.coverage_step AS summary_step, now_at.step AS coverage_step
+                          x.coverage_step AS summary_step, now_at.step AS coverage_step,
+                          s.session_id IN (SELECT session_id FROM resummary_requests WHERE done_at IS NULL)
+                              AS resummary_requested
                    FROM sessions s
                    LEFT JOIN ({COVERAGE_STEP_SQL}) now_at USING (session_id)
                    LEFT JOIN session_summaries x USING (session_id)

@@ -129,6 +129,10 @@ PIPELINE_COLUMNS = (
         "mini_turn_ids", "VARCHAR[]",
         "of those, the ones carried by their mini summary (a degraded summary's others went truncated raw)", "NULL",
     ),
+    Column(
+        "code_version", "VARCHAR",
+        "the summary code version it was made under (digest/prompts.py); NULL: imported, or made before", "NULL",
+    ),
 )  # fmt: skip
 
 KEY = Column("session_id", "VARCHAR PRIMARY KEY", imported="s.session_id", shown=True)
