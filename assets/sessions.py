@@ -187,8 +187,8 @@ def session_summaries(
         return
     # What the summary cost and whether its reply came from the cache (`digest.cost`).
     context.log.info(f"session {outcome.session_id!r}: {outcome.cost.log_line()}")
-    record_no_mini_summaries_needed(context, db, outcome.row)
     yield materialized(context, summary_record_metadata(outcome.row, outcome.cost))
+    record_no_mini_summaries_needed(context, db, outcome.row)  # after the summary's own, first in the log
 
 
 def record_no_mini_summaries_needed(context: AssetExecutionContext, db, row: dict) -> None:
