@@ -190,8 +190,6 @@ def named_sessions_batch(
     single-session run); a session whose degraded summary is due an upgrade is one. Whether each
     still needs a summary is asked just before its run (`nothing_to_summarize`). `exclude`:
     partition keys left out (a staged reply finishes theirs with no model call)."""
-    available = fleet.names if available is None else [n for n in fleet.names if n in available]
-    views, measured = host_views(store, fleet, available, {})
     candidates = []
     for session_id in session_ids:
         candidate = store.summaries.summary_candidate(session_id)
@@ -202,17 +200,7 @@ def named_sessions_batch(
         if current and upgrade_due(standing["summary_step"], standing["coverage_step"]):
             candidate = replace(candidate, summary_step=standing["summary_step"])
         candidates.append(candidate)
-    batch = assign_batch(candidates, views)
-    return SweepSelection(
-        batch=batch,
-        pending=len(session_ids),
-        active=0,
-        backing_off=0,
-        seconds_per_token={v.spec.name: v.seconds_per_token for v in views},
-        throughput_measured=measured,
-        hosts_unavailable=[n for n in fleet.names if n not in available],
-        upgrades=sum(a.candidate.summary_step is not None for a in batch),
-    )
+    return _all_placed(store, fleet, candidates, len(session_ids), available)
 
 
 def priced_resummaries(
@@ -220,18 +208,26 @@ def priced_resummaries(
 ) -> SweepSelection:
     """Re-summaries of these sessions (`plan --resummarize`), each placed on a host in rotation and
     sized as a sweep would, all of them: no budget (the sweeps take them a budget at a time)."""
+    return _all_placed(store, fleet, store.resummaries.candidates(list(session_ids)), len(session_ids), available)
+
+
+def _all_placed(
+    store: DigestStore, fleet: Fleet, candidates: Sequence[Candidate], asked: int, available: list[str] | None
+) -> SweepSelection:
+    """Every candidate placed on a host in rotation (default: all): no budget, churn gate or backoff."""
     available = fleet.names if available is None else [n for n in fleet.names if n in available]
     views, measured = host_views(store, fleet, available, {})
-    batch = assign_batch(store.resummaries.candidates(list(session_ids)), views)
+    batch = assign_batch(candidates, views)
     return SweepSelection(
         batch=batch,
-        pending=len(session_ids),
+        pending=asked,
         active=0,
         backing_off=0,
         seconds_per_token={v.spec.name: v.seconds_per_token for v in views},
         throughput_measured=measured,
         hosts_unavailable=[n for n in fleet.names if n not in available],
-        resummaries=len(batch),
+        upgrades=sum(a.candidate.summary_step is not None for a in batch),
+        resummaries=sum(a.candidate.resummary for a in batch),
     )
 
 
