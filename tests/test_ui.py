@@ -220,6 +220,10 @@ def _open_browser(playwright, tmp_path: Path):
     browser.add_init_script("window.localStorage.setItem('communityNux', 'true')")
     page = browser.new_page()
     page.set_default_timeout(UI_TIMEOUT_MS)
+    from playwright.sync_api import expect
+
+    # `expect` keeps its own 5 s default: the backlog's plots took longer to load under CI's load.
+    expect.set_options(timeout=UI_TIMEOUT_MS)
     return browser, page
 
 
