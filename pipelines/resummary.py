@@ -73,13 +73,14 @@ class ResummaryConfig(Config):
 
 @op(description="Record a re-summary request for each current summary the filters select.")
 def record_resummary_requests(context: OpExecutionContext, config: ResummaryConfig, store: DigestStoreResource):
+    criteria = ResummaryCriteria.of(config.model_dump())
     try:
-        recorded = record_resummaries(store.store(), ResummaryCriteria.of(config.model_dump()))
+        recorded = record_resummaries(store.store(), criteria)
     except ValueError as exc:
         raise Failure(str(exc)) from None
     context.log.info(
         f"{recorded['recorded']} re-summaries requested ({recorded['matching']} summaries match "
-        f"{ResummaryCriteria.of(config.model_dump()).describe()}, {recorded['already_requested']} were already "
+        f"{criteria.describe()}, {recorded['already_requested']} were already "
         "requested); the summary sensor makes them after new work, a budget a tick"
     )
     return Output(recorded["recorded"], metadata={k: str(v) if isinstance(v, dict) else v for k, v in recorded.items()})
