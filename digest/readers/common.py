@@ -93,7 +93,8 @@ def load_json(text: str, what: str = "line") -> dict:
         raise Reject(f"json-parse: {exc}"[:300]) from None
     if not isinstance(value, dict):
         raise Reject(f"not-an-object: {what} holds a JSON {type(value).__name__}")
-    _check_nesting(value, what)
+    if text.count("{") + text.count("[") > MAX_NESTING:  # else it cannot nest that deep: no walk
+        _check_nesting(value, what)
     if _SURROGATE_ESCAPE.search(text):
         _refuse_lone_surrogate_ids(value)
         value = without_lone_surrogates(value)
