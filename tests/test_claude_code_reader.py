@@ -251,3 +251,25 @@ def test_content_nested_hundreds_deep_is_that_lines_reject_not_the_ingests_end(s
     assert [(Path(r["source_file"]).name, r["line_no"]) for r in rejects] == [(claude.name, 3), (codex.name, 4)]
     assert all(r["reason"] == f"too-deep: the line's JSON nests more than {MAX_NESTING} levels" for r in rejects)
     assert [t["response"] for t in turns(store, "deep")] == ["first answer", "second answer"]
+
+
+def test_a_file_of_notices_only_is_one_turn_of_them(tmp_path):
+    """Nothing is lost when no prompt ever comes: the notices are one turn, at the first of them."""
+    path = tmp_path / "notices.jsonl"
+    path.write_text(
+        "\n".join(
+            [
+                _claude_line("n1", "user", "<command-name>/doctor</command-name>"),
+                json.dumps(
+                    {"type": "system", "subtype": "turn_duration", "sessionId": "deep", "uuid": "s1", "durationMs": 5}
+                ),
+                _claude_line("n2", "user", "<local-command-stdout>All checks passed</local-command-stdout>"),
+            ]
+        )
+        + "\n"  # fmt: skip
+    )
+    [row] = read_rows(path)
+    assert (row["id"], row["source_line"], row["prompt"]) == ("n1", 1, "")
+    assert row["response"] == (
+        "<command-name>/doctor</command-name>\n<local-command-stdout>All checks passed</local-command-stdout>"
+    )
