@@ -61,14 +61,14 @@ def test_2_1_sub_agents_are_turns_of_their_parent_session_and_replace_none_of_it
     trunk, agent, aside = (next(f for f in report.files if f.path == str(p)) for p in files)
     # The trunk's agent_progress copies of the agent's work are left to the agent's own file: read once.
     assert trunk.skip_reasons["agent_progress: read from the sub-agent's own file"] == 8
-    assert aside.skip_reasons == {"replayed: a copy of an event of 21a00000-0000-4000-8000-000000000003.jsonl": 1}
+    assert aside.skip_reasons == {"replayed: a copy of an event of 21a00000-0000-4000-8000-000000000003.jsonl": 3}
 
     stored = {t["id"]: t for t in turns(store, S_21)}
     assert set(stored) == {
         FIRST_21,
         "21b00019-7e1d-4c2b-9a0f-0123456789ab",
         "21c00000-7e1d-4c2b-9a0f-0123456789ab@agent-a3f9c2e17b4d80156",
-        "21d00000-7e1d-4c2b-9a0f-0123456789ab@agent-aside_question-c5e5c961a7749e08",
+        "21d00002-7e1d-4c2b-9a0f-0123456789ab@agent-aside_question-c5e5c961a7749e08",
     }
     first = stored[FIRST_21]
     # The parent's first turn keeps its own prompt and calls, whatever order the files come in.
@@ -81,8 +81,9 @@ def test_2_1_sub_agents_are_turns_of_their_parent_session_and_replace_none_of_it
         "Find other retry loops.",
     ]
     assert work["amount_tool_calls"] == 3 and json.loads(work["tools_used"]) == ["Grep", "Read"]
-    btw = stored["21d00000-7e1d-4c2b-9a0f-0123456789ab@agent-aside_question-c5e5c961a7749e08"]
+    btw = stored["21d00002-7e1d-4c2b-9a0f-0123456789ab@agent-aside_question-c5e5c961a7749e08"]
     assert btw["prompt"].endswith("Is 5 attempts enough for the CI proxy?") and "exponential" not in btw["document"]
+    assert btw["amount_tool_calls"] == 0  # the replayed call (same message.id, new uuid) is the trunk's
     [session] = rows(store, f"SELECT turn_count FROM sessions WHERE session_id = '{S_21}'")
     assert session["turn_count"] == 4 and sum(t["amount_tool_calls"] for t in stored.values()) == 8
 

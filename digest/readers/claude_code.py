@@ -29,7 +29,8 @@ Sub-agents (a `Task`/`Agent` call's work) are read once, from where Claude Code 
   `<uuid>@agent-<agentId>` so they never replace a trunk turn; the first prompt is headed by the
   sidecar `agent-<agentId>.meta.json` (type, description, the spawning `toolUseId`). Lines that
   are copies of the trunk's own events (an `aside_question` or `acompact` agent replays the
-  parent's conversation under the same `uuid`s) are skipped;
+  parent's conversation: its first prompt under the same `uuid`, its API responses under the same
+  `message.id`, results of its tool calls) are skipped, when the trunk file is there to tell;
 - in the session file itself (1.0's inline sidechains, `progress` events of `agent_progress` that
   carry each of the sub-agent's messages): the work of the turn that spawned it, marked
   `[subagent]`, unless the sub-agent's own file is there, which is then where it is read from.
@@ -133,7 +134,7 @@ def _place(obj: dict) -> tuple[str | None, str | None]:
 
 class _Agent:
     """What a sub-agent's own file says of itself: its id, the head of its first prompt (from the
-    sidecar meta.json), and the trunk's events it replays (their `uuid`s)."""
+    sidecar meta.json), and what marks the trunk's own events (`_trunk_keys`), which it may replay."""
 
     def __init__(self, source: str, agent_id: str, session_id: str) -> None:
         self.id = agent_id
@@ -154,28 +155,48 @@ class _Agent:
         try:
             stat = trunk.stat()
             self.trunk_name = trunk.name
-            self.replayed = _trunk_uuids(str(trunk), stat.st_size, stat.st_mtime_ns)
+            self.replayed = _trunk_keys(str(trunk), stat.st_size, stat.st_mtime_ns)
         except OSError:  # the trunk is not on disk: nothing can be told a copy
             self.trunk_name, self.replayed = None, frozenset()
 
 
 @functools.lru_cache(maxsize=4)
-def _trunk_uuids(path: str, size: int, mtime_ns: int) -> frozenset[str]:
-    """The `uuid`s of a session file's own events (not its sidechains', which a sub-agent's file
-    holds as its own), read once per version of the file (`size`, `mtime_ns`)."""
+def _trunk_keys(path: str, size: int, mtime_ns: int) -> frozenset[str]:
+    """What marks a session file's own events (not its sidechains', which a sub-agent's file holds
+    as its own): `u:` their `uuid`s, `m:` their API responses' `message.id`s, `t:` their tool calls'
+    ids. Read once per version of the file (`size`, `mtime_ns`)."""
     found = set()
     with open(path, "rb") as handle:
         for raw in handle:
-            if b'"uuid"' not in raw:
-                continue
             try:
                 obj = json.loads(raw)
             except (ValueError, RecursionError):
                 continue
-            if isinstance(obj, dict) and obj.get("type") in EVENT_TYPES and obj.get("isSidechain") is not True:
-                if isinstance(obj.get("uuid"), str):
-                    found.add(obj["uuid"])
+            if not isinstance(obj, dict) or obj.get("type") not in EVENT_TYPES or obj.get("isSidechain") is True:
+                continue
+            message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
+            if isinstance(obj.get("uuid"), str):
+                found.add(f"u:{obj['uuid']}")
+            if obj["type"] == "assistant" and isinstance(message.get("id"), str):
+                found.add(f"m:{message['id']}")
+            content = message.get("content")
+            for part in content if isinstance(content, list) else []:
+                if isinstance(part, dict) and part.get("type") == "tool_use" and isinstance(part.get("id"), str):
+                    found.add(f"t:{part['id']}")
     return frozenset(found)
+
+
+def _replayed(obj: dict, trunk: frozenset[str]) -> bool:
+    """A forked agent's copy of a trunk event: the same `uuid`, or a copy of the trunk's API response
+    (its `message.id`, under a new `uuid` and `requestId`), or results of the trunk's tool calls."""
+    if f"u:{obj.get('uuid')}" in trunk:
+        return True
+    message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
+    if obj.get("type") == "assistant":
+        return f"m:{message.get('id')}" in trunk
+    content = message.get("content") if isinstance(message.get("content"), list) else []
+    results = [p for p in content if isinstance(p, dict) and p.get("type") == "tool_result"]
+    return bool(results) and all(f"t:{p.get('tool_use_id')}" in trunk for p in results)
 
 
 class _Line:
@@ -311,7 +332,7 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
                 agent_id = _name_agent_id(source) or (agent_id if sidechain else None)
                 agent = _Agent(source, agent_id, session_id) if agent_id else None
             if agent is not None:
-                if uuid in agent.replayed:
+                if _replayed(obj, agent.replayed):
                     yield Read("skip", line_no, reason=f"replayed: a copy of an event of {agent.trunk_name}")
                     continue
                 sidechain = False  # the sub-agent's own turn: its task is its prompt
