@@ -86,6 +86,7 @@ class FileReport:
     superseded: int = 0
     skipped: int = 0
     folded: int = 0  # lines read into a turn (or a session's metadata) counted at another line
+    skip_reasons: dict[str, int] = field(default_factory=dict)  # why lines were skipped, when a reader says
     # Vector rows: embeddings kept, and those dropped as malformed (their turn or summary is kept).
     # A file's vectors have one length, its first kept vector's (`dimensions`).
     dimensions: int | None = None
@@ -255,6 +256,8 @@ def _read_batches(path: Path, kind: str, report: FileReport, seen: dict) -> Iter
                     report.rows += 1
                 elif read.outcome == "skip":
                     report.skipped += 1
+                    if read.reason:
+                        report.skip_reasons[read.reason] = report.skip_reasons.get(read.reason, 0) + 1
                 else:
                     report.folded += 1
                 batch.kept.append(read.line_no)

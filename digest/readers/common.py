@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from digest.turns import compose_document, id_sort_key, parse_timestamp_ms, partition_key
 
 EXCERPT_CHARS = 200
+# How deep a line's JSON may nest. Every walk of a line's values (its text, its lone surrogates)
+# recurses a level a call or two, so a line nested deeper than this is the line's reject before any
+# walk starts, not a RecursionError that would end the whole ingest; real logs nest some 10 levels.
+MAX_NESTING = 200
 _EMBEDDING = re.compile(r'"embedding"\s*:\s*\[')
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 BOM = b"\xef\xbb\xbf"
@@ -89,10 +93,23 @@ def load_json(text: str, what: str = "line") -> dict:
         raise Reject(f"json-parse: {exc}"[:300]) from None
     if not isinstance(value, dict):
         raise Reject(f"not-an-object: {what} holds a JSON {type(value).__name__}")
+    if text.count("{") + text.count("[") > MAX_NESTING:  # else it cannot nest that deep: no walk
+        _check_nesting(value, what)
     if _SURROGATE_ESCAPE.search(text):
         _refuse_lone_surrogate_ids(value)
         value = without_lone_surrogates(value)
     return value
+
+
+def _check_nesting(value: dict, what: str) -> None:
+    """Refuse a value nested deeper than MAX_NESTING, walked without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise Reject(f"too-deep: the {what}'s JSON nests more than {MAX_NESTING} levels")
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
 # Where a line's identities are (memory rows, simple turns, graph nodes and edges, summaries,
@@ -212,6 +229,10 @@ def turn_row(
         "archived_reason": None,
         "source_file": source,
         "source_line": line_no,
+        # Where the work happened, as the harness recorded it (the working directory and its git
+        # branch), when it does.
+        "project": None,
+        "git_branch": None,
     }
 
 
@@ -250,6 +271,8 @@ class PendingTurn:
     response: list[str] = field(default_factory=list)
     tool_calls: int = 0
     tools: list[str] = field(default_factory=list)
+    project: str | None = None
+    git_branch: str | None = None
 
     def tool(self, name: str, call: str) -> None:
         """A tool call, kept in the response as `[tool name] arguments`."""
@@ -287,6 +310,7 @@ class PendingTurn:
                 required=(),
             )
             row["amount_tool_calls"] = self.tool_calls
+            row["project"], row["git_branch"] = self.project, self.git_branch
             row["tools_used"] = json.dumps(self.tools) if self.tools else None
             row["embedding"] = None
             check_derivable(row)
