@@ -36,6 +36,10 @@ TIERS = {
     "test_realistic_corpus": "unit",
     "test_repeats": "unit",
     "test_vectors": "unit",
+    "test_codex_reader": "unit",
+    "test_aider_reader": "unit",
+    "test_trajectory_reader": "unit",
+    "test_reader_timestamps": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",
