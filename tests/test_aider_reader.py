@@ -34,6 +34,11 @@ def test_reasoning_goes_to_the_thought_and_a_fenced_heading_stays_in_the_reply()
     assert "```markdown\n#### Install\npip install shop\n```\n\n#### Install\n\nThat line" in first["response"]
     assert "[tool run] git status --short\n\n> M README.md" in first["response"]  # `!cmd` is `/run`
     assert second["prompt"] == "ok, do it" and "#### Install\n>>>>>>> REPLACE" in second["response"]
+    # An answer aider gave itself, logged as input, is kept in the turn.
+    assert (
+        "[command] Apply edits to README.md? (Y)es/(N)o/(A)ll/(S)kip all/(D)on't ask again [Yes]: all"
+        in second["response"]
+    )
     assert {t["model"] for t in (first, second)} == {"deepseek/deepseek-reasoner"}
 
 

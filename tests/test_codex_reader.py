@@ -52,7 +52,8 @@ def test_the_jsonl_before_the_envelope_reads_its_session_branch_and_cwd():
     assert got[0]["thought"] == "**Looking at the upsert**" and "gAAAAB" not in got[0]["document"]
     assert "etl/load.py:41: INSERT" in got[0]["response"]  # `{content, success}` output
     assert {(t["project"], t["git_branch"]) for t in got} == {("/home/dev/etl", "main")}
-    assert "environment_context" not in " ".join(t["document"] for t in got)
+    doc = " ".join(t["document"] for t in got)
+    assert "environment_context" not in doc and "Prefer small commits" not in doc  # a message of two CLI blocks
 
 
 def test_cli_notices_start_no_turn_and_copies_are_read_once():

@@ -47,6 +47,8 @@ _THINK_OPEN = re.compile(r"^<(thinking-content-[0-9a-f]+)>\s*$")
 _THINKING, _ANSWER = "► **THINKING**", "► **ANSWER**"
 _TOOL_COMMANDS = frozenset({"run", "test", "lint", "git"})
 _PROMPT_COMMANDS = frozenset({"ask", "code", "architect", "help"})
+# `confirm_ask` logs an answer it gave from a group's earlier choice through `user_input`.
+_CONFIRM = re.compile(r"\(Y\)es/\(N\)o.*\]: ?\S*$")
 
 
 def sniff(head: bytes) -> bool:
@@ -119,21 +121,21 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
         if _is_input(session, text, in_input, after_blank):
             body = line[len(_USER) :] if line.startswith(_USER) else ""
             if in_input:  # the same input's next line
-                _input_line(session.turn, body, command)
+                _input_line(session.turn, body, command, first=False)
                 yield Read("fold", line_no)
                 continue
             if session.strict is None:
                 session.strict = text.endswith(_BREAK)
             in_input, command = True, _is_command(body)
             turn = session.turn
-            if command and turn is not None or (turn is not None and not command and not _has_prompt(turn)):
-                _input_line(turn, body, command)  # kept in the turn it belongs to
+            if turn is not None and (command or not _has_prompt(turn)):
+                _input_line(turn, body, command, first=True)  # kept in the turn it belongs to
                 yield Read("fold", line_no)
                 continue
             done = session.start(line_no, raw, line)
             if done is not None:
                 yield done.finish(source)
-            _input_line(session.turn, body, command)
+            _input_line(session.turn, body, command, first=True)
             continue  # counted when the turn is done
         in_input = False
         if session.turn is None:  # the banner, before the first input
@@ -162,7 +164,8 @@ def _is_input(session: _Session, text: str, in_input: bool, after_blank: bool) -
 
 
 def _is_command(body: str) -> bool:
-    if body.startswith("!"):
+    """A slash command, `!cmd`, or a confirmation aider answered itself and logged as input."""
+    if body.startswith("!") or _CONFIRM.search(body):
         return True
     if not body.startswith("/"):
         return False
@@ -174,20 +177,17 @@ def _has_prompt(turn: PendingTurn) -> bool:
     return any(part.strip() for part in turn.prompt)
 
 
-def _input_line(turn: PendingTurn, body: str, command: bool) -> None:
+def _input_line(turn: PendingTurn, body: str, command: bool, first: bool) -> None:
     """One line of an input: the prompt's, or a command kept as text (a tool call for those that
     run something) of the turn."""
     if not command:
         turn.prompt.append(body)
-        return
-    if turn.response and turn.response[-1].startswith(("[command] ", "[tool ")) and not body.startswith(("/", "!")):
+    elif not first:
         turn.response[-1] += "\n" + body  # a command's next line
-        return
-    name, _, args = body[1:].partition(" ")
-    if body.startswith("!"):
+    elif body.startswith("!"):
         turn.tool("run", body[1:].strip())
-    elif name in _TOOL_COMMANDS:
-        turn.tool(name, args.strip())
+    elif body.startswith("/") and (name := body[1:].partition(" ")[0]) in _TOOL_COMMANDS:
+        turn.tool(name, body[1:].partition(" ")[2].strip())
     else:
         turn.response.append(f"[command] {body}")
 

@@ -54,9 +54,9 @@ ITEM_TYPES = frozenset(
         "custom_tool_call_output", "local_shell_call", "web_search_call",
     }
 )  # fmt: skip
-# A user message the CLI wrote itself: one `<tag>…</tag>` block whose tag has a `_` or a space
+# A user message the CLI wrote itself: `<tag>…</tag>` blocks, each tag with a `_` or a space
 # (`<environment_context>`, `<permissions instructions>`), which a typed prompt almost never is.
-_CLI_BLOCK = re.compile(r"\A<([a-z]+(?:[_ ][a-z]+)+)>.*</\1>\Z", re.DOTALL)
+_CLI_BLOCK = re.compile(r"\s*<([a-z]+(?:[_ ][a-z]+)+)>(.*?)</\1>\s*", re.DOTALL)
 # Of those, the ones kept as text of their turn, and their label; the others are context, skipped.
 _KEPT_BLOCKS = {"turn_aborted": "aborted", "user_action": "user action", "user_shell_command": "user shell"}
 _AGENTS_MD = "# AGENTS.md instructions"
@@ -148,16 +148,18 @@ class _Session:
         if role != "user":
             return "skip"  # `developer` and `system`: the CLI's instructions
         stripped = text.strip()
-        block = _CLI_BLOCK.match(stripped)
-        if block or stripped.startswith(_AGENTS_MD):
-            label = _KEPT_BLOCKS.get(block.group(1)) if block else None
-            if label is None:
-                if block and block.group(1) == "environment_context" and (cwd := _CWD.search(stripped)):
+        if stripped.startswith(_AGENTS_MD):
+            return "skip"
+        blocks = _cli_blocks(stripped)
+        if blocks:
+            outcome = "skip"
+            for tag, inner in blocks:
+                if tag == "environment_context" and (cwd := _CWD.search(inner)):
                     self.project = self.project or cwd.group(1).strip()  # the older rollouts' only cwd
-                return "skip"
-            tag = block.group(1)
-            inner = "" if tag == "turn_aborted" else stripped[len(tag) + 2 : -len(tag) - 3].strip()
-            return self._mark(label, inner)
+                label = _KEPT_BLOCKS.get(tag)
+                if label is not None and self._mark(label, "" if tag == "turn_aborted" else inner.strip()) == "fold":
+                    outcome = "fold"
+            return outcome
         return self._copy("prompt", text, "item", ts, line_no, raw, can_start)
 
     def event(self, payload: dict, ts, line_no: int, raw: bytes, can_start: bool = True) -> str:
@@ -305,6 +307,19 @@ def _document_turns(read_lines: list[tuple[int, bytes]], source: str) -> dict[in
     if not session.done:
         raise Reject("no-turns: the rollout holds no prompt, reply or tool call")
     return {turn.line_no: turn for turn in session.done}
+
+
+def _cli_blocks(text: str) -> list[tuple[str, str]]:
+    """The CLI's blocks a user message is made of (its tag and inner text each), or none when
+    anything else is in it: then the user typed it."""
+    blocks, pos = [], 0
+    while pos < len(text):
+        match = _CLI_BLOCK.match(text, pos)
+        if match is None:
+            return []
+        blocks.append((match.group(1), match.group(2)))
+        pos = match.end()
+    return blocks
 
 
 def _add_item(turn: PendingTurn, item: dict) -> None:
