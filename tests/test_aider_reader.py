@@ -18,7 +18,8 @@ def test_the_replys_own_headings_and_slash_commands_start_no_turn():
     for heading in ("#### Changes", "#### Why this works", "#### Notes"):
         assert heading in response  # the reply is one reply, not four turns
     assert response.startswith("[command] /add app.py\n\n> Added /home/dev/shop/app.py to the chat")
-    assert "[tool run] pytest -q\n\n> ...\n> 3 passed in 0.05s" in response  # `/run`'s output follows its call
+    # `/run` is a tool call, the `> ` lines after it its output.
+    assert "[tool run] pytest -q\n[output] ...\n3 passed in 0.05s\nAdd the output to the chat? y\n[command]" in response
     assert response.endswith("[command] /drop app.py\n\n> Removed app.py from the chat")
     assert turn["amount_tool_calls"] == 1 and json.loads(turn["tools_used"]) == ["run"]
     assert turn["model"] == "gpt-4-1106-preview"  # from the v0.4x `> Models:` banner
@@ -32,7 +33,7 @@ def test_reasoning_goes_to_the_thought_and_a_fenced_heading_stays_in_the_reply()
     assert first["thought"] == "The user wants a level-4 heading. Markdown uses `####` for that."
     assert "thinking-content" not in first["response"]
     assert "```markdown\n#### Install\npip install shop\n```\n\n#### Install\n\nThat line" in first["response"]
-    assert "[tool run] git status --short\n\n> M README.md" in first["response"]  # `!cmd` is `/run`
+    assert "[tool run] git status --short\n[output] M README.md" in first["response"]  # `!cmd` is `/run`
     assert second["prompt"] == "ok, do it" and "#### Install\n>>>>>>> REPLACE" in second["response"]
     # An answer aider gave itself, logged as input, is kept in the turn.
     assert (

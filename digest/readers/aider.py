@@ -66,9 +66,17 @@ class _Session:
         self.strict: bool | None = None  # whether inputs end in the line break (told by the first)
         self.fence = False  # inside a code fence of the reply
         self.thinking: str | None = None  # the closing line of the reasoning block being read
+        self.output: list[str] | None = None  # the `> ` lines after a command that ran something
+
+    def flush(self) -> None:
+        """The command's output, as the tool call's output."""
+        if self.output is not None:
+            self.turn.output("\n".join(self.output).strip())
+            self.output = None
 
     def start(self, line_no: int, raw: bytes, first_input: str) -> PendingTurn | None:
         """A new turn at this line; returns the one it ends."""
+        self.flush()
         done = self.turn
         if self.session_id is None:
             self.session_id = _session_id(self.header, first_input)
@@ -103,6 +111,7 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
         after_blank, blank_before = blank_before, not text.strip()
         if line.startswith(HEADER):
             if session is not None and session.turn is not None:
+                session.flush()
                 yield session.turn.finish(source)
             try:
                 header = (line, timestamp(line[len(HEADER) :].strip(), ""))
@@ -121,7 +130,7 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
         if _is_input(session, text, in_input, after_blank):
             body = line[len(_USER) :] if line.startswith(_USER) else ""
             if in_input:  # the same input's next line
-                _input_line(session.turn, body, command, first=False)
+                _input_line(session, body, command, first=False)
                 yield Read("fold", line_no)
                 continue
             if session.strict is None:
@@ -129,13 +138,14 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
             in_input, command = True, _is_command(body)
             turn = session.turn
             if turn is not None and (command or not _has_prompt(turn)):
-                _input_line(turn, body, command, first=True)  # kept in the turn it belongs to
+                session.flush()
+                _input_line(session, body, command, first=True)  # kept in the turn it belongs to
                 yield Read("fold", line_no)
                 continue
             done = session.start(line_no, raw, line)
             if done is not None:
                 yield done.finish(source)
-            _input_line(session.turn, body, command, first=True)
+            _input_line(session, body, command, first=True)
             continue  # counted when the turn is done
         in_input = False
         if session.turn is None:  # the banner, before the first input
@@ -148,6 +158,7 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
         _reply_line(session, line)
         yield Read("fold", line_no)
     if session is not None and session.turn is not None:
+        session.flush()
         yield session.turn.finish(source)
 
 
@@ -177,24 +188,36 @@ def _has_prompt(turn: PendingTurn) -> bool:
     return any(part.strip() for part in turn.prompt)
 
 
-def _input_line(turn: PendingTurn, body: str, command: bool, first: bool) -> None:
-    """One line of an input: the prompt's, or a command kept as text (a tool call for those that
-    run something) of the turn."""
+def _input_line(session: _Session, body: str, command: bool, first: bool) -> None:
+    """One line of an input: the prompt's, or a command kept as text of the turn (a tool call for
+    those that run something, the `> ` lines after it its output)."""
+    turn = session.turn
     if not command:
         turn.prompt.append(body)
-    elif not first:
+        return
+    if not first:
         turn.response[-1] += "\n" + body  # a command's next line
-    elif body.startswith("!"):
+        return
+    name, _, args = body[1:].partition(" ")
+    if body.startswith("!"):
         turn.tool("run", body[1:].strip())
-    elif body.startswith("/") and (name := body[1:].partition(" ")[0]) in _TOOL_COMMANDS:
-        turn.tool(name, body[1:].partition(" ")[2].strip())
+    elif body.startswith("/") and name in _TOOL_COMMANDS:
+        turn.tool(name, args.strip())
     else:
         turn.response.append(f"[command] {body}")
+        return
+    session.output = []
 
 
 def _reply_line(session: _Session, line: str) -> None:
-    """A reply or output line: to the thought inside a reasoning block, else to the response."""
+    """A reply or output line: to a command's output, to the thought inside a reasoning block, else
+    to the response."""
     turn = session.turn
+    if session.output is not None:
+        if line.startswith("> ") or line.strip() in ("", ">"):
+            session.output.append(line[2:])
+            return
+        session.flush()
     if session.thinking is not None:
         if line.strip() == session.thinking:
             session.thinking = None

@@ -76,7 +76,7 @@ def sniff(objs: list[dict]) -> bool:
 
 def sniff_document(head: bytes) -> bool:
     """The TypeScript CLI's `.json` rollout: `{"session": {…}, "items": [`."""
-    return bool(_DOCUMENT.match(head[:4096]))
+    return bool(_DOCUMENT.match(head))
 
 
 def read(lines: Lines, source: str) -> Iterator[Read]:
