@@ -51,6 +51,7 @@ def test_mini_swe_agent_2s_message_times_are_the_turns_times():
     got = turns(MINI / "2.0" / "requests-4498.traj.json")
     assert [t["ts_ms"] for t in got] == [1_761_000_000_250, 1_761_000_060_250]  # epoch seconds, read as such
     assert got[0]["model"] == "gpt-5-mini" and got[0]["project"] is None
+    assert got[1]["response"].endswith("[exit] diff --git a/requests/models.py b/requests/models.py")
 
 
 def test_a_message_time_out_of_range_rejects_the_file_with_its_reason(tmp_path):

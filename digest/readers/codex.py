@@ -147,27 +147,35 @@ class _Session:
             return self._copy("response", text, "item", ts, line_no, raw)
         if role != "user":
             return "skip"  # `developer` and `system`: the CLI's instructions
+        return self._user_text(text, "item", ts, line_no, raw, can_start)
+
+    def _user_text(self, text: str, origin: str, ts, line_no: int, raw: bytes, can_start: bool) -> str:
+        """A user message: a prompt, or what the CLI wrote itself (context skipped, notices kept)."""
         stripped = text.strip()
         if stripped.startswith(_AGENTS_MD):
             return "skip"
         blocks = _cli_blocks(stripped)
-        if blocks:
-            outcome = "skip"
-            for tag, inner in blocks:
-                if tag == "environment_context" and (cwd := _CWD.search(inner)):
-                    self.project = self.project or cwd.group(1).strip()  # the older rollouts' only cwd
-                label = _KEPT_BLOCKS.get(tag)
-                if label is not None and self._mark(label, "" if tag == "turn_aborted" else inner.strip()) == "fold":
-                    outcome = "fold"
-            return outcome
-        return self._copy("prompt", text, "item", ts, line_no, raw, can_start)
+        if not blocks:
+            return self._copy("prompt", text, origin, ts, line_no, raw, can_start)
+        outcome = "skip"
+        for tag, inner in blocks:
+            if tag == "environment_context" and (cwd := _CWD.search(inner)):
+                self.project = self.project or cwd.group(1).strip()  # the older rollouts' only cwd
+            label = _KEPT_BLOCKS.get(tag)
+            if label is not None and self._mark(label, "" if tag == "turn_aborted" else inner.strip()) == "fold":
+                outcome = "fold"
+        return outcome
 
     def event(self, payload: dict, ts, line_no: int, raw: bytes, can_start: bool = True) -> str:
         kind = payload.get("type")
         part = _EVENT_COPIES.get(kind)
         if part is not None:
             text = block_text(payload.get("message", payload.get("text")))
-            return self._copy(part, text, "event", ts, line_no, raw, can_start)
+            if part != "prompt":
+                return self._copy(part, text, "event", ts, line_no, raw, can_start)
+            if payload.get("kind") not in (None, "plain"):  # some CLIs tag the context they send
+                return "skip"
+            return self._user_text(text, "event", ts, line_no, raw, can_start)
         if kind == "turn_aborted":  # the CLI writes it as a `<turn_aborted>` message too: one mark a turn
             return self._mark("aborted", "")
         if kind == "thread_rolled_back":
@@ -176,10 +184,11 @@ class _Session:
         return "skip"
 
     def _mark(self, label: str, text: str) -> str:
-        """A notice of the CLI's, as `[label] text` in the turn's response (the aborted mark once)."""
-        if label == "aborted" and ("mark", label) in self.texts:
+        """A notice of the CLI's, as `[label] text` in the turn's response: once a turn when the CLI
+        writes it both as an event and as a message (all but the rollback)."""
+        if label != "rolled back" and ("mark", f"{label} {text}") in self.texts:
             return "skip"
-        self.texts[("mark", label)] = "item"
+        self.texts[("mark", f"{label} {text}")] = "item"
         return self._add(lambda turn: turn.response.append(f"[{label}] {text}".rstrip()))
 
     def _copy(self, part: str, text: str, origin: str, ts, line_no: int, raw: bytes, can_start: bool = True) -> str:

@@ -219,6 +219,8 @@ def _messages(doc: dict, field: str, text: str, key: str | None) -> list:
                 if not calls and (blocks := content.count("```bash") + content.count("```mswea_bash_command")):
                     turn.tool_calls += blocks
                     turn.tools[:] = turn.tools if "bash" in turn.tools else [*turn.tools, "bash"]
+            elif role == "exit":  # mini-SWE-agent 2's last message: how the run ended
+                turn.output(content, label="exit")
             else:
                 turn.output(content)
 
