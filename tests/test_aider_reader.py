@@ -69,3 +69,13 @@ def test_a_session_of_commands_alone_is_one_turn_and_every_line_is_counted(tmp_p
         turn["prompt"] == ""
         and turn["response"] == "[command] /add a.py\n\n> Added a.py to the chat\n\n[command] /tokens\n\n> 1.2k tokens"
     )
+
+
+def test_a_think_block_the_model_wrote_is_its_thought_but_not_inside_a_fence(tmp_path):
+    path = tmp_path / ".aider.chat.history.md"
+    path.write_text(
+        "\n# aider chat started at 2026-01-05 10:00:00\n\n#### explain the tags  \n\n"
+        "<think>\nThey want XML.\n</think>\n\n```xml\n<think>\n```\n\nThat is the tag.\n"
+    )
+    [turn] = turns(path)
+    assert turn["thought"] == "They want XML." and turn["response"] == "```xml\n<think>\n```\n\nThat is the tag."

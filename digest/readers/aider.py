@@ -43,7 +43,8 @@ _USER = "#### "
 _BREAK = "  "  # markdown's hard line break, which aider ends its own lines with
 _MODEL = re.compile(r"^> (?:Main )?[Mm]odels?: (\S+)")
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_THINK_OPEN = re.compile(r"^<(thinking-content-[0-9a-f]+)>\s*$")
+# A reasoning block: aider's own tag, or the `<think>` a model wrote in its reply.
+_THINK_OPEN = re.compile(r"^<(thinking-content-[0-9a-f]+|think|thinking)>\s*$")
 _THINKING, _ANSWER = "► **THINKING**", "► **ANSWER**"
 _TOOL_COMMANDS = frozenset({"run", "test", "lint", "git"})
 _PROMPT_COMMANDS = frozenset({"ask", "code", "architect", "help"})
@@ -228,7 +229,7 @@ def _reply_line(session: _Session, line: str) -> None:
         else:
             turn.thought.append(line)
         return
-    if match := _THINK_OPEN.match(line):
+    if not session.fence and (match := _THINK_OPEN.match(line)):
         session.thinking = f"</{match.group(1)}>"
         return
     if line.strip() == _THINKING:
