@@ -17,7 +17,7 @@ before it (or, before the session's first prompt, the turn that prompt then fill
 `[command] /add …`; `/run`, `/test`, `/lint`, `/git` and `!` as a tool call, the `> ` lines after
 it its output. `/ask`, `/code`, `/architect` and `/help` with a question are prompts. A reasoning
 model's `<thinking-content-…>` block (or `► **THINKING**` … `► **ANSWER**` as later versions
-render it) goes to the thought.
+render it, or a `<think>` block outside a code fence) goes to the thought.
 
 The file holds no session id and no time but the session's start: the session is
 `aider-<start>-<10 hex digits>` (a hash of its header line and first input, so a history appended

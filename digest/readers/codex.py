@@ -85,7 +85,7 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
         first.append(numbered)
         if numbered[1].strip():
             break
-    if first and first[-1][1].strip() in (b"{", b"{\r") or (first and _DOCUMENT.match(first[-1][1])):
+    if first and (first[-1][1].strip() == b"{" or _DOCUMENT.match(first[-1][1])):
         yield from _read_document([*first, *lines], source)
     else:
         yield from _read_lines(chain(first, lines), source)
