@@ -40,6 +40,7 @@ TIERS = {
     "test_aider_reader": "unit",
     "test_trajectory_reader": "unit",
     "test_reader_timestamps": "unit",
+    "test_harness_fixture_sets": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",
