@@ -51,15 +51,17 @@ FORMATS = {
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
-@pytest.mark.parametrize("bad", [YEAR_10000_MS, BEFORE_YEAR_1_MS], ids=["year-10000", "before-year-1"])
-def test_every_reader_rejects_an_epoch_time_out_of_range(store, tmp_path, name, bad):
+def test_every_reader_rejects_an_epoch_time_out_of_range(store, tmp_path, name):
     file_name, line = FORMATS[name]
     path = tmp_path / file_name
-    path.write_text("".join(json.dumps(line(ts)) + "\n" for ts in (1_761_000_000_000, bad, "2026-11-19T14:02:11Z")))
+    stamps = (1_761_000_000_000, YEAR_10000_MS, BEFORE_YEAR_1_MS, "2026-11-19T14:02:11Z")
+    path.write_text("".join(json.dumps(line(ts)) + "\n" for ts in stamps))
     report = ingest_paths([path], store)
-    assert report.turns == 2 and report.rejects == 1
-    [reject] = rows(store, "SELECT line_no, reason FROM rejects")
-    assert reject["line_no"] == 2 and reject["reason"].startswith("bad-timestamp:")
-    assert "out of range: outside years 1 to 9999" in reject["reason"]
-    stamps = [r["ts_ms"] for r in rows(store, "SELECT ts_ms FROM turns ORDER BY ts_ms")]
-    assert stamps == [1_761_000_000_000, 1_795_096_931_000]
+    assert report.turns == 2 and report.rejects == 2
+    rejects = rows(store, "SELECT line_no, reason FROM rejects ORDER BY line_no")
+    assert [r["line_no"] for r in rejects] == [2, 3]
+    for reject in rejects:
+        assert reject["reason"].startswith("bad-timestamp:")
+        assert "out of range: outside years 1 to 9999" in reject["reason"]
+    stored = [r["ts_ms"] for r in rows(store, "SELECT ts_ms FROM turns ORDER BY ts_ms")]
+    assert stored == [1_761_000_000_000, 1_795_096_931_000]
