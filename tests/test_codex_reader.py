@@ -118,3 +118,24 @@ def test_a_rollout_cut_at_its_head_keeps_its_work_and_a_bad_line_costs_only_itse
     got = [r.row for r in reads if r.outcome == "turn"]
     assert got[0]["prompt"] == "" and "[tool shell]" in got[0]["response"]  # the work before a prompt is a turn
     assert got[0]["session_id"] == "rollout-cut" and [t["prompt"] for t in got[1:]] == ORIGINAL_PROMPTS[1:]
+
+
+def test_a_prompt_with_an_image_and_its_event_copy_are_one_turn(tmp_path):
+    image = "data:image/png;base64,iVBORw0KGgo="
+    lines = [
+        {"timestamp": "2026-10-02T08:10:00Z", "type": "session_meta", "payload": {"id": "s-image", "cwd": "/w"}},
+        {"timestamp": "2026-10-02T08:10:01Z", "type": "event_msg",
+         "payload": {"type": "user_message", "message": "Why is this chart empty?", "images": [image]}},
+        {"timestamp": "2026-10-02T08:10:01Z", "type": "response_item",
+         "payload": {"type": "message", "role": "user", "content": [
+             {"type": "input_text", "text": "Why is this chart empty?"}, {"type": "input_image", "image_url": image}]}},
+        {"timestamp": "2026-10-02T08:10:05Z", "type": "response_item", "payload": {
+            "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "The y range is 0."}]}},
+        {"timestamp": "2026-10-02T08:11:00Z", "type": "event_msg",
+         "payload": {"type": "user_message", "message": "Why is this chart empty?", "images": []}},
+    ]  # fmt: skip
+    path = tmp_path / "rollout-image.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first, second = turns(path)  # the same words typed again after a reply are a turn of their own
+    assert first["prompt"] == "Why is this chart empty?" and "base64" not in first["document"]
+    assert first["response"] == "The y range is 0." and second["prompt"] == "Why is this chart empty?"

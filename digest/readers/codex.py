@@ -107,6 +107,7 @@ class _Session:
         self.done: list[PendingTurn] = []
         # The message texts the turn holds, by part, with where each came from (`item` or `event`).
         self.texts: dict[tuple[str, str], str] = {}
+        self.prompt_from: str | None = None  # where the turn's prompt came from
 
     def meta(self, payload: dict, ts) -> None:
         meta_id = text_field(payload, "id", "payload.")
@@ -198,6 +199,8 @@ class _Session:
         key = (part, text.strip())
         if self.texts.get(key, origin) != origin:
             return "skip"
+        if part == "prompt" and self.prompt_from not in (None, origin) and not self._worked():
+            return "skip"  # the other copy of the prompt just read (with images, their texts differ)
         if self.turn is None or (part == "prompt" and can_start):
             self._start(ts, line_no, raw)
             outcome = "start"
@@ -205,7 +208,13 @@ class _Session:
             outcome = "fold"
         getattr(self.turn, part).append(text)
         self.texts[key] = origin
+        if part == "prompt":
+            self.prompt_from = origin
         return outcome
+
+    def _worked(self) -> bool:
+        """Whether the turn holds anything besides its prompt."""
+        return bool(self.turn.response or self.turn.thought or self.turn.tool_calls)
 
     def _add(self, fill) -> str:
         if self.turn is None:
@@ -217,7 +226,7 @@ class _Session:
         if self.turn is not None:
             self.done.append(self.turn)
         self.count += 1
-        self.texts = {}
+        self.texts, self.prompt_from = {}, None
         self.turn = PendingTurn(
             turn_id=f"{self.session_id}:{self.count:05d}",
             session_id=self.session_id,
