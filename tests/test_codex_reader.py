@@ -139,3 +139,27 @@ def test_a_prompt_with_an_image_and_its_event_copy_are_one_turn(tmp_path):
     first, second = turns(path)  # the same words typed again after a reply are a turn of their own
     assert first["prompt"] == "Why is this chart empty?" and "base64" not in first["document"]
     assert first["response"] == "The y range is 0." and second["prompt"] == "Why is this chart empty?"
+
+
+def test_a_line_that_fails_after_opening_a_turn_is_its_reject_and_no_turn(tmp_path, monkeypatch):
+    import digest.readers.codex as codex
+
+    real = codex.arguments_text
+
+    def arguments_text(value):
+        if "boom" in str(value):
+            raise RecursionError("maximum recursion depth exceeded")  # as a too deeply nested value does
+        return real(value)
+
+    monkeypatch.setattr(codex, "arguments_text", arguments_text)
+    call = {"type": "function_call", "name": "shell", "arguments": "boom", "call_id": "c"}
+    lines = [
+        {"timestamp": "2026-10-02T08:10:00Z", "type": "response_item", "payload": call},
+        {"timestamp": "2026-10-02T08:10:01Z", "type": "response_item",
+         "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]}},
+    ]  # fmt: skip
+    path = tmp_path / "rollout-boom.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    reads = read_file(path)  # every line once: the rejected line is not also a turn's
+    assert [(r.outcome, r.line_no) for r in reads] == [("reject", 1), ("turn", 2)]
+    assert reads[1].row["id"] == "rollout-boom:00001"

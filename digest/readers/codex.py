@@ -95,7 +95,6 @@ class _Session:
     """One rollout's state as its items are read: the session, the turn being read, and the turns done."""
 
     def __init__(self, source: str):
-        self.source = source
         self.session_id = Path(source).name.removesuffix(".jsonl").removesuffix(".json")  # until the file says
         self.owned = False  # whether a `session_meta` has named the session
         self.session_ts: int | None = None
@@ -239,6 +238,13 @@ class _Session:
             git_branch=self.git_branch,
         )
 
+    def unstart(self, line_no: int) -> None:
+        """A turn begun at a line that is then rejected is no turn: the one before goes on."""
+        if self.turn is not None and self.turn.line_no == line_no:
+            self.turn = self.done.pop() if self.done else None
+            self.count -= 1
+            self.texts, self.prompt_from = {}, None
+
 
 def _read_lines(lines: Lines, source: str) -> Iterator[Read]:
     session = _Session(source)
@@ -261,6 +267,7 @@ def _read_lines(lines: Lines, source: str) -> Iterator[Read]:
             else:
                 outcome = "skip"
         except Exception as exc:  # any content: this line's reject, never the run's end
+            session.unstart(line_no)
             yield Read("reject", line_no, reason=reason_of(exc), excerpt=excerpt(raw))
             continue
         for turn in session.done:
