@@ -118,29 +118,32 @@ def _could_be_hashed(key: str) -> bool:
     return not prefix or len(prefix) == _HASH_PREFIX_CHARS or "_" in prefix or _could_be_hashed(prefix)
 
 
-def parse_timestamp_ms(value: object) -> int | None:
-    """Epoch milliseconds from a number, a numeric string or an ISO-8601 string.
+def parse_timestamp_ms(value: object, *, seconds: bool = False) -> int | None:
+    """Epoch milliseconds from a number, a numeric string or an ISO-8601 string; with `seconds`, a
+    number (or numeric string) is epoch seconds, as `time.time()` writes it.
 
-    Raises ValueError for anything else, so the ingest can reject the line with its reason.
+    Raises ValueError for anything else, and for an instant outside years 1 to 9999 whatever its
+    form, so the ingest can reject the line with its reason.
     """
     if value is None or value == "":
         return None
     if isinstance(value, bool):
         raise ValueError(f"timestamp {value!r} is a boolean")
+    scale = 1000 if seconds else 1
     if isinstance(value, (int, float)):
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f"timestamp {value!r} is not finite")
-        return _in_bigint_range(int(value), value)
+        return _in_range(int(value * scale), value)
     if isinstance(value, str):
         text = value.strip()
         try:
-            ms = int(float(text))
+            ms = int(float(text) * scale)
         except OverflowError:  # "inf", "Infinity": float() accepts them, int() does not
             raise ValueError(f"timestamp {value!r} is not finite") from None
         except ValueError:
             pass
         else:
-            return _in_bigint_range(ms, value)
+            return _in_range(ms, value)
         try:
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
@@ -148,14 +151,20 @@ def parse_timestamp_ms(value: object) -> int | None:
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=UTC)
         # Integer arithmetic: `int(parsed.timestamp() * 1000)` loses a millisecond to float rounding.
-        return (parsed - _EPOCH) // timedelta(milliseconds=1)
+        return _in_range((parsed - _EPOCH) // timedelta(milliseconds=1), value)
     raise ValueError(f"timestamp has type {type(value).__name__}")
 
 
-def _in_bigint_range(ms: int, value: object) -> int:
-    """`turns.ts_ms` is a BIGINT: a larger value would fail the whole batch's insert, not one line."""
-    if not -(2**63) <= ms < 2**63:
-        raise ValueError(f"timestamp {value!r} is out of range")
+# The instants a `datetime` can hold (years 1 to 9999 in UTC): every later step turns `ts_ms` back
+# into one (`datetime.fromtimestamp`), so an epoch number past them would fail that session's
+# summary run on every sweep, while the same instant in ISO-8601 never parses at all.
+MIN_TS_MS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+MAX_TS_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _in_range(ms: int, value: object) -> int:
+    if not MIN_TS_MS <= ms <= MAX_TS_MS:
+        raise ValueError(f"timestamp {value!r} is out of range: outside years 1 to 9999 (UTC)")
     return ms
 
 

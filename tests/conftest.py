@@ -37,6 +37,11 @@ TIERS = {
     "test_repeats": "unit",
     "test_vectors": "unit",
     "test_claude_code_reader": "unit",
+    "test_codex_reader": "unit",
+    "test_aider_reader": "unit",
+    "test_trajectory_reader": "unit",
+    "test_reader_timestamps": "unit",
+    "test_harness_fixture_sets": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",

@@ -55,7 +55,7 @@ def test_each_sample_reads_as_its_harness_writes_it(db):
     for f in report.files:
         assert f.lines == f.rows + f.rejects + f.superseded + f.skipped + f.folded, f
         assert f.lines == len(Path(f.path).read_bytes().splitlines())
-    assert report.turns == 16 and report.rejects == 1
+    assert report.turns == 15 and report.rejects == 1
 
     claude = turns_of(db, "claude-code")
     assert [t["id"] for t in claude] == ["7c0e0000-1d2b-4f5a-8c3e-a1b2c3d4e5f6", "7c0e000b-1d2b-4f5a-8c3e-a1b2c3d4e5f6"]
@@ -84,8 +84,10 @@ def test_each_sample_reads_as_its_harness_writes_it(db):
     assert reject["line_no"] == 15 and reject["reason"].startswith("json-parse:")  # the half-written last line
 
     aider = turns_of(db, "aider")
-    assert [t["session_id"][:20] for t in aider] == ["aider-20261117162005"] * 3 + ["aider-20261118100244"]
-    assert aider[2]["prompt"] == "fix the failing test\nthe level must be set before the first log call"
+    assert [t["session_id"][:20] for t in aider] == ["aider-20261117162005"] * 2 + ["aider-20261118100244"]
+    assert aider[1]["prompt"] == "fix the failing test\nthe level must be set before the first log call"
+    # `/run` is not a turn: a tool call of the turn before it, the `> ` lines after it its output.
+    assert "[tool run] python -m pytest -q tests/test_cli.py" in aider[0]["response"]
     assert all(t["model"] == "gpt-4o" for t in aider) and "> Applied edit to cli.py" in aider[0]["response"]
     assert "Aider v0.86.1" not in aider[0]["document"]  # the banner is read for the model only
 
@@ -99,7 +101,7 @@ def test_each_sample_reads_as_its_harness_writes_it(db):
     assert "helpful assistant" not in " ".join(t["document"] for t in mini)  # the system message is dropped
 
     sessions = rows(db, "SELECT session_id, turn_count FROM sessions ORDER BY session_id")
-    assert len(sessions) == 6 and sum(s["turn_count"] for s in sessions) == 16
+    assert len(sessions) == 6 and sum(s["turn_count"] for s in sessions) == 15
     before = snapshot(db)
     ingest_paths([SAMPLES], db)
     assert snapshot(db) == before
@@ -185,11 +187,11 @@ def test_a_mixed_folder_ingests_through_the_cli_and_again_changes_nothing(tmp_pa
         return json.loads(done.stdout)
 
     first = ingest()
-    assert (first["turns"], first["rejects"], first["new_partitions"]) == (17, 1, 7)
+    assert (first["turns"], first["rejects"], first["new_partitions"]) == (16, 1, 7)
     store = DigestStore(tmp_path / "home" / "digest.duckdb")
     before = snapshot(store)
     again = ingest()
-    assert (again["turns"], again["rejects"], again["new_partitions"]) == (17, 1, 0)
+    assert (again["turns"], again["rejects"], again["new_partitions"]) == (16, 1, 0)
     assert snapshot(store) == before
 
 

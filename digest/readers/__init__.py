@@ -6,7 +6,7 @@ content (`file_kind`), so a harness's log is read whatever it is called.
   `temporal-summary-backup-*` `.jsonl`), a row a line;
 - `plain`: the plain JSONL turn format (any other `.jsonl`), a turn a line;
 - `claude_code`, `codex`: Claude Code session logs and Codex CLI rollouts, JSONL events grouped
-  into turns;
+  into turns (and the Codex TypeScript CLI's `.json` rollout document);
 - `aider`: aider chat histories (Markdown);
 - `trajectory`: SWE-agent and mini-SWE-agent trajectories (one JSON document).
 """
@@ -65,6 +65,8 @@ def file_kind(path: Path) -> str:
         return aider.KIND
     if trajectory.sniff(head):
         return trajectory.KIND
+    if codex.sniff_document(head):
+        return codex.KIND
     objs = _json_lines(head)
     if claude_code.sniff(objs):
         return claude_code.KIND

@@ -266,6 +266,8 @@ class PendingTurn:
     ts_ms: int | None = None
     agent: str | None = None
     model: str | None = None
+    project: str | None = None  # the working folder or repository the session ran in
+    git_branch: str | None = None
     prompt: list[str] = field(default_factory=list)
     thought: list[str] = field(default_factory=list)
     response: list[str] = field(default_factory=list)
@@ -313,6 +315,7 @@ class PendingTurn:
             row["project"], row["git_branch"] = self.project, self.git_branch
             row["tools_used"] = json.dumps(self.tools) if self.tools else None
             row["embedding"] = None
+            row["project"], row["git_branch"] = self.project, self.git_branch
             check_derivable(row)
             return Read("turn", self.line_no, row=row)
         except Reject as reason:

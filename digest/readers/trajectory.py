@@ -4,19 +4,21 @@ read whole (both harnesses write it indented, a step or message to a few lines).
 - SWE-agent (`{"trajectory": [...], "history": [...], "info": {...}, "replay_config": ...}`): a turn
   per step, its `thought` the thought, its `action` a tool call (`[tool <command>] <action>`) and its
   `observation` the output, in the response; the first turn's prompt is the task (the first `user`
-  entry of `history`). The rest of `history` (the prompts as the model saw them, which repeat the
-  steps), `info` and the environment are dropped; the model is `replay_config`'s
-  `agent.model.name` (or `model_name`).
-- mini-SWE-agent (`{"info": {...}, "messages": [...], "trajectory_format": ...}`): a turn per
-  `assistant` message with the messages after it (the command's output, as a `user` or `tool`
-  message) as its output; the first turn's prompt is the task (the `user` messages before the
-  first reply). The `system` message is dropped; the model is `info.config.model.model_name`.
+  entry of `history` that is not a demonstration: `is_demo` entries are another task's worked
+  example, injected from the config's demonstration file). A file holding only `history` (no
+  `trajectory`) is read from it, as mini-SWE-agent's messages are. The model is `replay_config`'s
+  `agent.model.name` (or `model_name`); the project the repository `replay_config` names.
+- mini-SWE-agent (`{"info": {...}, "messages": [...], "trajectory_format": ...}`, or a bare JSON
+  array of messages): a turn per `assistant` message with the messages after it (the command's
+  output, as a `user` or `tool` message) as its output; the first turn's prompt is the task (the
+  `user` messages before the first reply). The `system` message is dropped; the model is
+  `info.config.model.model_name`; a turn's time is its first message's `extra.timestamp` (epoch
+  seconds, as mini-SWE-agent 2 records each message's).
 
-The file holds no session id and no times: the session is `<file stem>-<10 hex digits>` (a hash of
-the task and the first reply, so two runs of one task are two sessions), its turns
-`<session>:00001`... in order, with no time. Each turn is counted at the line its step starts on,
-the document's other lines folded into it; steps written on one line (a document not indented) are
-one turn.
+The session is `<file stem>-<10 hex digits>` (a hash of the task and the first reply, so two runs
+of one task are two sessions), its turns `<session>:00001`... in order. Each turn is counted at the
+line its step starts on, the document's other lines folded into it; steps written on one line (a
+document not indented) are one turn.
 """
 
 from __future__ import annotations
@@ -39,21 +41,30 @@ from digest.readers.common import (
     excerpt,
     load_json,
     reason_of,
+    without_lone_surrogates,
 )
+from digest.turns import parse_timestamp_ms
 
 KIND = "trajectory"
 _SWE_AGENT = re.compile(rb'"trajectory"\s*:\s*\[')
+_HISTORY = re.compile(rb'"history"\s*:\s*\[')
 _MINI = re.compile(rb'"messages"\s*:\s*\[')
+_BARE_MESSAGES = re.compile(rb"\A\s*\[\s*\{")
+_ROLE = re.compile(rb'"role"\s*:\s*"(?:system|user|assistant)"')
 _DECODER = json.JSONDecoder()
 _BLANK = re.compile(r"[ \t\r\n]*")
 
 
 def sniff(head: bytes) -> bool:
+    if _BARE_MESSAGES.match(head):  # mini-SWE-agent's bare message list
+        return bool(_ROLE.search(head)) and b'"content"' in head
     if not head.lstrip().startswith(b"{"):
         return False
-    return bool(_SWE_AGENT.search(head)) or bool(
-        _MINI.search(head) and (b'"info"' in head or b'"trajectory_format"' in head)
-    )
+    if _SWE_AGENT.search(head):
+        return True
+    if _HISTORY.search(head) and _ROLE.search(head):  # SWE-agent's, holding only its history
+        return any(key in head for key in (b'"info"', b'"replay_config"', b'"environment"', b'"message_type"'))
+    return bool(_MINI.search(head) and (b'"info"' in head or b'"trajectory_format"' in head))
 
 
 def read(lines: Lines, source: str) -> Iterator[Read]:
@@ -74,15 +85,24 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
 def _turns(raw: bytes, read_lines: list[tuple[int, bytes]], source: str) -> dict[int, PendingTurn]:
     """The document's turns by the line each starts on."""
     text = decode(raw)
-    doc = load_json(text, "file")
-    steps = _swe_agent(doc, text) if isinstance(doc.get("trajectory"), list) else _mini(doc, text)
+    if text.lstrip().startswith("["):  # a bare message list: read as mini-SWE-agent's `messages`
+        doc = {"messages": _load_list(text)}
+        steps = _messages(doc, "messages", text, None)
+    else:
+        doc = load_json(text, "file")
+        if isinstance(doc.get("trajectory"), list):
+            steps = _swe_agent(doc, text)
+        elif isinstance(doc.get("history"), list) and not isinstance(doc.get("messages"), list):
+            steps = _messages(doc, "history", text, "history")
+        else:
+            steps = _messages(doc, "messages", text, "messages")
     if not steps:
         raise Reject("no-steps: the trajectory holds no step")
     starts = [0]
     for _, line in read_lines:
         starts.append(starts[-1] + len(line.decode("utf-8")))
     session_id = _session_id(source, steps)
-    agent, model = doc_agent(doc), _model(doc)
+    agent, model, project = doc_agent(doc), _model(doc), _project(doc)
     groups: dict[int, PendingTurn] = {}
     for position, fill in steps:
         line_no, line = read_lines[max(0, bisect.bisect_right(starts, position) - 1)]
@@ -95,20 +115,48 @@ def _turns(raw: bytes, read_lines: list[tuple[int, bytes]], source: str) -> dict
                 first_line=line,
                 agent=agent,
                 model=model,
+                project=project,
             )
         fill(turn)
     return groups
 
 
+def _load_list(text: str) -> list:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise Reject(f"json-parse: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:  # a 4300+ digit number, nesting too deep
+        raise Reject(f"json-parse: {exc}"[:300]) from None
+    if not isinstance(value, list):
+        raise Reject(f"not-a-trajectory: the file holds a JSON {type(value).__name__}")
+    return without_lone_surrogates(value)
+
+
 def doc_agent(doc: dict) -> str:
-    return "swe-agent" if isinstance(doc.get("trajectory"), list) else "mini-swe-agent"
+    if isinstance(doc.get("trajectory"), list) or (
+        not isinstance(doc.get("messages"), list) and isinstance(doc.get("history"), list)
+    ):
+        return "swe-agent"
+    return "mini-swe-agent"
+
+
+def _is_demo(entry) -> bool:
+    return isinstance(entry, dict) and entry.get("is_demo") is True
 
 
 def _swe_agent(doc: dict, text: str) -> list:
     steps = doc["trajectory"]
     history = doc.get("history") if isinstance(doc.get("history"), list) else []
-    task = next((block_text(h.get("content")) for h in history if isinstance(h, dict) and h.get("role") == "user"), "")
-    positions = _element_positions(text, "trajectory", len(steps))
+    task = next(
+        (
+            block_text(h.get("content"))
+            for h in history
+            if isinstance(h, dict) and h.get("role") == "user" and not _is_demo(h)
+        ),
+        "",
+    )
+    positions = element_positions(text, "trajectory", len(steps))
     out = []
     for i, (step, position) in enumerate(zip(steps, positions)):
         if not isinstance(step, dict):
@@ -127,28 +175,39 @@ def _swe_agent(doc: dict, text: str) -> list:
     return out
 
 
-def _mini(doc: dict, text: str) -> list:
-    messages = doc.get("messages")
+def _messages(doc: dict, field: str, text: str, key: str | None) -> list:
+    """A message list (mini-SWE-agent's `messages`, SWE-agent's `history`) as steps: the task and
+    the first reply one turn, each later reply a turn with the messages after it as its output.
+    `key` is where the list is in the document (None: the document is the list)."""
+    messages = doc.get(field)
     if not isinstance(messages, list):
-        raise Reject("not-a-trajectory: neither `trajectory` nor `messages` is a list")
-    positions = _element_positions(text, "messages", len(messages))
+        raise Reject("not-a-trajectory: neither `trajectory`, `messages` nor `history` is a list")
+    positions = element_positions(text, key, len(messages))
     out = []
     replied = False
     for i, (message, position) in enumerate(zip(messages, positions)):
         if not isinstance(message, dict):
-            raise Reject(f"wrong-type: messages[{i}] is {type(message).__name__}, expected object")
+            raise Reject(f"wrong-type: {field}[{i}] is {type(message).__name__}, expected object")
         role = message.get("role")
-        if role == "system":
+        if role == "system" or _is_demo(message):
             continue
         # A turn starts at the task and at each reply after the first (which answers the task);
         # the outputs after a reply are its own.
         starts = not out or (role == "assistant" and replied)
         replied = replied or role == "assistant"
 
-        def fill(turn: PendingTurn, message=message, role=role, task=not replied) -> None:
+        def fill(turn: PendingTurn, message=message, role=role, task=not replied, at=i) -> None:
             content = block_text(message.get("content"))
+            if turn.ts_ms is None:
+                turn.ts_ms = _message_time(message, f"{field}[{at}]")
             if task:
                 turn.prompt.append(content)
+            elif role == "assistant" and isinstance(message.get("action"), str):
+                # SWE-agent's history: the content is the thought and the action, which it also keeps apart.
+                turn.thought.append(block_text(message.get("thought")) or content)
+                action = message["action"].strip()
+                if action:
+                    turn.tool(action.split(None, 1)[0][:50], action)
             elif role == "assistant":
                 turn.thought.append(block_text(message.get("reasoning_content")))
                 turn.response.append(content)
@@ -157,14 +216,27 @@ def _mini(doc: dict, text: str) -> list:
                     function = call.get("function") if isinstance(call, dict) else None
                     function = function if isinstance(function, dict) else {}
                     turn.tool(str(function.get("name") or "tool"), arguments_text(function.get("arguments")))
-                if not calls and (blocks := content.count("```bash")):
+                if not calls and (blocks := content.count("```bash") + content.count("```mswea_bash_command")):
                     turn.tool_calls += blocks
                     turn.tools[:] = turn.tools if "bash" in turn.tools else [*turn.tools, "bash"]
+            elif role == "exit":  # mini-SWE-agent 2's last message: how the run ended
+                turn.output(content, label="exit")
             else:
                 turn.output(content)
 
         out.append((position if starts else None, fill))
     return _anchor(out)
+
+
+def _message_time(message: dict, where: str) -> int | None:
+    """mini-SWE-agent 2's `extra.timestamp` (epoch seconds), checked: a bad one is the file's reject."""
+    extra = message.get("extra")
+    if not isinstance(extra, dict) or extra.get("timestamp") is None:
+        return None
+    try:
+        return parse_timestamp_ms(extra["timestamp"], seconds=True)
+    except ValueError as exc:
+        raise Reject(f"bad-timestamp: {where}.extra.timestamp: {exc}") from None
 
 
 def _anchor(steps: list) -> list:
@@ -176,11 +248,13 @@ def _anchor(steps: list) -> list:
     return anchored
 
 
-def _element_positions(text: str, key: str, count: int) -> list[int]:
-    """Where each element of the document's top-level array `key` starts in `text` (all 0 when it
-    cannot be told, which makes them one turn)."""
+def element_positions(text: str, key: str | None, count: int) -> list[int]:
+    """Where each element of the document's top-level array `key` (None: the document is the
+    array) starts in `text` (all 0 when it cannot be told, which makes them one turn)."""
     try:
         pos = _skip(text, 0)
+        if key is None:
+            return _array_starts(text, pos, count)
         if text[pos] != "{":
             return [0] * count
         pos += 1
@@ -191,13 +265,7 @@ def _element_positions(text: str, key: str, count: int) -> list[int]:
             name, pos = _DECODER.raw_decode(text, pos)
             pos = _skip(text, _skip(text, pos) + 1)  # past the colon
             if name == key and text[pos] == "[":
-                starts, pos = [], pos + 1
-                while (pos := _skip(text, pos)) < len(text) and text[pos] != "]":
-                    starts.append(pos)
-                    _, pos = _DECODER.raw_decode(text, pos)
-                    pos = _skip(text, pos)
-                    pos += text[pos] == ","
-                return starts if len(starts) == count else [0] * count
+                return _array_starts(text, pos, count)
             _, pos = _DECODER.raw_decode(text, pos)
             pos = _skip(text, pos)
             pos += text[pos] == ","
@@ -205,27 +273,60 @@ def _element_positions(text: str, key: str, count: int) -> list[int]:
         return [0] * count
 
 
+def _array_starts(text: str, pos: int, count: int) -> list[int]:
+    if text[pos] != "[":
+        return [0] * count
+    starts, pos = [], pos + 1
+    while (pos := _skip(text, pos)) < len(text) and text[pos] != "]":
+        starts.append(pos)
+        _, pos = _DECODER.raw_decode(text, pos)
+        pos = _skip(text, pos)
+        pos += text[pos] == ","
+    return starts if len(starts) == count else [0] * count
+
+
 def _skip(text: str, pos: int) -> int:
     return _BLANK.match(text, pos).end()
 
 
-def _model(doc: dict) -> str | None:
-    """`replay_config`'s `agent.model` (SWE-agent, the config as JSON text) or `info.config.model`
-    (mini-SWE-agent): its `name` or `model_name`."""
+def _replay_config(doc: dict):
     config = doc.get("replay_config")
     if isinstance(config, str):
         try:
             config = json.loads(config)
         except ValueError:
             config = None
-    for path in ((config, "agent", "model"), (doc, "info", "config", "model")):
-        node = path[0]
-        for key in path[1:]:
-            node = node.get(key) if isinstance(node, dict) else None
+    return config
+
+
+def _get(node, *keys):
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def _model(doc: dict) -> str | None:
+    """`replay_config`'s `agent.model` (SWE-agent, the config as JSON text) or `info.config.model`
+    (mini-SWE-agent): its `name` or `model_name`."""
+    for node in (_get(_replay_config(doc), "agent", "model"), _get(doc, "info", "config", "model")):
         if isinstance(node, dict):
             name = node.get("name") or node.get("model_name")
             if isinstance(name, str) and name:
                 return name
+    return None
+
+
+def _project(doc: dict) -> str | None:
+    """The repository SWE-agent worked in, as its `replay_config` names it: `env.repo`'s
+    `github_url`, `path` or `repo_name` (1.x), or `environment.repo_path` (0.x); else None."""
+    config = _replay_config(doc)
+    repo = _get(config, "env", "repo")
+    for value in (
+        *(_get(repo, key) for key in ("github_url", "path", "repo_name")),
+        _get(config, "environment", "repo_path"),
+    ):
+        if isinstance(value, str) and value.strip():
+            return value
     return None
 
 

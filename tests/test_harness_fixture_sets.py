@@ -1,0 +1,32 @@
+"""Every file of the harness fixture sets (tests/fixtures/harnesses/<harness>/<version>/): told
+apart by its content, found in its folder, every line accounted for once, nothing rejected, and
+every turn row carrying `project` and `git_branch`."""
+
+from __future__ import annotations
+
+import pytest
+
+from digest.ingest import discover
+from digest.readers import file_kind
+from tests.harness_fixtures import FIXTURES, read_file
+
+KINDS = {"codex": "codex", "aider": "aider", "swe-agent": "trajectory", "mini-swe-agent": "trajectory"}
+FILES = sorted(p for p in FIXTURES.rglob("*") if p.is_file() and p.name != "generate.py")
+
+
+def test_each_harness_has_at_least_two_layout_versions():
+    versions = {
+        harness: {p.parent.name for p in FILES if p.relative_to(FIXTURES).parts[0] == harness} for harness in KINDS
+    }
+    assert all(len(v) >= 2 for v in versions.values()), versions
+    assert len(versions["codex"]) >= 3
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_each_fixture_reads_whole_as_its_harness(path):
+    assert file_kind(path) == KINDS[path.relative_to(FIXTURES).parts[0]]
+    assert path in discover([path.parent])
+    reads = read_file(path)  # every line once
+    assert [r for r in reads if r.outcome == "reject"] == []
+    turns = [r.row for r in reads if r.outcome == "turn"]
+    assert turns and all({"project", "git_branch"} <= row.keys() for row in turns)
