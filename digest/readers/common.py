@@ -273,8 +273,6 @@ class PendingTurn:
     response: list[str] = field(default_factory=list)
     tool_calls: int = 0
     tools: list[str] = field(default_factory=list)
-    project: str | None = None
-    git_branch: str | None = None
 
     def tool(self, name: str, call: str) -> None:
         """A tool call, kept in the response as `[tool name] arguments`."""
@@ -315,7 +313,6 @@ class PendingTurn:
             row["project"], row["git_branch"] = self.project, self.git_branch
             row["tools_used"] = json.dumps(self.tools) if self.tools else None
             row["embedding"] = None
-            row["project"], row["git_branch"] = self.project, self.git_branch
             check_derivable(row)
             return Read("turn", self.line_no, row=row)
         except Reject as reason:
