@@ -10,7 +10,13 @@ from digest.ingest import discover
 from digest.readers import file_kind
 from tests.harness_fixtures import FIXTURES, read_file
 
-KINDS = {"claude-code": "claude-code", "codex": "codex", "aider": "aider", "swe-agent": "trajectory", "mini-swe-agent": "trajectory"}
+KINDS = {
+    "claude-code": "claude-code",
+    "codex": "codex",
+    "aider": "aider",
+    "swe-agent": "trajectory",
+    "mini-swe-agent": "trajectory",
+}
 # Not logs: the generators, and Claude Code's sub-agent sidecars (`agent-<id>.meta.json`).
 FILES = sorted(
     p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix != ".py" and not p.name.endswith(".meta.json")
