@@ -9,6 +9,8 @@ with its SQL beside its code, in the order one session passes through them:
 - `summary_row.py`    the one definition of the `session_summaries` row: its DDL, column lists, metadata
 - `ingest.py`         `store.ingest`: bundle → turns: the export's turns, mini summaries, summaries
                       and rejected lines
+- `facts.py`          `store.facts`: each turn's facts (files, commands, errors, commits, issues),
+                      written with its turns; a session's, and the sessions that touched a file
 - `sessions.py`       `store.sessions`: turns read back, and the `sessions` rows derived from them
 - `mini_summaries.py` `store.mini_summaries`: turns → mini summaries: pending turns in priority order,
                       failed attempts, archive, backoff
@@ -44,6 +46,7 @@ from resources.store.archive import NOT_ARCHIVED, RESTORE_MODES, Archive
 from resources.store.backlog import BacklogReads
 from resources.store.cache import Cache
 from resources.store.connection import SCHEMA_VERSION, StoreFile, StoreUnreadable
+from resources.store.facts import Facts
 from resources.store.graph import Graph
 from resources.store.hosts import Hosts
 from resources.store.ingest import Ingest
@@ -70,6 +73,7 @@ class DigestStore:
         self.file = path if isinstance(path, StoreFile) else StoreFile(path, read_only)
         self.ingest = Ingest(self.file)
         self.sessions = Sessions(self.file)
+        self.facts = Facts(self.file)
         self.mini_summaries = MiniSummaries(self.file)
         self.summaries = Summaries(self.file)
         self.graph = Graph(self.file)

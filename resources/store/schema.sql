@@ -363,3 +363,12 @@ CREATE TABLE IF NOT EXISTS summary_history (
     replaced_at TIMESTAMPTZ NOT NULL,
     replaced_by_run VARCHAR
 );
+
+-- Facts a coding-agent user searches by, extracted at ingest with no model call (digest/facts.py).
+CREATE TABLE IF NOT EXISTS turn_facts (
+    turn_id VARCHAR NOT NULL,
+    session_id VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL,            -- file-read | file-edit | file-create | command | error | commit | issue | pr
+    value VARCHAR NOT NULL,           -- the path, the command line, the error text, the hash, the reference
+    detail VARCHAR                    -- the tool, or a command's exit status where the log records it
+);
