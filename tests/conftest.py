@@ -37,6 +37,7 @@ TIERS = {
     "test_repeats": "unit",
     "test_vectors": "unit",
     "test_facts": "unit",
+    "test_search": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",

@@ -28,6 +28,7 @@ with its SQL beside its code, in the order one session passes through them:
 - `resummaries.py`    `store.resummaries`: re-summaries asked for, their queue, the replaced summaries
 - `backlog.py`        `store.backlog`: the pending sessions' sizes and the drain's figures (`backlog` asset)
 - `archive.py`        `store.archive`: archive bundles written and restored
+- `search.py`         `store.search`: the search index (summaries, mini summaries, turns) and its queries
 
 Decisions are `digest/`'s pure functions (the order mini summaries are made in, when a failing turn
 is archived, how failures count, the digest states, a host's circuit); a repository applies them
@@ -54,6 +55,7 @@ from resources.store.ledger import Attempts, RunLedger
 from resources.store.mini_summaries import MiniSummaries, MiniSummaryLedger
 from resources.store.reports import Reports
 from resources.store.resummaries import Resummaries
+from resources.store.search import Search
 from resources.store.sessions import Sessions
 from resources.store.speed import Speed
 from resources.store.summaries import Summaries
@@ -86,6 +88,7 @@ class DigestStore:
         self.resummaries = Resummaries(self.file)
         self.backlog = BacklogReads(self.file)
         self.archive = Archive(self.file)
+        self.search = Search(self.file)
 
     @property
     def path(self) -> Path:
