@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import duckdb
 import pandas as pd
 
-from digest.turns import Turn, session_rows
+from digest.turns import Turn, id_sort_key, session_rows
 from resources.store.connection import Repository, now, record, records, upsert_sql
 
 
@@ -52,6 +52,22 @@ class Sessions(Repository):
     def load_turns(self, session_ids: list[str]) -> list[Turn]:
         with self.file.connect() as con:
             return load_turns(con, session_ids)
+
+    def turn_page(self, session_id: str, offset: int = 0, limit: int = 100) -> tuple[int, list[dict]]:
+        """The session's turn count, and `limit` of its turns from `offset` in canonical order (oldest
+        first): id, time, type, prompt, thought, response, agent, model, tool calls and tools used."""
+        with self.file.connect() as con:
+            keys = con.execute("SELECT id, ts_ms FROM turns WHERE session_id = ?", [session_id]).fetchall()
+            ordered = sorted(keys, key=lambda k: (k[1] or 0, id_sort_key(k[0]), k[0]))
+            page = [k[0] for k in ordered[max(0, offset) : max(0, offset) + max(0, limit)]]
+            rows = records(
+                con,
+                """SELECT id, session_id, ts_ms, type, prompt, thought, response, agent, model, amount_tool_calls,
+                          tools_used FROM turns WHERE id IN (SELECT unnest(?::VARCHAR[]))""",
+                [page],
+            )
+        by_id = {r["id"]: r for r in rows}
+        return len(keys), [by_id[i] for i in page]
 
     def session_by_partition(self, key: str) -> dict | None:
         with self.file.connect() as con:
