@@ -59,8 +59,11 @@ def run(args, settings: Settings, output: Output) -> None:
     from resources.store.search import SearchError
 
     if args.command == "mcp":
+        from pipelines.cli import _reading_store
         from pipelines.mcp_server import serve
 
+        if settings.db_path.is_file():
+            _reading_store(settings)  # an older store is migrated once here: the server only reads
         serve(settings.db_path)
         return
     try:

@@ -57,6 +57,8 @@ TIERS = {
     "test_instance": "integration",
     "test_ingest": "integration",
     "test_harness_readers": "integration",
+    "test_mcp": "integration",
+    "test_search_cli": "integration",
     "test_host_runs": "integration",
     "test_run_queue": "integration",
     "test_interrupted_runs": "integration",
