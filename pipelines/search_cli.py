@@ -175,12 +175,15 @@ def render_hit(console: Console, rank: int, hit) -> None:
         + (f"  {hit.category}" if hit.category else ""),
         markup=False,
         highlight=False,
+        soft_wrap=True,
     )
     for match in hit.matches:
         where = "summary" if match.kind == "summary" else f"{match.kind} {match.turn_id}"
-        console.print(Text("    ") + Text(f"{where}: ", style="dim") + marked(match.snippet))
+        console.print(Text("    ") + Text(f"{where}: ", style="dim") + marked(match.snippet), soft_wrap=True)
     if hit.turn_ids:
-        console.print(f"    turns: {' '.join(hit.turn_ids)}", markup=False, highlight=False, style="dim")
+        console.print(
+            f"    turns: {' '.join(hit.turn_ids)}", markup=False, highlight=False, style="dim", soft_wrap=True
+        )
     console.print()
 
 
@@ -249,6 +252,7 @@ def render_session(console: Console, view: dict) -> None:
         f"{view['first_activity'] or 'no time'} → {view['last_activity'] or 'no time'}",
         markup=False,
         highlight=False,
+        soft_wrap=True,
     )
     if summary:
         console.print()
