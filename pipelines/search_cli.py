@@ -163,15 +163,15 @@ def marked(snippet: str) -> Text:
 
 
 def render_hit(console: Console, rank: int, hit) -> None:
-    title = hit.title or "(no summary yet)"
+    title = hit.title or "(not summarized yet)"
     console.print(Text.assemble((f"{rank:>2}. ", "bold"), (title, "bold"), f"   score {hit.score:.2f}"))
     if hit.tier is None:
-        summary_kind = "not summarized yet"
+        summary_kind = ""
     else:
-        summary_kind = "navigation index (a degraded summary)" if hit.navigation_index else f"{hit.tier} summary"
+        summary_kind = "  navigation index (a degraded summary)" if hit.navigation_index else f"  {hit.tier} summary"
     verdict = f", verdict {hit.verdict}" if hit.verdict else ""
     console.print(
-        f"    {hit.session_id}  {_day(hit.last_activity_ms)}  {summary_kind}{verdict}"
+        f"    {hit.session_id}  {_day(hit.last_activity_ms)}{summary_kind}{verdict}"
         + (f"  {hit.category}" if hit.category else ""),
         markup=False,
         highlight=False,
