@@ -96,20 +96,24 @@ _TYPESCRIPT = re.compile(r"error (TS\d{4,5}): (.+)$")
 _TEST_FAILED = re.compile(r"^((?:FAILED|FAIL:?|--- FAIL:)\s{1,4}\S.*)$")
 _NPM = re.compile(r"^npm (?:ERR!|error) (.+)$")
 _NPM_TRIVIA = re.compile(r"^(?:errno|path|syscall|A complete log|Log files|\s*$|$)")
-_COMMIT_MADE = re.compile(r"^\[(detached HEAD|[^\]\s]{1,100})(?: \(root-commit\))? ([0-9a-f]{7,40})\] (.+)$")
-_COMMIT_SHOWN = re.compile(r"^commit ([0-9a-f]{40})\b")
-_AIDER_COMMIT = re.compile(r"^Commit ([0-9a-f]{7,40}) (.+)$")
+# A commit git made (`[main 1a2b3c4] subject`), one it shows (`commit <40 hex>`), one aider made.
+_COMMIT = re.compile(
+    r"^(?:> )?(?:\[(?:detached HEAD|[^\]\s]{1,100})(?: \(root-commit\))? ([0-9a-f]{7,40})\] (.+)"
+    r"|commit ([0-9a-f]{40})\b|Commit ([0-9a-f]{7,40}) (.+))",
+    re.M,
+)
+# What an error line holds somewhere: only the lines with one are read line by line.
+_ERROR_HINT = re.compile(r"Error|Exception|error|FAIL|panic: |npm ")
 _AIDER_FILE = re.compile(r"^(Applied edit to|Creating empty file|Added) (\S{1,1000})(?: to the chat\.?)?$")
 _ISSUE_URL = re.compile(
     r"github\.com/([\w.-]{1,100}/[\w.-]{1,100})/(issues|pull)/(\d{1,9})"
     r"|gitlab\.com/([\w.-]{1,100}(?:/[\w.-]{1,100}){1,5})/-/(issues|merge_requests)/(\d{1,9})"
 )
-_PR_WORDS = re.compile(r"\b(?:PR|pull request|merge request|MR)\s?#(\d{1,7})\b", re.I)
-_PR_PARENS = re.compile(r"\(#(\d{1,7})\)")
-_ISSUE_WORDS = re.compile(
-    r"\b(?:issues?|fix(?:e[sd])?|close[sd]?|resolve[sd]?|refs?|see|bug|ticket)\s?:?\s?#(\d{1,7})\b", re.I
-)
-_REPO_REF = re.compile(r"(?<![\w/.-])([A-Za-z0-9][\w.-]{0,99}/[\w.-]{1,100})#(\d{1,7})\b")
+# A `#N` is a reference by what comes just before it (a bare `#N` is not one).
+_HASH_NUMBER = re.compile(r"#(\d{1,7})\b")
+_BEFORE_PR = re.compile(r"\b(?:PR|pull request|merge request|MR) ?\Z", re.I)
+_BEFORE_ISSUE = re.compile(r"\b(?:issues?|fix(?:e[sd])?|close[sd]?|resolve[sd]?|refs?|see|bug|ticket) ?:? ?\Z", re.I)
+_BEFORE_REPO = re.compile(r"(?<![\w/.-])([A-Za-z0-9][\w.-]{0,99}/[\w.-]{1,100})\Z")
 _GH_COMMAND = re.compile(r"\bgh (issue|pr) (?:view|checkout|merge|close|reopen|edit|comment|diff|review) #?(\d{1,7})\b")
 # Exit statuses as harnesses write them at the head of an output (Claude Code: only a failure's).
 _EXIT_HEAD = re.compile(
@@ -118,9 +122,21 @@ _EXIT_HEAD = re.compile(
 _EXIT_JSON = re.compile(r"\"exit_code\"\s?:\s?(-?\d{1,5})")
 
 
+def _hinted_lines(text: str, hint: re.Pattern) -> Iterator[str]:
+    """The lines of `text` that hold a match of `hint`, each once, to `MAX_LINE_CHARS`."""
+    end = -1
+    for match in hint.finditer(text):
+        if match.start() <= end:
+            continue
+        start = text.rfind("\n", 0, match.start()) + 1
+        end = text.find("\n", match.end())
+        end = len(text) if end < 0 else end
+        yield text[start : min(end, start + MAX_LINE_CHARS)].rstrip()
+
+
 def _errors(text: str) -> Iterator[str]:
     npm = 0
-    for raw in _lines(text):
+    for raw in _hinted_lines(text, _ERROR_HINT):
         line = raw[_QUOTE.match(raw).end() :] if raw[:1] in ">E" else raw
         if not line or line[0].isspace():
             continue
@@ -138,37 +154,31 @@ def _errors(text: str) -> Iterator[str]:
 
 
 def _commits(text: str) -> Iterator[tuple[str, str | None]]:
-    for raw in _lines(text):
-        line = raw[2:] if raw.startswith("> ") else raw
-        if match := _COMMIT_MADE.match(line):
-            yield match.group(2), match.group(3)
-        elif match := _COMMIT_SHOWN.match(line):
-            yield match.group(1), None
-        elif match := _AIDER_COMMIT.match(line):
-            yield match.group(1), match.group(2)
+    for match in _COMMIT.finditer(text):
+        made, subject, shown, aider, aider_subject = match.groups()
+        yield (made, subject) if made else (shown, None) if shown else (aider, aider_subject)
 
 
 def _references(text: str) -> Iterator[tuple[str, str]]:
     """(kind, reference) of the issues and pull requests named in context."""
-    for line in _lines(text):
-        if "#" not in line and "github.com" not in line and "gitlab.com" not in line:
-            continue
-        for match in _ISSUE_URL.finditer(line):
+    if "github.com" in text or "gitlab.com" in text:
+        for match in _ISSUE_URL.finditer(text):
             if match.group(1):
                 yield ("pr" if match.group(2) == "pull" else "issue"), f"{match.group(1)}#{match.group(3)}"
             else:
                 kind = "pr" if match.group(5) == "merge_requests" else "issue"
                 yield kind, f"{match.group(4)}{'!' if kind == 'pr' else '#'}{match.group(6)}"
-        if "#" not in line:
-            continue
-        for match in _PR_WORDS.finditer(line):
-            yield "pr", f"#{match.group(1)}"
-        for match in _PR_PARENS.finditer(line):
-            yield "pr", f"#{match.group(1)}"
-        for match in _ISSUE_WORDS.finditer(line):
-            yield "issue", f"#{match.group(1)}"
-        for match in _REPO_REF.finditer(line):
-            yield "issue", f"{match.group(1)}#{match.group(2)}"
+    if "#" not in text:
+        return
+    for match in _HASH_NUMBER.finditer(text):
+        number, at = match.group(1), match.start()
+        before = text[max(0, at - 202) : at]
+        if repo := _BEFORE_REPO.search(before):
+            yield "issue", f"{repo.group(1)}#{number}"
+        elif _BEFORE_PR.search(before[-20:]) or (before.endswith("(") and text.startswith(")", match.end())):
+            yield "pr", f"#{number}"  # `(#N)`: a squash merge's subject names its pull request
+        elif _BEFORE_ISSUE.search(before[-20:]):
+            yield "issue", f"#{number}"
 
 
 def _exit_status(output: str) -> int | None:

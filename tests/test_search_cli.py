@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.search_cli import BadInput, since_ms
+from pipelines.search_cli import BadInput, refresh_index, since_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -109,3 +109,16 @@ def test_since_reads_dates_times_and_spans():
     for bad in ("yesterday", "1795046400000", "7 days"):
         with pytest.raises(BadInput):
             since_ms(bad, now)
+
+
+def test_an_index_that_cannot_be_refreshed_is_said_and_searched_as_it_is():
+    import duckdb
+
+    class Busy:
+        def refresh(self):
+            raise duckdb.IOException("Could not set lock on file: Conflicting lock is held")
+
+    class Store:
+        search = Busy()
+
+    assert refresh_index(Store()).startswith("the search index was not brought up to date (IOException: Could not set")
