@@ -7,7 +7,8 @@ and `search_index_state` (what each session was indexed at). `refresh` indexes a
 sessions whose turns, summary or mini summaries changed since their state, and drops the removed
 ones; a query computes document frequencies and the average length when it runs, so nothing global
 is kept in step. A document keeps no copy of its text: a hit's snippet is cut from the row it was
-made from. A turn's prompt, thought and response are each indexed up to `FIELD_CHARS` characters.
+made from. A turn's prompt and thought are indexed up to twice `FIELD_CHARS` characters, its response (tool
+output and all) up to `FIELD_CHARS`.
 
 Ranking: BM25 per document; a session scores its best document plus a share of its next two. A
 summary judged junk (a verdict other than ok) is not indexed, so it never ranks its session (the
@@ -92,7 +93,8 @@ _CHANGED = """
     WITH minis AS (SELECT session_id, count(*) AS n, max(created_at) AS at FROM mini_summaries GROUP BY 1),
     cur AS (
         SELECT s.session_id, s.input_revision, x.created_at AS summary_at, x.verdict AS summary_verdict,
-               coalesce(m.n, 0) AS mini_count, m.at AS mini_at, s.last_activity_ms
+               coalesce(m.n, 0) AS mini_count, m.at AS mini_at, s.last_activity_ms,
+               greatest(s.updated_at, x.created_at, m.at) AS changed_at
         FROM sessions s LEFT JOIN session_summaries x USING (session_id) LEFT JOIN minis m USING (session_id)
     )
     SELECT cur.* FROM cur LEFT JOIN search_index_state st USING (session_id)
@@ -104,16 +106,24 @@ _CHANGED = """
 """
 _REMOVED = "SELECT session_id FROM search_index_state WHERE session_id NOT IN (SELECT session_id FROM sessions)"
 
+# A turn's text is its canonical document ("User Prompt: ...\nAgent Thought: ...\nAgent Response: ..."):
+# the prompt and thought up to twice `FIELD_CHARS`, the response up to `FIELD_CHARS`.
+_RESPONSE = "\nAgent Response: "
 _TURN_TEXT = f"""
-    SELECT id AS turn_id, session_id, substr(coalesce(prompt, ''), 1, {FIELD_CHARS}) AS prompt,
-           substr(coalesce(thought, ''), 1, {FIELD_CHARS}) AS thought,
-           substr(coalesce(response, ''), 1, {FIELD_CHARS}) AS response
-    FROM turns
+    SELECT turn_id, session_id, ts_ms,
+           CASE WHEN cut > 0 THEN substr(document, 1, least(cut - 1, {2 * FIELD_CHARS}))
+                ELSE substr(document, 1, {3 * FIELD_CHARS}) END AS head,
+           CASE WHEN cut > 0 THEN substr(document, cut + {len(_RESPONSE)}, {FIELD_CHARS}) ELSE '' END AS response
+    FROM (SELECT id AS turn_id, session_id, ts_ms, document, strpos(document, '{_RESPONSE}') AS cut FROM turns)
 """
+_LABELS = ("User Prompt: ", "\nAgent Thought: ")
 
 
 def _turn_text(row: dict) -> str:
-    return "\n".join(part for part in (row["prompt"], row["thought"], row["response"]) if part)
+    head = row["head"]
+    for label in _LABELS:
+        head = head.replace(label, "\n", 1)
+    return f"{head.strip()}\n{row['response']}".strip()
 
 
 def _summary_text(row: dict) -> str:
@@ -158,7 +168,9 @@ class Search(Repository):
         ids = "(SELECT unnest(?::VARCHAR[]))"
         with self.file.connect() as con:
             turns = records(
-                con, f"{_TURN_TEXT} WHERE session_id IN {ids} ORDER BY session_id, ts_ms NULLS FIRST, id", [session_ids]
+                con,
+                f"{_TURN_TEXT} WHERE session_id IN {ids} ORDER BY session_id, ts_ms NULLS FIRST, turn_id",
+                [session_ids],
             )
             minis = records(
                 con,
@@ -234,19 +246,28 @@ class Search(Repository):
             )
         return len(docs)
 
+    def behind(self) -> int:
+        """The sessions a refresh would index or drop: one query, cheap when nothing changed."""
+        with self.file.connect() as con:
+            return len(records(con, _CHANGED, [TOKENIZER_VERSION])) + len(records(con, _REMOVED))
+
     def status(self) -> dict:
-        """The index's documents, sessions, an estimate of its size on disk, the sessions behind the
-        store and the last refresh's time."""
+        """The index's documents and sessions, an estimate of its size on disk, the sessions behind the
+        store (`behind`: changed since they were indexed, never indexed, or removed), how long the
+        oldest of those changes has waited (`lag_s`, 0 when none waits) and the last refresh's time."""
         with self.file.connect() as con:
             documents = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
             state = con.execute("SELECT count(*), max(indexed_at) FROM search_index_state").fetchone()
-            behind = len(records(con, _CHANGED, [TOKENIZER_VERSION])) + len(records(con, _REMOVED))
+            changed = records(con, _CHANGED, [TOKENIZER_VERSION])
+            removed = len(records(con, _REMOVED))
             size = _size_bytes(con)
+        waiting = [r["changed_at"] for r in changed if r["changed_at"] is not None]
         return {
             "documents": documents,
             "sessions": state[0],
             "size_bytes": size,
-            "behind": behind,
+            "behind": len(changed) + removed,
+            "lag_s": max(0.0, (now() - min(waiting)).total_seconds()) if waiting else 0.0,
             "last_refresh": state[1],
         }
 
@@ -445,7 +466,7 @@ def _texts(con: duckdb.DuckDBPyConnection, wanted: list[tuple[str, str, str | No
         ):
             out[("mini", row["session_id"], row["turn_id"])] = row["text"]
     if turns:
-        for row in records(con, f"{_TURN_TEXT} WHERE id IN (SELECT unnest(?::VARCHAR[]))", [turns]):
+        for row in records(con, f"{_TURN_TEXT} WHERE turn_id IN (SELECT unnest(?::VARCHAR[]))", [turns]):
             out[("turn", row["session_id"], row["turn_id"])] = _turn_text(row)
     return out
 
