@@ -6,7 +6,8 @@ itself, by `settings.py` (the file name with its extension), by `settings` and b
 `py`: an extension is no term of its own); a
 `snake_case` or `CamelCase` name by itself and by its words (`ReconnectLoop` → `reconnectloop`,
 `reconnect`, `loop`). Text is NFKC-folded and lower-cased. A short English stop-word list is
-left out of plain words (never out of a compound's whole). Queries go through the same function.
+left out of plain words (never out of a compound's whole), and so are numbers of one or two digits
+(line numbers, counts: a third of a log's terms). Queries go through the same function.
 """
 
 from __future__ import annotations
@@ -46,8 +47,22 @@ def fold(text: str) -> str:
     return text if text.isascii() else unicodedata.normalize("NFKC", text)
 
 
-@lru_cache(maxsize=1 << 18)
+# Raw tokens already split, by token: most repeat (a name, a path, a word). Emptied when full.
+_CACHE: dict[str, tuple[str, ...]] = {}
+_CACHE_MAX = 1 << 19
+
+
 def _token_terms(raw: str) -> tuple[str, ...]:
+    """The terms one raw token gives (cached)."""
+    found = _CACHE.get(raw)
+    if found is None:
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        found = _CACHE[raw] = _split(raw)
+    return found
+
+
+def _split(raw: str) -> tuple[str, ...]:
     """The terms one raw token gives: the whole, its segments, its words, their camel-case parts."""
     terms: list[str] = []
     lower = raw.lower()
@@ -56,7 +71,7 @@ def _token_terms(raw: str) -> tuple[str, ...]:
     if "/" in raw:
         for segment in raw.split("/"):
             if segment and segment != raw:
-                terms.extend(_token_terms(segment))
+                terms.extend(_split(segment))
         return tuple(dict.fromkeys(terms))
     words = [w for w in _SEPARATORS.split(raw) if w]
     if len(words) > 1 and "." in raw:
@@ -78,7 +93,7 @@ def _token_terms(raw: str) -> tuple[str, ...]:
     for term in dict.fromkeys(terms):
         if len(term) > MAX_TERM and term != lower:
             continue
-        if len(term) < 2 and term != lower:
+        if len(term) < 2 and term != lower or len(term) < 3 and term.isdigit():
             continue
         if term in STOP_WORDS:
             continue
@@ -99,7 +114,13 @@ def terms(text: str) -> list[str]:
 
 
 def term_counts(text: str) -> Counter:
-    return Counter(terms(text))
+    """Each term's count in the text (as `Counter(terms(text))`, counting each distinct raw token once)."""
+    counts: Counter = Counter()
+    get = _CACHE.get
+    for raw, n in Counter(_RAW.findall(fold(text))).items():
+        for term in get(raw) or _token_terms(raw):
+            counts[term] += n
+    return counts
 
 
 def query_terms(query: str) -> list[str]:
@@ -109,9 +130,10 @@ def query_terms(query: str) -> list[str]:
 
 @lru_cache(maxsize=1 << 18)
 def term_key(term: str) -> int:
-    """A term's key in the postings: a stable signed 64-bit hash (no term dictionary to keep in step;
-    two terms share a key with odds of about n²/2⁶⁴)."""
-    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little", signed=True)
+    """A term's key in the postings: a stable signed 32-bit hash, so no term dictionary is kept in
+    step, and sorted keys pack into few bits. With a vocabulary of a few million terms a query term
+    shares its key with another term about once in a thousand: that term's documents match too."""
+    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "little", signed=True)
 
 
 # --- snippets ------------------------------------------------------------------------------------

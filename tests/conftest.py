@@ -70,6 +70,7 @@ TIERS = {
     "test_sensors": "integration",
     "test_settings_load": "integration",
     "test_store": "integration",
+    "test_search_index": "integration",
     "test_vectors_archive": "integration",
     "test_streaming_waits": "integration",
     "test_work": "integration",

@@ -102,21 +102,25 @@ def test_search_ranks_sessions_and_says_which_document_matched(corpus):
 
 def test_refresh_indexes_only_the_sessions_that_changed(corpus):
     corpus.search.refresh()
-    before = corpus.query("SELECT session_id, first_doc FROM search_index_state ORDER BY 1")
+    before = corpus.query("SELECT session_id, indexed_at FROM search_index_state ORDER BY 1")
     assert corpus.search.refresh().sessions_indexed == 0
     write(corpus, [turn("orm", 1, "the migration to raw SQL is done", "dropped the ORM layer entirely")])
     report = corpus.search.refresh()
     assert (report.sessions_indexed, report.behind) == (1, 0)
-    after = corpus.query("SELECT session_id, first_doc FROM search_index_state ORDER BY 1")
-    changed = dict(zip(after.session_id, after.first_doc))
-    kept = dict(zip(before.session_id, before.first_doc))
+    after = corpus.query("SELECT session_id, indexed_at FROM search_index_state ORDER BY 1")
+    changed = dict(zip(after.session_id, after.indexed_at))
+    kept = dict(zip(before.session_id, before.indexed_at))
     assert changed["ws"] == kept["ws"] and changed["cfg"] == kept["cfg"] and changed["orm"] != kept["orm"]
     assert [t.turn_id for t in corpus.search.turns("migration")] == ["orm-t001"]
-    # No postings are left of the replaced documents.
-    orphans = corpus.query(
-        "SELECT count(*) AS n FROM search_postings WHERE doc_id NOT IN (SELECT doc_id FROM search_documents)"
+    # The replaced documents' postings match nothing; a compaction drops them and sorts the rest.
+    assert [h.session_id for h in corpus.search.sessions("drop orm")] == ["orm"]
+    assert corpus.search._compact_if_due(force=True)
+    counts = corpus.query(
+        "SELECT (SELECT count(*) FROM search_postings) AS sorted, (SELECT count(*) FROM search_postings_new) AS new, "
+        "(SELECT sum(terms) FROM search_documents) AS live"
     )
-    assert orphans.n[0] == 0
+    assert (counts.sorted[0], counts.new[0]) == (counts.live[0], 0)
+    assert [t.turn_id for t in corpus.search.turns("migration")] == ["orm-t001"]
     # A mini summary made since is a change of its session.
     corpus.query(
         "INSERT INTO mini_summaries VALUES ('cfg-t000', 'cfg', 'Tuned the loader timeout', 'generated', 'm', now())"

@@ -375,18 +375,27 @@ CREATE TABLE IF NOT EXISTS turn_facts (
 
 -- The search index (resources/store/search.py): BM25 over each session's summary, mini summaries and
 -- turns, brought up to date per session. A document keeps no text: snippets are cut from the rows it
--- was made from.
+-- was made from. Postings live in two tables: `search_postings`, sorted by term (a query reads only
+-- the row groups of its terms), rewritten by a compaction; `search_postings_new`, appended to by each
+-- refresh until the next compaction. A replaced document's postings stay until then, unmatched.
 CREATE SEQUENCE IF NOT EXISTS search_doc_ids;
 CREATE TABLE IF NOT EXISTS search_documents (
-    doc_id BIGINT PRIMARY KEY,        -- a session's documents have consecutive ids
+    doc_id BIGINT PRIMARY KEY,
     session_id VARCHAR NOT NULL,
     turn_id VARCHAR,                  -- NULL: the summary's document
     kind VARCHAR NOT NULL,            -- summary | mini | turn
-    length INTEGER NOT NULL           -- its terms (BM25's document length)
+    length INTEGER NOT NULL,          -- its terms (BM25's document length)
+    terms INTEGER NOT NULL            -- its distinct terms: its postings
 );
 
 CREATE TABLE IF NOT EXISTS search_postings (
-    term BIGINT NOT NULL,             -- the term's key (digest.search_text.term_key)
+    term INTEGER NOT NULL,            -- the term's key (digest.search_text.term_key)
+    doc_id BIGINT NOT NULL,
+    tf INTEGER NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS search_postings_new (
+    term INTEGER NOT NULL,
     doc_id BIGINT NOT NULL,
     tf INTEGER NOT NULL
 );
@@ -401,8 +410,6 @@ CREATE TABLE IF NOT EXISTS search_index_state (
     mini_count INTEGER NOT NULL,
     mini_at TIMESTAMPTZ,              -- the latest mini summary's created_at
     tokenizer_version INTEGER NOT NULL,
-    first_doc BIGINT,                 -- its documents' ids, first_doc..last_doc (NULL: none)
-    last_doc BIGINT,
     documents INTEGER NOT NULL,
     indexed_at TIMESTAMPTZ NOT NULL
 );

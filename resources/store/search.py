@@ -7,7 +7,8 @@ and `search_index_state` (what each session was indexed at). `refresh` indexes a
 sessions whose turns, summary or mini summaries changed since their state, and drops the removed
 ones; a query computes document frequencies and the average length when it runs, so nothing global
 is kept in step. A document keeps no copy of its text: a hit's snippet is cut from the row it was
-made from. A turn's prompt, thought and response are each indexed up to `FIELD_CHARS` characters.
+made from. A turn's prompt and thought are indexed up to twice `FIELD_CHARS` characters, its response (tool
+output and all) up to `FIELD_CHARS`.
 
 Ranking: BM25 per document; a session scores its best document plus a share of its next two. A
 summary judged junk (a verdict other than ok) is not indexed, so it never ranks its session (the
@@ -36,6 +37,10 @@ NEXT_SHARE = 0.1
 MATCHES = 3  # the documents a session hit shows
 TURN_IDS = 10  # the matched turns a session hit lists
 BATCH_SESSIONS = 50  # sessions indexed per transaction
+# A refresh merges the new postings into the sorted ones when they and the replaced documents' come to
+# this share of the sorted ones, and at least this many rows.
+COMPACT_SHARE = 0.25
+COMPACT_MIN_ROWS = 500_000
 CATEGORIES = Category.__args__
 
 
@@ -85,6 +90,7 @@ class RefreshReport:
     documents: int  # written by this refresh
     seconds: float
     behind: int  # sessions still to index (a `limit` left them)
+    compacted: bool = False  # the postings were merged and sorted again
 
 
 # The sessions whose index state is not what they are now (or that have none), newest first.
@@ -92,7 +98,8 @@ _CHANGED = """
     WITH minis AS (SELECT session_id, count(*) AS n, max(created_at) AS at FROM mini_summaries GROUP BY 1),
     cur AS (
         SELECT s.session_id, s.input_revision, x.created_at AS summary_at, x.verdict AS summary_verdict,
-               coalesce(m.n, 0) AS mini_count, m.at AS mini_at, s.last_activity_ms
+               coalesce(m.n, 0) AS mini_count, m.at AS mini_at, s.last_activity_ms,
+               greatest(s.updated_at, x.created_at, m.at) AS changed_at
         FROM sessions s LEFT JOIN session_summaries x USING (session_id) LEFT JOIN minis m USING (session_id)
     )
     SELECT cur.* FROM cur LEFT JOIN search_index_state st USING (session_id)
@@ -104,16 +111,24 @@ _CHANGED = """
 """
 _REMOVED = "SELECT session_id FROM search_index_state WHERE session_id NOT IN (SELECT session_id FROM sessions)"
 
+# A turn's text is its canonical document ("User Prompt: ...\nAgent Thought: ...\nAgent Response: ..."):
+# the prompt and thought up to twice `FIELD_CHARS`, the response up to `FIELD_CHARS`.
+_RESPONSE = "\nAgent Response: "
 _TURN_TEXT = f"""
-    SELECT id AS turn_id, session_id, substr(coalesce(prompt, ''), 1, {FIELD_CHARS}) AS prompt,
-           substr(coalesce(thought, ''), 1, {FIELD_CHARS}) AS thought,
-           substr(coalesce(response, ''), 1, {FIELD_CHARS}) AS response
-    FROM turns
+    SELECT turn_id, session_id, ts_ms,
+           CASE WHEN cut > 0 THEN substr(document, 1, least(cut - 1, {2 * FIELD_CHARS}))
+                ELSE substr(document, 1, {3 * FIELD_CHARS}) END AS head,
+           CASE WHEN cut > 0 THEN substr(document, cut + {len(_RESPONSE)}, {FIELD_CHARS}) ELSE '' END AS response
+    FROM (SELECT id AS turn_id, session_id, ts_ms, document, strpos(document, '{_RESPONSE}') AS cut FROM turns)
 """
+_LABELS = ("User Prompt: ", "\nAgent Thought: ")
 
 
 def _turn_text(row: dict) -> str:
-    return "\n".join(part for part in (row["prompt"], row["thought"], row["response"]) if part)
+    head = row["head"]
+    for label in _LABELS:
+        head = head.replace(label, "\n", 1)
+    return f"{head.strip()}\n{row['response']}".strip()
 
 
 def _summary_text(row: dict) -> str:
@@ -151,14 +166,43 @@ class Search(Repository):
                 indexed += len(batch)
             except duckdb.TransactionException:
                 pass  # another refresh wrote these sessions meanwhile
-        return RefreshReport(indexed, len(removed), written, time.monotonic() - started, len(changed) - indexed)
+        compacted = self._compact_if_due() if indexed or removed else False
+        return RefreshReport(
+            indexed, len(removed), written, time.monotonic() - started, len(changed) - indexed, compacted
+        )
+
+    def _compact_if_due(self, force: bool = False) -> bool:
+        """Merge the new postings into the sorted ones, dropping those of replaced documents, when
+        they (new and dead) come to `COMPACT_SHARE` of the sorted ones (and `COMPACT_MIN_ROWS`): a
+        refresh appends only, and a query's read of the unsorted ones stays small."""
+        with self.file.connect() as con:
+            sorted_rows, new_rows, live = con.execute(
+                """SELECT (SELECT count(*) FROM search_postings), (SELECT count(*) FROM search_postings_new),
+                          (SELECT coalesce(sum(terms), 0) FROM search_documents)"""
+            ).fetchone()
+        dead = sorted_rows + new_rows - live
+        if not force and new_rows + dead < max(COMPACT_MIN_ROWS, COMPACT_SHARE * sorted_rows):
+            return False
+        with self.file.transaction() as con:
+            con.execute(
+                """CREATE TEMP TABLE search_merge AS
+                   SELECT p.* FROM (SELECT * FROM search_postings UNION ALL SELECT * FROM search_postings_new) p
+                   SEMI JOIN search_documents d ON d.doc_id = p.doc_id"""
+            )
+            con.execute("DELETE FROM search_postings")
+            con.execute("DELETE FROM search_postings_new")
+            con.execute("INSERT INTO search_postings SELECT * FROM search_merge ORDER BY term, doc_id")
+            con.execute("DROP TABLE search_merge")
+        return True
 
     def _read_documents(self, session_ids: list[str]) -> dict[str, list[tuple[str, str | None, str]]]:
         """Each session's documents as (kind, turn id, text), the summary first, then by turn."""
         ids = "(SELECT unnest(?::VARCHAR[]))"
         with self.file.connect() as con:
             turns = records(
-                con, f"{_TURN_TEXT} WHERE session_id IN {ids} ORDER BY session_id, ts_ms NULLS FIRST, id", [session_ids]
+                con,
+                f"{_TURN_TEXT} WHERE session_id IN {ids} ORDER BY session_id, ts_ms NULLS FIRST, turn_id",
+                [session_ids],
             )
             minis = records(
                 con,
@@ -181,11 +225,11 @@ class Search(Repository):
         return documents
 
     def _write(self, batch: list[dict], documents: dict[str, list[tuple[str, str | None, str]]]) -> int:
-        """Replace the batch's sessions' documents and postings, and record what they were indexed at."""
-        docs, postings = [], []
+        """Replace the batch's sessions' documents (their old postings stay until the next compaction,
+        matching no document) and record what they were indexed at."""
         counted = [(s, kind, turn, term_counts(text)) for s, rows in documents.items() for kind, turn, text in rows]
+        per_session = {s: len(rows) for s, rows in documents.items()}
         with self.file.transaction() as con:
-            at = now()
             # The state first: a concurrent refresh of the same session conflicts here, not later.
             state = pd.DataFrame(
                 {
@@ -195,58 +239,71 @@ class Search(Repository):
                     "summary_verdict": [r["summary_verdict"] for r in batch],
                     "mini_count": [r["mini_count"] for r in batch],
                     "mini_at": [r["mini_at"] for r in batch],
+                    "documents": [per_session[r["session_id"]] for r in batch],
                 }
             )
             con.register("state", state)
             con.execute(
                 """INSERT INTO search_index_state BY NAME
-                   SELECT *, ? AS tokenizer_version, NULL AS first_doc, NULL AS last_doc, 0 AS documents,
-                          ? AS indexed_at FROM state
+                   SELECT *, ? AS tokenizer_version, ? AS indexed_at FROM state
                    ON CONFLICT (session_id) DO UPDATE SET input_revision = excluded.input_revision,
                        summary_at = excluded.summary_at, summary_verdict = excluded.summary_verdict,
-                       mini_count = excluded.mini_count, mini_at = excluded.mini_at,
+                       mini_count = excluded.mini_count, mini_at = excluded.mini_at, documents = excluded.documents,
                        tokenizer_version = excluded.tokenizer_version, indexed_at = excluded.indexed_at""",
-                [TOKENIZER_VERSION, at],
+                [TOKENIZER_VERSION, now()],
             )
             con.unregister("state")
             _delete_sessions(con, list(documents))
-            ids = [
-                r[0] for r in con.execute("SELECT nextval('search_doc_ids') FROM range(?)", [len(counted)]).fetchall()
-            ]
-            for doc_id, (session_id, kind, turn_id, counts) in zip(ids, counted):
-                docs.append((doc_id, session_id, turn_id, kind, sum(counts.values())))
-                postings.extend((term_key(term), doc_id, tf) for term, tf in counts.items())
-            if docs:
-                frame = pd.DataFrame(docs, columns=["doc_id", "session_id", "turn_id", "kind", "length"])
-                con.register("docs", frame)
-                con.execute("INSERT INTO search_documents BY NAME SELECT * FROM docs")
-                con.unregister("docs")
-                frame = pd.DataFrame(postings, columns=["term", "doc_id", "tf"])
-                con.register("postings", frame)
-                con.execute("INSERT INTO search_postings SELECT term, doc_id, tf FROM postings ORDER BY doc_id")
-                con.unregister("postings")
-            con.execute(
-                """UPDATE search_index_state st SET first_doc = d.lo, last_doc = d.hi, documents = d.n
-                   FROM (SELECT session_id, min(doc_id) AS lo, max(doc_id) AS hi, count(*) AS n
-                         FROM search_documents WHERE session_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1) d
-                   WHERE st.session_id = d.session_id""",
-                [list(documents)],
+            if not counted:
+                return 0
+            first = con.execute("SELECT nextval('search_doc_ids') FROM range(?)", [len(counted)]).fetchall()
+            ids = [r[0] for r in first]
+            terms, doc_ids, tfs = [], [], []
+            for doc_id, (_, _, _, counts) in zip(ids, counted):
+                terms.extend(map(term_key, counts))
+                tfs.extend(counts.values())
+                doc_ids.extend([doc_id] * len(counts))
+            docs = pd.DataFrame(
+                {
+                    "doc_id": ids,
+                    "session_id": [c[0] for c in counted],
+                    "turn_id": [c[2] for c in counted],
+                    "kind": [c[1] for c in counted],
+                    "length": [sum(c[3].values()) for c in counted],
+                    "terms": [len(c[3]) for c in counted],
+                }
             )
-        return len(docs)
+            con.register("docs", docs)
+            con.execute("INSERT INTO search_documents BY NAME SELECT * FROM docs")
+            con.unregister("docs")
+            postings = pd.DataFrame({"term": terms, "doc_id": doc_ids, "tf": tfs})
+            con.register("postings", postings)
+            con.execute("INSERT INTO search_postings_new SELECT term, doc_id, tf FROM postings ORDER BY term, doc_id")
+            con.unregister("postings")
+        return len(counted)
+
+    def behind(self) -> int:
+        """The sessions a refresh would index or drop: one query, cheap when nothing changed."""
+        with self.file.connect() as con:
+            return len(records(con, _CHANGED, [TOKENIZER_VERSION])) + len(records(con, _REMOVED))
 
     def status(self) -> dict:
-        """The index's documents, sessions, an estimate of its size on disk, the sessions behind the
-        store and the last refresh's time."""
+        """The index's documents and sessions, an estimate of its size on disk, the sessions behind the
+        store (`behind`: changed since they were indexed, never indexed, or removed), how long the
+        oldest of those changes has waited (`lag_s`, 0 when none waits) and the last refresh's time."""
         with self.file.connect() as con:
             documents = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
             state = con.execute("SELECT count(*), max(indexed_at) FROM search_index_state").fetchone()
-            behind = len(records(con, _CHANGED, [TOKENIZER_VERSION])) + len(records(con, _REMOVED))
+            changed = records(con, _CHANGED, [TOKENIZER_VERSION])
+            removed = len(records(con, _REMOVED))
             size = _size_bytes(con)
+        waiting = [r["changed_at"] for r in changed if r["changed_at"] is not None]
         return {
             "documents": documents,
             "sessions": state[0],
             "size_bytes": size,
-            "behind": behind,
+            "behind": len(changed) + removed,
+            "lag_s": max(0.0, (now() - min(waiting)).total_seconds()) if waiting else 0.0,
             "last_refresh": state[1],
         }
 
@@ -408,19 +465,24 @@ def _check_query(query: str, limit: int) -> list[str]:
 
 def _scored(terms: list[str]) -> str:
     """`scored` (doc_id, score): the BM25 of every document holding a query term. Document frequencies
-    and the average length are counted when the query runs. The keys are integers: inlined, so the
-    scan of the postings is filtered as it reads."""
+    and the average length are counted when the query runs, over the documents that are (a replaced
+    document's postings match none). The keys are integers, inlined: the sorted postings' row groups
+    are skipped by their term ranges as the scan reads."""
     keys = ", ".join(str(term_key(t)) for t in terms)
     return f"""
         WITH stats AS (SELECT count(*)::DOUBLE AS n, avg(length) AS avgdl FROM search_documents),
-        p AS (SELECT term, doc_id, tf FROM search_postings WHERE term IN ({keys})),
-        df AS (SELECT term, count(*) AS df FROM p GROUP BY term),
+        p AS (
+            SELECT term, doc_id, tf FROM search_postings WHERE term IN ({keys})
+            UNION ALL SELECT term, doc_id, tf FROM search_postings_new WHERE term IN ({keys})
+        ),
+        live AS (SELECT p.term, p.doc_id, p.tf, d.length FROM p JOIN search_documents d USING (doc_id)),
+        df AS (SELECT term, count(*) AS df FROM live GROUP BY term),
         scored AS (
-            SELECT p.doc_id,
+            SELECT live.doc_id,
                    sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-                       * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * d.length / stats.avgdl))) AS score
-            FROM p JOIN df USING (term) JOIN search_documents d USING (doc_id), stats
-            GROUP BY p.doc_id
+                       * live.tf * {K1 + 1} / (live.tf + {K1} * (1 - {B} + {B} * live.length / stats.avgdl))) AS score
+            FROM live JOIN df USING (term), stats
+            GROUP BY live.doc_id
         )"""
 
 
@@ -445,26 +507,14 @@ def _texts(con: duckdb.DuckDBPyConnection, wanted: list[tuple[str, str, str | No
         ):
             out[("mini", row["session_id"], row["turn_id"])] = row["text"]
     if turns:
-        for row in records(con, f"{_TURN_TEXT} WHERE id IN (SELECT unnest(?::VARCHAR[]))", [turns]):
+        for row in records(con, f"{_TURN_TEXT} WHERE turn_id IN (SELECT unnest(?::VARCHAR[]))", [turns]):
             out[("turn", row["session_id"], row["turn_id"])] = _turn_text(row)
     return out
 
 
 def _delete_sessions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
-    """Drop the sessions' documents and postings. Their documents' ids bound the postings' scan (a
-    session's ids are consecutive, so the scan skips most row groups)."""
-    ids = "(SELECT unnest(?::VARCHAR[]))"
-    bounds = con.execute(
-        f"SELECT min(doc_id), max(doc_id) FROM search_documents WHERE session_id IN {ids}", [session_ids]
-    ).fetchone()
-    if bounds[0] is None:
-        return
-    con.execute(
-        f"""DELETE FROM search_postings WHERE doc_id BETWEEN ? AND ?
-            AND doc_id IN (SELECT doc_id FROM search_documents WHERE session_id IN {ids})""",
-        [bounds[0], bounds[1], session_ids],
-    )
-    con.execute(f"DELETE FROM search_documents WHERE session_id IN {ids}", [session_ids])
+    """Drop the sessions' documents; their postings match none from now on, and go at the next compaction."""
+    con.execute("DELETE FROM search_documents WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [session_ids])
 
 
 def _size_bytes(con: duckdb.DuckDBPyConnection) -> int:
@@ -472,7 +522,7 @@ def _size_bytes(con: duckdb.DuckDBPyConnection) -> int:
     block = con.execute("SELECT block_size FROM pragma_database_size() WHERE database_name = 'store'").fetchone()
     size = block[0] if block else 262_144
     blocks = 0
-    for table in ("search_documents", "search_postings", "search_index_state"):
+    for table in ("search_documents", "search_postings", "search_postings_new", "search_index_state"):
         blocks += con.execute(
             f"SELECT count(DISTINCT block_id) FROM pragma_storage_info('{table}') WHERE block_id >= 0"
         ).fetchone()[0]
