@@ -63,7 +63,9 @@ def main() -> None:
             found.update(f.kind for f in facts)
         alone = time.perf_counter() - started
     text_mb = sum(len(p or "") + len(r or "") for p, r, _ in turns) / 1e6
-    print(f"corpus: {args.sessions} sessions, {len(turns):,} turns, {corpus_bytes / 1e6:.1f} MB of logs (seed {args.seed})")
+    print(
+        f"corpus: {args.sessions} sessions, {len(turns):,} turns, {corpus_bytes / 1e6:.1f} MB of logs (seed {args.seed})"
+    )
     print(f"ingest without facts:  {off:7.2f} s")
     print(f"ingest with facts:     {on:7.2f} s")
     print(f"ratio (with / without): {on / off:.2f}")
