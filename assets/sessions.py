@@ -19,6 +19,7 @@ from assets.work.mini_summaries import coverage_metadata
 from assets.work.runs import RunFacts
 from assets.work.sessions import describe_partition, summarize_partition
 from digest.cost import SummaryCost
+from digest.facts import facts_markdown
 from digest.fidelity import Fidelity
 from digest.ingest import ingest_paths
 from digest.prompts import SUMMARY_CODE_VERSION
@@ -134,10 +135,18 @@ def raw_sessions(
     context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource
 ) -> MaterializeResult:
     """One session's raw turns in canonical order, with the size and the route its summary will take."""
-    described = describe_partition(store.store(), model, run_facts(context), context.partition_key)
+    db = store.store()
+    described = describe_partition(db, model, run_facts(context), context.partition_key)
     if described.failure:
         raise Failure(described.failure)
-    return materialized(context, described.metadata)
+    return materialized(context, {**described.metadata, **facts_metadata(db, described.metadata["session_id"])})
+
+
+def facts_metadata(db, session_id: str) -> dict:
+    """What the session's tool calls did, read at ingest with no model call (`digest.facts`): the
+    files edited or created, the commands with their exit status, the errors."""
+    facts = db.facts.for_session(session_id)
+    return {"facts": MetadataValue.md(facts_markdown((f["kind"], f["value"], f["detail"]) for f in facts))}
 
 
 @asset(
@@ -187,7 +196,9 @@ def session_summaries(
         return
     # What the summary cost and whether its reply came from the cache (`digest.cost`).
     context.log.info(f"session {outcome.session_id!r}: {outcome.cost.log_line()}")
-    yield materialized(context, summary_record_metadata(outcome.row, outcome.cost))
+    yield materialized(
+        context, {**summary_record_metadata(outcome.row, outcome.cost), **facts_metadata(db, outcome.session_id)}
+    )
     record_no_mini_summaries_needed(context, db, outcome.row)  # after the summary's own, first in the log
 
 

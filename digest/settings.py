@@ -96,6 +96,7 @@ class Settings:
     circuit: CircuitPolicy
     response_cache: bool  # reuse model replies from DuckDB (staging for crash safety stays either way)
     junk_share_max: float  # the junk check fails above this share of the summaries written since it last ran
+    search_lag_max_s: float  # the search index's check fails when a change waits longer for it
     dagster_pg_url: str | None  # the Dagster instance on PostgreSQL; None: SQLite under DAGSTER_HOME
 
     @property
@@ -462,6 +463,14 @@ SETTINGS: tuple[Setting, ...] = (
         0.25,
         "the asset check `junk_share_since_last_check` fails when more than this share (0 to 1) of the summaries "
         "written since it last ran has a junk verdict ([routing](routing.md#junk))",
+    ),
+    Setting(
+        "DIGEST_SEARCH_LAG_MAX_S",
+        "search_lag_max_s",
+        positive,
+        900.0,
+        "the asset check `search_index_current` fails when a session's turns, summary or mini summaries changed "
+        "longer ago than this and the search index has not taken the change in ([search](search.md))",
     ),
     _circuit(
         "DIGEST_HOST_FAILURE_THRESHOLD",

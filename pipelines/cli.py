@@ -16,6 +16,7 @@ from pathlib import Path
 from digest.pacing import slowdown_status
 from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
+from pipelines import search_cli
 from pipelines.console import Output
 from pipelines.instance import write_instance_config
 from pipelines.runs import (
@@ -385,6 +386,8 @@ def resummarize(settings: Settings, criteria, record: bool) -> dict:
 
 
 def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, output: Output) -> dict | None:
+    if args.command in search_cli.COMMANDS:
+        return search_cli.run(args, settings, output)
     if args.command == "ingest":
         return ingest(settings, args.paths)
     if args.command in ("plan", "sweep") and (criteria := _resummary_criteria(args, parser)):
@@ -464,8 +467,9 @@ def main(argv: list[str] | None = None) -> None:
     p_export.add_argument("path", help="a file, or a folder to write graph-backup-<timestamp>.jsonl in")
     p_reset = sub.add_parser("reset-digest", help="put an undigestible session back in the digest cadence")
     p_reset.add_argument("session", metavar="SESSION_ID", help="session id or partition key")
+    search_cli.add_commands(sub)
     for name, command in sub.choices.items():
-        if name != "ui":
+        if name not in ("ui", "mcp"):
             command.add_argument("--json", action="store_true", help="print the result as JSON, for scripts")
     args = parser.parse_args(argv)
 

@@ -21,12 +21,20 @@ from assets.backlog import backlog, backlog_not_stalled
 from assets.friction_report import friction_report
 from assets.graph import session_graph
 from assets.mini_summaries import turn_mini_summaries
+from assets.search_index import search_index, search_index_current
 from assets.sessions import raw_sessions, raw_turns, session_summaries
 from digest.settings import Settings, load_settings, setting_of
 from pipelines.checks import junk_checks, quality_checks, store_checks
 from pipelines.jobs import digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.resummary import request_resummaries_job
-from pipelines.sensors import digest_sensor, inbox_sensor, interrupted_runs_sensor, mini_summary_sensor, summary_sensor
+from pipelines.sensors import (
+    digest_sensor,
+    inbox_sensor,
+    interrupted_runs_sensor,
+    mini_summary_sensor,
+    search_index_sensor,
+    summary_sensor,
+)
 from resources.bindings import (
     ChatModelResource,
     CircuitPolicyResource,
@@ -102,11 +110,19 @@ def build_definitions(settings: Settings) -> Definitions:
             session_graph,
             friction_report,
             backlog,
+            search_index,
         ],
-        asset_checks=store_checks + junk_checks + quality_checks + [backlog_not_stalled],
+        asset_checks=store_checks + junk_checks + quality_checks + [backlog_not_stalled, search_index_current],
         jobs=[ingest_job, summarize_job, fill_mini_summaries_job, report_job, digest_job, request_resummaries_job],
         schedules=[report_schedule],
-        sensors=[inbox_sensor, summary_sensor, mini_summary_sensor, digest_sensor, interrupted_runs_sensor],
+        sensors=[
+            inbox_sensor,
+            summary_sensor,
+            mini_summary_sensor,
+            digest_sensor,
+            interrupted_runs_sensor,
+            search_index_sensor,
+        ],
         resources=build_resources(settings),
         # Every job's, the UI's runs of assets (`__ASSET_JOB`, a backfill's) included: one process per
         # run, as DuckDB takes one writer per file and per-step processes buy nothing here.

@@ -81,7 +81,11 @@ def ingest(settings: Settings, paths: list[str]) -> dict:
     if not result.success or not materialization:
         raise SystemExit(f"ingest failed (run {result.run_id}); see `session-digest ui` for the run's logs")
     meta = {k: v.value for k, v in materialization[0].metadata.items() if k != "files_preview"}
-    return {"run_id": result.run_id, **meta}
+    return {
+        "run_id": result.run_id,
+        **meta,
+        "search_index": _refresh_search_index(settings, instance, _store(settings)),
+    }
 
 
 def _store(settings: Settings):
@@ -211,6 +215,7 @@ def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[
     )
     return {
         "backlog": _refresh_backlog(settings, instance, store),
+        "search_index": _refresh_search_index(settings, instance, store),
         "pending": selection.pending,
         "skipped": selection.skip_reason,
         "interrupted_runs_closed": recovered,
@@ -234,6 +239,18 @@ def _refresh_backlog(settings: Settings, instance, store) -> str:
     for event in backlog_events(measured, settings.sweep):
         instance.report_runless_asset_event(event)
     return backlog_line(measured)
+
+
+def _refresh_search_index(settings: Settings, instance, store) -> dict:
+    """The `search_index` asset brought up to date and recorded after a sweep or an ingest (no run),
+    as the search sensor's ticks record it; its figures."""
+    from assets.search_index import search_index_events
+
+    events = search_index_events(store, settings.search_lag_max_s)
+    for event in events:
+        instance.report_runless_asset_event(event)
+    metadata = events[0].metadata
+    return {key: metadata[key].value for key in ("sessions_indexed", "sessions_behind", "seconds")}
 
 
 def digest(settings: Settings, limit: int | None, output: Output) -> dict:

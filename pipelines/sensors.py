@@ -1,7 +1,8 @@
 """Sensors: the inbox feeds ingest, the summary sensor works through the backlog in budgeted
-batches, the mini-summary and graph sensors launch their backfills, and one closes runs whose
-process died. All five are cheap: they list files and read DuckDB and the instance's runs (the
-last one also marks a dead run failed); none calls a model."""
+batches, the mini-summary and graph sensors launch their backfills, one closes runs whose process
+died, and one keeps the search index up to date. All six are cheap: they list files and read DuckDB
+and the instance's runs (the fifth also marks a dead run failed, the last indexes the sessions that
+changed); none calls a model."""
 
 import json
 import time
@@ -28,6 +29,7 @@ from assets.partitions import (
     sessions_partitions,
     unregistered_partition_keys,
 )
+from assets.search_index import TICK_SESSIONS, search_index_events
 from assets.work.backlog import measure
 from digest.backoff import doubling_backoff_s
 from digest.hosts import estimated_seconds
@@ -434,3 +436,14 @@ def interrupted_runs_sensor(context: SensorEvaluationContext, store: DigestStore
     if not closed:
         return SkipReason("no run lost its process")
     return SkipReason(f"closed {len(closed)} run(s) whose process died: {', '.join(closed)}")
+
+
+@described_sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+def search_index_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
+    """Brings the `search_index` asset up to date when sessions changed since they were indexed (at
+    most 500 sessions a tick, newest first), and records it with its check; a tick with nothing
+    changed reads one query and records nothing."""
+    db = store.store()
+    if not db.search.behind():
+        return SkipReason("the search index is up to date")
+    return SensorResult(asset_events=search_index_events(db, store.search_lag_max_s, TICK_SESSIONS))

@@ -40,6 +40,7 @@ SMOKE = {
         embedded=True,
         timeout_s=600.0,
     ),
+    "facts.py": Smoke(("--sessions", "3"), ("ingest with facts", "ratio (with / without)", "extraction alone")),
     "graph_cap.py": Smoke(
         ("--kilobytes", "40"), ("graph calls:", "the largest prompt any model call sent in the graph scenario")
     ),

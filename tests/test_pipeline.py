@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from dagster import Definitions, instance_for_test
@@ -125,3 +126,24 @@ def test_a_summary_run_stores_its_fidelity_and_shows_it_in_the_metadata(tmp_path
     more[0] = dataclasses.replace(more[0], document="User Prompt: also fix ColumnBuffer.scrollTo() and #4711")
     ingest_paths([write_bundle(tmp_path / "later", more, stamp="2026-11-21T09-00-00.000Z")], store)
     assert store.summaries.summary_row("small")["fidelity"] < row["fidelity"]
+
+
+def test_the_session_partitions_show_the_facts_of_its_tool_calls(tmp_path, instance):
+    """What the session's tool calls did (`digest.facts`), on `raw_sessions` and on the summary."""
+    samples = tmp_path / "logs"
+    samples.mkdir()
+    claude = "0b6c3f1e-5a2d-4c8e-9f41-7d2e8a1c5b90"
+    source = Path(__file__).resolve().parent.parent / "samples" / "harnesses" / f"{claude}.jsonl"
+    (samples / source.name).write_bytes(source.read_bytes())
+    with ModelServer() as server:
+        definitions = _defs(tmp_path, server.url)
+        _ingest(definitions, instance, samples)
+        result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
+            instance=instance, partition_key=partition_key(claude)
+        )
+    assert result.success
+    for node in ("raw_sessions", "session_summaries"):
+        shown = result.asset_materializations_for_node(node)[0].metadata["facts"].value
+        assert "**Files edited or created** (2)" in shown and "`/home/dev/webapp/server.py` (edited)" in shown
+        assert "- `python -m pytest tests/test_server.py -q`" in shown
+        assert "Also: 1 files read, 1 issues." in shown

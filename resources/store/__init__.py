@@ -9,6 +9,8 @@ with its SQL beside its code, in the order one session passes through them:
 - `summary_row.py`    the one definition of the `session_summaries` row: its DDL, column lists, metadata
 - `ingest.py`         `store.ingest`: bundle → turns: the export's turns, mini summaries, summaries
                       and rejected lines
+- `facts.py`          `store.facts`: each turn's facts (files, commands, errors, commits, issues),
+                      written with its turns; a session's, and the sessions that touched a file
 - `sessions.py`       `store.sessions`: turns read back, and the `sessions` rows derived from them
 - `mini_summaries.py` `store.mini_summaries`: turns → mini summaries: pending turns in priority order,
                       failed attempts, archive, backoff
@@ -26,6 +28,7 @@ with its SQL beside its code, in the order one session passes through them:
 - `resummaries.py`    `store.resummaries`: re-summaries asked for, their queue, the replaced summaries
 - `backlog.py`        `store.backlog`: the pending sessions' sizes and the drain's figures (`backlog` asset)
 - `archive.py`        `store.archive`: archive bundles written and restored
+- `search.py`         `store.search`: the search index (summaries, mini summaries, turns) and its queries
 
 Decisions are `digest/`'s pure functions (the order mini summaries are made in, when a failing turn
 is archived, how failures count, the digest states, a host's circuit); a repository applies them
@@ -44,6 +47,7 @@ from resources.store.archive import NOT_ARCHIVED, RESTORE_MODES, Archive
 from resources.store.backlog import BacklogReads
 from resources.store.cache import Cache
 from resources.store.connection import SCHEMA_VERSION, StoreFile, StoreUnreadable
+from resources.store.facts import Facts
 from resources.store.graph import Graph
 from resources.store.hosts import Hosts
 from resources.store.ingest import Ingest
@@ -51,6 +55,7 @@ from resources.store.ledger import Attempts, RunLedger
 from resources.store.mini_summaries import MiniSummaries, MiniSummaryLedger
 from resources.store.reports import Reports
 from resources.store.resummaries import Resummaries
+from resources.store.search import Search
 from resources.store.sessions import Sessions
 from resources.store.speed import Speed
 from resources.store.summaries import Summaries
@@ -70,6 +75,7 @@ class DigestStore:
         self.file = path if isinstance(path, StoreFile) else StoreFile(path, read_only)
         self.ingest = Ingest(self.file)
         self.sessions = Sessions(self.file)
+        self.facts = Facts(self.file)
         self.mini_summaries = MiniSummaries(self.file)
         self.summaries = Summaries(self.file)
         self.graph = Graph(self.file)
@@ -82,6 +88,7 @@ class DigestStore:
         self.resummaries = Resummaries(self.file)
         self.backlog = BacklogReads(self.file)
         self.archive = Archive(self.file)
+        self.search = Search(self.file)
 
     @property
     def path(self) -> Path:

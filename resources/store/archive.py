@@ -42,6 +42,7 @@ from digest.archive_read import (
 )
 from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
 from resources.store.connection import SCHEMA_VERSION, Repository, now
+from resources.store.facts import refresh_turn_facts
 from resources.store.fidelity import refresh_fidelity
 from resources.store.sessions import derived_session_rows, upsert_sessions
 from resources.store.vectors import convert_text_vectors, split_vectors_sql, vector_json_sql
@@ -50,8 +51,8 @@ from resources.store.vectors import convert_text_vectors, split_vectors_sql, vec
 EXPORT_BATCH_ROWS = 2000
 # Not the store's content, so never archived: the schema version (in the manifest), leases of live
 # runs, this deployment's view of its model hosts (`host_circuits`, `host_raw_caps`), the record of
-# archives written, and `sessions`, recomputed from turns on restore. Turns are archived, but as the
-# memory-backup file.
+# archives written, and `sessions` and `turn_facts`, recomputed from turns on restore. Turns are
+# archived, but as the memory-backup file.
 NOT_ARCHIVED = frozenset(
     {
         "fidelity_terms",
@@ -62,6 +63,7 @@ NOT_ARCHIVED = frozenset(
         "archives",
         "sessions",
         "turns",
+        "turn_facts",
     }
 )
 RESTORE_MODES = ("merge", "replace")
@@ -487,6 +489,9 @@ class Archive(Repository):
         # older bundle's) is scored.
         con.execute("DELETE FROM fidelity_terms WHERE session_id NOT IN (SELECT session_id FROM sessions)")
         refresh_fidelity(con, ids, unscored_only=True)
+        # So are the turns' facts (files, commands, errors, ...).
+        con.execute("DELETE FROM turn_facts WHERE session_id NOT IN (SELECT session_id FROM sessions)")
+        refresh_turn_facts(con, ids)
 
     def _session_states(self, con: duckdb.DuckDBPyConnection, sessions: list[str] | None) -> dict[str, SessionState]:
         where, params = self._scope(["session_id"], "sessions", sessions)

@@ -11,6 +11,7 @@ import duckdb
 import pandas as pd
 
 from resources.store.connection import Repository, now, upsert_sql
+from resources.store.facts import replace_turn_facts
 from resources.store.sessions import derived_session_rows, upsert_sessions
 from resources.store.summaries import adopt_imported_summaries
 from resources.store.vectors import split_vectors_sql
@@ -82,6 +83,8 @@ class Ingest(Repository):
                 columns = TURN_COLUMNS + STORED_VECTOR_COLUMNS + ["ingested_at"]
                 con.execute(upsert_sql("turns", columns, ["id"], keep=["ingested_at"]))
             moved_out = [r[0] for r in left]
+            # The turns' facts (files, commands, errors, ...) as their text now says, with them.
+            replace_turn_facts(con, batch[["id", "session_id", "prompt", "response", "agent"]].to_dict("records"))
             # In the same transaction: no turn is ever stored without its session's row up to date
             # (the sessions turns moved out of too), even when the ingest stops at a later line.
             refresh_sessions(con, sorted(set(batch["session_id"]) | set(moved_out)))

@@ -24,6 +24,14 @@ from resources.store.summary_row import summary_column
 from resources.store.vectors import migrate_text_vectors
 
 
+def backfill_turn_facts(con: duckdb.DuckDBPyConnection) -> None:
+    """The facts of the turns stored before facts were extracted at ingest (`store.facts`). Imported
+    here, not above: `resources.store.facts` imports the connection module, which imports this one."""
+    from resources.store.facts import refresh_turn_facts
+
+    refresh_turn_facts(con)
+
+
 def add_column(table: str, definition: str) -> str:
     """DuckDB adds no column with a constraint: an added column is nullable, its writers fill it."""
     return f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {definition.replace(' NOT NULL', '')}"
@@ -83,6 +91,10 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 12: the summary code version each summary was made under; the tables of re-summaries asked for
     # and of replaced summaries are `schema.sql`'s (`resummary_requests`, `summary_history`).
     12: [summary_column("code_version")],
+    13: [],
+    # 14: each turn's facts (files, commands and exit status, errors, commits, issues and PRs) for
+    # the turns stored before `turn_facts` (issue 34); batched, so memory stays bounded.
+    14: [backfill_turn_facts],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

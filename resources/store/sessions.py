@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import duckdb
 import pandas as pd
 
-from digest.turns import Turn, session_rows
+from digest.turns import Turn, id_sort_key, session_rows
 from resources.store.connection import Repository, now, record, records, upsert_sql
 
 
@@ -39,6 +39,17 @@ def upsert_sessions(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> None:
         con.unregister("batch")
 
 
+def _turn_rows(con: duckdb.DuckDBPyConnection, turn_ids: list[str]) -> list[dict]:
+    rows = records(
+        con,
+        """SELECT id, session_id, ts_ms, type, prompt, thought, response, agent, model, amount_tool_calls, tools_used
+           FROM turns WHERE id IN (SELECT unnest(?::VARCHAR[]))""",
+        [list(turn_ids)],
+    )
+    by_id = {r["id"]: r for r in rows}
+    return [by_id[i] for i in turn_ids if i in by_id]
+
+
 class Sessions(Repository):
     def session_rows(self, session_ids: Iterable[str]) -> list[dict]:
         """The stored `sessions` rows of these sessions (those that have one)."""
@@ -52,6 +63,21 @@ class Sessions(Repository):
     def load_turns(self, session_ids: list[str]) -> list[Turn]:
         with self.file.connect() as con:
             return load_turns(con, session_ids)
+
+    def turn_page(self, session_id: str, offset: int = 0, limit: int = 100) -> tuple[int, list[dict]]:
+        """The session's turn count, and `limit` of its turns from `offset` in canonical order (oldest
+        first), as `turns_by_id` gives them."""
+        with self.file.connect() as con:
+            keys = con.execute("SELECT id, ts_ms FROM turns WHERE session_id = ?", [session_id]).fetchall()
+            ordered = sorted(keys, key=lambda k: (k[1] or 0, id_sort_key(k[0]), k[0]))
+            page = [k[0] for k in ordered[max(0, offset) : max(0, offset) + max(0, limit)]]
+            return len(keys), _turn_rows(con, page)
+
+    def turns_by_id(self, turn_ids: list[str]) -> list[dict]:
+        """These turns (in this order, those stored): id, session, time, type, prompt, thought,
+        response, agent, model, tool calls and tools used."""
+        with self.file.connect() as con:
+            return _turn_rows(con, turn_ids)
 
     def session_by_partition(self, key: str) -> dict | None:
         with self.file.connect() as con:

@@ -1,0 +1,286 @@
+"""`session-digest mcp`: the store's search for agents, an MCP server over stdio (the official `mcp`
+SDK's `MCPServer`). Its tools carry the Neo.mjs Memory Core's names and argument shapes
+(`query_summaries`, `query_raw_memories`, `get_session_memories`, `get_all_summaries`, from
+neomjs/neo `ai/mcp/server/memory-core/openapi.yaml`), plus `find_sessions_by_file`.
+
+Read-only: every tool call opens the store read-only for the call's few statements and lets it go
+(`StoreFile`: an open waits, with backoff, while a writer holds the file; the writer's own open waits
+out ours the same way, so a sweep is never failed by it). The search index is read as it is: the
+CLI's `search`, and each sweep and ingest, bring it up to date. A tool's bad arguments, an unknown
+session or an empty query are answered as a tool error (`isError`) with the reason, and the server
+goes on serving.
+
+Where this differs from upstream: `get_all_summaries` applies `category` (upstream advertises it
+and ignores it); a summary carries its provenance (`sourceTier`, `degraded`, `verdict`,
+`navigationIndex`: a degraded summary is an index of the session, not its account); scores are
+BM25's, highest first (`relevanceScore`), not a vector distance's; long texts are cut with a marker
+so an answer stays a few KB.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from resources.store.connection import StoreFile
+
+# The tools' argument types (module level: the SDK reads the annotations by name).
+NResults = Annotated[int, Field(ge=1, le=100, description="results to return, 1-100")]
+CategoryName = Literal["bugfix", "feature", "refactoring", "documentation", "new-app", "analysis", "other"]
+# Characters a text field keeps in a search result (the rest is cut, with a marker saying how much).
+RESULT_FIELD_CHARS = 600
+# Characters all of a `get_session_memories` page's text fields share (each keeps at least 200).
+PAGE_TEXT_CHARS = 48_000
+# How long a call waits for a writer to let the file go before it answers that the store is busy.
+LOCK_WAIT_S = 30.0
+
+
+def _iso(ms: int | None) -> str | None:
+    """As JavaScript's `toISOString` writes it, as upstream's timestamps are."""
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def cut(text: str | None, limit: int) -> str | None:
+    """The text, or its first `limit` characters and a marker saying how much was left out."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + f" …[cut: {len(text) - limit:,} more characters]"
+
+
+def _tools(value) -> list[str]:
+    """`tools_used` as stored: a JSON array of names (NULL: none)."""
+    if not value:
+        return []
+    try:
+        names = json.loads(value)
+    except ValueError:
+        return [str(value)]
+    return [str(n) for n in names] if isinstance(names, list) else [str(names)]
+
+
+class Reads:
+    """The tools' reads, each over a read-only store opened for it. Raises `ToolError` with the
+    one-line reason for anything the caller asked wrong (and for a store busy past `LOCK_WAIT_S`)."""
+
+    def __init__(self, db_path: Path):
+        self.db_path = Path(db_path)
+
+    def _store(self):
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        from resources.store import DigestStore
+
+        if not self.db_path.is_file():
+            raise ToolError(f"no store at {self.db_path}: ingest some sessions first (`session-digest ingest PATH`)")
+        return DigestStore(StoreFile(self.db_path, read_only=True, lock_wait_s=LOCK_WAIT_S))
+
+    def call(self, read, *args, **kwargs):
+        """`read(store, ...)`, its caller's mistakes and a busy store as tool errors."""
+        import duckdb
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        from resources.store.search import SearchError
+
+        try:
+            return read(self._store(), *args, **kwargs)
+        except (SearchError, ValueError) as exc:
+            raise ToolError(str(exc)) from None
+        except duckdb.IOException as exc:
+            raise ToolError(f"the store is busy or unreadable, try again: {exc}") from None
+
+    # --- the tools' bodies ---
+
+    @staticmethod
+    def summary_result(row: dict, score: float | None = None, snippet: str | None = None) -> dict:
+        """A summary in the Memory Core's shape (`Summary`), with its provenance."""
+        result = {
+            "id": f"summary_{row['session_id']}",
+            "sessionId": row["session_id"],
+            "timestamp": _iso(row.get("session_last_ms", row.get("last_activity_ms"))),
+            "title": row["title"],
+            "summary": cut(row["summary"], RESULT_FIELD_CHARS * 2),
+            "category": row["category"],
+            "memoryCount": row["memory_count"],
+            "quality": row["quality"],
+            "productivity": row["productivity"],
+            "impact": row["impact"],
+            "complexity": row["complexity"],
+            "technologies": list(row["technologies"] or []),
+            "sourceTier": row["source_tier"],
+            "degraded": bool(row["degraded"]),
+            "verdict": row["verdict"],
+            "navigationIndex": bool(row["degraded"]),
+            "origin": row["origin"],
+            "model": row["model"] or None,
+        }
+        if score is not None:
+            result["relevanceScore"] = round(score, 4)
+            result["snippet"] = snippet
+        return result
+
+    @classmethod
+    def query_summaries(cls, store, query: str, n: int, category: str | None) -> dict:
+        hits = store.search.summaries(query, limit=n, category=category)
+        rows = {r["session_id"]: r for r in store.summaries.summaries_where("session_id", [h.session_id for h in hits])}
+        results = [
+            cls.summary_result(
+                {**rows[h.session_id], "last_activity_ms": h.last_activity_ms},
+                h.score,
+                h.matches[0].snippet if h.matches else None,
+            )
+            for h in hits
+            if h.session_id in rows
+        ]
+        return {"query": query, "count": len(results), "results": results}
+
+    @staticmethod
+    def memory(row: dict, limit: int) -> dict:
+        """A turn in the Memory Core's shape (`Memory`), its texts cut to `limit` characters each."""
+        return {
+            "id": row["id"],
+            "sessionId": row["session_id"],
+            "timestamp": _iso(row["ts_ms"]),
+            "prompt": cut(row["prompt"], limit),
+            "thought": cut(row["thought"], limit),
+            "response": cut(row["response"], limit),
+            "type": row["type"],
+            "agent": row["agent"],
+            "model": row["model"],
+            "amountToolCalls": row["amount_tool_calls"],
+            "toolsUsed": _tools(row["tools_used"]),
+        }
+
+    @classmethod
+    def query_raw_memories(cls, store, query: str, n: int, session_id: str | None) -> dict:
+        hits = store.search.turns(query, limit=n, session_id=session_id)
+        rows = {r["id"]: r for r in store.sessions.turns_by_id([h.turn_id for h in hits])}
+        results = [
+            {
+                **cls.memory(rows[h.turn_id], RESULT_FIELD_CHARS),
+                "relevanceScore": round(h.score, 4),
+                "matched": h.kind,  # the turn's text, or its mini summary
+                "snippet": h.snippet,
+            }
+            for h in hits
+            if h.turn_id in rows
+        ]
+        return {"query": query, "count": len(results), "results": results}
+
+    @classmethod
+    def get_session_memories(cls, store, session_id: str, limit: int, offset: int) -> dict:
+        if not store.sessions.session_rows([session_id]):
+            raise ValueError(f"no session {session_id!r} in the store")
+        total, turns = store.sessions.turn_page(session_id, offset, limit)
+        share = max(200, PAGE_TEXT_CHARS // max(1, 3 * len(turns)))
+        memories = [cls.memory(t, share) for t in turns]
+        return {"sessionId": session_id, "count": len(memories), "total": total, "offset": offset, "memories": memories}
+
+    @classmethod
+    def get_all_summaries(cls, store, limit: int, offset: int, category: str | None) -> dict:
+        total, rows = store.summaries.summary_page(limit, offset, category)
+        summaries = [cls.summary_result(r) for r in rows]
+        return {"count": len(summaries), "total": total, "offset": offset, "category": category, "summaries": summaries}
+
+    @staticmethod
+    def find_sessions_by_file(store, path: str, limit: int) -> dict:
+        found = store.facts.sessions_by_file(path, limit)
+        titles = {
+            r["session_id"]: r["title"]
+            for r in store.summaries.summaries_where("session_id", [s["session_id"] for s in found])
+        }
+        results = [
+            {
+                "sessionId": s["session_id"],
+                "title": titles.get(s["session_id"]),
+                "lastActivity": _iso(s["last_ms"]),
+                "paths": s["paths"],
+                "kinds": s["kinds"],
+                "turns": [
+                    {"turnId": t["turn_id"], "timestamp": _iso(t["ts_ms"]), "kind": t["kind"], "path": t["path"]}
+                    for t in s["turns"][:20]
+                ],
+                "turnCount": len(s["turns"]),
+            }
+            for s in found
+        ]
+        return {"path": path, "count": len(results), "results": results}
+
+
+def build_server(db_path: Path):
+    """The MCP server over the store file at `db_path`, its five tools registered, read-only."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import ToolAnnotations
+
+    reads = Reads(db_path)
+    server = MCPServer(
+        "session-digest",
+        instructions=(
+            "Past AI-agent work sessions, summarized: find sessions by words, names, paths and errors "
+            "(query_summaries, query_raw_memories), list them (get_all_summaries), read one's turns "
+            "(get_session_memories), or find the sessions that touched a file (find_sessions_by_file). "
+            "A summary with navigationIndex true is degraded: an index of the session, not its account."
+        ),
+    )
+    read_only = ToolAnnotations(
+        read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+    )
+
+    @server.tool(annotations=read_only)
+    def query_summaries(
+        query: Annotated[str, Field(description="words, names, paths or errors to find")],
+        nResults: NResults = 10,  # the Memory Core's argument names
+        category: CategoryName | None = None,
+    ) -> dict:
+        """Search the session summaries (keyword search, BM25), best first, narrowed by category. A
+        summary judged junk is not searched (its session's turns still are: query_raw_memories)."""
+        return reads.call(Reads.query_summaries, query, nResults, category)
+
+    @server.tool(annotations=read_only)
+    def query_raw_memories(
+        query: Annotated[str, Field(description="words, names, paths or errors to find")],
+        nResults: NResults = 10,
+        sessionId: Annotated[str | None, Field(description="search this session's turns alone")] = None,
+    ) -> dict:
+        """Search the raw turns (prompt, thought, response; and their mini summaries), best first.
+        Long texts are cut with a marker; get_session_memories pages a session's turns."""
+        return reads.call(Reads.query_raw_memories, query, nResults, sessionId)
+
+    @server.tool(annotations=read_only)
+    def get_session_memories(
+        sessionId: Annotated[str, Field(description="the session's id")],
+        limit: Annotated[int, Field(ge=1, le=1000)] = 100,
+        offset: Annotated[int, Field(ge=0)] = 0,
+    ) -> dict:
+        """A session's turns in order, oldest first, paged (`total` says how many it has)."""
+        return reads.call(Reads.get_session_memories, sessionId, limit, offset)
+
+    @server.tool(annotations=read_only)
+    def get_all_summaries(
+        limit: Annotated[int, Field(ge=1, le=1000)] = 50,
+        offset: Annotated[int, Field(ge=0)] = 0,
+        category: CategoryName | None = None,
+    ) -> dict:
+        """Every session summary, newest first, paged; `category` narrows them (applied here, unlike
+        upstream's, which ignores it)."""
+        return reads.call(Reads.get_all_summaries, limit, offset, category)
+
+    @server.tool(annotations=read_only)
+    def find_sessions_by_file(
+        path: Annotated[str, Field(description="a path, or its tail: settings.py finds src/app/settings.py")],
+        limit: Annotated[int, Field(ge=1, le=100)] = 10,
+    ) -> dict:
+        """The sessions that read, edited or created a file, newest first, with the turns that did."""
+        return reads.call(Reads.find_sessions_by_file, path, limit)
+
+    return server
+
+
+def serve(db_path: Path) -> None:
+    """Serve over stdio until the client closes it."""
+    build_server(db_path).run("stdio")

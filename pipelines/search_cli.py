@@ -1,0 +1,300 @@
+"""`session-digest search`, `show` and `mcp`: past work found again, for people (a ranked list,
+a session's summary with its provenance, its facts and its turns) and for agents (`mcp`, the MCP
+server of `pipelines/mcp_server.py`). Registered in `pipelines/cli.py`.
+
+Bad input (an empty or all-stop-word query, one longer than a page, an unknown session, a `--since`
+that is no date) is one line on stderr and exit code 2, never a traceback. Before it answers,
+`search` brings the index up to date (only the sessions that changed since are indexed again), or
+says why it could not and answers from the index as it stands."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.text import Text
+
+from digest.facts import facts_markdown
+from digest.scheduling import now_ms
+from digest.settings import Settings
+from pipelines.console import Output
+
+COMMANDS = ("search", "show", "mcp")
+USAGE_ERROR = 2  # argparse's exit code for bad input, ours too
+TEXT_SHOWN = 400  # characters of a turn's prompt and response `show --turns` prints (--json: all)
+_RELATIVE = re.compile(r"^(\d{1,6})\s*([hdw])$")
+_HOURS = {"h": 1, "d": 24, "w": 24 * 7}
+
+
+class BadInput(ValueError):
+    """A command line that asks for something that cannot be answered: its one-line reason."""
+
+
+def add_commands(sub) -> None:
+    p_search = sub.add_parser(
+        "search", help="find past sessions by words, names, paths and errors: ranked, with their best turns"
+    )
+    p_search.add_argument("query", nargs="+", help="the words to find (no quotes needed)")
+    p_search.add_argument("--limit", type=int, default=10, help="at most this many sessions (default 10)")
+    p_search.add_argument("--since", metavar="DATE", help="active since: 2026-11-18, an ISO time, or 12h / 7d / 2w ago")
+    p_search.add_argument("--category", help="bugfix, feature, refactoring, documentation, new-app, analysis, other")
+    p_search.add_argument(
+        "--file", metavar="PATH", help="sessions that read, edited or created this file (or path tail)"
+    )
+    p_search.add_argument("--project", help="sessions of this project")
+    p_show = sub.add_parser("show", help="a session's summary with its provenance, its facts, and its turns (--turns)")
+    p_show.add_argument("session", metavar="SESSION", help="session id or partition key")
+    p_show.add_argument("--turns", action="store_true", help="list the session's turns too, oldest first, paged")
+    p_show.add_argument("--offset", type=int, default=0, help="the first turn listed (0: the first)")
+    p_show.add_argument("--limit", type=int, default=20, help="turns listed (default 20)")
+    sub.add_parser("mcp", help="serve the store to agents over MCP (stdio), read-only: Memory Core's query tools")
+
+
+def run(args, settings: Settings, output: Output) -> None:
+    """One of `COMMANDS`; bad input ends the process with its reason and exit code 2."""
+    from resources.store.search import SearchError
+
+    if args.command == "mcp":
+        from pipelines.cli import _reading_store
+        from pipelines.mcp_server import serve
+
+        if settings.db_path.is_file():
+            _reading_store(settings)  # an older store is migrated once here: the server only reads
+        serve(settings.db_path)
+        return
+    try:
+        if args.command == "search":
+            search(settings, args, output)
+        else:
+            show(settings, args, output)
+    except (BadInput, SearchError) as exc:
+        print(f"session-digest {args.command}: {exc}", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR) from None
+
+
+# --- search -----------------------------------------------------------------------------------------
+
+
+def since_ms(text: str, now: int) -> int:
+    """Epoch ms of `--since`: an ISO date or time (UTC unless it says), or a span back from now."""
+    value = text.strip()
+    if match := _RELATIVE.match(value.lower()):
+        return now - int(match.group(1)) * _HOURS[match.group(2)] * 3_600_000
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput(f"--since {text!r} is not a date: give 2026-11-18, 2026-11-18T09:00, or 12h / 7d / 2w") from None
+    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return (parsed - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+
+def refresh_index(store) -> str | None:
+    """Index the sessions that changed since the last refresh (cheap when none did); why it could
+    not, else None. A writer holding the file is waited out as by every command."""
+    import duckdb
+
+    try:
+        store.search.refresh()
+    except (duckdb.Error, OSError) as exc:
+        return f"the search index was not brought up to date ({type(exc).__name__}: {exc}); answering from it as it is"
+    return None
+
+
+def search(settings: Settings, args, output: Output) -> None:
+    from pipelines.runs import _store
+
+    query = " ".join(args.query)
+    since = since_ms(args.since, now_ms()) if args.since else None
+    store = _store(settings)
+    if problem := refresh_index(store):
+        print(f"session-digest search: {problem}", file=sys.stderr)
+    hits = store.search.sessions(
+        query, limit=args.limit, since_ms=since, category=args.category, file=args.file, project=args.project
+    )
+    if output.as_json:
+        print(json.dumps([hit_json(h) for h in hits], indent=2, default=str))
+        return
+    if not hits:
+        output.out.print(no_hits(store, query, args), markup=False, highlight=False)
+        return
+    for rank, hit in enumerate(hits, 1):
+        render_hit(output.out, rank, hit)
+
+
+def hit_json(hit) -> dict:
+    return {
+        "session_id": hit.session_id, "score": round(hit.score, 4), "turn_ids": hit.turn_ids, "title": hit.title,
+        "category": hit.category, "first_activity": iso(hit.first_activity_ms), "last_activity": iso(hit.last_activity_ms),
+        "tier": hit.tier, "degraded": hit.degraded, "verdict": hit.verdict, "navigation_index": hit.navigation_index,
+        "matches": [
+            {"kind": m.kind, "turn_id": m.turn_id, "score": round(m.score, 4), "snippet": m.snippet} for m in hit.matches
+        ],
+    }  # fmt: skip
+
+
+def no_hits(store, query: str, args) -> str:
+    """Why nothing was found, in a line: an empty store, else the query and the filters that found nothing."""
+    if not store.sessions.partition_keys():
+        return "no sessions in the store yet: `session-digest ingest PATH` adds some"
+    filters = [
+        f"--{name} {value}" for name in ("since", "category", "file", "project") if (value := getattr(args, name))
+    ]
+    return f"no session matches {query!r}" + (f" with {' '.join(filters)}" if filters else "")
+
+
+def iso(ms: int | None) -> str | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _day(ms: int | None) -> str:
+    return "no time" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def marked(snippet: str) -> Text:
+    """A snippet's `**term**` marks as bold."""
+    text = Text()
+    for i, part in enumerate(snippet.split("**")):
+        text.append(part, style="bold" if i % 2 else None)
+    return text
+
+
+def render_hit(console: Console, rank: int, hit) -> None:
+    title = hit.title or "(not summarized yet)"
+    console.print(Text.assemble((f"{rank:>2}. ", "bold"), (title, "bold"), f"   score {hit.score:.2f}"))
+    if hit.tier is None:
+        summary_kind = ""
+    else:
+        summary_kind = "  navigation index (a degraded summary)" if hit.navigation_index else f"  {hit.tier} summary"
+    verdict = f", verdict {hit.verdict}" if hit.verdict else ""
+    console.print(
+        f"    {hit.session_id}  {_day(hit.last_activity_ms)}{summary_kind}{verdict}"
+        + (f"  {hit.category}" if hit.category else ""),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    for match in hit.matches:
+        where = "summary" if match.kind == "summary" else f"{match.kind} {match.turn_id}"
+        console.print(Text("    ") + Text(f"{where}: ", style="dim") + marked(match.snippet), soft_wrap=True)
+    if hit.turn_ids:
+        console.print(
+            f"    turns: {' '.join(hit.turn_ids)}", markup=False, highlight=False, style="dim", soft_wrap=True
+        )
+    console.print()
+
+
+# --- show -------------------------------------------------------------------------------------------
+
+_PROVENANCE = (
+    "source_tier", "degraded", "route_reason", "verdict", "fidelity", "model", "host", "origin", "code_version",
+    "created_at", "run_id",
+)  # fmt: skip
+
+
+def show(settings: Settings, args, output: Output) -> None:
+    from pipelines.cli import _reading_store
+
+    if args.offset < 0 or args.limit < 1:
+        raise BadInput("--offset must be 0 or more and --limit 1 or more")
+    store = _reading_store(settings)
+    try:
+        (session_id,) = store.sessions.resolve_sessions([args.session])
+    except ValueError as exc:
+        raise BadInput(f"{exc} (a session id or partition key; `session-digest search` finds one)") from None
+    result = session_view(store, session_id, args.offset if args.turns else None, args.limit)
+    if output.as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    render_session(output.out, result)
+
+
+def session_view(store, session_id: str, offset: int | None, limit: int) -> dict:
+    """A session as `show` gives it: its row, its summary with provenance (None: not summarized), its
+    facts, and (`offset` given) a page of its turns."""
+    (session,) = store.sessions.session_rows([session_id])
+    row = store.summaries.summary_row(session_id)
+    summary = None
+    if row is not None:
+        covered = row.get("covered_turn_ids")
+        summary = {
+            "title": row["title"], "summary": row["summary"], "category": row["category"],
+            "technologies": row["technologies"], **{k: row[k] for k in _PROVENANCE},
+            "covered_turns": None if covered is None else len(covered),
+            "covered_turn_ids": covered, "mini_turn_ids": row.get("mini_turn_ids"),
+        }  # fmt: skip
+    view = {
+        "session_id": session_id,
+        "partition_key": session["partition_key"],
+        "turn_count": session["turn_count"],
+        "first_activity": iso(session["first_activity_ms"]),
+        "last_activity": iso(session["last_activity_ms"]),
+        "summary": summary,
+        "facts": [
+            {"turn_id": f["turn_id"], "kind": f["kind"], "value": f["value"], "detail": f["detail"]}
+            for f in store.facts.for_session(session_id)
+        ],
+    }
+    if offset is not None:
+        total, turns = store.sessions.turn_page(session_id, offset, limit)
+        view["turns"] = {"total": total, "offset": offset, "limit": limit, "items": turns}
+    return view
+
+
+def render_session(console: Console, view: dict) -> None:
+    summary = view["summary"]
+    console.print(Text(summary["title"] if summary else "(not summarized yet)", style="bold"))
+    console.print(
+        f"{view['session_id']}  partition {view['partition_key']}  {view['turn_count']} turns  "
+        f"{view['first_activity'] or 'no time'} → {view['last_activity'] or 'no time'}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    if summary:
+        console.print()
+        console.print(summary["summary"], markup=False, highlight=False)
+        console.print()
+        tier = summary["source_tier"] + (" (degraded: a navigation index)" if summary["degraded"] else "")
+        fidelity = "none" if summary["fidelity"] is None else f"{summary['fidelity']:.2f}"
+        covered = (
+            "not recorded"
+            if summary["covered_turns"] is None
+            else f"{summary['covered_turns']} of {view['turn_count']}"
+        )
+        if summary["mini_turn_ids"]:
+            covered += f" ({len(summary['mini_turn_ids'])} by their mini summary)"
+        for name, value in (
+            ("tier", tier), ("route", summary["route_reason"]), ("verdict", summary["verdict"] or "not judged"),
+            ("fidelity", fidelity), ("model", summary["model"] or "none"), ("host", summary["host"] or "none"),
+            ("origin", summary["origin"]), ("made", f"{summary['created_at']} by run {summary['run_id'] or 'none'}"),
+            ("covered turns", covered),
+        ):  # fmt: skip
+            console.print(Text.assemble((f"{name:>14}  ", "bold"), str(value)))
+    console.print()
+    facts = [(f["kind"], f["value"], f["detail"]) for f in view["facts"]]
+    console.print(Markdown(facts_markdown(facts)))
+    if "turns" not in view:
+        return
+    page = view["turns"]
+    console.print()
+    shown_to = page["offset"] + len(page["items"])
+    console.print(
+        Text(f"Turns {page['offset'] + 1}–{shown_to} of {page['total']}", style="bold")
+        if page["items"]
+        else Text(f"No turns from {page['offset']} (the session has {page['total']})", style="bold")
+    )
+    for n, turn in enumerate(page["items"], page["offset"] + 1):
+        console.print(Text.assemble((f"[{n}] ", "bold"), f"{turn['id']}  {_day(turn['ts_ms'])}", style="dim"))
+        for field in ("prompt", "response"):
+            text = (turn[field] or "").strip()
+            if text:
+                cut = text[:TEXT_SHOWN] + (
+                    f" … ({len(text):,} characters; --json has all)" if len(text) > TEXT_SHOWN else ""
+                )
+                console.print(Text(f"  {field}: ", style="bold") + Text(cut))
+    if shown_to < page["total"]:
+        console.print(f"… next page: --offset {shown_to}", markup=False, highlight=False, style="dim")

@@ -1,0 +1,96 @@
+"""`store.facts`: the facts of each turn (`turn_facts`: files read, edited and created, commands and
+their exit status, errors, commits, issue and PR references; `digest.facts`), written with the turns
+they come from, and read back by session and by file."""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+
+from digest.facts import FILE_KINDS, turn_fact_rows
+from resources.store.connection import Repository, records
+
+FACT_COLUMNS = ["turn_id", "session_id", "kind", "value", "detail"]
+# Turns read per batch when facts are extracted again from stored turns (a migration, a restore).
+BACKFILL_BATCH_TURNS = 2000
+
+
+def replace_turn_facts(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
+    """The facts of these turns (`turns` rows with `id`, `session_id`, `prompt`, `response`,
+    `agent`), in place of any they had; returns the facts written. In the caller's transaction."""
+    if not rows:
+        return 0
+    facts = pd.DataFrame(turn_fact_rows(rows), columns=FACT_COLUMNS)
+    con.execute("DELETE FROM turn_facts WHERE turn_id IN (SELECT unnest(?::VARCHAR[]))", [[r["id"] for r in rows]])
+    if len(facts):
+        con.register("facts_batch", facts)
+        con.execute(f"INSERT INTO turn_facts ({', '.join(FACT_COLUMNS)}) SELECT * FROM facts_batch")
+        con.unregister("facts_batch")
+    return len(facts)
+
+
+def refresh_turn_facts(con: duckdb.DuckDBPyConnection, session_ids: list[str] | None = None) -> int:
+    """Extract the facts of stored turns again: these sessions' (None: every turn), in batches of
+    `BACKFILL_BATCH_TURNS` so memory stays bounded; facts of turns no longer stored go. Returns the
+    facts written."""
+    scope = "" if session_ids is None else "WHERE session_id IN (SELECT unnest(?::VARCHAR[]))"
+    params = [] if session_ids is None else [sorted(set(session_ids))]
+    if session_ids is None:
+        con.execute("DELETE FROM turn_facts")
+    else:
+        con.execute(f"DELETE FROM turn_facts {scope}", params)
+    written, after = 0, ""
+    while True:
+        where = scope + (" AND " if scope else "WHERE ") + "id > ?"
+        rows = records(
+            con,
+            f"SELECT id, session_id, prompt, response, agent FROM turns {where} ORDER BY id LIMIT {BACKFILL_BATCH_TURNS}",
+            [*params, after],
+        )
+        if not rows:
+            return written
+        written += replace_turn_facts(con, rows)
+        after = rows[-1]["id"]
+
+
+class Facts(Repository):
+    def for_session(self, session_id: str) -> list[dict]:
+        """The session's facts, in turn order (then as found): dicts of `turn_id`, `ts_ms`, `kind`,
+        `value`, `detail`."""
+        with self.file.connect() as con:
+            return records(
+                con,
+                """SELECT f.turn_id, t.ts_ms, f.kind, f.value, f.detail
+                   FROM turn_facts f LEFT JOIN turns t ON t.id = f.turn_id
+                   WHERE f.session_id = ?
+                   ORDER BY t.ts_ms NULLS FIRST, f.turn_id, f.rowid""",
+                [session_id],
+            )
+
+    def sessions_by_file(self, path: str, limit: int = 10) -> list[dict]:
+        """The sessions that read, edited or created a file, newest first: `path` whole, or as the
+        tail of a stored path on a `/` (`settings.py` finds `src/app/settings.py`, not
+        `mysettings.py`). Each: `session_id`, `last_ms` (its latest such turn), `paths` (as stored),
+        `kinds`, `turns` (list of {`turn_id`, `ts_ms`, `kind`, `path`}, oldest first)."""
+        path = path.strip().removeprefix("./")
+        if not path:
+            raise ValueError("an empty path finds nothing: name a file, e.g. settings.py or src/app/settings.py")
+        with self.file.connect() as con:
+            rows = records(
+                con,
+                """WITH hits AS (
+                       SELECT f.session_id, f.turn_id, t.ts_ms, f.kind, f.value
+                       FROM turn_facts f LEFT JOIN turns t ON t.id = f.turn_id
+                       WHERE f.kind IN (SELECT unnest(?::VARCHAR[]))
+                         AND (f.value = ? OR ends_with(f.value, '/' || ?)))
+                   SELECT session_id, max(ts_ms) AS last_ms,
+                          list(DISTINCT value ORDER BY value) AS paths,
+                          list(DISTINCT kind ORDER BY kind) AS kinds,
+                          list({'turn_id': turn_id, 'ts_ms': ts_ms, 'kind': kind, 'path': value}
+                               ORDER BY ts_ms NULLS FIRST, turn_id, kind) AS turns
+                   FROM hits GROUP BY session_id
+                   ORDER BY last_ms DESC NULLS LAST, session_id
+                   LIMIT ?""",
+                [list(FILE_KINDS), path, path, max(1, int(limit))],
+            )
+        return rows

@@ -1,0 +1,136 @@
+"""`session-digest mcp` through the official SDK's own client over stdio (`stdio_client` +
+`ClientSession`), against a real store file holding the samples: the tools listed read-only, each
+called, a tool error answered as one (`isError`) with the server serving on, and a writer writing
+between calls while the server runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from digest.ingest import ingest_paths
+from resources.store import DigestStore
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+CLAUDE = "0b6c3f1e-5a2d-4c8e-9f41-7d2e8a1c5b90"
+CODEX = "01936a4e-7c1b-7d42-9a0e-3b5f2c8d1e67"
+SUMMARIZED = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"  # the bundle's session with the export's summary
+TOOLS = {"query_summaries", "query_raw_memories", "get_session_memories", "get_all_summaries", "find_sessions_by_file"}
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    ingest_paths([SAMPLES / "bundle", SAMPLES / "harnesses"], store)
+    store.search.refresh()
+    return tmp_path
+
+
+def server(home: Path) -> StdioServerParameters:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "pipelines.cli", "mcp"], env={**env, "DIGEST_HOME": str(home)}, cwd=ROOT
+    )
+
+
+async def call(session: ClientSession, tool: str, **arguments) -> tuple[bool, dict | str]:
+    """(isError, the answer: its JSON, or the error's text)."""
+    result = await session.call_tool(tool, arguments)
+    text = "".join(part.text for part in result.content)
+    return result.is_error, text if result.is_error else json.loads(text)
+
+
+def test_the_tools_answer_through_the_sdk_client_and_errors_keep_it_serving(home):
+    async def scenario(errlog) -> None:
+        async with stdio_client(server(home), errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                listed = (await session.list_tools()).tools
+                assert {t.name for t in listed} == TOOLS
+                assert all(t.annotations.read_only_hint and not t.annotations.destructive_hint for t in listed)
+                schema = next(t for t in listed if t.name == "query_summaries").input_schema
+                assert schema["required"] == ["query"] and schema["properties"]["nResults"]["maximum"] == 100
+
+                error, found = await call(session, "query_summaries", query="grid selection sort")
+                assert not error and found["query"] == "grid selection sort"
+                top = found["results"][0]
+                assert top["id"] == f"summary_{SUMMARIZED}" and top["sessionId"] == SUMMARIZED
+                assert top["category"] == "bugfix" and top["sourceTier"] == "raw" and top["navigationIndex"] is False
+                assert top["relevanceScore"] > 0 and top["timestamp"].endswith("Z") and top["technologies"]
+                error, found = await call(session, "query_summaries", query="grid selection", category="feature")
+                assert not error and found["count"] == 0
+
+                error, found = await call(session, "query_raw_memories", query="pytest test_server", nResults=3)
+                assert not error
+                claude = next(r for r in found["results"] if r["sessionId"] == CLAUDE)
+                # The Claude Code turn's response is some 89 KB: cut, and the answer stays a few KB.
+                assert "…[cut: " in claude["response"] and len(json.dumps(found)) < 12_000
+                assert claude["snippet"] and claude["relevanceScore"] > 0
+                error, found = await call(session, "query_raw_memories", query="DATABASE_URL", sessionId=CODEX)
+                assert not error and {r["sessionId"] for r in found["results"]} == {CODEX}
+
+                error, page = await call(session, "get_session_memories", sessionId=CLAUDE, limit=1, offset=1)
+                assert not error and (page["count"], page["total"]) == (1, 2)
+                assert page["memories"][0]["id"] == "7c0e000b-1d2b-4f5a-8c3e-a1b2c3d4e5f6"
+                assert page["memories"][0]["toolsUsed"] == ["Edit"]
+
+                error, listing = await call(session, "get_all_summaries")
+                assert not error and listing["total"] == 1 and listing["summaries"][0]["sessionId"] == SUMMARIZED
+                error, listing = await call(session, "get_all_summaries", category="refactoring")
+                assert not error and (listing["count"], listing["total"]) == (0, 0)  # applied, unlike upstream
+
+                error, files = await call(session, "find_sessions_by_file", path="ci.yml")
+                assert not error and [r["sessionId"] for r in files["results"]] == [CODEX]
+                assert files["results"][0]["kinds"] == ["file-edit"]
+
+                # Errors: answered as tool errors, with the reason.
+                error, text = await call(session, "query_raw_memories", query="the of and")
+                assert error and "only common words" in text
+                error, text = await call(session, "get_session_memories", sessionId="no-such-session")
+                assert error and "no session 'no-such-session'" in text
+                error, text = await call(session, "query_summaries", query="x", nResults=500)
+                assert error and "nResults" in text
+
+                # A writer writes while the server runs: it holds no connection between calls.
+                log = home / "extra.jsonl"
+                log.write_text(
+                    json.dumps(
+                        {
+                            "type": "assistant",
+                            "sessionId": "extra",
+                            "uuid": "e1",
+                            "timestamp": "2026-11-30T10:00:00Z",
+                            "message": {
+                                "content": [
+                                    {
+                                        "type": "tool_use",
+                                        "name": "Edit",
+                                        "input": {"file_path": "/w/src/app/settings.py"},
+                                    }
+                                ]
+                            },
+                        }
+                    )  # fmt: skip
+                    + "\n",
+                    encoding="utf-8",
+                )
+                writer = DigestStore(home / "digest.duckdb")
+                assert ingest_paths([log], writer).turns == 1
+
+                # And the server still answers, the new turn's facts among them.
+                error, files = await call(session, "find_sessions_by_file", path="settings.py")
+                assert not error and [r["sessionId"] for r in files["results"]] == ["extra"]
+
+    # The server's log (a line per tool error) goes to a file, not into the test's output.
+    with (home / "server.log").open("w") as errlog:
+        anyio.run(scenario, errlog)
+    assert "Tool 'get_session_memories' failed" in (home / "server.log").read_text()
