@@ -213,7 +213,8 @@ _CLAUDE_FILES = {
 }
 _SHELL_TOOLS = frozenset(
     {"Bash", "bash", "shell", "shell_command", "exec_command", "container.exec", "local_shell", "execute_bash",
-     "run_command", "terminal", "run_shell_command"}
+     "run_command", "terminal", "run_shell_command",
+     "run", "test", "lint", "git"}  # aider's `/run` (and `!`), `/test`, `/lint`, `/git`
 )  # fmt: skip
 _PATCH_TOOLS = frozenset({"apply_patch", "applypatch"})
 _PATCH_FILE = re.compile(r"^\*\*\* (Update|Add|Delete) File: (.{1,1000})$|^\*\*\* Move to: (.{1,1000})$", re.M)
@@ -298,8 +299,8 @@ def _call(name: str, args: str) -> _Call | None:
             if isinstance(obj.get("command"), list) and obj["command"] and obj["command"][0] in _PATCH_TOOLS:
                 call.files.extend(_patch_files(" ".join(obj["command"][1:])))
                 return call
-        else:  # Codex's local_shell_call, an argv joined by spaces
-            command = _command_text(args)
+        else:  # Codex's local_shell_call, an argv joined by spaces; aider's commands as typed
+            command = _command_text(f"git {args}" if name == "git" else args)
             for shell in ("bash -lc ", "bash -c ", "sh -c ", "zsh -lc "):
                 if command and command.startswith(shell):
                     command = command[len(shell) :].strip("'\"")

@@ -69,18 +69,16 @@ def test_codex_sample_exit_status_from_the_json_output_and_the_patch():
 
 def test_aider_sample_edits_commits_run_and_failure():
     turns = read_turns(SAMPLES / ".aider.chat.history.md")
+    # `/run` is the first turn's tool call (the reader keeps a command in the turn it belongs to), its
+    # output the `> ` lines; aider writes no exit status.
     assert facts_of(turns[0]) == {
         ("file-edit", "cli.py", "aider"),
         ("commit", "4e1f2a9", "feat: Add --verbose flag to cli.py"),
-    }
-    # `/run`'s output is in the `> ` lines; aider writes no exit status. "Added 3 lines of output
-    # to the chat" names no file.
-    assert facts_of(turns[1]) == {
         ("command", "python -m pytest -q tests/test_cli.py", None),
-        ("error", "FAILED tests/test_cli.py::test_verbose - AssertionError: assert 'WARNING' == 'DEBUG'", None),
+        ("error", "FAILED tests/test_cli.py::test_verbose - AssertionError: assert 'WARNING' == 'DEBUG'", "run"),
     }
-    assert ("commit", "9b3c7d0", "fix: Force logging config so --verbose takes effect") in facts_of(turns[2])
-    assert facts_of(turns[3]) == set()  # a question answered, nothing run
+    assert ("commit", "9b3c7d0", "fix: Force logging config so --verbose takes effect") in facts_of(turns[1])
+    assert facts_of(turns[2]) == set()  # a question answered, nothing run
 
 
 def test_swe_agent_sample_viewer_editor_and_shell_actions():
@@ -242,16 +240,15 @@ def test_aider_created_and_added_files_and_a_bang_command(tmp_path):
             "> npm ERR! app@1.0.0 test: `jest`  ",
         ],
     )
-    first, second = read_turns(path)
-    assert facts_of(first) == {
+    # Commands are no turns of their own: both are the one turn's, `!npm test` a tool call.
+    (turn,) = read_turns(path)
+    assert facts_of(turn) == {
         ("file-create", "src/new_mod.py", "aider"),
         ("file-read", "src/new_mod.py", "aider"),
         ("file-read", "tests/test_mod.py", "aider"),
-    }
-    assert facts_of(second) == {
         ("command", "npm test", None),
-        ("error", "npm ERR! code ELIFECYCLE", None),
-        ("error", "npm ERR! app@1.0.0 test: `jest`", None),
+        ("error", "npm ERR! code ELIFECYCLE", "run"),
+        ("error", "npm ERR! app@1.0.0 test: `jest`", "run"),
     }
 
 
