@@ -41,6 +41,7 @@ class DigestStoreResource(ConfigurableResource):
     db_path: str = configured_by("DIGEST_DB_PATH")
     inbox: str = configured_by("DIGEST_INBOX")
     junk_share_max: float = configured_by("DIGEST_JUNK_SHARE_MAX")  # read by the junk check
+    redact: bool = configured_by("DIGEST_REDACT")  # read by the ingest
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # Which process runs this run, so a run whose process dies can be told apart and closed.
