@@ -38,38 +38,78 @@ LABELLED = ROOT / "tests" / "fixtures" / "secrets" / "labelled.jsonl"
 OUT = Path(__file__).resolve().parent / "out"
 
 
-def detect_secrets_redactor() -> Callable[[str], str] | None:
-    """detect-secrets as a redactor: each line scanned (`scan_line`), each secret value it reports
-    replaced in that line; None when it is not installed."""
+# A redactor takes texts and gives them back redacted, in order.
+Redactor = Callable[[list[str]], list[str]]
+
+
+def curated(texts: list[str]) -> list[str]:
+    return [redact(t) for t in texts]
+
+
+def detect_secrets_arms() -> dict[str, Redactor | None]:
+    """detect-secrets two ways: as its CLI scans a repository (the texts written to one file, every
+    plugin with its default filters, `SecretsCollection.scan_file`), and as it scans a string
+    (`scan_line`, its `scan --string` mode); each secret value it reports is replaced in its line.
+    None: not installed."""
     try:
+        from detect_secrets import SecretsCollection
         from detect_secrets.core.scan import scan_line
         from detect_secrets.settings import default_settings
     except ImportError:
-        return None
+        return {"detect-secrets, file scan": None, "detect-secrets, string scan": None}
 
-    def redactor(text: str) -> str:
-        lines = []
+    def replaced(line: str, values: list[tuple[str, str]]) -> str:
+        for kind, value in values:
+            if value:
+                line = line.replace(value, f"[REDACTED:{kind}]")
+        return line
+
+    def file_scan(texts: list[str]) -> list[str]:
+        lines = [line for t in texts for line in t.split("\n")]
+        with tempfile.TemporaryDirectory() as tmp, default_settings():
+            path = Path(tmp) / "transcript.txt"
+            path.write_text("\n".join(lines), encoding="utf-8")
+            found = SecretsCollection()
+            found.scan_file(str(path))
+            by_line: dict[int, list[tuple[str, str]]] = {}
+            for _, secret in found:
+                by_line.setdefault(secret.line_number - 1, []).append((secret.type, secret.secret_value))
+        lines = [replaced(line, by_line.get(i, [])) for i, line in enumerate(lines)]
+        out, at = [], 0
+        for t in texts:
+            n = t.count("\n") + 1
+            out.append("\n".join(lines[at : at + n]))
+            at += n
+        return out
+
+    def string_scan(texts: list[str]) -> list[str]:
         with default_settings():
-            for line in text.split("\n"):
-                for secret in scan_line(line):
-                    if secret.secret_value:
-                        line = line.replace(secret.secret_value, f"[REDACTED:{secret.type}]")
-                lines.append(line)
-        return "\n".join(lines)
+            return [
+                "\n".join(replaced(line, [(s.type, s.secret_value) for s in scan_line(line)]) for line in t.split("\n"))
+                for t in texts
+            ]
 
-    return redactor
+    return {"detect-secrets, file scan": file_scan, "detect-secrets, string scan": string_scan}
 
 
-def labelled(redactor: Callable[[str], str]) -> dict:
+def leaked(secret: str, text: str) -> bool:
+    """Whether 8 characters of the secret in a row are still in the text: a redactor that replaced
+    only a token's prefix (detect-secrets reports `ghp` as a GitHub token's value) leaked it."""
+    return any(secret[i : i + 8] in text for i in range(max(1, len(secret) - 7)))
+
+
+def labelled(redactor: Redactor, heldout: bool) -> dict:
+    """Recall and false positives on the sample's cases written with the patterns (`heldout` off),
+    or on those written after them and never tuned against."""
     cases = [json.loads(line) for line in LABELLED.read_text(encoding="utf-8").splitlines()]
+    cases = [c for c in cases if bool(c.get("heldout")) == heldout]
     planted = found = ordinary = eaten = 0
     missed, false = [], []
-    for case in cases:
-        out = redactor(case["text"])
+    for case, out in zip(cases, [redactor([c["text"]])[0] for c in cases]):
         if case["secrets"]:
             for secret in case["secrets"]:
                 planted += 1
-                if secret in out:
+                if leaked(secret, out):
                     missed.append(case["where"])
                 else:
                     found += 1
@@ -90,11 +130,11 @@ def corpus_texts(folder: Path) -> list[str]:
     return texts
 
 
-def timed(redactor: Callable[[str], str], texts: list[str]) -> tuple[float, int]:
+def timed(redactor: Redactor, texts: list[str]) -> tuple[float, int]:
     """Seconds to redact every text, and the texts it changed."""
     start = time.perf_counter()
-    changed = sum(redactor(t) != t for t in texts)
-    return time.perf_counter() - start, changed
+    outs = redactor(texts)
+    return time.perf_counter() - start, sum(a != b for a, b in zip(texts, outs))
 
 
 def ingest_seconds(folder: Path, redact_secrets: bool, work: Path) -> float:
@@ -111,22 +151,25 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=28)
     args = parser.parse_args()
 
-    arms: dict[str, Callable[[str], str] | None] = {
-        "curated (digest.redact)": redact,
-        "detect-secrets 1.5.0": detect_secrets_redactor(),
-    }
+    arms: dict[str, Redactor | None] = {"curated (digest.redact)": curated, **detect_secrets_arms()}
     print("1. Labelled sample (tests/fixtures/secrets/labelled.jsonl)")
-    print(f"{'arm':<26} {'recall':>14} {'false positives':>18}")
-    results = {}
-    for name, redactor in arms.items():
-        if redactor is None:
-            print(f"{name:<26} {'not installed':>14}")
-            continue
-        r = results[name] = labelled(redactor)
-        print(f"{name:<26} {r['found']:>4}/{r['planted']:<3} {r['found'] / r['planted']:>5.0%} "
-              f"{r['eaten']:>6}/{r['ordinary']:<3} {r['eaten'] / r['ordinary']:>6.0%}")  # fmt: skip
-    for name, r in results.items():
-        print(f"  {name}: missed {sorted(set(r['missed'])) or 'none'}; ate {r['false'] or 'none'}")
+    for heldout in (False, True):
+        print(
+            "held-out cases (written after the patterns, not tuned on)"
+            if heldout
+            else "cases written with the patterns"
+        )
+        print(f"{'arm':<30} {'recall':>14} {'false positives':>18}")
+        results = {}
+        for name, redactor in arms.items():
+            if redactor is None:
+                print(f"{name:<30} {'not installed':>14}")
+                continue
+            r = results[name] = labelled(redactor, heldout)
+            print(f"{name:<30} {r['found']:>4}/{r['planted']:<3} {r['found'] / r['planted']:>5.0%} "
+                  f"{r['eaten']:>6}/{r['ordinary']:<3} {r['eaten'] / r['ordinary']:>6.0%}")  # fmt: skip
+        for name, r in results.items():
+            print(f"  {name}: missed {sorted(set(r['missed'])) or 'none'}; ate {r['false'] or 'none'}")
 
     with tempfile.TemporaryDirectory(dir=OUT if OUT.exists() else None) as tmp:
         work = Path(tmp)
@@ -137,17 +180,17 @@ def main() -> None:
         megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
         print(f"\n2. Ordinary transcripts: {args.sessions} sessions of tests/realistic_corpus.py, "
               f"{len(texts)} texts, {megabytes:.2f} MB, no planted secret")  # fmt: skip
-        print(f"{'arm':<26} {'texts changed':>14} {'s per MB':>10} {'MB/s':>8}")
+        print(f"{'arm':<30} {'texts changed':>14} {'s per MB':>10} {'MB/s':>8}")
         seconds = {}
         for name, redactor in arms.items():
             if redactor is None:
                 continue
             s, changed = timed(redactor, texts)
             seconds[name] = s
-            print(f"{name:<26} {changed:>14} {s / megabytes:>10.3f} {megabytes / s:>8.1f}")
-        if len(seconds) == 2:
-            curated, other = seconds.values()
-            print(f"detect-secrets / curated time: {other / curated:.1f}x")
+            print(f"{name:<30} {changed:>14} {s / megabytes:>10.3f} {megabytes / s:>8.1f}")
+        ours = seconds.pop("curated (digest.redact)")
+        for name, other in seconds.items():
+            print(f"{name} / curated time: {other / ours:.1f}x")
 
         log_mb = sum(p.stat().st_size for p in folder.glob("*.jsonl")) / 1e6
         off = ingest_seconds(folder, False, work)

@@ -60,7 +60,9 @@ def test_each_kind_is_replaced_by_its_mark_and_the_text_around_it_is_kept(kind):
     assert redact(out) == out  # a redacted text is redacted again unchanged
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["secrets"]], ids=lambda c: c["where"])
+# The held-out cases were written after the patterns and never tuned against: the bench reports the
+# secrets they miss (BENCHMARKS.md, "Redaction"); their ordinary text must still come through.
+@pytest.mark.parametrize("case", [c for c in CASES if c["secrets"] and not c.get("heldout")], ids=lambda c: c["where"])
 def test_the_labelled_secrets_are_all_taken_out(case):
     out = redact(case["text"])
     assert not [s for s in case["secrets"] if s in out]
