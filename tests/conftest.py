@@ -47,6 +47,7 @@ TIERS = {
     "test_dg": "integration",
     "test_early_summaries": "integration",
     "test_resummary": "integration",
+    "test_redaction_runs": "integration",
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
     "test_cost_runs": "integration",
