@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from digest.friction_report.render import project_section
 from digest.ingest import ingest_paths
 from digest.projects import project_matches
 from pipelines.cli import main
@@ -117,3 +119,21 @@ def test_plan_narrows_the_next_sweep_to_a_project(cli):
     assert everything["next_sweep"]["sessions"] == 4
     assert app["pending_in_project"] == 2
     assert sorted(s["partition"] for s in app["next_sweep"]["sessions_detail"]) == ["a1", "a2"]
+
+
+def test_the_friction_reports_table_by_project(tmp_path):
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    log = _log(
+        tmp_path / "mixed.jsonl",
+        [_turn(1, "a1", project="/w/app"), _turn(2, "a2", project="/w/app", prompt="TOKEN=Zq8vN3mK1pL7x"),
+         _turn(3, "c1")],
+    )  # fmt: skip
+    ingest_paths([log], store)
+    rows = store.projects.project_rows()
+    assert [(r["project"], r["sessions"], r["summaries"], r["calls"], r["redacted_turns"]) for r in rows] == [
+        ("/w/app", 2, 0, 0, 1), ("(unknown)", 1, 0, 0, 0),
+    ]  # fmt: skip
+    section = project_section(SimpleNamespace(projects=rows), max_rows=10)
+    assert section.title == "By project"
+    assert section.table.rows[0][:2] == ["/w/app", "2"]
