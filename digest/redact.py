@@ -11,7 +11,7 @@ redacted text is redacted again unchanged, so a re-ingest or the store's migrati
 
 What it does not catch: a secret split across lines or encoded (base64 of a key), a password in
 prose with no key name, and a high-entropy string with no prefix or assignment (no entropy pass:
-it ate base64 test data and long identifiers on the sample).
+detect-secrets' entropy detectors ate hashes, base64 test data and long identifiers on the sample).
 """
 
 from __future__ import annotations
