@@ -16,6 +16,10 @@ stored turn or graph row (the original's merge import keeps the first; one rule 
 easier to trust), and the earlier line is `superseded`, stored in `rejects` with a reason naming
 the line that won. Finding repeats holds each id of the ingest in memory, some 200 bytes an id
 against the 50 KB of a vector row's line.
+
+Every row passes `digest.redact` between the reader and the store (`_redacted`), unless
+`DIGEST_REDACT` is off: secrets are replaced before anything is stored, and counted by kind, file
+and session. The files themselves are only read.
 """
 
 from __future__ import annotations
