@@ -59,6 +59,7 @@ def friction_report(
         sessions=rows["sessions"],
         backlog=measure(db, model.fleet(), circuit.policy(), sweep.policy(), now_ms()),
         resummaries=db.resummaries.finished(),
+        projects=db.projects.project_rows(),
     )
     path = db.path.parent / REPORT_FILE
     _write_atomically(path, render_html(report))

@@ -58,10 +58,11 @@ def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: Diges
     """
     paths = config.paths or [store.inbox]
     db = store.store()
-    report = ingest_paths(paths, db)
+    report = ingest_paths(paths, db, redact_secrets=store.redact)
     new_partitions = add_new_partitions(context.instance, db)
     table = "\n".join(
-        f"| `{f.path}` | {f.kind} | {f.lines} | {f.rows} | {f.rejects} | {f.superseded} | {f.skipped} | {f.folded} |"
+        f"| `{f.path}` | {f.kind} | {f.lines} | {f.rows} | {f.rejects} | {f.superseded} | {f.skipped} | {f.folded} "
+        f"| {sum(f.redactions.values())} |"
         for f in report.files
     )
     return MaterializeResult(
@@ -78,16 +79,34 @@ def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: Diges
                 if (problems := report.vector_problems())
                 else {}
             ),
+            # Secrets replaced before anything was stored (`digest.redact`; DIGEST_REDACT=off: none).
+            "redactions": sum(report.redactions.values()),
+            "redactions_by_kind": MetadataValue.json(dict(sorted(report.redactions.items()))),
+            "sessions_redacted": len(report.redacted_sessions),
+            **(
+                {"redactions_by_session": MetadataValue.md(redactions_table(report.redacted_sessions))}
+                if report.redacted_sessions
+                else {}
+            ),
             "sessions_touched": len(report.sessions),
             "sessions_emptied": len(report.emptied),
             "new_partitions": new_partitions,
             "files_preview": MetadataValue.md(
-                "| file | kind | lines | rows | rejects | superseded | skipped | folded |\n|---|---|---|---|---|---|---|---|\n"
-                + table
+                "| file | kind | lines | rows | rejects | superseded | skipped | folded | redacted |\n"
+                "|---|---|---|---|---|---|---|---|---|\n" + table
                 if table
                 else "no files"
             ),
         }
+    )
+
+
+def redactions_table(by_session: dict[str, int]) -> str:
+    """The sessions whose turns had secrets replaced, most first (the first `TURN_IDS_SHOWN`)."""
+    ranked = sorted(by_session.items(), key=lambda item: (-item[1], item[0]))
+    more = f"\n\n… and {len(ranked) - TURN_IDS_SHOWN} more" if len(ranked) > TURN_IDS_SHOWN else ""
+    return (
+        "| session | secrets |\n|---|---|\n" + "\n".join(f"| `{s}` | {n} |" for s, n in ranked[:TURN_IDS_SHOWN]) + more
     )
 
 
@@ -197,9 +216,20 @@ def session_summaries(
     # What the summary cost and whether its reply came from the cache (`digest.cost`).
     context.log.info(f"session {outcome.session_id!r}: {outcome.cost.log_line()}")
     yield materialized(
-        context, {**summary_record_metadata(outcome.row, outcome.cost), **facts_metadata(db, outcome.session_id)}
+        context,
+        {
+            **summary_record_metadata(outcome.row, outcome.cost),
+            **facts_metadata(db, outcome.session_id),
+            **place_metadata(db, outcome.session_id),
+        },
     )
     record_no_mini_summaries_needed(context, db, outcome.row)  # after the summary's own, first in the log
+
+
+def place_metadata(db, session_id: str) -> dict:
+    """Where the session ran (`unknown`: its log does not say), as its `sessions` row has it."""
+    rows = db.sessions.session_rows([session_id])
+    return {k: (rows[0][k] if rows else None) or "unknown" for k in ("project", "git_branch")}
 
 
 def record_no_mini_summaries_needed(context: AssetExecutionContext, db, row: dict) -> None:

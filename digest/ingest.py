@@ -16,12 +16,18 @@ stored turn or graph row (the original's merge import keeps the first; one rule 
 easier to trust), and the earlier line is `superseded`, stored in `rejects` with a reason naming
 the line that won. Finding repeats holds each id of the ingest in memory, some 200 bytes an id
 against the 50 KB of a vector row's line.
+
+Every row passes `digest.redact` between the reader and the store (`_redacted`), unless
+`DIGEST_REDACT` is off: secrets are replaced before anything is stored, and counted by kind, file
+and session. The files themselves are only read.
 """
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -29,9 +35,10 @@ from pathlib import Path
 from typing import Protocol
 
 from digest.readers import READERS, TURN_KINDS, file_kind, is_log
-from digest.readers.common import BOM, Reject, check_derivable, decode, excerpt, load, reason_of
+from digest.readers.common import BOM, Reject, check_derivable, decode, excerpt, load, reason_of, text_field
 from digest.readers.neo import embedding_text, parse_graph_line, parse_graph_row, parse_memory_row, parse_summary_row
 from digest.readers.plain import parse_simple_turn
+from digest.redact import SUMMARY_TEXT_FIELDS, TURN_TEXT_FIELDS, redact, redact_fields
 
 # Rows and line bytes per write: large, since each is one transaction, but bounded (memory).
 BATCH_ROWS = 20_000
@@ -93,6 +100,10 @@ class FileReport:
     vectors: int = 0
     vectors_dropped: int = 0
     vector_problems: list[str] = field(default_factory=list)  # "line N: reason", the first few
+    # Secrets replaced in the file's text before it was stored (`digest.redact`): by kind, and the
+    # turns' by session.
+    redactions: Counter = field(default_factory=Counter)
+    redacted_sessions: Counter = field(default_factory=Counter)
 
 
 @dataclass
@@ -123,6 +134,14 @@ class IngestReport:
 
     def vector_problems(self) -> list[str]:
         return [f"{f.path}: {p}" for f in self.files for p in f.vector_problems]
+
+    @property
+    def redactions(self) -> Counter:
+        return sum((f.redactions for f in self.files), Counter())
+
+    @property
+    def redacted_sessions(self) -> Counter:
+        return sum((f.redacted_sessions for f in self.files), Counter())
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -279,6 +298,9 @@ def _read_batches(path: Path, kind: str, report: FileReport, seen: dict) -> Iter
                 keep_turn({**row, "embedding": vector(cut)}, line_no)
             elif kind == "turns":
                 row, mini = parse_simple_turn(obj, source, line_no)
+                # Where the session ran, when the line says (`sessions.project`, `git_branch`).
+                row["project"] = text_field(obj, "project", "") or None
+                row["git_branch"] = text_field(obj, "git_branch", "") or None
                 check_derivable(row)
                 keep_turn(row, line_no)
                 if mini:
@@ -303,15 +325,41 @@ def _read_batches(path: Path, kind: str, report: FileReport, seen: dict) -> Iter
     yield batch
 
 
-def ingest_file(path: Path, sink: Sink, file: HeldFile, touched: set[str], seen: dict) -> FileReport:
+def _redacted(batches: Iterator[_Batch], report: FileReport) -> Iterator[_Batch]:
+    """The batches with the secrets in their text replaced (`digest.redact`), counted in `report`:
+    every row passes here between the reader and the store. A turn row records its own counts
+    (`redactions`, JSON by kind) for `status`."""
+    for batch in batches:
+        for i, row in enumerate(batch.turns):
+            redacted, counts = redact_fields(row, TURN_TEXT_FIELDS)
+            if counts:
+                redacted["redactions"] = json.dumps(dict(sorted(counts.items())))
+                report.redactions.update(counts)
+                report.redacted_sessions[row["session_id"]] += counts.total()
+            batch.turns[i] = redacted
+        for mini in batch.minis:
+            mini["text"] = redact(mini["text"], report.redactions)
+        for i, summary in enumerate(batch.summaries):
+            batch.summaries[i], counts = redact_fields(summary, SUMMARY_TEXT_FIELDS)
+            report.redactions.update(counts)
+        yield batch
+
+
+def ingest_file(
+    path: Path, sink: Sink, file: HeldFile, touched: set[str], seen: dict, redact_secrets: bool = True
+) -> FileReport:
     """`seen`: each turn id (and each graph row as `(kind, id)`) kept so far in this ingest, with
-    its file's report and line."""
+    its file's report and line. `redact_secrets` (`DIGEST_REDACT`): secrets are replaced before
+    anything is stored; the file itself is only read."""
     kind = file_kind(path)
     report = FileReport(path=str(path), kind=kind)
     if kind == "temporal":
         return report
     held_bytes = 0
-    for batch in _read_ahead(_read_batches(path, kind, report, seen)):
+    batches = _read_batches(path, kind, report, seen)
+    if redact_secrets:
+        batches = _redacted(batches, report)
+    for batch in _read_ahead(batches):
         touched.update(r["session_id"] for r in batch.turns)
         touched.update(sink.write_turns(batch.turns))
         sink.write_imported_mini_summaries(batch.minis)
@@ -342,14 +390,14 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
     return found
 
 
-def ingest_paths(paths: Iterable[str | Path], store: IngestStore) -> IngestReport:
+def ingest_paths(paths: Iterable[str | Path], store: IngestStore, redact_secrets: bool = True) -> IngestReport:
     report = IngestReport()
     touched: set[str] = set()
     seen: dict = {}
     # A file named twice (or inside a folder also named) is read once: its lines would supersede themselves.
     for path in dict.fromkeys(p.resolve() for p in discover(paths)):
         with store.file.held():
-            report.files.append(ingest_file(path, store.ingest, store.file, touched, seen))
+            report.files.append(ingest_file(path, store.ingest, store.file, touched, seen, redact_secrets))
     # Each batch of turns brought its sessions' rows up to date as it was written: read them back.
     report.sessions = store.sessions.session_rows(touched)
     report.emptied = sorted(touched - {s["session_id"] for s in report.sessions})

@@ -97,6 +97,7 @@ class Settings:
     response_cache: bool  # reuse model replies from DuckDB (staging for crash safety stays either way)
     junk_share_max: float  # the junk check fails above this share of the summaries written since it last ran
     search_lag_max_s: float  # the search index's check fails when a change waits longer for it
+    redact: bool  # secrets in the logs' text replaced at ingest (`digest.redact`)
     dagster_pg_url: str | None  # the Dagster instance on PostgreSQL; None: SQLite under DAGSTER_HOME
 
     @property
@@ -455,6 +456,16 @@ SETTINGS: tuple[Setting, ...] = (
         True,
         "`off`: model replies are not reused (a summary's reply is still staged until its summary is written, "
         "for crash safety)",
+    ),
+    Setting(
+        "DIGEST_REDACT",
+        "redact",
+        on_off,
+        True,
+        "`off`: the logs' text is stored as read. On, each secret found (provider keys and tokens, JWTs, "
+        "private-key blocks, passwords in URLs and connection strings, secret `KEY=value` lines, auth headers) "
+        "is replaced by `[REDACTED:<kind>]` at ingest, before anything is stored; the log files are only read "
+        "([ingest](ingest.md#projects-and-secrets)). Migration 13 redacts what a store held before, unless off",
     ),
     Setting(
         "DIGEST_JUNK_SHARE_MAX",

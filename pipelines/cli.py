@@ -199,13 +199,21 @@ def clear_cache(settings: Settings) -> dict:
     return {"cleared": _store(settings).cache.clear_response_cache()}
 
 
-def plan(settings: Settings, limit: int | None) -> dict:
-    """What the next sweep would do, without calling a model."""
+def plan(settings: Settings, limit: int | None, project: str | None = None) -> dict:
+    """What the next sweep would do, without calling a model; `project`: its part for that project's
+    sessions (`digest.projects.project_matches`)."""
     from pipelines.selection import batch_price
 
     selection = _selection(settings, limit, probe=False)
-    price = batch_price(selection.batch)
+    batch, narrowed = selection.batch, {}
+    if project is not None:
+        store = _reading_store(settings)
+        keys = store.projects.partition_keys(project)
+        batch = [item for item in batch if item.candidate.partition_key in keys]
+        narrowed = {"project": project, "pending_in_project": store.projects.pending_summaries(project)}
+    price = batch_price(batch)
     return {
+        **narrowed,
         "pending": selection.pending,
         "held_back": {"active_within_idle_window": selection.active, "in_failure_backoff": selection.backing_off},
         # Each host's speed: measured from its attempt ledger, or the CPU-class default before any call.
@@ -285,9 +293,14 @@ def reset_digest(settings: Settings, session: str) -> dict:
     }
 
 
-def status(settings: Settings) -> dict:
+def status(settings: Settings, project: str | None = None) -> dict:
     store = _reading_store(settings)
+    if project is not None:  # that project's sessions alone
+        return store.projects.status(project)
     result = store.reports.status()
+    # Secrets replaced at ingest, by kind (`digest.redact`), and the sessions each project has.
+    result["redactions"] = store.projects.redactions()
+    result["sessions_by_project"] = store.projects.sessions_by_project()
     # Each host's recent calls against its earlier ones: slow is shown, not taken out of rotation.
     slowdowns = store.speed.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts])
     result["host_speed"] = {host: slowdown_status(slow) for host, slow in slowdowns.items()}
@@ -402,13 +415,13 @@ def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, outp
     if args.command == "friction-report":
         return friction_report(settings)
     if args.command == "plan":
-        return plan(settings, args.limit)
+        return plan(settings, args.limit, args.project)
     if args.command == "unarchive-turns":
         if not args.session and not args.turn_ids:
             parser.error("unarchive-turns needs --session ID or TURN_ID...")
         return unarchive_turns(settings, args.session, args.turn_ids)
     if args.command == "status":
-        return status(settings)
+        return status(settings, args.project)
     if args.command == "instance-config":
         return instance_config()
     if args.command == "ui":
@@ -443,7 +456,9 @@ def main(argv: list[str] | None = None) -> None:
     p_plan.add_argument("--limit", type=int, default=None, help="at most this many sessions")
     for command in (p_sweep, p_plan):
         resummary_filters(command)
-    sub.add_parser("status", help="counts of the store")
+    p_status = sub.add_parser("status", help="counts of the store")
+    for command in (p_plan, p_status):
+        command.add_argument("--project", help="that project's sessions alone: its whole path or last component(s)")
     sub.add_parser("instance-config", help="write $DAGSTER_HOME/dagster.yaml from the settings, and show it")
     p_unarchive = sub.add_parser("unarchive-turns", help="let archived turns get mini summary attempts again")
     p_unarchive.add_argument("--session", help="every archived turn of this session (id or partition key)")

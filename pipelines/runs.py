@@ -80,7 +80,12 @@ def ingest(settings: Settings, paths: list[str]) -> dict:
     materialization = result.asset_materializations_for_node("raw_turns")
     if not result.success or not materialization:
         raise SystemExit(f"ingest failed (run {result.run_id}); see `session-digest ui` for the run's logs")
-    meta = {k: v.value for k, v in materialization[0].metadata.items() if k != "files_preview"}
+    # The tables are for the UI; the counts stand for them here.
+    meta = {
+        k: v.value
+        for k, v in materialization[0].metadata.items()
+        if k not in ("files_preview", "redactions_by_session")
+    }
     return {
         "run_id": result.run_id,
         **meta,

@@ -42,6 +42,7 @@ class DigestStoreResource(ConfigurableResource):
     inbox: str = configured_by("DIGEST_INBOX")
     junk_share_max: float = configured_by("DIGEST_JUNK_SHARE_MAX")  # read by the junk check
     search_lag_max_s: float = configured_by("DIGEST_SEARCH_LAG_MAX_S")  # read by the search index's check
+    redact: bool = configured_by("DIGEST_REDACT")  # read by the ingest
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # Which process runs this run, so a run whose process dies can be told apart and closed.

@@ -44,6 +44,8 @@ TIERS = {
     "test_harness_fixture_sets": "unit",
     "test_facts": "unit",
     "test_search": "unit",
+    "test_redaction": "unit",
+    "test_projects": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",
@@ -53,6 +55,7 @@ TIERS = {
     "test_dg": "integration",
     "test_early_summaries": "integration",
     "test_resummary": "integration",
+    "test_redaction_runs": "integration",
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
     "test_cost_runs": "integration",

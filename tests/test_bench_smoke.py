@@ -76,6 +76,9 @@ SMOKE = {
         embedded=True,
         timeout_s=880.0,
     ),
+    "redaction.py": Smoke(
+        ("--sessions", "2"), ("Labelled sample", "held-out cases", "s per MB", "with redaction / without")
+    ),
     "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s", "backlog tick s")),
     "stream_faults.py": Smoke(("--smoke",), ("time to give up, old / new", "RunawayReply (runaway)", "MalformedReply")),
     "stream_cancel.py": Smoke(

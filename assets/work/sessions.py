@@ -46,6 +46,7 @@ def describe_partition(store: DigestStore, model: ChatModelResource, run: RunFac
         session_id = session["session_id"]
         row = store.ingest.refresh_sessions([session_id])[0]
         turns = canonical_order(store.sessions.load_turns([session_id]))
+        redactions = store.projects.redactions([session_id])
         placement = place_run(store, model, run, session_id)
     limits = placement.limits
     raw_tokens = limits.estimate_tokens(build_prompt(raw_content(turns), turns))
@@ -67,6 +68,13 @@ def describe_partition(store: DigestStore, model: ChatModelResource, run: RunFac
             "predicted_route": str(raw_route(raw_tokens, limits)),  # Dagster's metadata takes plain text, no enum
             "mini_summary_coverage": with_mini / len(turns) if turns else 0.0,
             "input_revision": row["input_revision"],
+            # Where it ran and was read from (`unknown`: its log does not say), and the secrets
+            # replaced in its turns at ingest, by kind (`digest.redact`).
+            "project": row["project"] or "unknown",
+            "git_branch": row["git_branch"] or "unknown",
+            "source_path": row["source_path"] or "unknown",
+            "redactions": sum(redactions["by_kind"].values()),
+            "redactions_by_kind": ", ".join(f"{k} {n}" for k, n in redactions["by_kind"].items()) or "none",
         }
     )
 

@@ -460,6 +460,8 @@ class FrictionReport:
     cost_totals: list[dict] = field(default_factory=list, repr=False)
     # The share of sessions with a summary (any tier) against cumulative model-seconds.
     first_summaries: list[CurvePoint] = field(default_factory=list, repr=False)
+    # By project (`sessions.project`): sessions, summaries, degraded, junk, calls, model seconds, redacted turns.
+    projects: list[dict] = field(default_factory=list, repr=False)
 
     @property
     def model_seconds(self) -> float:
@@ -528,6 +530,7 @@ def build_report(
     sessions: int | None = None,
     backlog: Backlog | None = None,
     resummaries: list[dict] = (),
+    projects: list[dict] = (),
 ) -> FrictionReport:
     """`sessions`: how many sessions the store holds, the time-to-first-summary curve's whole;
     `resummaries`: the finished re-summary requests with their before and after."""
@@ -566,4 +569,5 @@ def build_report(
         first_summaries=first_summary_curve(attempts, summaries, sessions),
         backlog=backlog,
         resummaries=before_after(list(resummaries)),
+        projects=list(projects),
     )

@@ -354,7 +354,7 @@ def sections(report: FrictionReport, max_rows: int) -> list[Section]:
     backlog = [backlog_section(report.backlog)] if report.backlog else []
     return [overview, *backlog, by_symptom, groups, hosts, speeds, pre_route, timeouts, truncations, implausible, undigestible,
             degraded, fidelity,
-            junk, resummary_section(report, max_rows), mini, first_summary_section(report), cost_section(report, max_rows), slowest,
+            junk, resummary_section(report, max_rows), mini, first_summary_section(report), cost_section(report, max_rows), project_section(report, max_rows), slowest,
             calibration_section(report, max_rows)]  # fmt: skip
 
 
@@ -391,6 +391,21 @@ def cost_section(report: FrictionReport, max_rows: int) -> Section:
         ["Every model call's seconds from the attempts ledger, given-up calls (any that did not end ok) among them; "
          "a reply replayed from the response cache is no call and is only counted."],
         "No model calls in the period.",
+    )  # fmt: skip
+
+
+def project_section(report: FrictionReport, max_rows: int) -> Section:
+    """The store by project (`session-digest status --project P` narrows the counts to one)."""
+    return _table_section(
+        "By project",
+        ["project", "sessions", "summaries", "degraded", "junk", "model calls", "model seconds", "turns redacted"],
+        [[p["project"], str(p["sessions"]), str(p["summaries"]), str(p["degraded"]), str(p["junk"]), str(p["calls"]),
+          _seconds(p["model_seconds"]), str(p["redacted_turns"])]
+         for p in report.projects],
+        max_rows,
+        ["Each session's project is the working directory or repository its harness recorded; `(unknown)`: "
+         "its log names none (an export bundle, the plain turn format without `project`)."],
+        "No sessions yet.",
     )  # fmt: skip
 
 

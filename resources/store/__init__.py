@@ -53,6 +53,7 @@ from resources.store.hosts import Hosts
 from resources.store.ingest import Ingest
 from resources.store.ledger import Attempts, RunLedger
 from resources.store.mini_summaries import MiniSummaries, MiniSummaryLedger
+from resources.store.projects import Projects
 from resources.store.reports import Reports
 from resources.store.resummaries import Resummaries
 from resources.store.search import Search
@@ -89,6 +90,7 @@ class DigestStore:
         self.backlog = BacklogReads(self.file)
         self.archive = Archive(self.file)
         self.search = Search(self.file)
+        self.projects = Projects(self.file)
 
     @property
     def path(self) -> Path:

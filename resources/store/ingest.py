@@ -19,8 +19,10 @@ from resources.store.vectors import split_vectors_sql
 TURN_COLUMNS = [
     "id", "session_id", "ts_ms", "type", "prompt", "thought", "response", "document", "document_rebuilt",
     "agent", "agent_identity", "model", "user_id", "amount_tool_calls", "tools_used", "archived_at",
-    "archived_reason", "source_file", "source_line", "embedding",
+    "archived_reason", "source_file", "source_line", "embedding", "project", "git_branch", "redactions",
 ]  # fmt: skip
+# A reader's row may leave these out: unknown (`project`, `git_branch`), or nothing redacted.
+OPTIONAL_TURN_COLUMNS = {"project": None, "git_branch": None, "redactions": None}
 # Besides `embedding` (the checked JSON text, kept only for a vector not of float32 origin): the
 # vector as numbers (resources/store/vectors.py).
 STORED_VECTOR_COLUMNS = ["embedding_f32"]
@@ -68,7 +70,9 @@ class Ingest(Repository):
         if not rows:
             return []
         # One row per id: DuckDB refuses to update the same row twice in one statement.
-        batch = pd.DataFrame(list({r["id"]: r for r in rows}.values()), columns=TURN_COLUMNS)
+        batch = pd.DataFrame(
+            list({r["id"]: {**OPTIONAL_TURN_COLUMNS, **r} for r in rows}.values()), columns=TURN_COLUMNS
+        )
         batch["ingested_at"] = now()
         with self.file.transaction() as con:
             # The file is checkpointed when the ingest lets its connection go (`digest.ingest.HOLD_BYTES`),

@@ -37,6 +37,13 @@ def add_column(table: str, definition: str) -> str:
     return f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {definition.replace(' NOT NULL', '')}"
 
 
+def redact_stored(con: duckdb.DuckDBPyConnection) -> None:
+    # Imported here: the redaction reads and writes through the store's modules, which import this one.
+    from resources.store.redaction import redact_stored as redact
+
+    redact(con)
+
+
 MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]] = {
     # 1: the first stores. 2: the 23 columns added while every store stayed at version 1.
     2: [
@@ -91,7 +98,21 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 12: the summary code version each summary was made under; the tables of re-summaries asked for
     # and of replaced summaries are `schema.sql`'s (`resummary_requests`, `summary_history`).
     12: [summary_column("code_version")],
-    13: [],
+    # 13: each session's project, branch and source file (issue 35), and the secrets in the stored
+    # text redacted (`resources.store.redaction`: the revisions move with the text, no summary is owed).
+    13: [
+        add_column("turns", "project VARCHAR"),
+        add_column("turns", "git_branch VARCHAR"),
+        add_column("turns", "redactions VARCHAR"),
+        add_column("sessions", "project VARCHAR"),
+        add_column("sessions", "git_branch VARCHAR"),
+        add_column("sessions", "source_path VARCHAR"),
+        """UPDATE sessions s SET source_path = t.source_path
+           FROM (SELECT session_id, arg_max(source_file, (coalesce(ts_ms, 0), id)) AS source_path
+                 FROM turns GROUP BY session_id) t
+           WHERE t.session_id = s.session_id AND s.source_path IS NULL""",
+        redact_stored,
+    ],
     # 14: each turn's facts (files, commands and exit status, errors, commits, issues and PRs) for
     # the turns stored before `turn_facts` (issue 34); batched, so memory stays bounded.
     14: [backfill_turn_facts],

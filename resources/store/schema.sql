@@ -26,7 +26,10 @@ CREATE TABLE IF NOT EXISTS turns (
     source_line INTEGER NOT NULL,
     ingested_at TIMESTAMPTZ NOT NULL,
     embedding VARCHAR,                -- the export's vector as its JSON text, verbatim: only one not of float32 origin
-    embedding_f32 FLOAT[]             -- the export's vector of float32 origin (exact; resources/store/vectors.py)
+    embedding_f32 FLOAT[],            -- the export's vector of float32 origin (exact; resources/store/vectors.py)
+    project VARCHAR,                  -- the working directory or repository root the harness recorded; NULL: unknown
+    git_branch VARCHAR,
+    redactions VARCHAR                -- JSON {kind: count} of the secrets replaced in its text at ingest (`digest.redact`)
 );
 -- No index on turns(session_id): DuckDB (1.4 to 1.5.5 at least, duckdb/duckdb#23848) can persist a
 -- secondary index stale when a writer is killed and the next process checkpoints its WAL, and then
@@ -40,7 +43,10 @@ CREATE TABLE IF NOT EXISTS sessions (
     last_activity_ms BIGINT,
     raw_bytes BIGINT NOT NULL,
     input_revision VARCHAR NOT NULL,
-    updated_at TIMESTAMPTZ NOT NULL
+    updated_at TIMESTAMPTZ NOT NULL,
+    project VARCHAR,                  -- its latest turn's that has one (ts_ms, then id), and so git_branch
+    git_branch VARCHAR,
+    source_path VARCHAR               -- the file its latest turn came from
 );
 
 CREATE TABLE IF NOT EXISTS mini_summaries (

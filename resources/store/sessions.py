@@ -25,11 +25,27 @@ def load_turns(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> list[T
     return [Turn(*row) for row in rows]
 
 
+# Where each session ran and was read from: its latest turn's project and branch that has one, and
+# its latest turn's file (latest: by ts_ms, a missing one as 0 as in the canonical order, then id). Not part of the input
+# revision: knowing the project changes nothing a summary reads.
+SESSION_PLACES = """
+    SELECT session_id,
+           arg_max(project, (coalesce(ts_ms, 0), id)) FILTER (WHERE project IS NOT NULL),
+           arg_max(git_branch, (coalesce(ts_ms, 0), id)) FILTER (WHERE git_branch IS NOT NULL),
+           arg_max(source_file, (coalesce(ts_ms, 0), id))
+    FROM turns WHERE session_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY session_id
+"""
+
+
 def derived_session_rows(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> list[dict]:
     """The `sessions` rows of these sessions as their stored turns make them (none for a session
     with no turns)."""
     stamp = now()
-    return [{**row, "updated_at": stamp} for row in session_rows(load_turns(con, session_ids))]
+    places = {sid: rest for sid, *rest in con.execute(SESSION_PLACES, [session_ids]).fetchall()}
+    return [
+        {**row, "updated_at": stamp, **dict(zip(("project", "git_branch", "source_path"), places[row["session_id"]]))}
+        for row in session_rows(load_turns(con, session_ids))
+    ]
 
 
 def upsert_sessions(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> None:

@@ -1,0 +1,245 @@
+"""Secrets taken out of a turn's text before it is stored (and so before any model call, archive
+or export): each found secret's value is replaced by `[REDACTED:<kind>]`, the text around it kept,
+so a key's name, a command or a URL's host stay searchable.
+
+A curated pattern set, after deja-vu's (`internal/redact/redact.go`): provider keys and tokens by
+their fixed prefixes, JWTs, PEM private-key blocks, passwords in URLs, Bearer/Basic headers, and
+assignments (`KEY=value` lines, `"password": "..."`) whose key names a secret. `bench/redaction.py`
+measured it against Yelp's detect-secrets on a labelled sample (BENCHMARKS.md, "Redaction"). Each
+pattern runs only when one of its literal hints is in the text (most turns hold none), and a
+redacted text is redacted again unchanged, so a re-ingest or the store's migration agree.
+
+What it does not catch: a secret split across lines or encoded (base64 of a key), a password in
+prose with no key name, and a high-entropy string with no prefix or assignment (no entropy pass:
+detect-secrets' entropy detectors ate hashes, base64 test data and long identifiers on the sample).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from digest.turns import compose_document
+
+MARK = "[REDACTED:{}]"
+# The turn row's text fields, and the text of an imported summary or mini summary.
+TURN_TEXT_FIELDS = ("prompt", "thought", "response", "document")
+SUMMARY_TEXT_FIELDS = ("title", "summary")
+
+# Values that stand for a secret rather than being one: an example's or a template's.
+_PLACEHOLDER = re.compile(
+    r"""(?ix) ^(?:
+        \$\{?[\w.\-:]*\}? | \$\(.*\) | \{\{.*\}\} | <[^>]*> | %\(?\w*\)?s? | \*+ | x{3,} | .*(?:\.{3}|…)
+        | (?:your|example|sample|dummy|fake)[\w\-]* | changeme | password | passwd | secret
+        | token | none | null | nil | true | false | undefined | redacted | \d+ | \[redacted:[\w\-]+\]
+    )$"""
+)
+# The words a key holding a secret has; `TOKENS` (a count), `TOKENIZER` and `PWD` (a folder) are not.
+_SECRET_WORD = r"(?:passw(?:or)?d|secret|token(?![a-z])|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key|auth[_\-]?key|credentials?)"
+# Bounded around the word: an unbounded run would make a long dotted line cost its length squared.
+_SECRET_KEY = rf"[\w.\-]{{0,40}}?{_SECRET_WORD}[\w.\-]{{0,40}}"
+# A key naming a file or a place holds a path, not the secret itself.
+_NOT_A_SECRET_KEY = re.compile(r"(?i)(?:_file|_path|_dir|_url|_env|_name|_id|_type|_length|_count|_limit|_ttl)$")
+
+
+# ASCII letters lowered, every other character kept: a lowered copy the same length as the text,
+# so a match's place in it is its place in the text (`str.lower` lengthens `İ`).
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    kind: str
+    regex: re.Pattern[str]
+    hints: tuple[str, ...]  # literal text one of which must be in the text (in the lowered copy with `lowered`)
+    group: int = 1  # the match group that is the secret
+    keep: Callable[[str, re.Match[str]], bool] | None = None  # None: every match is a secret
+    # Matched on the text's ASCII-lowered copy (the pattern written in lower case): Python's `re`
+    # is some 7 times slower on a case-insensitive pattern.
+    lowered: bool = False
+    # The match must not start inside a word: checked here, since a pattern that begins with its
+    # literal (not with `\b` or a look-behind) lets `re` skip ahead to it.
+    word_start: bool = False
+
+
+def _value_is_secret(text: str, match: re.Match[str]) -> bool:
+    """An assignment's value is a secret unless it is a placeholder, a path, or code, or its key
+    names a file or a place; a lower-case key (code, YAML, JSON) also needs a value that looks
+    made up: 8 or more characters of two kinds of letters and digits."""
+    key, value = text[slice(*match.span("key"))], text[slice(*match.span("value"))]
+    if _PLACEHOLDER.match(value) or _NOT_A_SECRET_KEY.search(key) or value[:1] in "/~." or value.startswith("http"):
+        return False
+    if key.isupper():
+        return len(value) >= 4
+    kinds = sum(bool(re.search(p, value)) for p in ("[a-z]", "[A-Z]", "[0-9]"))
+    return len(value) >= 8 and kinds >= 2
+
+
+def _password_is_secret(text: str, match: re.Match[str]) -> bool:
+    return not _PLACEHOLDER.match(text[slice(*match.span(1))])
+
+
+def _prefixed(kind: str, regex: str, *hints: str) -> Pattern:
+    """A provider's key or token, told by its fixed prefix."""
+    return Pattern(kind, re.compile(regex), hints or (regex.split("[", 1)[0].split("(", 1)[0],), word_start=True)
+
+
+PATTERNS: tuple[Pattern, ...] = (
+    # The body of the block, its BEGIN and END lines kept; `\n` as two characters in JSON-escaped text.
+    Pattern(
+        "private-key",
+        re.compile(
+            r"-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----((?:(?!-----END).){16,}?)-----END \1-----", re.S
+        ),
+        ("PRIVATE KEY",),
+        group=2,
+    ),
+    _prefixed("aws-access-key", r"(A(?:KIA|SIA)[0-9A-Z]{16})(?![0-9A-Za-z])", "AKIA", "ASIA"),
+    Pattern(
+        "aws-secret-key",
+        re.compile(r"aws_secret_access_key\\?[\"']?\s*[:=]\s*\\?[\"']?([a-z0-9/+=]{40})(?![a-z0-9/+=])"),
+        ("aws_secret",),
+        lowered=True,
+    ),
+    _prefixed("github-token", r"(gh[opsur]_[A-Za-z0-9]{36,255})\b", "ghp_", "gho_", "ghs_", "ghu_", "ghr_"),
+    _prefixed("github-token", r"(github_pat_[A-Za-z0-9_]{22,255})\b"),
+    _prefixed("gitlab-token", r"(glpat-[A-Za-z0-9_\-]{20,})"),
+    _prefixed("slack-token", r"(xox[abposr]-[A-Za-z0-9\-]{10,})", "xox"),
+    # Before the OpenAI pattern, which would take the key too.
+    _prefixed("anthropic-key", r"(sk-ant-[A-Za-z0-9_\-]{20,})"),
+    _prefixed("openai-key", r"(sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,})"),
+    _prefixed("google-api-key", r"(AIza[0-9A-Za-z_\-]{35})(?![\w\-])"),
+    _prefixed(
+        "stripe-key", r"([sr]k_(?:live|test)_[0-9A-Za-z]{16,})\b", "sk_live_", "sk_test_", "rk_live_", "rk_test_"
+    ),
+    _prefixed("huggingface-token", r"(hf_[A-Za-z0-9]{30,})\b"),
+    _prefixed("npm-token", r"(npm_[A-Za-z0-9]{36})\b"),
+    _prefixed("jwt", r"(eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})(?![\w\-])"),
+    # scheme://user:password@host: the password alone, up to the last `@` before the host.
+    Pattern(
+        "url-password",
+        re.compile(r"://[^\s:/@'\"`]*:([^\s/'\"`]+)@(?=[\w\-.\[\]%]+)"),
+        ("://",),
+        keep=_password_is_secret,
+    ),
+    # `curl -u user:password`, and `Password=...;` in an ADO.NET or ODBC connection string.
+    Pattern(
+        "cli-password",
+        re.compile(r"-(?:u|-user)[ \t]+['\"]?[^\s:'\"]+:([^\s'\"]+)"),
+        ("-u ", "-u\t", "--user"),
+        keep=_password_is_secret,
+        word_start=True,
+    ),
+    Pattern(
+        "connection-string",
+        re.compile(r"(?:password|pwd)=([^;'\"\s]+);"),
+        ("password=", "pwd="),
+        keep=_password_is_secret,
+        lowered=True,
+        word_start=True,
+    ),
+    _prefixed("auth-header", r"(?:Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{16,}=*)(?![\w\-])", "Bearer", "Basic"),
+    # A line `KEY=value` or `key: value` (an env file, a shell, YAML), the value the rest of the line.
+    Pattern(
+        "env-secret",
+        re.compile(
+            rf"(?m)^[ \t]*(?:export[ \t]+|set[ \t]+)?(?P<key>{_SECRET_KEY})[ \t]*[=:][ \t]*(?P<q>[\"']?)"
+            r"(?P<value>[^\s\"'#`()\[\]{}<>,;]+)(?P=q)[ \t]*(?:#.*)?$"
+        ),
+        ("pass", "secret", "token", "key", "credential"),
+        group=3,
+        keep=_value_is_secret,
+        lowered=True,
+    ),
+    # A quoted value of a secret-named key anywhere on a line: JSON, a dict, keyword arguments. The
+    # match starts at the key's secret word (the key from there on), which most positions fail at once.
+    Pattern(
+        "assigned-secret",
+        re.compile(
+            rf"(?P<key>{_SECRET_WORD}[\w.\-]{{0,40}})\\?[\"']?[ \t]*(?:=|:|=>)[ \t]*\\?(?P<q>[\"'])"
+            r"(?P<value>[^\s\"'\\`]+)\\?(?P=q)"
+        ),
+        ("pass", "secret", "token", "key", "credential"),
+        group=3,
+        keep=_value_is_secret,
+        lowered=True,
+    ),
+)
+
+
+def redact(text: str | None, counts: Counter | None = None) -> str | None:
+    """The text with each secret's value replaced by `[REDACTED:<kind>]`; each replacement is
+    counted by kind in `counts`."""
+    if not text:
+        return text
+    lowered: str | None = None
+    for pattern in PATTERNS:
+        if pattern.lowered:
+            lowered = _lowered(text) if lowered is None else lowered
+            haystack = lowered
+        else:
+            haystack = text
+        if not any(hint in haystack for hint in pattern.hints):
+            continue
+        replaced = _replace(text, haystack, pattern, counts)
+        if replaced is not text:
+            text, lowered = replaced, None
+    return text
+
+
+def _lowered(text: str) -> str:
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text.translate(_ASCII_LOWER)
+
+
+def _inside_word(text: str, at: int) -> bool:
+    return at > 0 and (text[at - 1].isalnum() or text[at - 1] in "_-")
+
+
+def _replace(text: str, haystack: str, pattern: Pattern, counts: Counter | None) -> str:
+    pieces: list[str] = []
+    last = 0
+    for match in pattern.regex.finditer(haystack):
+        if pattern.word_start and _inside_word(text, match.start()):
+            continue
+        if pattern.keep is not None and not pattern.keep(text, match):
+            continue
+        start, end = match.span(pattern.group)
+        pieces += [text[last:start], MARK.format(pattern.kind)]
+        last = end
+        if counts is not None:
+            counts[pattern.kind] += 1
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def redact_fields(row: Mapping, fields: Iterable[str]) -> tuple[dict, Counter]:
+    """The row with these text fields redacted, and the secrets found by kind.
+
+    A turn's document composed from its prompt, thought and response (every harness log's, and a
+    rebuilt one) is composed again from them redacted: each secret is found once, and a line of a
+    field starts a line there (`KEY=value` at the start of a prompt). Another document (an
+    export's own) is redacted apart, a kind counted as often as it or the fields hold it, whichever
+    is more, so one secret in both is counted once."""
+    counts: Counter = Counter()
+    out = dict(row)
+    fields = tuple(fields)
+    parts = ("prompt", "thought", "response")
+    composed = "document" in fields and all(f in fields and isinstance(row.get(f), str) for f in parts)
+    composed = composed and row.get("document") == compose_document(*(row[f] for f in parts))
+    for name in fields:
+        value = row.get(name)
+        if isinstance(value, str) and name != "document":
+            out[name] = redact(value, counts)
+    if composed:
+        out["document"] = compose_document(*(out[f] for f in parts))
+    elif isinstance(row.get("document"), str) and "document" in fields:
+        in_document: Counter = Counter()
+        out["document"] = redact(row["document"], in_document)
+        counts |= in_document
+    return out, counts

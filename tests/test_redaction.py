@@ -1,0 +1,228 @@
+"""Secrets redacted at ingest (`digest.redact`, issue 35): each kind, the ordinary-code sample left
+alone, the counts in the ingest's report and `status`, the setting that turns it off, and
+migration 13 on a store that held them before."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from digest.ingest import ingest_paths
+from digest.redact import PATTERNS, redact, redact_fields
+from digest.turns import compose_document
+from resources.store import DigestStore
+
+LABELLED = Path(__file__).parent / "fixtures" / "secrets" / "labelled.jsonl"
+CASES = [json.loads(line) for line in LABELLED.read_text(encoding="utf-8").splitlines()]
+
+GH = "ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8"
+KINDS = {
+    "aws-access-key": ("id AKIAIOSFODNN7EXAMPL3 used", "AKIAIOSFODNN7EXAMPL3"),
+    "aws-secret-key": ("aws_secret_access_key=" + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLE123", "wJalrXUtnFEMI"),
+    "github-token": (f"token {GH}", GH),
+    "gitlab-token": ("glpat-abcdefghij0123456789", "glpat-abcdefghij0123456789"),
+    "slack-token": ("xoxb-1234567890-abcdefghijkl", "xoxb-1234567890"),
+    "anthropic-key": ("sk-ant-api03-" + "x" * 40, "sk-ant-api03"),
+    "openai-key": ("sk-proj-" + "Ab1" * 10, "sk-proj-"),
+    "google-api-key": ("AIza" + "B" * 35, "AIza"),
+    "stripe-key": ("sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "sk_live_"),
+    "huggingface-token": ("hf_" + "k" * 34, "hf_k"),
+    "npm-token": ("npm_" + "n" * 36, "npm_n"),
+    "jwt": ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop", "eyJhbGci"),
+    "private-key": ("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBnVJk5\n-----END EC PRIVATE KEY-----",
+                    "MHcCAQEE"),
+    "url-password": ("mysql://root:Tr0ub4dor@db:3306/app", "Tr0ub4dor"),
+    "cli-password": ("curl -u admin:Tr0ub4dor3 https://ci", "Tr0ub4dor3"),
+    "connection-string": ("Server=db;User Id=sa;Password=Tr0ub4dor5;", "Tr0ub4dor5"),
+    "auth-header": ("Authorization: Bearer abcdefghijklmnopqrstuv", "abcdefghijklmnopqrstuv"),
+    "env-secret": ("DB_PASSWORD=hunter2hunter2", "hunter2hunter2"),
+    "assigned-secret": ('{"client_secret": "Zq8vN3mK1pL7"}', "Zq8vN3mK1pL7"),
+}  # fmt: skip
+
+
+def test_every_pattern_has_a_case_here():
+    assert {p.kind for p in PATTERNS} == set(KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_kind_is_replaced_by_its_mark_and_the_text_around_it_is_kept(kind):
+    text, secret = KINDS[kind]
+    counts = Counter()
+    out = redact(f"before\n{text}\nafter", counts)
+    assert secret not in out
+    assert f"[REDACTED:{kind}]" in out
+    assert out.startswith("before\n") and out.endswith("\nafter")
+    assert counts == {kind: 1}
+    assert redact(out) == out  # a redacted text is redacted again unchanged
+
+
+# The held-out cases were written after the patterns and never tuned against: the bench reports the
+# secrets they miss (BENCHMARKS.md, "Redaction"); their ordinary text must still come through.
+@pytest.mark.parametrize("case", [c for c in CASES if c["secrets"] and not c.get("heldout")], ids=lambda c: c["where"])
+def test_the_labelled_secrets_are_all_taken_out(case):
+    out = redact(case["text"])
+    assert not [s for s in case["secrets"] if s in out]
+    assert redact(out) == out
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c["secrets"]], ids=lambda c: c["where"])
+def test_ordinary_code_is_left_alone(case):
+    assert redact(case["text"]) == case["text"]
+
+
+def test_only_the_password_of_a_url_goes_up_to_its_last_at_sign():
+    assert redact("postgres://app:p@ss:w0rd@db.internal:5432/app") == (
+        "postgres://app:[REDACTED:url-password]@db.internal:5432/app"
+    )
+
+
+FIELDS = ("prompt", "thought", "response", "document")
+
+
+def test_a_composed_document_is_composed_again_from_its_redacted_fields():
+    row = {"prompt": "DB_PASSWORD=hunter2hunter2", "thought": "", "response": "ok"}
+    row["document"] = compose_document(row["prompt"], "", "ok")
+    out, counts = redact_fields(row, FIELDS)
+    assert counts == {"env-secret": 1}
+    # In the document the line starts after `User Prompt: `: found in the prompt, it is gone from both.
+    assert out["document"] == compose_document("DB_PASSWORD=[REDACTED:env-secret]", "", "ok")
+    assert row["prompt"] == "DB_PASSWORD=hunter2hunter2"  # the row given is not changed
+
+
+def test_a_secret_in_an_exports_own_document_and_its_fields_is_counted_once():
+    row = {"prompt": f"use {GH}", "thought": "", "response": "ok", "document": f"Asked to use {GH}, then {GH}"}
+    out, counts = redact_fields(row, FIELDS)
+    assert counts == {"github-token": 2}
+    assert GH not in out["prompt"] and GH not in out["document"]
+
+
+def _plain_log(path: Path, lines: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def _turn(i: int, session: str, prompt: str, **extra) -> dict:
+    return {"id": f"{session}-{i}", "session_id": session, "timestamp": 1_760_000_000_000 + i * 1000,
+            "prompt": prompt, "response": "done", **extra}  # fmt: skip
+
+
+def test_ingest_stores_the_redacted_text_counts_by_file_and_session_and_leaves_the_file_alone(tmp_path):
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    log = _plain_log(
+        tmp_path / "run.jsonl",
+        [
+            _turn(1, "s1", f"push with {GH}", mini_summary=f"pushed with {GH}"),
+            _turn(2, "s1", "cat .env\nDB_PASSWORD=hunter2hunter2\nAPI_KEY=${API_KEY}"),
+            _turn(3, "s2", "sha 3f786850e387550fdab836ed7e6dc881de23001b, nothing secret"),
+        ],
+    )
+    raw = log.read_bytes()
+
+    report = ingest_paths([log], store)
+
+    assert log.read_bytes() == raw
+    [file] = report.files
+    # The mini summary's token counts too: every text that is stored passes the same redaction.
+    assert file.redactions == {"github-token": 2, "env-secret": 1}
+    assert file.redacted_sessions == {"s1": 2}
+    with duckdb.connect(str(store.path), read_only=True) as con:
+        turns = dict(con.execute("SELECT id, prompt || document FROM turns").fetchall())
+        mini = con.execute("SELECT text FROM mini_summaries").fetchone()[0]
+    assert GH not in turns["s1-1"] and "[REDACTED:github-token]" in turns["s1-1"]
+    assert "hunter2" not in turns["s1-2"] and "API_KEY=${API_KEY}" in turns["s1-2"]
+    assert "3f786850e387550fdab836ed7e6dc881de23001b" in turns["s2-3"]
+    assert mini == "pushed with [REDACTED:github-token]"
+    assert store.projects.redactions() == {
+        "by_kind": {"env-secret": 1, "github-token": 1}, "turns": 2, "sessions": 1,
+    }  # fmt: skip
+    # Ingested again: the same stored text, the same revision (redaction is stable).
+    before = store.sessions.session_rows(["s1"])[0]["input_revision"]
+    ingest_paths([log], store)
+    assert store.sessions.session_rows(["s1"])[0]["input_revision"] == before
+
+
+def test_redaction_off_stores_the_text_as_read(tmp_path):
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    log = _plain_log(tmp_path / "run.jsonl", [_turn(1, "s1", f"push with {GH}")])
+    report = ingest_paths([log], store, redact_secrets=False)
+    assert report.redactions == {}
+    with duckdb.connect(str(store.path), read_only=True) as con:
+        assert GH in con.execute("SELECT prompt FROM turns").fetchone()[0]
+
+
+def _version_12_store(path: Path, tmp_path: Path) -> DigestStore:
+    """A store as version 12 left it: secrets in the turns, a mini summary and a current summary,
+    no project columns."""
+    store = DigestStore(path)
+    store.migrate()
+    log = _plain_log(
+        tmp_path / "old.jsonl",
+        [_turn(1, "s1", f"push with {GH}", mini_summary=f"pushed with {GH}"), _turn(2, "s1", "then the tests"),
+         _turn(1, "s2", "no secret here")],
+    )  # fmt: skip
+    ingest_paths([log], store, redact_secrets=False)
+    with duckdb.connect(str(path)) as con:
+        for table, column in [("turns", "project"), ("turns", "git_branch"), ("turns", "redactions"),
+                              ("sessions", "project"), ("sessions", "git_branch"), ("sessions", "source_path")]:  # fmt: skip
+            con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        con.execute("UPDATE schema_meta SET version = 12")
+        for sid in ("s1", "s2"):
+            con.execute(
+                f"""INSERT INTO session_summaries (session_id, summary, title, category, quality, productivity, impact,
+                   complexity, technologies, source_tier, degraded, raw_canonical, memory_count, mini_summary_count,
+                   input_revision, model, raw_tokens_estimate, prompt_tokens_estimate, route_reason,
+                   participating_agents, models, total_tool_calls, tools_used, source_agent_identities, created_at,
+                   verdict)
+                   SELECT session_id, 'Pushed with {GH}.', 't', 'c', 1, 1, 1, 1, [], 'raw', false, true, turn_count, 0,
+                          input_revision, 'm', 1, 1, 'within-cap', [], [], 0, [], [], now(), 'ok'
+                   FROM sessions WHERE session_id = '{sid}'"""
+            )
+        con.execute(
+            "INSERT INTO digest_state SELECT session_id, 'digested', 0, NULL, input_revision, now() FROM sessions"
+        )
+    return store
+
+
+def test_migration_13_redacts_a_stored_store_and_owes_no_summary_for_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("DIGEST_REDACT", raising=False)
+    path = tmp_path / "old.duckdb"
+    store = _version_12_store(path, tmp_path)
+    with duckdb.connect(str(path), read_only=True) as con:
+        old = dict(con.execute("SELECT session_id, input_revision FROM sessions").fetchall())
+    assert store.summaries.pending_summary_keys() == []
+
+    DigestStore(path).migrate()
+
+    with duckdb.connect(str(path), read_only=True) as con:
+        prompts = dict(con.execute("SELECT id, prompt || document FROM turns").fetchall())
+        counts = con.execute("SELECT redactions FROM turns WHERE id = 's1-1'").fetchone()[0]
+        new = dict(con.execute("SELECT session_id, input_revision FROM sessions").fetchall())
+        places = con.execute("SELECT session_id, source_path, project FROM sessions ORDER BY 1").fetchall()
+        summary = dict(con.execute("SELECT session_id, summary FROM session_summaries").fetchall())
+        digested = dict(con.execute("SELECT session_id, revision FROM digest_state").fetchall())
+        mini = con.execute("SELECT text FROM mini_summaries").fetchone()[0]
+    assert GH not in prompts["s1-1"] and "[REDACTED:github-token]" in prompts["s1-1"]
+    assert json.loads(counts) == {"github-token": 1}
+    # The redacted session's revision moved, with its summary and digest state; the other kept its own.
+    assert new["s1"] != old["s1"] and new["s2"] == old["s2"]
+    assert digested == new
+    assert store.summaries.pending_summary_keys() == []
+    assert summary["s1"] == summary["s2"] == "Pushed with [REDACTED:github-token]."
+    assert mini == "pushed with [REDACTED:github-token]"
+    assert places == [("s1", str(tmp_path / "old.jsonl"), None), ("s2", str(tmp_path / "old.jsonl"), None)]
+
+
+def test_migration_13_with_redaction_off_leaves_the_text(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIGEST_REDACT", "off")
+    path = tmp_path / "old.duckdb"
+    _version_12_store(path, tmp_path)
+    DigestStore(path).migrate()
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert GH in con.execute("SELECT prompt FROM turns WHERE id = 's1-1'").fetchone()[0]
+        assert con.execute("SELECT count(*) FROM sessions WHERE source_path IS NULL").fetchone()[0] == 0
