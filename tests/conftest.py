@@ -36,6 +36,8 @@ TIERS = {
     "test_realistic_corpus": "unit",
     "test_repeats": "unit",
     "test_vectors": "unit",
+    "test_embeddings": "unit",
+    "test_search_vectors": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",

@@ -26,6 +26,7 @@ with its SQL beside its code, in the order one session passes through them:
 - `resummaries.py`    `store.resummaries`: re-summaries asked for, their queue, the replaced summaries
 - `backlog.py`        `store.backlog`: the pending sessions' sizes and the drain's figures (`backlog` asset)
 - `archive.py`        `store.archive`: archive bundles written and restored
+- `search_vectors.py` `store.search_vectors`: the search index's vectors and the model they are stamped with
 
 Decisions are `digest/`'s pure functions (the order mini summaries are made in, when a failing turn
 is archived, how failures count, the digest states, a host's circuit); a repository applies them
@@ -51,6 +52,7 @@ from resources.store.ledger import Attempts, RunLedger
 from resources.store.mini_summaries import MiniSummaries, MiniSummaryLedger
 from resources.store.reports import Reports
 from resources.store.resummaries import Resummaries
+from resources.store.search_vectors import SearchVectors
 from resources.store.sessions import Sessions
 from resources.store.speed import Speed
 from resources.store.summaries import Summaries
@@ -82,6 +84,7 @@ class DigestStore:
         self.resummaries = Resummaries(self.file)
         self.backlog = BacklogReads(self.file)
         self.archive = Archive(self.file)
+        self.search_vectors = SearchVectors(self.file)
 
     @property
     def path(self) -> Path:
