@@ -38,6 +38,7 @@ TIERS = {
     "test_vectors": "unit",
     "test_embeddings": "unit",
     "test_search_vectors": "unit",
+    "test_search": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",

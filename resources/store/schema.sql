@@ -383,3 +383,46 @@ CREATE TABLE IF NOT EXISTS search_vector_stamp (
     dim INTEGER NOT NULL,
     stamped_at TIMESTAMPTZ NOT NULL
 );
+
+-- Facts a coding-agent user searches by, extracted at ingest with no model call (digest/facts.py).
+CREATE TABLE IF NOT EXISTS turn_facts (
+    turn_id VARCHAR NOT NULL,
+    session_id VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL,            -- file-read | file-edit | file-create | command | error | commit | issue | pr
+    value VARCHAR NOT NULL,           -- the path, the command line, the error text, the hash, the reference
+    detail VARCHAR                    -- the tool, or a command's exit status where the log records it
+);
+
+-- The search index (resources/store/search.py): BM25 over each session's summary, mini summaries and
+-- turns, brought up to date per session. A document keeps no text: snippets are cut from the rows it
+-- was made from.
+CREATE SEQUENCE IF NOT EXISTS search_doc_ids;
+CREATE TABLE IF NOT EXISTS search_documents (
+    doc_id BIGINT PRIMARY KEY,        -- a session's documents have consecutive ids
+    session_id VARCHAR NOT NULL,
+    turn_id VARCHAR,                  -- NULL: the summary's document
+    kind VARCHAR NOT NULL,            -- summary | mini | turn
+    length INTEGER NOT NULL           -- its terms (BM25's document length)
+);
+
+CREATE TABLE IF NOT EXISTS search_postings (
+    term BIGINT NOT NULL,             -- the term's key (digest.search_text.term_key)
+    doc_id BIGINT NOT NULL,
+    tf INTEGER NOT NULL
+);
+
+-- What each session was indexed at: a refresh indexes again the sessions whose turns, summary or mini
+-- summaries changed since.
+CREATE TABLE IF NOT EXISTS search_index_state (
+    session_id VARCHAR PRIMARY KEY,
+    input_revision VARCHAR NOT NULL,
+    summary_at TIMESTAMPTZ,           -- the summary's created_at (NULL: none)
+    summary_verdict VARCHAR,
+    mini_count INTEGER NOT NULL,
+    mini_at TIMESTAMPTZ,              -- the latest mini summary's created_at
+    tokenizer_version INTEGER NOT NULL,
+    first_doc BIGINT,                 -- its documents' ids, first_doc..last_doc (NULL: none)
+    last_doc BIGINT,
+    documents INTEGER NOT NULL,
+    indexed_at TIMESTAMPTZ NOT NULL
+);

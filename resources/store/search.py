@@ -1,0 +1,479 @@
+"""`store.search`: the search index over each session's summary, mini summaries and turns, and the
+queries over it (BM25, `digest.search_text`'s code-aware terms).
+
+The index is three tables of the store (`schema.sql`): `search_documents` (one row a document: a
+session's summary, a mini summary, a turn), `search_postings` (term key, document, term frequency)
+and `search_index_state` (what each session was indexed at). `refresh` indexes again only the
+sessions whose turns, summary or mini summaries changed since their state, and drops the removed
+ones; a query computes document frequencies and the average length when it runs, so nothing global
+is kept in step. A document keeps no copy of its text: a hit's snippet is cut from the row it was
+made from. A turn's prompt, thought and response are each indexed up to `FIELD_CHARS` characters.
+
+Ranking: BM25 per document; a session scores its best document plus a share of its next two. A
+summary judged junk (a verdict other than ok) is not indexed, so it never ranks its session (the
+turns still do); a degraded summary is labelled a navigation index.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import duckdb
+import pandas as pd
+
+from digest.search_text import TOKENIZER_VERSION, query_terms, snippet, term_counts, term_key
+from digest.summary_output import Category
+from resources.store.connection import Repository, now, records
+
+# Each turn field (prompt, thought, response) is indexed up to this many characters: the tool output
+# past it (file dumps, logs) is left out of the index and of the snippets.
+FIELD_CHARS = 16_000
+MAX_QUERY_CHARS = 1_000
+K1, B = 1.2, 0.75
+# A session's score: its best document's, plus this share of each of its next two.
+NEXT_SHARE = 0.1
+MATCHES = 3  # the documents a session hit shows
+TURN_IDS = 10  # the matched turns a session hit lists
+BATCH_SESSIONS = 50  # sessions indexed per transaction
+CATEGORIES = Category.__args__
+
+
+class SearchError(ValueError):
+    """A query that cannot run: the message is the one-line answer shown to the user."""
+
+
+@dataclass
+class Match:
+    kind: str  # 'summary' | 'mini' | 'turn'
+    turn_id: str | None
+    score: float
+    snippet: str
+
+
+@dataclass
+class SessionHit:
+    session_id: str
+    score: float
+    title: str | None
+    summary: str | None
+    category: str | None
+    first_activity_ms: int | None
+    last_activity_ms: int | None
+    tier: str | None
+    degraded: bool | None
+    verdict: str | None
+    navigation_index: bool
+    matches: list[Match] = field(default_factory=list)
+    turn_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TurnHit:
+    session_id: str
+    turn_id: str
+    ts_ms: int | None
+    score: float
+    kind: str  # 'turn' | 'mini'
+    snippet: str
+
+
+@dataclass
+class RefreshReport:
+    sessions_indexed: int
+    sessions_removed: int
+    documents: int  # written by this refresh
+    seconds: float
+    behind: int  # sessions still to index (a `limit` left them)
+
+
+# The sessions whose index state is not what they are now (or that have none), newest first.
+_CHANGED = """
+    WITH minis AS (SELECT session_id, count(*) AS n, max(created_at) AS at FROM mini_summaries GROUP BY 1),
+    cur AS (
+        SELECT s.session_id, s.input_revision, x.created_at AS summary_at, x.verdict AS summary_verdict,
+               coalesce(m.n, 0) AS mini_count, m.at AS mini_at, s.last_activity_ms
+        FROM sessions s LEFT JOIN session_summaries x USING (session_id) LEFT JOIN minis m USING (session_id)
+    )
+    SELECT cur.* FROM cur LEFT JOIN search_index_state st USING (session_id)
+    WHERE st.session_id IS NULL OR st.input_revision <> cur.input_revision
+       OR st.summary_at IS DISTINCT FROM cur.summary_at OR st.summary_verdict IS DISTINCT FROM cur.summary_verdict
+       OR st.mini_count <> cur.mini_count OR st.mini_at IS DISTINCT FROM cur.mini_at
+       OR st.tokenizer_version <> ?
+    ORDER BY cur.last_activity_ms DESC NULLS LAST, cur.session_id
+"""
+_REMOVED = "SELECT session_id FROM search_index_state WHERE session_id NOT IN (SELECT session_id FROM sessions)"
+
+_TURN_TEXT = f"""
+    SELECT id AS turn_id, session_id, substr(coalesce(prompt, ''), 1, {FIELD_CHARS}) AS prompt,
+           substr(coalesce(thought, ''), 1, {FIELD_CHARS}) AS thought,
+           substr(coalesce(response, ''), 1, {FIELD_CHARS}) AS response
+    FROM turns
+"""
+
+
+def _turn_text(row: dict) -> str:
+    return "\n".join(part for part in (row["prompt"], row["thought"], row["response"]) if part)
+
+
+def _summary_text(row: dict) -> str:
+    parts = [row.get("title"), row.get("summary"), row.get("category"), " ".join(row.get("technologies") or [])]
+    return "\n".join(p for p in parts if p)
+
+
+def _junk(verdict: str | None) -> bool:
+    return verdict is not None and verdict != "ok"
+
+
+class Search(Repository):
+    # --- the index -------------------------------------------------------------------------------
+
+    def refresh(self, limit: int | None = None) -> RefreshReport:
+        """Index again the sessions that changed since they were indexed (or never were), at most
+        `limit` of them, newest first, and drop the removed ones."""
+        started = time.monotonic()
+        with self.file.connect() as con:
+            changed = records(con, _CHANGED, [TOKENIZER_VERSION])
+            removed = [r["session_id"] for r in records(con, _REMOVED)]
+        todo = changed if limit is None else changed[:limit]
+        if removed:
+            with self.file.transaction() as con:
+                _delete_sessions(con, removed)
+                con.execute(
+                    "DELETE FROM search_index_state WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [removed]
+                )
+        written = indexed = 0
+        for start in range(0, len(todo), BATCH_SESSIONS):
+            batch = todo[start : start + BATCH_SESSIONS]
+            documents = self._read_documents([r["session_id"] for r in batch])
+            try:
+                written += self._write(batch, documents)
+                indexed += len(batch)
+            except duckdb.TransactionException:
+                pass  # another refresh wrote these sessions meanwhile
+        return RefreshReport(indexed, len(removed), written, time.monotonic() - started, len(changed) - indexed)
+
+    def _read_documents(self, session_ids: list[str]) -> dict[str, list[tuple[str, str | None, str]]]:
+        """Each session's documents as (kind, turn id, text), the summary first, then by turn."""
+        ids = "(SELECT unnest(?::VARCHAR[]))"
+        with self.file.connect() as con:
+            turns = records(
+                con, f"{_TURN_TEXT} WHERE session_id IN {ids} ORDER BY session_id, ts_ms NULLS FIRST, id", [session_ids]
+            )
+            minis = records(
+                con,
+                f"SELECT m.turn_id, m.session_id, m.text FROM mini_summaries m WHERE m.session_id IN {ids} ORDER BY m.turn_id",
+                [session_ids],
+            )
+            summaries = records(
+                con,
+                f"SELECT session_id, title, summary, category, technologies, verdict FROM session_summaries WHERE session_id IN {ids}",
+                [session_ids],
+            )
+        documents: dict[str, list[tuple[str, str | None, str]]] = {s: [] for s in session_ids}
+        for row in summaries:
+            if not _junk(row["verdict"]):
+                documents[row["session_id"]].append(("summary", None, _summary_text(row)))
+        for row in minis:
+            documents[row["session_id"]].append(("mini", row["turn_id"], row["text"]))
+        for row in turns:
+            documents[row["session_id"]].append(("turn", row["turn_id"], _turn_text(row)))
+        return documents
+
+    def _write(self, batch: list[dict], documents: dict[str, list[tuple[str, str | None, str]]]) -> int:
+        """Replace the batch's sessions' documents and postings, and record what they were indexed at."""
+        docs, postings = [], []
+        counted = [(s, kind, turn, term_counts(text)) for s, rows in documents.items() for kind, turn, text in rows]
+        with self.file.transaction() as con:
+            at = now()
+            # The state first: a concurrent refresh of the same session conflicts here, not later.
+            state = pd.DataFrame(
+                {
+                    "session_id": [r["session_id"] for r in batch],
+                    "input_revision": [r["input_revision"] for r in batch],
+                    "summary_at": [r["summary_at"] for r in batch],
+                    "summary_verdict": [r["summary_verdict"] for r in batch],
+                    "mini_count": [r["mini_count"] for r in batch],
+                    "mini_at": [r["mini_at"] for r in batch],
+                }
+            )
+            con.register("state", state)
+            con.execute(
+                """INSERT INTO search_index_state BY NAME
+                   SELECT *, ? AS tokenizer_version, NULL AS first_doc, NULL AS last_doc, 0 AS documents,
+                          ? AS indexed_at FROM state
+                   ON CONFLICT (session_id) DO UPDATE SET input_revision = excluded.input_revision,
+                       summary_at = excluded.summary_at, summary_verdict = excluded.summary_verdict,
+                       mini_count = excluded.mini_count, mini_at = excluded.mini_at,
+                       tokenizer_version = excluded.tokenizer_version, indexed_at = excluded.indexed_at""",
+                [TOKENIZER_VERSION, at],
+            )
+            con.unregister("state")
+            _delete_sessions(con, list(documents))
+            ids = [
+                r[0] for r in con.execute("SELECT nextval('search_doc_ids') FROM range(?)", [len(counted)]).fetchall()
+            ]
+            for doc_id, (session_id, kind, turn_id, counts) in zip(ids, counted):
+                docs.append((doc_id, session_id, turn_id, kind, sum(counts.values())))
+                postings.extend((term_key(term), doc_id, tf) for term, tf in counts.items())
+            if docs:
+                frame = pd.DataFrame(docs, columns=["doc_id", "session_id", "turn_id", "kind", "length"])
+                con.register("docs", frame)
+                con.execute("INSERT INTO search_documents BY NAME SELECT * FROM docs")
+                con.unregister("docs")
+                frame = pd.DataFrame(postings, columns=["term", "doc_id", "tf"])
+                con.register("postings", frame)
+                con.execute("INSERT INTO search_postings SELECT term, doc_id, tf FROM postings ORDER BY doc_id")
+                con.unregister("postings")
+            con.execute(
+                """UPDATE search_index_state st SET first_doc = d.lo, last_doc = d.hi, documents = d.n
+                   FROM (SELECT session_id, min(doc_id) AS lo, max(doc_id) AS hi, count(*) AS n
+                         FROM search_documents WHERE session_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1) d
+                   WHERE st.session_id = d.session_id""",
+                [list(documents)],
+            )
+        return len(docs)
+
+    def status(self) -> dict:
+        """The index's documents, sessions, an estimate of its size on disk, the sessions behind the
+        store and the last refresh's time."""
+        with self.file.connect() as con:
+            documents = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
+            state = con.execute("SELECT count(*), max(indexed_at) FROM search_index_state").fetchone()
+            behind = len(records(con, _CHANGED, [TOKENIZER_VERSION])) + len(records(con, _REMOVED))
+            size = _size_bytes(con)
+        return {
+            "documents": documents,
+            "sessions": state[0],
+            "size_bytes": size,
+            "behind": behind,
+            "last_refresh": state[1],
+        }
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    def sessions(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        since_ms: int | None = None,
+        category: str | None = None,
+        file: str | None = None,
+        project: str | None = None,
+    ) -> list[SessionHit]:
+        """The sessions that best match `query`, best first, each with its best documents."""
+        return self._sessions(query, limit, since_ms, category, file, project, kinds=None)
+
+    def summaries(self, query: str, *, limit: int = 10, category: str | None = None) -> list[SessionHit]:
+        """Sessions by their summary's document alone (`query_summaries`)."""
+        return self._sessions(query, limit, None, category, None, None, kinds=("summary",))
+
+    def turns(self, query: str, *, limit: int = 10, session_id: str | None = None) -> list[TurnHit]:
+        """The turns that best match `query` (by their text or their mini summary), best first."""
+        terms = _check_query(query, limit)
+        with self.file.connect() as con:
+            if (
+                session_id is not None
+                and not con.execute("SELECT count(*) FROM sessions WHERE session_id = ?", [session_id]).fetchone()[0]
+            ):
+                raise SearchError(f"no session {session_id!r} in the store")
+            where = ["d.kind IN ('turn', 'mini')"]
+            params: list = []
+            if session_id is not None:
+                where.append("d.session_id = ?")
+                params.append(session_id)
+            rows = records(
+                con,
+                f"""{_scored(terms)},
+                ranked AS (
+                    SELECT d.session_id, d.turn_id, d.kind, d.doc_id, sc.score,
+                           row_number() OVER (PARTITION BY d.turn_id ORDER BY sc.score DESC, d.kind) AS rn
+                    FROM scored sc JOIN search_documents d USING (doc_id) WHERE {" AND ".join(where)}
+                )
+                SELECT r.*, t.ts_ms FROM ranked r LEFT JOIN turns t ON t.id = r.turn_id
+                WHERE r.rn = 1
+                ORDER BY round(r.score, 6) DESC, t.ts_ms DESC NULLS LAST, r.session_id, r.turn_id LIMIT ?""",
+                [*params, limit],
+            )
+            texts = _texts(con, [(r["kind"], r["session_id"], r["turn_id"]) for r in rows])
+        return [
+            TurnHit(
+                r["session_id"], r["turn_id"], r["ts_ms"], r["score"], r["kind"],
+                snippet(texts.get((r["kind"], r["session_id"], r["turn_id"]), ""), terms),
+            )
+            for r in rows
+        ]  # fmt: skip
+
+    def _sessions(self, query, limit, since_ms, category, file, project, kinds) -> list[SessionHit]:
+        terms = _check_query(query, limit)
+        if category is not None and category not in CATEGORIES:
+            raise SearchError(f"unknown category {category!r}: one of {', '.join(CATEGORIES)}")
+        where, params = ["true"], []
+        if kinds is not None:
+            where.append(f"d.kind IN ({', '.join(repr(k) for k in kinds)})")
+        if since_ms is not None:
+            where.append("s.last_activity_ms >= ?")
+            params.append(int(since_ms))
+        if category is not None:
+            where.append("x.category = ?")
+            params.append(category)
+        if file is not None:
+            path = file.strip().removeprefix("./")
+            if not path:
+                raise SearchError("the file to search by is empty")
+            where.append(
+                "d.session_id IN (SELECT session_id FROM turn_facts WHERE kind LIKE 'file-%' "
+                "AND (value = ? OR value LIKE ('%/' || ?)))"
+            )
+            params += [path, path]
+        with self.file.connect() as con:
+            if project is not None:
+                has_project = con.execute(
+                    "SELECT count(*) FROM information_schema.columns WHERE table_name = 'sessions' AND column_name = 'project'"
+                ).fetchone()[0]
+                if not has_project:
+                    raise SearchError("this store records no project per session yet: search without --project")
+                where.append("s.project = ?")
+                params.append(project)
+            rows = records(
+                con,
+                f"""{_scored(terms)},
+                ranked AS (
+                    SELECT d.session_id, d.doc_id, d.kind, d.turn_id, sc.score,
+                           row_number() OVER (PARTITION BY d.session_id ORDER BY sc.score DESC, d.doc_id) AS rn
+                    FROM scored sc JOIN search_documents d USING (doc_id)
+                    JOIN sessions s ON s.session_id = d.session_id
+                    LEFT JOIN session_summaries x ON x.session_id = d.session_id
+                    WHERE {" AND ".join(where)}
+                ),
+                top AS (
+                    SELECT r.session_id,
+                           sum(CASE WHEN rn = 1 THEN score WHEN rn <= 3 THEN {NEXT_SHARE} * score ELSE 0 END) AS total,
+                           any_value(s.last_activity_ms) AS last_ms
+                    FROM ranked r JOIN sessions s USING (session_id)
+                    GROUP BY r.session_id
+                    ORDER BY round(total, 6) DESC, last_ms DESC NULLS LAST, r.session_id LIMIT ?
+                ),
+                turns_matched AS (
+                    SELECT session_id, turn_id, max(score) AS score FROM ranked
+                    WHERE turn_id IS NOT NULL AND session_id IN (SELECT session_id FROM top) GROUP BY 1, 2
+                ),
+                turn_lists AS (
+                    SELECT session_id, list(turn_id ORDER BY score DESC, turn_id)[1:{TURN_IDS}] AS turn_ids
+                    FROM turns_matched GROUP BY 1
+                ),
+                best AS (
+                    SELECT session_id, list({{'kind': kind, 'turn_id': turn_id, 'score': score}} ORDER BY rn) AS matches
+                    FROM ranked WHERE rn <= {MATCHES} AND session_id IN (SELECT session_id FROM top) GROUP BY 1
+                )
+                SELECT top.session_id, top.total AS score, x.title, x.summary, x.category, s.first_activity_ms,
+                       s.last_activity_ms, x.source_tier AS tier, x.degraded, x.verdict, b.matches,
+                       coalesce(tl.turn_ids, []) AS turn_ids
+                FROM top JOIN sessions s USING (session_id) LEFT JOIN session_summaries x USING (session_id)
+                JOIN best b USING (session_id) LEFT JOIN turn_lists tl USING (session_id)
+                ORDER BY round(top.total, 6) DESC, s.last_activity_ms DESC NULLS LAST, top.session_id""",
+                [*params, limit],
+            )
+            wanted = [(m["kind"], r["session_id"], m["turn_id"]) for r in rows for m in r["matches"]]
+            texts = _texts(con, wanted)
+        hits = []
+        for r in rows:
+            matches = [
+                Match(m["kind"], m["turn_id"], m["score"], snippet(texts.get((m["kind"], r["session_id"], m["turn_id"]), ""), terms))
+                for m in r["matches"]
+            ]  # fmt: skip
+            hits.append(
+                SessionHit(
+                    r["session_id"], r["score"], r["title"], r["summary"], r["category"], r["first_activity_ms"],
+                    r["last_activity_ms"], r["tier"], r["degraded"], r["verdict"], bool(r["degraded"]),
+                    matches, list(r["turn_ids"]),
+                )
+            )  # fmt: skip
+        return hits
+
+
+def _check_query(query: str, limit: int) -> list[str]:
+    if not isinstance(limit, int) or limit < 1:
+        raise SearchError(f"the limit must be a positive whole number, not {limit!r}")
+    if len(query) > MAX_QUERY_CHARS:
+        raise SearchError(f"the query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} are searched")
+    if not query.strip():
+        raise SearchError("the query is empty: give a word, a name or a path to search for")
+    terms = query_terms(query)
+    if not terms:
+        raise SearchError(f"the query {query.strip()!r} has only common words: add one that names something")
+    return terms
+
+
+def _scored(terms: list[str]) -> str:
+    """`scored` (doc_id, score): the BM25 of every document holding a query term. Document frequencies
+    and the average length are counted when the query runs. The keys are integers: inlined, so the
+    scan of the postings is filtered as it reads."""
+    keys = ", ".join(str(term_key(t)) for t in terms)
+    return f"""
+        WITH stats AS (SELECT count(*)::DOUBLE AS n, avg(length) AS avgdl FROM search_documents),
+        p AS (SELECT term, doc_id, tf FROM search_postings WHERE term IN ({keys})),
+        df AS (SELECT term, count(*) AS df FROM p GROUP BY term),
+        scored AS (
+            SELECT p.doc_id,
+                   sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
+                       * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * d.length / stats.avgdl))) AS score
+            FROM p JOIN df USING (term) JOIN search_documents d USING (doc_id), stats
+            GROUP BY p.doc_id
+        )"""
+
+
+def _texts(con: duckdb.DuckDBPyConnection, wanted: list[tuple[str, str, str | None]]) -> dict:
+    """The text each (kind, session id, turn id) document was indexed from, for its snippet."""
+    out: dict = {}
+    sessions = sorted({s for kind, s, _ in wanted if kind == "summary"})
+    minis = sorted({t for kind, _, t in wanted if kind == "mini"})
+    turns = sorted({t for kind, _, t in wanted if kind == "turn"})
+    if sessions:
+        for row in records(
+            con,
+            "SELECT session_id, title, summary, category, technologies FROM session_summaries WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+            [sessions],
+        ):
+            out[("summary", row["session_id"], None)] = _summary_text(row)
+    if minis:
+        for row in records(
+            con,
+            "SELECT turn_id, session_id, text FROM mini_summaries WHERE turn_id IN (SELECT unnest(?::VARCHAR[]))",
+            [minis],
+        ):
+            out[("mini", row["session_id"], row["turn_id"])] = row["text"]
+    if turns:
+        for row in records(con, f"{_TURN_TEXT} WHERE id IN (SELECT unnest(?::VARCHAR[]))", [turns]):
+            out[("turn", row["session_id"], row["turn_id"])] = _turn_text(row)
+    return out
+
+
+def _delete_sessions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
+    """Drop the sessions' documents and postings. Their documents' ids bound the postings' scan (a
+    session's ids are consecutive, so the scan skips most row groups)."""
+    ids = "(SELECT unnest(?::VARCHAR[]))"
+    bounds = con.execute(
+        f"SELECT min(doc_id), max(doc_id) FROM search_documents WHERE session_id IN {ids}", [session_ids]
+    ).fetchone()
+    if bounds[0] is None:
+        return
+    con.execute(
+        f"""DELETE FROM search_postings WHERE doc_id BETWEEN ? AND ?
+            AND doc_id IN (SELECT doc_id FROM search_documents WHERE session_id IN {ids})""",
+        [bounds[0], bounds[1], session_ids],
+    )
+    con.execute(f"DELETE FROM search_documents WHERE session_id IN {ids}", [session_ids])
+
+
+def _size_bytes(con: duckdb.DuckDBPyConnection) -> int:
+    """The index tables' blocks on disk (DuckDB's storage info: blocks they use, at the file's block size)."""
+    block = con.execute("SELECT block_size FROM pragma_database_size() WHERE database_name = 'store'").fetchone()
+    size = block[0] if block else 262_144
+    blocks = 0
+    for table in ("search_documents", "search_postings", "search_index_state"):
+        blocks += con.execute(
+            f"SELECT count(DISTINCT block_id) FROM pragma_storage_info('{table}') WHERE block_id >= 0"
+        ).fetchone()[0]
+    return blocks * size

@@ -1,0 +1,217 @@
+"""The search index (resources/store/search.py) on a real DuckDB file, and its tokenizer
+(digest/search_text.py): refreshes index only what changed, the ranking rules, bad queries."""
+
+from __future__ import annotations
+
+import pytest
+
+from digest.search_text import query_terms, snippet, terms
+from resources.store import DigestStore
+from resources.store.search import SearchError
+
+T0 = 1_760_000_000_000
+
+
+def turn(session_id: str, n: int, prompt: str, response: str = "", at: int | None = None) -> dict:
+    return {
+        "id": f"{session_id}-t{n:03d}", "session_id": session_id, "ts_ms": at if at is not None else T0 + n * 60_000,
+        "type": "agent-interaction", "prompt": prompt, "response": response,
+        "document": f"User Prompt: {prompt}\nAgent Response: {response}", "document_rebuilt": False,
+        "source_file": "f.jsonl", "source_line": n + 1,
+    }  # fmt: skip
+
+
+def summary(session_id: str, title: str, text: str, category: str = "bugfix", tier: str = "raw") -> dict:
+    return {
+        "session_id": session_id, "memory_count": None, "input_revision": None, "title": title, "summary": text,
+        "source_tier": tier, "source_file": "s.jsonl", "category": category, "technologies": ["python"],
+        "degraded": tier != "raw",
+    }  # fmt: skip
+
+
+def write(store: DigestStore, rows: list[dict]) -> None:
+    store.ingest.write_turns(rows)
+
+
+@pytest.fixture
+def corpus(store: DigestStore) -> DigestStore:
+    write(
+        store,
+        [
+            turn(
+                "ws",
+                0,
+                "The websocket client keeps reconnecting in a loop",
+                "I changed ReconnectLoop in src/net/ws_client.py",
+            ),
+            turn("ws", 1, "run the tests", "12 passed"),
+            turn(
+                "orm",
+                0,
+                "We decided to drop the ORM and write plain SQL",
+                "removed sqlalchemy from app/models.py",
+                at=T0 + 5,
+            ),
+            turn("cfg", 0, "Fix the settings loader", "edited src/app/settings.py: DEFAULT_TIMEOUT is 30"),
+        ],
+    )
+    # An imported summary of the session's current turns is adopted as its summary.
+    rows = [summary("ws", "Fix websocket reconnect loop", "Stopped the reconnect loop of the websocket client.")]
+    rows[0]["memory_count"] = 2
+    store.ingest.write_imported_summaries(rows)
+    return store
+
+
+def test_tokenizer_finds_code_names_by_their_parts_and_whole():
+    assert terms("src/app/settings.py") == ["src/app/settings.py", "src", "app", "settings.py", "settings"]
+    assert terms("ReconnectLoop") == ["reconnectloop", "reconnect", "loop"]
+    assert terms("the ws_client") == ["ws_client", "ws", "client"]
+    assert terms("kebab-case-name") == ["kebab-case-name", "kebab", "case", "name"]
+    assert terms("HTTPServer") == ["httpserver", "http", "server"]
+    # NFKC folding: full-width letters are plain ones.
+    assert terms("Ｒｅｄｉｓ") == ["redis"]
+    # A commit hash stays whole; a stop word alone is left out.
+    assert terms("commit 3f9a2bc of the") == ["commit", "3f9a2bc"]
+    assert query_terms("settings.py settings") == ["settings.py", "settings"]
+
+
+def test_snippet_marks_the_matched_terms_near_the_densest_run():
+    text = "filler " * 100 + "we fixed ReconnectLoop in src/app/settings.py today " + "tail " * 100
+    out = snippet(text, query_terms("reconnect settings.py"))
+    assert "**ReconnectLoop**" in out and "**src/app/settings.py**" in out
+    assert len(out) < 260
+
+
+def test_search_ranks_sessions_and_says_which_document_matched(corpus):
+    report = corpus.search.refresh()
+    assert (report.sessions_indexed, report.behind) == (3, 0)
+    hits = corpus.search.sessions("websocket reconnect loop")
+    assert hits[0].session_id == "ws"
+    assert hits[0].title == "Fix websocket reconnect loop"
+    assert hits[0].matches[0].kind == "summary" and "**reconnect**" in hits[0].matches[0].snippet
+    assert hits[0].turn_ids == ["ws-t000"]
+    # A file by its tail, and a name by its part.
+    assert [h.session_id for h in corpus.search.sessions("settings.py")] == ["cfg"]
+    assert [h.session_id for h in corpus.search.sessions("default timeout")] == ["cfg"]
+    turns = corpus.search.turns("sqlalchemy")
+    assert [(t.session_id, t.turn_id, t.kind) for t in turns] == [("orm", "orm-t000", "turn")]
+    assert "**sqlalchemy**" in turns[0].snippet
+    assert [h.session_id for h in corpus.search.summaries("websocket")] == ["ws"]
+    assert corpus.search.summaries("sqlalchemy") == []
+
+
+def test_refresh_indexes_only_the_sessions_that_changed(corpus):
+    corpus.search.refresh()
+    before = corpus.query("SELECT session_id, first_doc FROM search_index_state ORDER BY 1")
+    assert corpus.search.refresh().sessions_indexed == 0
+    write(corpus, [turn("orm", 1, "the migration to raw SQL is done", "dropped the ORM layer entirely")])
+    report = corpus.search.refresh()
+    assert (report.sessions_indexed, report.behind) == (1, 0)
+    after = corpus.query("SELECT session_id, first_doc FROM search_index_state ORDER BY 1")
+    changed = dict(zip(after.session_id, after.first_doc))
+    kept = dict(zip(before.session_id, before.first_doc))
+    assert changed["ws"] == kept["ws"] and changed["cfg"] == kept["cfg"] and changed["orm"] != kept["orm"]
+    assert [t.turn_id for t in corpus.search.turns("migration")] == ["orm-t001"]
+    # No postings are left of the replaced documents.
+    orphans = corpus.query(
+        "SELECT count(*) AS n FROM search_postings WHERE doc_id NOT IN (SELECT doc_id FROM search_documents)"
+    )
+    assert orphans.n[0] == 0
+    # A mini summary made since is a change of its session.
+    corpus.query(
+        "INSERT INTO mini_summaries VALUES ('cfg-t000', 'cfg', 'Tuned the loader timeout', 'generated', 'm', now())"
+    )
+    assert corpus.search.refresh().sessions_indexed == 1
+    assert [(t.turn_id, t.kind) for t in corpus.search.turns("tuned")] == [("cfg-t000", "mini")]
+    # A session removed from the store leaves the index.
+    corpus.query("DELETE FROM turns WHERE session_id = 'cfg'")
+    corpus.query("DELETE FROM sessions WHERE session_id = 'cfg'")
+    assert corpus.search.refresh().sessions_removed == 1
+    assert corpus.search.sessions("settings.py") == []
+    status = corpus.search.status()
+    assert status["sessions"] == 2 and status["behind"] == 0 and status["documents"] > 0
+
+
+def test_a_refresh_limit_leaves_the_rest_behind(corpus):
+    report = corpus.search.refresh(limit=1)
+    assert (report.sessions_indexed, report.behind) == (1, 2)
+    assert corpus.search.status()["behind"] == 2
+
+
+def test_a_junk_summary_never_ranks_its_session_but_its_turns_do(corpus):
+    corpus.query("UPDATE session_summaries SET verdict = 'fabricated' WHERE session_id = 'ws'")
+    corpus.search.refresh()
+    assert corpus.search.summaries("websocket") == []
+    # "stopped" is in the summary alone: the junk summary does not find its session.
+    assert corpus.search.sessions("stopped") == []
+    hits = corpus.search.sessions("websocket")
+    assert [h.session_id for h in hits] == ["ws"] and hits[0].matches[0].kind == "turn"
+    assert hits[0].verdict == "fabricated"
+
+
+def test_a_degraded_summary_is_labelled_a_navigation_index(corpus):
+    corpus.query("UPDATE session_summaries SET degraded = true, source_tier = 'miniSummary' WHERE session_id = 'ws'")
+    corpus.search.refresh()
+    hit = corpus.search.sessions("websocket")[0]
+    assert hit.navigation_index and hit.tier == "miniSummary"
+
+
+def test_ties_go_to_the_most_recent_session_then_its_id(store):
+    write(
+        store,
+        [
+            turn("b", 0, "flaky cache", at=T0),
+            turn("a", 0, "flaky cache", at=T0),
+            turn("c", 0, "flaky cache", at=T0 + 1),
+        ],
+    )
+    store.search.refresh()
+    assert [h.session_id for h in store.search.sessions("flaky cache")] == ["c", "a", "b"]
+
+
+def test_filters_by_file_category_and_date(corpus):
+    corpus.search.refresh()
+    corpus.query(
+        "INSERT INTO turn_facts VALUES ('cfg-t000', 'cfg', 'file-edit', 'src/app/settings.py', 'edit'), "
+        "('ws-t000', 'ws', 'file-read', 'src/net/ws_client.py', 'read')"
+    )
+    assert [h.session_id for h in corpus.search.sessions("fix", file="settings.py")] == ["cfg"]
+    assert [h.session_id for h in corpus.search.sessions("fix", file="src/app/settings.py")] == ["cfg"]
+    assert corpus.search.sessions("fix", file="app/other.py") == []
+    assert [h.session_id for h in corpus.search.sessions("fix", category="bugfix")] == ["ws"]
+    assert [h.session_id for h in corpus.search.sessions("fix", since_ms=T0 + 60_000)] == ["ws"]
+
+
+@pytest.mark.parametrize(
+    ("query", "kwargs", "message"),
+    [
+        ("", {}, "the query is empty"),
+        ("   ", {}, "the query is empty"),
+        ("the of and", {}, "only common words"),
+        ("x" * 1001, {}, "at most 1,000"),
+        ("cache", {"category": "nonsense"}, "unknown category"),
+        ("cache", {"limit": 0}, "positive whole number"),
+        ("cache", {"file": " "}, "file to search by is empty"),
+    ],
+)
+def test_bad_queries_get_a_one_line_answer(store, query, kwargs, message):
+    with pytest.raises(SearchError, match=message) as caught:
+        store.search.sessions(query, **kwargs)
+    assert "\n" not in str(caught.value)
+
+
+def test_turns_of_an_unknown_session_say_so(store):
+    with pytest.raises(SearchError, match="no session 'nope'"):
+        store.search.turns("cache", session_id="nope")
+
+
+def test_a_project_filter_needs_the_column(corpus):
+    corpus.search.refresh()
+    has = corpus.query(
+        "SELECT count(*) AS n FROM information_schema.columns WHERE table_name = 'sessions' AND column_name = 'project'"
+    ).n[0]
+    if has:
+        assert corpus.search.sessions("websocket", project="nowhere") == []
+    else:
+        with pytest.raises(SearchError, match="no project"):
+            corpus.search.sessions("websocket", project="x")
