@@ -9,6 +9,7 @@ import pytest
 from digest.embeddings import EmbeddingModelMismatch
 from digest.ingest import ingest_paths
 from resources.embedding_pass import embed_pending
+from resources.hybrid_search import search_sessions, search_turns
 from resources.model_clients.embeddings import EmbeddingClient
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -94,3 +95,43 @@ def test_a_junk_summary_gets_no_vector_and_a_removed_document_loses_its_own(inge
     with ingested.file.transaction() as con:
         con.execute("DELETE FROM turns WHERE session_id = 'other'")
     assert ingested.search_vectors.prune() == 2
+
+
+def _two_sessions(store, tmp_path):
+    turns = make_turns("ws", 2) + make_turns("orm", 2)
+    ingest_paths([write_bundle(tmp_path / "b2", turns)], store)
+    _set_prompt(store, "ws-t001", "fixed the websocket reconnect loop in the client")
+    _set_prompt(store, "orm-t000", "we decided to drop the ORM for plain SQL")
+    store.search.refresh()
+
+
+def test_hybrid_search_finds_a_paraphrase_keyword_search_misses_and_keeps_keyword_hits(store, tmp_path):
+    _two_sessions(store, tmp_path)
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "test-embed")
+        embed_pending(store.search_vectors, client, 100, 60)
+        assert search_sessions(store, None, "repair socket retry").hits == []  # no word in common
+        found = search_sessions(store, client, "repair socket retry", limit=3)
+        assert (found.mode, found.notice) == ("hybrid", None)
+        assert found.hits[0].session_id == "ws" and found.hits[0].matches[0].turn_id == "ws-t001"
+        lexical = search_sessions(store, client, "ORM", limit=1)
+        assert [h.session_id for h in lexical.hits] == ["orm"]
+        turns = search_turns(store, client, "repair socket retry", limit=1)
+        assert [(h.session_id, h.turn_id) for h in turns.hits] == [("ws", "ws-t001")]
+        assert "websocket reconnect" in turns.hits[0].snippet
+
+
+def test_hybrid_search_falls_back_to_keywords_with_the_reason(store, tmp_path):
+    _two_sessions(store, tmp_path)
+    assert (
+        "no document has a vector yet"
+        in search_sessions(store, EmbeddingClient("ollama", "http://x", "m"), "ORM").notice
+    )
+    with EmbeddingServer(dim=64) as server:
+        embed_pending(store.search_vectors, EmbeddingClient("ollama", server.url, "old"), 100, 60)
+        other = search_sessions(store, EmbeddingClient("ollama", server.url, "new"), "ORM")
+        assert other.mode == "keyword" and "made by old" in other.notice
+        assert [h.session_id for h in other.hits] == ["orm"]
+        down_url = server.url
+    down = search_sessions(store, EmbeddingClient("ollama", down_url, "old", timeout_s=2), "ORM")
+    assert [h.session_id for h in down.hits] == ["orm"] and "could not be embedded (HostUnreachable" in down.notice

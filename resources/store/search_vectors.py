@@ -141,6 +141,17 @@ class SearchVectors(Repository):
                 .__len__()
             )
 
+    def texts(self, doc_keys: list[str]) -> dict[str, str]:
+        """The text each document is embedded from (a hit's snippet is cut from it)."""
+        if not doc_keys:
+            return {}
+        with self.file.connect() as con:
+            rows = con.execute(
+                f"SELECT doc_key, text FROM ({DOCUMENTS_SQL}) WHERE doc_key IN (SELECT unnest(?::VARCHAR[]))",
+                [doc_keys],
+            ).fetchall()
+        return dict(rows)
+
     def nearest(
         self, model: str, query: list[float], limit: int, session_ids: list[str] | None = None
     ) -> list[VectorHit]:
