@@ -53,8 +53,8 @@ from resources.store.ledger import Attempts, RunLedger
 from resources.store.mini_summaries import MiniSummaries, MiniSummaryLedger
 from resources.store.reports import Reports
 from resources.store.resummaries import Resummaries
-from resources.store.search_vectors import SearchVectors
 from resources.store.search import Search
+from resources.store.search_vectors import SearchVectors
 from resources.store.sessions import Sessions
 from resources.store.speed import Speed
 from resources.store.summaries import Summaries
