@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from digest.circuit import CircuitPolicy
+from digest.embeddings import DEFAULT_EMBED_URLS, EMBED_PROVIDERS
 from digest.graph import (
     MIN_CHUNK_CONTENT_BYTES,
     GraphPolicy,
@@ -99,6 +100,10 @@ class Settings:
     search_lag_max_s: float  # the search index's check fails when a change waits longer for it
     redact: bool  # secrets in the logs' text replaced at ingest (`digest.redact`)
     dagster_pg_url: str | None  # the Dagster instance on PostgreSQL; None: SQLite under DAGSTER_HOME
+    embed_provider: str  # off | ollama | openai: the host that serves the search index's embeddings
+    embed_url: str | None
+    embed_model: str | None
+    embed_batch_documents: int  # documents one index refresh embeds at most
 
     @property
     def dagster_home(self) -> Path:
@@ -507,6 +512,39 @@ SETTINGS: tuple[Setting, ...] = (
         positive,
         1800.0,
         "an open circuit's longest backoff (at least `DIGEST_HOST_RETRY_S`)",
+    ),
+    Setting(
+        "DIGEST_EMBED_PROVIDER",
+        "embed_provider",
+        one_of(("off", *EMBED_PROVIDERS)),
+        "off",
+        "the host that serves embeddings for search, fused with keyword results ([search](search.md#vectors)): "
+        "`ollama` (native `/api/embed`), `openai` (any `/v1/embeddings` server), `off` (keyword search only; the "
+        "embedded SmolLM2's embeddings did not help, BENCHMARKS.md)",
+    ),
+    Setting(
+        "DIGEST_EMBED_URL",
+        "embed_url",
+        text,
+        lambda known: DEFAULT_EMBED_URLS.get(known["embed_provider"]),
+        "the embeddings server's base URL",
+        default_doc="`http://127.0.0.1:11434` for `ollama`, `http://127.0.0.1:8080` for `openai`",
+    ),
+    Setting(
+        "DIGEST_EMBED_MODEL",
+        "embed_model",
+        text,
+        lambda known: {"ollama": "nomic-embed-text", "openai": "default"}.get(known["embed_provider"]),
+        "the embedding model; it is stamped into the index, and a change re-embeds the index in budgeted batches "
+        "while the previous model's vectors keep serving",
+        default_doc="`nomic-embed-text` / `default`",
+    ),
+    Setting(
+        "DIGEST_EMBED_BATCH_DOCUMENTS",
+        "embed_batch_documents",
+        whole(1),
+        512,
+        "documents (summaries, mini summaries, turns) one refresh of the search index embeds at most",
     ),
     # Read by Dagster from the environment (dagster.yaml names the variable): no resource, no copy.
     Setting(

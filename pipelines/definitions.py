@@ -39,6 +39,7 @@ from resources.bindings import (
     ChatModelResource,
     CircuitPolicyResource,
     DigestStoreResource,
+    EmbeddingResource,
     GraphPolicyResource,
     MiniSummaryPolicyResource,
     SweepPolicyResource,
@@ -51,6 +52,7 @@ RESOURCES: dict[str, type[ConfigurableResource]] = {
     "mini_summaries": MiniSummaryPolicyResource,
     "graph": GraphPolicyResource,
     "circuit": CircuitPolicyResource,
+    "embeddings": EmbeddingResource,
 }
 
 # The friction report and the store's checks, hourly: no model call, a few DuckDB reads.

@@ -43,6 +43,8 @@ TIERS = {
     "test_reader_timestamps": "unit",
     "test_harness_fixture_sets": "unit",
     "test_facts": "unit",
+    "test_embeddings": "unit",
+    "test_search_vectors": "unit",
     "test_search": "unit",
     "test_redaction": "unit",
     "test_projects": "unit",

@@ -28,6 +28,7 @@ with its SQL beside its code, in the order one session passes through them:
 - `resummaries.py`    `store.resummaries`: re-summaries asked for, their queue, the replaced summaries
 - `backlog.py`        `store.backlog`: the pending sessions' sizes and the drain's figures (`backlog` asset)
 - `archive.py`        `store.archive`: archive bundles written and restored
+- `search_vectors.py` `store.search_vectors`: the search index's vectors and the model they are stamped with
 - `search.py`         `store.search`: the search index (summaries, mini summaries, turns) and its queries
 
 Decisions are `digest/`'s pure functions (the order mini summaries are made in, when a failing turn
@@ -57,6 +58,7 @@ from resources.store.projects import Projects
 from resources.store.reports import Reports
 from resources.store.resummaries import Resummaries
 from resources.store.search import Search
+from resources.store.search_vectors import SearchVectors
 from resources.store.sessions import Sessions
 from resources.store.speed import Speed
 from resources.store.summaries import Summaries
@@ -89,6 +91,7 @@ class DigestStore:
         self.resummaries = Resummaries(self.file)
         self.backlog = BacklogReads(self.file)
         self.archive = Archive(self.file)
+        self.search_vectors = SearchVectors(self.file)
         self.search = Search(self.file)
         self.projects = Projects(self.file)
 

@@ -370,6 +370,26 @@ CREATE TABLE IF NOT EXISTS summary_history (
     replaced_by_run VARCHAR
 );
 
+-- The search index's vectors, where a host serves embeddings (resources/store/search_vectors.py): one a
+-- document and model; the stamp names the model (and dimension) the index serves queries from.
+CREATE TABLE IF NOT EXISTS search_vectors (
+    doc_key VARCHAR NOT NULL,         -- summary:<session_id> | mini:<turn_id> | turn:<turn_id>
+    session_id VARCHAR NOT NULL,
+    turn_id VARCHAR,
+    kind VARCHAR NOT NULL,            -- summary | mini | turn
+    model VARCHAR NOT NULL,
+    text_hash VARCHAR NOT NULL,       -- md5 of the text embedded: a changed text is embedded again
+    vector FLOAT[] NOT NULL,
+    embedded_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (doc_key, model)
+);
+
+CREATE TABLE IF NOT EXISTS search_vector_stamp (
+    model VARCHAR NOT NULL,
+    dim INTEGER NOT NULL,
+    stamped_at TIMESTAMPTZ NOT NULL
+);
+
 -- Facts a coding-agent user searches by, extracted at ingest with no model call (digest/facts.py).
 CREATE TABLE IF NOT EXISTS turn_facts (
     turn_id VARCHAR NOT NULL,

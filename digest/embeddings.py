@@ -1,0 +1,58 @@
+"""Vectors beside keyword search: which model made an index's vectors, and how two rankings are
+fused into one.
+
+An index's vectors are comparable only with a query embedded by the same model at the same
+dimension, so the index is stamped with both and a query made otherwise is refused
+(`EmbeddingModelMismatch`), as funes does; changing the model re-embeds the index in budgeted
+batches instead. Keyword and vector results are fused by reciprocal rank (Cormack et al. 2009,
+k = 60, the constant funes and most hybrid engines use): each list gives an item 1/(k + rank), so
+an item both rankings place high rises above one that only one does, and neither ranking's raw
+scores need to be on a common scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+RRF_K = 60
+EMBED_PROVIDERS = ("ollama", "openai")
+DEFAULT_EMBED_URLS = {"ollama": "http://127.0.0.1:11434", "openai": "http://127.0.0.1:8080"}
+# The text of one document an embedding call receives: embedding models read a few hundred tokens
+# (nomic-embed-text 8192, all-minilm 256); past this the model would truncate it anyway.
+EMBED_TEXT_CHARS = 2000
+
+
+class EmbeddingModelMismatch(ValueError):
+    """The index's vectors were made by another model (or dimension) than the configured one."""
+
+
+@dataclass(frozen=True)
+class EmbeddingStamp:
+    model: str
+    dim: int
+
+    def refuse_other(self, model: str, dim: int | None = None) -> None:
+        """Raise unless a query embedded by `model` (at `dim`, when known) is comparable."""
+        if model != self.model or (dim is not None and dim != self.dim):
+            shown = f"{model}" + (f" ({dim} dimensions)" if dim is not None else "")
+            raise EmbeddingModelMismatch(
+                f"the search index's vectors were made by {self.model} ({self.dim} dimensions), not by {shown}: "
+                "set DIGEST_EMBED_MODEL back, or let the index re-embed (`session-digest backlog` shows how far it is)"
+            )
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[Hashable]], k: int = RRF_K) -> list[tuple[Hashable, float]]:
+    """Items of several best-first rankings in one best-first list with their fused scores;
+    ties keep the order in which items were first seen (the first ranking's order first)."""
+    scores: dict[Hashable, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+    order = {item: i for i, item in enumerate(scores)}
+    return sorted(scores.items(), key=lambda pair: (-pair[1], order[pair[0]]))
+
+
+def embed_text(*parts: str | None) -> str:
+    """The text a document is embedded from: its parts joined, cut to what a model reads."""
+    return "\n".join(p for p in parts if p)[:EMBED_TEXT_CHARS]

@@ -1,0 +1,47 @@
+"""One budgeted pass of the search index's embedding backlog: the pending documents, a batch a
+call, until the budget's documents or seconds are spent or a call fails.
+
+A failed call ends the pass and is reported, never raised: the keyword index is what search needs,
+and its vectors catch up on a later refresh.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from digest.model_api import ModelError
+from resources.model_clients.embeddings import EmbeddingClient
+from resources.store.search_vectors import SearchVectors
+
+
+@dataclass
+class EmbeddingPass:
+    embedded: int = 0
+    calls: int = 0
+    seconds: float = 0.0
+    pending_after: int = 0
+    error: str | None = None
+
+
+def embed_pending(
+    vectors: SearchVectors, client: EmbeddingClient, max_documents: int, max_seconds: float, batch: int = 32
+) -> EmbeddingPass:
+    report = EmbeddingPass()
+    started = time.monotonic()
+    while report.embedded < max_documents and time.monotonic() - started < max_seconds:
+        documents = vectors.pending(client.model, min(batch, max_documents - report.embedded))
+        if not documents:
+            break
+        try:
+            made = client.embed([d.text for d in documents])
+            vectors.write(client.model, documents, made)
+        except (ModelError, ValueError) as exc:
+            report.error = f"{type(exc).__name__}: {exc}"[:300]
+            break
+        report.calls += 1
+        report.embedded += len(documents)
+    vectors.prune()
+    report.seconds = round(time.monotonic() - started, 3)
+    report.pending_after = vectors.counts(client.model)["pending"]
+    return report

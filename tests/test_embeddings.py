@@ -1,0 +1,73 @@
+"""Embedding clients over real HTTP (both protocols), the index's model stamp, and rank fusion."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from digest.embeddings import EmbeddingModelMismatch, EmbeddingStamp, embed_text, reciprocal_rank_fusion
+from digest.model_api import HostUnreachable, ModelTimeout, ProviderError
+from resources.model_clients.embeddings import EmbeddingClient
+from tests.embedding_server import EmbeddingServer, vector
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+def test_a_batch_comes_back_one_vector_a_text_in_order(provider):
+    texts = ["fix the websocket reconnect loop", "drop the ORM", "login page"]
+    with EmbeddingServer(dim=32) as server:
+        vectors = EmbeddingClient(provider, server.url, "test-embed").embed(texts)
+        sent = server.requests[0]
+    for got, text in zip(vectors, texts, strict=True):
+        assert got == pytest.approx(vector(text, 32))
+    assert sent["path"] == ("/api/embed" if provider == "ollama" else "/v1/embeddings")
+    assert sent["model"] == "test-embed" and sent["input"] == texts
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+@pytest.mark.parametrize(("fault", "error"), [("error", ProviderError), ("short", ProviderError)])
+def test_a_server_that_answers_wrong_is_a_provider_error(provider, fault, error):
+    with EmbeddingServer(fault=fault) as server:
+        with pytest.raises(error) as raised:
+            EmbeddingClient(provider, server.url, "m").embed(["a", "b"])
+    assert server.url in str(raised.value)
+
+
+def test_a_stuck_server_times_out_and_a_closed_port_is_unreachable():
+    with EmbeddingServer(fault="hang") as server:
+        with pytest.raises(ModelTimeout):
+            EmbeddingClient("openai", server.url, "m", timeout_s=0.5).embed(["a"])
+    with pytest.raises(HostUnreachable):
+        EmbeddingClient("ollama", server.url, "m", timeout_s=2).embed(["a"])
+
+
+def test_a_query_from_another_model_or_dimension_is_refused_with_the_way_out():
+    stamp = EmbeddingStamp("nomic-embed-text", 768)
+    stamp.refuse_other("nomic-embed-text", 768)
+    stamp.refuse_other("nomic-embed-text")
+    for model, dim in (("all-minilm", None), ("nomic-embed-text", 384)):
+        with pytest.raises(EmbeddingModelMismatch, match="made by nomic-embed-text .768 dimensions.") as refused:
+            stamp.refuse_other(model, dim)
+        assert "DIGEST_EMBED_MODEL" in str(refused.value)
+
+
+def test_fusion_lifts_what_both_rankings_place_high():
+    keyword = ["a", "b", "c", "d"]
+    vectors = ["c", "e", "a"]
+    fused = reciprocal_rank_fusion([keyword, vectors])
+    assert [item for item, _ in fused] == ["a", "c", "b", "e", "d"]
+    assert fused[0][1] == pytest.approx(1 / 61 + 1 / 63)
+    assert reciprocal_rank_fusion([]) == []
+
+
+def test_embed_text_joins_its_parts_and_is_bounded():
+    assert embed_text("title", None, "", "body") == "title\nbody"
+    assert len(embed_text("x" * 10_000)) == 2000
+
+
+def test_the_test_server_puts_a_paraphrase_near_its_original():
+    def cosine(a, b):
+        return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+    original = vector("fixed the websocket reconnect loop", 64)
+    assert cosine(original, vector("repair socket retry", 64)) > cosine(original, vector("drop the orm", 64))

@@ -1,0 +1,137 @@
+"""The search index's vectors on a real DuckDB file, made over real HTTP by the local embeddings
+server: what is pending, the budgeted pass, the model stamp and a model change, the nearest
+documents, and a failing host that costs the pass, not the refresh."""
+
+from __future__ import annotations
+
+import pytest
+
+from digest.embeddings import EmbeddingModelMismatch
+from digest.ingest import ingest_paths
+from resources.embedding_pass import embed_pending
+from resources.hybrid_search import search_sessions, search_turns
+from resources.model_clients.embeddings import EmbeddingClient
+from tests.bundles import write_bundle
+from tests.conftest import make_turns
+from tests.embedding_server import EmbeddingServer, vector
+from tests.test_imported_summaries import exported_summary, write_summaries
+
+
+@pytest.fixture
+def ingested(store, tmp_path):
+    turns = make_turns("grid", 3) + make_turns("other", 2)
+    ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)
+    return store
+
+
+def _set_prompt(store, turn_id: str, prompt: str) -> None:
+    with store.file.transaction() as con:
+        con.execute("UPDATE turns SET prompt = ? WHERE id = ?", [prompt, turn_id])
+
+
+def test_a_pass_embeds_within_its_budget_and_the_rest_stays_pending(ingested):
+    with EmbeddingServer(dim=16) as server:
+        client = EmbeddingClient("ollama", server.url, "test-embed")
+        first = embed_pending(ingested.search_vectors, client, max_documents=3, max_seconds=60, batch=2)
+        assert (first.embedded, first.calls, first.pending_after, first.error) == (3, 2, 2, None)
+        second = embed_pending(ingested.search_vectors, client, max_documents=100, max_seconds=60)
+    assert (second.embedded, second.pending_after) == (2, 0)
+    assert ingested.search_vectors.stamp().model == "test-embed"
+    assert ingested.search_vectors.stamp().dim == 16
+    assert ingested.search_vectors.counts("test-embed") == {
+        "model": "test-embed", "stamped_model": "test-embed", "documents": 5, "embedded": 5, "pending": 0,
+    }  # fmt: skip
+
+
+def test_a_changed_text_is_embedded_again_and_nothing_else(ingested):
+    with EmbeddingServer(dim=16) as server:
+        client = EmbeddingClient("openai", server.url, "test-embed")
+        embed_pending(ingested.search_vectors, client, max_documents=100, max_seconds=60)
+        _set_prompt(ingested, "grid-t001", "reconnect the websocket after a drop")
+        assert [d.doc_key for d in ingested.search_vectors.pending("test-embed", 10)] == ["turn:grid-t001"]
+        embed_pending(ingested.search_vectors, client, max_documents=100, max_seconds=60)
+        assert server.requests[-1]["input"][0].startswith("reconnect the websocket")
+    hits = ingested.search_vectors.nearest("test-embed", vector("retry the socket", 16), limit=2)
+    assert hits[0].doc_key == "turn:grid-t001" and hits[0].session_id == "grid"
+
+
+def test_a_query_by_another_model_is_refused_until_the_new_model_covers_the_index(ingested):
+    with EmbeddingServer(dim=16) as server:
+        old = EmbeddingClient("ollama", server.url, "old-embed")
+        embed_pending(ingested.search_vectors, old, max_documents=100, max_seconds=60)
+        new = EmbeddingClient("ollama", server.url, "new-embed")
+        embed_pending(ingested.search_vectors, new, max_documents=3, max_seconds=60)
+        with pytest.raises(EmbeddingModelMismatch, match="made by old-embed"):
+            ingested.search_vectors.nearest("new-embed", vector("grid", 16), limit=3)
+        assert ingested.search_vectors.nearest("old-embed", vector("grid", 16), limit=3)  # the old still serves
+        embed_pending(ingested.search_vectors, new, max_documents=100, max_seconds=60)
+    assert ingested.search_vectors.stamp().model == "new-embed"
+    assert ingested.search_vectors.nearest("new-embed", vector("grid", 16), limit=3)
+    with ingested.file.connect() as con:
+        assert con.execute("SELECT DISTINCT model FROM search_vectors").fetchall() == [("new-embed",)]
+
+
+def test_a_failing_host_ends_the_pass_with_its_reason_and_keeps_what_was_made(ingested):
+    with EmbeddingServer(dim=16) as server:
+        client = EmbeddingClient("openai", server.url, "test-embed")
+        embed_pending(ingested.search_vectors, client, max_documents=2, max_seconds=60)
+        server.fault = "short"
+        failed = embed_pending(ingested.search_vectors, client, max_documents=100, max_seconds=60)
+    assert failed.embedded == 0 and "ProviderError" in failed.error and failed.pending_after == 3
+    assert ingested.search_vectors.counts("test-embed")["embedded"] == 2
+
+
+def test_a_junk_summary_gets_no_vector_and_a_removed_document_loses_its_own(ingested, tmp_path):
+    summary = exported_summary("grid", memoryCount=3)
+    ingest_paths([write_summaries(tmp_path / "summaries", [summary])], ingested)
+    with ingested.file.transaction() as con:  # "Summary of grid." is content-free by the verdict
+        con.execute("UPDATE session_summaries SET verdict = 'ok' WHERE session_id = 'grid'")
+    assert [d.kind for d in ingested.search_vectors.pending("m", 1)] == ["summary"]
+    with ingested.file.transaction() as con:
+        con.execute("UPDATE session_summaries SET verdict = 'content-free' WHERE session_id = 'grid'")
+    with EmbeddingServer(dim=16) as server:
+        embed_pending(ingested.search_vectors, EmbeddingClient("ollama", server.url, "m"), 100, 60)
+    assert not [d for d in ingested.search_vectors.nearest("m", vector("grid", 16), 50) if d.kind == "summary"]
+    with ingested.file.transaction() as con:
+        con.execute("DELETE FROM turns WHERE session_id = 'other'")
+    assert ingested.search_vectors.prune() == 2
+
+
+def _two_sessions(store, tmp_path):
+    turns = make_turns("ws", 2) + make_turns("orm", 2)
+    ingest_paths([write_bundle(tmp_path / "b2", turns)], store)
+    _set_prompt(store, "ws-t001", "fixed the websocket reconnect loop in the client")
+    _set_prompt(store, "orm-t000", "we decided to drop the ORM for plain SQL")
+    store.search.refresh()
+
+
+def test_hybrid_search_finds_a_paraphrase_keyword_search_misses_and_keeps_keyword_hits(store, tmp_path):
+    _two_sessions(store, tmp_path)
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "test-embed")
+        embed_pending(store.search_vectors, client, 100, 60)
+        assert search_sessions(store, None, "repair socket retry").hits == []  # no word in common
+        found = search_sessions(store, client, "repair socket retry", limit=3)
+        assert (found.mode, found.notice) == ("hybrid", None)
+        assert found.hits[0].session_id == "ws" and found.hits[0].matches[0].turn_id == "ws-t001"
+        lexical = search_sessions(store, client, "ORM", limit=1)
+        assert [h.session_id for h in lexical.hits] == ["orm"]
+        turns = search_turns(store, client, "repair socket retry", limit=1)
+        assert [(h.session_id, h.turn_id) for h in turns.hits] == [("ws", "ws-t001")]
+        assert "websocket reconnect" in turns.hits[0].snippet
+
+
+def test_hybrid_search_falls_back_to_keywords_with_the_reason(store, tmp_path):
+    _two_sessions(store, tmp_path)
+    assert (
+        "no document has a vector yet"
+        in search_sessions(store, EmbeddingClient("ollama", "http://x", "m"), "ORM").notice
+    )
+    with EmbeddingServer(dim=64) as server:
+        embed_pending(store.search_vectors, EmbeddingClient("ollama", server.url, "old"), 100, 60)
+        other = search_sessions(store, EmbeddingClient("ollama", server.url, "new"), "ORM")
+        assert other.mode == "keyword" and "made by old" in other.notice
+        assert [h.session_id for h in other.hits] == ["orm"]
+        down_url = server.url
+    down = search_sessions(store, EmbeddingClient("ollama", down_url, "old", timeout_s=2), "ORM")
+    assert [h.session_id for h in down.hits] == ["orm"] and "could not be embedded (HostUnreachable" in down.notice
