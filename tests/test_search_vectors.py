@@ -26,7 +26,8 @@ def ingested(store, tmp_path):
 
 def _set_prompt(store, turn_id: str, prompt: str) -> None:
     with store.file.transaction() as con:
-        con.execute("UPDATE turns SET prompt = ? WHERE id = ?", [prompt, turn_id])
+        # Both indexes read a turn's document.
+        con.execute("UPDATE turns SET prompt = ?, document = ? WHERE id = ?", [prompt, prompt, turn_id])
 
 
 def test_a_pass_embeds_within_its_budget_and_the_rest_stays_pending(ingested):

@@ -25,8 +25,7 @@ DOCUMENTS_SQL = f"""
     UNION ALL
     SELECT 'mini:' || turn_id, session_id, turn_id, 'mini', 1, left(text, {EMBED_TEXT_CHARS}) FROM mini_summaries
     UNION ALL
-    SELECT 'turn:' || id, session_id, id, 'turn', 2,
-           left(coalesce(prompt, '') || chr(10) || coalesce(response, ''), {EMBED_TEXT_CHARS}) FROM turns
+    SELECT 'turn:' || id, session_id, id, 'turn', 2, left(document, {EMBED_TEXT_CHARS}) FROM turns
 """
 
 
