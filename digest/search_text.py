@@ -139,6 +139,9 @@ def term_key(term: str) -> int:
 # --- snippets ------------------------------------------------------------------------------------
 
 SNIPPET_CHARS = 200
+_RUN = re.compile(r"[\w./\-:#@]+")
+_RUN_OR_NONE = re.compile(r"[\w./\-:#@]*")
+OCCURRENCES = 60  # of each query term, looked at for the snippet
 
 
 def snippet(text: str, query: list[str], width: int = SNIPPET_CHARS) -> str:
@@ -146,8 +149,22 @@ def snippet(text: str, query: list[str], width: int = SNIPPET_CHARS) -> str:
     that gives one of them wrapped in **...**; the text's start when none occurs."""
     text = fold(text)
     wanted = set(query)
-    hits = [(m.start(), m.end(), set(_token_terms(m.group())) & wanted) for m in _RAW.finditer(text)]
-    hits = [h for h in hits if h[2]]
+    # Only the runs of token characters around a query term's first occurrences are split into terms.
+    runs = set()
+    for term in wanted:
+        for n, occurrence in enumerate(re.finditer(re.escape(term), text, re.I)):
+            if n == OCCURRENCES:
+                break
+            start = occurrence.start()
+            # The run's start: the token characters just before, read backwards.
+            before = _RUN_OR_NONE.match(text[max(0, start - 200) : start][::-1]).end()
+            runs.add((start - before, _RUN.match(text, start).end()))
+    hits: list[tuple[int, int, set[str]]] = []
+    for lo, hi in sorted(runs):
+        for m in _RAW.finditer(text, lo, hi):
+            found = set(_token_terms(m.group())) & wanted
+            if found and (not hits or m.start() >= hits[-1][1]):
+                hits.append((m.start(), m.end(), found))
     if not hits:
         return _squeeze(text[:width]) + ("…" if len(text) > width else "")
     best, best_count = 0, -1

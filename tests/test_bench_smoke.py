@@ -75,6 +75,10 @@ SMOKE = {
         embedded=True,
         timeout_s=880.0,
     ),
+    "search.py": Smoke(
+        ("--sessions", "40"),
+        ("Search index (keyword", "relevance at 40 sessions", "a junk summary ranks its session: False"),
+    ),
     "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s", "backlog tick s")),
     "stream_faults.py": Smoke(("--smoke",), ("time to give up, old / new", "RunawayReply (runaway)", "MalformedReply")),
     "stream_cancel.py": Smoke(

@@ -41,6 +41,8 @@ BATCH_SESSIONS = 50  # sessions indexed per transaction
 # this share of the sorted ones, and at least this many rows.
 COMPACT_SHARE = 0.25
 COMPACT_MIN_ROWS = 500_000
+# A query term in more than this share of the documents is common: see `_scored`.
+COMMON_SHARE = 0.05
 CATEGORIES = Category.__args__
 
 
@@ -396,7 +398,7 @@ class Search(Repository):
             rows = records(
                 con,
                 f"""{_scored(terms)},
-                ranked AS (
+                ranked AS MATERIALIZED (
                     SELECT d.session_id, d.doc_id, d.kind, d.turn_id, sc.score,
                            row_number() OVER (PARTITION BY d.session_id ORDER BY sc.score DESC, d.doc_id) AS rn
                     FROM scored sc JOIN search_documents d USING (doc_id)
@@ -464,25 +466,35 @@ def _check_query(query: str, limit: int) -> list[str]:
 
 
 def _scored(terms: list[str]) -> str:
-    """`scored` (doc_id, score): the BM25 of every document holding a query term. Document frequencies
-    and the average length are counted when the query runs, over the documents that are (a replaced
-    document's postings match none). The keys are integers, inlined: the sorted postings' row groups
-    are skipped by their term ranges as the scan reads."""
+    """`scored` (doc_id, score): the BM25 of the documents holding the query's terms. The keys are
+    integers, inlined: the sorted postings' row groups are skipped by their term ranges as the scan
+    reads. Document frequencies are counted when the query runs, over the postings (a replaced
+    document's too until the next compaction: at most a quarter more). A term in more than
+    `COMMON_SHARE` of the documents only adds to the score of documents that hold a rarer query
+    term, when there is one (MaxScore's pruning): "client" in a query about a websocket client
+    does not score every document with "client" in it."""
     keys = ", ".join(str(term_key(t)) for t in terms)
     return f"""
         WITH stats AS (SELECT count(*)::DOUBLE AS n, avg(length) AS avgdl FROM search_documents),
-        p AS (
+        p AS MATERIALIZED (
             SELECT term, doc_id, tf FROM search_postings WHERE term IN ({keys})
             UNION ALL SELECT term, doc_id, tf FROM search_postings_new WHERE term IN ({keys})
         ),
-        live AS (SELECT p.term, p.doc_id, p.tf, d.length FROM p JOIN search_documents d USING (doc_id)),
-        df AS (SELECT term, count(*) AS df FROM live GROUP BY term),
-        scored AS (
-            SELECT live.doc_id,
-                   sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-                       * live.tf * {K1 + 1} / (live.tf + {K1} * (1 - {B} + {B} * live.length / stats.avgdl))) AS score
-            FROM live JOIN df USING (term), stats
-            GROUP BY live.doc_id
+        df AS MATERIALIZED (
+            SELECT term, count(*) AS df, count(*) <= {COMMON_SHARE} * any_value(stats.n) AS rare
+            FROM p, stats GROUP BY term
+        ),
+        candidates AS (SELECT DISTINCT doc_id FROM p SEMI JOIN df ON df.term = p.term AND df.rare),
+        kept AS (
+            SELECT p.* FROM p
+            WHERE NOT EXISTS (SELECT 1 FROM df WHERE rare) OR p.doc_id IN (SELECT doc_id FROM candidates)
+        ),
+        scored AS MATERIALIZED (
+            SELECT kept.doc_id,
+                   sum(ln(1 + greatest(stats.n - df.df + 0.5, 0.5) / (df.df + 0.5))
+                       * kept.tf * {K1 + 1} / (kept.tf + {K1} * (1 - {B} + {B} * d.length / stats.avgdl))) AS score
+            FROM kept JOIN df USING (term) JOIN search_documents d USING (doc_id), stats
+            GROUP BY kept.doc_id
         )"""
 
 
