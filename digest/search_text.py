@@ -145,7 +145,7 @@ OCCURRENCES = 60  # of each query term, looked at for the snippet
 
 
 def snippet(text: str, query: list[str], width: int = SNIPPET_CHARS) -> str:
-    """About `width` characters of `text` around the densest run of the query's terms, each raw token
+    """About `width` characters of `text` around the weightiest run of the query's terms, each raw token
     that gives one of them wrapped in **...**; the text's start when none occurs."""
     text = fold(text)
     wanted = set(query)
@@ -167,15 +167,17 @@ def snippet(text: str, query: list[str], width: int = SNIPPET_CHARS) -> str:
                 hits.append((m.start(), m.end(), found))
     if not hits:
         return _squeeze(text[:width]) + ("…" if len(text) > width else "")
-    best, best_count = 0, -1
+    # The window whose distinct terms weigh most, a longer term (a whole path) weighing more.
+    best, best_weight = 0, -1
     for i, (start, _, _) in enumerate(hits):
         found: set[str] = set()
         for s, _, t in hits[i:]:
             if s - start > width * 0.7:
                 break
             found |= t
-        if len(found) > best_count:
-            best, best_count = i, len(found)
+        weight = sum(map(len, found))
+        if weight > best_weight:
+            best, best_weight = i, weight
     lo = max(0, hits[best][0] - width // 4)
     # Start at a word's edge.
     if lo > 0:
