@@ -269,13 +269,7 @@ def build_corpus(db: str, sessions: int, seed: int, out: str) -> None:
 
     def flush() -> None:
         store.ingest.write_turns(rows)
-        store.ingest.write_imported_summaries(summaries)
-        store.ingest.write_imported_mini_summaries(minis)
-        if facts:
-            with store.file.connect() as con:
-                con.executemany("INSERT INTO turn_facts VALUES (?, ?, ?, ?, ?)", facts)
-        for batch in (rows, summaries, minis, facts):
-            batch.clear()
+        rows.clear()
 
     for i in range(sessions):
         plan = draw_plan(seed, i)
@@ -299,8 +293,8 @@ def build_corpus(db: str, sessions: int, seed: int, out: str) -> None:
                     "id": t["id"],
                     "session_id": sid,
                     "type": "agent-interaction",
-                    "prompt": t["prompt"],
-                    "response": t["response"],
+                    # The document alone (the index reads nothing else): the prompt and response again
+                    # would double the store's bytes and the build's time.
                     "document": compose_document(t["prompt"], "", t["response"]),
                     "document_rebuilt": False,
                     "agent": t["agent"],
@@ -329,9 +323,14 @@ def build_corpus(db: str, sessions: int, seed: int, out: str) -> None:
                     "degraded": bool(story and story.tier != "raw"),
                 }  # fmt: skip
             )
-        if len(rows) >= 4000:
+        if len(rows) >= 8000:
             flush()
     flush()
+    # The summaries and mini summaries once, after every turn: each adoption looks at its sessions' turns.
+    store.ingest.write_imported_summaries(summaries)
+    store.ingest.write_imported_mini_summaries(minis)
+    with store.file.connect() as con:
+        con.executemany("INSERT INTO turn_facts VALUES (?, ?, ?, ?, ?)", facts)
     junk = [f"rt-{seed}-{i:05d}" for i, k in planted.items() if STORIES[k].verdict != "ok"]
     with store.file.connect() as con:
         con.execute("UPDATE session_summaries SET verdict = 'ok'")
