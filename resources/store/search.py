@@ -147,28 +147,34 @@ class Search(Repository):
 
     def refresh(self, limit: int | None = None) -> RefreshReport:
         """Index again the sessions that changed since they were indexed (or never were), at most
-        `limit` of them, newest first, and drop the removed ones."""
+        `limit` of them, newest first, and drop the removed ones. One connection serves a batch of
+        `BATCH_SESSIONS` (an open costs about 90 ms); it is let go between batches, so other
+        processes write meanwhile."""
         started = time.monotonic()
-        with self.file.connect() as con:
-            changed = records(con, _CHANGED, [TOKENIZER_VERSION])
-            removed = [r["session_id"] for r in records(con, _REMOVED)]
-        todo = changed if limit is None else changed[:limit]
-        if removed:
-            with self.file.transaction() as con:
-                _delete_sessions(con, removed)
-                con.execute(
-                    "DELETE FROM search_index_state WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [removed]
-                )
-        written = indexed = 0
-        for start in range(0, len(todo), BATCH_SESSIONS):
-            batch = todo[start : start + BATCH_SESSIONS]
-            documents = self._read_documents([r["session_id"] for r in batch])
-            try:
-                written += self._write(batch, documents)
-                indexed += len(batch)
-            except duckdb.TransactionException:
-                pass  # another refresh wrote these sessions meanwhile
-        compacted = self._compact_if_due() if indexed or removed else False
+        with self.file.held():
+            with self.file.connect() as con:
+                changed = records(con, _CHANGED, [TOKENIZER_VERSION])
+                removed = [r["session_id"] for r in records(con, _REMOVED)]
+            todo = changed if limit is None else changed[:limit]
+            if removed:
+                with self.file.transaction() as con:
+                    _delete_sessions(con, removed)
+                    con.execute(
+                        "DELETE FROM search_index_state WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [removed]
+                    )
+            written = indexed = 0
+            for start in range(0, len(todo), BATCH_SESSIONS):
+                if start:
+                    with self.file.released():
+                        pass  # other processes' turn at the file
+                batch = todo[start : start + BATCH_SESSIONS]
+                documents = self._read_documents([r["session_id"] for r in batch])
+                try:
+                    written += self._write(batch, documents)
+                    indexed += len(batch)
+                except duckdb.TransactionException:
+                    pass  # another refresh wrote these sessions meanwhile
+            compacted = self._compact_if_due() if indexed or removed else False
         return RefreshReport(
             indexed, len(removed), written, time.monotonic() - started, len(changed) - indexed, compacted
         )
