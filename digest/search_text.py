@@ -167,17 +167,21 @@ def snippet(text: str, query: list[str], width: int = SNIPPET_CHARS) -> str:
                 hits.append((m.start(), m.end(), found))
     if not hits:
         return _squeeze(text[:width]) + ("…" if len(text) > width else "")
-    # The window whose distinct terms weigh most, a longer term (a whole path) weighing more.
-    best, best_weight = 0, -1
+    # The window whose distinct terms weigh most, a longer term (a whole path) weighing more: the
+    # window's end moves on as its start does.
+    best, best_weight, weight, end = 0, -1, 0, 0
+    inside: Counter = Counter()
     for i, (start, _, _) in enumerate(hits):
-        found: set[str] = set()
-        for s, _, t in hits[i:]:
-            if s - start > width * 0.7:
-                break
-            found |= t
-        weight = sum(map(len, found))
+        while end < len(hits) and hits[end][0] - start <= width * 0.7:
+            for term in hits[end][2]:
+                inside[term] += 1
+                weight += len(term) if inside[term] == 1 else 0
+            end += 1
         if weight > best_weight:
             best, best_weight = i, weight
+        for term in hits[i][2]:
+            inside[term] -= 1
+            weight -= len(term) if inside[term] == 0 else 0
     lo = max(0, hits[best][0] - width // 4)
     # Start at a word's edge.
     if lo > 0:

@@ -350,7 +350,7 @@ class Search(Repository):
                 params.append(session_id)
             rows = records(
                 con,
-                f"""{_scored(terms)},
+                f"""{_scored(con, terms)},
                 ranked AS (
                     SELECT d.session_id, d.turn_id, d.kind, d.doc_id, sc.score,
                            row_number() OVER (PARTITION BY d.turn_id ORDER BY sc.score DESC, d.kind) AS rn
@@ -403,7 +403,7 @@ class Search(Repository):
                 params.append(project)
             rows = records(
                 con,
-                f"""{_scored(terms)},
+                f"""{_scored(con, terms)},
                 ranked AS MATERIALIZED (
                     SELECT d.session_id, d.doc_id, d.kind, d.turn_id, sc.score,
                            row_number() OVER (PARTITION BY d.session_id ORDER BY sc.score DESC, d.doc_id) AS rn
@@ -471,30 +471,44 @@ def _check_query(query: str, limit: int) -> list[str]:
     return terms
 
 
-def _scored(terms: list[str]) -> str:
+def _scored(con: duckdb.DuckDBPyConnection, terms: list[str]) -> str:
     """`scored` (doc_id, score): the BM25 of the documents holding the query's terms. The keys are
     integers, inlined: the sorted postings' row groups are skipped by their term ranges as the scan
-    reads. Document frequencies are counted when the query runs, over the postings (a replaced
-    document's too until the next compaction: at most a quarter more). A term in more than
-    `COMMON_SHARE` of the documents only adds to the score of documents that hold a rarer query
-    term, when there is one (MaxScore's pruning): "client" in a query about a websocket client
-    does not score every document with "client" in it."""
-    keys = ", ".join(str(term_key(t)) for t in terms)
+    reads. Document frequencies are counted first, over the postings (a replaced document's too until
+    the next compaction: at most a quarter more). A term in more than `COMMON_SHARE` of the documents
+    then only adds to the score of documents that hold a rarer query term, when there is one
+    (MaxScore's pruning): "client" in a query about a websocket client does not score every document
+    with "client" in it."""
+    keys = sorted({term_key(t) for t in terms})
+    listed = ", ".join(map(str, keys))
+    n = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
+    df = dict(
+        con.execute(
+            f"""SELECT term, count(*) FROM (
+                    SELECT term FROM search_postings WHERE term IN ({listed})
+                    UNION ALL SELECT term FROM search_postings_new WHERE term IN ({listed})
+                ) GROUP BY term"""
+        ).fetchall()
+    )
+    rare = [k for k, count in df.items() if count <= COMMON_SHARE * n] or list(df) or keys
+    common = [k for k in df if k not in rare]
+
+    def postings(which: list[int]) -> str:
+        listed = ", ".join(map(str, which))
+        return (
+            f"SELECT term, doc_id, tf FROM search_postings WHERE term IN ({listed}) "
+            f"UNION ALL SELECT term, doc_id, tf FROM search_postings_new WHERE term IN ({listed})"
+        )
+
+    frequencies = ", ".join(f"({k}, {df.get(k, 1)})" for k in keys)
+    common_part = (
+        f"UNION ALL SELECT * FROM ({postings(common)}) WHERE doc_id IN (SELECT doc_id FROM rare)" if common else ""
+    )
     return f"""
         WITH stats AS (SELECT count(*)::DOUBLE AS n, avg(length) AS avgdl FROM search_documents),
-        p AS MATERIALIZED (
-            SELECT term, doc_id, tf FROM search_postings WHERE term IN ({keys})
-            UNION ALL SELECT term, doc_id, tf FROM search_postings_new WHERE term IN ({keys})
-        ),
-        df AS MATERIALIZED (
-            SELECT term, count(*) AS df, count(*) <= {COMMON_SHARE} * any_value(stats.n) AS rare
-            FROM p, stats GROUP BY term
-        ),
-        candidates AS (SELECT DISTINCT doc_id FROM p SEMI JOIN df ON df.term = p.term AND df.rare),
-        kept AS (
-            SELECT p.* FROM p
-            WHERE NOT EXISTS (SELECT 1 FROM df WHERE rare) OR p.doc_id IN (SELECT doc_id FROM candidates)
-        ),
+        df(term, df) AS (VALUES {frequencies}),
+        rare AS MATERIALIZED ({postings(rare)}),
+        kept AS (SELECT * FROM rare {common_part}),
         scored AS MATERIALIZED (
             SELECT kept.doc_id,
                    sum(ln(1 + greatest(stats.n - df.df + 0.5, 0.5) / (df.df + 0.5))
