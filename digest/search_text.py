@@ -139,26 +139,49 @@ def term_key(term: str) -> int:
 # --- snippets ------------------------------------------------------------------------------------
 
 SNIPPET_CHARS = 200
+_RUN = re.compile(r"[\w./\-:#@]+")
+_RUN_OR_NONE = re.compile(r"[\w./\-:#@]*")
+OCCURRENCES = 60  # of each query term, looked at for the snippet
 
 
 def snippet(text: str, query: list[str], width: int = SNIPPET_CHARS) -> str:
-    """About `width` characters of `text` around the densest run of the query's terms, each raw token
+    """About `width` characters of `text` around the weightiest run of the query's terms, each raw token
     that gives one of them wrapped in **...**; the text's start when none occurs."""
     text = fold(text)
     wanted = set(query)
-    hits = [(m.start(), m.end(), set(_token_terms(m.group())) & wanted) for m in _RAW.finditer(text)]
-    hits = [h for h in hits if h[2]]
+    # Only the runs of token characters around a query term's first occurrences are split into terms.
+    runs = set()
+    for term in wanted:
+        for n, occurrence in enumerate(re.finditer(re.escape(term), text, re.I)):
+            if n == OCCURRENCES:
+                break
+            start = occurrence.start()
+            # The run's start: the token characters just before, read backwards.
+            before = _RUN_OR_NONE.match(text[max(0, start - 200) : start][::-1]).end()
+            runs.add((start - before, _RUN.match(text, start).end()))
+    hits: list[tuple[int, int, set[str]]] = []
+    for lo, hi in sorted(runs):
+        for m in _RAW.finditer(text, lo, hi):
+            found = set(_token_terms(m.group())) & wanted
+            if found and (not hits or m.start() >= hits[-1][1]):
+                hits.append((m.start(), m.end(), found))
     if not hits:
         return _squeeze(text[:width]) + ("…" if len(text) > width else "")
-    best, best_count = 0, -1
+    # The window whose distinct terms weigh most, a longer term (a whole path) weighing more: the
+    # window's end moves on as its start does.
+    best, best_weight, weight, end = 0, -1, 0, 0
+    inside: Counter = Counter()
     for i, (start, _, _) in enumerate(hits):
-        found: set[str] = set()
-        for s, _, t in hits[i:]:
-            if s - start > width * 0.7:
-                break
-            found |= t
-        if len(found) > best_count:
-            best, best_count = i, len(found)
+        while end < len(hits) and hits[end][0] - start <= width * 0.7:
+            for term in hits[end][2]:
+                inside[term] += 1
+                weight += len(term) if inside[term] == 1 else 0
+            end += 1
+        if weight > best_weight:
+            best, best_weight = i, weight
+        for term in hits[i][2]:
+            inside[term] -= 1
+            weight -= len(term) if inside[term] == 0 else 0
     lo = max(0, hits[best][0] - width // 4)
     # Start at a word's edge.
     if lo > 0:

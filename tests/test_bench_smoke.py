@@ -79,6 +79,10 @@ SMOKE = {
     "redaction.py": Smoke(
         ("--sessions", "2"), ("Labelled sample", "held-out cases", "s per MB", "with redaction / without")
     ),
+    "search.py": Smoke(
+        ("--sessions", "40"),
+        ("Search index (keyword", "relevance at 40 sessions", "a junk summary ranks its session: False"),
+    ),
     "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s", "backlog tick s")),
     "stream_faults.py": Smoke(("--smoke",), ("time to give up, old / new", "RunawayReply (runaway)", "MalformedReply")),
     "stream_cancel.py": Smoke(

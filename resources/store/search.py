@@ -41,6 +41,8 @@ BATCH_SESSIONS = 50  # sessions indexed per transaction
 # this share of the sorted ones, and at least this many rows.
 COMPACT_SHARE = 0.25
 COMPACT_MIN_ROWS = 500_000
+# A query term in more than this share of the documents is common: see `_scored`.
+COMMON_SHARE = 0.05
 CATEGORIES = Category.__args__
 
 
@@ -145,28 +147,34 @@ class Search(Repository):
 
     def refresh(self, limit: int | None = None) -> RefreshReport:
         """Index again the sessions that changed since they were indexed (or never were), at most
-        `limit` of them, newest first, and drop the removed ones."""
+        `limit` of them, newest first, and drop the removed ones. One connection serves a batch of
+        `BATCH_SESSIONS` (an open costs about 90 ms); it is let go between batches, so other
+        processes write meanwhile."""
         started = time.monotonic()
-        with self.file.connect() as con:
-            changed = records(con, _CHANGED, [TOKENIZER_VERSION])
-            removed = [r["session_id"] for r in records(con, _REMOVED)]
-        todo = changed if limit is None else changed[:limit]
-        if removed:
-            with self.file.transaction() as con:
-                _delete_sessions(con, removed)
-                con.execute(
-                    "DELETE FROM search_index_state WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [removed]
-                )
-        written = indexed = 0
-        for start in range(0, len(todo), BATCH_SESSIONS):
-            batch = todo[start : start + BATCH_SESSIONS]
-            documents = self._read_documents([r["session_id"] for r in batch])
-            try:
-                written += self._write(batch, documents)
-                indexed += len(batch)
-            except duckdb.TransactionException:
-                pass  # another refresh wrote these sessions meanwhile
-        compacted = self._compact_if_due() if indexed or removed else False
+        with self.file.held():
+            with self.file.connect() as con:
+                changed = records(con, _CHANGED, [TOKENIZER_VERSION])
+                removed = [r["session_id"] for r in records(con, _REMOVED)]
+            todo = changed if limit is None else changed[:limit]
+            if removed:
+                with self.file.transaction() as con:
+                    _delete_sessions(con, removed)
+                    con.execute(
+                        "DELETE FROM search_index_state WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [removed]
+                    )
+            written = indexed = 0
+            for start in range(0, len(todo), BATCH_SESSIONS):
+                if start:
+                    with self.file.released():
+                        pass  # other processes' turn at the file
+                batch = todo[start : start + BATCH_SESSIONS]
+                documents = self._read_documents([r["session_id"] for r in batch])
+                try:
+                    written += self._write(batch, documents)
+                    indexed += len(batch)
+                except duckdb.TransactionException:
+                    pass  # another refresh wrote these sessions meanwhile
+            compacted = self._compact_if_due() if indexed or removed else False
         return RefreshReport(
             indexed, len(removed), written, time.monotonic() - started, len(changed) - indexed, compacted
         )
@@ -342,7 +350,7 @@ class Search(Repository):
                 params.append(session_id)
             rows = records(
                 con,
-                f"""{_scored(terms)},
+                f"""{_scored(con, terms)},
                 ranked AS (
                     SELECT d.session_id, d.turn_id, d.kind, d.doc_id, sc.score,
                            row_number() OVER (PARTITION BY d.turn_id ORDER BY sc.score DESC, d.kind) AS rn
@@ -395,8 +403,8 @@ class Search(Repository):
                 params.append(project)
             rows = records(
                 con,
-                f"""{_scored(terms)},
-                ranked AS (
+                f"""{_scored(con, terms)},
+                ranked AS MATERIALIZED (
                     SELECT d.session_id, d.doc_id, d.kind, d.turn_id, sc.score,
                            row_number() OVER (PARTITION BY d.session_id ORDER BY sc.score DESC, d.doc_id) AS rn
                     FROM scored sc JOIN search_documents d USING (doc_id)
@@ -463,26 +471,50 @@ def _check_query(query: str, limit: int) -> list[str]:
     return terms
 
 
-def _scored(terms: list[str]) -> str:
-    """`scored` (doc_id, score): the BM25 of every document holding a query term. Document frequencies
-    and the average length are counted when the query runs, over the documents that are (a replaced
-    document's postings match none). The keys are integers, inlined: the sorted postings' row groups
-    are skipped by their term ranges as the scan reads."""
-    keys = ", ".join(str(term_key(t)) for t in terms)
+def _scored(con: duckdb.DuckDBPyConnection, terms: list[str]) -> str:
+    """`scored` (doc_id, score): the BM25 of the documents holding the query's terms. The keys are
+    integers, inlined: the sorted postings' row groups are skipped by their term ranges as the scan
+    reads. Document frequencies are counted first, over the postings (a replaced document's too until
+    the next compaction: at most a quarter more). A term in more than `COMMON_SHARE` of the documents
+    then only adds to the score of documents that hold a rarer query term, when there is one
+    (MaxScore's pruning): "client" in a query about a websocket client does not score every document
+    with "client" in it."""
+    keys = sorted({term_key(t) for t in terms})
+    listed = ", ".join(map(str, keys))
+    n = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
+    df = dict(
+        con.execute(
+            f"""SELECT term, count(*) FROM (
+                    SELECT term FROM search_postings WHERE term IN ({listed})
+                    UNION ALL SELECT term FROM search_postings_new WHERE term IN ({listed})
+                ) GROUP BY term"""
+        ).fetchall()
+    )
+    rare = [k for k, count in df.items() if count <= COMMON_SHARE * n] or list(df) or keys
+    common = [k for k in df if k not in rare]
+
+    def postings(which: list[int]) -> str:
+        listed = ", ".join(map(str, which))
+        return (
+            f"SELECT term, doc_id, tf FROM search_postings WHERE term IN ({listed}) "
+            f"UNION ALL SELECT term, doc_id, tf FROM search_postings_new WHERE term IN ({listed})"
+        )
+
+    frequencies = ", ".join(f"({k}, {df.get(k, 1)})" for k in keys)
+    common_part = (
+        f"UNION ALL SELECT * FROM ({postings(common)}) WHERE doc_id IN (SELECT doc_id FROM rare)" if common else ""
+    )
     return f"""
         WITH stats AS (SELECT count(*)::DOUBLE AS n, avg(length) AS avgdl FROM search_documents),
-        p AS (
-            SELECT term, doc_id, tf FROM search_postings WHERE term IN ({keys})
-            UNION ALL SELECT term, doc_id, tf FROM search_postings_new WHERE term IN ({keys})
-        ),
-        live AS (SELECT p.term, p.doc_id, p.tf, d.length FROM p JOIN search_documents d USING (doc_id)),
-        df AS (SELECT term, count(*) AS df FROM live GROUP BY term),
-        scored AS (
-            SELECT live.doc_id,
-                   sum(ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5))
-                       * live.tf * {K1 + 1} / (live.tf + {K1} * (1 - {B} + {B} * live.length / stats.avgdl))) AS score
-            FROM live JOIN df USING (term), stats
-            GROUP BY live.doc_id
+        df(term, df) AS (VALUES {frequencies}),
+        rare AS MATERIALIZED ({postings(rare)}),
+        kept AS (SELECT * FROM rare {common_part}),
+        scored AS MATERIALIZED (
+            SELECT kept.doc_id,
+                   sum(ln(1 + greatest(stats.n - df.df + 0.5, 0.5) / (df.df + 0.5))
+                       * kept.tf * {K1 + 1} / (kept.tf + {K1} * (1 - {B} + {B} * d.length / stats.avgdl))) AS score
+            FROM kept JOIN df USING (term) JOIN search_documents d USING (doc_id), stats
+            GROUP BY kept.doc_id
         )"""
 
 
