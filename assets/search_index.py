@@ -20,13 +20,37 @@ from dagster import (
 
 from assets.mini_summaries import turn_mini_summaries
 from assets.sessions import raw_turns, session_summaries
-from resources.bindings import DigestStoreResource
+from resources.bindings import DigestStoreResource, EmbeddingResource
+from resources.embedding_pass import EmbeddingPass, embed_pending
+from resources.model_clients.embeddings import EmbeddingClient
 from resources.store.search import RefreshReport
 
 SEARCH_INDEX_KEY = AssetKey("search_index")
 CURRENT_CHECK = "search_index_current"
 # Sessions a sensor tick indexes at most: a first index of a large store goes over several ticks.
 TICK_SESSIONS = 500
+# Seconds one refresh spends embedding at most, where a host serves embeddings: the rest of the
+# backlog waits for the next refresh, as a sweep's summaries do.
+EMBED_PASS_S = 120.0
+
+
+def embed_step(db, client: EmbeddingClient | None, max_documents: int) -> EmbeddingPass | None:
+    """The vectors' budgeted pass after a refresh (None: no host serves embeddings)."""
+    if client is None:
+        return None
+    return embed_pending(db.search_vectors, client, max_documents, EMBED_PASS_S)
+
+
+def vector_metadata(client: EmbeddingClient | None, done: EmbeddingPass | None) -> dict:
+    if client is None or done is None:
+        return {}
+    return {
+        "embed_model": client.model,
+        "vectors_embedded": done.embedded,
+        "vectors_pending": done.pending_after,
+        "vectors_seconds": round(done.seconds, 3),
+        **({"vectors_error": MetadataValue.text(done.error)} if done.error else {}),
+    }
 
 
 def index_metadata(report: RefreshReport, status: dict) -> dict:
@@ -62,13 +86,16 @@ def current_result(status: dict, lag_max_s: float) -> tuple[bool, dict]:
     group_name="reports",
     kinds={"duckdb"},
 )
-def search_index(store: DigestStoreResource) -> MaterializeResult:
+def search_index(store: DigestStoreResource, embeddings: EmbeddingResource) -> MaterializeResult:
     """BM25 search over each session's summary, mini summaries and turns (`session-digest search`,
     the MCP tools), brought up to date: only the sessions whose turns, summary or mini summaries
-    changed since they were indexed are indexed again. No model call."""
+    changed since they were indexed are indexed again. No chat-model call; where a host serves
+    embeddings (`DIGEST_EMBED_PROVIDER`), a budgeted pass embeds the documents still without a vector."""
     db = store.store()
     report = db.search.refresh()
-    return MaterializeResult(metadata=index_metadata(report, db.search.status()))
+    client = embeddings.client()
+    done = embed_step(db, client, embeddings.embed_batch_documents)
+    return MaterializeResult(metadata={**index_metadata(report, db.search.status()), **vector_metadata(client, done)})
 
 
 @asset_check(
@@ -82,14 +109,19 @@ def search_index_current(store: DigestStoreResource) -> AssetCheckResult:
     return AssetCheckResult(passed=passed, metadata=metadata, severity=AssetCheckSeverity.WARN)
 
 
-def search_index_events(db, lag_max_s: float, limit: int | None = None) -> list:
-    """Refresh the index (at most `limit` sessions), then the runless materialization and check
-    result a sensor tick or a CLI sweep or ingest records."""
+def search_index_events(
+    db, lag_max_s: float, limit: int | None = None, client: EmbeddingClient | None = None, embed_documents: int = 0
+) -> list:
+    """Refresh the index (at most `limit` sessions) and embed within the pass's budget, then the
+    runless materialization and check result a sensor tick or a CLI sweep or ingest records."""
     report = db.search.refresh(limit)
+    done = embed_step(db, client, embed_documents)
     status = db.search.status()
     passed, metadata = current_result(status, lag_max_s)
     return [
-        AssetMaterialization(asset_key=SEARCH_INDEX_KEY, metadata=index_metadata(report, status)),
+        AssetMaterialization(
+            asset_key=SEARCH_INDEX_KEY, metadata={**index_metadata(report, status), **vector_metadata(client, done)}
+        ),
         AssetCheckEvaluation(
             asset_key=SEARCH_INDEX_KEY,
             check_name=CURRENT_CHECK,

@@ -68,8 +68,9 @@ class Reads:
     """The tools' reads, each over a read-only store opened for it. Raises `ToolError` with the
     one-line reason for anything the caller asked wrong (and for a store busy past `LOCK_WAIT_S`)."""
 
-    def __init__(self, db_path: Path):
+    def __init__(self, db_path: Path, embedder=None):
         self.db_path = Path(db_path)
+        self.embedder = embedder  # the embeddings host's client, or None: keyword search alone
 
     def _store(self):
         from mcp.server.mcpserver.exceptions import ToolError
@@ -125,8 +126,11 @@ class Reads:
         return result
 
     @classmethod
-    def query_summaries(cls, store, query: str, n: int, category: str | None) -> dict:
-        hits = store.search.summaries(query, limit=n, category=category)
+    def query_summaries(cls, store, query: str, n: int, category: str | None, embedder=None) -> dict:
+        from resources.hybrid_search import search_sessions
+
+        found = search_sessions(store, embedder, query, limit=n, summaries_only=True, category=category)
+        hits = found.hits
         rows = {r["session_id"]: r for r in store.summaries.summaries_where("session_id", [h.session_id for h in hits])}
         results = [
             cls.summary_result(
@@ -137,7 +141,7 @@ class Reads:
             for h in hits
             if h.session_id in rows
         ]
-        return {"query": query, "count": len(results), "results": results}
+        return {"query": query, "count": len(results), "results": results, **_notice(found)}
 
     @staticmethod
     def memory(row: dict, limit: int) -> dict:
@@ -157,8 +161,11 @@ class Reads:
         }
 
     @classmethod
-    def query_raw_memories(cls, store, query: str, n: int, session_id: str | None) -> dict:
-        hits = store.search.turns(query, limit=n, session_id=session_id)
+    def query_raw_memories(cls, store, query: str, n: int, session_id: str | None, embedder=None) -> dict:
+        from resources.hybrid_search import search_turns
+
+        found = search_turns(store, embedder, query, limit=n, session_id=session_id)
+        hits = found.hits
         rows = {r["id"]: r for r in store.sessions.turns_by_id([h.turn_id for h in hits])}
         results = [
             {
@@ -170,7 +177,7 @@ class Reads:
             for h in hits
             if h.turn_id in rows
         ]
-        return {"query": query, "count": len(results), "results": results}
+        return {"query": query, "count": len(results), "results": results, **_notice(found)}
 
     @classmethod
     def get_session_memories(cls, store, session_id: str, limit: int, offset: int) -> dict:
@@ -212,12 +219,13 @@ class Reads:
         return {"path": path, "count": len(results), "results": results}
 
 
-def build_server(db_path: Path):
-    """The MCP server over the store file at `db_path`, its five tools registered, read-only."""
+def build_server(db_path: Path, embedder=None):
+    """The MCP server over the store file at `db_path`, its five tools registered, read-only;
+    `embedder`: the embeddings host's client, whose vectors the two queries fuse with keywords."""
     from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
 
-    reads = Reads(db_path)
+    reads = Reads(db_path, embedder)
     server = MCPServer(
         "session-digest",
         instructions=(
@@ -237,9 +245,10 @@ def build_server(db_path: Path):
         nResults: NResults = 10,  # the Memory Core's argument names
         category: CategoryName | None = None,
     ) -> dict:
-        """Search the session summaries (keyword search, BM25), best first, narrowed by category. A
+        """Search the session summaries (keyword search, BM25; fused with vectors where a host serves
+        embeddings), best first, narrowed by category. A
         summary judged junk is not searched (its session's turns still are: query_raw_memories)."""
-        return reads.call(Reads.query_summaries, query, nResults, category)
+        return reads.call(Reads.query_summaries, query, nResults, category, reads.embedder)
 
     @server.tool(annotations=read_only)
     def query_raw_memories(
@@ -249,7 +258,7 @@ def build_server(db_path: Path):
     ) -> dict:
         """Search the raw turns (prompt, thought, response; and their mini summaries), best first.
         Long texts are cut with a marker; get_session_memories pages a session's turns."""
-        return reads.call(Reads.query_raw_memories, query, nResults, sessionId)
+        return reads.call(Reads.query_raw_memories, query, nResults, sessionId, reads.embedder)
 
     @server.tool(annotations=read_only)
     def get_session_memories(
@@ -281,6 +290,11 @@ def build_server(db_path: Path):
     return server
 
 
-def serve(db_path: Path) -> None:
+def serve(db_path: Path, embedder=None) -> None:
     """Serve over stdio until the client closes it."""
-    build_server(db_path).run("stdio")
+    build_server(db_path, embedder).run("stdio")
+
+
+def _notice(found) -> dict:
+    """Keyword and vector results fused say so; vectors configured and left out say why."""
+    return {"mode": found.mode, **({"notice": found.notice} if found.notice else {})}

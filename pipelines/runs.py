@@ -250,8 +250,10 @@ def _refresh_search_index(settings: Settings, instance, store) -> dict:
     """The `search_index` asset brought up to date and recorded after a sweep or an ingest (no run),
     as the search sensor's ticks record it; its figures."""
     from assets.search_index import search_index_events
+    from resources.model_clients.embeddings import embedding_client
 
-    events = search_index_events(store, settings.search_lag_max_s)
+    client = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model)
+    events = search_index_events(store, settings.search_lag_max_s, None, client, settings.embed_batch_documents)
     for event in events:
         instance.report_runless_asset_event(event)
     metadata = events[0].metadata

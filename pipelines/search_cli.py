@@ -61,10 +61,11 @@ def run(args, settings: Settings, output: Output) -> None:
     if args.command == "mcp":
         from pipelines.cli import _reading_store
         from pipelines.mcp_server import serve
+        from resources.model_clients.embeddings import embedding_client
 
         if settings.db_path.is_file():
             _reading_store(settings)  # an older store is migrated once here: the server only reads
-        serve(settings.db_path)
+        serve(settings.db_path, embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model))
         return
     try:
         if args.command == "search":
@@ -106,15 +107,22 @@ def refresh_index(store) -> str | None:
 
 def search(settings: Settings, args, output: Output) -> None:
     from pipelines.runs import _store
+    from resources.hybrid_search import search_sessions
+    from resources.model_clients.embeddings import embedding_client
 
     query = " ".join(args.query)
     since = since_ms(args.since, now_ms()) if args.since else None
     store = _store(settings)
     if problem := refresh_index(store):
         print(f"session-digest search: {problem}", file=sys.stderr)
-    hits = store.search.sessions(
-        query, limit=args.limit, since_ms=since, category=args.category, file=args.file, project=args.project
-    )
+    embedder = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model)
+    results = search_sessions(
+        store, embedder, query, limit=args.limit, since_ms=since, category=args.category, file=args.file,
+        project=args.project,
+    )  # fmt: skip
+    if results.notice:
+        print(f"session-digest search: {results.notice}", file=sys.stderr)
+    hits = results.hits
     if output.as_json:
         print(json.dumps([hit_json(h) for h in hits], indent=2, default=str))
         return

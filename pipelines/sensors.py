@@ -55,6 +55,7 @@ from resources.bindings import (
     ChatModelResource,
     CircuitPolicyResource,
     DigestStoreResource,
+    EmbeddingResource,
     GraphPolicyResource,
     MiniSummaryPolicyResource,
     SweepPolicyResource,
@@ -439,11 +440,15 @@ def interrupted_runs_sensor(context: SensorEvaluationContext, store: DigestStore
 
 
 @described_sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
-def search_index_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
+def search_index_sensor(context: SensorEvaluationContext, store: DigestStoreResource, embeddings: EmbeddingResource):
     """Brings the `search_index` asset up to date when sessions changed since they were indexed (at
-    most 500 sessions a tick, newest first), and records it with its check; a tick with nothing
-    changed reads one query and records nothing."""
+    most 500 sessions a tick, newest first), and records it with its check; where a host serves
+    embeddings, also while documents wait for their vectors. A tick with nothing to do reads a
+    query or two and records nothing."""
     db = store.store()
-    if not db.search.behind():
+    client = embeddings.client()
+    waiting = client is not None and db.search_vectors.counts(client.model)["pending"] > 0
+    if not db.search.behind() and not waiting:
         return SkipReason("the search index is up to date")
-    return SensorResult(asset_events=search_index_events(db, store.search_lag_max_s, TICK_SESSIONS))
+    events = search_index_events(db, store.search_lag_max_s, TICK_SESSIONS, client, embeddings.embed_batch_documents)
+    return SensorResult(asset_events=events)

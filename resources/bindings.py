@@ -22,7 +22,7 @@ from digest.synthesis import Limits
 from pipelines.interrupted_runs import worker_tags
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
-from resources.model_clients.embeddings import EmbeddingClient
+from resources.model_clients.embeddings import EmbeddingClient, embedding_client
 from resources.model_clients.progress import CallProgress
 from resources.response_cache import CachedChatClient
 from resources.store import DigestStore
@@ -217,6 +217,4 @@ class EmbeddingResource(ConfigurableResource):
     embed_batch_documents: int = configured_by("DIGEST_EMBED_BATCH_DOCUMENTS")
 
     def client(self) -> EmbeddingClient | None:
-        if self.embed_provider == "off" or not self.embed_url or not self.embed_model:
-            return None
-        return EmbeddingClient(self.embed_provider, self.embed_url, self.embed_model)
+        return embedding_client(self.embed_provider, self.embed_url, self.embed_model)

@@ -31,14 +31,26 @@ class Results:
 
 
 def search_sessions(
-    store: DigestStore, client: EmbeddingClient | None, query: str, *, limit: int = 10, **filters
+    store: DigestStore,
+    client: EmbeddingClient | None,
+    query: str,
+    *,
+    limit: int = 10,
+    summaries_only: bool = False,
+    **filters,
 ) -> Results:
     """`store.search.sessions` (its filters: since_ms, category, file, project), fused with the
-    sessions of the nearest documents when `client` is set."""
-    keyword = store.search.sessions(query, limit=max(limit, CANDIDATES), **filters)
+    sessions of the nearest documents when `client` is set; `summaries_only`: by the summaries'
+    documents alone (`store.search.summaries`, category its one filter: `query_summaries`)."""
+    if summaries_only:
+        keyword = store.search.summaries(query, limit=max(limit, CANDIDATES), **filters)
+    else:
+        keyword = store.search.sessions(query, limit=max(limit, CANDIDATES), **filters)
     nearest, notice = _nearest(store, client, query, _allowed_sessions(store, **filters))
     if nearest is None:
         return Results(keyword[:limit], notice=notice)
+    if summaries_only:
+        nearest = [hit for hit in nearest if hit.kind == "summary"]
     best: dict[str, object] = {}
     for hit in nearest:  # best first: a session's first is its best document
         best.setdefault(hit.session_id, hit)

@@ -90,6 +90,13 @@ class EmbeddingClient:
             raise _error(HostUnreachable, f"{url}: {exc}", None) from None
 
 
+def embedding_client(provider: str, url: str | None, model: str | None) -> EmbeddingClient | None:
+    """The configured embeddings host's client (`DIGEST_EMBED_*`), None when it is off."""
+    if provider == "off" or not url or not model:
+        return None
+    return EmbeddingClient(provider, url, model)
+
+
 def _error(kind: type[ProviderError], message: str, status: int | None) -> ProviderError:
     error = kind(message)
     error.status = status

@@ -1,0 +1,130 @@
+"""Do the embedded SmolLM2's embeddings help search? (issue 34 item 3: ship them only if they do.)
+
+The labelled corpus and queries of `bench/search.py` (its `STORIES` planted into the realistic
+corpus, their lexical, paraphrase, file, error and decision queries), ranked two ways side by side:
+keyword alone (`store.search.sessions`) and hybrid (`resources.hybrid_search.search_sessions`:
+keyword fused with the nearest documents by reciprocal rank), the vectors made by SmolLM2-135M
+in-process under llama.cpp (mean pooling: llama-cpp-python's server returns one vector a token for
+this model, so the project could not serve it over `/v1/embeddings` as it is).
+
+SmolLM2 embeds some 100-200 tokens a second on a busy 2-core machine, so the vectors cover the
+summary layer of the index: every summary and mini summary, each session's first turn and its
+planted story turn, each cut to `--chars`. That is the layer paraphrase queries should reach.
+
+Run: PYTHONPATH=. .venv/bin/python bench/search_vectors.py [--sessions 60] [--seed 28] [--chars 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _bench_search():
+    spec = importlib.util.spec_from_file_location("bench_search", ROOT / "bench" / "search.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_search"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+class SmolEmbedder:
+    """SmolLM2-135M's mean-pooled hidden states, speaking `EmbeddingClient`'s `model` and `embed`."""
+
+    model = "smollm2-135m-mean"
+
+    def __init__(self, chars: int):
+        import llama_cpp
+
+        from resources.embedded_server import gguf_path
+
+        self.chars = chars
+        self.llm = llama_cpp.Llama(
+            model_path=str(gguf_path()), embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+            n_ctx=1024, n_threads=2, verbose=False,
+        )  # fmt: skip
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self.llm.embed(t[: self.chars] or " ") for t in texts]
+
+
+def summary_layer(store, model: str) -> list:
+    """The pending documents of the summary layer: summaries, mini summaries, first and story turns."""
+    keep = []
+    for doc in store.search_vectors.pending(model, 10**6):
+        if doc.kind in ("summary", "mini") or doc.turn_id.endswith(("-story", "-t000", ":00001")):
+            keep.append(doc)
+    return keep
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=28)
+    parser.add_argument("--chars", type=int, default=400)
+    args = parser.parse_args()
+
+    from resources.hybrid_search import search_sessions
+    from resources.store import DigestStore
+
+    search = _bench_search()
+    work = Path(tempfile.mkdtemp(prefix="search-vectors-"))
+    db, answers = work / "store.duckdb", work / "answers.json"
+    search.build_corpus(str(db), args.sessions, args.seed, str(answers))
+    facts = json.loads(answers.read_text())
+    store = DigestStore(db)
+    store.migrate()
+    store.search.refresh()
+
+    embedder = SmolEmbedder(args.chars)
+    documents = summary_layer(store, embedder.model)
+    started = time.perf_counter()
+    for start in range(0, len(documents), 16):
+        batch = documents[start : start + 16]
+        store.search_vectors.write(embedder.model, batch, embedder.embed([d.text for d in batch]))
+    embed_s = time.perf_counter() - started
+
+    queries = facts["queries"]
+    keyword = {q["query"]: [h.session_id for h in store.search.sessions(q["query"], limit=10)] for q in queries}
+    hybrid, vector_only = {}, {}
+    for q in queries:
+        results = search_sessions(store, embedder, q["query"], limit=10)
+        assert results.mode == "hybrid", results.notice
+        hybrid[q["query"]] = [h.session_id for h in results.hits]
+        (vector,) = embedder.embed([q["query"]])
+        seen: list[str] = []
+        for hit in store.search_vectors.nearest(embedder.model, vector, 200):
+            if hit.session_id not in seen:
+                seen.append(hit.session_id)
+        vector_only[q["query"]] = seen[:10]
+
+    arms = {
+        "keyword": search.relevance(keyword, queries),
+        "vectors alone": search.relevance(vector_only, queries),
+        "hybrid": search.relevance(hybrid, queries),
+    }
+    print(
+        f"SmolLM2 embeddings for search: {args.sessions} sessions, {len(queries)} labelled queries, "
+        f"{len(documents)} documents embedded (summary layer, {args.chars} chars each) in {embed_s:.0f} s "
+        f"({len(documents) / embed_s:.2f} documents/s)"
+    )
+    kinds = sorted({q["kind"] for q in queries}) + ["all"]
+    print(f"{'kind':<12} {'n':>3}  " + "  ".join(f"{arm + ' hit@5':>20} {'MRR@10':>7}" for arm in arms))
+    for kind in kinds:
+        n = arms["keyword"][kind]["n"]
+        cells = "  ".join(f"{arms[a][kind]['hit@5']:>20.2f} {arms[a][kind]['mrr@10']:>7.2f}" for a in arms)
+        print(f"{kind:<12} {n:>3}  {cells}")
+    gain = arms["hybrid"]["paraphrase"]["hit@5"] - arms["keyword"]["paraphrase"]["hit@5"]
+    print(f"paraphrase hit@5, hybrid - keyword: {gain:+.2f}")
+
+
+if __name__ == "__main__":
+    main()
