@@ -43,9 +43,9 @@ def search_sessions(
     sessions of the nearest documents when `client` is set; `summaries_only`: by the summaries'
     documents alone (`store.search.summaries`, category its one filter: `query_summaries`)."""
     if summaries_only:
-        keyword = store.search.summaries(query, limit=max(limit, CANDIDATES), **filters)
+        keyword = store.search.summaries(query, limit=_candidates(limit), **filters)
     else:
-        keyword = store.search.sessions(query, limit=max(limit, CANDIDATES), **filters)
+        keyword = store.search.sessions(query, limit=_candidates(limit), **filters)
     nearest, notice = _nearest(store, client, query, _allowed_sessions(store, **filters))
     if nearest is None:
         return Results(keyword[:limit], notice=notice)
@@ -67,7 +67,7 @@ def search_turns(
     store: DigestStore, client: EmbeddingClient | None, query: str, *, limit: int = 10, session_id: str | None = None
 ) -> Results:
     """`store.search.turns`, fused with the nearest turns and mini summaries when `client` is set."""
-    keyword = store.search.turns(query, limit=max(limit, CANDIDATES), session_id=session_id)
+    keyword = store.search.turns(query, limit=_candidates(limit), session_id=session_id)
     nearest, notice = _nearest(store, client, query, None if session_id is None else [session_id])
     if nearest is None:
         return Results(keyword[:limit], notice=notice)
@@ -87,6 +87,11 @@ def search_turns(
     }  # fmt: skip
     hits = [replace(by_id[t] if t in by_id else made[t], score=score) for t, score in fused]
     return Results(hits, mode="hybrid")
+
+
+def _candidates(limit) -> int:
+    """The keyword leg's count: the fusion's candidates, or a bad limit as given, for its error."""
+    return max(limit, CANDIDATES) if isinstance(limit, int) and limit >= 1 else limit
 
 
 def _nearest(store: DigestStore, client: EmbeddingClient | None, query: str, sessions: list[str] | None):
