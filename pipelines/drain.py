@@ -70,7 +70,7 @@ def fill_degraded_mini_summaries(settings: Settings, output: Output, budget: Dra
 
 
 def _sweeps(settings: Settings, output: Output, budget: DrainBudget, first_only: bool) -> list[dict]:
-    """Budgeted sweeps, one after another, until one launches nothing."""
+    """Budgeted sweeps, one after another, until one launches no run."""
     outcomes = []
     while not budget.spent() and not stop_requested():
         limit = budget.runs_left()
@@ -83,7 +83,7 @@ def _sweeps(settings: Settings, output: Output, budget: DrainBudget, first_only:
         )
         budget.charge(swept["runs"])
         outcomes += swept["runs"]
-        if not swept["runs"]:
+        if not any(o.get("run_id") for o in swept["runs"]):  # nothing launched (or nothing left to do)
             break
     return outcomes
 

@@ -127,11 +127,14 @@ class ChatModelResource(ConfigurableResource):
         limits: Limits,
         session: tuple[str, str] | None = None,
         progress: CallProgress | None = None,
+        first_timeout_s: float | None = None,
     ) -> RunHost:
         """The host a run was placed on (its spec and bounds, from the fleet the placement read),
-        with its client behind the response cache (`client`) and its pacer: nothing resolved again."""
+        with its client behind the response cache (`client`) and its pacer (`first_timeout_s`: the
+        stage's configured timeout, default the bounds' own): nothing resolved again."""
         client = self._client(store, spec, session, progress)
-        return RunHost(spec, limits, client, self._pacer(store, spec, limits.timeout_s))
+        pacer = self._pacer(store, spec, limits.timeout_s if first_timeout_s is None else first_timeout_s)
+        return RunHost(spec, limits, client, pacer)
 
     def client(
         self,

@@ -15,7 +15,7 @@ from resources.host_views import host_views
 from resources.store import DigestStore
 
 if TYPE_CHECKING:
-    from resources.bindings import ChatModelResource
+    from resources.bindings import ChatModelResource, RunHost
 
 
 def _never_ended(run_id: str) -> bool:
@@ -69,12 +69,13 @@ def place_run(store: DigestStore, model: ChatModelResource, run: RunFacts, sessi
     return Placement(view.spec, f"{assignment.reason} ({why})", view.limits)
 
 
-def tagged_host(model: ChatModelResource, run: RunFacts) -> str:
-    """The host a mini-summary or graph run's tag names (the sensors place those runs), else the
-    first declared."""
+def tagged_host(store: DigestStore, model: ChatModelResource, run: RunFacts, first_timeout_s: float) -> RunHost:
+    """The host a graph run's tag names (the sensors place those runs), else the first declared,
+    resolved once for the run: its bounds with what its ledger measures, its client, its pacer."""
     fleet = model.fleet()
     tagged = run.tags.get(MODEL_HOST_TAG)
-    return tagged if tagged in fleet.names else fleet.host().name
+    spec = fleet.host(tagged if tagged in fleet.names else None)
+    return model.run_host(store, spec, fleet.measured_limits(store, spec.name), first_timeout_s=first_timeout_s)
 
 
 def host_check(store: DigestStore, host: str) -> Callable[[], bool]:
