@@ -518,7 +518,8 @@ def main(argv: list[str] | None = None) -> None:
         output.result(args.command, result)
     if stopped:
         raise SystemExit(stopped)
-    if args.command == "sweep" and result.get("failed"):  # each failed run's line said why
+    # A run that raised on its session's data is the sweep's own failure, not a model's (each run's line said why).
+    if args.command == "sweep" and result.get("run_errors"):
         raise SystemExit(1)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from digest.scheduling import now_ms
 from digest.settings import Settings
 from pipelines.console import Output
-from pipelines.runs import _instance, _model_url, _refresh_backlog, _run_partitions, _store, sweep
+from pipelines.runs import _instance, _model_url, _refresh_backlog, _run_partitions, _store, run_errors, sweep
 from pipelines.stopping import stop_requested
 
 
@@ -110,6 +110,7 @@ def drain(settings: Settings, output: Output, limit: int | None = None, model_se
         "summarized": sum(o["success"] and "source_tier" in o for o in summary_runs),
         "mini_summaries": sum(o.get("mini_summaries") or 0 for o in mini_summary_runs),
         "failed": sum(not o["success"] for o in summary_runs + mini_summary_runs),
+        "run_errors": run_errors(summary_runs + mini_summary_runs),
         "stopped": stopped_by(budget),
         "seconds": round(time.monotonic() - started, 1),
         # Each run had its line as it finished.

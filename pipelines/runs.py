@@ -169,7 +169,7 @@ def _run_partitions(
             result = _execute(run_settings, instance, requested_job(job, request), partition_key=key, tags=tags)
             outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
             if not result.success:
-                outcome["error"] = run_error(result)
+                outcome.update(run_failure(result))
             if not result.success and stop_requested():  # Dagster raised the signal in the run's step
                 outcome["interrupted"] = stop_requested()
             for event in result.asset_materializations_for_node(asset):
@@ -249,6 +249,7 @@ def sweep(
         "staged_replayed": staged,
         "summarized": sum(o["success"] and "nothing_to_do" not in o for o in outcomes),
         "failed": sum(not o["success"] for o in outcomes),
+        "run_errors": run_errors(outcomes),
         "upgrades": selection.upgrades,  # runs planned as upgrades: degraded summaries made again at a higher step
         "resummaries": selection.resummaries,  # runs planned as re-summaries asked for (`--resummarize`)
         "nothing_to_do": sum("nothing_to_do" in o for o in outcomes),
@@ -297,14 +298,24 @@ def friction_report(settings: Settings) -> dict:
     return {"run_id": result.run_id, **{k: v.value for k, v in events[0].metadata.items() if k != "report"}}
 
 
-def run_error(result) -> str:
-    """Why a run failed, in a line: its step's error (a `Failure`'s description, or the exception)."""
+def run_failure(result) -> dict:
+    """Why a run failed: `error`, its step's error in a line (a `Failure`'s description, or the
+    exception), and `symptom` where the failure names one (`run-error`: it raised on its session's data)."""
     for event in result.all_events:
         if event.is_step_failure:
             data = event.step_failure_data
-            described = data.user_failure_data.description if data.user_failure_data else None
-            message = (described or data.error.message or data.error.cls_name or "").strip()
-            return message.splitlines()[0] if message else "unknown error"
+            failure = data.user_failure_data
+            message = ((failure and failure.description) or data.error.message or data.error.cls_name or "").strip()
+            symptom = (failure.metadata or {}).get("symptom") if failure else None
+            return {
+                "error": message.splitlines()[0] if message else "unknown error",
+                **({"symptom": str(symptom.value)} if symptom is not None else {}),
+            }
         if event.is_run_failure and event.event_specific_data and event.event_specific_data.error:
-            return event.event_specific_data.error.message.strip().splitlines()[0]
-    return "the run failed; see `session-digest ui` for its logs"
+            return {"error": event.event_specific_data.error.message.strip().splitlines()[0]}
+    return {"error": "the run failed; see `session-digest ui` for its logs"}
+
+
+def run_errors(outcomes: list[dict]) -> int:
+    """The runs that raised on their session's data (`run-error`): not a model's failure, a sweep's own."""
+    return sum(o.get("symptom") == "run-error" for o in outcomes)

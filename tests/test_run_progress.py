@@ -17,16 +17,16 @@ def _run(output: Output, seconds: float) -> None:
 
 
 def test_a_run_still_going_says_so_a_line_a_period_then_its_own_line_ends_it(capfd):
-    _run(Output(as_json=False, progress_every_s=0.05), 0.4)
+    _run(Output(as_json=False, progress_every_s=0.05), 0.25)
     lines = capfd.readouterr().err.splitlines()
     ticks = [line for line in lines if line.startswith("… s1  summarizing, ")]
     assert ticks and all(line.endswith("so far (plan ~2m00s)") for line in ticks)
     assert lines[-1] == "✓ s1  raw  1.0s" and lines.index(ticks[-1]) < len(lines) - 1
-    time.sleep(0.2)  # the ticker stopped with the run
+    time.sleep(0.1)  # the ticker stopped with the run
     assert capfd.readouterr().err == ""
 
 
 def test_no_progress_line_with_json(capfd):
-    _run(Output(as_json=True, progress_every_s=0.05), 0.3)
+    _run(Output(as_json=True, progress_every_s=0.05), 0.15)
     err = capfd.readouterr().err
     assert "so far" not in err and '"partition": "s1"' in err
