@@ -167,10 +167,13 @@ class Sessions:
             current_started=time.monotonic(),
         )
 
-    def finished(self, outcome: dict) -> None:
+    def stop_ticker(self) -> None:
         if self.ticker is not None:
             self.ticker.stop()
             self.ticker = None
+
+    def finished(self, outcome: dict) -> None:
+        self.stop_ticker()
         self.index += 1
         if self.output.as_json:
             print(json.dumps(outcome), file=sys.stderr, flush=True)
@@ -199,7 +202,10 @@ class Output:
         """`estimates`: the plan's model seconds of each session in run order (None: no estimate)."""
         reporter = Sessions(self, estimates, title)
         if self.as_json or not self.err.is_terminal or not estimates:
-            yield reporter
+            try:
+                yield reporter
+            finally:  # a run that raised (a second Ctrl-C) leaves no ticker behind
+                reporter.stop_ticker()
             return
         columns = [
             SpinnerColumn(),
