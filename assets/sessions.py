@@ -1,7 +1,10 @@
 """The session assets: each maps its work's outcome (`assets/work/`) to what Dagster records."""
 
+import contextlib
 import json
+from collections.abc import Iterator
 
+import duckdb
 from dagster import (
     AssetExecutionContext,
     AssetKey,
@@ -15,9 +18,8 @@ from dagster import (
 )
 
 from assets.partitions import add_new_partitions, sessions_partitions
-from assets.work.mini_summaries import coverage_metadata
 from assets.work.runs import RunFacts
-from assets.work.sessions import describe_partition, summarize_partition
+from assets.work.sessions import describe_partition, record_run_error, summarize_partition
 from digest.cost import SummaryCost
 from digest.facts import facts_markdown
 from digest.fidelity import Fidelity
@@ -149,13 +151,28 @@ def not_done(
     return None
 
 
+@contextlib.contextmanager
+def run_errors_recorded(context: AssetExecutionContext, db, sweep: SweepPolicyResource) -> Iterator[None]:
+    """A summary run's step that raises on its session's data fails with the reason, the session's
+    failure counted with its backoff and a friction event (`record_run_error`): not a bare traceback
+    on every sweep. The store's file failing (full, read-only) is not the session's fault: it goes up as it is."""
+    try:
+        yield
+    except (Failure, OSError, duckdb.IOException):
+        raise
+    except Exception as exc:
+        reason = record_run_error(db, context.partition_key, context.run.run_id, exc, sweep.policy())
+        raise Failure(description=reason, metadata={"symptom": "run-error", "error": f"{type(exc).__name__}"}) from exc
+
+
 @asset(partitions_def=sessions_partitions, deps=[raw_turns], group_name="sessions", kinds={"duckdb"})
 def raw_sessions(
-    context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource
+    context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource, sweep: SweepPolicyResource
 ) -> MaterializeResult:
     """One session's raw turns in canonical order, with the size and the route its summary will take."""
     db = store.store()
-    described = describe_partition(db, model, run_facts(context), context.partition_key)
+    with run_errors_recorded(context, db, sweep):
+        described = describe_partition(db, model, run_facts(context), context.partition_key)
     if described.failure:
         raise Failure(described.failure)
     return materialized(context, {**described.metadata, **facts_metadata(db, described.metadata["session_id"])})
@@ -196,7 +213,7 @@ def session_summaries(
     """
     # A long model call says how far it has come in the run log (pieces and seconds, every 30 s).
     db = store.store()
-    with CallProgress(context.log.info).ticking() as progress:
+    with run_errors_recorded(context, db, sweep), CallProgress(context.log.info).ticking() as progress:
         outcome = summarize_partition(
             db, model, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
             replace_imported=config.replace_imported, log=context.log.info, progress=progress,
@@ -235,9 +252,11 @@ def place_metadata(db, session_id: str) -> dict:
 def record_no_mini_summaries_needed(context: AssetExecutionContext, db, row: dict) -> None:
     """A raw summary read every turn whole: its session's `turn_mini_summaries` partition is what
     the summary needs as it stands. A run without that step (a sweep's, the UI's Materialize of the
-    summary alone) records it as materialized, saying so, with the coverage it has; else the partition
-    looks Missing for ever and the launch dialog of the summary's rerun warns "Upstream data missing"
-    (it checks that each upstream partition is materialized)."""
+    summary alone) records it as materialized, saying so and with the coverage it has in one line;
+    else the partition looks Missing for ever and the launch dialog of the summary's rerun warns
+    "Upstream data missing" (it checks that each upstream partition is materialized). One entry, no
+    description: on every raw run, each metadata entry is some 150 bytes of the Dagster instance,
+    and a description is copied into the event's messages twice more (BENCHMARKS §9)."""
     if row["source_tier"] != SourceTier.RAW or MINI_SUMMARIES_KEY in context.job_def.asset_layer.selected_asset_keys:
         return
     counts = db.mini_summaries.mini_summary_counts(row["session_id"])
@@ -247,10 +266,7 @@ def record_no_mini_summaries_needed(context: AssetExecutionContext, db, row: dic
     )
     context.log_event(
         AssetMaterialization(
-            asset_key=MINI_SUMMARIES_KEY,
-            partition=context.partition_key,
-            description=note,
-            metadata={"session_id": row["session_id"], "not_needed": note, **coverage_metadata(counts)},
+            asset_key=MINI_SUMMARIES_KEY, partition=context.partition_key, metadata={"not_needed": note}
         )
     )
 

@@ -63,10 +63,11 @@ from digest.model_api import ChatReply, ModelError  # noqa: E402
 from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms  # noqa: E402
 from digest.settings import load_settings  # noqa: E402
 from digest.synthesis import Limits, estimate_raw_tokens, summarize_session  # noqa: E402
+from digest.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG  # noqa: E402
 from pipelines.definitions import resource_config  # noqa: E402
-from pipelines.selection import hosts_in_rotation, next_summary_batch  # noqa: E402
-from pipelines.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG  # noqa: E402
+from pipelines.selection import next_summary_batch  # noqa: E402
 from resources.bindings import ChatModelResource  # noqa: E402
+from resources.host_views import hosts_in_rotation  # noqa: E402
 from resources.model_clients import OpenAIChatClient  # noqa: E402
 from resources.response_cache import CachedChatClient  # noqa: E402
 from resources.store import DigestStore, RunLedger, StoreFile  # noqa: E402

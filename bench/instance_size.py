@@ -34,12 +34,12 @@ from assets.partitions import sessions_partitions  # noqa: E402
 from digest.hosts import assign_host  # noqa: E402
 from digest.ingest import ingest_paths  # noqa: E402
 from digest.settings import load_settings  # noqa: E402
+from digest.tags import SWEEP_TAG  # noqa: E402
 from pipelines.definitions import build_definitions  # noqa: E402
 from pipelines.instance import write_instance_config  # noqa: E402
 from pipelines.jobs import default_run_config, requested_job  # noqa: E402
-from pipelines.selection import host_views  # noqa: E402
 from pipelines.sensors import summary_run_request  # noqa: E402
-from pipelines.tags import SWEEP_TAG  # noqa: E402
+from resources.host_views import host_views  # noqa: E402
 from resources.store import DigestStore  # noqa: E402
 from tests.bundles import write_bundle  # noqa: E402
 from tests.conftest import make_turns  # noqa: E402

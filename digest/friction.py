@@ -24,6 +24,9 @@ class Symptom(StrEnum):
     SIZE_PRECHECK_SKIP = "size-precheck-skip"
     PROVIDER_ERROR = "provider-error"
     RUNAWAY = "runaway"  # ours: a streamed reply past its output cap, which the server ignored
+    # Ours: a summary run raised on its session's data (a bug, or data the readers let through),
+    # not a model call's failure: the same data fails the same way on every sweep.
+    RUN_ERROR = "run-error"
 
 
 class EmissionPoint(StrEnum):
@@ -42,6 +45,7 @@ SUGGESTION_KIND = {
     Symptom.TIMEOUT: "unknown",
     Symptom.PROVIDER_ERROR: "unknown",
     Symptom.RUNAWAY: "unknown",
+    Symptom.RUN_ERROR: "unknown",
 }
 
 

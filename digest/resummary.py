@@ -14,11 +14,15 @@ from dataclasses import asdict, dataclass, fields
 NOT_CURRENT = "not-current"
 # `verdict`: any judged verdict but ok (echo, template, ...: `digest.verdict`).
 ANY_JUNK = "junk"
+# `origin`: what a re-summary may replace. Without it, generated summaries alone: an imported one is
+# the export's word, made again only when asked for by `imported` (or `any`).
+ORIGINS = ("generated", "imported", "any")
 
 
 @dataclass(frozen=True)
 class ResummaryCriteria:
-    """What selects a current generated summary for a re-summary; every given criterion must hold."""
+    """What selects a current summary for a re-summary (generated, unless `origin` says otherwise);
+    every given criterion must hold."""
 
     model: str | None = None
     host: str | None = None
@@ -26,6 +30,11 @@ class ResummaryCriteria:
     tier: str | None = None  # source_tier: raw | miniSummary | truncatedRaw
     verdict: str | None = None  # a verdict, or `ANY_JUNK`
     fidelity_below: float | None = None
+    origin: str | None = None  # one of `ORIGINS`; None: generated
+
+    def __post_init__(self) -> None:
+        if self.origin is not None and self.origin not in ORIGINS:
+            raise ValueError(f"origin {self.origin!r} is not one of {', '.join(ORIGINS)}")
 
     @classmethod
     def of(cls, values: dict) -> ResummaryCriteria:

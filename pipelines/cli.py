@@ -18,22 +18,25 @@ from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
 from pipelines import search_cli
 from pipelines.console import Output
+from pipelines.drain import drain
 from pipelines.instance import write_instance_config
 from pipelines.runs import (
     _instance,
     _selection,
     _store,
     digest,
-    drain,
     friction_report,
     ingest,
     log_path,
     sweep,
 )
+from pipelines.stopping import exit_code, stop_on_signals
 from resources.store import StoreUnreadable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "samples" / "bundle"
+# The commands that launch model runs one after another: a signal stops them between runs.
+STOPPABLE = ("sweep", "digest", "demo")
 
 
 def _telemetry_notice(home: Path) -> None:
@@ -326,12 +329,12 @@ def demo(settings: Settings, output: Output) -> dict:
     started = time.monotonic()
     output.note(f"Ingesting the samples in {SAMPLES}; Dagster's run logs go to {log_path(settings)}.")
     ingested = ingest(settings, [str(SAMPLES)])
-    runs, mini_summary_runs = drain(settings, output)
+    drained = drain(settings, output)
     friction = friction_report(settings)
     report = {
         "ingest": ingested,
-        "summary_runs": runs,
-        "mini_summary_runs": mini_summary_runs,
+        "summary_runs": drained["summary_runs"],
+        "mini_summary_runs": drained["mini_summary_runs"],
         "status": status(settings),
         "seconds": round(time.monotonic() - started, 1),
         # Per tier the best summary that is not junk, with its fidelity, the imported ones beside as the
@@ -352,7 +355,7 @@ def demo(settings: Settings, output: Output) -> dict:
 
 def resummary_filters(command: argparse.ArgumentParser) -> None:
     """`--resummarize` and its filters (`plan`, `sweep`): the criteria of `digest.resummary`."""
-    from digest.resummary import ANY_JUNK, NOT_CURRENT
+    from digest.resummary import ANY_JUNK, NOT_CURRENT, ORIGINS
 
     command.add_argument(
         "--resummarize", action="store_true",
@@ -367,6 +370,9 @@ def resummary_filters(command: argparse.ArgumentParser) -> None:
     command.add_argument("--tier", help="of this source tier: raw, miniSummary, truncatedRaw")
     command.add_argument("--verdict", help=f"with this verdict (ok, echo, template, ...), or {ANY_JUNK}: any but ok")
     command.add_argument("--fidelity-below", type=float, metavar="F", help="with a fidelity under F")
+    command.add_argument(
+        "--origin", choices=ORIGINS, help="of this origin (default: generated; imported ones are the export's word)"
+    )
 
 
 def _resummary_criteria(args, parser: argparse.ArgumentParser):
@@ -380,7 +386,8 @@ def _resummary_criteria(args, parser: argparse.ArgumentParser):
         return None
     if not criteria.given:
         parser.error(
-            "--resummarize needs at least one filter: --model, --host, --code-version, --tier, --verdict, --fidelity-below"
+            "--resummarize needs at least one filter: --model, --host, --code-version, --tier, --verdict, "
+            "--fidelity-below, --origin"
         )
     return criteria
 
@@ -389,7 +396,7 @@ def resummarize(settings: Settings, criteria, record: bool) -> dict:
     """`plan --resummarize` (`record` off): the selected summaries priced; `sweep --resummarize`:
     their requests recorded, for this sweep and the sensor's ticks to take after new work."""
     from pipelines.resummary import plan_resummaries, record_resummaries
-    from pipelines.selection import hosts_in_rotation
+    from resources.host_views import hosts_in_rotation
 
     store = _store(settings)
     if record:
@@ -398,18 +405,27 @@ def resummarize(settings: Settings, criteria, record: bool) -> dict:
     return plan_resummaries(store, settings.fleet, criteria, available)
 
 
+def _sweep_command(args, settings: Settings, output: Output) -> dict:
+    """`sweep`, or `sweep --drain` within one budget for the whole drain (`pipelines.drain`)."""
+    if args.drain:
+        return drain(settings, output, args.limit, settings.sweep.model_seconds)
+    return sweep(settings, args.limit, output, args.session)
+
+
 def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, output: Output) -> dict | None:
     if args.command in search_cli.COMMANDS:
         return search_cli.run(args, settings, output)
     if args.command == "ingest":
         return ingest(settings, args.paths)
+    if args.command == "sweep" and args.drain and args.session:
+        parser.error("--drain takes the whole backlog: it takes no --session")
     if args.command in ("plan", "sweep") and (criteria := _resummary_criteria(args, parser)):
         requested = resummarize(settings, criteria, record=args.command == "sweep")
         if args.command == "plan":
             return requested
-        return {"resummary_requests": requested, **sweep(settings, args.limit, output, args.session)}
+        return {"resummary_requests": requested, **_sweep_command(args, settings, output)}
     if args.command == "sweep":
-        return sweep(settings, args.limit, output, args.session)
+        return _sweep_command(args, settings, output)
     if args.command == "digest":
         return digest(settings, args.limit, output)
     if args.command == "friction-report":
@@ -451,6 +467,11 @@ def main(argv: list[str] | None = None) -> None:
     p_sweep.add_argument(
         "--session", action="extend", nargs="+", default=[], metavar="ID",
         help="these sessions alone (ids or partition keys; repeatable), in their failure backoff too",
+    )  # fmt: skip
+    p_sweep.add_argument(
+        "--drain", action="store_true",
+        help="what the sensors would do, now: first summaries, the mini-summary backfill, upgrades, re-summaries "
+        "(--limit runs and DIGEST_SWEEP_MODEL_SECONDS of model time in all)",
     )  # fmt: skip
     p_plan = sub.add_parser("plan", help="what the next sweep would do, without calling a model")
     p_plan.add_argument("--limit", type=int, default=None, help="at most this many sessions")
@@ -495,7 +516,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         _prepare_home(settings)
         output = Output(as_json=getattr(args, "json", False))
-        result = _run_command(args, settings, parser, output)
+        # A sweep told to stop interrupts its run in hand and launches nothing more.
+        with stop_on_signals() if args.command in STOPPABLE else contextlib.nullcontext():
+            result = _run_command(args, settings, parser, output)
+            stopped = exit_code()
     except (SystemExit, KeyboardInterrupt):
         raise
     except Exception as exc:
@@ -511,6 +535,11 @@ def main(argv: list[str] | None = None) -> None:
         raise
     if result is not None:
         output.result(args.command, result)
+    if stopped:
+        raise SystemExit(stopped)
+    # A run that raised on its session's data is the sweep's own failure, not a model's (each run's line said why).
+    if args.command == "sweep" and result.get("run_errors"):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import logging
 import logging.handlers
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -64,10 +65,19 @@ def run_log_config(path: Path) -> dict:
 
 
 def _terminal(stream):
-    """The terminal, as a handle of its own: while a run executes, Dagster points file descriptors 1
+    """stderr (the terminal, or a pipe), as a handle of its own: while a run executes, Dagster points file descriptors 1
     and 2 at the run's compute log files, so through them the bar would stop redrawing (no longer a
     terminal) or land in those logs."""
     return os.fdopen(os.dup(stream.fileno()), "w", buffering=1, encoding="utf-8", errors="replace")
+
+
+def _stderr_console() -> Console:
+    """The person's lines on a handle of stderr's own (`_terminal`), so the progress line of a run
+    still going reaches them, not the run's compute log; plain stderr where it has no file descriptor."""
+    try:
+        return Console(file=_terminal(sys.stderr), highlight=False)
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return Console(stderr=True, highlight=False)
 
 
 def _duration(seconds: float) -> str:
@@ -91,10 +101,11 @@ def session_line(outcome: dict) -> str:
     key = outcome["partition"]
     if "nothing_to_do" in outcome:
         return f"- {key}  nothing to do: {outcome['nothing_to_do']}"
+    if outcome.get("interrupted"):
+        return f"✗ {key}  interrupted by {outcome['interrupted']} after {outcome['seconds']}s (run {outcome['run_id']})"
     if not outcome["success"]:
-        return (
-            f"✗ {key}  failed in {outcome['seconds']}s (run {outcome['run_id']}): see `session-digest ui` for its logs"
-        )
+        why = outcome.get("error") or "see `session-digest ui` for its logs"
+        return f"✗ {key}  failed in {outcome['seconds']}s (run {outcome['run_id']}): {why}"
     parts = [outcome.get(k) for k in ("route_reason", "source_tier") if outcome.get(k)]
     if outcome.get("verdict") not in (None, "ok", "none"):
         parts.append(f"junk: {outcome['verdict']}")
@@ -107,16 +118,44 @@ def session_line(outcome: dict) -> str:
     return f"✓ {key}  {'  '.join(parts)}  {outcome['seconds']}s"
 
 
+# Off a terminal, a run still going says so this often: a long model call is not a hang.
+PROGRESS_EVERY_S = 60.0
+
+
+class Ticker:
+    """A line every `every_s` while one run runs: its session, what it does, how long so far."""
+
+    def __init__(self, output: Output, title: str, key: str, estimate: float | None, every_s: float):
+        self.output, self.title, self.key, self.estimate = output, title, key, estimate
+        self.started, self.done = time.monotonic(), threading.Event()
+        self.thread = threading.Thread(target=self._tick, args=(every_s,), name="run-progress", daemon=True)
+        self.thread.start()
+
+    def _tick(self, every_s: float) -> None:
+        while not self.done.wait(every_s):
+            planned = f" (plan ~{_duration(self.estimate)})" if self.estimate else ""
+            elapsed = _duration(time.monotonic() - self.started)
+            self.output.note(f"… {self.key}  {self.title}, {elapsed} so far{planned}")
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+
 class Sessions:
     """A sweep's sessions as they finish: a JSON line each (--json, as before), a plain line each (not
-    a terminal), or a line each above a bar with the plan's time left (a terminal)."""
+    a terminal) with a progress line while a long run runs, or a line each above a bar with the
+    plan's time left (a terminal)."""
 
-    def __init__(self, output: Output, estimates: list[float | None]):
-        self.output, self.estimates, self.index = output, estimates, 0
-        self.progress, self.task = None, None
+    def __init__(self, output: Output, estimates: list[float | None], title: str = "running"):
+        self.output, self.estimates, self.index, self.title = output, estimates, 0, title
+        self.progress, self.task, self.ticker = None, None, None
 
     def starting(self, key: str) -> None:
         if self.progress is None:
+            if not self.output.as_json:
+                estimate = self.estimates[self.index] if self.index < len(self.estimates) else None
+                self.ticker = Ticker(self.output, self.title, key, estimate, self.output.progress_every_s)
             return
         estimate = self.estimates[self.index]
         planned = None if estimate is None else sum(e or 0.0 for e in self.estimates[self.index + 1 :])
@@ -128,7 +167,13 @@ class Sessions:
             current_started=time.monotonic(),
         )
 
+    def stop_ticker(self) -> None:
+        if self.ticker is not None:
+            self.ticker.stop()
+            self.ticker = None
+
     def finished(self, outcome: dict) -> None:
+        self.stop_ticker()
         self.index += 1
         if self.output.as_json:
             print(json.dumps(outcome), file=sys.stderr, flush=True)
@@ -142,14 +187,10 @@ class Sessions:
 class Output:
     """Where and how one command prints: chosen once, from `--json` and whether stderr is a terminal."""
 
-    def __init__(self, as_json: bool):
-        self.as_json = as_json
+    def __init__(self, as_json: bool, progress_every_s: float = PROGRESS_EVERY_S):
+        self.as_json, self.progress_every_s = as_json, progress_every_s
         self.out = Console(highlight=False)
-        self.err = (
-            Console(file=_terminal(sys.stderr), highlight=False)
-            if sys.stderr.isatty()
-            else Console(stderr=True, highlight=False)
-        )
+        self.err = _stderr_console()
 
     def note(self, text: str) -> None:
         """A line for the person (not for --json readers, whose stdout stays JSON)."""
@@ -159,9 +200,12 @@ class Output:
     @contextlib.contextmanager
     def sessions(self, title: str, estimates: list[float | None]):
         """`estimates`: the plan's model seconds of each session in run order (None: no estimate)."""
-        reporter = Sessions(self, estimates)
+        reporter = Sessions(self, estimates, title)
         if self.as_json or not self.err.is_terminal or not estimates:
-            yield reporter
+            try:
+                yield reporter
+            finally:  # a run that raised (a second Ctrl-C) leaves no ticker behind
+                reporter.stop_ticker()
             return
         columns = [
             SpinnerColumn(),
@@ -339,7 +383,9 @@ def _render_resummary_plan(console: Console, result: dict) -> None:
 
 
 def _render_sweep(console: Console, result: dict) -> None:
-    console.print(_fields(result, skip=("runs",)))  # each run had its line as it finished
+    # Each run had its line as it finished: a drain's lists are counted here.
+    counted = {k: len(v) if k in ("summary_runs", "mini_summary_runs") else v for k, v in result.items()}
+    console.print(_fields(counted, skip=("runs",)))
 
 
 def _render_demo(console: Console, result: dict) -> None:

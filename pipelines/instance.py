@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from digest.settings import Settings
-from pipelines.tags import MODEL_HOST_TAG
+from digest.tags import MODEL_HOST_TAG
 
 MARKER = "# Written by session-digest."
 PG_URL_ENV = "DIGEST_DAGSTER_PG_URL"

@@ -1,22 +1,23 @@
 """Runs whose process died (SIGKILL, the OOM killer, a reboot). Dagster would show them running for
 ever: the sensors would never relaunch their partitions, and their `model` pool slot would block
 every later model run. The default run launcher cannot tell a dead run worker from a live one, so
-each run worker tags its run with its host and process (`worker_tags`: the store resource adds them
+each run worker tags its run with its host and process (`resources.worker.worker_tags`: the store resource adds them
 when the run starts; the CLI sets them already when it creates its in-process runs), and
 `close_interrupted_runs` (the `interrupted_runs_sensor` and every CLI
 sweep) closes the runs whose process is gone."""
 
 from __future__ import annotations
 
-import os
 import socket
-from pathlib import Path
 
 from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
 
+from assets.sessions import summary_record_metadata
+from assets.work.sessions import run_cost
+from digest.tags import HOST_TAG, PID_STARTED_TAG, PID_TAG
 from digest.turns import partition_key
-from pipelines.tags import HOST_TAG, PID_STARTED_TAG, PID_TAG
 from resources.store import DigestStore
+from resources.worker import process_alive
 
 IN_FLIGHT = [
     DagsterRunStatus.QUEUED,
@@ -26,44 +27,11 @@ IN_FLIGHT = [
 ]
 
 
-def _process_start_ticks(pid: int) -> str | None:
-    """Field 22 of /proc/<pid>/stat: clock ticks after boot. None where there is no /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces; the fields after its closing paren do not.
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def worker_tags() -> dict[str, str]:
-    pid = os.getpid()
-    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(pid)}
-    started = _process_start_ticks(pid)
-    if started is not None:
-        tags[PID_STARTED_TAG] = started
-    return tags
-
-
-def _process_alive(pid: int, started: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        pass
-    return started is None or _process_start_ticks(pid) == started
-
-
 def record_summaries(instance: DagsterInstance, store: DigestStore, rows: list[dict], note: str) -> int:
     """Tell Dagster about summaries DuckDB holds that no run of it materialized (restored from a
     bundle, or written by a run killed before it could say so), so the asset page matches the store:
     the metadata a summary run records (`summary_record_metadata`), its cost where the ledger has
     its run's calls, and `note`."""
-    # Here, not at the top: the store resource (`resources.bindings`) imports this module's `worker_tags`.
-    from assets.sessions import summary_record_metadata
-    from assets.work.sessions import run_cost
-
     for row in rows:
         cost = run_cost(store, row["session_id"], row["run_id"]) if row["run_id"] else None
         known = cost is not None and (cost.calls or cost.cached)
@@ -85,7 +53,7 @@ def close_interrupted_runs(instance: DagsterInstance, store: DigestStore) -> lis
     host = socket.gethostname()
     runs = instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT, tags={HOST_TAG: host}))
     dead = [
-        r for r in runs if PID_TAG in r.tags and not _process_alive(int(r.tags[PID_TAG]), r.tags.get(PID_STARTED_TAG))
+        r for r in runs if PID_TAG in r.tags and not process_alive(int(r.tags[PID_TAG]), r.tags.get(PID_STARTED_TAG))
     ]
     written = {row["run_id"]: row for row in store.summaries.summaries_where("run_id", [run.run_id for run in dead])}
     for run in dead:

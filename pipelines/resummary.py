@@ -7,16 +7,16 @@ from dagster import Config, Failure, OpExecutionContext, Output, job, op
 from pydantic import Field
 
 from digest.prompts import SUMMARY_CODE_VERSION
-from digest.resummary import ANY_JUNK, NOT_CURRENT, ResummaryCriteria
+from digest.resummary import ANY_JUNK, NOT_CURRENT, ORIGINS, ResummaryCriteria
 from resources.bindings import DigestStoreResource
 from resources.store import DigestStore
 
-CRITERIA_NAMES = "model, host, code_version, tier, verdict, fidelity_below"
+CRITERIA_NAMES = "model, host, code_version, tier, verdict, fidelity_below, origin"
 
 
 def selected(store: DigestStore, criteria: ResummaryCriteria) -> list[dict]:
-    """The current generated summaries the criteria select; at least one criterion is needed, so a
-    forgotten filter does not ask for every summary again."""
+    """The current summaries the criteria select (generated ones unless `origin` says otherwise); at
+    least one criterion is needed, so a forgotten filter does not ask for every summary again."""
     if not criteria.given:
         raise ValueError(f"a re-summary needs at least one criterion ({CRITERIA_NAMES})")
     return store.resummaries.matching(criteria, SUMMARY_CODE_VERSION)
@@ -69,12 +69,17 @@ class ResummaryConfig(Config):
         default=None, description=f"a verdict (ok, echo, template, ...), or `{ANY_JUNK}`: any but ok"
     )
     fidelity_below: float | None = Field(default=None, description="fidelity under this score (0-1)")
+    origin: str | None = Field(
+        default=None,
+        description=f"{', '.join(ORIGINS)}: summaries of this origin (unset: generated; an imported one is the "
+        "export's word, made again only when asked for)",
+    )
 
 
 @op(description="Record a re-summary request for each current summary the filters select.")
 def record_resummary_requests(context: OpExecutionContext, config: ResummaryConfig, store: DigestStoreResource):
-    criteria = ResummaryCriteria.of(config.model_dump())
     try:
+        criteria = ResummaryCriteria.of(config.model_dump())
         recorded = record_resummaries(store.store(), criteria)
     except ValueError as exc:
         raise Failure(str(exc)) from None

@@ -7,7 +7,7 @@ and the run goes to that host (`assets.work.runs.place_run` reads the tag).
 
 It runs in the process that submits (the webserver, the daemon for a backfill), where the store
 may be busy with another process's write: it waits for the file a moment at most, and a run it
-cannot place is queued untagged (it places itself when it starts, outside the per-host limit),
+cannot place goes on the first declared host (`unplaced_tags`), held by that host's run limit,
 with a line in this process's log saying so."""
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from dagster._core.run_coordinator.queued_run_coordinator import QueuedRunCoordi
 
 from digest.scheduling import now_ms
 from digest.settings import load_settings
+from digest.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG
 from pipelines.jobs import digest_job, fill_mini_summaries_job, summarize_job
-from pipelines.selection import closed_hosts, named_sessions_batch
+from pipelines.selection import named_sessions_batch
 from pipelines.sensors import spread_over_hosts, summary_run_tags
-from pipelines.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG
+from resources.host_views import closed_hosts
 from resources.store import DigestStore, StoreFile
 
 # How long a submission waits for the store's file (another process's write) before it gives up
@@ -43,11 +44,16 @@ class HostPlacingRunCoordinator(QueuedRunCoordinator):
         if MODEL_HOST_TAG not in run.tags and run.tags.get(PARTITION_TAG) and model_assets(run):
             try:
                 tags = placement_tags(self._instance, run)
-            except Exception as exc:  # the store busy or unreadable, the settings broken: queue it as it is
-                tags = {}
+            except Exception as exc:  # the store busy or unreadable, the settings broken
+                tags = unplaced_tags(exc)
+                where = (
+                    f"on the first declared model host {tags[MODEL_HOST_TAG]!r}, held by its run limit"
+                    if tags
+                    else "without a model host tag, outside the per-host run limit"
+                )
                 self._logger.warning(
-                    f"run {run.run_id} (partition {run.tags[PARTITION_TAG]!r}) queued without a model host "
-                    f"tag, outside the per-host run limit: placing it failed: {exc!r}"
+                    f"run {run.run_id} (partition {run.tags[PARTITION_TAG]!r}) queued {where}: "
+                    f"placing it failed: {exc!r}"
                 )
             if tags:
                 self._instance.add_run_tags(run.run_id, tags)
@@ -60,6 +66,17 @@ def model_assets(run: DagsterRun) -> set[str]:
     if run.asset_selection is None:
         return {JOB_MODEL_ASSETS[run.job_name]} if run.job_name in JOB_MODEL_ASSETS else set()
     return {key.to_user_string() for key in run.asset_selection} & {SUMMARY, MINI_SUMMARIES, GRAPH}
+
+
+def unplaced_tags(error: Exception) -> dict[str, str]:
+    """A run that could not be placed (the store busy) goes on the first declared host, whose run
+    limit holds it like any other: no reading of the store is needed. Empty when the settings
+    themselves do not load (then no host is known)."""
+    try:
+        host = load_settings(os.environ).fleet.host().name
+    except Exception:
+        return {}
+    return {MODEL_HOST_TAG: host, MODEL_HOST_REASON_TAG: f"the first declared host: placing the run failed ({error!r})"}
 
 
 def placement_tags(instance, run: DagsterRun) -> dict[str, str]:

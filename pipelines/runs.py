@@ -11,8 +11,9 @@ from pathlib import Path
 
 from digest.scheduling import now_ms
 from digest.settings import Settings
+from digest.tags import EXPLICIT_TAG, ROUTE_TAG, SWEEP_TAG
 from pipelines.console import Output, run_log_config, run_log_file
-from pipelines.tags import EXPLICIT_TAG, ROUTE_TAG, SWEEP_TAG
+from pipelines.stopping import stop_requested
 
 
 def log_path(settings: Settings) -> Path:
@@ -101,18 +102,32 @@ def _store(settings: Settings):
     return store
 
 
-def _selection(settings: Settings, limit: int | None, exclude: set[str] = frozenset(), probe: bool = True, named=None):
+def _selection(
+    settings: Settings,
+    limit: int | None,
+    exclude: set[str] = frozenset(),
+    probe: bool = True,
+    named=None,
+    model_seconds: float | None = None,
+    first_only: bool = False,
+):
     """The sweep's selection; `probe` off (`plan`): a half-open host's probe is looked at, not taken;
-    `named`: these session ids alone (`sweep --session`)."""
-    from pipelines.selection import hosts_in_rotation, named_sessions_batch, next_summary_batch
+    `named`: these session ids alone (`sweep --session`); `model_seconds`: the model-time budget, when
+    not the sweep's (what a drain has left); `first_only`: first summaries alone, no upgrade or re-summary."""
+    from pipelines.selection import named_sessions_batch, next_summary_batch
+    from resources.host_views import hosts_in_rotation
 
     store, now, fleet = _store(settings), now_ms(), settings.fleet
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
+    if model_seconds is not None:
+        policy = dataclasses.replace(policy, model_seconds=model_seconds)
     available, probing = hosts_in_rotation(store, fleet, settings.circuit, now)
     if named is not None:
         return named_sessions_batch(store, fleet, named, available=available, exclude=exclude)
     circuit = settings.circuit if probe else None
-    return next_summary_batch(store, fleet, policy, now, exclude, available=available, probing=probing, circuit=circuit)
+    return next_summary_batch(
+        store, fleet, policy, now, exclude, available=available, probing=probing, circuit=circuit, later=not first_only
+    )
 
 
 def _run_partitions(
@@ -130,9 +145,9 @@ def _run_partitions(
     assets it names; the embedded model starts once for all.
     `estimates`: the plan's model seconds of each, for the progress bar.
     `nothing_to_do(key, tags)`: why a partition needs no run any more, asked just before its run."""
-    from pipelines.interrupted_runs import worker_tags
     from pipelines.jobs import requested_job
     from pipelines.sensors import register_partitions
+    from resources.worker import worker_tags
 
     outcomes = []
     if not todo:
@@ -145,9 +160,12 @@ def _run_partitions(
         "digest_sessions": "digesting",
         "fill_mini_summaries": "filling mini summaries",
     }[job_name]
+    # The embedded server outlives every run of the batch: it stops only once no run will use it.
     with _model_url(settings, output) as run_settings, output.sessions(title, estimates) as progress:
         job = _job(run_settings, job_name)
         for request in todo:
+            if stop_requested():  # a stopped sweep launches nothing more
+                break
             key, started = request.partition_key, time.monotonic()
             progress.starting(key)
             tags = {SWEEP_TAG: "cli", **request.tags, **process}
@@ -159,6 +177,10 @@ def _run_partitions(
                 continue
             result = _execute(run_settings, instance, requested_job(job, request), partition_key=key, tags=tags)
             outcome = {"partition": key, "run_id": result.run_id, "success": result.success}
+            if not result.success:
+                outcome.update(run_failure(result))
+            if not result.success and stop_requested():  # Dagster raised the signal in the run's step
+                outcome["interrupted"] = stop_requested()
             for event in result.asset_materializations_for_node(asset):
                 meta = event.metadata
                 outcome.update(
@@ -180,13 +202,21 @@ def _run_partitions(
     return outcomes
 
 
-def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[str] = ()) -> dict:
+def sweep(
+    settings: Settings,
+    limit: int | None,
+    output: Output,
+    sessions: list[str] = (),
+    model_seconds: float | None = None,
+    first_only: bool = False,
+) -> dict:
     """Runs that died mid-sweep are closed, and summaries their model calls finished (staged in
     DuckDB) are written first, with no model call. Then the summary sensor's selection and budget,
     run now: one Dagster run per session. A session another sweep running at the same time has
     summarized meanwhile gets no run, or its run no model call (counted in `nothing_to_do`).
     `sessions` (ids or partition keys): those alone, outside the budget, the churn gate and their
-    failure backoff; one already summarized at its current turns, and not due an upgrade, gets no run."""
+    failure backoff; one already summarized at its current turns, and not due an upgrade, gets no run.
+    `model_seconds`, `first_only`: a drain's (`_selection`)."""
     from dagster import RunRequest
 
     from assets.work.sessions import nothing_to_summarize
@@ -209,8 +239,10 @@ def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[
         return nothing_to_summarize(standing, tags, now_ms())
 
     recovered = close_interrupted_runs(instance, store)
-    staged = store.cache.staged_summary_keys()
-    selection = _selection(settings, limit, exclude=set(staged), named=named)
+    staged = store.cache.staged_summary_keys(now_ms())
+    selection = _selection(
+        settings, limit, exclude=set(staged), named=named, model_seconds=model_seconds, first_only=first_only
+    )
     todo = [RunRequest(partition_key=key, tags={ROUTE_TAG: "staged"}) for key in staged]
     todo += [summary_run_request(item, {EXPLICIT_TAG: "cli"} if named else None) for item in selection.batch]
     # A staged replay calls no model.
@@ -226,6 +258,8 @@ def sweep(settings: Settings, limit: int | None, output: Output, sessions: list[
         "interrupted_runs_closed": recovered,
         "staged_replayed": staged,
         "summarized": sum(o["success"] and "nothing_to_do" not in o for o in outcomes),
+        "failed": sum(not o["success"] for o in outcomes),
+        "run_errors": run_errors(outcomes),
         "upgrades": selection.upgrades,  # runs planned as upgrades: degraded summaries made again at a higher step
         "resummaries": selection.resummaries,  # runs planned as re-summaries asked for (`--resummarize`)
         "nothing_to_do": sum("nothing_to_do" in o for o in outcomes),
@@ -288,27 +322,24 @@ def friction_report(settings: Settings) -> dict:
     return {"run_id": result.run_id, **{k: v.value for k, v in events[0].metadata.items() if k != "report"}}
 
 
-def fill_degraded_mini_summaries(settings: Settings, output: Output) -> list[dict]:
-    """What `mini_summary_sensor` launches in turn, run now for the sessions headed for the degraded
-    path (their mini summaries reach their summary; no backoff is ignored): one run each."""
-    from dagster import RunRequest
+def run_failure(result) -> dict:
+    """Why a run failed: `error`, its step's error in a line (a `Failure`'s description, or the
+    exception), and `symptom` where the failure names one (`run-error`: it raised on its session's data)."""
+    for event in result.all_events:
+        if event.is_step_failure:
+            data = event.step_failure_data
+            failure = data.user_failure_data
+            message = ((failure and failure.description) or data.error.message or data.error.cls_name or "").strip()
+            symptom = (failure.metadata or {}).get("symptom") if failure else None
+            return {
+                "error": message.splitlines()[0] if message else "unknown error",
+                **({"symptom": str(symptom.value)} if symptom is not None else {}),
+            }
+        if event.is_run_failure and event.event_specific_data and event.event_specific_data.error:
+            return {"error": event.event_specific_data.error.message.strip().splitlines()[0]}
+    return {"error": "the run failed; see `session-digest ui` for its logs"}
 
-    store = _store(settings)
-    keys = store.mini_summaries.pending_degraded_mini_summary_keys(settings.fleet.measured_limits(store), now_ms())
-    todo = [RunRequest(partition_key=key) for key in keys]
-    return _run_partitions(
-        settings, _instance(), store, "fill_mini_summaries", todo, "turn_mini_summaries", output, [None] * len(keys)
-    )
 
-
-def drain(settings: Settings, output: Output) -> tuple[list[dict], list[dict]]:
-    """The backlog's runs now, in the sensors' order, until nothing is left: every session's first
-    summary, then the degraded ones' missing mini summaries, then their upgrades (`demo`, the bench)."""
-    runs, mini_summary_runs = [], []
-    while True:
-        while batch := sweep(settings, None, output)["runs"]:  # one budgeted sweep after another
-            runs.extend(batch)
-        filled = fill_degraded_mini_summaries(settings, output)
-        mini_summary_runs.extend(filled)
-        if not any(run.get("mini_summaries") for run in filled):  # none left, or no progress: done
-            return runs, mini_summary_runs
+def run_errors(outcomes: list[dict]) -> int:
+    """The runs that raised on their session's data (`run-error`): not a model's failure, a sweep's own."""
+    return sum(o.get("symptom") == "run-error" for o in outcomes)

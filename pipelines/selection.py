@@ -5,12 +5,11 @@ the model host each one goes to."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from digest.circuit import CircuitPolicy, CircuitState
+from digest.circuit import CircuitPolicy
 from digest.hosts import Assignment, Fleet, HostView, assign_batch, assign_host
 from digest.scheduling import (
-    DEFAULT_SECONDS_PER_TOKEN,
     Candidate,
     SweepPolicy,
     choose_batch,
@@ -18,6 +17,7 @@ from digest.scheduling import (
     upgrade_due,
 )
 from digest.synthesis import Route
+from resources.host_views import host_views
 from resources.store import DigestStore
 
 # How many of the newest and oldest eligible sessions to size up per tick: enough to fill the
@@ -39,11 +39,21 @@ class SweepSelection:
     upgrades: int = 0  # of the batch, current degraded summaries made again (`Candidate.summary_step`)
     in_flight: int = 0  # past both gates, but queued or running already
     resummaries: int = 0  # of the batch, re-summaries asked for (`Candidate.resummary`)
+    # With nothing pending: upgrades and re-summaries the gates hold back (`Summaries.held_later_work`).
+    held_later: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def skip_reason(self) -> str | None:
         if self.batch:
             return None
+        held = {kind: n for kind, n in self.held_later.items() if n["active"] or n["backing_off"]}
+        if not self.pending and held:
+            waits = "; ".join(
+                f"{n['active'] + n['backing_off']} {kind.replace('resummaries', 're-summaries')} "
+                f"({n['active']} active within the idle window, {n['backing_off']} in failure backoff)"
+                for kind, n in held.items()
+            )
+            return f"no session needs a first summary; waiting behind the gates: {waits}"
         if not self.pending:
             return "no session needs a summary"
         if not self.seconds_per_token:
@@ -57,44 +67,6 @@ class SweepSelection:
         )
 
 
-def host_views(
-    store: DigestStore, fleet: Fleet, available: list[str], queued_s: Mapping[str, float]
-) -> tuple[list[HostView], dict[str, bool]]:
-    """What the assignment knows of each available host: its bounds (with its measured bytes per
-    token), its measured speed (seconds per estimated token over its recent calls, else the
-    CPU-class default) and its queue."""
-    views, measured = [], {}
-    for name in available:
-        speed = store.speed.seconds_per_token(fleet.host(name).model, host=name)
-        measured[name] = speed is not None
-        views.append(
-            HostView(
-                fleet.host(name),
-                fleet.measured_limits(store, name),
-                speed or DEFAULT_SECONDS_PER_TOKEN,
-                queued_s.get(name, 0.0),
-            )
-        )
-    return views, measured
-
-
-def hosts_in_rotation(store: DigestStore, fleet: Fleet, policy: CircuitPolicy, now_ms: int):
-    """(the hosts a run may go to now, those of them half-open): a host whose circuit is open is
-    out of rotation; a half-open one is in for its one probe run (taken by `next_summary_batch`
-    when it places a session there). Only reads."""
-    available = store.hosts.available_hosts(fleet.names, now_ms, policy, probe=False)
-    circuits = store.hosts.host_circuits()
-    probing = [n for n in available if n in circuits and circuits[n].state(now_ms) == CircuitState.HALF_OPEN]
-    return available, probing
-
-
-def closed_hosts(store: DigestStore, fleet: Fleet, policy: CircuitPolicy, now_ms: int) -> list[str]:
-    """The hosts whose circuit is closed: where mini-summary and graph runs go (a half-open host's
-    one probe is the summary sensor's to take)."""
-    available, probing = hosts_in_rotation(store, fleet, policy, now_ms)
-    return [name for name in available if name not in probing]
-
-
 def next_summary_batch(
     store: DigestStore,
     fleet: Fleet,
@@ -105,12 +77,14 @@ def next_summary_batch(
     available: list[str] | None = None,
     probing: Sequence[str] = (),
     circuit: CircuitPolicy | None = None,
+    later: bool = True,
 ) -> SweepSelection:
     """`exclude`: partition keys already queued or running; `queued_s`: the estimated model
     seconds queued or running on each host; `available`: the hosts in rotation (default: all);
     `probing`: those of them half-open, which get one run, their probe. With `circuit`, the probe
     of a host a session is placed on is taken (a session whose probe another tick took first is
-    left for later); without (`plan`), nothing is taken.
+    left for later); without (`plan`), nothing is taken. `later` off: first summaries alone, no
+    upgrade or re-summary (a drain's first pass: those come after the mini-summary backfill).
 
     The sweep's budget (`max_sessions`, `model_seconds`) is per available host: N hosts take N
     times the work a tick."""
@@ -126,17 +100,19 @@ def next_summary_batch(
     )
     out_of_rotation, _ = host_views(store, fleet, [n for n in fleet.names if n not in available], {})
     alone, waiting = sized_alone(queue["candidates"], views, out_of_rotation, exclude)
-    if not alone:
+    if not alone and later:
         # First summaries first: a degraded summary is made again only when no session waits for its
         # first (or a stale one's), so new sessions never queue behind upgrades.
         upgrades = store.summaries.upgrade_queue(now_ms, policy.idle_window_s, policy.max_sessions * LOOKAHEAD * scale)
         alone, _ = sized_alone(upgrades, views, out_of_rotation, exclude)
-    if not alone:
+    if not alone and later:
         # Re-summaries asked for (`sweep --resummarize`) last: after new work and upgrades.
         resummaries = store.resummaries.resummary_queue(
             now_ms, policy.idle_window_s, policy.max_sessions * LOOKAHEAD * scale
         )
         alone, _ = sized_alone(resummaries, views, out_of_rotation, exclude)
+    # Nothing to launch and nothing pending: say what later work waits behind the gates, if any.
+    held = store.summaries.held_later_work(now_ms, policy.idle_window_s) if not alone and not queue["pending"] else {}
     budget = replace(policy, max_sessions=policy.max_sessions * scale, model_seconds=policy.model_seconds * scale)
     chosen = [item.candidate for item in choose_batch([a.planned for a in alone], budget)]
     batch = assign_batch(chosen, views, at_most={name: 1 for name in probing})
@@ -156,6 +132,7 @@ def next_summary_batch(
         in_flight=queue["in_flight"],
         upgrades=sum(a.candidate.summary_step is not None for a in batch),
         resummaries=sum(a.candidate.resummary for a in batch),
+        held_later=held,
     )
 
 

@@ -35,10 +35,7 @@ from digest.backoff import doubling_backoff_s
 from digest.hosts import estimated_seconds
 from digest.ingest import discover
 from digest.scheduling import now_ms
-from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
-from pipelines.jobs import SWEEP_RUN_ASSETS, digest_job, fill_mini_summaries_job, ingest_job, summarize_job
-from pipelines.selection import closed_hosts, hosts_in_rotation, next_summary_batch
-from pipelines.tags import (
+from digest.tags import (
     BUDGET_TAG,
     ESTIMATED_S_TAG,
     FILES_TAG,
@@ -51,6 +48,9 @@ from pipelines.tags import (
     SWEEP_TAG,
     UPGRADE_TAG,
 )
+from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
+from pipelines.jobs import SWEEP_RUN_ASSETS, digest_job, fill_mini_summaries_job, ingest_job, summarize_job
+from pipelines.selection import next_summary_batch
 from resources.bindings import (
     ChatModelResource,
     CircuitPolicyResource,
@@ -60,6 +60,7 @@ from resources.bindings import (
     MiniSummaryPolicyResource,
     SweepPolicyResource,
 )
+from resources.host_views import closed_hosts, hosts_in_rotation
 
 # A file modified more recently than this may still be being copied in.
 SETTLE_S = 5.0

@@ -4,6 +4,7 @@ declared with `configured_by` (its variable, and its doc for the UI's Resources 
 are bound where the definitions are built (`pipelines.definitions`)."""
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -19,13 +20,13 @@ from digest.scheduling import SweepPolicy
 from digest.settings import setting_of
 from digest.settings_fleet import build_fleet
 from digest.synthesis import Limits
-from pipelines.interrupted_runs import worker_tags
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
 from resources.model_clients.embeddings import EmbeddingClient, embedding_client
 from resources.model_clients.progress import CallProgress
 from resources.response_cache import CachedChatClient
 from resources.store import DigestStore
+from resources.worker import worker_tags
 
 
 def configured_by(env: str, field: str | None = None) -> Any:
@@ -54,6 +55,21 @@ class DigestStoreResource(ConfigurableResource):
         store = DigestStore(self.db_path)
         store.migrate_once()  # every sensor tick and check calls this: no write transaction each time
         return store
+
+
+@dataclass(frozen=True)
+class RunHost:
+    """The model host one run's calls go to, resolved once for the run: its spec, its bounds (with
+    what its ledger measures), its client and the pacer of its call deadlines."""
+
+    spec: HostSpec
+    limits: Limits
+    client: ChatClient
+    pacer: Pacer
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
 
 class ChatModelResource(ConfigurableResource):
@@ -101,9 +117,27 @@ class ChatModelResource(ConfigurableResource):
     def pacer(self, store: DigestStore, host: str | None, first_timeout_s: float) -> Pacer:
         """One run's call deadlines on `host`, from its measured speed (`digest.pacing`);
         `first_timeout_s`, the stage's configured timeout, where nothing is measured yet."""
-        spec = self.fleet().host(host)
+        return self._pacer(store, self.fleet().host(host), first_timeout_s)
+
+    def _pacer(self, store: DigestStore, spec: HostSpec, first_timeout_s: float) -> Pacer:
         policy = PacingPolicy(ceiling_s=self.call_ceiling_s, raw_call_target_s=self.raw_call_target_s)
         return Pacer.for_host(policy, first_timeout_s, store.speed.host_samples(spec.name, spec.model))
+
+    def run_host(
+        self,
+        store: DigestStore,
+        spec: HostSpec,
+        limits: Limits,
+        session: tuple[str, str] | None = None,
+        progress: CallProgress | None = None,
+        first_timeout_s: float | None = None,
+    ) -> RunHost:
+        """The host a run was placed on (its spec and bounds, from the fleet the placement read),
+        with its client behind the response cache (`client`) and its pacer (`first_timeout_s`: the
+        stage's configured timeout, default the bounds' own): nothing resolved again."""
+        client = self._client(store, spec, session, progress)
+        pacer = self._pacer(store, spec, limits.timeout_s if first_timeout_s is None else first_timeout_s)
+        return RunHost(spec, limits, client, pacer)
 
     def client(
         self,
@@ -119,6 +153,11 @@ class ChatModelResource(ConfigurableResource):
         spec = self.fleet().host(host)
         if store is None:
             return self._provider_client(spec, progress)
+        return self._client(store, spec, session, progress)
+
+    def _client(
+        self, store: DigestStore, spec: HostSpec, session: tuple[str, str] | None, progress: CallProgress | None
+    ) -> ChatClient:
         # Starting an embedded server takes seconds: not with a run's store connection held.
         starts_server = spec.provider == "embedded" and not spec.url and spec.name not in self._servers
         with store.file.released() if starts_server else nullcontext():

@@ -111,9 +111,12 @@ class EmbeddedServer:
             "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
         ]  # fmt: skip
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        # A session of its own: a Ctrl-C at the terminal reaches the sweep (which stops after its run in
+        # hand, `pipelines.stopping`), not the server its run is talking to; it still dies with its parent.
         self._process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent
-        )
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent,
+            start_new_session=True,
+        )  # fmt: skip
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

@@ -17,10 +17,12 @@ from resources.store import DigestStore
 TIERS = {
     # unit: pure functions, a DuckDB file, a local HTTP server; no Dagster run, no subprocess
     "test_call_progress": "unit",
+    "test_run_progress": "unit",
     "test_circuit": "unit",
     "test_cost": "unit",
     "test_covered_turns": "unit",
     "test_hosts": "unit",
+    "test_layers": "unit",
     "test_model_clients": "unit",
     "test_pacing": "unit",
     "test_revision": "unit",
@@ -60,6 +62,7 @@ TIERS = {
     "test_redaction_runs": "integration",
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
+    "test_drain": "integration",
     "test_cost_runs": "integration",
     "test_friction_report": "integration",
     "test_full_disk": "integration",

@@ -259,6 +259,9 @@ def test_replace_touches_only_the_bundles_sessions_and_tables(tmp_path, server):
     assert titles == {"small": GOOD_SUMMARY["title"], "big": "changed since"}
     assert store.query("SELECT count(*) AS n FROM rejects")["n"][0] == 1
     assert result["outcome"].summaries_restored == ["small"]
+    # The summary the restore replaced is kept, saying what replaced it (issue 36).
+    history = store.query("SELECT session_id, title, replaced_by_run FROM summary_history").values.tolist()
+    assert history == [["small", "changed since", f"restore of archive {archive['archive_id']}"]]
 
 
 def test_merge_adds_what_is_missing_and_keeps_what_is_there(tmp_path, server):

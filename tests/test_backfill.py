@@ -19,8 +19,8 @@ from dagster._core.storage.tags import BACKFILL_ID_TAG
 
 from digest.ingest import ingest_paths
 from digest.settings import load_settings
+from digest.tags import MODEL_HOST_TAG
 from pipelines.definitions import build_definitions
-from pipelines.tags import MODEL_HOST_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns

@@ -28,11 +28,7 @@ from digest.hosts import HostView, assign_batch
 from digest.ingest import ingest_paths
 from digest.scheduling import Candidate
 from digest.settings import load_settings
-from pipelines.definitions import build_definitions
-from pipelines.instance import write_instance_config
-from pipelines.jobs import requested_job
-from pipelines.sensors import inbox_sensor, summary_sensor
-from pipelines.tags import (
+from digest.tags import (
     BUDGET_TAG,
     ESTIMATED_S_TAG,
     FILES_TAG,
@@ -42,6 +38,10 @@ from pipelines.tags import (
     ROUTE_TAG,
     SWEEP_TAG,
 )
+from pipelines.definitions import build_definitions
+from pipelines.instance import write_instance_config
+from pipelines.jobs import requested_job
+from pipelines.sensors import inbox_sensor, summary_sensor
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns

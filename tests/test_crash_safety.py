@@ -30,9 +30,9 @@ from digest.model_api import ModelError
 from digest.settings import SettingsError, load_settings
 from digest.summary_output import response_json_schema
 from digest.synthesis import summarize_session
+from digest.tags import HOST_TAG, PID_TAG
 from pipelines.definitions import build_definitions
 from pipelines.instance import write_instance_config
-from pipelines.tags import HOST_TAG, PID_TAG
 from resources.bindings import ChatModelResource
 from resources.model_clients import OpenAIChatClient
 from resources.response_cache import CachedChatClient, usable_reply

@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg2
 import yaml
 
-from pipelines.tags import MODEL_HOST_TAG
+from digest.tags import MODEL_HOST_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns

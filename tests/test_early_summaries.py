@@ -11,11 +11,12 @@ import pytest
 from dagster import AssetKey, instance_for_test
 
 from digest.ingest import ingest_paths
-from digest.scheduling import COMPLETE_STEP, upgrade_due
+from digest.resummary import ResummaryCriteria
+from digest.scheduling import COMPLETE_STEP, now_ms, upgrade_due
 from digest.settings import load_settings
+from digest.tags import UPGRADE_TAG
 from pipelines.definitions import build_definitions
 from pipelines.jobs import default_run_config, requested_job
-from pipelines.tags import UPGRADE_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -236,3 +237,27 @@ def test_an_upgrade_judged_junk_keeps_the_ok_summary_and_is_not_tried_again_at_i
         assert (kept["title"], kept["verdict"], kept["run_id"]) == (first["title"], "ok", first["run_id"])
         assert kept["coverage_step"] == 1  # the step its upgrade was tried at
         assert backlog.tick().run_requests == [] and calls["summary"] == 2
+
+
+def test_the_summary_sensor_says_which_upgrades_and_resummaries_wait_behind_the_gates(tmp_path, instance):
+    """Issue 36: with no first summary owed, a tick that launches nothing names the upgrades and
+    re-summaries the idle window or a failure backoff holds back, not "no session needs a summary"."""
+    server, _ = _server()
+    with server:
+        backlog = Backlog(tmp_path, instance, server)
+        backlog.ingest("big", make_turns("big", TURNS, doc_bytes=400))
+        backlog.ingest("other", make_turns("other", 2))
+        assert sorted(backlog.sweep()) == ["big", "other"]
+        backlog.add_mini_summaries("big", range(TURNS))  # every turn: its upgrade is due
+        backlog.store.resummaries.record_requests(ResummaryCriteria(model="x"), ["other"])
+        with backlog.store.file.connect() as con:  # big active again, other failed at its turns
+            con.execute("UPDATE sessions SET last_activity_ms = ? WHERE session_id = 'big'", [now_ms()])
+        revision = backlog.store.sessions.session_by_partition("other")["input_revision"]
+        backlog.store.summaries.record_summary_failure("other", revision, "timeout", now_ms(), lambda n: 3600)
+        data = backlog.tick()
+    assert data.run_requests == []
+    assert data.skip_message == (
+        "no session needs a first summary; waiting behind the gates: "
+        "1 re-summaries (0 active within the idle window, 1 in failure backoff); "
+        "1 upgrades (1 active within the idle window, 0 in failure backoff)"
+    )

@@ -47,6 +47,8 @@ def test_a_sigkilled_parent_takes_the_embedded_server_with_it_and_leaves_no_temp
         started = json.loads(parent.stdout.readline())
         pid, url = started["pid"], started["url"]
         assert _alive(pid)
+        # A session of its own (issue 36): a Ctrl-C at the terminal reaches the sweep, not the server.
+        assert os.getsid(pid) == pid != os.getsid(parent.pid)
         assert list(tmp.iterdir()) == []  # the log is not in TMPDIR
         logs = list((home / "logs").glob("embedded-server-*.log"))
         assert len(logs) == 1, list(home.rglob("*"))

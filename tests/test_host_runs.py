@@ -6,9 +6,9 @@ from __future__ import annotations
 from dagster import build_sensor_context, instance_for_test
 
 from digest.settings import load_settings
+from digest.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG
 from pipelines.definitions import build_definitions
 from pipelines.sensors import register_partitions, summary_sensor
-from pipelines.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns

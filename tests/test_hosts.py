@@ -11,7 +11,8 @@ from digest.scheduling import Candidate, SweepPolicy
 from digest.settings import SettingsError, load_settings
 from digest.settings_fleet import DEFAULT_MODEL_NAMES
 from digest.synthesis import Route, SourceTier
-from pipelines.selection import hosts_in_rotation, next_summary_batch
+from pipelines.selection import next_summary_batch
+from resources.host_views import hosts_in_rotation
 from resources.store import DigestStore
 
 CPU_AND_GPU = """

@@ -192,6 +192,11 @@ def test_ours_at_the_current_turns_stays_and_ours_at_older_turns_gives_way(store
     rows = summaries_by_session(store)
     assert (rows["by-count"]["summary"], rows["by-count"]["origin"]) == ("ours", "generated")
     assert (rows["by-revision"]["summary"], rows["by-revision"]["origin"]) == ("Summary of by-revision.", "imported")
+    # The one that gave way is kept, saying an import replaced it (issue 36).
+    history = records(store, "SELECT session_id, summary, input_revision, replaced_by_run FROM summary_history")
+    assert history == [
+        {"session_id": "by-revision", "summary": "ours", "input_revision": STALE, "replaced_by_run": "import"}
+    ]
 
 
 def test_a_materialization_of_an_imported_summary_calls_no_model(tmp_path):

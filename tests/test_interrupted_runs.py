@@ -10,13 +10,13 @@ from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
 from digest.ingest import ingest_paths
 from digest.settings import load_settings
 from digest.synthesis import in_flight_attempt, summarize_session
+from digest.tags import HOST_TAG, PID_STARTED_TAG, PID_TAG
 from pipelines.definitions import build_definitions
-from pipelines.interrupted_runs import _process_start_ticks, worker_tags
 from pipelines.sensors import interrupted_runs_sensor
-from pipelines.tags import HOST_TAG, PID_STARTED_TAG, PID_TAG
 from resources.model_clients import OpenAIChatClient
 from resources.response_cache import CachedChatClient
 from resources.store import RunLedger
+from resources.worker import _process_start_ticks, worker_tags
 from tests.bundles import write_bundle
 from tests.conftest import dead_pid, make_limits, make_turns
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer

@@ -16,10 +16,10 @@ from digest.graph import GraphPolicy, after_failure, digest_session
 from digest.hosts import DEFAULT_HOST
 from digest.settings import load_settings
 from digest.synthesis import summarize_session
+from digest.tags import SWEEP_TAG
 from digest.turns import input_revision
 from pipelines.definitions import build_definitions
 from pipelines.sensors import register_partitions
-from pipelines.tags import SWEEP_TAG
 from resources.bindings import ChatModelResource
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle

@@ -17,14 +17,16 @@ from digest.prompts import SUMMARY_CODE_VERSION
 from digest.resummary import ANY_JUNK, KEPT_PREVIOUS, NOT_CURRENT, REPLACED, ResummaryCriteria, before_after
 from digest.scheduling import now_ms
 from digest.settings import load_settings
+from digest.tags import RESUMMARY_TAG
+from digest.turns import canonical_order, input_revision
 from pipelines.cli import main
 from pipelines.definitions import build_definitions
 from pipelines.jobs import default_run_config, requested_job
-from pipelines.tags import RESUMMARY_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
 from tests.model_server import FAITHFUL_SUMMARY, TEMPLATE_SUMMARY, Behaviour, ModelServer
+from tests.test_imported_summaries import exported_summary, write_summaries
 
 # Names one of the two files the sessions touch: ok, with a lower fidelity than FAITHFUL_SUMMARY.
 PARTIAL_SUMMARY = {**FAITHFUL_SUMMARY, "summary": "The agent refactored the grid row in src/grid/Row.mjs."}
@@ -235,6 +237,35 @@ def test_sweep_resummarize_after_a_model_change_goes_after_new_work_and_keeps_th
     html = (cli.store.path.parent / "friction-report.html").read_text()
     assert "Re-summaries: before and after" in html and "model-a" in html
     assert report["run_id"]
+
+
+def test_imported_summaries_are_selected_for_a_resummary_only_when_asked_and_then_replaced(cli_of):
+    """Issue 36: an imported summary is the export's word, left out of a re-summary unless the filters
+    ask for its origin; then the sweep makes it again and keeps the export's in `summary_history`."""
+    turns = make_turns("exported", 3)
+    revision = input_revision(canonical_order(turns))
+    with _server({"model-a": FAITHFUL_SUMMARY}) as server:
+        cli = cli_of(server)
+        folder = write_bundle(cli.tmp_path / "bundles" / "exported", turns)
+        write_summaries(folder, [exported_summary("exported", memoryCount=3, dreamInputRevision=revision)])
+        cli("ingest", str(folder))
+        assert cli.summaries()["exported"]["origin"] == "imported"
+        assert cli("plan", "--resummarize", "--tier", "raw")["matching"] == 0  # generated ones only
+        assert _partitions(cli("plan", "--resummarize", "--origin", "imported")) == ["exported"]
+        assert _partitions(cli("plan", "--resummarize", "--origin", "any", "--tier", "raw")) == ["exported"]
+        swept = cli("sweep", "--resummarize", "--origin", "imported")
+        assert swept["resummary_requests"]["recorded"] == 1
+        assert [r["partition"] for r in swept["runs"]] == ["exported"] and swept["resummaries"] == 1
+    row = cli.summaries()["exported"]
+    assert (row["origin"], row["model"], row["title"]) == ("generated", "model-a", FAITHFUL_SUMMARY["title"])
+    [kept] = cli.store.resummaries.history("exported")
+    assert (kept["origin"], kept["summary"], kept["replaced_by_run"]) == (
+        "imported",
+        "Summary of exported.",
+        row["run_id"],
+    )
+    [request] = cli.rows("SELECT outcome FROM resummary_requests")
+    assert request["outcome"] == REPLACED
 
 
 def test_a_junk_resummary_keeps_the_ok_summary_and_marks_the_request(cli_of):

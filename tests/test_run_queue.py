@@ -19,10 +19,10 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from assets.partitions import sessions_partitions
 from digest.ingest import ingest_paths
 from digest.settings import load_settings
+from digest.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, ROUTE_TAG, SWEEP_TAG
 from pipelines.definitions import build_definitions
 from pipelines.instance import write_instance_config
 from pipelines.run_coordinator import HostPlacingRunCoordinator
-from pipelines.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, ROUTE_TAG, SWEEP_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -96,7 +96,7 @@ def test_a_run_submitted_without_a_host_is_placed_and_tagged_as_the_sensors_befo
     assert _submit(instance, definitions, {MODEL_HOST_TAG: "cpu"}).tags[MODEL_HOST_TAG] == "cpu"
 
 
-def test_a_busy_store_queues_the_run_untagged_and_says_so(queue, caplog):
+def test_a_busy_store_queues_the_run_on_the_first_host_held_by_its_run_limit_and_says_so(queue, caplog):
     instance, definitions, settings = queue
     # Another process holds the file (an ingest's long write): DuckDB lets no other process open it.
     holder = subprocess.Popen(
@@ -111,6 +111,11 @@ def test_a_busy_store_queues_the_run_untagged_and_says_so(queue, caplog):
     finally:
         holder.kill()
         holder.wait()
-    assert run.status == DagsterRunStatus.QUEUED and MODEL_HOST_TAG not in run.tags
-    assert f"run {run.run_id} (partition 'big') queued without a model host tag" in caplog.text
+    # Issue 36: not outside the per-host limit, untagged; on the first declared host, which limits it.
+    assert run.status == DagsterRunStatus.QUEUED and run.tags[MODEL_HOST_TAG] == "cpu"
+    assert run.tags[MODEL_HOST_REASON_TAG].startswith("the first declared host: placing the run failed")
+    limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+    assert {"key": MODEL_HOST_TAG, "value": "cpu", "limit": 1} in limits
+    message = f"run {run.run_id} (partition 'big') queued on the first declared model host 'cpu', held by its run limit"
+    assert message in caplog.text
     assert "lock" in caplog.text.lower()

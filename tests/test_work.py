@@ -18,9 +18,9 @@ from digest.ingest import ingest_paths
 from digest.scheduling import now_ms
 from digest.settings import load_settings
 from digest.synthesis import in_flight_attempt
+from digest.tags import SWEEP_TAG
 from pipelines.definitions import build_definitions, build_resources
 from pipelines.sensors import register_partitions
-from pipelines.tags import SWEEP_TAG
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle
 from tests.conftest import make_limits, make_turns

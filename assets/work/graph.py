@@ -66,13 +66,11 @@ def digest_partition(
             blocked = f"already digested at its current turns (revision {revision})"
         if blocked:
             return GraphOutcome(session_id, not_digested=blocked, metadata={"input_revision": revision})
-        host = tagged_host(model, run)
-        limits = model.limits(host, store)
-        ledger = RunLedger(store, run.run_id, host=host, circuit=circuit)
+        on = tagged_host(store, model, run, policy.timeout_s)
+        ledger = RunLedger(store, run.run_id, host=on.name, circuit=circuit)
         result = digest_session(
-            turns, summary, model.client(store, host=host), limits, policy, ledger, chunk_store=ledger,
-            pacer=model.pacer(store, host, policy.timeout_s),
-        )  # fmt: skip
+            turns, summary, on.client, on.limits, policy, ledger, chunk_store=ledger, pacer=on.pacer
+        )
         if result.left_for_later:
             metadata = _part_digested(result, revision, policy)
             return GraphOutcome(session_id, not_digested=result.note, part_digested=True, metadata=metadata)
@@ -100,8 +98,8 @@ def digest_partition(
             "chunks_from_earlier_runs": result.chunks_resumed,
             "model_seconds": round(result.model_seconds, 2),
             "replies_cut_at_output_cap": built.cut_replies,
-            "prompt_window_tokens": prompt_window_tokens(limits, policy),
-            "chunk_content_budget_bytes": chunk_content_budget_bytes(limits, policy),
+            "prompt_window_tokens": prompt_window_tokens(on.limits, policy),
+            "chunk_content_budget_bytes": chunk_content_budget_bytes(on.limits, policy),
         },
     )
 

@@ -62,13 +62,14 @@ def fill_partition(
         elif backoff_until_ms is not None and backoff_until_ms > now_ms() and not ignore_backoff:
             log(f"session {session_id!r} made no progress last time; backing off until {iso(backoff_until_ms)}")
         else:
+            on = model.run_host(store, placement.spec, placement.limits, first_timeout_s=policy.timeout_s)
             report = fill_mini_summaries(
                 store.mini_summaries.pending_mini_summary_turns(session_id),
-                model.client(store, host=host),
-                placement.limits,
+                on.client,
+                on.limits,
                 policy,
                 MiniSummaryLedger(store, run.run_id, host=host, circuit=circuit),
-                pacer=model.pacer(store, host, policy.timeout_s),
+                pacer=on.pacer,
                 host_available=host_check(store, host),
             )
             if report.host_out_of_rotation:

@@ -7,15 +7,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from digest.hosts import assign_host
+from digest.hosts import HostSpec, assign_host
 from digest.scheduling import now_ms
 from digest.synthesis import Limits
-from pipelines.selection import host_views
-from pipelines.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, SWEEP_TAG
+from digest.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG, SWEEP_TAG
+from resources.host_views import host_views
 from resources.store import DigestStore
 
 if TYPE_CHECKING:
-    from resources.bindings import ChatModelResource
+    from resources.bindings import ChatModelResource, RunHost
 
 
 def _never_ended(run_id: str) -> bool:
@@ -39,9 +39,13 @@ class RunFacts:
 
 @dataclass(frozen=True)
 class Placement:
-    host: str
+    spec: HostSpec  # the host, as the fleet the placement read declares it
     reason: str  # why the run goes there
     limits: Limits  # the host's bounds, with what its ledger measures
+
+    @property
+    def host(self) -> str:
+        return self.spec.name
 
 
 def unknown_partition(partition_key: str) -> str:
@@ -57,20 +61,21 @@ def place_run(store: DigestStore, model: ChatModelResource, run: RunFacts, sessi
     tagged = run.tags.get(MODEL_HOST_TAG)
     if tagged in fleet.names:
         reason = run.tags.get(MODEL_HOST_REASON_TAG, "named by the run's tag")
-        return Placement(tagged, reason, fleet.measured_limits(store, tagged))
+        return Placement(fleet.host(tagged), reason, fleet.measured_limits(store, tagged))
     views, _ = host_views(store, fleet, fleet.names, {})
     assignment = assign_host(store.summaries.summary_candidate(session_id), views)
     why = f"the run's host {tagged!r} is not declared" if tagged else "placed by the run"
-    limits = next(view.limits for view in views if view.spec.name == assignment.host)
-    return Placement(assignment.host, f"{assignment.reason} ({why})", limits)
+    view = next(view for view in views if view.spec.name == assignment.host)
+    return Placement(view.spec, f"{assignment.reason} ({why})", view.limits)
 
 
-def tagged_host(model: ChatModelResource, run: RunFacts) -> str:
-    """The host a mini-summary or graph run's tag names (the sensors place those runs), else the
-    first declared."""
+def tagged_host(store: DigestStore, model: ChatModelResource, run: RunFacts, first_timeout_s: float) -> RunHost:
+    """The host a graph run's tag names (the sensors place those runs), else the first declared,
+    resolved once for the run: its bounds with what its ledger measures, its client, its pacer."""
     fleet = model.fleet()
     tagged = run.tags.get(MODEL_HOST_TAG)
-    return tagged if tagged in fleet.names else fleet.host().name
+    spec = fleet.host(tagged if tagged in fleet.names else None)
+    return model.run_host(store, spec, fleet.measured_limits(store, spec.name), first_timeout_s=first_timeout_s)
 
 
 def host_check(store: DigestStore, host: str) -> Callable[[], bool]:

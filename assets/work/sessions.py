@@ -17,11 +17,12 @@ from assets.work.runs import (
 )
 from digest.circuit import CircuitPolicy
 from digest.cost import SummaryCost, summary_cost
+from digest.friction import EmissionPoint, FrictionEvent, Symptom
 from digest.prompts import SUMMARY_CODE_VERSION
 from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms, upgrade_due
 from digest.synthesis import build_prompt, raw_content, raw_route, summarize_session
+from digest.tags import EXPLICIT_TAG, ROUTE_TAG, SWEEP_TAG
 from digest.turns import canonical_order
-from pipelines.tags import EXPLICIT_TAG, ROUTE_TAG, SWEEP_TAG
 from resources.store import DigestStore, RunLedger
 
 if TYPE_CHECKING:
@@ -152,7 +153,9 @@ def summarize_partition(
         current_import = (
             stored and stored["origin"] == "imported" and stored["input_revision"] == session["input_revision"]
         )
-        if current_import and not replace_imported:
+        # A re-summary asked for it (`--resummarize --origin imported`): made again, as a run asked to.
+        requested = current_import and store.summaries.summary_standing(session_id)["resummary_requested"]
+        if current_import and not (replace_imported or requested):
             # The export's summary of these very turns: no model call is owed.
             log(
                 f"session {session_id!r} keeps its imported summary (current for its turns, fidelity "
@@ -214,15 +217,16 @@ def _summarize_leased(
     # Read before the turns: a mini summary made in between lowers the step kept, never raises it.
     step = store.summaries.coverage_steps([session_id]).get(session_id)
     turns = store.sessions.load_turns([session_id])
-    # Each usable reply is staged in DuckDB before the summary is built from it: a run killed
-    # before the write below is finished by the next one, from the reply, with no model call.
-    client = model.client(store, session=(session_id, revision), host=host, progress=progress)
+    # The placed host's client and pacer, from the placement's own reading of the fleet. Each usable
+    # reply is staged in DuckDB before the summary is built from it: a run killed before the write
+    # below is finished by the next one, from the reply, with no model call.
+    on = model.run_host(store, placement.spec, placement.limits, session=(session_id, revision), progress=progress)
     log(f"session {session_id!r} goes to model host {host!r}: {placement.reason}")
     # Near the bound, the host's own tokenizer (when it has one) counts the raw prompt.
     ledger = RunLedger(store, run.run_id, host=host, circuit=circuit)
     result = summarize_session(
-        turns, client, placement.limits, ledger, count_tokens=client.count_tokens,
-        pacer=model.pacer(store, host, placement.limits.timeout_s), host_available=host_check(store, host),
+        turns, on.client, on.limits, ledger, count_tokens=on.client.count_tokens, pacer=on.pacer,
+        host_available=host_check(store, host),
     )  # fmt: skip
     if result.host_out_of_rotation:
         # No failure of the session's: no backoff, the lease released, the next tick places it again.
@@ -258,3 +262,32 @@ def _summarize_leased(
         store.cache.drop_staged_replies(session_id)
     store.summaries.clear_summary_failures(session_id)
     return SummaryOutcome(session_id, kept=written.kept, verdict=written.verdict.label) if written.kept else None
+
+
+def record_run_error(store: DigestStore, partition_key: str, run_id: str, error: Exception, sweep: SweepPolicy) -> str:
+    """A summary run that raised on its session's data (not a model call's failure: those are
+    classified where they happen): the session's failure is counted, with its backoff, and a
+    friction event says what raised, so a session that fails the same way on every sweep waits out
+    its backoff instead of failing every sweep unseen. The line the run fails with."""
+    what = f"{type(error).__name__}: {error}"
+    session = store.sessions.session_by_partition(partition_key)
+    if session is None:
+        return f"the run raised {what}"
+    session_id, revision = session["session_id"], session["input_revision"]
+    failures = store.summaries.record_summary_failure(
+        session_id, revision, Symptom.RUN_ERROR, now_ms(), lambda n: failure_backoff_s(n, sweep)
+    )
+    note = f"the summary run raised on the session's data (failure {failures} at its current turns): {what}"
+    store.attempts.record_friction(
+        FrictionEvent(
+            asset_ref=session_id, consumer="session_summaries", model="", symptom=Symptom.RUN_ERROR,
+            emission_point=EmissionPoint.PRE_INVOCATION, input_bytes=session["raw_bytes"] or 0,
+            input_tokens_estimate=0, context_limit_tokens=0, safe_limit_tokens=0, raw_cap_tokens=None,
+            note=note, error_text=what[:2000],
+        ),
+        run_id,
+    )  # fmt: skip
+    return (
+        f"no summary for session {session_id!r}: the run raised {what}; failure {failures}, "
+        f"backing off {failure_backoff_s(failures, sweep):.0f}s"
+    )

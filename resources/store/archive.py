@@ -45,14 +45,21 @@ from resources.store.connection import SCHEMA_VERSION, Repository, now
 from resources.store.facts import refresh_turn_facts
 from resources.store.fidelity import refresh_fidelity
 from resources.store.sessions import derived_session_rows, upsert_sessions
+from resources.store.summary_history import by_restore, keep_replaced_rows
 from resources.store.vectors import convert_text_vectors, split_vectors_sql, vector_json_sql
 
 # Archives: rows fetched per batch.
 EXPORT_BATCH_ROWS = 2000
 # Not the store's content, so never archived: the schema version (in the manifest), leases of live
 # runs, this deployment's view of its model hosts (`host_circuits`, `host_raw_caps`), the record of
-# archives written, and `sessions` and `turn_facts`, recomputed from turns on restore. Turns are
-# archived, but as the memory-backup file.
+# archives written, and `sessions` and `turn_facts`, recomputed from turns on restore, and the search
+# index (`search_*`, its vectors too), rebuilt by its next refresh. Turns are archived, but as the memory-backup file.
+# A summary a replace-mode restore removed or put another in place of (the same one restored is not).
+RESTORE_REPLACED = """
+    SELECT r.* FROM restore_replaced r
+    WHERE NOT EXISTS (SELECT 1 FROM session_summaries x WHERE x.session_id = r.session_id
+                      AND x.created_at IS NOT DISTINCT FROM r.created_at AND x.summary IS NOT DISTINCT FROM r.summary)
+"""
 NOT_ARCHIVED = frozenset(
     {
         "fidelity_terms",
@@ -64,6 +71,12 @@ NOT_ARCHIVED = frozenset(
         "sessions",
         "turns",
         "turn_facts",
+        "search_documents",
+        "search_postings",
+        "search_postings_new",
+        "search_index_state",
+        "search_vectors",
+        "search_vector_stamp",
     }
 )
 RESTORE_MODES = ("merge", "replace")
@@ -352,6 +365,11 @@ class Archive(Repository):
             if problems:
                 raise BundleError(bundle.path, problems)
             before = self._session_states(con, bundle.sessions)
+            if mode == "replace":  # the summaries it may replace, kept in `summary_history` after
+                where, params = self._scope(["session_id"], "session_summaries", bundle.sessions)
+                con.execute(
+                    f"CREATE OR REPLACE TEMP TABLE restore_replaced AS SELECT * FROM session_summaries {where}", params
+                )
             rows = {}
             for f, source in sources:
                 columns = f.columns
@@ -365,6 +383,9 @@ class Archive(Repository):
                 convert_text_vectors(con, "imported_summaries")
             with _loading(bundle, memory.name):  # its sessions' rows, recomputed from its turns
                 self._rebuild_sessions(con, mode, bundle.sessions, sorted(bundle.turn_sessions))
+            if mode == "replace":
+                keep_replaced_rows(con, RESTORE_REPLACED, [], by_restore(bundle.archive_id))
+                con.execute("DROP TABLE restore_replaced")
             after = self._session_states(con, bundle.sessions)
         return {"rows": rows, "outcome": restore_outcome(before, after)}
 

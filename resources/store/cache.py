@@ -62,14 +62,24 @@ class Cache(Repository):
         with self.file.connect() as con:
             return con.execute("DELETE FROM response_cache").fetchone()[0]
 
-    def staged_summary_keys(self) -> list[str]:
+    def staged_summary_keys(self, now_ms: int | None = None) -> list[str]:
         """Pending sessions with a reply staged at their current turns: a run died between the model
-        call and the summary write. Their rerun finishes without a model call."""
+        call and the summary write. Their rerun finishes without a model call. Given `now_ms`, not
+        those in failure backoff at their current turns: a replay that failed (the run raised on the
+        session's data after its call) would fail the same way on every sweep."""
+        backing_off = (
+            ""
+            if now_ms is None
+            else f"""AND s.session_id NOT IN (SELECT session_id FROM summary_state st
+                                             WHERE st.failed_revision = s.input_revision
+                                               AND st.backoff_until_ms > {int(now_ms)})"""
+        )
         with self.file.connect() as con:
             rows = con.execute(
                 f"""SELECT DISTINCT s.partition_key FROM ({PENDING_SUMMARY_SESSIONS}) s
                     WHERE s.session_id IN (SELECT c.session_id FROM response_cache c
                                            WHERE c.input_revision = s.input_revision)
+                    {backing_off}
                     ORDER BY 1"""
             ).fetchall()
         return [r[0] for r in rows]

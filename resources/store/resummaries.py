@@ -10,12 +10,11 @@ from digest.scheduling import Candidate
 from resources.store.connection import Repository, now, records
 from resources.store.summaries import CANDIDATES_PICKED
 
-# The summaries a re-summary may replace: generated (an imported one is the export's word, kept
-# unless a run is asked to replace it), current for their session's turns (a stale one is pending
-# anyway), of a session not retired.
-CURRENT_GENERATED = """
+# The summaries a re-summary may replace: current for their session's turns (a stale one is pending
+# anyway), of a session not retired; of the origin the criteria name (`criteria_sql`).
+CURRENT_SUMMARIES = """
     FROM session_summaries x JOIN sessions s USING (session_id)
-    WHERE x.origin = 'generated' AND x.input_revision = s.input_revision
+    WHERE x.input_revision = s.input_revision
       AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)
 """
 
@@ -23,6 +22,10 @@ CURRENT_GENERATED = """
 def criteria_sql(criteria: ResummaryCriteria, current_code_version: str) -> tuple[str, list]:
     """The criteria as conditions on `x` (session_summaries), and their parameters."""
     conditions, params = [], []
+    # Generated alone unless asked: an imported summary is the export's word.
+    if criteria.origin != "any":
+        conditions.append("x.origin = ?")
+        params.append(criteria.origin or "generated")
     for column, value in (("model", criteria.model), ("host", criteria.host), ("source_tier", criteria.tier)):
         if value is not None:
             conditions.append(f"x.{column} = ?")
@@ -46,14 +49,14 @@ def criteria_sql(criteria: ResummaryCriteria, current_code_version: str) -> tupl
 
 class Resummaries(Repository):
     def matching(self, criteria: ResummaryCriteria, current_code_version: str) -> list[dict]:
-        """The current generated summaries the criteria select, newest session first."""
+        """The current summaries the criteria select, newest session first."""
         where, params = criteria_sql(criteria, current_code_version)
         with self.file.connect() as con:
             return records(
                 con,
                 f"""SELECT x.session_id, s.partition_key, x.model, x.host, x.code_version, x.source_tier,
                            x.route_reason, x.verdict, x.fidelity, x.run_id, x.created_at
-                    {CURRENT_GENERATED} {where}
+                    {CURRENT_SUMMARIES} {where}
                     ORDER BY s.last_activity_ms DESC NULLS LAST, x.session_id""",
                 params,
             )
@@ -96,7 +99,7 @@ class Resummaries(Repository):
                     SELECT r.session_id, NULL::INTEGER AS summary_step
                     FROM resummary_requests r JOIN session_summaries x USING (session_id)
                     JOIN sessions s USING (session_id) LEFT JOIN summary_state st USING (session_id)
-                    WHERE r.done_at IS NULL AND x.origin = 'generated' AND x.input_revision = s.input_revision
+                    WHERE r.done_at IS NULL AND x.input_revision = s.input_revision
                       AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)
                       AND NOT coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false)
                       AND NOT coalesce(st.backoff_until_ms > {now_ms} AND st.failed_revision = s.input_revision, false)

@@ -15,7 +15,7 @@ from digest.verdict import Verdict
 from resources.store.connection import Repository, now, record, records
 from resources.store.fidelity import judge_stored, refresh_fidelity
 from resources.store.graph import write_summary_graphs
-from resources.store.summary_history import close_requests, keep_replaced
+from resources.store.summary_history import BY_IMPORT, close_requests, keep_replaced, keep_replaced_rows
 from resources.store.summary_row import SUMMARY_ROW, adopt_columns
 
 # The sessions with no summary, or whose turns changed since it was made; retired sessions
@@ -61,22 +61,30 @@ COVERAGE_STEP_SQL = f"""
 # with its provenance as exported (an absent `sourceTier` predates the degraded path: raw), unless
 # the session already has a summary of these turns.
 _ADOPTED = adopt_columns()
+# The sessions (of the parameter) whose current imported summary is adopted, over `i`, `s` and `x`.
+_ADOPTABLE = """
+    s.session_id IN (SELECT unnest(?::VARCHAR[]))
+      AND (i.input_revision = s.input_revision OR (i.input_revision IS NULL AND i.memory_count = s.turn_count))
+      AND trim(coalesce(i.summary, '')) <> ''
+      AND (x.session_id IS NULL OR x.input_revision <> s.input_revision)
+"""
+# The summaries an adoption replaces: made of turns that changed since.
+REPLACED_BY_ADOPTION = f"""
+    SELECT x.* FROM imported_summaries i JOIN sessions s USING (session_id) JOIN session_summaries x USING (session_id)
+    WHERE {_ADOPTABLE}
+"""
 ADOPT_IMPORTED_SUMMARIES = f"""
     INSERT INTO session_summaries ({", ".join(c.name for c in _ADOPTED)})
-    WITH ids AS (SELECT unnest(?::VARCHAR[]) AS session_id),
-    minis AS (
+    WITH minis AS (
         SELECT t.session_id, count(*) AS n FROM turns t JOIN mini_summaries m ON m.turn_id = t.id
-        WHERE t.session_id IN (SELECT session_id FROM ids) GROUP BY 1
+        WHERE t.session_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1
     )
     SELECT {", ".join(c.imported for c in _ADOPTED)}
     FROM imported_summaries i
     JOIN sessions s USING (session_id)
     LEFT JOIN session_summaries x USING (session_id)
     LEFT JOIN minis USING (session_id)
-    WHERE s.session_id IN (SELECT session_id FROM ids)
-      AND (i.input_revision = s.input_revision OR (i.input_revision IS NULL AND i.memory_count = s.turn_count))
-      AND trim(coalesce(i.summary, '')) <> ''
-      AND (x.session_id IS NULL OR x.input_revision <> s.input_revision)
+    WHERE {_ADOPTABLE}
     ON CONFLICT (session_id) DO UPDATE SET {", ".join(f"{c.name} = excluded.{c.name}" for c in _ADOPTED[1:])}
     RETURNING *
 """
@@ -132,7 +140,8 @@ def summary_gates(now_ms: int, idle_window_s: float) -> str:
 def adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
     """Let a current imported summary stand as the summary of these sessions, graph rows and all;
     one that says its session was digested at these turns marks it digested."""
-    write_summary_graphs(con, records(con, ADOPT_IMPORTED_SUMMARIES, [session_ids, now()]))
+    keep_replaced_rows(con, REPLACED_BY_ADOPTION, [session_ids], BY_IMPORT)
+    write_summary_graphs(con, records(con, ADOPT_IMPORTED_SUMMARIES, [session_ids, now(), session_ids]))
     con.execute(MARK_IMPORTED_DIGESTS, [now(), session_ids])
     # The sessions' turns changed or their summary did: score them again.
     refresh_fidelity(con, session_ids)
@@ -367,6 +376,39 @@ class Summaries(Repository):
                 """
             ).fetchall()
         return [Candidate(*row) for row in rows]
+
+    def held_later_work(self, now_ms: int, idle_window_s: float) -> dict[str, dict[str, int]]:
+        """The upgrades due and the re-summaries asked for that the sweep's gates hold back, by kind
+        (`upgrades`, `resummaries`): how many within the idle window (`active`) and how many in
+        failure backoff (`backing_off`). What a sweep with nothing to launch says waits."""
+        idle_ms = int(idle_window_s * 1000)
+        with self.file.connect() as con:
+            rows = con.execute(
+                f"""
+                WITH stepped AS (
+                    SELECT x.session_id, x.coverage_step FROM session_summaries x JOIN sessions s USING (session_id)
+                    WHERE x.origin = 'generated' AND x.coverage_step < {COMPLETE_STEP}
+                      AND x.route_reason IN ('over-raw-cap', 'over-safe-band') AND x.input_revision = s.input_revision
+                ),
+                later AS (
+                    SELECT 'upgrades' AS kind, session_id FROM stepped JOIN ({COVERAGE_STEP_SQL}) now_at USING (session_id)
+                    WHERE now_at.step > stepped.coverage_step
+                    UNION
+                    SELECT 'resummaries', r.session_id FROM resummary_requests r
+                    JOIN session_summaries x USING (session_id) JOIN sessions s USING (session_id)
+                    WHERE r.done_at IS NULL AND x.input_revision = s.input_revision
+                )
+                SELECT kind,
+                       count(*) FILTER (coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false)),
+                       count(*) FILTER (NOT coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false)
+                                        AND coalesce(st.backoff_until_ms > {now_ms}
+                                                     AND st.failed_revision = s.input_revision, false))
+                FROM later JOIN sessions s USING (session_id) LEFT JOIN summary_state st USING (session_id)
+                WHERE s.session_id NOT IN (SELECT session_id FROM retired_sessions)
+                GROUP BY kind ORDER BY kind
+                """
+            ).fetchall()
+        return {kind: {"active": active, "backing_off": backing_off} for kind, active, backing_off in rows}
 
     def coverage_steps(self, session_ids: list[str]) -> dict[str, int]:
         """Each session's mini-summary coverage step now (`COVERAGE_STEP_SQL`)."""

@@ -1,0 +1,52 @@
+"""The house's floors: `digest/` (pure functions) below `resources/` (the store, the model clients)
+below `assets/` below `pipelines/` (jobs, sensors, the CLI). A module imports from its own floor or
+below, never above: an import up a floor ties the floors into one circle (issue 36 found three,
+one of them closing a cycle across three floors). Every import is read, those inside functions
+and under `TYPE_CHECKING` too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FLOORS = ("digest", "resources", "assets", "pipelines")
+
+
+def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in the tree, wherever it is."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def imports_up_a_floor(root: Path) -> list[str]:
+    """Each import of a module under `root` that climbs a floor, as `path:line imports module`."""
+    climbing = []
+    for floor, package in enumerate(FLOORS):
+        for path in sorted((root / package).rglob("*.py")):
+            for line, module in imported_modules(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+                top = module.split(".")[0]
+                if top in FLOORS and FLOORS.index(top) > floor:
+                    climbing.append(f"{path.relative_to(root)}:{line} imports {module}")
+    return climbing
+
+
+def test_no_module_imports_from_a_floor_above_its_own():
+    assert imports_up_a_floor(REPO) == []
+
+
+def test_an_import_up_a_floor_is_found_inside_a_function_too(tmp_path):
+    for package in FLOORS:
+        (tmp_path / package).mkdir()
+    (tmp_path / "digest" / "pure.py").write_text("import json\nfrom digest.tags import SWEEP_TAG\n")
+    (tmp_path / "resources" / "store.py").write_text("def f():\n    from pipelines.runs import sweep\n")
+    (tmp_path / "assets" / "work.py").write_text("import resources.store\nimport pipelines.cli as cli\n")
+    assert imports_up_a_floor(tmp_path) == [
+        "resources/store.py:2 imports pipelines.runs",
+        "assets/work.py:2 imports pipelines.cli",
+    ]
