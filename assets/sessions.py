@@ -60,7 +60,8 @@ def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: Diges
     report = ingest_paths(paths, db)
     new_partitions = add_new_partitions(context.instance, db)
     table = "\n".join(
-        f"| `{f.path}` | {f.kind} | {f.lines} | {f.rows} | {f.rejects} | {f.superseded} | {f.skipped} | {f.folded} |"
+        f"| `{f.path}` | {f.kind} | {_read_how(f)} | {f.lines} | {f.rows} | {f.rejects} | {f.superseded} | {f.skipped} "
+        f"| {f.folded} |"
         for f in report.files
     )
     return MaterializeResult(
@@ -77,17 +78,27 @@ def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: Diges
                 if (problems := report.vector_problems())
                 else {}
             ),
+            # Files the folders' walk passed over, by reason (too deep, a symlink out of the tree, not
+            # a log by name or content, empty, unreadable), and files unchanged since their last read.
+            "files_unchanged": report.unchanged,
+            "skipped": MetadataValue.json(report.skipped),
+            **({"skipped_examples": MetadataValue.json(report.skipped_examples)} if report.skipped_examples else {}),
             "sessions_touched": len(report.sessions),
             "sessions_emptied": len(report.emptied),
             "new_partitions": new_partitions,
             "files_preview": MetadataValue.md(
-                "| file | kind | lines | rows | rejects | superseded | skipped | folded |\n|---|---|---|---|---|---|---|---|\n"
-                + table
+                "| file | kind | read | lines | rows | rejects | superseded | skipped | folded |\n"
+                "|---|---|---|---|---|---|---|---|---|\n" + table
                 if table
                 else "no files"
             ),
         }
     )
+
+
+def _read_how(report) -> str:
+    """How the ingest read the file: whole (new, or why again), or its appended lines from line N."""
+    return f"appended from line {report.from_line}" if report.read == "appended" else report.read
 
 
 def materialized(context: AssetExecutionContext, metadata: dict) -> MaterializeResult:

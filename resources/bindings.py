@@ -40,6 +40,7 @@ class DigestStoreResource(ConfigurableResource):
 
     db_path: str = configured_by("DIGEST_DB_PATH")
     inbox: str = configured_by("DIGEST_INBOX")
+    watch: str | None = configured_by("DIGEST_WATCH")
     junk_share_max: float = configured_by("DIGEST_JUNK_SHARE_MAX")  # read by the junk check
 
     def setup_for_execution(self, context: InitResourceContext) -> None:

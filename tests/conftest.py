@@ -36,6 +36,7 @@ TIERS = {
     "test_realistic_corpus": "unit",
     "test_repeats": "unit",
     "test_vectors": "unit",
+    "test_walk": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",
@@ -55,6 +56,7 @@ TIERS = {
     "test_instance": "integration",
     "test_ingest": "integration",
     "test_harness_readers": "integration",
+    "test_ingest_homes": "integration",
     "test_host_runs": "integration",
     "test_run_queue": "integration",
     "test_interrupted_runs": "integration",
@@ -82,6 +84,7 @@ TIERS = {
     "test_deploy": "stress",
     "test_ingest_properties": "stress",
     "test_ingest_text_properties": "stress",
+    "test_incremental_properties": "stress",
     "test_real_export": "stress",
     "test_restore_properties": "stress",
 }

@@ -57,11 +57,14 @@ def sniff(objs: list[dict]) -> bool:
     return {"id", "timestamp"} <= first.keys() and "instructions" in first and "session_id" not in first
 
 
-def read(lines: Lines, source: str) -> Iterator[Read]:
+def read(lines: Lines, source: str, resume: dict | None = None) -> Iterator[Read]:
+    """`resume`: `resume_context` of the turn whose first line `lines` start at."""
     session_id = Path(source).name.removesuffix(".jsonl")  # until the file says
     model: str | None = None
     session_ts: int | None = None
     count = 0
+    if resume:
+        session_id, model, session_ts, count = (resume[k] for k in ("session_id", "model", "session_ts", "count"))
     turn: PendingTurn | None = None
     for line_no, raw in lines:
         if not raw.strip():
@@ -158,3 +161,16 @@ def _output_text(output) -> str:
     if isinstance(output, dict) and "content" in output:
         return block_text(output["content"])
     return block_text(output)
+
+
+def resume_context(row: dict) -> dict:
+    """What `read` needs to go on from this turn's first line, as `digest.manifest` reads a growing
+    rollout from the turn open at its end: the session (from the head's `session_meta`), the model,
+    the turns counted before it, and the session's time (the time of an older rollout's turns,
+    whose lines have none)."""
+    return {
+        "session_id": row["session_id"],
+        "model": row["model"],
+        "count": int(row["id"].rsplit(":", 1)[1]) - 1,
+        "session_ts": row["ts_ms"],
+    }
