@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,23 @@ def test_growth_moves_the_sessions_last_activity(db, tmp_path):
     ingest_paths([path], db)
     after = rows(db, "SELECT last_activity_ms, turn_count FROM sessions")[0]
     assert after["turn_count"] == 2 and after["last_activity_ms"] > before
+
+
+def test_a_session_whose_file_grew_waits_the_idle_window_from_the_files_last_write(db, tmp_path):
+    """The churn gate: the turns are old (their prompts' times), but the file grew since its first
+    read, as a long turn still running adds events: held back until the window has passed since
+    the file's last write (`ingest_files.grown_ms`). A first read alone holds nothing back."""
+    from resources.store.summaries import summary_gates
+
+    def active(now_ms: int) -> bool:
+        return bool(rows(db, f"SELECT active FROM ({summary_gates(now_ms, 600.0)})")[0]["active"])
+
+    path = write_lines(tmp_path / "s.jsonl", claude_turn("s", 1))
+    ingest_paths([path], db)
+    now_ms = time.time_ns() // 1_000_000
+    assert not active(now_ms)
+    write_lines(path, claude_turn("s", 2), mode="a")
+    ingest_paths([path], db)
+    written_ms = path.stat().st_mtime_ns // 1_000_000
+    assert rows(db, "SELECT grown_ms FROM ingest_files")[0]["grown_ms"] == written_ms
+    assert active(written_ms + 599_000) and not active(written_ms + 600_000)
