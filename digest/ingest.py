@@ -40,7 +40,7 @@ from digest.readers import READERS, TURN_KINDS, file_kind
 from digest.readers.common import BOM, Reject, check_derivable, decode, excerpt, load, reason_of
 from digest.readers.neo import embedding_text, parse_graph_line, parse_graph_row, parse_memory_row, parse_summary_row
 from digest.readers.plain import parse_simple_turn
-from digest.walk import walk
+from digest.walk import VANISHED, walk
 
 # Rows and line bytes per write: large, since each is one transaction, but bounded (memory).
 BATCH_ROWS = 20_000
@@ -182,7 +182,9 @@ class _Progress:
         if self.open_turn is None:  # no turn yet: what the head said is read again with it
             return 0, 0, None
         line_no, row = self.open_turn
-        offset = next(o for n, o in self.offsets if n == line_no)
+        offset = next((o for n, o in self.offsets if n == line_no), None)
+        if offset is None:  # a reader that reported its turns out of order: read it whole next time
+            return 0, 0, None
         return offset, line_no - 1, self.context_of(row)
 
 
@@ -431,7 +433,11 @@ def ingest_paths(paths: Iterable[str | Path], store: IngestStore) -> IngestRepor
     seen: dict = {}
     states = store.ingest.file_states([str(p) for p in found.files])
     for path in found.files:
-        stat = path.stat()
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # gone since the walk (a harness deletes old transcripts): its rows stay
+            report.skipped[VANISHED] = report.skipped.get(VANISHED, 0) + 1
+            continue
         state = states.get(str(path))
         if manifest.unchanged(stat.st_size, stat.st_mtime_ns, state):
             report.unchanged += 1

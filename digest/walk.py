@@ -40,6 +40,7 @@ NOT_A_LOG_CONTENT = "not-a-log-by-content"
 EMPTY = "empty"
 UNREADABLE = "unreadable"
 SPECIAL = "not-a-regular-file"
+VANISHED = "vanished"  # listed by the walk, gone before its read (`digest.ingest.ingest_paths`)
 
 
 @dataclass

@@ -227,3 +227,13 @@ def test_a_session_whose_file_grew_waits_the_idle_window_from_the_files_last_wri
     written_ms = path.stat().st_mtime_ns // 1_000_000
     assert rows(db, "SELECT grown_ms FROM ingest_files")[0]["grown_ms"] == written_ms
     assert active(written_ms + 599_000) and not active(written_ms + 600_000)
+
+
+def test_a_file_gone_between_the_walk_and_its_read_is_counted_and_the_rest_read(db, tmp_path, monkeypatch):
+    import digest.ingest as ingest_module
+    from digest.walk import VANISHED, Walk
+
+    kept = write_lines(tmp_path / "kept.jsonl", claude_turn("s", 1))
+    monkeypatch.setattr(ingest_module, "walk", lambda paths: Walk(files=[tmp_path / "gone.jsonl", kept]))
+    report = ingest_paths([tmp_path], db)
+    assert report.skipped == {VANISHED: 1} and report.turns == 1
