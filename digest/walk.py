@@ -89,6 +89,13 @@ def _order(entry: os.DirEntry) -> tuple:
     return (is_dir, not is_dir and entry.name.startswith("agent-"), entry.name)
 
 
+def walk_order(path: str | Path) -> tuple:
+    """A sort key giving files named by path the walk's order: in each folder its files (a
+    sub-agent's `agent-*` last) before its sub-folders."""
+    *folders, name = Path(path).parts
+    return (*((1, part) for part in folders), (0, name.startswith("agent-"), name))
+
+
 def _walk_folder(root: Path, folder: Path, depth: int, max_depth: int, found: Walk, seen: set[Path]) -> None:
     try:
         with os.scandir(folder) as listing:

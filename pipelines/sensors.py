@@ -33,7 +33,7 @@ from assets.work.backlog import measure
 from digest.backoff import doubling_backoff_s
 from digest.hosts import estimated_seconds
 from digest.scheduling import now_ms
-from digest.walk import walk, watch_folders
+from digest.walk import walk, walk_order, watch_folders
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
 from pipelines.jobs import SWEEP_RUN_ASSETS, digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.selection import closed_hosts, hosts_in_rotation, next_summary_batch
@@ -103,7 +103,8 @@ def _batch_state(instance, batch: str) -> tuple[str, float]:
 
 def _ingest_request(batch: str, files: dict[str, str]) -> RunRequest:
     return RunRequest(
-        run_config={"ops": {"raw_turns": {"config": {"paths": sorted(files)}}}},
+        # In the walk's order: a session's file before its sub-agents' (the readers attach them).
+        run_config={"ops": {"raw_turns": {"config": {"paths": sorted(files, key=walk_order)}}}},
         tags={SWEEP_TAG: "inbox", FILES_TAG: str(len(files)), INBOX_BATCH_TAG: batch},
     )
 

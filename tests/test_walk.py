@@ -20,6 +20,7 @@ from digest.walk import (
     TOO_DEEP,
     harness_homes,
     walk,
+    walk_order,
     watch_folders,
 )
 from tests.harness_homes import claude_home, claude_turn, codex_head, codex_home, codex_turn, write_lines
@@ -237,3 +238,11 @@ def test_a_file_gone_between_the_walk_and_its_read_is_counted_and_the_rest_read(
     monkeypatch.setattr(ingest_module, "walk", lambda paths: Walk(files=[tmp_path / "gone.jsonl", kept]))
     report = ingest_paths([tmp_path], db)
     assert report.skipped == {VANISHED: 1} and report.turns == 1
+
+
+def test_walk_order_sorts_named_files_as_the_walk_finds_them(tmp_path):
+    claude_home(tmp_path)
+    codex_home(tmp_path)
+    found = walk([tmp_path]).files
+    assert sorted(reversed(found), key=walk_order) == found
+    assert sorted(map(str, found)) != list(map(str, found))  # plain name order would not do
