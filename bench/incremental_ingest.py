@@ -8,7 +8,9 @@ Run: .venv/bin/python bench/incremental_ingest.py [--megabytes 50] [--files 1000
    their results, an answer) is ingested into a fresh DuckDB store; then one turn is appended and
    the file ingested again (incremental: the prefix hashed, the last turn and the new one parsed),
    and, side by side, the same grown file read whole (its manifest row dropped first). Also the
-   SHA-256 of the file's read part alone, which the incremental read pays to know its prefix intact.
+   SHA-256 of the file's read part alone, which the incremental read pays to know its prefix intact,
+   and the refresh of the session's row alone, which every write of its turns pays (its input
+   revision and fidelity terms are computed over all its turns).
 2. `--files` small session files in a `~/.claude/projects` layout (one folder per project, ten
    sessions each), ingested once and back-dated past the racy window; then, best of 3: the inbox
    sensor's tick with them all done (walk, stat, cursor; in a real Dagster instance with
@@ -72,6 +74,7 @@ def appended_turn(folder: Path, megabytes: float) -> None:
     whole, again = _timed(lambda: ingest_paths([path], store))
     (whole_read,) = again.files
     hashed, _ = _timed(lambda: prefix_hash(path, size))
+    refreshed, _ = _timed(lambda: store.ingest.refresh_sessions([SESSION]))
     print(
         f"\n1. One turn appended to a {size / 1e6:.1f} MB Claude Code session ({turns} turns of {turn_bytes / 1e3:.1f} KB)"
     )
@@ -80,6 +83,9 @@ def appended_turn(folder: Path, megabytes: float) -> None:
     print(f"| incremental ({read.read} from line {read.from_line}) | {read.lines} | {incremental:.3f} |")
     print(f"| the grown file read whole | {whole_read.lines} | {whole:.3f} |")
     print(f"| of the incremental: SHA-256 of the read part | - | {hashed:.3f} |")
+    print(
+        f"| of each: the session's refresh (its row, revision, fidelity terms of all its turns) | - | {refreshed:.3f} |"
+    )
     print(f"ratio (whole / incremental): {whole / incremental:.1f}x")
 
 
