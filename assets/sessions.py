@@ -44,7 +44,7 @@ class SummaryConfig(Config):
 
 
 class IngestConfig(Config):
-    paths: list[str] = []  # files or folders; empty: the inbox (DIGEST_INBOX)
+    paths: list[str] = []  # files or folders; empty: the inbox (DIGEST_INBOX) and DIGEST_WATCH's folders
 
 
 @asset(group_name="ingest", kinds={"duckdb"})
@@ -55,7 +55,8 @@ def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: Diges
     New sessions become `sessions` partitions in the same run, whoever launched it (the CLI, the
     inbox sensor, the UI), so they show as Missing with the summary sensor off too.
     """
-    paths = config.paths or [store.inbox]
+    # No paths (a run launched from the UI): the inbox and the watched folders that exist.
+    paths = config.paths or [folder for folder in store.watched() if folder.is_dir()]
     db = store.store()
     report = ingest_paths(paths, db)
     new_partitions = add_new_partitions(context.instance, db)

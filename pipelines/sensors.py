@@ -33,7 +33,7 @@ from assets.work.backlog import measure
 from digest.backoff import doubling_backoff_s
 from digest.hosts import estimated_seconds
 from digest.scheduling import now_ms
-from digest.walk import walk, walk_order, watch_folders
+from digest.walk import walk, walk_order
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
 from pipelines.jobs import SWEEP_RUN_ASSETS, digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.selection import closed_hosts, hosts_in_rotation, next_summary_batch
@@ -109,11 +109,6 @@ def _ingest_request(batch: str, files: dict[str, str]) -> RunRequest:
     )
 
 
-def watched_folders(store: DigestStoreResource) -> list[Path]:
-    """The inbox, then `DIGEST_WATCH`'s folders."""
-    return [Path(store.inbox), *(watch_folders(store.watch) if store.watch else ())]
-
-
 @described_sensor(job=ingest_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
     """Launches an ingest of every new or changed log in the inbox (`DIGEST_INBOX`) and in the
@@ -122,7 +117,7 @@ def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
     log. The ingest reads a grown file from where its last read stopped. A file is done once an
     ingest of it succeeded: a failed run is launched again (the next tick, then after a doubling
     wait), and a file whose run is still going is not launched twice."""
-    folders = watched_folders(store)
+    folders = store.watched()
     existing = [folder for folder in folders if folder.is_dir()]
     if not existing:
         return SkipReason(f"none of the watched folders exists yet: {', '.join(map(str, folders))}")

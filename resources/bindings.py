@@ -4,6 +4,7 @@ declared with `configured_by` (its variable, and its doc for the UI's Resources 
 are bound where the definitions are built (`pipelines.definitions`)."""
 
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -19,6 +20,7 @@ from digest.scheduling import SweepPolicy
 from digest.settings import setting_of
 from digest.settings_fleet import build_fleet
 from digest.synthesis import Limits
+from digest.walk import watch_folders
 from pipelines.interrupted_runs import worker_tags
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
@@ -47,6 +49,10 @@ class DigestStoreResource(ConfigurableResource):
         # Which process runs this run, so a run whose process dies can be told apart and closed.
         if context.run is not None and context.instance is not None:
             context.instance.add_run_tags(context.run.run_id, worker_tags())
+
+    def watched(self) -> list[Path]:
+        """The inbox, then `DIGEST_WATCH`'s folders (the inbox sensor's, and an ingest's with no paths)."""
+        return [Path(self.inbox), *(watch_folders(self.watch) if self.watch else ())]
 
     def store(self) -> DigestStore:
         store = DigestStore(self.db_path)

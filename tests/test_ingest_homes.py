@@ -92,3 +92,9 @@ def test_the_sensor_watches_the_homes_and_picks_up_a_new_file_and_an_appended_tu
     assert "| appended from line " in preview and preview.count("| new |") == 2
     assert "5f1c2d3e-0000-4000-8000-000000000001-00009-p" in _stored(settings.home)
     assert materialization.metadata["skipped"].value == {}  # the sensor names the files: nothing passed over
+    # A run launched with no paths (the UI's Materialize): the inbox (not there) and the watched folders.
+    unnamed = definitions.resolve_job_def("ingest").execute_in_process(instance=instance, raise_on_error=False)
+    assert unnamed.success
+    (materialization,) = unnamed.asset_materializations_for_node("raw_turns")
+    assert materialization.metadata["files_unchanged"].value == 5
+    assert materialization.metadata["skipped"].value == {SUBAGENT_META: 1}
