@@ -13,7 +13,7 @@ line; the offset stays before it, so the next read takes it again.
 
 Anything else is read whole: a new file, one that shrank or whose read part changed, and the
 formats that are rewritten rather than appended to (an aider history may be edited, a trajectory
-is one JSON document its harness rewrites after each step).
+or any `.json` log is one JSON document its harness rewrites after each step).
 
 The stat (size and mtime) decides alone only when it can: a file modified within RACY_NS of its
 last read may have changed again within the file system's timestamp granularity (some ms) with
@@ -97,7 +97,7 @@ def plan(path: Path, kind: str, size: int, mtime_ns: int, state: FileState | Non
     and size are as last read: nothing to read)."""
     if state is None or state.kind != kind:
         return NEW, Start()
-    if kind not in APPENDABLE:
+    if kind not in APPENDABLE or path.suffix != ".jsonl":  # a `.json` document (an older Codex rollout) is rewritten
         return REWRITTEN, Start()
     if size < state.read_bytes:
         return SHRANK, Start()
