@@ -47,7 +47,7 @@ class SummaryConfig(Config):
 
 
 class IngestConfig(Config):
-    paths: list[str] = []  # files or folders; empty: the inbox (DIGEST_INBOX)
+    paths: list[str] = []  # files or folders; empty: the inbox (DIGEST_INBOX) and DIGEST_WATCH's folders
 
 
 @asset(group_name="ingest", kinds={"duckdb"})
@@ -58,13 +58,14 @@ def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: Diges
     New sessions become `sessions` partitions in the same run, whoever launched it (the CLI, the
     inbox sensor, the UI), so they show as Missing with the summary sensor off too.
     """
-    paths = config.paths or [store.inbox]
+    # No paths (a run launched from the UI): the inbox and the watched folders that exist.
+    paths = config.paths or [folder for folder in store.watched() if folder.is_dir()]
     db = store.store()
     report = ingest_paths(paths, db, redact_secrets=store.redact)
     new_partitions = add_new_partitions(context.instance, db)
     table = "\n".join(
-        f"| `{f.path}` | {f.kind} | {f.lines} | {f.rows} | {f.rejects} | {f.superseded} | {f.skipped} | {f.folded} "
-        f"| {sum(f.redactions.values())} |"
+        f"| `{f.path}` | {f.kind} | {_read_how(f)} | {f.lines} | {f.rows} | {f.rejects} | {f.superseded} | {f.skipped} "
+        f"| {f.folded} | {sum(f.redactions.values())} |"
         for f in report.files
     )
     return MaterializeResult(
@@ -90,12 +91,17 @@ def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: Diges
                 if report.redacted_sessions
                 else {}
             ),
+            # Files the folders' walk passed over, by reason (too deep, a symlink out of the tree, not
+            # a log by name or content, empty, unreadable), and files unchanged since their last read.
+            "files_unchanged": report.unchanged,
+            "skipped": MetadataValue.json(report.skipped),
+            **({"skipped_examples": MetadataValue.json(report.skipped_examples)} if report.skipped_examples else {}),
             "sessions_touched": len(report.sessions),
             "sessions_emptied": len(report.emptied),
             "new_partitions": new_partitions,
             "files_preview": MetadataValue.md(
-                "| file | kind | lines | rows | rejects | superseded | skipped | folded | redacted |\n"
-                "|---|---|---|---|---|---|---|---|---|\n" + table
+                "| file | kind | read | lines | rows | rejects | superseded | skipped | folded | redacted |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n" + table
                 if table
                 else "no files"
             ),
@@ -110,6 +116,11 @@ def redactions_table(by_session: dict[str, int]) -> str:
     return (
         "| session | secrets |\n|---|---|\n" + "\n".join(f"| `{s}` | {n} |" for s, n in ranked[:TURN_IDS_SHOWN]) + more
     )
+
+
+def _read_how(report) -> str:
+    """How the ingest read the file: whole (new, or why again), or its appended lines from line N."""
+    return f"appended from line {report.from_line}" if report.read == "appended" else report.read
 
 
 def materialized(context: AssetExecutionContext, metadata: dict) -> MaterializeResult:

@@ -17,6 +17,9 @@ easier to trust), and the earlier line is `superseded`, stored in `rejects` with
 the line that won. Finding repeats holds each id of the ingest in memory, some 200 bytes an id
 against the 50 KB of a vector row's line.
 
+Folders are walked (`digest.walk`), and a file read before is read on from where its last read
+stopped when it only grew (`digest.manifest`): an unchanged file costs a stat.
+
 Every row passes `digest.redact` between the reader and the store (`_redacted`), unless
 `DIGEST_REDACT` is off: secrets are replaced before anything is stored, and counted by kind, file
 and session. The files themselves are only read.
@@ -24,9 +27,12 @@ and session. The files themselves are only read.
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import json
 import queue
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -34,11 +40,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from digest.readers import READERS, TURN_KINDS, file_kind, is_log
+from digest import manifest
+from digest.manifest import APPENDABLE, FileState, Start
+from digest.readers import READERS, TURN_KINDS, file_kind
 from digest.readers.common import BOM, Reject, check_derivable, decode, excerpt, load, reason_of, text_field
 from digest.readers.neo import embedding_text, parse_graph_line, parse_graph_row, parse_memory_row, parse_summary_row
 from digest.readers.plain import parse_simple_turn
 from digest.redact import SUMMARY_TEXT_FIELDS, TURN_TEXT_FIELDS, redact, redact_fields
+from digest.walk import VANISHED, walk
 
 # Rows and line bytes per write: large, since each is one transaction, but bounded (memory).
 BATCH_ROWS = 20_000
@@ -63,6 +72,8 @@ class Sink(Protocol):
     def write_imported_graph(self, nodes: list[dict], edges: list[dict]) -> None: ...
     def write_rejects(self, rows: list[dict]) -> None: ...
     def clear_rejects(self, source_file: str, line_nos: list[int]) -> None: ...  # lines now kept
+    def file_states(self, paths: list[str]) -> dict[str, FileState]: ...  # the manifest's rows of these files
+    def record_file(self, state: FileState, lines: int) -> None: ...  # the file as read, `lines` long
 
 
 class SessionRows(Protocol):
@@ -104,6 +115,8 @@ class FileReport:
     # turns' by session.
     redactions: Counter = field(default_factory=Counter)
     redacted_sessions: Counter = field(default_factory=Counter)
+    read: str = manifest.NEW  # how: new, appended (from `from_line` on), or read whole again and why
+    from_line: int = 1
 
 
 @dataclass
@@ -111,6 +124,9 @@ class IngestReport:
     files: list[FileReport] = field(default_factory=list)
     sessions: list[dict] = field(default_factory=list)  # the refreshed `sessions` rows
     emptied: list[str] = field(default_factory=list)  # sessions all of whose turns moved away
+    unchanged: int = 0  # files unchanged since their last read: not read
+    skipped: dict[str, int] = field(default_factory=dict)  # what the folders' walk passed over, by reason
+    skipped_examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def turns(self) -> int:
@@ -144,12 +160,62 @@ class IngestReport:
         return sum((f.redacted_sessions for f in self.files), Counter())
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """Physical lines as bytes, split on `\n` only: a raw CR (JSON whitespace between tokens,
-    invalid inside a string) must not split a line and shift the line numbers after it."""
+class _Progress:
+    """Where a read has got to: each recent line's offset (back to the turn open last), the end of
+    the last complete line, and the hash of the bytes up to it."""
+
+    def __init__(self, start: Start, kind: str):
+        self.context_of = APPENDABLE.get(kind)
+        self.offset = start.offset
+        # (line_no, offset) of the lines since the last turn's first, for a reader that groups turns.
+        self.offsets: collections.deque[tuple[int, int]] | None = collections.deque() if self.context_of else None
+        self.hasher = start.hasher or hashlib.sha256()
+        self.hashed = start.verified
+        self.complete_bytes = start.offset
+        self.complete_lines = start.line_no - 1
+        self.open_turn: tuple[int, dict] | None = None  # (line_no, row) of the last turn read
+        self.last_line = start.line_no - 1  # the last line read, complete or not
+
+    def line(self, line_no: int, raw: bytes) -> None:
+        if self.offsets is not None:
+            self.offsets.append((line_no, self.offset))
+        end = self.offset + len(raw)
+        if raw.endswith(b"\n"):
+            if end > self.hashed:  # a resumed read's lines before the old end are hashed already
+                self.hasher.update(raw[max(0, self.hashed - self.offset) :])
+                self.hashed = end
+            self.complete_bytes, self.complete_lines = end, line_no
+        self.offset, self.last_line = end, line_no
+
+    def turn(self, line_no: int, row: dict) -> None:
+        if self.offsets is None:
+            return
+        if self.open_turn is None or line_no >= self.open_turn[0]:
+            self.open_turn = (line_no, row)
+        while self.offsets and self.offsets[0][0] < line_no:
+            self.offsets.popleft()
+
+    def resume_point(self) -> tuple[int, int, dict | None]:
+        """(offset, lines before it, the reader's context there) for the next read."""
+        if self.offsets is None:  # a row a line (or a format read whole): nothing open at the end
+            return self.complete_bytes, self.complete_lines, None
+        if self.open_turn is None:  # no turn yet: what the head said is read again with it
+            return 0, 0, None
+        line_no, row = self.open_turn
+        offset = next((o for n, o in self.offsets if n == line_no), None)
+        if offset is None:  # a reader that reported its turns out of order: read it whole next time
+            return 0, 0, None
+        return offset, line_no - 1, self.context_of(row)
+
+
+def _lines(path: Path, start: Start, progress: _Progress) -> Iterator[tuple[int, bytes]]:
+    """Physical lines as bytes from `start`, split on `\n` only: a raw CR (JSON whitespace between
+    tokens, invalid inside a string) must not split a line and shift the line numbers after it."""
     # A buffer larger than the default 8 KiB: a vector row's line is some 50 KB.
     with path.open("rb", buffering=READ_BUFFER_BYTES) as handle:
-        for line_no, line in enumerate(handle, start=1):
+        handle.seek(start.offset)
+        for line_no, line in enumerate(handle, start=start.line_no):
+            progress.line(line_no, line)
             yield line_no, line[len(BOM) :] if line_no == 1 and line.startswith(BOM) else line
 
 
@@ -208,9 +274,11 @@ def _read_ahead(batches: Iterator[_Batch]) -> Iterator[_Batch]:
         reader.join()
 
 
-def _read_batches(path: Path, kind: str, report: FileReport, seen: dict) -> Iterator[_Batch]:
-    """The file's rows and rejects in batches of at most BATCH_ROWS rows or BATCH_BYTES of lines,
-    the last one possibly empty; counts them in `report`."""
+def _read_batches(
+    path: Path, kind: str, report: FileReport, seen: dict, start: Start, progress: _Progress
+) -> Iterator[_Batch]:
+    """The file's rows and rejects from `start` on, in batches of at most BATCH_ROWS rows or
+    BATCH_BYTES of lines, the last one possibly empty; counts them in `report`."""
     source = str(path)
     batch = _Batch()
     line_no = 0
@@ -259,19 +327,21 @@ def _read_batches(path: Path, kind: str, report: FileReport, seen: dict) -> Iter
         batch.rejects.append({"source_file": source, "line_no": line, "reason": str(reason), "excerpt": text})
 
     def counted() -> Iterator[tuple[int, bytes]]:
-        for numbered in _lines(path):
+        for numbered in _lines(path, start, progress):
             report.lines += 1
             batch.line_bytes += len(numbered[1])
             yield numbered
 
     if kind in READERS:
         # A harness log's reader groups lines into turns and says what each line became.
-        for read in READERS[kind](counted(), source):
+        resume = {"resume": start.context} if start.context else {}
+        for read in READERS[kind](counted(), source, **resume):
             if read.outcome == "reject":
                 reject(read.line_no, read.reason, read.excerpt)
             else:
                 if read.outcome == "turn":
                     keep_turn(read.row, read.line_no)
+                    progress.turn(read.line_no, read.row)
                     report.rows += 1
                 elif read.outcome == "skip":
                     report.skipped += 1
@@ -346,20 +416,34 @@ def _redacted(batches: Iterator[_Batch], report: FileReport) -> Iterator[_Batch]
 
 
 def ingest_file(
-    path: Path, sink: Sink, file: HeldFile, touched: set[str], seen: dict, redact_secrets: bool = True
+    path: Path,
+    sink: Sink,
+    file: HeldFile,
+    touched: set[str],
+    seen: dict,
+    start: Start | None = None,
+    kind: str | None = None,
+    how: str = manifest.NEW,
+    redact_secrets: bool = True,
 ) -> FileReport:
-    """`seen`: each turn id (and each graph row as `(kind, id)`) kept so far in this ingest, with
-    its file's report and line. `redact_secrets` (`DIGEST_REDACT`): secrets are replaced before
+    """The file read from `start` (default: whole), and recorded in the manifest as read (`how`).
+    `seen`: each turn id (and each graph row as `(kind, id)`) kept so far in this ingest, with its
+    file's report and line. `redact_secrets` (`DIGEST_REDACT`): secrets are replaced before
     anything is stored; the file itself is only read."""
-    kind = file_kind(path)
-    report = FileReport(path=str(path), kind=kind)
-    if kind == "temporal":
-        return report
+    read_at_ns = time.time_ns()
+    # Before the read: a line appended while it reads makes the next read see a change.
+    stat = path.stat()
+    kind = kind or file_kind(path)
+    start = start or Start()
+    report = FileReport(path=str(path), kind=kind, read=how, from_line=start.line_no)
+    sessions = set(start.sessions)
+    progress = _Progress(start, kind)
     held_bytes = 0
-    batches = _read_batches(path, kind, report, seen)
+    batches = _read_batches(path, kind, report, seen, start, progress) if kind != "temporal" else iter(())
     if redact_secrets:
         batches = _redacted(batches, report)
     for batch in _read_ahead(batches):
+        sessions.update(r["session_id"] for r in batch.turns)
         touched.update(r["session_id"] for r in batch.turns)
         touched.update(sink.write_turns(batch.turns))
         sink.write_imported_mini_summaries(batch.minis)
@@ -371,33 +455,51 @@ def ingest_file(
         if held_bytes >= HOLD_BYTES:
             with file.released():  # other processes write in between; the next batch opens again
                 held_bytes = 0
+    offset, lines, context = progress.resume_point()
+    state = FileState(
+        path=str(path), kind=kind, size=stat.st_size, mtime_ns=stat.st_mtime_ns,
+        read_bytes=progress.complete_bytes, read_lines=progress.complete_lines,
+        read_hash=progress.hasher.copy().hexdigest(), resume_bytes=offset, resume_lines=lines,
+        resume_context=context, read_at_ns=read_at_ns, sessions=sorted(sessions),
+        grown_ms=stat.st_mtime_ns // 1_000_000 if how == manifest.APPENDED else None,
+    )  # fmt: skip
+    # Recorded once the file's rows are: a read that stops part-way is done again from the old state.
+    sink.record_file(state, progress.last_line)
     return report
 
 
 def discover(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given, and the logs directly inside a given folder (every `*.jsonl`, and each
-    `.md`, `.traj` or `.json` whose content is a known harness log: `digest.readers.is_log`), in
-    name order."""
-    found: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            found.extend(sorted(p for p in path.iterdir() if p.is_file() and is_log(p)))
-        elif path.is_file():
-            found.append(path)
-        else:
-            raise FileNotFoundError(f"no such file or folder: {path}")
-    return found
+    """The files an ingest of `paths` reads (`digest.walk.walk`)."""
+    return walk(paths).files
 
 
 def ingest_paths(paths: Iterable[str | Path], store: IngestStore, redact_secrets: bool = True) -> IngestReport:
-    report = IngestReport()
+    """The files named and the logs in the folders named, each read from where its last read
+    stopped (`digest.manifest`); an unchanged file is only stat'ed."""
+    found = walk(paths)  # before anything is written: a missing path fails the ingest whole
+    report = IngestReport(skipped=dict(found.skipped), skipped_examples=found.examples)
     touched: set[str] = set()
     seen: dict = {}
-    # A file named twice (or inside a folder also named) is read once: its lines would supersede themselves.
-    for path in dict.fromkeys(p.resolve() for p in discover(paths)):
+    states = store.ingest.file_states([str(p) for p in found.files])
+    for path in found.files:
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # gone since the walk (a harness deletes old transcripts): its rows stay
+            report.skipped[VANISHED] = report.skipped.get(VANISHED, 0) + 1
+            continue
+        state = states.get(str(path))
+        if manifest.unchanged(stat.st_size, stat.st_mtime_ns, state):
+            report.unchanged += 1
+            continue
+        kind = file_kind(path)
+        how, start = manifest.plan(path, kind, stat.st_size, stat.st_mtime_ns, state)
+        if start is None:
+            report.unchanged += 1
+            continue
         with store.file.held():
-            report.files.append(ingest_file(path, store.ingest, store.file, touched, seen, redact_secrets))
+            report.files.append(
+                ingest_file(path, store.ingest, store.file, touched, seen, start, kind, how, redact_secrets)
+            )
     # Each batch of turns brought its sessions' rows up to date as it was written: read them back.
     report.sessions = store.sessions.session_rows(touched)
     report.emptied = sorted(touched - {s["session_id"] for s in report.sessions})

@@ -56,6 +56,7 @@ from digest.settings_parse import (
     raw_cap,
     share,
     text,
+    watch_list,
     whole,
 )
 from digest.synthesis import Limits
@@ -76,6 +77,7 @@ class Settings:
     home: Path
     db_path: Path
     inbox: Path
+    watch: str | None  # DIGEST_WATCH as written: `digest.walk.watch_folders` reads its folders
     hosts_file: Path | None  # several model hosts (digest.hosts); None: the single-host settings
     provider: str
     model_url: str | None
@@ -179,6 +181,17 @@ SETTINGS: tuple[Setting, ...] = (
         lambda known: (known["home"] / "inbox").resolve(),
         "where the `raw_turns` asset looks for bundles when given no paths",
         default_doc="`$DIGEST_HOME/inbox`",
+    ),
+    Setting(
+        "DIGEST_WATCH",
+        "watch",
+        watch_list,
+        None,
+        "folders of agent logs the inbox sensor also watches and `session-digest ingest` with no path reads, "
+        "walked down their sub-folders and read on as their files grow, separated by `:` (`os.pathsep`); `~` "
+        "and `$VAR` expanded; e.g. `~/.claude/projects:~/.codex/sessions` ([ingest](ingest.md#harness-homes)); "
+        "unset: the sensor watches the inbox alone, and `ingest` reads the harness homes that exist",
+        default_doc="none",
     ),
     Setting(
         "DIGEST_MODEL_HOSTS",

@@ -6,6 +6,7 @@ naming the variable and the reason. `digest.settings.SETTINGS` is built from the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,14 @@ def is_auto(name: str, text: str) -> bool:
 
 
 def text(name: str, value: str) -> str:
+    return value
+
+
+def watch_list(name: str, value: str) -> str:
+    """A list of folders separated by `os.pathsep`, kept as written (`digest.walk.watch_folders`
+    reads it, expanding `~` and variables where it is used); one that names no folder is refused."""
+    if not [part for part in value.split(os.pathsep) if part.strip()]:
+        raise SettingsError(f"{name}={value!r} names no folder (separate folders with {os.pathsep!r})")
     return value
 
 

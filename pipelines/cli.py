@@ -460,8 +460,11 @@ def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, outp
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="session-digest", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_ingest = sub.add_parser("ingest", help="ingest export bundles (files or folders of *.jsonl)")
-    p_ingest.add_argument("paths", nargs="+")
+    p_ingest = sub.add_parser(
+        "ingest",
+        help="ingest agent logs and export bundles: files, or folders walked; none: DIGEST_WATCH or the harness homes",
+    )
+    p_ingest.add_argument("paths", nargs="*", metavar="PATH")
     p_sweep = sub.add_parser("sweep", help="summarize the next budgeted batch now, one Dagster run each")
     p_sweep.add_argument("--limit", type=int, default=None, help="at most this many sessions")
     p_sweep.add_argument(

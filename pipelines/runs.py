@@ -73,8 +73,33 @@ def _model_url(settings: Settings, output: Output):
         yield settings
 
 
+def ingest_folders(settings: Settings) -> tuple[list[Path], str]:
+    """What `ingest` with no path reads: `DIGEST_WATCH`'s folders, else the harness homes, those
+    that exist; and where they come from. None exists: the command fails saying where it looked."""
+    from digest.walk import harness_homes, watch_folders
+
+    if settings.watch:
+        folders, origin = list(watch_folders(settings.watch)), "DIGEST_WATCH"
+    else:
+        folders, origin = harness_homes(), "the harness homes (DIGEST_WATCH is not set)"
+    found = [f for f in folders if f.is_dir()]
+    if not found:
+        looked = ", ".join(str(f) for f in folders)
+        raise SystemExit(
+            f"session-digest ingest: no path given, and none of {origin}' folders exists ({looked}); "
+            "name the files or folders to ingest, or set DIGEST_WATCH"
+        )
+    return found, origin
+
+
 def ingest(settings: Settings, paths: list[str]) -> dict:
-    """The ingest run; it registers the new sessions as partitions itself (`new_partitions`)."""
+    """The ingest run; it registers the new sessions as partitions itself (`new_partitions`).
+    No path: `ingest_folders`, named in the result."""
+    read_from = {}
+    if not paths:
+        folders, origin = ingest_folders(settings)
+        paths = [str(f) for f in folders]
+        read_from = {"read_from": f"{origin}: {', '.join(paths)}"}
     instance = _instance()
     config = {"ops": {"raw_turns": {"config": {"paths": [str(Path(p).resolve()) for p in paths]}}}}
     result = _execute(settings, instance, _job(settings, "ingest"), config)
@@ -89,6 +114,7 @@ def ingest(settings: Settings, paths: list[str]) -> dict:
     }
     return {
         "run_id": result.run_id,
+        **read_from,
         **meta,
         "search_index": _refresh_search_index(settings, instance, _store(settings)),
     }

@@ -5,6 +5,7 @@ and the instance's runs (the fifth also marks a dead run failed, the last indexe
 changed); none calls a model."""
 
 import json
+import os
 import time
 import uuid
 from pathlib import Path
@@ -33,7 +34,6 @@ from assets.search_index import TICK_SESSIONS, search_index_events
 from assets.work.backlog import measure
 from digest.backoff import doubling_backoff_s
 from digest.hosts import estimated_seconds
-from digest.ingest import discover
 from digest.scheduling import now_ms
 from digest.tags import (
     BUDGET_TAG,
@@ -48,6 +48,7 @@ from digest.tags import (
     SWEEP_TAG,
     UPGRADE_TAG,
 )
+from digest.walk import walk, walk_order
 from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
 from pipelines.jobs import SWEEP_RUN_ASSETS, digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.selection import next_summary_batch
@@ -83,6 +84,10 @@ def _file_signature(path: Path) -> str:
     return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
+def _mtime_s(signature: str) -> float:
+    return int(signature.split(":")[1]) / 1e9
+
+
 def _batch_state(instance, batch: str) -> tuple[str, float]:
     """("done" | "running" | "failed", when a failed batch may go again). A batch with no run at
     all (deleted from the UI) counts as failed, due now."""
@@ -100,27 +105,39 @@ def _batch_state(instance, batch: str) -> tuple[str, float]:
     return "failed", max(r.end_time or 0.0 for r in records) + wait
 
 
-def _ingest_request(batch: str, files: dict[str, str], inbox: Path) -> RunRequest:
+def _ingest_request(batch: str, files: dict[str, str]) -> RunRequest:
     return RunRequest(
-        run_config={"ops": {"raw_turns": {"config": {"paths": [str(inbox / name) for name in sorted(files)]}}}},
+        # In the walk's order: a session's file before its sub-agents' (the readers attach them).
+        run_config={"ops": {"raw_turns": {"config": {"paths": sorted(files, key=walk_order)}}}},
         tags={SWEEP_TAG: "inbox", FILES_TAG: str(len(files)), INBOX_BATCH_TAG: batch},
     )
 
 
 @described_sensor(job=ingest_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
-    """Launches an ingest of every new or changed log in the inbox (`DIGEST_INBOX`: every `*.jsonl`,
-    and each `.md`, `.traj` or `.json` whose content is a harness log, as `ingest DIR` finds them). A file is
-    done once an ingest of it succeeded: a failed run is launched again (the next tick, then after a
-    doubling wait), and a file whose run is still going is not launched twice."""
-    inbox = Path(store.inbox)
-    if not inbox.is_dir():
-        return SkipReason(f"inbox {inbox} does not exist yet")
+    """Launches an ingest of every new or changed log in the inbox (`DIGEST_INBOX`) and in the
+    folders of `DIGEST_WATCH` (the harness homes, say), walked down their sub-folders as `ingest
+    DIR` walks them: every `*.jsonl`, and each `.md`, `.traj` or `.json` whose content is a harness
+    log. The ingest reads a grown file from where its last read stopped. A file is done once an
+    ingest of it succeeded: a failed run is launched again (the next tick, then after a doubling
+    wait), and a file whose run is still going is not launched twice."""
+    folders = store.watched()
+    existing = [folder for folder in folders if folder.is_dir()]
+    if not existing:
+        return SkipReason(f"none of the watched folders exists yet: {', '.join(map(str, folders))}")
     state = json.loads(context.cursor) if context.cursor else {}
     # A cursor from before runs were followed maps files to signatures: those are done.
     done, launched = (state["done"], state["launched"]) if "done" in state else (state, {})
+    # A cursor from before folders were walked names the inbox's files by name alone.
+    inbox = Path(store.inbox)
+    done = {name if os.path.isabs(name) else str(inbox / name): sig for name, sig in done.items()}
     now = time.time()
-    current = {path.name: _file_signature(path) for path in discover([inbox])}
+    current = {}
+    for path in walk(existing).files:
+        try:
+            current[str(path)] = _file_signature(path)
+        except FileNotFoundError:  # gone since the walk listed it
+            continue
     requests, kept, waiting = [], {}, []
     for batch, files in launched.items():
         outcome, retry_at = _batch_state(context.instance, batch)
@@ -132,7 +149,7 @@ def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
             files = {name: sig for name, sig in files.items() if current.get(name) == sig}
             if not files:
                 continue
-            requests.append(_ingest_request(batch, files, inbox))
+            requests.append(_ingest_request(batch, files))
         elif outcome == "failed":
             waiting.append(f"{len(files)} file(s) retry in {retry_at - now:.0f}s")
         kept[batch] = files
@@ -141,18 +158,19 @@ def inbox_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
     fresh = {
         name: sig
         for name, sig in current.items()
-        if done.get(name) != sig and (name, sig) not in in_hand and (inbox / name).stat().st_mtime <= settled_before
+        if done.get(name) != sig and (name, sig) not in in_hand and _mtime_s(sig) <= settled_before
     }
     if fresh:
         batch = uuid.uuid4().hex
-        requests.append(_ingest_request(batch, fresh, inbox))
+        requests.append(_ingest_request(batch, fresh))
         kept[batch] = fresh
-    # Files gone from the inbox drop out; a file still being written keeps its last done signature.
+    # Files gone from the folders drop out; a file still being written keeps its last done signature.
     cursor = json.dumps(
         {"done": {name: done[name] for name in current if name in done}, "launched": kept}, sort_keys=True
     )
     if not requests:
-        reason = f"no new files in {inbox}" + (f" ({'; '.join(waiting)})" if waiting else "")
+        where = ", ".join(map(str, existing))
+        reason = f"no new or grown files in {where}" + (f" ({'; '.join(waiting)})" if waiting else "")
         return SensorResult(skip_reason=SkipReason(reason), cursor=cursor)
     return SensorResult(run_requests=requests, cursor=cursor)
 

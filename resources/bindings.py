@@ -5,6 +5,7 @@ are bound where the definitions are built (`pipelines.definitions`)."""
 
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
@@ -20,6 +21,7 @@ from digest.scheduling import SweepPolicy
 from digest.settings import setting_of
 from digest.settings_fleet import build_fleet
 from digest.synthesis import Limits
+from digest.walk import watch_folders
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
 from resources.model_clients.embeddings import EmbeddingClient, embedding_client
@@ -42,6 +44,7 @@ class DigestStoreResource(ConfigurableResource):
 
     db_path: str = configured_by("DIGEST_DB_PATH")
     inbox: str = configured_by("DIGEST_INBOX")
+    watch: str | None = configured_by("DIGEST_WATCH")
     junk_share_max: float = configured_by("DIGEST_JUNK_SHARE_MAX")  # read by the junk check
     search_lag_max_s: float = configured_by("DIGEST_SEARCH_LAG_MAX_S")  # read by the search index's check
     redact: bool = configured_by("DIGEST_REDACT")  # read by the ingest
@@ -50,6 +53,10 @@ class DigestStoreResource(ConfigurableResource):
         # Which process runs this run, so a run whose process dies can be told apart and closed.
         if context.run is not None and context.instance is not None:
             context.instance.add_run_tags(context.run.run_id, worker_tags())
+
+    def watched(self) -> list[Path]:
+        """The inbox, then `DIGEST_WATCH`'s folders (the inbox sensor's, and an ingest's with no paths)."""
+        return [Path(self.inbox), *(watch_folders(self.watch) if self.watch else ())]
 
     def store(self) -> DigestStore:
         store = DigestStore(self.db_path)

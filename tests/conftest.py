@@ -50,6 +50,7 @@ TIERS = {
     "test_search": "unit",
     "test_redaction": "unit",
     "test_projects": "unit",
+    "test_walk": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",
@@ -73,6 +74,7 @@ TIERS = {
     "test_harness_readers": "integration",
     "test_mcp": "integration",
     "test_search_cli": "integration",
+    "test_ingest_homes": "integration",
     "test_host_runs": "integration",
     "test_run_queue": "integration",
     "test_interrupted_runs": "integration",
@@ -101,6 +103,7 @@ TIERS = {
     "test_deploy": "stress",
     "test_ingest_properties": "stress",
     "test_ingest_text_properties": "stress",
+    "test_incremental_properties": "stress",
     "test_real_export": "stress",
     "test_restore_properties": "stress",
 }

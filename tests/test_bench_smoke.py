@@ -49,6 +49,15 @@ SMOKE = {
         ("--megabytes", "1"),
         ("session-digest ingest", "read_json, no vectors", "read_json, vectors FLOAT[]", "ratio (our ingest's time"),
     ),
+    "incremental_ingest.py": Smoke(
+        ("--megabytes", "0.2", "--files", "10"),
+        (
+            "incremental (appended from line",
+            "the grown file read whole",
+            "ratio (whole / incremental)",
+            "inbox sensor tick",
+        ),
+    ),
     "instance_size.py": Smoke(
         ("--runs", "2", "--degraded", "1"), ("growth of the instance", "per 1,000 runs", "new: event log rows")
     ),

@@ -191,7 +191,9 @@ def test_a_mixed_folder_ingests_through_the_cli_and_again_changes_nothing(tmp_pa
     store = DigestStore(tmp_path / "home" / "digest.duckdb")
     before = snapshot(store)
     again = ingest()
-    assert (again["turns"], again["rejects"], again["new_partitions"]) == (16, 1, 0)
+    # Unchanged since the first read: not read again (digest/manifest.py); the trajectories, read
+    # whole, may be looked at again within 2 s of their last read, and give the same rows.
+    assert again["new_partitions"] == 0 and again["files"] + again["files_unchanged"] == first["files"]
     assert snapshot(store) == before
 
 

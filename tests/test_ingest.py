@@ -556,8 +556,18 @@ def test_reingesting_the_same_bundle_changes_nothing(db, tmp_path):
     second = ingest_paths([bundle], db)
 
     assert snapshot(db) == before
-    assert second.turns == first.turns == 4 and second.rejects == first.rejects == 2
-    assert {s["session_id"]: s["input_revision"] for s in second.sessions} == {
+    # Unchanged since their read (digest/manifest.py): not read again.
+    assert first.turns == 4 and first.rejects == 2
+    assert second.turns == second.rejects == 0 and second.sessions == []
+    # (The file skipped by design, not read, may be looked at again within 2 s of its last read.)
+    assert second.unchanged + len(second.files) == 5 and sum(f.lines for f in second.files) == 0
+    # Read again whole (their manifest rows dropped): the same rows, the same revisions.
+    with db.file.connect() as con:
+        con.execute("DELETE FROM ingest_files")
+    third = ingest_paths([bundle], db)
+    assert snapshot(db) == before
+    assert third.turns == 4 and third.rejects == 2
+    assert {s["session_id"]: s["input_revision"] for s in third.sessions} == {
         s["session_id"]: s["input_revision"] for s in first.sessions
     }
 
@@ -753,12 +763,13 @@ def test_a_files_batches_share_one_connection_until_the_hold_is_spent(db, tmp_pa
 
     report = ingest_paths([path], db)
 
-    # The file's opens, and one for reading the sessions back after it.
-    assert len(counted) == opens + 1
+    # The file's opens, one for the manifest's rows of the files before, one for reading the
+    # sessions back after it, and one for the file's manifest row when its last batch let go.
+    assert len(counted) == opens + 2 + (hold_bytes == 1)
     assert report.turns == 12 and rows(db, "SELECT count(*) AS n FROM turns")[0]["n"] == 12
 
 
-def test_a_folder_ingests_every_jsonl_in_it(db, tmp_path):
+def test_a_folder_ingests_every_jsonl_in_it_and_in_its_sub_folders(db, tmp_path):
     bundle = write_bundle(tmp_path / "bundle")
     (bundle / "notes.txt").write_text("not a bundle file\n")
     write_jsonl(bundle / "nested" / "memory-backup-nested.jsonl", [memory_row("nested", "s9", 1)])
@@ -769,14 +780,16 @@ def test_a_folder_ingests_every_jsonl_in_it(db, tmp_path):
     assert kinds == {
         "graph-backup-2025.jsonl": "graph",
         "memory-backup-2025.jsonl": "memory",
+        "memory-backup-nested.jsonl": "memory",
         "other-harness.jsonl": "turns",
         "summaries-backup-2025.jsonl": "summaries",
         "temporal-summary-backup-2025.jsonl": "temporal",
     }
+    assert report.skipped == {"not-a-log-by-name": 1}  # notes.txt
     temporal = next(f for f in report.files if f.kind == "temporal")
     assert (temporal.lines, temporal.rows, temporal.rejects) == (0, 0, 0)
-    assert sorted(turns_by_id(db)) == ["h1", "t1", "t2", "t3"]
-    assert {r["session_id"] for r in rows(db, "SELECT session_id FROM sessions")} == {"s1", "s2", "s3"}
+    assert sorted(turns_by_id(db)) == ["h1", "nested", "t1", "t2", "t3"]
+    assert {r["session_id"] for r in rows(db, "SELECT session_id FROM sessions")} == {"s1", "s2", "s3", "s9"}
     assert rows(db, "SELECT count(*) AS n FROM imported_summaries")[0]["n"] == 1
 
 

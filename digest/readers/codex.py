@@ -79,7 +79,9 @@ def sniff_document(head: bytes) -> bool:
     return bool(_DOCUMENT.match(head))
 
 
-def read(lines: Lines, source: str) -> Iterator[Read]:
+def read(lines: Lines, source: str, resume: dict | None = None) -> Iterator[Read]:
+    """`resume`: `resume_context` of the turn whose first line `lines` start at (a grown rollout
+    read on from the turn open at its old end, `digest.manifest`)."""
     first: list[tuple[int, bytes]] = []
     for numbered in lines:
         first.append(numbered)
@@ -88,13 +90,13 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
     if first and (first[-1][1].strip() == b"{" or _DOCUMENT.match(first[-1][1])):
         yield from _read_document([*first, *lines], source)
     else:
-        yield from _read_lines(chain(first, lines), source)
+        yield from _read_lines(chain(first, lines), source, resume)
 
 
 class _Session:
     """One rollout's state as its items are read: the session, the turn being read, and the turns done."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, resume: dict | None = None):
         self.session_id = Path(source).name.removesuffix(".jsonl").removesuffix(".json")  # until the file says
         self.owned = False  # whether a `session_meta` has named the session
         self.session_ts: int | None = None
@@ -102,6 +104,10 @@ class _Session:
         self.project: str | None = None
         self.git_branch: str | None = None
         self.count = 0
+        if resume:  # read on from a turn's first line: the head's `session_meta` was read before
+            self.owned = True
+            for key in ("session_id", "session_ts", "model", "project", "git_branch", "count"):
+                setattr(self, key, resume[key])
         self.turn: PendingTurn | None = None
         self.done: list[PendingTurn] = []
         # The message texts the turn holds, by part, with where each came from (`item` or `event`).
@@ -246,8 +252,8 @@ class _Session:
             self.texts, self.prompt_from = {}, None
 
 
-def _read_lines(lines: Lines, source: str) -> Iterator[Read]:
-    session = _Session(source)
+def _read_lines(lines: Lines, source: str, resume: dict | None = None) -> Iterator[Read]:
+    session = _Session(source, resume)
     for line_no, raw in lines:
         if not raw.strip():
             yield Read("skip", line_no)
@@ -370,3 +376,18 @@ def _output_text(output) -> str:
 
 def _text(value) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
+
+
+def resume_context(row: dict) -> dict:
+    """What `read` needs to go on from this turn's first line, as `digest.manifest` reads a growing
+    rollout from the turn open at its end: the session (from the head's `session_meta`), the model,
+    the turns counted before it, and the session's time (the time of an older rollout's turns,
+    whose lines have none)."""
+    return {
+        "session_id": row["session_id"],
+        "model": row["model"],
+        "count": int(row["id"].rsplit(":", 1)[1]) - 1,
+        "session_ts": row["ts_ms"],
+        "project": row.get("project"),
+        "git_branch": row.get("git_branch"),
+    }

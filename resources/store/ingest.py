@@ -4,12 +4,15 @@ rows of the sessions it touched up to date in the same transaction."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, fields
 
 import duckdb
 import pandas as pd
 
+from digest.manifest import FileState
 from resources.store.connection import Repository, now, upsert_sql
 from resources.store.facts import replace_turn_facts
 from resources.store.sessions import derived_session_rows, upsert_sessions
@@ -166,6 +169,38 @@ class Ingest(Repository):
                 "DELETE FROM rejects WHERE source_file = ? AND line_no IN (SELECT unnest(?::INTEGER[]))",
                 [source_file, line_nos],
             )
+
+    # --- the manifest of files read (digest/manifest.py) ---
+
+    def file_states(self, paths: list[str]) -> dict[str, FileState]:
+        """The manifest's rows of these files (one query, however many: a watch tick asks for all)."""
+        if not paths:
+            return {}
+        names = [f.name for f in fields(FileState)]
+        with self.file.connect() as con:
+            found = con.execute(
+                f"SELECT {', '.join(names)} FROM ingest_files WHERE path IN (SELECT unnest(?::VARCHAR[]))", [paths]
+            ).fetchall()
+        states = {}
+        for row in found:
+            state = FileState(**dict(zip(names, row)))
+            state.resume_context = json.loads(state.resume_context) if state.resume_context else None
+            states[state.path] = state
+        return states
+
+    def record_file(self, state: FileState, lines: int) -> None:
+        """The file as a read left it, `lines` long: a reject of a line past its end (the file shrank
+        or was rewritten shorter) no longer stands."""
+        row = asdict(state)
+        row["resume_context"] = json.dumps(state.resume_context) if state.resume_context is not None else None
+        columns = list(row)
+        with self.file.transaction() as con:
+            con.execute(
+                f"INSERT OR REPLACE INTO ingest_files ({', '.join(columns)}, ingested_at) "
+                f"VALUES ({', '.join('?' for _ in columns)}, now())",
+                list(row.values()),
+            )
+            con.execute("DELETE FROM rejects WHERE source_file = ? AND line_no > ?", [state.path, lines])
 
     def refresh_sessions(self, session_ids: Iterable[str]) -> list[dict]:
         """Recompute the `sessions` rows of these sessions from their turns; returns the rows.

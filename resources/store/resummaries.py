@@ -8,7 +8,7 @@ from __future__ import annotations
 from digest.resummary import ANY_JUNK, KEPT_PREVIOUS, NOT_CURRENT, REPLACED, ResummaryCriteria
 from digest.scheduling import Candidate
 from resources.store.connection import Repository, now, records
-from resources.store.summaries import CANDIDATES_PICKED
+from resources.store.summaries import CANDIDATES_PICKED, active_sql
 
 # The summaries a re-summary may replace: current for their session's turns (a stale one is pending
 # anyway), of a session not retired; of the origin the criteria name (`criteria_sql`).
@@ -101,7 +101,7 @@ class Resummaries(Repository):
                     JOIN sessions s USING (session_id) LEFT JOIN summary_state st USING (session_id)
                     WHERE r.done_at IS NULL AND x.input_revision = s.input_revision
                       AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)
-                      AND NOT coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false)
+                      AND NOT {active_sql(now_ms, idle_ms)}
                       AND NOT coalesce(st.backoff_until_ms > {now_ms} AND st.failed_revision = s.input_revision, false)
                     ORDER BY r.requested_at, s.last_activity_ms DESC NULLS LAST, r.session_id LIMIT {int(limit)}
                 )

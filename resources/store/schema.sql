@@ -167,6 +167,25 @@ CREATE TABLE IF NOT EXISTS rejects (
     PRIMARY KEY (source_file, line_no)
 );
 
+-- Each file an ingest read, as it left it (digest/manifest.py): an unchanged file is not read
+-- again, a grown one is read on from `resume_bytes` once the hash of its read part matches.
+CREATE TABLE IF NOT EXISTS ingest_files (
+    path VARCHAR PRIMARY KEY,
+    kind VARCHAR NOT NULL,            -- the reader: claude-code, codex, aider, trajectory, memory, turns, ...
+    size BIGINT NOT NULL,             -- the file's size and mtime when the read began
+    mtime_ns BIGINT NOT NULL,
+    read_bytes BIGINT NOT NULL,       -- the end of the last complete line read
+    read_lines INTEGER NOT NULL,      -- complete lines up to read_bytes
+    read_hash VARCHAR NOT NULL,       -- SHA-256 of the bytes [0, read_bytes)
+    resume_bytes BIGINT NOT NULL,     -- where the next read starts: the first line of the turn open at read_bytes
+    resume_lines INTEGER NOT NULL,    -- lines before resume_bytes
+    resume_context JSON,              -- what the reader needs from before resume_bytes (Codex: session, model, turns)
+    read_at_ns BIGINT NOT NULL,       -- when the read began (epoch ns): a file modified close to it is checked by hash
+    sessions VARCHAR[] NOT NULL,      -- the sessions whose turns the file holds
+    grown_ms BIGINT,                  -- its mtime (epoch ms) when a read found it grown; NULL: read whole since
+    ingested_at TIMESTAMPTZ NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS imported_summaries (
     session_id VARCHAR PRIMARY KEY,
     memory_count INTEGER,

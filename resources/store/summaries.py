@@ -123,13 +123,22 @@ def covered_turns_query(session_id: str) -> str:
     )
 
 
+def active_sql(now_ms: int, idle_ms: int) -> str:
+    """The churn gate: the session's newest turn is within the idle window, or a harness log of it
+    grew since it was first read and was last written within the window (a long turn still running
+    adds events, not turns: `ingest_files.grown_ms`, docs/ingest.md#growing-files)."""
+    return f"""(coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false)
+        OR s.session_id IN (SELECT unnest(sessions) FROM ingest_files
+                            WHERE {now_ms} - grown_ms BETWEEN 0 AND {idle_ms - 1}))"""
+
+
 def summary_gates(now_ms: int, idle_window_s: float) -> str:
     """The pending sessions (`sessions` columns) with the sweep's two gates: `active` (within the
     idle window) and `backing_off` (in failure backoff at the session's current turns)."""
     idle_ms = int(idle_window_s * 1000)
     return f"""
         SELECT s.*,
-               coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false) AS active,
+               {active_sql(now_ms, idle_ms)} AS active,
                coalesce(st.backoff_until_ms > {now_ms} AND st.failed_revision = s.input_revision, false)
                    AS backing_off
         FROM ({PENDING_SUMMARY_SESSIONS}) s
@@ -363,7 +372,7 @@ class Summaries(Repository):
                       AND x.route_reason IN ('over-raw-cap', 'over-safe-band')
                       AND x.input_revision = s.input_revision
                       AND s.session_id NOT IN (SELECT session_id FROM retired_sessions)
-                      AND NOT coalesce({now_ms} - s.last_activity_ms BETWEEN 0 AND {idle_ms - 1}, false)
+                      AND NOT {active_sql(now_ms, idle_ms)}
                       AND NOT coalesce(st.backoff_until_ms > {now_ms} AND st.failed_revision = s.input_revision, false)
                 ),
                 picked AS (
