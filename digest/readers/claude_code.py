@@ -331,6 +331,10 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
                 decided = True
                 agent_id = _name_agent_id(source) or (agent_id if sidechain else None)
                 agent = _Agent(source, agent_id, session_id) if agent_id else None
+                if agent is not None and line_no > 1:
+                    # Read on from a later turn of a grown file (`digest.manifest`): its first
+                    # prompt, before, already carries the head.
+                    agent.headed = True
             if agent is not None:
                 if _replayed(obj, agent.replayed):
                     yield Read("skip", line_no, reason=f"replayed: a copy of an event of {agent.trunk_name}")
