@@ -29,6 +29,7 @@ from digest.overlap import fragments
 from digest.prompts import SUMMARY_LABELS
 from digest.repeats import MARKER_PATTERN
 from digest.summary_output import PROMPT_LINES
+from digest.turns import compose_document
 
 VERDICTS = ("ok", "echo", "fabricated", "template", "content-free", "empty", "too-long")
 JUNK = frozenset(VERDICTS) - {"ok"}
@@ -48,6 +49,16 @@ _PLACEHOLDER = re.compile(
 # summary prompt's repeat marker (a degraded prompt carries the mini summaries that copied it), the
 # summary prompt's metadata labels. An ellipsis marks a cut too, but a summary may fairly write one.
 _SCAFFOLDING = re.compile("|".join([MARKER_PATTERN.pattern, *map(re.escape, SUMMARY_LABELS)]), re.IGNORECASE)
+# The labels a turn's text is written with ("User Prompt:", "Agent Thought:", "Agent Response:"),
+# from the function that writes them: every session has them, so they are not scaffolding the
+# session never writes; but a summary that is nothing else ("Sıpır 12: User Prompt:") is the
+# prompt's form returned as content.
+TURN_LABELS = tuple(line.strip() for line in compose_document("", "", "").splitlines())
+_LABELS = re.compile("|".join(map(re.escape, TURN_LABELS + SUMMARY_LABELS)), re.IGNORECASE)
+_AGENT_PART = re.compile(rf"^{re.escape(TURN_LABELS[1])}", re.MULTILINE)  # where a turn's user prompt ends
+# What opens a line before its text: a turn's label, a quoted line's `>`, a `[tool result]` tag.
+_LINE_TAG = re.compile(r"^(?:" + "|".join(map(re.escape, TURN_LABELS)) + r"|>|\[[\w .-]{1,40}\])\s*")
+TITLE_LINE_WORDS = 3  # a title of this many words equal to one line of the agent's side: copied
 # The prompt's field names: the summary's four parts and the schema's fields.
 _FIELDS = ("goal", "key decisions", "code that was modified", "modified code", "outcome", *PROMPT_LINES)
 _FIELD_VALUE = re.compile(
@@ -111,6 +122,29 @@ class Verdict:
         return "\n\n".join(lines)
 
 
+def _line(text: str) -> str:
+    text = text.strip()
+    while (opened := _LINE_TAG.sub("", text, count=1)) != text:
+        text = opened
+    return " ".join(text.split()).lower()
+
+
+def copied_title(turn_documents: Sequence[str], title: str) -> str | None:
+    """The line of the agent's side of a turn (its thought, its response, the tools' output) that the
+    title is, word for word: "Tokens: 703 sent, 1.1k received." is a line of aider's output, not a
+    title. A title taken from the user's own ask is not looked for: it says what the session was for."""
+    wanted = _line(title).rstrip(".")
+    if len(_LETTER_WORD.findall(wanted)) < TITLE_LINE_WORDS:
+        return None
+    for document in turn_documents:
+        split = _AGENT_PART.search(document)
+        agent = document[split.start() :] if split else document
+        for line in agent.splitlines():
+            if _line(line).rstrip(".") == wanted:
+                return line.strip()
+    return None
+
+
 def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_chars: int | None = None) -> Verdict:
     """The verdict on one summary of these raw turns (`input_chars`: the size of what the model was
     given, when that was not the turns themselves, e.g. a degraded prompt's content)."""
@@ -123,6 +157,10 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
     grounded, unknown = anchors(text, session, terms)
     placeholders = sorted({m.group(0) for m in _PLACEHOLDER.finditer(text) if m.group(0).lower() not in lowered})
     scaffolding = sorted({m.group(0) for m in _SCAFFOLDING.finditer(text) if m.group(0).lower() not in lowered})
+    labels_only = bool(_LABELS.search(summary)) and len(_LETTER_WORD.findall(_LABELS.sub(" ", summary))) < MIN_WORDS
+    if labels_only:
+        scaffolding = sorted({*scaffolding, *(m.group(0) for m in _LABELS.finditer(summary))})
+    title_line = copied_title(turn_documents, title)
     fields = sorted({m.group(2).lower() for m in _FIELD_VALUE.finditer(text)})
     schema = sorted({f for f in _SCHEMA_FIELDS if re.search(rf"\b{f}\b", text, re.IGNORECASE)})
     specific = sorted(
@@ -148,6 +186,7 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
         "scaffolding": scaffolding,
         "template_fields": fields + ([f"schema: {', '.join(schema)}"] if len(schema) >= SCHEMA_LIST else []),
         "specific_words": specific[:20],
+        "title_copied": title_line,
     }
 
     if len(_LETTER_WORD.findall(summary)) < MIN_WORDS:
@@ -173,4 +212,6 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
         return Verdict("fabricated", {**evidence, "reason": f"{len(unknown)} identifiers no turn has"})
     if not grounded and len(specific) < MIN_SPECIFIC:
         return Verdict("content-free", {**evidence, "reason": f"no identifier, {len(specific)} words of the session"})
+    if title_line:  # the summary may be fine; its title is not one
+        return Verdict("echo", {**evidence, "reason": "the title is a line of the session's output, copied"})
     return Verdict("ok", evidence)

@@ -59,6 +59,15 @@ def test_each_kind_of_junk_is_named():
     assert judge(["short session text"], "Title", "A summary much longer than the session it summarizes.").label == (
         "too-long"
     )
+    # A summary that is only the labels a turn is written with (issue 36.4: "Sıpır 12: User Prompt:").
+    only_labels = judge(TURNS, FAITHFUL[0], "Sıpır 12: User Prompt:")
+    assert only_labels.label == "template" and "User Prompt:" in only_labels.evidence["scaffolding"]
+    assert judge(TURNS, FAITHFUL[0], "The User Prompt: asked for " + FAITHFUL[1]).label == "ok"
+    # A title that is one line of a tool's output, word for word; the user's own ask is a fair title.
+    aider = [*TURNS, "User Prompt: /run make\nAgent Thought: \nAgent Response: > Tokens: 703 sent, 1.1k received."]
+    copied = judge(aider, "Tokens: 703 sent, 1.1k received.", FAITHFUL[1])
+    assert copied.label == "echo" and copied.evidence["title_copied"].endswith("> Tokens: 703 sent, 1.1k received.")
+    assert judge(aider, "Fix #13904: the grid selection jumps after a sort.", FAITHFUL[1]).label == "ok"
     # Against what the model was given, when the caller knows it (a degraded prompt's content).
     assert judge(TURNS, *FAITHFUL, input_chars=120).label == "too-long"
 
