@@ -32,10 +32,11 @@ def sessions() -> dict[str, list[Turn]]:
 
     with tempfile.TemporaryDirectory() as home:
         store = DigestStore(Path(home) / "digest.duckdb")
-        store.migrate()
-        ingest_paths([ROOT / "samples" / "bundle"], store)
-        ids = store.query("SELECT session_id FROM sessions ORDER BY 1")["session_id"].tolist()
-        turns = store.sessions.load_turns(ids)
+        with store.file.held():  # one connection for the lot
+            store.migrate()
+            ingest_paths([ROOT / "samples" / "bundle"], store)
+            ids = store.query("SELECT session_id FROM sessions ORDER BY 1")["session_id"].tolist()
+            turns = store.sessions.load_turns(ids)
     found: dict[str, list[Turn]] = {}
     for turn in canonical_order(turns):
         found.setdefault(turn.session_id, []).append(turn)
