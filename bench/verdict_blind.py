@@ -125,7 +125,9 @@ def write_set(
         print(f"ingested {len(sample_ids)} sample sessions, {len(report.sessions)} of the corpus", flush=True)
         chosen = pick(store, limits, sample_ids, within, over, seed)
         sessions_file = out_path.with_name(out_path.stem + "_sessions.json")
-        documents = {sid: [t.document for t in canonical_order(store.sessions.load_turns([sid]))] for sid, _ in chosen}
+        documents = json.loads(sessions_file.read_text(encoding="utf-8")) if sessions_file.exists() else {}
+        for sid, _ in chosen:  # a second batch (another seed) adds its sessions to the first's
+            documents[sid] = [t.document for t in canonical_order(store.sessions.load_turns([sid]))]
         sessions_file.write_text(json.dumps(documents, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
         done = set()
         if out_path.exists():  # a resumed run: the sessions already written are not asked again
