@@ -14,7 +14,11 @@ that holds wins:
 - **fabricated**: it names an issue, path, file, URL or commit hash no turn has, or
   `FABRICATED_SYMBOLS` other identifiers no turn has (anchor precision, Nan et al. 2021);
 - **content-free**: it names no identifier of the session and fewer than `MIN_SPECIFIC` of the
-  session's own words beyond a summary's boilerplate ("The user asked for a summary of the changes").
+  session's own words beyond a summary's boilerplate ("The user asked for a summary of the changes"),
+  or one identifier and fewer than `MIN_SPECIFIC` words besides it;
+- a title copied word for word from one line of the agent's side of a turn: **echo**.
+Held-out summaries (issue 36.4) added the prompt's field list, a bare-number field, a reply that
+continues the prompt's sentence and a turn's labels to template, and a wordless title to empty.
 """
 
 from __future__ import annotations
