@@ -33,8 +33,8 @@ from tests.verdict_cases import (  # noqa: E402
 )
 
 
-def evaluate(blind: bool = False) -> dict:
-    rows = judged(blind)
+def evaluate(blind: bool = False, batch: int | None = None) -> dict:
+    rows = [r for r in judged(blind) if batch is None or r.get("batch") == batch]
     if blind:
         documents = blind_sessions()
     else:
@@ -96,12 +96,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--blind", action="store_true", help="score the held-out set (bench/data/verdict_blind.jsonl)")
+    parser.add_argument("--batch", type=int, help="with --blind: that batch alone (1 was tuned on, 2 was not)")
     parser.add_argument("--sweep", type=Path, help="write the embedded model's summaries of the set's sessions here")
     args = parser.parse_args()
     if args.sweep:
         sweep(args.sweep)
         return
-    figures = evaluate(args.blind)
+    figures = evaluate(args.blind, args.batch)
     if args.json:
         print(json.dumps(figures, indent=2))
         return
