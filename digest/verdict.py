@@ -191,13 +191,8 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
     # decisions ..."): no summary starts there.
     continued = summary.lstrip()[:1] in (",", ";")
     schema = sorted({f for f in _SCHEMA_FIELDS if re.search(rf"\b{f}\b", text, re.IGNORECASE)})
-    specific = sorted(
-        {
-            w
-            for w in (m.lower() for m in _CONTENT_WORD.findall(text))
-            if w not in GENERIC and re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lowered)
-        }
-    )
+    content = {w for w in (m.lower() for m in _CONTENT_WORD.findall(text)) if w not in GENERIC}
+    specific = sorted(w for w in content if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lowered))
     evidence = {
         "summary_chars": len(title) + len(summary),
         "input_chars": size,
@@ -259,7 +254,11 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
     # nothing more than it does.
     own = [g for g in grounded if g.split(".", 1)[0] not in COMMON_NAMES]
     beyond = [w for w in specific if not any(w in g.lower() for g in own)]
-    if (not own and len(specific) < MIN_SPECIFIC) or (len(own) == 1 and len(beyond) < MIN_SPECIFIC):
+    # With one identifier, the rest must be more the session's words than not: "refactored the grid
+    # row in src/grid/Row.mjs" is a short summary, "optimize a service ... a library like
+    # `stream_buffer`" generic prose around a name.
+    foreign = len(content) - len(specific) > len(specific)
+    if (not own and len(specific) < MIN_SPECIFIC) or (len(own) == 1 and len(beyond) < MIN_SPECIFIC and foreign):
         return Verdict(
             "content-free",
             {**evidence, "reason": f"{len(own)} identifier of the session, {len(beyond)} more of its words"},
