@@ -2,7 +2,10 @@
 precision and recall per class, the confusion of labels, fidelity by label (copying and invented
 names must not outscore a faithful summary), and the judge's cost per summary.
 
-Run: PYTHONPATH=. .venv/bin/python bench/verdicts.py [--json]
+Run: PYTHONPATH=. .venv/bin/python bench/verdicts.py [--json] [--blind]
+`--blind` scores the held-out set instead, bench/data/verdict_blind.jsonl (issue 36.4): the embedded
+model's summaries of sessions the rules were not written beside (`bench/verdict_blind.py` writes
+them), each labelled by reading it against its session before any verdict was run on it.
      PYTHONPATH=. .venv/bin/python bench/verdicts.py --sweep OUT.jsonl
 `--sweep` asks the embedded SmolLM2-135M for a summary of every session of the set, with the
 project's own prompt, raw and as a degraded prompt of the first 280 characters of each turn
@@ -20,11 +23,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from digest.fidelity import fidelity, session_text  # noqa: E402
-from tests.verdict_cases import confusion, judged, junk_against_ok, per_class, sessions  # noqa: E402
+from tests.verdict_cases import (  # noqa: E402
+    blind_sessions,
+    confusion,
+    judged,
+    junk_against_ok,
+    per_class,
+    sessions,
+)
 
 
-def evaluate() -> dict:
-    rows = judged()
+def evaluate(blind: bool = False, batch: int | None = None) -> dict:
+    rows = [r for r in judged(blind) if batch is None or r.get("batch") == batch]
+    if blind:
+        documents = blind_sessions()
+    else:
+        documents = {name: [t.document for t in turns] for name, turns in sessions().items()}
     junk_precision, junk_recall = junk_against_ok(rows)
     return {
         "summaries": len(rows),
@@ -34,16 +48,16 @@ def evaluate() -> dict:
         "junk_recall": junk_recall,
         "per_class": per_class(rows),
         "confusion": confusion(rows),
-        "fidelity_by_label": fidelity_by_label(rows, sessions()),
+        "fidelity_by_label": fidelity_by_label(rows, documents),
         "cpu_ms_per_summary": round(sum(r["cpu_ms"] for r in rows) / len(rows), 2),
     }
 
 
-def fidelity_by_label(rows: list[dict], turns: dict) -> dict:
+def fidelity_by_label(rows: list[dict], documents: dict[str, list[str]]) -> dict:
     """The mean fidelity of the summaries of each label (one store of one session: tf alone)."""
     scores = defaultdict(list)
     for r in rows:
-        score = fidelity(session_text(t.document for t in turns[r["session"]]), r["title"], r["summary"]).score
+        score = fidelity(session_text(documents[r["session"]]), r["title"], r["summary"]).score
         scores[r["label"]].append(score or 0.0)
     return {label: round(sum(v) / len(v), 3) for label, v in sorted(scores.items())}
 
@@ -81,16 +95,20 @@ def sweep(out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--blind", action="store_true", help="score the held-out set (bench/data/verdict_blind.jsonl)")
+    parser.add_argument("--batch", type=int, help="with --blind: that batch alone (1 was tuned on, 2 was not)")
     parser.add_argument("--sweep", type=Path, help="write the embedded model's summaries of the set's sessions here")
     args = parser.parse_args()
     if args.sweep:
         sweep(args.sweep)
         return
-    figures = evaluate()
+    figures = evaluate(args.blind, args.batch)
     if args.json:
         print(json.dumps(figures, indent=2))
         return
-    print(f"{figures['summaries']} labelled summaries {figures['by_source']}, accuracy {figures['accuracy']}")
+    print(
+        f"{figures['summaries']} {'held-out' if args.blind else 'labelled'} summaries {figures['by_source']}, accuracy {figures['accuracy']}"
+    )
     print(f"junk (any class) against ok: precision {figures['junk_precision']}, recall {figures['junk_recall']}")
     print(f"{'verdict':<14}{'labelled':>9}{'judged':>8}{'precision':>11}{'recall':>8}")
     for label, c in figures["per_class"].items():

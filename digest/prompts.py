@@ -36,7 +36,8 @@ SUMMARY_INSTRUCTIONS = "\n".join(
 AGENTS_LABEL = "This session involved the following agents:"
 TOOL_CALLS_LABEL = "Total Tool Calls Executed:"
 TOOLS_LABEL = "Unique Tools Utilized:"
-SUMMARY_LABELS = (AGENTS_LABEL, TOOL_CALLS_LABEL, TOOLS_LABEL)
+MODELS_LABEL = "running on models:"
+SUMMARY_LABELS = (AGENTS_LABEL, MODELS_LABEL, TOOL_CALLS_LABEL, TOOLS_LABEL)
 
 
 def summary_prompt(content: str, agents: str, models: str, tool_calls: int, tools: str) -> str:
@@ -44,7 +45,7 @@ def summary_prompt(content: str, agents: str, models: str, tool_calls: int, tool
     agents, models and tools as comma-separated names (empty: none known)."""
     return (
         f"{SUMMARY_INSTRUCTIONS}\n\n"
-        f"{AGENTS_LABEL} {agents or 'unknown'} running on models: {models or 'unknown'}.\n"
+        f"{AGENTS_LABEL} {agents or 'unknown'} {MODELS_LABEL} {models or 'unknown'}.\n"
         f"{TOOL_CALLS_LABEL} {tool_calls}\n"
         f"{TOOLS_LABEL} {tools or 'none recorded'}\n"
         f"---\n{content}"

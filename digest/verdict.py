@@ -14,7 +14,11 @@ that holds wins:
 - **fabricated**: it names an issue, path, file, URL or commit hash no turn has, or
   `FABRICATED_SYMBOLS` other identifiers no turn has (anchor precision, Nan et al. 2021);
 - **content-free**: it names no identifier of the session and fewer than `MIN_SPECIFIC` of the
-  session's own words beyond a summary's boilerplate ("The user asked for a summary of the changes").
+  session's own words beyond a summary's boilerplate ("The user asked for a summary of the changes"),
+  or one identifier and fewer than `MIN_SPECIFIC` words besides it;
+- a title copied word for word from one line of the agent's side of a turn: **echo**.
+Held-out summaries (issue 36.4) added the prompt's field list, a bare-number field, a reply that
+continues the prompt's sentence and a turn's labels to template, and a wordless title to empty.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from digest.fidelity import STRONG, anchors, copy_source, precision, session_terms, session_text
+from digest.fidelity import COMMON_NAMES, STRONG, anchors, copy_source, precision, session_terms, session_text
 from digest.overlap import fragments
 from digest.prompts import SUMMARY_LABELS
 from digest.repeats import MARKER_PATTERN
 from digest.summary_output import PROMPT_LINES
+from digest.turns import compose_document
 
 VERDICTS = ("ok", "echo", "fabricated", "template", "content-free", "empty", "too-long")
 JUNK = frozenset(VERDICTS) - {"ok"}
@@ -44,10 +49,28 @@ _CONTENT_WORD = re.compile(r"[^\W\d_][^\W\d_'-]{3,}")
 _PLACEHOLDER = re.compile(
     r"\[[A-Za-z][\w ]{1,30}\](?!\()|<[a-z][a-z_ ]{1,30}>|\{[a-z][a-z_]{1,30}\}|\b(?:lorem ipsum|TODO|XXX)\b"
 )
+
+
 # What the project writes into its own prompts beside or in place of the session's text: a mini
 # summary prompt's repeat marker (a degraded prompt carries the mini summaries that copied it), the
 # summary prompt's metadata labels. An ellipsis marks a cut too, but a summary may fairly write one.
-_SCAFFOLDING = re.compile("|".join([MARKER_PATTERN.pattern, *map(re.escape, SUMMARY_LABELS)]), re.IGNORECASE)
+def _label(label: str) -> str:
+    """A label with or without its colon: a model writes "Aider running on models;" as readily."""
+    return re.escape(label.rstrip(":")) + ":?"
+
+
+_SCAFFOLDING = re.compile("|".join([MARKER_PATTERN.pattern, *map(_label, SUMMARY_LABELS)]), re.IGNORECASE)
+# The labels a turn's text is written with ("User Prompt:", "Agent Thought:", "Agent Response:"),
+# from the function that writes them: every session has them, so they are not scaffolding the
+# session never writes; but a summary that is nothing else ("Sıpır 12: User Prompt:") is the
+# prompt's form returned as content.
+TURN_LABELS = tuple(line.strip() for line in compose_document("", "", "").splitlines())
+_LABELS = re.compile("|".join(map(_label, TURN_LABELS + SUMMARY_LABELS)), re.IGNORECASE)
+_TURN_LABEL = re.compile("|".join(re.escape(label.rstrip(":")) for label in TURN_LABELS), re.IGNORECASE)
+_AGENT_PART = re.compile(rf"^{re.escape(TURN_LABELS[1])}", re.MULTILINE)  # where a turn's user prompt ends
+# What opens a line before its text: a turn's label, a quoted line's `>`, a `[tool result]` tag.
+_LINE_TAG = re.compile(r"^(?:" + "|".join(map(re.escape, TURN_LABELS)) + r"|>|\[[\w .-]{1,40}\])\s*")
+TITLE_LINE_WORDS = 3  # a title of this many words equal to one line of the agent's side: copied
 # The prompt's field names: the summary's four parts and the schema's fields.
 _FIELDS = ("goal", "key decisions", "code that was modified", "modified code", "outcome", *PROMPT_LINES)
 _FIELD_VALUE = re.compile(
@@ -56,6 +79,13 @@ _FIELD_VALUE = re.compile(
     + r""")\1\s*[:=]\s*(?=[\d\[<{,;]|$|"?\s*[,}])""",
     re.IGNORECASE | re.MULTILINE,
 )
+_FIELD = "(?:the |a )?(?:" + "|".join(re.escape(f) for f in _FIELDS) + ")"
+# The prompt's own list of the summary's parts, given back as a list ("the goal, the key decisions,
+# the code that was modified, and the outcome"): three field names with nothing but commas between.
+_FIELD_LIST = re.compile(rf"{_FIELD}(?:\s*,\s*(?:and\s+)?{_FIELD}){{2,}}", re.IGNORECASE)
+# A field given a bare number for its value ("The goal: 12.0,"): one is enough, where a number
+# followed by words ("outcome: 41 tests pass") is prose.
+_FIELD_NUMBER = re.compile(rf"\b{_FIELD}\s*[:=]\s*\d+(?:\.\d+)?\s*(?:[,;]|$)", re.IGNORECASE | re.MULTILINE)
 _SCHEMA_FIELDS = ("category", "quality", "productivity", "impact", "complexity", "technologies")
 SCHEMA_LIST = 4  # this many of the schema's fields named in one summary: its field list echoed
 # A summary's boilerplate: words any summary of any session may say.
@@ -111,6 +141,29 @@ class Verdict:
         return "\n\n".join(lines)
 
 
+def _line(text: str) -> str:
+    text = text.strip()
+    while (opened := _LINE_TAG.sub("", text, count=1)) != text:
+        text = opened
+    return " ".join(text.split()).lower()
+
+
+def copied_title(turn_documents: Sequence[str], title: str) -> str | None:
+    """The line of the agent's side of a turn (its thought, its response, the tools' output) that the
+    title is, word for word: "Tokens: 703 sent, 1.1k received." is a line of aider's output, not a
+    title. A title taken from the user's own ask is not looked for: it says what the session was for."""
+    wanted = _line(title).rstrip(".")
+    if len(_LETTER_WORD.findall(wanted)) < TITLE_LINE_WORDS:
+        return None
+    for document in turn_documents:
+        split = _AGENT_PART.search(document)
+        agent = document[split.start() :] if split else document
+        for line in agent.splitlines():
+            if _line(line).rstrip(".") == wanted:
+                return line.strip()
+    return None
+
+
 def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_chars: int | None = None) -> Verdict:
     """The verdict on one summary of these raw turns (`input_chars`: the size of what the model was
     given, when that was not the turns themselves, e.g. a degraded prompt's content)."""
@@ -123,15 +176,23 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
     grounded, unknown = anchors(text, session, terms)
     placeholders = sorted({m.group(0) for m in _PLACEHOLDER.finditer(text) if m.group(0).lower() not in lowered})
     scaffolding = sorted({m.group(0) for m in _SCAFFOLDING.finditer(text) if m.group(0).lower() not in lowered})
-    fields = sorted({m.group(2).lower() for m in _FIELD_VALUE.finditer(text)})
-    schema = sorted({f for f in _SCHEMA_FIELDS if re.search(rf"\b{f}\b", text, re.IGNORECASE)})
-    specific = sorted(
-        {
-            w
-            for w in (m.lower() for m in _CONTENT_WORD.findall(text))
-            if w not in GENERIC and re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lowered)
-        }
+    # Only labels, or a turn's labels over and over (a title "4) User Prompt; 5) User Prompt; ..."):
+    # the prompt's form returned as content.
+    labels_only = any(
+        _LABELS.search(part)
+        and (len(_LETTER_WORD.findall(_LABELS.sub(" ", part))) < MIN_WORDS or len(_TURN_LABEL.findall(part)) >= 2)
+        for part in (title, summary)
     )
+    turn_labels = sorted({m.group(0) for m in _LABELS.finditer(text)}) if labels_only else []
+    title_line = copied_title(turn_documents, title)
+    fields = sorted({m.group(2).lower() for m in _FIELD_VALUE.finditer(text)})
+    field_list = [m.group(0) for m in _FIELD_LIST.finditer(text)] + [m.group(0) for m in _FIELD_NUMBER.finditer(text)]
+    # A reply that opens on a comma continues the prompt's own sentence ("..., the goal, the key
+    # decisions ..."): no summary starts there.
+    continued = summary.lstrip()[:1] in (",", ";")
+    schema = sorted({f for f in _SCHEMA_FIELDS if re.search(rf"\b{f}\b", text, re.IGNORECASE)})
+    content = {w for w in (m.lower() for m in _CONTENT_WORD.findall(text)) if w not in GENERIC}
+    specific = sorted(w for w in content if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lowered))
     evidence = {
         "summary_chars": len(title) + len(summary),
         "input_chars": size,
@@ -146,12 +207,19 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
         "precision": round(precision(grounded, unknown), 4),
         "placeholders": placeholders,
         "scaffolding": scaffolding,
-        "template_fields": fields + ([f"schema: {', '.join(schema)}"] if len(schema) >= SCHEMA_LIST else []),
+        "template_fields": fields
+        + field_list
+        + ([f"schema: {', '.join(schema)}"] if len(schema) >= SCHEMA_LIST else [])
+        + (["opens on a comma, the prompt's sentence continued"] if continued else [])
+        + [f"only labels: {label}" for label in turn_labels],
         "specific_words": specific[:20],
+        "title_copied": title_line,
     }
 
     if len(_LETTER_WORD.findall(summary)) < MIN_WORDS:
         return Verdict("empty", {**evidence, "reason": f"fewer than {MIN_WORDS} words"})
+    if not _LETTER_WORD.search(title):  # "36", ",::10": no title at all
+        return Verdict("empty", {**evidence, "reason": "the title has no word"})
     if size and evidence["summary_chars"] > size:
         return Verdict("too-long", {**evidence, "reason": f"{evidence['summary_chars']} characters for {size}"})
     if placeholders or scaffolding or len(fields) >= 2 or len(schema) >= SCHEMA_LIST:
@@ -168,9 +236,33 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
     if frags.copied() >= ECHO_SHARE or frags.copied("prompt") >= PROMPT_ECHO_SHARE:
         source = "the prompt" if frags.copied("prompt") >= PROMPT_ECHO_SHARE else "the session"
         return Verdict("echo", {**evidence, "reason": f"{frags.copied():.0%} copied in long fragments of {source}"})
+    # The prompt's form, where less of it was copied than an echo is (a copied turn holds its labels).
+    if field_list or continued or turn_labels:
+        reason = (
+            "the prompt's field names as a list or a bare number"
+            if field_list
+            else "the prompt's sentence continued"
+            if continued
+            else "only the labels a turn is written with"
+        )
+        return Verdict("template", {**evidence, "reason": reason})
     strong = [k for k, kind in unknown.items() if kind in STRONG]
     if strong or len(unknown) >= FABRICATED_SYMBOLS:
         return Verdict("fabricated", {**evidence, "reason": f"{len(unknown)} identifiers no turn has"})
-    if not grounded and len(specific) < MIN_SPECIFIC:
-        return Verdict("content-free", {**evidence, "reason": f"no identifier, {len(specific)} words of the session"})
+    # The session's own identifiers: a language or product any summary may name (GitHub, Python) is
+    # not one; and the words inside the one it names ("stream" and "buffer" of stream_buffer) say
+    # nothing more than it does.
+    own = [g for g in grounded if g.split(".", 1)[0] not in COMMON_NAMES]
+    beyond = [w for w in specific if not any(w in g.lower() for g in own)]
+    # With one identifier, the rest must be more the session's words than not: "refactored the grid
+    # row in src/grid/Row.mjs" is a short summary, "optimize a service ... a library like
+    # `stream_buffer`" generic prose around a name.
+    foreign = len(content) - len(specific) > len(specific)
+    if (not own and len(specific) < MIN_SPECIFIC) or (len(own) == 1 and len(beyond) < MIN_SPECIFIC and foreign):
+        return Verdict(
+            "content-free",
+            {**evidence, "reason": f"{len(own)} identifier of the session, {len(beyond)} more of its words"},
+        )
+    if title_line:  # the summary may be fine; its title is not one
+        return Verdict("echo", {**evidence, "reason": "the title is a line of the session's output, copied"})
     return Verdict("ok", evidence)

@@ -67,6 +67,7 @@ SMOKE = {
     # A raw summary the verdict calls junk is tried again on the degraded route: a call more an arm.
     "raw_cap.py": Smoke(("--smoke",), ("no cap / cap", "safe band / cap"), embedded=True, timeout_s=880.0),
     "verdicts.py": Smoke((), ("labelled summaries", "precision", "recall", "mean fidelity by label")),
+    "verdict_blind.py": Smoke(("--smoke",), ("replies of 1 sessions written to",), embedded=True, timeout_s=600.0),
     "real_export.py": Smoke(
         ("--sessions", "20", "--turns", "3", "--drain", "2", "--dimensions", "0"),
         ("registration", "model calls owed", "drain 2 sessions", "Dagster instance"),

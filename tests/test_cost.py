@@ -51,8 +51,8 @@ def test_a_replayed_reply_is_no_model_call():
     assert cost.log_line() == "reply from the cache, no model call"
 
 
-def test_cost_totals_by_model_host_and_day(tmp_path):
-    store = DigestStore(tmp_path / "digest.duckdb")
+def test_cost_totals_by_model_host_and_day(tmp_path, hold):
+    store = hold(DigestStore(tmp_path / "digest.duckdb"))
     store.migrate()
 
     def attempt(model, host, outcome="ok", duration_s=10.0, cached=False):

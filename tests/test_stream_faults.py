@@ -22,7 +22,6 @@ from digest.model_api import (
     StreamBounds,
 )
 from digest.pacing import CallPlan
-from digest.settings import load_settings
 from digest.synthesis import summarize_session
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
 from resources.store import RunLedger
@@ -116,16 +115,3 @@ def test_an_error_chunk_in_a_200_stream_is_a_host_failure(store, protocol):
     assert not store.hosts.host_in_rotation(DEFAULT_HOST, int(time.time() * 1000))
     outcomes = store.query("SELECT outcome FROM attempts")["outcome"].tolist()
     assert outcomes == ["provider-error"] * 3
-
-
-def test_the_stream_bounds_are_settings_the_model_resource_hands_its_clients(tmp_path):
-    from pipelines.definitions import build_definitions
-
-    env = {
-        "DIGEST_HOME": str(tmp_path),
-        "DIGEST_MODEL_PROVIDER": "ollama",
-        "DIGEST_STREAM_EVENT_MAX_BYTES": "262144",
-        "DIGEST_CALL_MAX_BYTES": "8388608",
-    }
-    with build_definitions(load_settings(env)).resources["model"].process_config_and_initialize_cm() as model:
-        assert model.client().bounds == StreamBounds(event_max_bytes=262144, call_max_bytes=8388608)

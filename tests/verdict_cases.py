@@ -1,5 +1,8 @@
 """The hand-labelled verdict set (tests/fixtures/verdicts.jsonl) and the sessions it refers to: the
-bundled samples' (by session id) and the transcripts of tests/fixtures/verdict_sessions.json."""
+bundled samples' (by session id) and the transcripts of tests/fixtures/verdict_sessions.json; and the
+held-out set (bench/data/verdict_blind.jsonl, issue 36.4: the embedded model's summaries of sessions
+the rules were not written beside, labelled before the verdict was run on them) with its sessions'
+turns (bench/data/verdict_blind_sessions.json)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from digest.verdict import VERDICTS, judge
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "fixtures" / "verdicts.jsonl"
 TRANSCRIPTS = ROOT / "tests" / "fixtures" / "verdict_sessions.json"
+BLIND = ROOT / "bench" / "data" / "verdict_blind.jsonl"
+BLIND_SESSIONS = ROOT / "bench" / "data" / "verdict_blind_sessions.json"
 
 
 @cache
@@ -27,10 +32,11 @@ def sessions() -> dict[str, list[Turn]]:
 
     with tempfile.TemporaryDirectory() as home:
         store = DigestStore(Path(home) / "digest.duckdb")
-        store.migrate()
-        ingest_paths([ROOT / "samples" / "bundle"], store)
-        ids = store.query("SELECT session_id FROM sessions ORDER BY 1")["session_id"].tolist()
-        turns = store.sessions.load_turns(ids)
+        with store.file.held():  # one connection for the lot
+            store.migrate()
+            ingest_paths([ROOT / "samples" / "bundle"], store)
+            ids = store.query("SELECT session_id FROM sessions ORDER BY 1")["session_id"].tolist()
+            turns = store.sessions.load_turns(ids)
     found: dict[str, list[Turn]] = {}
     for turn in canonical_order(turns):
         found.setdefault(turn.session_id, []).append(turn)
@@ -39,18 +45,28 @@ def sessions() -> dict[str, list[Turn]]:
     return found
 
 
-def cases() -> list[dict]:
+@cache
+def blind_sessions() -> dict[str, list[str]]:
+    """The held-out set's sessions: each one's turn documents, in canonical order."""
+    return json.loads(BLIND_SESSIONS.read_text(encoding="utf-8"))
+
+
+def cases(path: Path = CASES) -> list[dict]:
     """The labelled rows: session, title, summary, label, source (who wrote it), note."""
-    return [json.loads(line) for line in CASES.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def judged() -> list[dict]:
-    """Each labelled row with the verdict it gets (`verdict`) and the judge's CPU milliseconds."""
-    turns = sessions()
+def judged(blind: bool = False) -> list[dict]:
+    """Each labelled row (of the held-out set with `blind`) with the verdict it gets (`verdict`) and
+    the judge's CPU milliseconds."""
+    if blind:
+        documents = blind_sessions()
+    else:
+        documents = {name: [t.document for t in turns] for name, turns in sessions().items()}
     rows = []
-    for case in cases():
+    for case in cases(BLIND if blind else CASES):
         started = time.process_time()
-        verdict = judge([t.document for t in turns[case["session"]]], case["title"], case["summary"])
+        verdict = judge(documents[case["session"]], case["title"], case["summary"])
         rows.append({**case, "verdict": verdict.label, "cpu_ms": (time.process_time() - started) * 1000})
     return rows
 
