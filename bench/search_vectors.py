@@ -122,8 +122,9 @@ def main() -> None:
         n = arms["keyword"][kind]["n"]
         cells = "  ".join(f"{arms[a][kind]['hit@5']:>20.2f} {arms[a][kind]['mrr@10']:>7.2f}" for a in arms)
         print(f"{kind:<12} {n:>3}  {cells}")
-    gain = arms["hybrid"]["paraphrase"]["hit@5"] - arms["keyword"]["paraphrase"]["hit@5"]
-    print(f"paraphrase hit@5, hybrid - keyword: {gain:+.2f}")
+    kind = "paraphrase" if "paraphrase" in arms["keyword"] else "all"
+    gain = arms["hybrid"][kind]["hit@5"] - arms["keyword"][kind]["hit@5"]
+    print(f"{kind} hit@5, hybrid - keyword: {gain:+.2f}")
 
 
 if __name__ == "__main__":

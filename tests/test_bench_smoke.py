@@ -93,6 +93,12 @@ SMOKE = {
         ("--sessions", "40"),
         ("Search index (keyword", "relevance at 40 sessions", "a junk summary ranks its session: False"),
     ),
+    "search_vectors.py": Smoke(
+        ("--sessions", "3", "--chars", "100"),
+        ("SmolLM2 embeddings for search", "hit@5, hybrid - keyword"),
+        embedded=True,
+        timeout_s=880.0,
+    ),
     "sensor_tick.py": Smoke(("--sizes", "10"), ("1st tick s", "steady tick s", "backlog tick s")),
     "stream_faults.py": Smoke(("--smoke",), ("time to give up, old / new", "RunawayReply (runaway)", "MalformedReply")),
     "stream_cancel.py": Smoke(
