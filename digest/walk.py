@@ -41,6 +41,9 @@ EMPTY = "empty"
 UNREADABLE = "unreadable"
 SPECIAL = "not-a-regular-file"
 VANISHED = "vanished"  # listed by the walk, gone before its read (`digest.ingest.ingest_paths`)
+# An archive bundle's store tables (`session-digest archive`): `restore` reads them, an ingest reads
+# only the bundle's export files beside them.
+ARCHIVE_TABLES = "archive-tables"
 
 
 @dataclass
@@ -115,7 +118,9 @@ def _walk_folder(root: Path, folder: Path, depth: int, max_depth: int, found: Wa
                     continue  # inside the tree: walked where it is, never through the link (no loop)
                 path = target
             elif entry.is_dir(follow_symlinks=False):
-                if depth >= max_depth:
+                if entry.name == "tables" and (folder / "manifest.json").is_file():
+                    found.skip(ARCHIVE_TABLES, path)
+                elif depth >= max_depth:
                     found.skip(TOO_DEEP, path)
                 else:
                     _walk_folder(root, path, depth + 1, max_depth, found, seen)
