@@ -86,7 +86,7 @@ def ingest_folders(settings: Settings) -> tuple[list[Path], str]:
     if not found:
         looked = ", ".join(str(f) for f in folders)
         raise SystemExit(
-            f"session-digest ingest: no path given, and none of {origin}' folders exists ({looked}); "
+            f"session-digest ingest: no path given, and no folder of {origin} exists (looked for {looked}); "
             "name the files or folders to ingest, or set DIGEST_WATCH"
         )
     return found, origin
