@@ -38,7 +38,8 @@ class EmbeddingStamp:
             shown = f"{model}" + (f" ({dim} dimensions)" if dim is not None else "")
             raise EmbeddingModelMismatch(
                 f"the search index's vectors were made by {self.model} ({self.dim} dimensions), not by {shown}: "
-                "set DIGEST_EMBED_MODEL back, or let the index re-embed (`session-digest backlog` shows how far it is)"
+                "set DIGEST_EMBED_MODEL back, or let the index re-embed (the `search_index` asset's `vectors_pending` "
+                "says how far it is)"
             )
 
 

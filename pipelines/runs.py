@@ -317,7 +317,8 @@ def _refresh_search_index(settings: Settings, instance, store) -> dict:
     for event in events:
         instance.report_runless_asset_event(event)
     metadata = events[0].metadata
-    return {key: metadata[key].value for key in ("sessions_indexed", "sessions_behind", "seconds")}
+    shown = ("sessions_indexed", "sessions_behind", "seconds", "vectors_embedded", "vectors_pending", "vectors_error")
+    return {key: metadata[key].value for key in shown if key in metadata}
 
 
 def digest(settings: Settings, limit: int | None, output: Output) -> dict:
