@@ -16,7 +16,7 @@ from digest.search_text import query_terms, snippet
 from resources.model_clients.embeddings import EmbeddingClient
 from resources.store import DigestStore
 from resources.store.connection import records
-from resources.store.search import Match, SessionHit, TurnHit
+from resources.store.search import Match, SessionHit, TurnHit, session_filters
 
 # Candidates each ranking gives the fusion: past the first few dozen, reciprocal ranks add little.
 CANDIDATES = 50
@@ -111,28 +111,12 @@ def _nearest(store: DigestStore, client: EmbeddingClient | None, query: str, ses
         return None, f"keyword results only: the query could not be embedded ({type(exc).__name__}: {exc})"[:300]
 
 
-def _allowed_sessions(store: DigestStore, since_ms=None, category=None, file=None, project=None) -> list[str] | None:
+def _allowed_sessions(store: DigestStore, **filters) -> list[str] | None:
     """The sessions the keyword search's filters let through (None: no filter), for the vector leg."""
-    where, params = [], []
-    if since_ms is not None:
-        where.append("s.last_activity_ms >= ?")
-        params.append(int(since_ms))
-    if category is not None:
-        where.append("x.category = ?")
-        params.append(category)
-    if file is not None:
-        path = file.strip().removeprefix("./")
-        where.append(
-            "s.session_id IN (SELECT session_id FROM turn_facts WHERE kind LIKE 'file-%' "
-            "AND (value = ? OR value LIKE ('%/' || ?)))"
-        )
-        params += [path, path]
-    if project is not None:
-        where.append("s.project = ?")
-        params.append(project)
-    if not where:
+    if not any(value is not None for value in filters.values()):
         return None
     with store.file.connect() as con:
+        where, params = session_filters(con, **filters)
         rows = con.execute(
             f"""SELECT s.session_id FROM sessions s LEFT JOIN session_summaries x USING (session_id)
                 WHERE {" AND ".join(where)}""",

@@ -219,3 +219,23 @@ def test_a_project_filter_needs_the_column(corpus):
     else:
         with pytest.raises(SearchError, match="no project"):
             corpus.search.sessions("websocket", project="x")
+
+
+def test_the_project_filter_names_a_project_as_status_does(store):
+    from tests.conftest import make_turns
+
+    turns = make_turns("in-app", 2) + make_turns("elsewhere", 2)
+    rows = [
+        {
+            "id": t.id, "session_id": t.session_id, "ts_ms": t.ts_ms, "type": "agent-interaction",
+            "document": "fixed the websocket reconnect loop", "document_rebuilt": False,
+            "source_file": "f.jsonl", "source_line": n + 1,
+            "project": "/home/dev/webapp" if t.session_id == "in-app" else "/home/dev/other",
+        }
+        for n, t in enumerate(turns)
+    ]  # fmt: skip
+    store.ingest.write_turns(rows)
+    store.search.refresh()
+    for named in ("webapp", "dev/webapp", "/home/dev/webapp"):
+        assert [h.session_id for h in store.search.sessions("websocket", project=named)] == ["in-app"]
+    assert store.search.sessions("websocket", project="app") == []  # a component whole, not its tail

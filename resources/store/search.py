@@ -26,6 +26,7 @@ import pandas as pd
 from digest.search_text import TOKENIZER_VERSION, query_terms, snippet, term_counts, term_key
 from digest.summary_output import Category
 from resources.store.connection import Repository, now, records
+from resources.store.projects import project_session_ids
 
 # Each turn field (prompt, thought, response) is indexed up to this many characters: the tool output
 # past it (file dumps, logs) is left out of the index and of the snippets.
@@ -377,30 +378,10 @@ class Search(Repository):
         where, params = ["true"], []
         if kinds is not None:
             where.append(f"d.kind IN ({', '.join(repr(k) for k in kinds)})")
-        if since_ms is not None:
-            where.append("s.last_activity_ms >= ?")
-            params.append(int(since_ms))
-        if category is not None:
-            where.append("x.category = ?")
-            params.append(category)
-        if file is not None:
-            path = file.strip().removeprefix("./")
-            if not path:
-                raise SearchError("the file to search by is empty")
-            where.append(
-                "d.session_id IN (SELECT session_id FROM turn_facts WHERE kind LIKE 'file-%' "
-                "AND (value = ? OR value LIKE ('%/' || ?)))"
-            )
-            params += [path, path]
         with self.file.connect() as con:
-            if project is not None:
-                has_project = con.execute(
-                    "SELECT count(*) FROM information_schema.columns WHERE table_name = 'sessions' AND column_name = 'project'"
-                ).fetchone()[0]
-                if not has_project:
-                    raise SearchError("this store records no project per session yet: search without --project")
-                where.append("s.project = ?")
-                params.append(project)
+            filters, filter_params = session_filters(con, since_ms, category, file, project)
+            where += filters
+            params += filter_params
             rows = records(
                 con,
                 f"""{_scored(con, terms)},
@@ -456,6 +437,35 @@ class Search(Repository):
                 )
             )  # fmt: skip
         return hits
+
+
+def session_filters(
+    con: duckdb.DuckDBPyConnection, since_ms=None, category=None, file=None, project=None
+) -> tuple[list[str], list]:
+    """The conditions (over `sessions s` and `session_summaries x`) and their parameters of a
+    search's filters: last active since, the summary's category, a file a turn read, edited or
+    created (its whole path or its tail: `settings.py` finds `src/app/settings.py`), the project (its
+    whole path or its last components, as `status --project` names one)."""
+    where, params = [], []
+    if since_ms is not None:
+        where.append("s.last_activity_ms >= ?")
+        params.append(int(since_ms))
+    if category is not None:
+        where.append("x.category = ?")
+        params.append(category)
+    if file is not None:
+        path = file.strip().removeprefix("./")
+        if not path:
+            raise SearchError("the file to search by is empty")
+        where.append(
+            "s.session_id IN (SELECT session_id FROM turn_facts WHERE kind LIKE 'file-%' "
+            "AND (value = ? OR ends_with(value, '/' || ?)))"
+        )
+        params += [path, path]
+    if project is not None:
+        where.append("s.session_id IN (SELECT unnest(?::VARCHAR[]))")
+        params.append(project_session_ids(con, project)[1])
+    return where, params
 
 
 def _check_query(query: str, limit: int) -> list[str]:
