@@ -182,11 +182,13 @@ def raw_sessions(
 ) -> MaterializeResult:
     """One session's raw turns in canonical order, with the size and the route its summary will take."""
     db = store.store()
-    with run_errors_recorded(context, db, sweep):
+    # One connection for the run's reads, its facts' too (DuckDB opens a file at some 90 ms).
+    with db.file.held(), run_errors_recorded(context, db, sweep):
         described = describe_partition(db, model, run_facts(context), context.partition_key)
-    if described.failure:
-        raise Failure(described.failure)
-    return materialized(context, {**described.metadata, **facts_metadata(db, described.metadata["session_id"])})
+        if described.failure:
+            raise Failure(described.failure)
+        facts = facts_metadata(db, described.metadata["session_id"])
+    return materialized(context, {**described.metadata, **facts})
 
 
 def facts_metadata(db, session_id: str) -> dict:
@@ -224,11 +226,18 @@ def session_summaries(
     """
     # A long model call says how far it has come in the run log (pieces and seconds, every 30 s).
     db = store.store()
-    with run_errors_recorded(context, db, sweep), CallProgress(context.log.info).ticking() as progress:
+    # The connection the summary is written on also reads the session's facts and place (the model
+    # call lets it go, `summarize_partition`).
+    with db.file.held(), run_errors_recorded(context, db, sweep), CallProgress(context.log.info).ticking() as progress:
         outcome = summarize_partition(
             db, model, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
             replace_imported=config.replace_imported, log=context.log.info, progress=progress,
         )  # fmt: skip
+        shown = (
+            {**facts_metadata(db, outcome.session_id), **place_metadata(db, outcome.session_id)}
+            if outcome.row is not None and not (outcome.failure or outcome.skipped or outcome.kept)
+            else {}
+        )
     if outcome.failure:
         raise Failure(description=outcome.failure, metadata=outcome.failure_metadata)
     if outcome.skipped:
@@ -245,11 +254,7 @@ def session_summaries(
     context.log.info(f"session {outcome.session_id!r}: {outcome.cost.log_line()}")
     yield materialized(
         context,
-        {
-            **summary_record_metadata(outcome.row, outcome.cost),
-            **facts_metadata(db, outcome.session_id),
-            **place_metadata(db, outcome.session_id),
-        },
+        {**summary_record_metadata(outcome.row, outcome.cost), **shown},
     )
     record_no_mini_summaries_needed(context, db, outcome.row)  # after the summary's own, first in the log
 
