@@ -15,10 +15,10 @@ import hashlib
 import json
 import math
 import re
-import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.local_http import LocalServer, QuietHandler
 
 # Words of one concept, mapped to its first word.
 THESAURUS = {
@@ -47,7 +47,7 @@ def vector(text: str, dim: int) -> list[float]:
 
 
 @dataclass
-class EmbeddingServer:
+class EmbeddingServer(LocalServer):
     """`with EmbeddingServer() as server: server.url`."""
 
     dim: int = 64
@@ -58,47 +58,26 @@ class EmbeddingServer:
     def __post_init__(self) -> None:
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 owner.requests.append({"path": self.path, **body})
                 texts = body.get("input")
                 texts = [texts] if isinstance(texts, str) else list(texts or [])
                 if self.path not in ("/api/embed", "/v1/embeddings"):
-                    return self._send(404, {"error": "not found"})
+                    return self.send_json(404, {"error": "not found"})
                 if owner.fault == "error":
-                    return self._send(500, {"error": "model not loaded"})
+                    return self.send_json(500, {"error": "model not loaded"})
                 if owner.fault == "hang":
                     time.sleep(5)
                 vectors = [vector(t, owner.dim) for t in texts]
                 if owner.fault == "short":
                     vectors = vectors[:-1]
                 if self.path == "/api/embed":
-                    return self._send(200, {"model": body.get("model"), "embeddings": vectors})
+                    return self.send_json(200, {"model": body.get("model"), "embeddings": vectors})
                 data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
                 tokens = sum(len(WORD.findall(t)) for t in texts)
                 usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-                self._send(200, {"object": "list", "data": data, "model": body.get("model"), "usage": usage})
+                self.send_json(200, {"object": "list", "data": data, "model": body.get("model"), "usage": usage})
 
-            def _send(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> EmbeddingServer:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        LocalServer.__init__(self, Handler)

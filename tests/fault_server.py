@@ -18,8 +18,8 @@ import json
 import socket
 import struct
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.local_http import LocalServer, QuietHandler
 from tests.model_server import GOOD_SUMMARY, StreamSink, stream_events
 
 PROTOCOLS = {"/v1/chat/completions": "openai", "/api/chat": "ollama"}
@@ -141,7 +141,7 @@ def fault_response(fault: str, protocol: str) -> bytes:
     return ok(envelope(protocol, good))  # trickle and reset send a good reply, slowly or half; "good" whole
 
 
-class FaultServer:
+class FaultServer(LocalServer):
     """`with FaultServer("hang") as server: server.url`; `server.requests` counts chat requests."""
 
     def __init__(self, fault: str, gap_s: float = 0.2):
@@ -155,10 +155,7 @@ class FaultServer:
         self._stop = threading.Event()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 protocol = PROTOCOLS.get(self.path)
@@ -176,10 +173,7 @@ class FaultServer:
                 except OSError:
                     pass  # the client gave up and closed: what these faults are for
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        super().__init__(Handler)
 
     def _serve(self, conn: socket.socket, protocol: str) -> None:
         fault = self.fault
@@ -280,11 +274,6 @@ class FaultServer:
                     break
         self.gone_after_s[-1] = sink.gone_after_s
 
-    def __enter__(self) -> FaultServer:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        super().__exit__(*exc)

@@ -25,7 +25,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.local_http import LocalServer, QuietHandler
 
 GOOD_SUMMARY = {
     "summary": "The agent fixed the token refresh in auth.py and added a regression test.",
@@ -216,7 +217,7 @@ class Received:
 
 
 @dataclass
-class ModelServer:
+class ModelServer(LocalServer):
     """`with ModelServer(script) as server: server.url`; `script` picks a Behaviour per request."""
 
     script: Callable[[Received], Behaviour] = field(default=lambda received: Behaviour.reply())
@@ -229,28 +230,14 @@ class ModelServer:
         server = self
         counting = threading.Lock()
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"  # chunked streams
-
-            def log_message(self, *args) -> None:  # keep test output clean
-                pass
-
-            def _send(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client timed out and left
 
             def do_GET(self) -> None:
                 if self.path == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+                    self.send_json(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
                 else:
-                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    self.send_json(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self) -> None:
                 chat = self.path in CHAT_PATHS
@@ -273,12 +260,12 @@ class ModelServer:
                 if behaviour.delay_s:
                     time.sleep(behaviour.delay_s)
                 if behaviour.status != 200:
-                    self._send(behaviour.status, behaviour.error_body or {"error": {"message": "error"}})
+                    self.send_json(behaviour.status, behaviour.error_body or {"error": {"message": "error"}})
                     return
                 if self.path in server.tokenizers:
                     text = str(body.get(TOKENIZE_FIELDS[self.path], ""))
                     count = behaviour.prompt_tokens if behaviour.prompt_tokens is not None else fake_token_count(text)
-                    self._send(200, {"tokens": list(range(count))})
+                    self.send_json(200, {"tokens": list(range(count))})
                     return
                 prompt_tokens = behaviour.prompt_tokens or max(1, len(received.prompt) // 4)
                 completion_tokens = max(1, len(behaviour.content or "") // 4)
@@ -286,7 +273,7 @@ class ModelServer:
                     self._stream(received, behaviour, (prompt_tokens, completion_tokens))
                     return
                 if self.path == "/api/chat":
-                    self._send(
+                    self.send_json(
                         200,
                         {
                             "model": body.get("model"),
@@ -298,7 +285,7 @@ class ModelServer:
                         },
                     )
                 elif self.path == "/v1/chat/completions":
-                    self._send(
+                    self.send_json(
                         200,
                         {
                             "id": "chatcmpl-test",
@@ -319,7 +306,7 @@ class ModelServer:
                         },
                     )
                 else:
-                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    self.send_json(404, {"error": {"message": f"no route {self.path}"}})
 
             def _stream(self, received: Received, behaviour: Behaviour, counts: tuple[int, int]) -> None:
                 self.close_connection = True
@@ -342,18 +329,7 @@ class ModelServer:
                     sink.end()
                 received.gone_after_s = sink.gone_after_s
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> ModelServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        LocalServer.__init__(self, Handler)
 
     def chat_requests(self) -> list[Received]:
         return [r for r in self.requests if r.path in CHAT_PATHS]

@@ -36,7 +36,7 @@ def test_a_server_that_answers_wrong_is_a_provider_error(provider, fault, error)
 def test_a_stuck_server_times_out_and_a_closed_port_is_unreachable():
     with EmbeddingServer(fault="hang") as server:
         with pytest.raises(ModelTimeout):
-            EmbeddingClient("openai", server.url, "m", timeout_s=0.5).embed(["a"])
+            EmbeddingClient("openai", server.url, "m", timeout_s=0.2).embed(["a"])
     with pytest.raises(HostUnreachable):
         EmbeddingClient("ollama", server.url, "m", timeout_s=2).embed(["a"])
 

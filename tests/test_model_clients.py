@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -28,6 +26,7 @@ from resources.model_clients import (
     OpenAIChatClient,
     reply_byte_cap,
 )
+from tests.local_http import LocalServer, QuietHandler
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
 SCHEMA = {
@@ -47,17 +46,14 @@ def _caught(call) -> ModelError:
     return info.value
 
 
-class RawServer:
+class RawServer(LocalServer):
     """A bare HTTP server answering every POST with a fixed status and body (for malformed replies)."""
 
     def __init__(self, status: int, body: bytes, content_type: str = "application/json"):
         outer = self
         self.paths: list[str] = []
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 outer.paths.append(self.path)
@@ -67,23 +63,11 @@ class RawServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> RawServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture(scope="module")
 def shared_model_server():
-    # One server for the module: each ModelServer shutdown waits up to 0.5 s (serve_forever's poll).
     with ModelServer() as model_server:
         yield model_server
 
@@ -208,10 +192,10 @@ def test_context_length_exceeded_is_a_context_overflow(server):
 def test_a_slow_server_is_a_timeout(server):
     server.script = lambda received: Behaviour.hang(2.0)
     client = OpenAIChatClient(server.url, "m", schema_style="json_object")
-    error = _caught(lambda: _chat(client, timeout_s=0.5))
+    error = _caught(lambda: _chat(client, timeout_s=0.2))
     assert type(error) is ModelTimeout
-    assert "0.5s" in str(error)
-    assert 0.4 <= error.duration_s < 1.9  # gave up at the timeout, did not wait for the reply
+    assert "0.2s" in str(error)
+    assert 0.15 <= error.duration_s < 1.9  # gave up at the timeout, did not wait for the reply
 
 
 def test_an_unreachable_server_is_a_provider_error():
@@ -274,7 +258,7 @@ def test_ollama_errors(server):
     assert type(failed) is ProviderError and "HTTP 500" in str(failed)
 
     server.script = lambda received: Behaviour.hang(2.0)
-    slow = _caught(lambda: _chat(OllamaChatClient(server.url, "m", num_ctx=4096), timeout_s=0.5))
+    slow = _caught(lambda: _chat(OllamaChatClient(server.url, "m", num_ctx=4096), timeout_s=0.2))
     assert type(slow) is ModelTimeout
 
     assert [r.path for r in server.chat_requests()] == ["/api/chat", "/api/chat"]
@@ -290,7 +274,7 @@ def test_ollama_errors(server):
 
 def test_classify_error_maps_the_clients_errors_to_symptoms(server):
     server.script = lambda received: Behaviour.hang(2.0)
-    timeout = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", "json_object"), timeout_s=0.5))
+    timeout = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", "json_object"), timeout_s=0.2))
     server.script = lambda received: Behaviour.overflow()
     overflow = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", "json_object")))
     server.script = lambda received: Behaviour.server_error()
@@ -362,15 +346,15 @@ def test_a_reply_that_names_the_context_is_a_reply_not_an_error(server, client_k
 def test_the_schema_style_fallback_shares_the_calls_deadline(server):
     """Both requests of one attempt under one deadline, and the reply's duration covers both."""
 
-    server.script = lambda received: dataclasses.replace(_rejects_json_schema(received), delay_s=0.6)
+    server.script = lambda received: dataclasses.replace(_rejects_json_schema(received), delay_s=0.3)
     reply = _chat(OpenAIChatClient(server.url, "m", schema_style="auto"), timeout_s=5.0)
-    assert len(server.chat_requests()) == 2 and reply.duration_s >= 1.2
+    assert len(server.chat_requests()) == 2 and reply.duration_s >= 0.6
 
     server.requests.clear()
-    server.script = lambda received: dataclasses.replace(_rejects_json_schema(received), delay_s=1.5)
-    timeout = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="auto"), timeout_s=2.0))
+    server.script = lambda received: dataclasses.replace(_rejects_json_schema(received), delay_s=1.0)
+    timeout = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="auto"), timeout_s=1.2))
     assert type(timeout) is ModelTimeout and len(server.chat_requests()) == 2
-    assert 2.0 <= timeout.duration_s < 2.9  # not 1.5 + a fresh 2.0 for the retry
+    assert 1.2 <= timeout.duration_s < 2.0  # not 1.0 + a fresh 1.2 for the retry
 
 
 def test_the_reply_byte_cap_follows_the_output_cap():
