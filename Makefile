@@ -19,8 +19,10 @@ test: $(VENV)
 
 # The unit tier alone (tests/conftest.py TIERS): pure functions, DuckDB, a local HTTP server.
 # No unit test uses hypothesis, and its plugin imports all of it at the end (a second of CPU).
+# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set: pytest keeps its rewritten test
+# modules there, and compiling them again is some 3 s of CPU a run.
 test-fast: $(VENV)
-	.venv/bin/python -m pytest -m unit -q -p no:hypothesispytest
+	PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -m unit -q -p no:hypothesispytest
 
 # ruff: lint and format check ([tool.ruff] in pyproject.toml).
 lint: $(VENV)

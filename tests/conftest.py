@@ -39,7 +39,6 @@ TIERS = {
     "test_realistic_corpus": "unit",
     "test_repeats": "unit",
     "test_vectors": "unit",
-    "test_claude_code_reader": "unit",
     "test_codex_reader": "unit",
     "test_aider_reader": "unit",
     "test_trajectory_reader": "unit",
@@ -47,11 +46,9 @@ TIERS = {
     "test_harness_fixture_sets": "unit",
     "test_facts": "unit",
     "test_embeddings": "unit",
-    "test_search_vectors": "unit",
     "test_search": "unit",
     "test_redaction": "unit",
     "test_projects": "unit",
-    "test_walk": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",
@@ -76,6 +73,11 @@ TIERS = {
     "test_mcp": "integration",
     "test_search_cli": "integration",
     "test_ingest_homes": "integration",
+    # the whole ingest (files read, redacted, stored, the manifest kept) as its subject
+    "test_walk": "integration",
+    "test_claude_code_reader": "integration",
+    # the embedding pass and hybrid search over an ingested store
+    "test_search_vectors": "integration",
     "test_corpus_ingest": "integration",
     "test_host_runs": "integration",
     "test_run_queue": "integration",
@@ -122,8 +124,11 @@ def pytest_ignore_collect(collection_path, config) -> bool | None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
+    tiers = {*TIERS.values(), "embedded"}
     for item in items:
-        if item.get_closest_marker("embedded"):
+        # A test marked with a tier keeps it: a module's migration, restore or CLI test is an
+        # integration test beside its unit tests.
+        if any(marker.name in tiers for marker in item.iter_markers()):
             continue
         module = item.module.__name__.rsplit(".", 1)[-1]
         if module not in TIERS:
@@ -141,7 +146,7 @@ def migrated_store_file(tmp_path_factory) -> Path:
 @pytest.fixture
 def store(request, tmp_path, migrated_store_file) -> Iterator[DigestStore]:
     db = DigestStore(tmp_path / "digest.duckdb")
-    if TIERS.get(request.module.__name__.rsplit(".", 1)[-1]) != "unit":
+    if not request.node.get_closest_marker("unit"):
         db.migrate()
         yield db
         return
@@ -150,10 +155,22 @@ def store(request, tmp_path, migrated_store_file) -> Iterator[DigestStore]:
     # open of a file no connection holds (about 15 ms of CPU) and checkpoints it at the close, and
     # these tests open the store some 600 times; other threads' connections find it open. The
     # integration tier migrates, opens and closes as production does.
-    shutil.copyfile(migrated_store_file, db.path)
-    with db.file.held():
-        db.query("SET threads TO 1")  # a test's statements are small: a second thread only adds CPU
-        yield db
+    with contextlib.ExitStack() as stack:
+        yield _held_copy(stack, migrated_store_file, db)
+
+
+def _hold(stack: contextlib.ExitStack, db: DigestStore) -> DigestStore:
+    """`db` holding one connection until `stack` ends."""
+    stack.enter_context(db.file.held())
+    db.query("SET threads TO 1")  # a test's statements are small: a second thread only adds CPU
+    return db
+
+
+def _held_copy(stack: contextlib.ExitStack, source: Path, db: DigestStore) -> DigestStore:
+    """`db`, its file a copy of the store file `source`, holding one connection until `stack` ends."""
+    db.path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, db.path)
+    return _hold(stack, db)
 
 
 @pytest.fixture
@@ -162,13 +179,15 @@ def hold() -> Iterator[Callable[[DigestStore], DigestStore]]:
     connection to the end of the test, as the `store` fixture's does; each open and close of a file
     no connection holds costs some 25 ms of CPU."""
     with contextlib.ExitStack() as stack:
+        yield lambda db: _hold(stack, db)
 
-        def held(db: DigestStore) -> DigestStore:
-            stack.enter_context(db.file.held())
-            db.query("SET threads TO 1")
-            return db
 
-        yield held
+@pytest.fixture
+def new_store(migrated_store_file) -> Iterator[Callable[[Path], DigestStore]]:
+    """`new_store(path)`: a migrated store at a path of the test's own (a copy of the migrated
+    file, as the `store` fixture's), held to the end of the test."""
+    with contextlib.ExitStack() as stack:
+        yield lambda path: _held_copy(stack, migrated_store_file, DigestStore(path))
 
 
 def make_limits(**overrides) -> Limits:

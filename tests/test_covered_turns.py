@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import duckdb
+import pytest
 
 from assets.sessions import summary_metadata
 from digest.ingest import ingest_paths
@@ -38,16 +39,15 @@ def _paste(store: DigestStore, session_id: str) -> list[tuple]:
         return con.execute(covered_turns_query(session_id)).fetchall()
 
 
-def _ingested(tmp_path, hold, turns) -> DigestStore:
-    store = hold(DigestStore(tmp_path / "digest.duckdb"))
-    store.migrate()
+def _ingested(tmp_path, new_store, turns) -> DigestStore:
+    store = new_store(tmp_path / "digest.duckdb")
     ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)
     return store
 
 
-def test_a_raw_summary_covers_every_turn_in_prompt_order_and_none_by_mini_summary(tmp_path, hold):
+def test_a_raw_summary_covers_every_turn_in_prompt_order_and_none_by_mini_summary(tmp_path, new_store):
     turns = make_turns("small", 3, minis=1)
-    store = _ingested(tmp_path, hold, turns)
+    store = _ingested(tmp_path, new_store, turns)
     row = _summarize(store, "small")
     ids = [t.id for t in canonical_order(turns)]
     assert row["source_tier"] == "raw"
@@ -63,9 +63,9 @@ def test_a_raw_summary_covers_every_turn_in_prompt_order_and_none_by_mini_summar
     assert metadata["covered_turns_query"].value == covered_turns_query("small")
 
 
-def test_a_degraded_summary_says_which_turns_went_by_mini_summary_and_which_truncated_raw(tmp_path, hold):
+def test_a_degraded_summary_says_which_turns_went_by_mini_summary_and_which_truncated_raw(tmp_path, new_store):
     turns = make_turns("big", 40, doc_bytes=400, minis=10)  # over the 2000-token cap: degraded
-    store = _ingested(tmp_path, hold, turns)
+    store = _ingested(tmp_path, new_store, turns)
     row = _summarize(store, "big")
     ids = [t.id for t in canonical_order(turns)]
     assert (row["source_tier"], row["degraded"]) == ("miniSummary", True)
@@ -93,13 +93,12 @@ def test_a_turn_with_no_text_is_not_covered_by_the_degraded_prompt(store):
     assert summary.mini_turn_ids == []
 
 
-def test_an_adopted_imported_summary_covers_every_turn_and_does_not_say_which_were_minis(tmp_path, hold):
+def test_an_adopted_imported_summary_covers_every_turn_and_does_not_say_which_were_minis(tmp_path, new_store):
     turns = make_turns("imp", 3, minis=1)
     folder = tmp_path / "bundle"
     write_bundle(folder, turns)
     write_summaries(folder, [exported_summary("imp", memoryCount=3, dreamInputRevision=input_revision(turns))])
-    store = hold(DigestStore(tmp_path / "digest.duckdb"))
-    store.migrate()
+    store = new_store(tmp_path / "digest.duckdb")
     ingest_paths([folder], store)
     row = store.summaries.summary_row("imp")
     assert row["origin"] == "imported"
@@ -108,9 +107,10 @@ def test_an_adopted_imported_summary_covers_every_turn_and_does_not_say_which_we
     assert len(_paste(store, "imp")) == 3
 
 
-def test_the_migration_fills_the_turns_of_current_raw_summaries_and_leaves_degraded_ones_unknown(tmp_path, hold):
+@pytest.mark.integration  # an older store migrated in place
+def test_the_migration_fills_the_turns_of_current_raw_summaries_and_leaves_degraded_ones_unknown(tmp_path, new_store):
     turns = make_turns("small", 3) + make_turns("big", 40, doc_bytes=400, minis=10)
-    store = _ingested(tmp_path, hold, turns)
+    store = _ingested(tmp_path, new_store, turns)
     _summarize(store, "small")
     _summarize(store, "big")
     # The store as migration 8 left it: no such columns.

@@ -427,6 +427,7 @@ def test_a_rewritten_turn_replaces_its_facts(store, tmp_path):
     assert stored(store, "SELECT turn_id, value FROM turn_facts") == [("u1", "/w/two.py")]
 
 
+@pytest.mark.integration  # an older store migrated in place
 def test_migration_14_backfills_the_facts_of_stored_turns_in_batches(store, monkeypatch):
     ingest_paths([SAMPLES], store)
     before = stored(store, "SELECT * FROM turn_facts ORDER BY ALL")
@@ -440,6 +441,7 @@ def test_migration_14_backfills_the_facts_of_stored_turns_in_batches(store, monk
     assert stored(store, "SELECT max(version) FROM schema_meta") == [(14,)]
 
 
+@pytest.mark.integration  # an archive written and restored
 def test_a_restore_extracts_the_facts_of_its_turns_again(store, tmp_path):
     ingest_paths([SAMPLES], store)
     before = stored(store, "SELECT * FROM turn_facts ORDER BY ALL")

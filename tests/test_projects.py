@@ -44,9 +44,7 @@ def _turn(i: int, session: str, **extra) -> dict:
             "prompt": f"prompt {i}", "response": "done", **extra}  # fmt: skip
 
 
-def test_a_session_has_its_latest_turns_project_branch_and_file_and_the_revision_ignores_them(tmp_path):
-    store = DigestStore(tmp_path / "digest.duckdb")
-    store.migrate()
+def test_a_session_has_its_latest_turns_project_branch_and_file_and_the_revision_ignores_them(store, tmp_path):
     bare = _log(tmp_path / "bare.jsonl", [_turn(1, "s"), _turn(2, "s"), _turn(3, "s")])
     ingest_paths([bare], store)
     [before] = store.sessions.session_rows(["s"])
@@ -62,10 +60,8 @@ def test_a_session_has_its_latest_turns_project_branch_and_file_and_the_revision
     assert store.summaries.pending_summary_keys() == ["s"]  # still the one session, not two
 
 
-def test_rows_built_by_hand_with_the_keys_and_without_them(tmp_path):
+def test_rows_built_by_hand_with_the_keys_and_without_them(store, tmp_path):
     """The readers' contract: a row may carry `project` and `git_branch`; one without them is unknown."""
-    store = DigestStore(tmp_path / "digest.duckdb")
-    store.migrate()
     row = {
         "id": "t1", "session_id": "s", "ts_ms": 1, "type": "agent-interaction", "prompt": "p", "thought": "",
         "response": "r", "document": "User Prompt: p\nAgent Thought: \nAgent Response: r", "document_rebuilt": True,
@@ -98,6 +94,7 @@ def cli(tmp_path, monkeypatch, capsys):
     return run
 
 
+@pytest.mark.integration  # the CLI's command, in-process
 def test_status_narrows_to_a_project_and_counts_redactions(cli):
     whole = cli("status")
     assert whole["sessions"] == 4
@@ -113,6 +110,7 @@ def test_status_narrows_to_a_project_and_counts_redactions(cli):
     assert cli("status", "--project", "nowhere")["sessions"] == 0
 
 
+@pytest.mark.integration  # the CLI's command, in-process
 def test_plan_narrows_the_next_sweep_to_a_project(cli):
     everything = cli("plan")
     app = cli("plan", "--project", "src/app")
@@ -121,9 +119,7 @@ def test_plan_narrows_the_next_sweep_to_a_project(cli):
     assert sorted(s["partition"] for s in app["next_sweep"]["sessions_detail"]) == ["a1", "a2"]
 
 
-def test_the_friction_reports_table_by_project(tmp_path):
-    store = DigestStore(tmp_path / "digest.duckdb")
-    store.migrate()
+def test_the_friction_reports_table_by_project(store, tmp_path):
     log = _log(
         tmp_path / "mixed.jsonl",
         [_turn(1, "a1", project="/w/app"), _turn(2, "a2", project="/w/app", prompt="TOKEN=Zq8vN3mK1pL7x"),

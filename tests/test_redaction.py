@@ -110,9 +110,7 @@ def _turn(i: int, session: str, prompt: str, **extra) -> dict:
             "prompt": prompt, "response": "done", **extra}  # fmt: skip
 
 
-def test_ingest_stores_the_redacted_text_counts_by_file_and_session_and_leaves_the_file_alone(tmp_path):
-    store = DigestStore(tmp_path / "digest.duckdb")
-    store.migrate()
+def test_ingest_stores_the_redacted_text_counts_by_file_and_session_and_leaves_the_file_alone(store, tmp_path):
     log = _plain_log(
         tmp_path / "run.jsonl",
         [
@@ -130,7 +128,7 @@ def test_ingest_stores_the_redacted_text_counts_by_file_and_session_and_leaves_t
     # The mini summary's token counts too: every text that is stored passes the same redaction.
     assert file.redactions == {"github-token": 2, "env-secret": 1}
     assert file.redacted_sessions == {"s1": 2}
-    with duckdb.connect(str(store.path), read_only=True) as con:
+    with store.file.connect() as con:
         turns = dict(con.execute("SELECT id, prompt || document FROM turns").fetchall())
         mini = con.execute("SELECT text FROM mini_summaries").fetchone()[0]
     assert GH not in turns["s1-1"] and "[REDACTED:github-token]" in turns["s1-1"]
@@ -146,13 +144,11 @@ def test_ingest_stores_the_redacted_text_counts_by_file_and_session_and_leaves_t
     assert store.sessions.session_rows(["s1"])[0]["input_revision"] == before
 
 
-def test_redaction_off_stores_the_text_as_read(tmp_path):
-    store = DigestStore(tmp_path / "digest.duckdb")
-    store.migrate()
+def test_redaction_off_stores_the_text_as_read(store, tmp_path):
     log = _plain_log(tmp_path / "run.jsonl", [_turn(1, "s1", f"push with {GH}")])
     report = ingest_paths([log], store, redact_secrets=False)
     assert report.redactions == {}
-    with duckdb.connect(str(store.path), read_only=True) as con:
+    with store.file.connect() as con:
         assert GH in con.execute("SELECT prompt FROM turns").fetchone()[0]
 
 
@@ -189,6 +185,7 @@ def _version_12_store(path: Path, tmp_path: Path) -> DigestStore:
     return store
 
 
+@pytest.mark.integration  # an older store migrated in place
 def test_migration_13_redacts_a_stored_store_and_owes_no_summary_for_it(tmp_path, monkeypatch):
     monkeypatch.delenv("DIGEST_REDACT", raising=False)
     path = tmp_path / "old.duckdb"
@@ -218,6 +215,7 @@ def test_migration_13_redacts_a_stored_store_and_owes_no_summary_for_it(tmp_path
     assert places == [("s1", str(tmp_path / "old.jsonl"), None), ("s2", str(tmp_path / "old.jsonl"), None)]
 
 
+@pytest.mark.integration  # an older store migrated in place
 def test_migration_13_with_redaction_off_leaves_the_text(tmp_path, monkeypatch):
     monkeypatch.setenv("DIGEST_REDACT", "off")
     path = tmp_path / "old.duckdb"

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from digest.summary_output import SessionSummaryOutput
 from resources.store import DigestStore
@@ -103,6 +104,7 @@ def _v1_store(path: Path) -> None:
         )
 
 
+@pytest.mark.integration  # an older store migrated in place
 def test_a_version_1_store_migrates_in_place_to_the_fresh_shape_and_keeps_its_rows(tmp_path):
     old = tmp_path / "v1.duckdb"
     _v1_store(old)

@@ -41,9 +41,10 @@ def test_a_server_lying_about_its_prompt_count_measures_nothing(store, tmp_path,
         server.script = lambda received: dataclasses.replace(
             Behaviour.reply(),
             prompt_tokens=lie,
-            first_piece_s=0.06,
+            first_piece_s=0.03,
             piece_gap_s=0.002,
-            delay_s=0.0 if streams else 0.1,  # a whole reply's time: what its one rate is measured over
+            piece_chars=16,
+            delay_s=0.0 if streams else 0.05,  # a whole reply's time: what its one rate is measured over
             streams=streams,
         )
         client = OpenAIChatClient(server.url, "liar", schema_style="json_object")

@@ -155,6 +155,7 @@ def test_malformed_vectors_are_dropped_with_their_reason(store, tmp_path):
 # --- archive and restore ----------------------------------------------------------------------
 
 
+@pytest.mark.integration  # an archive written
 def test_an_imported_summarys_vector_goes_back_exact(store, tmp_path):
     f32 = f32_values(16)
     summary = {
@@ -198,6 +199,7 @@ def make_old_store(path: Path, turn_vectors: dict[str, str | None], summary_vect
     return store
 
 
+@pytest.mark.integration  # an older store migrated in place
 def test_an_older_stores_text_vectors_are_converted_in_place_nothing_lost(tmp_path):
     texts = {
         "f32": json.dumps(f32_values(4096)),

@@ -112,7 +112,7 @@ def test_an_unchanged_file_is_not_read_again(db, tmp_path):
 
 
 @pytest.mark.parametrize("harness", ["claude", "codex"])
-def test_growth_reads_from_the_open_turn_and_the_store_equals_a_whole_read(db, tmp_path, harness):
+def test_growth_reads_from_the_open_turn_and_the_store_equals_a_whole_read(db, tmp_path, harness, new_store):
     """A turn open at the old end receives more events; then a new turn starts. Each read starts at
     the open turn's first line: only it and the appended lines are parsed."""
     session = "0199a1b2-c3d4"
@@ -135,8 +135,7 @@ def test_growth_reads_from_the_open_turn_and_the_store_equals_a_whole_read(db, t
     assert fourth.from_line == opened + len(second)  # turn 3's first line
 
     incremental = _turns(db)
-    fresh = db.__class__(tmp_path / "fresh.duckdb")
-    fresh.migrate()
+    fresh = new_store(tmp_path / "fresh.duckdb")
     ingest_paths([path], fresh)
     assert incremental == _turns(fresh) and len(incremental) == 4
     assert rows(db, "SELECT * FROM rejects") == []

@@ -149,9 +149,17 @@ def summary_gates(now_ms: int, idle_window_s: float) -> str:
 def adopt_imported_summaries(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> None:
     """Let a current imported summary stand as the summary of these sessions, graph rows and all;
     one that says its session was digested at these turns marks it digested."""
-    keep_replaced_rows(con, REPLACED_BY_ADOPTION, [session_ids], BY_IMPORT)
-    write_summary_graphs(con, records(con, ADOPT_IMPORTED_SUMMARIES, [session_ids, now(), session_ids]))
-    con.execute(MARK_IMPORTED_DIGESTS, [now(), session_ids])
+    # Most sessions (every harness log's) have no imported summary: the three joins are skipped.
+    imported = [
+        r[0]
+        for r in con.execute(
+            "SELECT session_id FROM imported_summaries WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [session_ids]
+        ).fetchall()
+    ]
+    if imported:
+        keep_replaced_rows(con, REPLACED_BY_ADOPTION, [imported], BY_IMPORT)
+        write_summary_graphs(con, records(con, ADOPT_IMPORTED_SUMMARIES, [imported, now(), imported]))
+        con.execute(MARK_IMPORTED_DIGESTS, [now(), imported])
     # The sessions' turns changed or their summary did: score them again.
     refresh_fidelity(con, session_ids)
 
