@@ -6,7 +6,8 @@ A bundle is a folder `session-digest-archive-<ts>/` holding, as the original's e
   embedding is the one the turn was ingested with, its JSON text written back verbatim, or null for
   a turn that came without one (the original's import needs its re-embed option for those; the
   manifest counts them); the flat metadata carries the original's keys plus the project's own
-  (`documentRebuilt`, `sourceFile`, `sourceLine`, `ingestedAt`), so a turn comes back exactly.
+  (`documentRebuilt`, `sourceFile`, `sourceLine`, `ingestedAt`, and where known `project`,
+  `gitBranch`, `redactions`), so a turn comes back exactly.
   `session-digest ingest` reads this file too;
 - `summaries-backup-<ts>.jsonl`: one session summary per line in the original's shape (§1.3 keys,
   lists comma-joined), with the Dream keys of a session digested here at its revision, so the
@@ -105,10 +106,17 @@ TURN_METADATA_KEYS = {
     "source_file": "sourceFile",
     "source_line": "sourceLine",
     "ingested_at": "ingestedAt",
+    # Since migration 13: where the turn ran (the sessions' project and branch are derived from
+    # these on restore), and the secrets its text had redacted at ingest (JSON text, kind → count).
+    "project": "project",
+    "git_branch": "gitBranch",
+    "redactions": "redactions",
 }
 ARCHIVED_TURN_COLUMNS = ["id", *TURN_METADATA_KEYS, "document", "embedding"]
-# Bundles written before turns kept their embedding: every line's is null.
-ARCHIVED_TURN_COLUMNS_NO_EMBEDDING = ARCHIVED_TURN_COLUMNS[:-1]
+# The turn columns older code wrote, also restored (the columns they lack come back NULL): before
+# the place columns, and before that, before turns kept their embedding (every line's is null).
+_BEFORE_PLACES = [c for c in ARCHIVED_TURN_COLUMNS if c not in ("project", "git_branch", "redactions")]
+OLDER_TURN_COLUMNS = (_BEFORE_PLACES, _BEFORE_PLACES[:-1])
 MEMORY_LINE_KEYS = {"id", "embedding", "metadata", "document"}
 # Present on every line this project writes: a memory-backup without them came from elsewhere
 # (the original's own export is ingested with `session-digest ingest`, not restored).
@@ -145,7 +153,8 @@ def embedding_problem(value: Any) -> str | None:
 
 
 def turn_from_memory_row(obj: dict) -> dict:
-    """A `memory-backup` line this project wrote → the `turns` row it came from; ValueError if it is not one."""
+    """A `memory-backup` line this project wrote → the `turns` row it came from (a key the line
+    leaves out, None); ValueError if it is not one."""
     if not isinstance(obj.get("id"), str) or not obj["id"]:
         raise ValueError("id is missing or not a string")
     if not isinstance(obj.get("document"), str):

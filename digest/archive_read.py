@@ -19,13 +19,13 @@ from typing import Any, BinaryIO
 
 from digest.archive import (
     ARCHIVED_TURN_COLUMNS,
-    ARCHIVED_TURN_COLUMNS_NO_EMBEDDING,
     FORMAT,
     FORMAT_VERSION,
     HASH_CHUNK,
     KINDS,
     MANIFEST,
     MEMORY_LINE_KEYS,
+    OLDER_TURN_COLUMNS,
     SESSION_COLUMN,
     TURN_METADATA_KEYS,
     BundleFile,
@@ -33,6 +33,7 @@ from digest.archive import (
     manifest_digest,
     turn_from_memory_row,
 )
+from digest.redact import counts_problem
 
 # The longest line read back (a turn can be a big document), and the largest manifest.
 MAX_LINE_BYTES = 1 << 30
@@ -202,10 +203,7 @@ def _entry(entry: Any, problems: _Problems) -> BundleFile | None:
         and len({c[0] for c in columns}) == len(columns)
     ):
         problems.add(f"{where}: columns must be distinct [name, type] pairs")
-    elif kind == "memory" and [c[0] for c in columns] not in (
-        ARCHIVED_TURN_COLUMNS,
-        ARCHIVED_TURN_COLUMNS_NO_EMBEDDING,
-    ):
+    elif kind == "memory" and [c[0] for c in columns] not in (ARCHIVED_TURN_COLUMNS, *OLDER_TURN_COLUMNS):
         problems.add(f"{where}: the turn columns are not this code's ({', '.join(ARCHIVED_TURN_COLUMNS)})")
     elif not _vectors_entry_ok(kind, entry.get("vectors")):
         problems.add(f"{where}: vectors must be {{with_embedding, without_embedding, sessions_without_embedding}}")
@@ -271,6 +269,7 @@ def _line_check(f: BundleFile) -> Callable[[dict], str | None]:
     """The per-line check of a file: raises ValueError with the reason; returns the row's session
     (None: a graph line, or a table without a session column)."""
     types = dict(f.columns or [])
+    metadata_keys = {key: column for column, key in TURN_METADATA_KEYS.items() if column in types}
     session_column = SESSION_COLUMN.get(f.table, "session_id") if f.table else None
     graph_state = {"edges_started": False}
 
@@ -282,14 +281,17 @@ def _line_check(f: BundleFile) -> Callable[[dict], str | None]:
                 raise ValueError("an embedding in a bundle whose turn columns have none")
             if (problem := embedding_problem(obj["embedding"])) is not None:
                 raise ValueError(problem)
-            unknown = (
-                set(obj["metadata"]) - set(TURN_METADATA_KEYS.values()) if isinstance(obj["metadata"], dict) else set()
-            )
-            if unknown:
+            keys = set(obj["metadata"]) if isinstance(obj["metadata"], dict) else set()
+            if unknown := keys - set(TURN_METADATA_KEYS.values()):
                 raise ValueError(f"metadata keys this code does not restore: {', '.join(sorted(unknown))}")
+            # A bundle from older code has fewer turn columns: its lines have only their keys.
+            if unlisted := keys - set(metadata_keys):
+                raise ValueError(f"metadata keys this bundle's turn columns do not have: {', '.join(sorted(unlisted))}")
             row = turn_from_memory_row(obj)
-            if (problem := _row_problem(row, types)) is not None:
+            if (problem := _row_problem({c: row[c] for c in metadata_keys.values()}, types)) is not None:
                 raise ValueError(problem)
+            if row["redactions"] is not None and (problem := counts_problem(row["redactions"])) is not None:
+                raise ValueError(f"redactions: {problem}")
             return row["session_id"]
         if f.kind == "summaries":
             meta = obj.get("metadata")

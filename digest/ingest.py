@@ -403,7 +403,9 @@ def _redacted(batches: Iterator[_Batch], report: FileReport) -> Iterator[_Batch]
         for i, row in enumerate(batch.turns):
             redacted, counts = redact_fields(row, TURN_TEXT_FIELDS)
             if counts:
-                redacted["redactions"] = json.dumps(dict(sorted(counts.items())))
+                # Added to those the line says were redacted before (an archive's turn).
+                before = Counter(json.loads(row["redactions"])) if row.get("redactions") else Counter()
+                redacted["redactions"] = json.dumps(dict(sorted((before + counts).items())))
                 report.redactions.update(counts)
                 report.redacted_sessions[row["session_id"]] += counts.total()
             batch.turns[i] = redacted

@@ -16,6 +16,7 @@ detect-secrets' entropy detectors ate hashes, base64 test data and long identifi
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from collections import Counter
@@ -243,3 +244,17 @@ def redact_fields(row: Mapping, fields: Iterable[str]) -> tuple[dict, Counter]:
         out["document"] = redact(row["document"], in_document)
         counts |= in_document
     return out, counts
+
+
+def counts_problem(text: str) -> str | None:
+    """Why a turn's stored `redactions` (JSON text, kind → count) from outside this store is not
+    one, if it is not: `status` adds them up."""
+    try:
+        counts = json.loads(text)
+    except (TypeError, ValueError):
+        return "not JSON text"
+    if not isinstance(counts, dict) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in counts.values()
+    ):
+        return "not a JSON object of kinds and their counts"
+    return None

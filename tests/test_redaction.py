@@ -144,6 +144,34 @@ def test_ingest_stores_the_redacted_text_counts_by_file_and_session_and_leaves_t
     assert store.sessions.session_rows(["s1"])[0]["input_revision"] == before
 
 
+def test_an_archives_turn_keeps_its_counts_adds_those_found_again_and_a_malformed_one_is_its_reject(store, tmp_path):
+    """A session-digest archive read as an export: its turns' `redactions` metadata comes with them."""
+
+    def line(turn_id: str, prompt: str, redactions) -> dict:
+        meta = {"sessionId": "s1", "timestamp": 1, "prompt": prompt, "response": "ok", "redactions": redactions}
+        return {"id": turn_id, "embedding": None, "metadata": meta, "document": compose_document(prompt, "", "ok")}
+
+    bundle = _plain_log(
+        tmp_path / "memory-backup-2026-12-01T00-00-00.000Z.jsonl",
+        [
+            line("t1", "push with [REDACTED:github-token]", '{"github-token": 1}'),
+            line("t2", "[REDACTED:github-token] then\nDB_PASSWORD=hunter2hunter2", '{"github-token": 1}'),
+            line("t3", "hello", '{"github-token": "one"}'),
+        ],
+    )
+    report = ingest_paths([bundle], store)
+    [file] = report.files
+    assert file.redactions == {"env-secret": 1}  # what this ingest found
+    assert file.rejects == 1
+    with store.file.connect() as con:
+        counts = dict(con.execute("SELECT id, redactions FROM turns").fetchall())
+        [reason] = con.execute("SELECT reason FROM rejects").fetchone()
+    assert reason.startswith("wrong-type: metadata.redactions is")
+    assert {k: json.loads(v) for k, v in counts.items()} == {
+        "t1": {"github-token": 1}, "t2": {"env-secret": 1, "github-token": 1},
+    }  # fmt: skip
+
+
 def test_redaction_off_stores_the_text_as_read(store, tmp_path):
     log = _plain_log(tmp_path / "run.jsonl", [_turn(1, "s1", f"push with {GH}")])
     report = ingest_paths([log], store, redact_secrets=False)

@@ -20,6 +20,7 @@ import math
 import re
 
 from digest.readers.common import Reject, required_id, text_field, timestamp, turn_row
+from digest.redact import counts_problem
 from digest.synthesis import SourceTier
 
 # What a vector's text may hold between its brackets: JSON numbers, commas and blanks. Checking
@@ -129,8 +130,21 @@ def parse_memory_row(obj: dict, source: str, line_no: int) -> dict:
         # As exported, "" included: the input revision hashes them (`?? null` keeps an empty string).
         agent_identity=text_field(meta, "agentIdentity", "metadata."),
         user_id=text_field(meta, "userId", "metadata."),
+        # A session-digest archive's own keys: where the turn ran, and the secrets redacted in it.
+        project=meta_get("project"),
+        git_branch=meta_get("gitBranch"),
+        redactions=redactions(meta.get("redactions")),
     )
     return row
+
+
+def redactions(value: object) -> str | None:
+    """A line's `redactions` (JSON text, kind → count), kept as written; Reject if it is not one."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or counts_problem(value) is not None:
+        raise Reject(f"wrong-type: metadata.redactions is {value!r:.60}, expected JSON text of kinds and counts")
+    return value
 
 
 def parse_graph_line(obj: dict) -> dict | None:

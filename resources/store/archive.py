@@ -50,16 +50,19 @@ from resources.store.vectors import convert_text_vectors, split_vectors_sql, vec
 
 # Archives: rows fetched per batch.
 EXPORT_BATCH_ROWS = 2000
-# Not the store's content, so never archived: the schema version (in the manifest), leases of live
-# runs, this deployment's view of its model hosts (`host_circuits`, `host_raw_caps`), the record of
-# archives written, and `sessions` and `turn_facts`, recomputed from turns on restore, and the search
-# index (`search_*`, its vectors too), rebuilt by its next refresh. Turns are archived, but as the memory-backup file.
 # A summary a replace-mode restore removed or put another in place of (the same one restored is not).
 RESTORE_REPLACED = """
     SELECT r.* FROM restore_replaced r
     WHERE NOT EXISTS (SELECT 1 FROM session_summaries x WHERE x.session_id = r.session_id
                       AND x.created_at IS NOT DISTINCT FROM r.created_at AND x.summary IS NOT DISTINCT FROM r.summary)
 """
+# Not the store's content, so never archived: the schema version (in the manifest), leases of live
+# runs, this deployment's view of its model hosts (`host_circuits`, `host_raw_caps`), the record of
+# archives written; and what is derived from the turns and recomputed on restore: `sessions` (its
+# project, branch and source path too, from the turns' `project`, `git_branch` and `source_file`),
+# `turn_facts` and `fidelity_terms`; and the search index (`search_*`, its vectors too), rebuilt by
+# its next refresh. Turns are archived, every stored column, but as the memory-backup file. Every
+# other table is archived whole, every column, from the catalog.
 NOT_ARCHIVED = frozenset(
     {
         "fidelity_terms",
@@ -105,13 +108,15 @@ _LINE_EMBEDDING = r'"embedding"\s*:\s*(\[[^\]]*\])'
 
 
 def _memory_source(columns: list[tuple[str, str]]) -> str:
-    """The memory-backup file as `turns` rows: its flat metadata mapped back to the columns, the
-    embedding's JSON text as written (a bundle from older code has none: NULL), split into
-    `embedding` and `embedding_f32` as an ingest stores it."""
+    """The memory-backup file as `turns` rows: its flat metadata mapped back to the manifest's
+    columns (a bundle from older code has fewer: the load leaves the others NULL), the embedding's
+    JSON text as written (a bundle from older code has none: NULL), split into `embedding` and
+    `embedding_f32` as an ingest stores it."""
     types = dict(columns)
-    metadata = {key: types[column] for column, key in TURN_METADATA_KEYS.items()}
+    keys = {column: key for column, key in TURN_METADATA_KEYS.items() if column in types}
+    metadata = {key: types[column] for column, key in keys.items()}
     structure = json.dumps({"id": "VARCHAR", "document": "VARCHAR", "metadata": metadata})
-    fields = ", ".join(f'j.metadata."{key}" AS "{column}"' for column, key in TURN_METADATA_KEYS.items())
+    fields = ", ".join(f'j.metadata."{key}" AS "{column}"' for column, key in keys.items())
     embedding = (
         f"nullif(regexp_extract(line, {_sql_text(_LINE_EMBEDDING)}, 1), '')"
         if "embedding" in types
