@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from digest.fidelity import fidelity, session_text  # noqa: E402
+from digest.fidelity import fidelity  # noqa: E402
 from tests.verdict_cases import (  # noqa: E402
     blind_sessions,
     confusion,
@@ -57,7 +57,7 @@ def fidelity_by_label(rows: list[dict], documents: dict[str, list[str]]) -> dict
     """The mean fidelity of the summaries of each label (one store of one session: tf alone)."""
     scores = defaultdict(list)
     for r in rows:
-        score = fidelity(session_text(documents[r["session"]]), r["title"], r["summary"]).score
+        score = fidelity(documents[r["session"]], r["title"], r["summary"]).score
         scores[r["label"]].append(score or 0.0)
     return {label: round(sum(v) / len(v), 3) for label, v in sorted(scores.items())}
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from digest.overlap import Source, fragments
@@ -112,8 +112,15 @@ def fallback_terms(text: str) -> Counter:
     return Counter(w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOPWORDS)
 
 
-def session_terms(text: str) -> Counter:
-    return extract(text) or fallback_terms(text)
+def session_terms(documents: Sequence[str]) -> Counter:
+    """The session's identifiers: the sum of its turns' (`extract` of each turn document, as the
+    store keeps them per turn in `turn_terms`, so an appended turn adds its own and no other's: a
+    command ending one turn takes no word of the next as its argument); its plain content words
+    when no turn names one."""
+    found: Counter = Counter()
+    for document in documents:
+        found.update(extract(document))
+    return found or fallback_terms(session_text(documents))
 
 
 @dataclass(frozen=True)
@@ -168,14 +175,18 @@ def score(
     return Fidelity(round(worth, 4), found, missed, round(recall, 4), round(precision, 4), round(copied, 4))
 
 
-def fidelity(session_text: str, title: str, summary: str, df: Mapping[str, int] | None = None, n_sessions: int = 1):
-    """One summary's fidelity to its session's text (df, n_sessions: the store's document frequencies)."""
-    if not session_text.strip():
+def fidelity(
+    documents: Sequence[str], title: str, summary: str, df: Mapping[str, int] | None = None, n_sessions: int = 1
+):
+    """One summary's fidelity to its session's turn documents (df, n_sessions: the store's document
+    frequencies)."""
+    whole = session_text(documents)
+    if not whole.strip():
         return Fidelity(None, [], [])
-    terms = session_terms(session_text)
+    terms = session_terms(documents)
     text = f"{title}\n{summary}"
-    grounded, unknown = anchors(text, session_text, terms)
-    copied = fragments(copy_source(session_text), text).copied()
+    grounded, unknown = anchors(text, whole, terms)
+    copied = fragments(copy_source(whole), text).copied()
     return score(terms, text, df, n_sessions, precision=precision(grounded, unknown), copied=copied)
 
 

@@ -171,7 +171,7 @@ def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_char
     text = f"{title}\n{summary}"
     size = len(session) if input_chars is None else input_chars
     lowered = session.lower()
-    terms = session_terms(session)
+    terms = session_terms(turn_documents)
     frags = fragments(copy_source(session), text)
     grounded, unknown = anchors(text, session, terms)
     placeholders = sorted({m.group(0) for m in _PLACEHOLDER.finditer(text) if m.group(0).lower() not in lowered})

@@ -75,6 +75,7 @@ TIERS = {
     "test_ingest_homes": "integration",
     # the whole ingest (files read, redacted, stored, the manifest kept) as its subject
     "test_walk": "integration",
+    "test_turn_terms": "integration",
     "test_claude_code_reader": "integration",
     # the embedding pass and hybrid search over an ingested store
     "test_search_vectors": "integration",

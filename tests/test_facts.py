@@ -15,6 +15,7 @@ from digest.facts import MAX_FACTS, Fact, extract_facts, facts_markdown, turn_fa
 from digest.ingest import ingest_paths
 from digest.readers import HARNESS_READERS, file_kind
 from resources.store import facts as store_facts
+from resources.store.migrations import SCHEMA_VERSION
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "harnesses"
 CLAUDE_SESSION = "0b6c3f1e-5a2d-4c8e-9f41-7d2e8a1c5b90"
@@ -438,7 +439,7 @@ def test_migration_14_backfills_the_facts_of_stored_turns_in_batches(store, monk
     monkeypatch.setattr(store_facts, "BACKFILL_BATCH_TURNS", 2)  # several batches over the 14 turns
     store.file.migrate()
     assert stored(store, "SELECT * FROM turn_facts ORDER BY ALL") == before
-    assert stored(store, "SELECT max(version) FROM schema_meta") == [(14,)]
+    assert stored(store, "SELECT max(version) FROM schema_meta") == [(SCHEMA_VERSION,)]
 
 
 @pytest.mark.integration  # an archive written and restored

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from digest.fidelity import FLOOR, extract, fidelity, score
+from digest.fidelity import FLOOR, extract, fallback_terms, fidelity, score, session_terms
 from pipelines.checks import fidelity_problems
 
 SESSION = """User Prompt: Fix #13904: the grid selection jumps after a sort.
@@ -25,11 +25,18 @@ def test_the_identifiers_of_a_session_are_found_in_prose_code_paths_and_refs():
 
 def test_a_summary_that_names_them_all_scores_1_none_0_half_in_between():
     everything = "Fixed #13904 and #13905: RowModel getSelection buffer_range sortRows TypeError, npm test."
-    assert fidelity(SESSION, "Fix", everything).score == 1.0
-    assert fidelity(SESSION, "AI-Agent Work Session", "The user asked for a summary of the changes.").score == 0.0
-    half = fidelity(SESSION, "Fix grid selection (#13904)", "Fixed RowModel.spec.mjs and getSelection.")
+    assert fidelity([SESSION], "Fix", everything).score == 1.0
+    assert fidelity([SESSION], "AI-Agent Work Session", "The user asked for a summary of the changes.").score == 0.0
+    half = fidelity([SESSION], "Fix grid selection (#13904)", "Fixed RowModel.spec.mjs and getSelection.")
     assert 0.3 < half.score < 0.8
     assert set(half.found) == {"#13904", "rowmodel", "getselection"} and "typeerror" in half.missed
+
+
+def test_a_session_terms_are_its_turns_summed_and_no_command_takes_the_next_turn_word():
+    assert session_terms(["Fixed RowModel", "RowModel again, see #4711"]) == {"rowmodel": 2, "#4711": 1}
+    assert extract("ran git\nstatus_code is clean") == {"git status_code": 1}
+    assert session_terms(["ran git", "status_code is clean"]) == {"status_code": 1}
+    assert session_terms(["the harvest festival", "was great"]) == fallback_terms("the harvest festival\nwas great")
 
 
 def test_matching_is_case_insensitive_and_tolerant_of_a_file_name_for_its_stem():
@@ -40,7 +47,7 @@ def test_matching_is_case_insensitive_and_tolerant_of_a_file_name_for_its_stem()
 
 def test_non_ascii_text_around_identifiers():
     session = "Benutzer: Die Größe in GridView ändern, Fehler in calc_größe? 表示が崩れる #4711"
-    result = fidelity(session, "GridView のサイズ", "Größe von GridView korrigiert (#4711)")
+    result = fidelity([session], "GridView のサイズ", "Größe von GridView korrigiert (#4711)")
     assert {"gridview", "#4711"} <= set(result.found) and result.score > 0.5
 
 
@@ -52,8 +59,8 @@ def test_frequent_terms_of_the_store_weigh_less_than_the_session_own():
 
 
 def test_no_text_scores_none_and_a_text_without_identifiers_falls_back_to_words():
-    assert fidelity("   ", "t", "s").score is None
-    plain = fidelity("The committee discussed the harvest festival schedule.", "Festival", "harvest schedule")
+    assert fidelity(["   "], "t", "s").score is None
+    plain = fidelity(["The committee discussed the harvest festival schedule."], "Festival", "harvest schedule")
     assert plain.score is not None and plain.score > 0.5
 
 
@@ -104,8 +111,8 @@ def test_a_bare_url_scheme_names_nothing_and_raises_nothing():
     assert "" not in terms and "example.org/docs" in terms
 
 
-def _sample(session_id: str) -> tuple[str, str, str]:
-    """A sample session's raw text, and its export's own summary (title, text)."""
+def _sample(session_id: str) -> tuple[list[str], str, str]:
+    """A sample session's turn documents, and its export's own summary (title, text)."""
     import json
     from pathlib import Path
 
@@ -118,14 +125,15 @@ def _sample(session_id: str) -> tuple[str, str, str]:
         if session_id in line
     ]
     exported = json.loads(line)
-    return "\n".join(t.document for t in sessions()[session_id]), exported["metadata"]["title"], exported["document"]
+    return [t.document for t in sessions()[session_id]], exported["metadata"]["title"], exported["document"]
 
 
 def test_copying_or_inventing_names_cannot_outscore_the_export_or_a_faithful_summary():
-    text, title, summary = _sample("d23f0824-128b-4f33-8c5c-7fd0a6a3a450")
-    reference = fidelity(text, title, summary)
+    documents, title, summary = _sample("d23f0824-128b-4f33-8c5c-7fd0a6a3a450")
+    text = "\n".join(documents)
+    reference = fidelity(documents, title, summary)
     faithful = fidelity(
-        text,
+        documents,
         "Grid selection follows the record after sorting",
         "Issue #13904: a selected row lost its highlight after a sort because RowModel stored row indices. "
         "RowModel and CellModel now keep record keys, selectRow(index) stays as a wrapper, and RowModel.spec.mjs "
@@ -133,10 +141,10 @@ def test_copying_or_inventing_names_cannot_outscore_the_export_or_a_faithful_sum
     )
     assert reference.score > 0.3 and faithful.score > 0.3
     for n in (300, 800, 2000, len(text)):  # the turns verbatim, however much of them
-        echo = fidelity(text, "Fix", text[:n])
+        echo = fidelity(documents, "Fix", text[:n])
         assert echo.copied > 0.9 and echo.score < min(reference.score, faithful.score) / 4, n
     # The reference's own words plus names no turn has: each invented name costs its share.
-    fabricated = fidelity(text, title, summary + " Fixed in GridSelectionManager.mjs (3f9c2ab), closes #13907.")
+    fabricated = fidelity(documents, title, summary + " Fixed in GridSelectionManager.mjs (3f9c2ab), closes #13907.")
     assert fabricated.recall >= reference.recall and fabricated.precision < 0.75
     assert fabricated.score < reference.score * 0.75
 
@@ -161,7 +169,7 @@ def test_the_store_judges_and_scores_every_summary_again_from_its_turns(tmp_path
     assert imported["origin"] == "imported" and imported["verdict"] == "ok"
     evidence = json.loads(imported["verdict_evidence"])
     assert evidence["precision"] == 1.0 and "#13904" in evidence["grounded_identifiers"]
-    text, _, _ = _sample(sid)
+    text = "\n".join(_sample(sid)[0])
     with store.file.transaction() as con:
         assert judge_stored(con, sid, "Fix", text[:900]).label == "echo"
         con.execute("UPDATE session_summaries SET summary = ? WHERE session_id = ?", [text[:900], sid])

@@ -43,7 +43,7 @@ from digest.archive_read import (
 from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
 from resources.store.connection import SCHEMA_VERSION, Repository, now
 from resources.store.facts import refresh_turn_facts
-from resources.store.fidelity import refresh_fidelity
+from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
 from resources.store.sessions import derived_session_rows, upsert_sessions
 from resources.store.summary_history import by_restore, keep_replaced_rows
 from resources.store.vectors import convert_text_vectors, split_vectors_sql, vector_json_sql
@@ -60,7 +60,7 @@ RESTORE_REPLACED = """
 # runs, this deployment's view of its model hosts (`host_circuits`, `host_raw_caps`), the record of
 # archives written; and what is derived from the turns and recomputed on restore: `sessions` (its
 # project, branch and source path too, from the turns' `project`, `git_branch` and `source_file`),
-# `turn_facts` and `fidelity_terms`; and the search index (`search_*`, its vectors too), rebuilt by
+# `turn_facts`, `turn_terms` and `fidelity_terms`; and the search index (`search_*`, its vectors too), rebuilt by
 # its next refresh. Turns are archived, every stored column, but as the memory-backup file. Every
 # other table is archived whole, every column, from the catalog.
 NOT_ARCHIVED = frozenset(
@@ -74,6 +74,7 @@ NOT_ARCHIVED = frozenset(
         "sessions",
         "turns",
         "turn_facts",
+        "turn_terms",
         "search_documents",
         "search_postings",
         "search_postings_new",
@@ -514,6 +515,8 @@ class Archive(Repository):
         # are extracted again, a removed session's dropped; a summary the bundle holds unscored (an
         # older bundle's) is scored.
         con.execute("DELETE FROM fidelity_terms WHERE session_id NOT IN (SELECT session_id FROM sessions)")
+        con.execute("DELETE FROM turn_terms WHERE session_id NOT IN (SELECT session_id FROM sessions)")
+        refresh_turn_terms(con, ids)
         refresh_fidelity(con, ids, unscored_only=True)
         # So are the turns' facts (files, commands, errors, ...).
         con.execute("DELETE FROM turn_facts WHERE session_id NOT IN (SELECT session_id FROM sessions)")

@@ -1,20 +1,24 @@
 """Each summary's fidelity score (`digest.fidelity`) and verdict (`digest.verdict`), kept up to date
-with its turns: the sessions' salient identifiers in `fidelity_terms` (the store's document
-frequencies), the score, the identifiers found and missed, the verdict and its evidence in
-`session_summaries`."""
+with its turns: each turn's identifiers in `turn_terms` (extracted once, when the turn is written),
+the sessions' salient identifiers in `fidelity_terms` (the store's document frequencies), the score,
+the identifiers found and missed, the verdict and its evidence in `session_summaries`."""
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 
 import duckdb
 import pandas as pd
 
-from digest.fidelity import Fidelity, score, session_terms, session_text
+from digest.fidelity import Fidelity, extract, fallback_terms, score, session_text
 from digest.verdict import Verdict, judge
 
 log = logging.getLogger(__name__)
+
+TERM_COLUMNS = ["turn_id", "session_id", "term", "tf"]
+# Turns read per batch when their terms are extracted again from stored turns (a migration, a restore).
+BACKFILL_BATCH_TURNS = 2000
 
 _DOCUMENTS = """SELECT session_id, list(document ORDER BY ts_ms, id) FROM turns
     WHERE session_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1"""
@@ -41,15 +45,76 @@ def _derived(session_id: str, what: str, fallback, compute, *args, **kwargs):
         return fallback
 
 
+def replace_turn_terms(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
+    """The identifiers of these turns (`turns` rows with `id`, `session_id`, `document`) and their
+    counts, in place of any they had; returns the rows written. In the caller's transaction."""
+    if not rows:
+        return 0
+    found = []
+    for r in rows:
+        document = r["document"] if isinstance(r["document"], str) else ""
+        counts = _derived(r["session_id"], "turn terms", Counter(), extract, document)
+        found += [(r["id"], r["session_id"], term, tf) for term, tf in counts.items()]
+    terms = pd.DataFrame(found, columns=TERM_COLUMNS)
+    con.execute("DELETE FROM turn_terms WHERE turn_id IN (SELECT unnest(?::VARCHAR[]))", [[r["id"] for r in rows]])
+    if len(terms):
+        con.register("terms_batch", terms)
+        con.execute(f"INSERT INTO turn_terms ({', '.join(TERM_COLUMNS)}) SELECT * FROM terms_batch")
+        con.unregister("terms_batch")
+    return len(terms)
+
+
+def refresh_turn_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str] | None = None) -> int:
+    """Extract the identifiers of stored turns again: these sessions' (None: every turn), in batches
+    of `BACKFILL_BATCH_TURNS` so memory stays bounded; terms of turns no longer stored go. Returns
+    the rows written."""
+    scope = "" if session_ids is None else "WHERE session_id IN (SELECT unnest(?::VARCHAR[]))"
+    params = [] if session_ids is None else [sorted(set(session_ids))]
+    con.execute(f"DELETE FROM turn_terms {scope}", params)
+    written, after = 0, ""
+    while True:
+        where = scope + (" AND " if scope else "WHERE ") + "id > ?"
+        batch = con.execute(
+            f"SELECT id, session_id, document FROM turns {where} ORDER BY id LIMIT {BACKFILL_BATCH_TURNS}",
+            [*params, after],
+        ).fetchall()
+        if not batch:
+            return written
+        written += replace_turn_terms(con, [{"id": i, "session_id": s, "document": d} for i, s, d in batch])
+        after = batch[-1][0]
+
+
+def _stored_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> dict[str, Counter]:
+    """Each session's identifiers as its turns' counts summed (`digest.fidelity.session_terms`); a
+    session none of whose turns names one is left out."""
+    terms: dict[str, Counter] = defaultdict(Counter)
+    for sid, term, tf in con.execute(
+        "SELECT session_id, term, sum(tf) FROM turn_terms WHERE session_id IN (SELECT unnest(?::VARCHAR[])) "
+        "GROUP BY 1, 2",
+        [session_ids],
+    ).fetchall():
+        terms[sid][term] = int(tf)
+    return dict(terms)
+
+
 def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], unscored_only: bool = False) -> None:
-    """Extract these sessions' identifiers from their turns again, judge and score their summaries
-    (with `unscored_only`, those with no score yet: a restore keeps the scores its bundle holds)."""
+    """Sum these sessions' identifiers from their turns' (`turn_terms`), judge and score their
+    summaries (with `unscored_only`, those with no score yet: a restore keeps the scores its bundle
+    holds). Only the turn documents of a session with a summary to judge, or with no identifier
+    (its plain words stand in, `digest.fidelity.session_terms`), are read: a growing log's session
+    with neither costs its new turns' extraction only, done as they were written."""
     if not session_ids:
         return
     ids = sorted(set(session_ids))
-    documents = turn_documents(con, ids)
-    texts = {sid: session_text(docs) for sid, docs in documents.items()}
-    terms = {sid: _derived(sid, "fidelity terms", Counter(), session_terms, text) for sid, text in texts.items()}
+    terms = _stored_terms(con, ids)
+    summaries = con.execute(
+        "SELECT session_id, title, summary FROM session_summaries WHERE session_id IN (SELECT unnest(?::VARCHAR[]))"
+        + (" AND (fidelity IS NULL OR verdict IS NULL)" if unscored_only else ""),
+        [ids],
+    ).fetchall()
+    documents = turn_documents(con, sorted({r[0] for r in summaries} | (set(ids) - set(terms))))
+    for sid in set(documents) - set(terms):
+        terms[sid] = _derived(sid, "fidelity terms", Counter(), fallback_terms, session_text(documents[sid]))
     con.execute("DELETE FROM fidelity_terms WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
     batch = pd.DataFrame([(sid, t) for sid, found in terms.items() for t in found], columns=["session_id", "term"])
     if len(batch):
@@ -65,16 +130,11 @@ def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], uns
             [wanted],
         ).fetchall()
     )
-    summaries = con.execute(
-        "SELECT session_id, title, summary FROM session_summaries WHERE session_id IN (SELECT unnest(?::VARCHAR[]))"
-        + (" AND (fidelity IS NULL OR verdict IS NULL)" if unscored_only else ""),
-        [ids],
-    ).fetchall()
     for sid, title, summary in summaries:
         # No text to judge against: no verdict, as no score.
         verdict = (
             _derived(sid, "verdict", None, judge, documents[sid], title, summary)
-            if texts.get(sid, "").strip()
+            if session_text(documents.get(sid, [])).strip()
             else None
         )
         evidence = verdict.evidence if verdict else {}

@@ -15,6 +15,7 @@ import pandas as pd
 from digest.manifest import FileState
 from resources.store.connection import Repository, now, upsert_sql
 from resources.store.facts import replace_turn_facts
+from resources.store.fidelity import replace_turn_terms
 from resources.store.sessions import derived_session_rows, upsert_sessions
 from resources.store.summaries import adopt_imported_summaries
 from resources.store.vectors import split_vectors_sql
@@ -92,6 +93,8 @@ class Ingest(Repository):
             moved_out = [r[0] for r in left]
             # The turns' facts (files, commands, errors, ...) as their text now says, with them.
             replace_turn_facts(con, batch[["id", "session_id", "prompt", "response", "agent"]].to_dict("records"))
+            # And their identifiers, so a session's fidelity terms are a sum, not its every turn read again.
+            replace_turn_terms(con, batch[["id", "session_id", "document"]].to_dict("records"))
             # In the same transaction: no turn is ever stored without its session's row up to date
             # (the sessions turns moved out of too), even when the ingest stops at a later line.
             refresh_sessions(con, sorted(set(batch["session_id"]) | set(moved_out)))

@@ -32,6 +32,14 @@ def backfill_turn_facts(con: duckdb.DuckDBPyConnection) -> None:
     refresh_turn_facts(con)
 
 
+def backfill_turn_terms(con: duckdb.DuckDBPyConnection) -> None:
+    """The identifiers of the turns stored before they were extracted at ingest (`turn_terms`);
+    imported here for the reason above."""
+    from resources.store.fidelity import refresh_turn_terms
+
+    refresh_turn_terms(con)
+
+
 def add_column(table: str, definition: str) -> str:
     """DuckDB adds no column with a constraint: an added column is nullable, its writers fill it."""
     return f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {definition.replace(' NOT NULL', '')}"
@@ -116,6 +124,9 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 14: each turn's facts (files, commands and exit status, errors, commits, issues and PRs) for
     # the turns stored before `turn_facts` (issue 34); batched, so memory stays bounded.
     14: [backfill_turn_facts],
+    # 15: each turn's identifiers (`turn_terms`) for the turns stored before: a session's fidelity
+    # terms are their sum, so a refresh no longer reads every turn document; batched.
+    15: [backfill_turn_terms],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from digest.redact import PATTERNS, SUMMARY_TEXT_FIELDS, TURN_TEXT_FIELDS, redact_fields
 from digest.settings import setting_of
-from resources.store.fidelity import refresh_fidelity
+from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
 from resources.store.sessions import derived_session_rows, upsert_sessions
 
 BATCH_ROWS = 2000
@@ -111,6 +111,8 @@ def _carry_revisions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> 
             f"WHERE {table}.session_id = m.session_id AND {table}.{column} = m.old"
         )
     con.unregister("moves")
+    # The redacted documents' identifiers (a secret may have looked like one), then the scores.
+    refresh_turn_terms(con, session_ids)
     refresh_fidelity(con, session_ids)
 
 

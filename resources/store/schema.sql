@@ -158,6 +158,15 @@ CREATE TABLE IF NOT EXISTS fidelity_terms (
     term VARCHAR NOT NULL
 );
 
+-- Each turn's identifiers and their counts (digest/fidelity.py `extract`), written with the turn: a
+-- session's are their sum, so a refresh reads no turn documents to know them.
+CREATE TABLE IF NOT EXISTS turn_terms (
+    turn_id VARCHAR NOT NULL,
+    session_id VARCHAR NOT NULL,
+    term VARCHAR NOT NULL,
+    tf INTEGER NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS rejects (
     source_file VARCHAR NOT NULL,
     line_no INTEGER NOT NULL,

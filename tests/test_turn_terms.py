@@ -1,0 +1,122 @@
+"""Each turn's identifiers (`turn_terms`), extracted once when the turn is written: a session's
+fidelity terms are their sum, so a growing log's refresh reads no turn document of a session with
+no summary, and an append ends with the terms, scores and verdicts of a one-shot ingest. Real
+DuckDB files, the real ingest of the samples; backfilled by migration 15, rebuilt on restore."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from digest.archive_read import validate_bundle
+from digest.fidelity import session_terms
+from digest.ingest import ingest_paths
+from resources.store import fidelity as store_fidelity
+from resources.store.migrations import SCHEMA_VERSION
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+CLAUDE_LOG = SAMPLES / "harnesses" / "0b6c3f1e-5a2d-4c8e-9f41-7d2e8a1c5b90.jsonl"
+MEMORY = next((SAMPLES / "bundle").glob("memory-backup-*.jsonl"))
+SCORED = (
+    "SELECT session_id, fidelity, fidelity_found, fidelity_missed, verdict, verdict_evidence FROM session_summaries"
+)
+
+
+def stored(store, sql: str, params: list | None = None) -> list[tuple]:
+    with store.file.connect() as con:
+        return con.execute(sql + " ORDER BY ALL", params or []).fetchall()
+
+
+def grow(path: Path, source: Path, lines: int) -> None:
+    """The file as a log growing: its source's first `lines` lines."""
+    path.write_text("".join(source.read_text(encoding="utf-8").splitlines(keepends=True)[:lines]), encoding="utf-8")
+
+
+def test_an_appended_log_ends_with_the_terms_and_scores_of_a_one_shot_ingest(tmp_path, store, new_store):
+    once = new_store(tmp_path / "once.duckdb")
+    ingest_paths([SAMPLES / "bundle", CLAUDE_LOG], once)
+    folder = tmp_path / "grown"
+    folder.mkdir()
+    for other in (SAMPLES / "bundle").glob("*.jsonl"):
+        if other != MEMORY:
+            shutil.copy(other, folder / other.name)
+    total = len(MEMORY.read_text(encoding="utf-8").splitlines())
+    for lines in (total // 3, total // 3 + 1, 2 * total // 3, total):
+        grow(folder / MEMORY.name, MEMORY, lines)
+        grow(folder / CLAUDE_LOG.name, CLAUDE_LOG, lines * 17 // total)
+        ingest_paths([folder], store)
+    # A score weighs by the store's document frequencies at its refresh: both stores' summaries are
+    # scored again at the same ones, from the terms each store summed as its turns came.
+    for each in (store, once):
+        with each.file.transaction() as con:
+            sessions = [r[0] for r in con.execute("SELECT session_id FROM sessions").fetchall()]
+            store_fidelity.refresh_fidelity(con, sessions)
+    for sql in ("SELECT turn_id, session_id, term, tf FROM turn_terms", "SELECT * FROM fidelity_terms", SCORED):
+        assert stored(store, sql) == stored(once, sql), sql
+    assert stored(store, SCORED + " WHERE fidelity IS NOT NULL")  # the imported summaries were scored
+    # A session's terms are its turns' summed, as `digest.fidelity.session_terms` counts them.
+    with once.file.connect() as con:
+        documents = store_fidelity.turn_documents(con, [CLAUDE_LOG.stem])[CLAUDE_LOG.stem]
+        summed = store_fidelity._stored_terms(con, [CLAUDE_LOG.stem])[CLAUDE_LOG.stem]
+    assert summed == session_terms(documents) and len(summed) > 5
+
+
+def test_a_session_with_no_summary_has_no_turn_document_read_on_refresh(tmp_path, store, monkeypatch):
+    read: list[str] = []
+    original = store_fidelity.turn_documents
+
+    def counted(con, session_ids):
+        read.extend(session_ids)
+        return original(con, session_ids)
+
+    monkeypatch.setattr(store_fidelity, "turn_documents", counted)
+    log = tmp_path / CLAUDE_LOG.name
+    for lines in (6, 9, 17):  # the log grows over three ticks
+        grow(log, CLAUDE_LOG, lines)
+        ingest_paths([log], store)
+    assert CLAUDE_LOG.stem not in read
+    assert stored(store, "SELECT count(*) FROM fidelity_terms WHERE session_id = ?", [CLAUDE_LOG.stem])[0][0] > 5
+    # A session with a summary to judge is read: its verdict needs the text.
+    ingest_paths([SAMPLES / "bundle"], store)
+    summarized = {r[0] for r in stored(store, "SELECT session_id FROM session_summaries")}
+    assert summarized and summarized <= set(read)
+
+
+def test_a_session_with_no_identifier_still_falls_back_to_its_words(store, tmp_path):
+    log = tmp_path / "plain.jsonl"
+    event = {
+        "type": "user", "sessionId": "s1", "uuid": "u1", "timestamp": "2026-11-18T09:00:01Z",
+        "message": {"role": "user", "content": "the harvest festival schedule was discussed"},
+    }  # fmt: skip
+    log.write_text(json.dumps(event) + "\n", encoding="utf-8")
+    ingest_paths([log], store)
+    assert stored(store, "SELECT count(*) FROM turn_terms") == [(0,)]
+    assert {r[0] for r in stored(store, "SELECT term FROM fidelity_terms")} >= {"harvest", "festival", "schedule"}
+
+
+@pytest.mark.integration  # an older store migrated in place
+def test_migration_15_backfills_the_terms_of_stored_turns_in_batches(store, monkeypatch):
+    ingest_paths([SAMPLES / "harnesses", SAMPLES / "bundle"], store)
+    before = stored(store, "SELECT * FROM turn_terms")
+    assert len(before) > 50
+    with store.file.transaction() as con:
+        con.execute("DELETE FROM turn_terms")
+        con.execute("UPDATE schema_meta SET version = 14")
+    monkeypatch.setattr(store_fidelity, "BACKFILL_BATCH_TURNS", 7)  # several batches
+    store.file.migrate()
+    assert stored(store, "SELECT * FROM turn_terms") == before
+    assert stored(store, "SELECT max(version) FROM schema_meta") == [(SCHEMA_VERSION,)]
+
+
+@pytest.mark.integration  # an archive written and restored
+def test_a_restore_extracts_the_terms_of_its_turns_again(store, tmp_path):
+    ingest_paths([SAMPLES / "harnesses", SAMPLES / "bundle"], store)
+    before = [stored(store, "SELECT * FROM turn_terms"), stored(store, "SELECT * FROM fidelity_terms")]
+    bundle = validate_bundle(store.archive.write_archive(tmp_path / "out")["path"])
+    with store.file.transaction() as con:
+        con.execute("DELETE FROM turn_terms")
+    store.archive.restore_archive(bundle, "replace")
+    assert [stored(store, "SELECT * FROM turn_terms"), stored(store, "SELECT * FROM fidelity_terms")] == before
