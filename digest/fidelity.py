@@ -112,15 +112,24 @@ def fallback_terms(text: str) -> Counter:
     return Counter(w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOPWORDS)
 
 
+def turn_terms(document: str) -> tuple[Counter, bool]:
+    """A turn's identifiers; or, when it names none, its plain content words (True): all a session
+    needs of the turn, since its words count only when no turn of it names an identifier."""
+    found = extract(document)
+    return (found, False) if found else (fallback_terms(document), True)
+
+
 def session_terms(documents: Sequence[str]) -> Counter:
-    """The session's identifiers: the sum of its turns' (`extract` of each turn document, as the
-    store keeps them per turn in `turn_terms`, so an appended turn adds its own and no other's: a
-    command ending one turn takes no word of the next as its argument); its plain content words
-    when no turn names one."""
-    found: Counter = Counter()
+    """The session's identifiers: the sum of its turns' (as the store keeps them per turn in
+    `turn_terms`, so an appended turn adds its own and no other's: a command ending one turn takes
+    no word of the next as its argument); its plain content words when no turn names one (the same
+    summed per turn or over the joined text: no word spans the join)."""
+    identifiers: Counter = Counter()
+    words: Counter = Counter()
     for document in documents:
-        found.update(extract(document))
-    return found or fallback_terms(session_text(documents))
+        found, plain = turn_terms(document)
+        (words if plain else identifiers).update(found)
+    return identifiers or words
 
 
 @dataclass(frozen=True)

@@ -85,16 +85,26 @@ def test_a_session_with_no_summary_has_no_turn_document_read_on_refresh(tmp_path
     assert summarized and summarized <= set(read)
 
 
-def test_a_session_with_no_identifier_still_falls_back_to_its_words(store, tmp_path):
+def test_a_session_scores_by_its_words_until_a_turn_names_an_identifier(store, tmp_path, monkeypatch):
+    read: list[str] = []
+    monkeypatch.setattr(store_fidelity, "turn_documents", lambda con, ids: read.extend(ids) or {})
     log = tmp_path / "plain.jsonl"
-    event = {
-        "type": "user", "sessionId": "s1", "uuid": "u1", "timestamp": "2026-11-18T09:00:01Z",
-        "message": {"role": "user", "content": "the harvest festival schedule was discussed"},
-    }  # fmt: skip
-    log.write_text(json.dumps(event) + "\n", encoding="utf-8")
-    ingest_paths([log], store)
-    assert stored(store, "SELECT count(*) FROM turn_terms") == [(0,)]
+
+    def say(n: int, text: str) -> None:
+        event = {
+            "type": "user", "sessionId": "s1", "uuid": f"u{n}", "timestamp": f"2026-11-18T09:00:0{n}Z",
+            "message": {"role": "user", "content": text},
+        }  # fmt: skip
+        with log.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(event) + "\n")
+        ingest_paths([log], store)
+
+    say(1, "the harvest festival schedule was discussed")
+    assert stored(store, "SELECT DISTINCT word FROM turn_terms") == [(True,)]
     assert {r[0] for r in stored(store, "SELECT term FROM fidelity_terms")} >= {"harvest", "festival", "schedule"}
+    say(2, "Then we fixed RowModel and RowModel.spec.mjs")
+    assert stored(store, "SELECT term FROM fidelity_terms") == [("rowmodel",)]
+    assert read == []
 
 
 @pytest.mark.integration  # an older store migrated in place

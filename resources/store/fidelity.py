@@ -11,12 +11,12 @@ from collections import Counter, defaultdict
 import duckdb
 import pandas as pd
 
-from digest.fidelity import Fidelity, extract, fallback_terms, score, session_text
+from digest.fidelity import Fidelity, score, session_text, turn_terms
 from digest.verdict import Verdict, judge
 
 log = logging.getLogger(__name__)
 
-TERM_COLUMNS = ["turn_id", "session_id", "term", "tf"]
+TERM_COLUMNS = ["turn_id", "session_id", "term", "tf", "word"]
 # Turns read per batch when their terms are extracted again from stored turns (a migration, a restore).
 BACKFILL_BATCH_TURNS = 2000
 
@@ -47,14 +47,15 @@ def _derived(session_id: str, what: str, fallback, compute, *args, **kwargs):
 
 def replace_turn_terms(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
     """The identifiers of these turns (`turns` rows with `id`, `session_id`, `document`) and their
-    counts, in place of any they had; returns the rows written. In the caller's transaction."""
+    counts, or a turn's plain words when it names none (`digest.fidelity.turn_terms`), in place of
+    any they had; returns the rows written. In the caller's transaction."""
     if not rows:
         return 0
     found = []
     for r in rows:
         document = r["document"] if isinstance(r["document"], str) else ""
-        counts = _derived(r["session_id"], "turn terms", Counter(), extract, document)
-        found += [(r["id"], r["session_id"], term, tf) for term, tf in counts.items()]
+        counts, word = _derived(r["session_id"], "turn terms", (Counter(), False), turn_terms, document)
+        found += [(r["id"], r["session_id"], term, tf, word) for term, tf in counts.items()]
     terms = pd.DataFrame(found, columns=TERM_COLUMNS)
     con.execute("DELETE FROM turn_terms WHERE turn_id IN (SELECT unnest(?::VARCHAR[]))", [[r["id"] for r in rows]])
     if len(terms):
@@ -85,12 +86,14 @@ def refresh_turn_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str] | 
 
 
 def _stored_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> dict[str, Counter]:
-    """Each session's identifiers as its turns' counts summed (`digest.fidelity.session_terms`); a
-    session none of whose turns names one is left out."""
+    """Each session's terms as `digest.fidelity.session_terms` counts them: its turns' identifiers
+    summed, or their plain words when no turn names one; a session with neither is left out."""
     terms: dict[str, Counter] = defaultdict(Counter)
     for sid, term, tf in con.execute(
-        "SELECT session_id, term, sum(tf) FROM turn_terms WHERE session_id IN (SELECT unnest(?::VARCHAR[])) "
-        "GROUP BY 1, 2",
+        """SELECT session_id, term, sum(tf) FROM turn_terms t
+           WHERE session_id IN (SELECT unnest(?::VARCHAR[]))
+             AND word = (SELECT bool_and(word) FROM turn_terms u WHERE u.session_id = t.session_id)
+           GROUP BY 1, 2""",
         [session_ids],
     ).fetchall():
         terms[sid][term] = int(tf)
@@ -98,11 +101,10 @@ def _stored_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> dic
 
 
 def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], unscored_only: bool = False) -> None:
-    """Sum these sessions' identifiers from their turns' (`turn_terms`), judge and score their
-    summaries (with `unscored_only`, those with no score yet: a restore keeps the scores its bundle
-    holds). Only the turn documents of a session with a summary to judge, or with no identifier
-    (its plain words stand in, `digest.fidelity.session_terms`), are read: a growing log's session
-    with neither costs its new turns' extraction only, done as they were written."""
+    """Sum these sessions' terms from their turns' (`turn_terms`), judge and score their summaries
+    (with `unscored_only`, those with no score yet: a restore keeps the scores its bundle holds).
+    Only the turn documents of a session with a summary to judge are read: a growing log's session
+    with none costs its new turns' extraction only, done as they were written."""
     if not session_ids:
         return
     ids = sorted(set(session_ids))
@@ -112,9 +114,7 @@ def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], uns
         + (" AND (fidelity IS NULL OR verdict IS NULL)" if unscored_only else ""),
         [ids],
     ).fetchall()
-    documents = turn_documents(con, sorted({r[0] for r in summaries} | (set(ids) - set(terms))))
-    for sid in set(documents) - set(terms):
-        terms[sid] = _derived(sid, "fidelity terms", Counter(), fallback_terms, session_text(documents[sid]))
+    documents = turn_documents(con, sorted({r[0] for r in summaries}))
     con.execute("DELETE FROM fidelity_terms WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
     batch = pd.DataFrame([(sid, t) for sid, found in terms.items() for t in found], columns=["session_id", "term"])
     if len(batch):

@@ -158,13 +158,15 @@ CREATE TABLE IF NOT EXISTS fidelity_terms (
     term VARCHAR NOT NULL
 );
 
--- Each turn's identifiers and their counts (digest/fidelity.py `extract`), written with the turn: a
--- session's are their sum, so a refresh reads no turn documents to know them.
+-- Each turn's identifiers and their counts, or its plain words when it names none (digest/fidelity.py
+-- `turn_terms`), written with the turn: a session's terms are their sum, so a refresh reads no turn
+-- documents to know them.
 CREATE TABLE IF NOT EXISTS turn_terms (
     turn_id VARCHAR NOT NULL,
     session_id VARCHAR NOT NULL,
     term VARCHAR NOT NULL,
-    tf INTEGER NOT NULL
+    tf INTEGER NOT NULL,
+    word BOOLEAN NOT NULL             -- a plain content word of a turn that names no identifier
 );
 
 CREATE TABLE IF NOT EXISTS rejects (
