@@ -51,6 +51,9 @@ def _snapshot(db: DigestStore) -> dict:
         "turns": sorted(map(str, rows(db, "SELECT * EXCLUDE (ingested_at) FROM turns ORDER BY id"))),
         "sessions": rows(db, "SELECT * EXCLUDE (updated_at) FROM sessions ORDER BY session_id"),
         "rejects": rows(db, "SELECT source_file, line_no, reason FROM rejects ORDER BY source_file, line_no"),
+        # Each turn's terms, and the sessions' summed from them, as a one-shot ingest's.
+        "turn_terms": rows(db, "SELECT * FROM turn_terms ORDER BY ALL"),
+        "fidelity_terms": rows(db, "SELECT * FROM fidelity_terms ORDER BY ALL"),
     }
 
 
