@@ -90,10 +90,9 @@ def _stored_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> dic
     summed, or their plain words when no turn names one; a session with neither is left out."""
     terms: dict[str, Counter] = defaultdict(Counter)
     for sid, term, tf in con.execute(
-        """SELECT session_id, term, sum(tf) FROM turn_terms t
-           WHERE session_id IN (SELECT unnest(?::VARCHAR[]))
-             AND word = (SELECT bool_and(word) FROM turn_terms u WHERE u.session_id = t.session_id)
-           GROUP BY 1, 2""",
+        """WITH t AS (SELECT * FROM turn_terms WHERE session_id IN (SELECT unnest(?::VARCHAR[]))),
+                words AS (SELECT session_id, bool_and(word) AS word FROM t GROUP BY 1)
+           SELECT session_id, term, sum(tf) FROM t JOIN words USING (session_id, word) GROUP BY 1, 2""",
         [session_ids],
     ).fetchall():
         terms[sid][term] = int(tf)
