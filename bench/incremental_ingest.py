@@ -10,7 +10,8 @@ Run: .venv/bin/python bench/incremental_ingest.py [--megabytes 50] [--files 1000
    and, side by side, the same grown file read whole (its manifest row dropped first). Also the
    SHA-256 of the file's read part alone, which the incremental read pays to know its prefix intact,
    and the refresh of the session's row alone, which every write of its turns pays (its input
-   revision and fidelity terms are computed over all its turns).
+   revision over all its turns; its fidelity terms summed from its turns' `turn_terms`, no turn
+   read again while it has no summary).
 2. `--files` small session files in a `~/.claude/projects` layout (one folder per project, ten
    sessions each), ingested once and back-dated past the racy window; then, best of 3: the inbox
    sensor's tick with them all done (walk, stat, cursor; in a real Dagster instance with
@@ -83,9 +84,7 @@ def appended_turn(folder: Path, megabytes: float) -> None:
     print(f"| incremental ({read.read} from line {read.from_line}) | {read.lines} | {incremental:.3f} |")
     print(f"| the grown file read whole | {whole_read.lines} | {whole:.3f} |")
     print(f"| of the incremental: SHA-256 of the read part | - | {hashed:.3f} |")
-    print(
-        f"| of each: the session's refresh (its row, revision, fidelity terms of all its turns) | - | {refreshed:.3f} |"
-    )
+    print(f"| of each: the session's refresh (its row, revision, fidelity terms) | - | {refreshed:.3f} |")
     print(f"ratio (whole / incremental): {whole / incremental:.1f}x")
 
 
