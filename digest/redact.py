@@ -33,7 +33,7 @@ SUMMARY_TEXT_FIELDS = ("title", "summary")
 # Values that stand for a secret rather than being one: an example's or a template's.
 _PLACEHOLDER = re.compile(
     r"""(?ix) ^(?:
-        \$\{?[\w.\-:]*\}? | \$\(.*\) | \{\{.*\}\} | <[^>]*> | %\(?\w*\)?s? | \*+ | x{3,} | .*(?:\.{3}|…)
+        \$\{?[\w.\-:]*\}? | \$\(.*\) | \{\{.*\}\} | \$\{\{.* | <[^>]*> | %\(?\w*\)?s? | \*+ | x{3,} | .*(?:\.{3}|…)
         | (?:your|example|sample|dummy|fake)[\w\-]* | changeme | password | passwd | secret
         | token | none | null | nil | true | false | undefined | redacted | \d+ | \[redacted:[\w\-]+\]
     )$"""
@@ -83,6 +83,20 @@ def _password_is_secret(text: str, match: re.Match[str]) -> bool:
     return not _PLACEHOLDER.match(text[slice(*match.span(1))])
 
 
+def _inline_value_is_secret(text: str, match: re.Match[str]) -> bool:
+    """An upper-case shell variable's value (`PGPASSWORD=... psql`): lower-case `key=value` mid-line
+    is code or prose."""
+    return text[slice(*match.span("key"))].isupper() and _value_is_secret(text, match)
+
+
+def _header_value_is_secret(text: str, match: re.Match[str]) -> bool:
+    """A hyphenated header's name must name a secret (not `X-Request-Id`), and not a file or a place."""
+    key = text[slice(*match.span("key"))].lower()
+    if not re.search(_SECRET_WORD, key) or _NOT_A_SECRET_KEY.search(key.replace("-", "_")):
+        return False
+    return _value_is_secret(text, match)
+
+
 def _prefixed(kind: str, regex: str, *hints: str) -> Pattern:
     """A provider's key or token, told by its fixed prefix."""
     return Pattern(kind, re.compile(regex), hints or (regex.split("[", 1)[0].split("(", 1)[0],), word_start=True)
@@ -97,6 +111,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ),
         ("PRIVATE KEY",),
         group=2,
+        keep=lambda text, match: not match.group(2).startswith("[REDACTED:"),  # redacted already: not counted again
     ),
     _prefixed("aws-access-key", r"(A(?:KIA|SIA)[0-9A-Z]{16})(?![0-9A-Za-z])", "AKIA", "ASIA"),
     Pattern(
@@ -143,6 +158,45 @@ PATTERNS: tuple[Pattern, ...] = (
         word_start=True,
     ),
     _prefixed("auth-header", r"(?:Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{16,}=*)(?![\w\-])", "Bearer", "Basic"),
+    # Another header named for a secret, in a curl `-H` or an HTTP log: `X-Api-Key: ...`, `X-Auth-Token: ...`.
+    Pattern(
+        "secret-header",
+        re.compile(
+            r"(?<![\w\-])(?P<key>[a-z0-9]+(?:-[a-z0-9]+)+)[ \t]*:[ \t]*(?P<value>[a-z0-9._~+/=\-]{8,})(?![^\s'\"\\])"
+        ),
+        ("key", "token", "secret", "pass", "credential"),
+        group=2,
+        keep=_header_value_is_secret,
+        lowered=True,
+    ),
+    # `docker login -p ...` / `--password ...` (podman's too), and a literal piped into `--password-stdin`.
+    Pattern(
+        "docker-login-password",
+        re.compile(
+            r"(?:docker|podman)[ \t]+login\b[^\n|;&]{0,200}?[ \t](?:-p|--password)(?:[ \t]+|=)['\"]?([^\s'\"]+)"
+        ),
+        ("login",),
+        keep=_password_is_secret,
+        word_start=True,
+    ),
+    Pattern(
+        "docker-login-password",
+        re.compile(
+            r"echo[ \t]+(?:-n[ \t]+)?['\"]?([^\s'\"$|]+)['\"]?[ \t]*\|[ \t]*(?:docker|podman)[ \t]+login\b"
+            r"[^\n]{0,200}?--password-stdin"
+        ),
+        ("password-stdin",),
+        keep=_password_is_secret,
+        word_start=True,
+    ),
+    # A `.netrc` entry, on one line or several: `machine host login user password secret`.
+    Pattern(
+        "netrc-password",
+        re.compile(r"machine[ \t]+[^\s]+\s+login[ \t]+[^\s]+\s+password[ \t]+([^\s'\"`]+)"),
+        ("machine",),
+        keep=_password_is_secret,
+        word_start=True,
+    ),
     # A line `KEY=value` or `key: value` (an env file, a shell, YAML), the value the rest of the line.
     Pattern(
         "env-secret",
@@ -153,6 +207,18 @@ PATTERNS: tuple[Pattern, ...] = (
         ("pass", "secret", "token", "key", "credential"),
         group=3,
         keep=_value_is_secret,
+        lowered=True,
+    ),
+    # A secret-named variable set for one command, mid-line: `PGPASSWORD=... psql -h db`.
+    Pattern(
+        "inline-env-secret",
+        re.compile(
+            rf"(?<![\w$\-])(?P<key>[a-z0-9_]{{0,40}}?{_SECRET_WORD}[a-z0-9_]{{0,40}})=(?P<q>[\"']?)"
+            r"(?P<value>[^\s\"'$`;&|#()<>]+)(?P=q)(?=[ \t]*[;&|]|[ \t]+[^\s#])"
+        ),
+        ("pass", "secret", "token", "key", "credential"),
+        group=3,
+        keep=_inline_value_is_secret,
         lowered=True,
     ),
     # A quoted value of a secret-named key anywhere on a line: JSON, a dict, keyword arguments. The
