@@ -3,15 +3,18 @@ or export): each found secret's value is replaced by `[REDACTED:<kind>]`, the te
 so a key's name, a command or a URL's host stay searchable.
 
 A curated pattern set, after deja-vu's (`internal/redact/redact.go`): provider keys and tokens by
-their fixed prefixes, JWTs, PEM private-key blocks, passwords in URLs, Bearer/Basic headers, and
-assignments (`KEY=value` lines, `"password": "..."`) whose key names a secret. `bench/redaction.py`
-measured it against Yelp's detect-secrets on a labelled sample (BENCHMARKS.md, "Redaction"). Each
+their fixed prefixes, JWTs, PEM private-key blocks, passwords in URLs, `curl -u`, `docker login -p`
+and `.netrc`, Bearer/Basic headers and headers named for a secret (`X-Api-Key`), and assignments
+(`KEY=value` lines, `PGPASSWORD=... psql`, `"password": "..."`) whose key names a secret.
+`bench/redaction.py` measured it against Yelp's detect-secrets on a labelled sample and two held-out
+sets (BENCHMARKS.md, "Redaction"). Each
 pattern runs only when one of its literal hints is in the text (most turns hold none), and a
 redacted text is redacted again unchanged, so a re-ingest or the store's migration agree.
 
 What it does not catch: a secret split across lines or encoded (base64 of a key), a password in
-prose with no key name, and a high-entropy string with no prefix or assignment (no entropy pass:
-detect-secrets' entropy detectors ate hashes, base64 test data and long identifiers on the sample).
+prose with no key name, a high-entropy string with no prefix or assignment (no entropy pass:
+detect-secrets' entropy detectors ate hashes, base64 test data and long identifiers on the sample),
+and most password flags of other commands (`mysql -p...`, `--password=...`, `sshpass -p`).
 """
 
 from __future__ import annotations

@@ -48,8 +48,10 @@ KINDS = {
 }  # fmt: skip
 
 
-def test_every_pattern_has_a_case_here():
+def test_every_pattern_has_a_case_here_and_its_kind_is_in_the_docs():
     assert {p.kind for p in PATTERNS} == set(KINDS)
+    docs = (Path(__file__).parents[1] / "docs" / "ingest.md").read_text(encoding="utf-8")
+    assert [kind for kind in KINDS if f"`{kind}`" not in docs] == []
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
