@@ -70,10 +70,13 @@ class Pattern:
 
 
 def _value_is_secret(text: str, match: re.Match[str]) -> bool:
+    return _secret_value(text[slice(*match.span("key"))], text[slice(*match.span("value"))])
+
+
+def _secret_value(key: str, value: str) -> bool:
     """An assignment's value is a secret unless it is a placeholder, a path, or code, or its key
     names a file or a place; a lower-case key (code, YAML, JSON) also needs a value that looks
     made up: 8 or more characters of two kinds of letters and digits."""
-    key, value = text[slice(*match.span("key"))], text[slice(*match.span("value"))]
     if _PLACEHOLDER.match(value) or _NOT_A_SECRET_KEY.search(key) or value[:1] in "/~." or value.startswith("http"):
         return False
     if key.isupper():
@@ -86,18 +89,29 @@ def _password_is_secret(text: str, match: re.Match[str]) -> bool:
     return not _PLACEHOLDER.match(text[slice(*match.span(1))])
 
 
+def _whole_key(text: str, match: re.Match[str], joiner: str) -> tuple[str, str]:
+    """The key of a match that starts at its secret word (a pattern with a free start would try every
+    word of every text), taken on to the left over letters, digits and `joiner` (up to 40 of them),
+    and the character before it."""
+    start = left = match.start()
+    while left > 0 and start - left < 40 and (text[left - 1].isalnum() or text[left - 1] == joiner):
+        left -= 1
+    return text[left : match.end("key")], text[left - 1 : left]
+
+
 def _inline_value_is_secret(text: str, match: re.Match[str]) -> bool:
-    """An upper-case shell variable's value (`PGPASSWORD=... psql`): lower-case `key=value` mid-line
-    is code or prose."""
-    return text[slice(*match.span("key"))].isupper() and _value_is_secret(text, match)
+    """An upper-case shell variable's value (`PGPASSWORD=... psql`), not a flag's (`--db-password=`)
+    nor an expansion's: lower-case `key=value` mid-line is code or prose."""
+    key, before = _whole_key(text, match, "_")
+    return key.isupper() and before not in ("$", "-") and _secret_value(key, text[slice(*match.span("value"))])
 
 
 def _header_value_is_secret(text: str, match: re.Match[str]) -> bool:
-    """A hyphenated header's name must name a secret (not `X-Request-Id`), and not a file or a place."""
-    key = text[slice(*match.span("key"))].lower()
-    if not re.search(_SECRET_WORD, key) or _NOT_A_SECRET_KEY.search(key.replace("-", "_")):
+    """A hyphenated header's name (`X-Api-Key`), not a file's or a place's (`Api-Key-File`)."""
+    key, _ = _whole_key(text, match, "-")
+    if "-" not in key or _NOT_A_SECRET_KEY.search(key.lower().replace("-", "_")):
         return False
-    return _value_is_secret(text, match)
+    return _secret_value(key, text[slice(*match.span("value"))])
 
 
 def _prefixed(kind: str, regex: str, *hints: str) -> Pattern:
@@ -165,7 +179,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "secret-header",
         re.compile(
-            r"(?<![\w\-])(?P<key>[a-z0-9]+(?:-[a-z0-9]+)+)[ \t]*:[ \t]*(?P<value>[a-z0-9._~+/=\-]{8,})(?![^\s'\"\\])"
+            rf"(?P<key>{_SECRET_WORD}[a-z0-9\-]{{0,40}})[ \t]*:[ \t]*(?P<value>[a-z0-9._~+/=\-]{{8,}})(?![^\s'\"\\])"
         ),
         ("key", "token", "secret", "pass", "credential"),
         group=2,
@@ -216,7 +230,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "inline-env-secret",
         re.compile(
-            rf"(?<![\w$\-])(?P<key>[a-z0-9_]{{0,40}}?{_SECRET_WORD}[a-z0-9_]{{0,40}})=(?P<q>[\"']?)"
+            rf"(?P<key>{_SECRET_WORD}[a-z0-9_]{{0,40}})=(?P<q>[\"']?)"
             r"(?P<value>[^\s\"'$`;&|#()<>]+)(?P=q)(?=[ \t]*[;&|]|[ \t]+[^\s#])"
         ),
         ("pass", "secret", "token", "key", "credential"),
