@@ -229,14 +229,14 @@ PATTERNS: tuple[Pattern, ...] = (
     # A secret-named variable set for one command, mid-line: `PGPASSWORD=... psql -h db`.
     Pattern(
         "inline-env-secret",
+        # Upper-case, as a shell variable is: matched on the text itself, most of which has no such word.
         re.compile(
-            rf"(?P<key>{_SECRET_WORD}[a-z0-9_]{{0,40}})=(?P<q>[\"']?)"
+            rf"(?P<key>{_SECRET_WORD.upper()}[A-Z0-9_]{{0,40}})=(?P<q>[\"']?)"
             r"(?P<value>[^\s\"'$`;&|#()<>]+)(?P=q)(?=[ \t]*[;&|]|[ \t]+[^\s#])"
         ),
-        ("pass", "secret", "token", "key", "credential"),
+        ("PASS", "SECRET", "TOKEN", "KEY", "CREDENTIAL"),
         group=3,
         keep=_inline_value_is_secret,
-        lowered=True,
     ),
     # A quoted value of a secret-named key anywhere on a line: JSON, a dict, keyword arguments. The
     # match starts at the key's secret word (the key from there on), which most positions fail at once.
