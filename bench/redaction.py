@@ -9,7 +9,9 @@ else its rows say it is missing.)
    print (tool output, `.env` dumps, curl commands, connection strings, JSON and YAML configs,
    code) and ordinary text that must come through unchanged (hex hashes, UUIDs, base64 test data,
    long identifiers, paths, commit hashes, `password=` in docs, `KEY=${VAR}`): recall (the planted
-   secrets no longer in the text) and false positives (ordinary cases changed);
+   secrets no longer in the text) and false positives (ordinary cases changed), apart for the cases
+   written with the patterns and for each held-out set (`heldout` 1: written after issue 35's
+   patterns; 2: written before the patterns for set 1's misses), neither tuned on;
 2. ordinary transcripts, `tests/realistic_corpus.py` (no planted secret): the replacements each
    makes there (all false), and its cost per MB of turn text;
 3. the ingest: `digest.ingest.ingest_paths` of that corpus as plain JSONL into a fresh store with
@@ -98,11 +100,11 @@ def leaked(secret: str, text: str) -> bool:
     return any(secret[i : i + 8] in text for i in range(max(1, len(secret) - 7)))
 
 
-def labelled(redactor: Redactor, heldout: bool) -> dict:
-    """Recall and false positives on the sample's cases written with the patterns (`heldout` off),
-    or on those written after them and never tuned against."""
+def labelled(redactor: Redactor, heldout: int) -> dict:
+    """Recall and false positives on the sample's cases written with the patterns (`heldout` 0),
+    or on one held-out set of them (written before the patterns they test, never tuned against)."""
     cases = [json.loads(line) for line in LABELLED.read_text(encoding="utf-8").splitlines()]
-    cases = [c for c in cases if bool(c.get("heldout")) == heldout]
+    cases = [c for c in cases if c.get("heldout", 0) == heldout]
     planted = found = ordinary = eaten = 0
     missed, false = [], []
     for case, out in zip(cases, [redactor([c["text"]])[0] for c in cases]):
@@ -153,12 +155,9 @@ def main() -> None:
 
     arms: dict[str, Redactor | None] = {"curated (digest.redact)": curated, **detect_secrets_arms()}
     print("1. Labelled sample (tests/fixtures/secrets/labelled.jsonl)")
-    for heldout in (False, True):
-        print(
-            "held-out cases (written after the patterns, not tuned on)"
-            if heldout
-            else "cases written with the patterns"
-        )
+    sets = sorted({json.loads(line).get("heldout", 0) for line in LABELLED.read_text(encoding="utf-8").splitlines()})
+    for heldout in sets:
+        print(f"held-out cases, set {heldout} (not tuned on)" if heldout else "cases written with the patterns")
         print(f"{'arm':<30} {'recall':>14} {'false positives':>18}")
         results = {}
         for name, redactor in arms.items():

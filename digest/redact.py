@@ -3,15 +3,18 @@ or export): each found secret's value is replaced by `[REDACTED:<kind>]`, the te
 so a key's name, a command or a URL's host stay searchable.
 
 A curated pattern set, after deja-vu's (`internal/redact/redact.go`): provider keys and tokens by
-their fixed prefixes, JWTs, PEM private-key blocks, passwords in URLs, Bearer/Basic headers, and
-assignments (`KEY=value` lines, `"password": "..."`) whose key names a secret. `bench/redaction.py`
-measured it against Yelp's detect-secrets on a labelled sample (BENCHMARKS.md, "Redaction"). Each
+their fixed prefixes, JWTs, PEM private-key blocks, passwords in URLs, `curl -u`, `docker login -p`
+and `.netrc`, Bearer/Basic headers and headers named for a secret (`X-Api-Key`), and assignments
+(`KEY=value` lines, `PGPASSWORD=... psql`, `"password": "..."`) whose key names a secret.
+`bench/redaction.py` measured it against Yelp's detect-secrets on a labelled sample and two held-out
+sets (BENCHMARKS.md, "Redaction"). Each
 pattern runs only when one of its literal hints is in the text (most turns hold none), and a
 redacted text is redacted again unchanged, so a re-ingest or the store's migration agree.
 
 What it does not catch: a secret split across lines or encoded (base64 of a key), a password in
-prose with no key name, and a high-entropy string with no prefix or assignment (no entropy pass:
-detect-secrets' entropy detectors ate hashes, base64 test data and long identifiers on the sample).
+prose with no key name, a high-entropy string with no prefix or assignment (no entropy pass:
+detect-secrets' entropy detectors ate hashes, base64 test data and long identifiers on the sample),
+and most password flags of other commands (`mysql -p...`, `--password=...`, `sshpass -p`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ SUMMARY_TEXT_FIELDS = ("title", "summary")
 # Values that stand for a secret rather than being one: an example's or a template's.
 _PLACEHOLDER = re.compile(
     r"""(?ix) ^(?:
-        \$\{?[\w.\-:]*\}? | \$\(.*\) | \{\{.*\}\} | <[^>]*> | %\(?\w*\)?s? | \*+ | x{3,} | .*(?:\.{3}|…)
+        \$\{?[\w.\-:]*\}? | \$\(.*\) | \{\{.*\}\} | \$\{\{.* | <[^>]*> | %\(?\w*\)?s? | \*+ | x{3,} | .*(?:\.{3}|…)
         | (?:your|example|sample|dummy|fake)[\w\-]* | changeme | password | passwd | secret
         | token | none | null | nil | true | false | undefined | redacted | \d+ | \[redacted:[\w\-]+\]
     )$"""
@@ -67,10 +70,13 @@ class Pattern:
 
 
 def _value_is_secret(text: str, match: re.Match[str]) -> bool:
+    return _secret_value(text[slice(*match.span("key"))], text[slice(*match.span("value"))])
+
+
+def _secret_value(key: str, value: str) -> bool:
     """An assignment's value is a secret unless it is a placeholder, a path, or code, or its key
     names a file or a place; a lower-case key (code, YAML, JSON) also needs a value that looks
     made up: 8 or more characters of two kinds of letters and digits."""
-    key, value = text[slice(*match.span("key"))], text[slice(*match.span("value"))]
     if _PLACEHOLDER.match(value) or _NOT_A_SECRET_KEY.search(key) or value[:1] in "/~." or value.startswith("http"):
         return False
     if key.isupper():
@@ -81,6 +87,31 @@ def _value_is_secret(text: str, match: re.Match[str]) -> bool:
 
 def _password_is_secret(text: str, match: re.Match[str]) -> bool:
     return not _PLACEHOLDER.match(text[slice(*match.span(1))])
+
+
+def _whole_key(text: str, match: re.Match[str], joiner: str) -> tuple[str, str]:
+    """The key of a match that starts at its secret word (a pattern with a free start would try every
+    word of every text), taken on to the left over letters, digits and `joiner` (up to 40 of them),
+    and the character before it."""
+    start = left = match.start()
+    while left > 0 and start - left < 40 and (text[left - 1].isalnum() or text[left - 1] == joiner):
+        left -= 1
+    return text[left : match.end("key")], text[left - 1 : left]
+
+
+def _inline_value_is_secret(text: str, match: re.Match[str]) -> bool:
+    """An upper-case shell variable's value (`PGPASSWORD=... psql`), not a flag's (`--db-password=`)
+    nor an expansion's: lower-case `key=value` mid-line is code or prose."""
+    key, before = _whole_key(text, match, "_")
+    return key.isupper() and before not in ("$", "-") and _secret_value(key, text[slice(*match.span("value"))])
+
+
+def _header_value_is_secret(text: str, match: re.Match[str]) -> bool:
+    """A hyphenated header's name (`X-Api-Key`), not a file's or a place's (`Api-Key-File`)."""
+    key, _ = _whole_key(text, match, "-")
+    if "-" not in key or _NOT_A_SECRET_KEY.search(key.lower().replace("-", "_")):
+        return False
+    return _secret_value(key, text[slice(*match.span("value"))])
 
 
 def _prefixed(kind: str, regex: str, *hints: str) -> Pattern:
@@ -97,6 +128,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ),
         ("PRIVATE KEY",),
         group=2,
+        keep=lambda text, match: not match.group(2).startswith("[REDACTED:"),  # redacted already: not counted again
     ),
     _prefixed("aws-access-key", r"(A(?:KIA|SIA)[0-9A-Z]{16})(?![0-9A-Za-z])", "AKIA", "ASIA"),
     Pattern(
@@ -143,6 +175,45 @@ PATTERNS: tuple[Pattern, ...] = (
         word_start=True,
     ),
     _prefixed("auth-header", r"(?:Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{16,}=*)(?![\w\-])", "Bearer", "Basic"),
+    # Another header named for a secret, in a curl `-H` or an HTTP log: `X-Api-Key: ...`, `X-Auth-Token: ...`.
+    Pattern(
+        "secret-header",
+        re.compile(
+            rf"(?P<key>{_SECRET_WORD}[a-z0-9\-]{{0,40}})[ \t]*:[ \t]*(?P<value>[a-z0-9._~+/=\-]{{8,}})(?![^\s'\"\\])"
+        ),
+        ("key", "token", "secret", "pass", "credential"),
+        group=2,
+        keep=_header_value_is_secret,
+        lowered=True,
+    ),
+    # `docker login -p ...` / `--password ...` (podman's too), and a literal piped into `--password-stdin`.
+    Pattern(
+        "docker-login-password",
+        re.compile(
+            r"(?:docker|podman)[ \t]+login\b[^\n|;&]{0,200}?[ \t](?:-p|--password)(?:[ \t]+|=)['\"]?([^\s'\"]+)"
+        ),
+        ("login",),
+        keep=_password_is_secret,
+        word_start=True,
+    ),
+    Pattern(
+        "docker-login-password",
+        re.compile(
+            r"echo[ \t]+(?:-n[ \t]+)?['\"]?([^\s'\"$|]+)['\"]?[ \t]*\|[ \t]*(?:docker|podman)[ \t]+login\b"
+            r"[^\n]{0,200}?--password-stdin"
+        ),
+        ("password-stdin",),
+        keep=_password_is_secret,
+        word_start=True,
+    ),
+    # A `.netrc` entry, on one line or several: `machine host login user password secret`.
+    Pattern(
+        "netrc-password",
+        re.compile(r"machine[ \t]+[^\s]+\s+login[ \t]+[^\s]+\s+password[ \t]+([^\s'\"`]+)"),
+        ("machine",),
+        keep=_password_is_secret,
+        word_start=True,
+    ),
     # A line `KEY=value` or `key: value` (an env file, a shell, YAML), the value the rest of the line.
     Pattern(
         "env-secret",
@@ -154,6 +225,18 @@ PATTERNS: tuple[Pattern, ...] = (
         group=3,
         keep=_value_is_secret,
         lowered=True,
+    ),
+    # A secret-named variable set for one command, mid-line: `PGPASSWORD=... psql -h db`.
+    Pattern(
+        "inline-env-secret",
+        # Upper-case, as a shell variable is: matched on the text itself, most of which has no such word.
+        re.compile(
+            rf"(?P<key>{_SECRET_WORD.upper()}[A-Z0-9_]{{0,40}})=(?P<q>[\"']?)"
+            r"(?P<value>[^\s\"'$`;&|#()<>]+)(?P=q)(?=[ \t]*[;&|]|[ \t]+[^\s#])"
+        ),
+        ("PASS", "SECRET", "TOKEN", "KEY", "CREDENTIAL"),
+        group=3,
+        keep=_inline_value_is_secret,
     ),
     # A quoted value of a secret-named key anywhere on a line: JSON, a dict, keyword arguments. The
     # match starts at the key's secret word (the key from there on), which most positions fail at once.
