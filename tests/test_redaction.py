@@ -60,6 +60,10 @@ def test_every_pattern_has_a_case_here_and_its_kind_is_in_the_docs():
     assert [kind for kind in KINDS if f"`{kind}`" not in docs] == []
 
 
+def test_every_pattern_has_a_hint_that_is_not_in_every_text():
+    assert [p.kind for p in PATTERNS if not all(p.hints)] == []
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_each_kind_is_replaced_by_its_mark_and_the_text_around_it_is_kept(kind):
     text, secret = KINDS[kind]
