@@ -90,11 +90,16 @@ def _password_is_secret(text: str, match: re.Match[str]) -> bool:
 
 
 def _flag_value_is_secret(text: str, match: re.Match[str]) -> bool:
-    """A command-line password's value, not a placeholder, a variable or command substitution, a
-    path, the next flag, a help text's metavariable (`--password TEXT`) or a word of prose (`-p,`)."""
-    value = text[slice(*match.span(match.re.groups))]
+    """A command-line password's value (group 2, group 1 its opening quote), not a placeholder, a
+    variable or command substitution, a path, the next flag, a help text's metavariable
+    (`--password TEXT`) or prose: `-p,`, or an unquoted lower-case word after a space (`the
+    --password option`)."""
+    start, end = match.span(2)
+    value = text[start:end]
+    prose = not match.group(1) and text[start - 1] in " \t" and value.isalpha() and value.islower()
     return (
         len(value) >= 4
+        and not prose
         and value[:1] not in "$-/~.<{(["
         and not re.fullmatch(r"[A-Z_]+", value)
         and not _PLACEHOLDER.match(value)
@@ -209,7 +214,7 @@ PATTERNS: tuple[Pattern, ...] = (
     # `curl -u user:password`, and `Password=...;` in an ADO.NET or ODBC connection string.
     Pattern(
         "cli-password",
-        re.compile(r"-(?:u|-user)[ \t]+['\"]?[^\s:'\"]+:([^\s'\"]+)"),
+        re.compile(r"-(?:u|-user)[ \t]+['\"]?[^\s:'\"]+:([^\s'\"`]+)"),
         ("-u ", "-u\t", "--user"),
         keep=_password_is_secret,
         word_start=True,
@@ -218,7 +223,7 @@ PATTERNS: tuple[Pattern, ...] = (
     # `--password-file`, `--password "$VAR"` or `--password TEXT` in a help text).
     Pattern(
         "cli-password",
-        re.compile(r"--(?:[a-z0-9]+-){0,3}pass(?:word|wd)?(?:=|[ \t]+)(['\"]?)([^\s'\"]+)\1"),
+        re.compile(r"--(?:[a-z0-9]+-){0,3}pass(?:word|wd)?(?:=|[ \t]+)(['\"]?)([^\s'\"`]+)\1"),
         ("-pass",),
         group=2,
         keep=_flag_value_is_secret,
@@ -230,7 +235,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "cli-password",
         re.compile(
-            r"(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p(['\"]?)([^\s'\"]+)\1"
+            r"(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p(['\"]?)([^\s'\"`]+)\1"
         ),
         ("mysql", "mariadb"),
         group=2,
@@ -240,7 +245,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "cli-password",
         re.compile(
-            r"(?:mongosh|mongo|mongodump|mongorestore)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p[ \t]+(['\"]?)([^\s'\"]+)\1"
+            r"(?:mongosh|mongo|mongodump|mongorestore)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p[ \t]+(['\"]?)([^\s'\"`]+)\1"
         ),
         ("mongo",),
         group=2,
@@ -249,7 +254,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         "cli-password",
-        re.compile(r"redis-cli(?=[ \t])[^\n|;&]{0,200}?[ \t]-a[ \t]+(['\"]?)([^\s'\"]+)\1"),
+        re.compile(r"redis-cli(?=[ \t])[^\n|;&]{0,200}?[ \t]-a[ \t]+(['\"]?)([^\s'\"`]+)\1"),
         ("redis-cli",),
         group=2,
         keep=_flag_value_is_secret,
@@ -257,7 +262,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         "cli-password",
-        re.compile(r"sshpass[ \t]+-p[ \t]*(['\"]?)([^\s'\"]+)\1"),
+        re.compile(r"sshpass[ \t]+-p[ \t]*(['\"]?)([^\s'\"`]+)\1"),
         ("sshpass",),
         group=2,
         keep=_flag_value_is_secret,
@@ -266,7 +271,7 @@ PATTERNS: tuple[Pattern, ...] = (
     # openssl's `-passin`/`-passout pass:...` (not `env:VAR` or `file:path`).
     Pattern(
         "cli-password",
-        re.compile(r"-pass(?:in|out)?[ \t]+(['\"]?)pass:([^\s'\"]+)\1"),
+        re.compile(r"-pass(?:in|out)?[ \t]+(['\"]?)pass:([^\s'\"`]+)\1"),
         ("pass:",),
         group=2,
         keep=_flag_value_is_secret,
@@ -281,7 +286,7 @@ PATTERNS: tuple[Pattern, ...] = (
     # An `.npmrc` registry's `:_authToken=`, `:_auth=` or `:_password=`, whatever the token's form.
     Pattern(
         "npmrc-token",
-        re.compile(r":_(?:authtoken|auth|password)=([^\s'\"]+)"),
+        re.compile(r":_(?:authtoken|auth|password)=([^\s'\"`]+)"),
         (":_auth", ":_password"),
         keep=_password_is_secret,
         lowered=True,
@@ -312,7 +317,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "docker-login-password",
         re.compile(
-            r"(?:docker|podman)[ \t]+login\b[^\n|;&]{0,200}?[ \t](?:-p|--password)(?:[ \t]+|=)['\"]?([^\s'\"]+)"
+            r"(?:docker|podman)[ \t]+login\b[^\n|;&]{0,200}?[ \t](?:-p|--password)(?:[ \t]+|=)['\"]?([^\s'\"`]+)"
         ),
         ("login",),
         keep=_password_is_secret,

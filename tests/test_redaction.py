@@ -120,6 +120,7 @@ def test_a_password_given_to_a_command_or_a_config_line_is_taken_out(text, secre
     [
         "myapp --password-file /run/secrets/db --password-stdin",
         "--password TEXT  The database password.",  # a help text's metavariable
+        "pass it with the --password option or `--password TEXT`",
         'app --password "$DB_PASS" --token-password $(cat /run/pw)',
         "app --password <password> --password=*** --password ...",
         "mysql -u root -p shop",  # prompts; `shop` is the database
