@@ -89,6 +89,32 @@ def _password_is_secret(text: str, match: re.Match[str]) -> bool:
     return not _PLACEHOLDER.match(text[slice(*match.span(1))])
 
 
+def _flag_value_is_secret(text: str, match: re.Match[str]) -> bool:
+    """A command-line password's value (group 2, group 1 its opening quote), not a placeholder, a
+    variable or command substitution, a path, the next flag, a help text's metavariable
+    (`--password TEXT`) or prose: `-p,`, or an unquoted lower-case word after a space (`the
+    --password option`)."""
+    start, end = match.span(2)
+    value = text[start:end]
+    prose = not match.group(1) and text[start - 1] in " \t" and value.isalpha() and value.islower()
+    return (
+        len(value) >= 4
+        and not prose
+        and value[:1] not in "$-/~.<{(["
+        and not re.fullmatch(r"[A-Z_]+", value)
+        and not _PLACEHOLDER.match(value)
+    )
+
+
+def _pgpass_line(text: str, match: re.Match[str]) -> bool:
+    """A `.pgpass` line, `host:port:database:user:password`: the match starts at the port, so the
+    host is taken on to the left up to the line's start. A host has a letter or a dot, or is `*`
+    (a timecode's `10:30:00:12:...` has neither)."""
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    host = text[line_start : match.start()]
+    return bool(re.fullmatch(r"(?=.*[A-Za-z.])[\w.\-]{1,253}|\*", host)) and _password_is_secret(text, match)
+
+
 def _whole_key(text: str, match: re.Match[str], joiner: str) -> tuple[str, str]:
     """The key of a match that starts at its secret word (a pattern with a free start would try every
     word of every text), taken on to the left over letters, digits and `joiner` (up to 40 of them),
@@ -115,8 +141,10 @@ def _header_value_is_secret(text: str, match: re.Match[str]) -> bool:
 
 
 def _prefixed(kind: str, regex: str, *hints: str) -> Pattern:
-    """A provider's key or token, told by its fixed prefix."""
-    return Pattern(kind, re.compile(regex), hints or (regex.split("[", 1)[0].split("(", 1)[0],), word_start=True)
+    """A provider's key or token, told by its fixed prefix: the regex's leading letters, digits,
+    `_` and `-` after its group's `(` are the hint unless hints are given."""
+    hints = hints or (re.match(r"\(?([\w\-]+)", regex).group(1),)
+    return Pattern(kind, re.compile(regex), hints, word_start=True)
 
 
 PATTERNS: tuple[Pattern, ...] = (
@@ -148,6 +176,17 @@ PATTERNS: tuple[Pattern, ...] = (
     _prefixed(
         "stripe-key", r"([sr]k_(?:live|test)_[0-9A-Za-z]{16,})\b", "sk_live_", "sk_test_", "rk_live_", "rk_test_"
     ),
+    # A Stripe webhook's signing secret, as `stripe listen` prints it.
+    _prefixed("stripe-key", r"(whsec_[0-9A-Za-z]{24,})\b"),
+    # A Google OAuth access token (`gcloud auth print-access-token`).
+    _prefixed("google-oauth-token", r"(ya29\.[0-9A-Za-z_\-]{20,})"),
+    _prefixed("sendgrid-key", r"(SG\.[0-9A-Za-z_\-]{16,32}\.[0-9A-Za-z_\-]{30,50})(?![\w\-])", "SG."),
+    # An incoming webhook's URL: its last part is the secret, the workspace and channel ids are not.
+    Pattern(
+        "slack-webhook",
+        re.compile(r"hooks\.slack\.com/services/T[0-9A-Z]+/B[0-9A-Z]+/([0-9A-Za-z]{20,})"),
+        ("hooks.slack.com",),
+    ),
     _prefixed("huggingface-token", r"(hf_[A-Za-z0-9]{30,})\b"),
     _prefixed("npm-token", r"(npm_[A-Za-z0-9]{36})\b"),
     _prefixed("jwt", r"(eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})(?![\w\-])"),
@@ -158,18 +197,106 @@ PATTERNS: tuple[Pattern, ...] = (
         ("://",),
         keep=_password_is_secret,
     ),
+    # A password in a URL's query (a JDBC URL's `&password=`), up to the next parameter.
+    Pattern(
+        "url-password",
+        re.compile(r"[?&](?:password|passwd|pwd)=([^&\s'\"`#;]+)"),
+        ("password=", "passwd=", "pwd="),
+        keep=_password_is_secret,
+        lowered=True,
+    ),
+    # An Azure shared access signature's `sig=` in a URL's query; the other parameters are not secret.
+    Pattern(
+        "azure-sas-signature",
+        re.compile(r"[?&]sig=([0-9A-Za-z%+/=]{16,})"),
+        ("sig=",),
+    ),
     # `curl -u user:password`, and `Password=...;` in an ADO.NET or ODBC connection string.
     Pattern(
         "cli-password",
-        re.compile(r"-(?:u|-user)[ \t]+['\"]?[^\s:'\"]+:([^\s'\"]+)"),
+        re.compile(r"-(?:u|-user)[ \t]+['\"]?[^\s:'\"]+:([^\s'\"`]+)"),
         ("-u ", "-u\t", "--user"),
         keep=_password_is_secret,
         word_start=True,
     ),
+    # A password flag with a literal value: `--password=...`, `--db-password ...` (not
+    # `--password-file`, `--password "$VAR"` or `--password TEXT` in a help text).
+    Pattern(
+        "cli-password",
+        re.compile(r"--(?:[a-z0-9]+-){0,3}pass(?:word|wd)?(?:=|[ \t]+)(['\"]?)([^\s'\"`]+)\1"),
+        ("-pass",),
+        group=2,
+        keep=_flag_value_is_secret,
+        word_start=True,
+    ),
+    # The short password flags of clients that take one: `mysql -p...` (attached: `-p` alone
+    # prompts, and a word after it is the database), `mongosh -p ...`, `redis-cli -a ...`,
+    # `sshpass -p ...`; the command's line searched up to 200 characters for it.
+    Pattern(
+        "cli-password",
+        re.compile(
+            r"(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p(['\"]?)([^\s'\"`]+)\1"
+        ),
+        ("mysql", "mariadb"),
+        group=2,
+        keep=_flag_value_is_secret,
+        word_start=True,
+    ),
+    Pattern(
+        "cli-password",
+        re.compile(
+            r"(?:mongosh|mongo|mongodump|mongorestore)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p[ \t]+(['\"]?)([^\s'\"`]+)\1"
+        ),
+        ("mongo",),
+        group=2,
+        keep=_flag_value_is_secret,
+        word_start=True,
+    ),
+    Pattern(
+        "cli-password",
+        re.compile(r"redis-cli(?=[ \t])[^\n|;&]{0,200}?[ \t]-a[ \t]+(['\"]?)([^\s'\"`]+)\1"),
+        ("redis-cli",),
+        group=2,
+        keep=_flag_value_is_secret,
+        word_start=True,
+    ),
+    Pattern(
+        "cli-password",
+        re.compile(r"sshpass[ \t]+-p[ \t]*(['\"]?)([^\s'\"`]+)\1"),
+        ("sshpass",),
+        group=2,
+        keep=_flag_value_is_secret,
+        word_start=True,
+    ),
+    # openssl's `-passin`/`-passout pass:...` (not `env:VAR` or `file:path`).
+    Pattern(
+        "cli-password",
+        re.compile(r"-pass(?:in|out)?[ \t]+(['\"]?)pass:([^\s'\"`]+)\1"),
+        ("pass:",),
+        group=2,
+        keep=_flag_value_is_secret,
+    ),
+    # A `.pgpass` line, `host:port:database:user:password`, found at its port.
+    Pattern(
+        "pgpass-password",
+        re.compile(r"(?m):(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:([^:\s]+)$"),
+        (":",),
+        keep=_pgpass_line,
+    ),
+    # An `.npmrc` registry's `:_authToken=`, `:_auth=` or `:_password=`, whatever the token's form.
+    Pattern(
+        "npmrc-token",
+        re.compile(r":_(?:authtoken|auth|password)=([^\s'\"`]+)"),
+        (":_auth", ":_password"),
+        keep=_password_is_secret,
+        lowered=True,
+    ),
     Pattern(
         "connection-string",
-        re.compile(r"(?:password|pwd)=([^;'\"\s]+);"),
-        ("password=", "pwd="),
+        # An Azure storage or Service Bus connection string's key too. The value bounded: an
+        # unbounded run would read to the end of a long line at every `password=` on it.
+        re.compile(r"(?:password|pwd|accountkey|sharedaccesskey)=([^;'\"\s]{1,200});"),
+        ("password=", "pwd=", "accountkey=", "sharedaccesskey="),
         keep=_password_is_secret,
         lowered=True,
         word_start=True,
@@ -190,7 +317,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "docker-login-password",
         re.compile(
-            r"(?:docker|podman)[ \t]+login\b[^\n|;&]{0,200}?[ \t](?:-p|--password)(?:[ \t]+|=)['\"]?([^\s'\"]+)"
+            r"(?:docker|podman)[ \t]+login\b[^\n|;&]{0,200}?[ \t](?:-p|--password)(?:[ \t]+|=)['\"]?([^\s'\"`]+)"
         ),
         ("login",),
         keep=_password_is_secret,
@@ -214,11 +341,12 @@ PATTERNS: tuple[Pattern, ...] = (
         keep=_password_is_secret,
         word_start=True,
     ),
-    # A line `KEY=value` or `key: value` (an env file, a shell, YAML), the value the rest of the line.
+    # A line `KEY=value` or `key: value` (an env file, a shell, YAML, a compose file's `- KEY=value`
+    # list item), the value the rest of the line.
     Pattern(
         "env-secret",
         re.compile(
-            rf"(?m)^[ \t]*(?:export[ \t]+|set[ \t]+)?(?P<key>{_SECRET_KEY})[ \t]*[=:][ \t]*(?P<q>[\"']?)"
+            rf"(?m)^[ \t]*(?:-[ \t]+)?(?:export[ \t]+|set[ \t]+)?(?P<key>{_SECRET_KEY})[ \t]*[=:][ \t]*(?P<q>[\"']?)"
             r"(?P<value>[^\s\"'#`()\[\]{}<>,;]+)(?P=q)[ \t]*(?:#.*)?$"
         ),
         ("pass", "secret", "token", "key", "credential"),
@@ -266,7 +394,10 @@ def redact(text: str | None, counts: Counter | None = None) -> str | None:
             haystack = lowered
         else:
             haystack = text
-        if not any(hint in haystack for hint in pattern.hints):
+        for hint in pattern.hints:  # a loop, not `any()`: its generator costs about as much as a scan
+            if hint in haystack:
+                break
+        else:
             continue
         replaced = _replace(text, haystack, pattern, counts)
         if replaced is not text:
