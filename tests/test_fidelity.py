@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from digest.fidelity import FLOOR, extract, fidelity, score
-from pipelines.checks import fidelity_problems
+from digest.invariants import fidelity_problems
 
 SESSION = """User Prompt: Fix #13904: the grid selection jumps after a sort.
 Agent Thought: the bug is in src/grid/RowModel.mjs, where getSelection() reads a stale buffer_range.
