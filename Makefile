@@ -18,11 +18,11 @@ test: $(VENV)
 	.venv/bin/python -m pytest
 
 # The unit tier alone (tests/conftest.py TIERS): pure functions, DuckDB, a local HTTP server.
-# No unit test uses hypothesis, and its plugin imports all of it at the end (a second of CPU).
+# No unit test uses hypothesis or anyio, and their plugins import all of them (a second of CPU).
 # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set: pytest keeps its rewritten test
 # modules there, and compiling them again is some 3 s of CPU a run.
 test-fast: $(VENV)
-	PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -m unit -q -p no:hypothesispytest
+	PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -m unit -q -p no:hypothesispytest -p no:anyio
 
 # ruff: lint and format check ([tool.ruff] in pyproject.toml).
 lint: $(VENV)

@@ -272,7 +272,7 @@ def record_no_mini_summaries_needed(context: AssetExecutionContext, db, row: dic
     else the partition looks Missing for ever and the launch dialog of the summary's rerun warns
     "Upstream data missing" (it checks that each upstream partition is materialized). One entry, no
     description: on every raw run, each metadata entry is some 150 bytes of the Dagster instance,
-    and a description is copied into the event's messages twice more (BENCHMARKS §9)."""
+    and a description is copied into the event's messages twice more (BENCHMARKS §20)."""
     if row["source_tier"] != SourceTier.RAW or MINI_SUMMARIES_KEY in context.job_def.asset_layer.selected_asset_keys:
         return
     counts = db.mini_summaries.mini_summary_counts(row["session_id"])

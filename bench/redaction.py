@@ -1,7 +1,9 @@
 """Secret redaction at ingest (issue 35): the curated pattern set (`digest.redact`) beside Yelp's
 detect-secrets (PyPI 1.5.0, every plugin and its default filters), on the same text in one run.
 
-Run: PYTHONPATH=. .venv/bin/python bench/redaction.py [--sessions 60] [--seed 28]
+Run: PYTHONPATH=. .venv/bin/python bench/redaction.py [--sessions 60] [--seed 28] [--baseline FILE]
+(`--baseline` adds another version of `digest/redact.py` as an arm, measured beside this one:
+`git show main:digest/redact.py > /tmp/redact_main.py` and `--baseline /tmp/redact_main.py`.)
 (detect-secrets is not a project dependency: `.venv/bin/pip install detect-secrets==1.5.0` first,
 else its rows say it is missing.)
 
@@ -9,7 +11,10 @@ else its rows say it is missing.)
    print (tool output, `.env` dumps, curl commands, connection strings, JSON and YAML configs,
    code) and ordinary text that must come through unchanged (hex hashes, UUIDs, base64 test data,
    long identifiers, paths, commit hashes, `password=` in docs, `KEY=${VAR}`): recall (the planted
-   secrets no longer in the text) and false positives (ordinary cases changed);
+   secrets no longer in the text) and false positives (ordinary cases changed), apart for the cases
+   written with the patterns and for each held-out set (`heldout` 1: written after issue 35's
+   patterns, 7/11 caught then; 2: written before the patterns for set 1's misses, 3/19 caught
+   then; both tuned on since);
 2. ordinary transcripts, `tests/realistic_corpus.py` (no planted secret): the replacements each
    makes there (all false), and its cost per MB of turn text;
 3. the ingest: `digest.ingest.ingest_paths` of that corpus as plain JSONL into a fresh store with
@@ -19,6 +24,7 @@ else its rows say it is missing.)
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import tempfile
@@ -36,6 +42,8 @@ from tests.realistic_corpus import write_corpus  # noqa: E402
 
 LABELLED = ROOT / "tests" / "fixtures" / "secrets" / "labelled.jsonl"
 OUT = Path(__file__).resolve().parent / "out"
+# The held-out sets tuned on after they were measured blind (docs/ingest.md gives their first figure).
+TUNED_ON = {1, 2}
 
 
 # A redactor takes texts and gives them back redacted, in order.
@@ -44,6 +52,14 @@ Redactor = Callable[[list[str]], list[str]]
 
 def curated(texts: list[str]) -> list[str]:
     return [redact(t) for t in texts]
+
+
+def baseline(path: Path) -> Redactor:
+    """Another version of `digest/redact.py` (main's, say), loaded from its file."""
+    spec = importlib.util.spec_from_file_location("redact_baseline", path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    return lambda texts: [module.redact(t) for t in texts]
 
 
 def detect_secrets_arms() -> dict[str, Redactor | None]:
@@ -98,11 +114,11 @@ def leaked(secret: str, text: str) -> bool:
     return any(secret[i : i + 8] in text for i in range(max(1, len(secret) - 7)))
 
 
-def labelled(redactor: Redactor, heldout: bool) -> dict:
-    """Recall and false positives on the sample's cases written with the patterns (`heldout` off),
-    or on those written after them and never tuned against."""
+def labelled(redactor: Redactor, heldout: int) -> dict:
+    """Recall and false positives on the sample's cases written with the patterns (`heldout` 0),
+    or on one held-out set of them (written before the patterns they test, never tuned against)."""
     cases = [json.loads(line) for line in LABELLED.read_text(encoding="utf-8").splitlines()]
-    cases = [c for c in cases if bool(c.get("heldout")) == heldout]
+    cases = [c for c in cases if c.get("heldout", 0) == heldout]
     planted = found = ordinary = eaten = 0
     missed, false = [], []
     for case, out in zip(cases, [redactor([c["text"]])[0] for c in cases]):
@@ -149,16 +165,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=60)
     parser.add_argument("--seed", type=int, default=28)
+    parser.add_argument("--baseline", type=Path, help="another digest/redact.py to measure beside this one")
     args = parser.parse_args()
 
-    arms: dict[str, Redactor | None] = {"curated (digest.redact)": curated, **detect_secrets_arms()}
+    arms: dict[str, Redactor | None] = {"curated (digest.redact)": curated}
+    if args.baseline:
+        arms["curated, --baseline"] = baseline(args.baseline)
+    arms |= detect_secrets_arms()
     print("1. Labelled sample (tests/fixtures/secrets/labelled.jsonl)")
-    for heldout in (False, True):
-        print(
-            "held-out cases (written after the patterns, not tuned on)"
-            if heldout
-            else "cases written with the patterns"
-        )
+    sets = sorted({json.loads(line).get("heldout", 0) for line in LABELLED.read_text(encoding="utf-8").splitlines()})
+    for heldout in sets:
+        tuned = "tuned on since" if heldout in TUNED_ON else "not tuned on"
+        print(f"held-out cases, set {heldout} ({tuned})" if heldout else "cases written with the patterns")
         print(f"{'arm':<30} {'recall':>14} {'false positives':>18}")
         results = {}
         for name, redactor in arms.items():

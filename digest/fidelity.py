@@ -124,6 +124,8 @@ def session_terms(documents: Sequence[str]) -> Counter:
     `turn_terms`, so an appended turn adds its own and no other's: a command ending one turn takes
     no word of the next as its argument); its plain content words when no turn names one (the same
     summed per turn or over the joined text: no word spans the join)."""
+    if isinstance(documents, str):  # one text is no list of turns: its characters would be the turns
+        raise TypeError("session_terms takes the session's turn documents, not one text")
     identifiers: Counter = Counter()
     words: Counter = Counter()
     for document in documents:
@@ -189,10 +191,10 @@ def fidelity(
 ):
     """One summary's fidelity to its session's turn documents (df, n_sessions: the store's document
     frequencies)."""
+    terms = session_terms(documents)
     whole = session_text(documents)
     if not whole.strip():
         return Fidelity(None, [], [])
-    terms = session_terms(documents)
     text = f"{title}\n{summary}"
     grounded, unknown = anchors(text, whole, terms)
     copied = fragments(copy_source(whole), text).copied()

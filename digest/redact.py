@@ -3,15 +3,18 @@ or export): each found secret's value is replaced by `[REDACTED:<kind>]`, the te
 so a key's name, a command or a URL's host stay searchable.
 
 A curated pattern set, after deja-vu's (`internal/redact/redact.go`): provider keys and tokens by
-their fixed prefixes, JWTs, PEM private-key blocks, passwords in URLs, Bearer/Basic headers, and
-assignments (`KEY=value` lines, `"password": "..."`) whose key names a secret. `bench/redaction.py`
-measured it against Yelp's detect-secrets on a labelled sample (BENCHMARKS.md, "Redaction"). Each
+their fixed prefixes, JWTs, PEM private-key blocks, passwords in URLs, `curl -u`, `docker login -p`
+and `.netrc`, Bearer/Basic headers and headers named for a secret (`X-Api-Key`), and assignments
+(`KEY=value` lines, `PGPASSWORD=... psql`, `"password": "..."`) whose key names a secret.
+`bench/redaction.py` measured it against Yelp's detect-secrets on a labelled sample and two held-out
+sets (BENCHMARKS.md, "Redaction"). Each
 pattern runs only when one of its literal hints is in the text (most turns hold none), and a
 redacted text is redacted again unchanged, so a re-ingest or the store's migration agree.
 
 What it does not catch: a secret split across lines or encoded (base64 of a key), a password in
-prose with no key name, and a high-entropy string with no prefix or assignment (no entropy pass:
-detect-secrets' entropy detectors ate hashes, base64 test data and long identifiers on the sample).
+prose with no key name, a high-entropy string with no prefix or assignment (no entropy pass:
+detect-secrets' entropy detectors ate hashes, base64 test data and long identifiers on the sample),
+and most password flags of other commands (`mysql -p...`, `--password=...`, `sshpass -p`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ SUMMARY_TEXT_FIELDS = ("title", "summary")
 # Values that stand for a secret rather than being one: an example's or a template's.
 _PLACEHOLDER = re.compile(
     r"""(?ix) ^(?:
-        \$\{?[\w.\-:]*\}? | \$\(.*\) | \{\{.*\}\} | <[^>]*> | %\(?\w*\)?s? | \*+ | x{3,} | .*(?:\.{3}|…)
+        \$\{?[\w.\-:]*\}? | \$\(.*\) | \{\{.*\}\} | \$\{\{.* | <[^>]*> | %\(?\w*\)?s? | \*+ | x{3,} | .*(?:\.{3}|…)
         | (?:your|example|sample|dummy|fake)[\w\-]* | changeme | password | passwd | secret
         | token | none | null | nil | true | false | undefined | redacted | \d+ | \[redacted:[\w\-]+\]
     )$"""
@@ -67,10 +70,13 @@ class Pattern:
 
 
 def _value_is_secret(text: str, match: re.Match[str]) -> bool:
+    return _secret_value(text[slice(*match.span("key"))], text[slice(*match.span("value"))])
+
+
+def _secret_value(key: str, value: str) -> bool:
     """An assignment's value is a secret unless it is a placeholder, a path, or code, or its key
     names a file or a place; a lower-case key (code, YAML, JSON) also needs a value that looks
     made up: 8 or more characters of two kinds of letters and digits."""
-    key, value = text[slice(*match.span("key"))], text[slice(*match.span("value"))]
     if _PLACEHOLDER.match(value) or _NOT_A_SECRET_KEY.search(key) or value[:1] in "/~." or value.startswith("http"):
         return False
     if key.isupper():
@@ -83,9 +89,62 @@ def _password_is_secret(text: str, match: re.Match[str]) -> bool:
     return not _PLACEHOLDER.match(text[slice(*match.span(1))])
 
 
+def _flag_value_is_secret(text: str, match: re.Match[str]) -> bool:
+    """A command-line password's value (group 2, group 1 its opening quote), not a placeholder, a
+    variable or command substitution, a path, the next flag, a help text's metavariable
+    (`--password TEXT`) or prose: `-p,`, or an unquoted lower-case word after a space (`the
+    --password option`)."""
+    start, end = match.span(2)
+    value = text[start:end]
+    prose = not match.group(1) and text[start - 1] in " \t" and value.isalpha() and value.islower()
+    return (
+        len(value) >= 4
+        and not prose
+        and value[:1] not in "$-/~.<{(["
+        and not re.fullmatch(r"[A-Z_]+", value)
+        and not _PLACEHOLDER.match(value)
+    )
+
+
+def _pgpass_line(text: str, match: re.Match[str]) -> bool:
+    """A `.pgpass` line, `host:port:database:user:password`: the match starts at the port, so the
+    host is taken on to the left up to the line's start. A host has a letter or a dot, or is `*`
+    (a timecode's `10:30:00:12:...` has neither)."""
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    host = text[line_start : match.start()]
+    return bool(re.fullmatch(r"(?=.*[A-Za-z.])[\w.\-]{1,253}|\*", host)) and _password_is_secret(text, match)
+
+
+def _whole_key(text: str, match: re.Match[str], joiner: str) -> tuple[str, str]:
+    """The key of a match that starts at its secret word (a pattern with a free start would try every
+    word of every text), taken on to the left over letters, digits and `joiner` (up to 40 of them),
+    and the character before it."""
+    start = left = match.start()
+    while left > 0 and start - left < 40 and (text[left - 1].isalnum() or text[left - 1] == joiner):
+        left -= 1
+    return text[left : match.end("key")], text[left - 1 : left]
+
+
+def _inline_value_is_secret(text: str, match: re.Match[str]) -> bool:
+    """An upper-case shell variable's value (`PGPASSWORD=... psql`), not a flag's (`--db-password=`)
+    nor an expansion's: lower-case `key=value` mid-line is code or prose."""
+    key, before = _whole_key(text, match, "_")
+    return key.isupper() and before not in ("$", "-") and _secret_value(key, text[slice(*match.span("value"))])
+
+
+def _header_value_is_secret(text: str, match: re.Match[str]) -> bool:
+    """A hyphenated header's name (`X-Api-Key`), not a file's or a place's (`Api-Key-File`)."""
+    key, _ = _whole_key(text, match, "-")
+    if "-" not in key or _NOT_A_SECRET_KEY.search(key.lower().replace("-", "_")):
+        return False
+    return _secret_value(key, text[slice(*match.span("value"))])
+
+
 def _prefixed(kind: str, regex: str, *hints: str) -> Pattern:
-    """A provider's key or token, told by its fixed prefix."""
-    return Pattern(kind, re.compile(regex), hints or (regex.split("[", 1)[0].split("(", 1)[0],), word_start=True)
+    """A provider's key or token, told by its fixed prefix: the regex's leading letters, digits,
+    `_` and `-` after its group's `(` are the hint unless hints are given."""
+    hints = hints or (re.match(r"\(?([\w\-]+)", regex).group(1),)
+    return Pattern(kind, re.compile(regex), hints, word_start=True)
 
 
 PATTERNS: tuple[Pattern, ...] = (
@@ -97,6 +156,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ),
         ("PRIVATE KEY",),
         group=2,
+        keep=lambda text, match: not match.group(2).startswith("[REDACTED:"),  # redacted already: not counted again
     ),
     _prefixed("aws-access-key", r"(A(?:KIA|SIA)[0-9A-Z]{16})(?![0-9A-Za-z])", "AKIA", "ASIA"),
     Pattern(
@@ -116,6 +176,17 @@ PATTERNS: tuple[Pattern, ...] = (
     _prefixed(
         "stripe-key", r"([sr]k_(?:live|test)_[0-9A-Za-z]{16,})\b", "sk_live_", "sk_test_", "rk_live_", "rk_test_"
     ),
+    # A Stripe webhook's signing secret, as `stripe listen` prints it.
+    _prefixed("stripe-key", r"(whsec_[0-9A-Za-z]{24,})\b"),
+    # A Google OAuth access token (`gcloud auth print-access-token`).
+    _prefixed("google-oauth-token", r"(ya29\.[0-9A-Za-z_\-]{20,})"),
+    _prefixed("sendgrid-key", r"(SG\.[0-9A-Za-z_\-]{16,32}\.[0-9A-Za-z_\-]{30,50})(?![\w\-])", "SG."),
+    # An incoming webhook's URL: its last part is the secret, the workspace and channel ids are not.
+    Pattern(
+        "slack-webhook",
+        re.compile(r"hooks\.slack\.com/services/T[0-9A-Z]+/B[0-9A-Z]+/([0-9A-Za-z]{20,})"),
+        ("hooks.slack.com",),
+    ),
     _prefixed("huggingface-token", r"(hf_[A-Za-z0-9]{30,})\b"),
     _prefixed("npm-token", r"(npm_[A-Za-z0-9]{36})\b"),
     _prefixed("jwt", r"(eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})(?![\w\-])"),
@@ -126,34 +197,174 @@ PATTERNS: tuple[Pattern, ...] = (
         ("://",),
         keep=_password_is_secret,
     ),
+    # A password in a URL's query (a JDBC URL's `&password=`), up to the next parameter.
+    Pattern(
+        "url-password",
+        re.compile(r"[?&](?:password|passwd|pwd)=([^&\s'\"`#;]+)"),
+        ("password=", "passwd=", "pwd="),
+        keep=_password_is_secret,
+        lowered=True,
+    ),
+    # An Azure shared access signature's `sig=` in a URL's query; the other parameters are not secret.
+    Pattern(
+        "azure-sas-signature",
+        re.compile(r"[?&]sig=([0-9A-Za-z%+/=]{16,})"),
+        ("sig=",),
+    ),
     # `curl -u user:password`, and `Password=...;` in an ADO.NET or ODBC connection string.
     Pattern(
         "cli-password",
-        re.compile(r"-(?:u|-user)[ \t]+['\"]?[^\s:'\"]+:([^\s'\"]+)"),
+        re.compile(r"-(?:u|-user)[ \t]+['\"]?[^\s:'\"]+:([^\s'\"`]+)"),
         ("-u ", "-u\t", "--user"),
         keep=_password_is_secret,
         word_start=True,
     ),
+    # A password flag with a literal value: `--password=...`, `--db-password ...` (not
+    # `--password-file`, `--password "$VAR"` or `--password TEXT` in a help text).
+    Pattern(
+        "cli-password",
+        re.compile(r"--(?:[a-z0-9]+-){0,3}pass(?:word|wd)?(?:=|[ \t]+)(['\"]?)([^\s'\"`]+)\1"),
+        ("-pass",),
+        group=2,
+        keep=_flag_value_is_secret,
+        word_start=True,
+    ),
+    # The short password flags of clients that take one: `mysql -p...` (attached: `-p` alone
+    # prompts, and a word after it is the database), `mongosh -p ...`, `redis-cli -a ...`,
+    # `sshpass -p ...`; the command's line searched up to 200 characters for it.
+    Pattern(
+        "cli-password",
+        re.compile(
+            r"(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p(['\"]?)([^\s'\"`]+)\1"
+        ),
+        ("mysql", "mariadb"),
+        group=2,
+        keep=_flag_value_is_secret,
+        word_start=True,
+    ),
+    Pattern(
+        "cli-password",
+        re.compile(
+            r"(?:mongosh|mongo|mongodump|mongorestore)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p[ \t]+(['\"]?)([^\s'\"`]+)\1"
+        ),
+        ("mongo",),
+        group=2,
+        keep=_flag_value_is_secret,
+        word_start=True,
+    ),
+    Pattern(
+        "cli-password",
+        re.compile(r"redis-cli(?=[ \t])[^\n|;&]{0,200}?[ \t]-a[ \t]+(['\"]?)([^\s'\"`]+)\1"),
+        ("redis-cli",),
+        group=2,
+        keep=_flag_value_is_secret,
+        word_start=True,
+    ),
+    Pattern(
+        "cli-password",
+        re.compile(r"sshpass[ \t]+-p[ \t]*(['\"]?)([^\s'\"`]+)\1"),
+        ("sshpass",),
+        group=2,
+        keep=_flag_value_is_secret,
+        word_start=True,
+    ),
+    # openssl's `-passin`/`-passout pass:...` (not `env:VAR` or `file:path`).
+    Pattern(
+        "cli-password",
+        re.compile(r"-pass(?:in|out)?[ \t]+(['\"]?)pass:([^\s'\"`]+)\1"),
+        ("pass:",),
+        group=2,
+        keep=_flag_value_is_secret,
+    ),
+    # A `.pgpass` line, `host:port:database:user:password`, found at its port.
+    Pattern(
+        "pgpass-password",
+        re.compile(r"(?m):(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:([^:\s]+)$"),
+        (":",),
+        keep=_pgpass_line,
+    ),
+    # An `.npmrc` registry's `:_authToken=`, `:_auth=` or `:_password=`, whatever the token's form.
+    Pattern(
+        "npmrc-token",
+        re.compile(r":_(?:authtoken|auth|password)=([^\s'\"`]+)"),
+        (":_auth", ":_password"),
+        keep=_password_is_secret,
+        lowered=True,
+    ),
     Pattern(
         "connection-string",
-        re.compile(r"(?:password|pwd)=([^;'\"\s]+);"),
-        ("password=", "pwd="),
+        # An Azure storage or Service Bus connection string's key too. The value bounded: an
+        # unbounded run would read to the end of a long line at every `password=` on it.
+        re.compile(r"(?:password|pwd|accountkey|sharedaccesskey)=([^;'\"\s]{1,200});"),
+        ("password=", "pwd=", "accountkey=", "sharedaccesskey="),
         keep=_password_is_secret,
         lowered=True,
         word_start=True,
     ),
     _prefixed("auth-header", r"(?:Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{16,}=*)(?![\w\-])", "Bearer", "Basic"),
-    # A line `KEY=value` or `key: value` (an env file, a shell, YAML), the value the rest of the line.
+    # Another header named for a secret, in a curl `-H` or an HTTP log: `X-Api-Key: ...`, `X-Auth-Token: ...`.
+    Pattern(
+        "secret-header",
+        re.compile(
+            rf"(?P<key>{_SECRET_WORD}[a-z0-9\-]{{0,40}})[ \t]*:[ \t]*(?P<value>[a-z0-9._~+/=\-]{{8,}})(?![^\s'\"\\])"
+        ),
+        ("key", "token", "secret", "pass", "credential"),
+        group=2,
+        keep=_header_value_is_secret,
+        lowered=True,
+    ),
+    # `docker login -p ...` / `--password ...` (podman's too), and a literal piped into `--password-stdin`.
+    Pattern(
+        "docker-login-password",
+        re.compile(
+            r"(?:docker|podman)[ \t]+login\b[^\n|;&]{0,200}?[ \t](?:-p|--password)(?:[ \t]+|=)['\"]?([^\s'\"`]+)"
+        ),
+        ("login",),
+        keep=_password_is_secret,
+        word_start=True,
+    ),
+    Pattern(
+        "docker-login-password",
+        re.compile(
+            r"echo[ \t]+(?:-n[ \t]+)?['\"]?([^\s'\"$|]+)['\"]?[ \t]*\|[ \t]*(?:docker|podman)[ \t]+login\b"
+            r"[^\n]{0,200}?--password-stdin"
+        ),
+        ("password-stdin",),
+        keep=_password_is_secret,
+        word_start=True,
+    ),
+    # A `.netrc` entry, on one line or several: `machine host login user password secret`.
+    Pattern(
+        "netrc-password",
+        re.compile(r"machine[ \t]+[^\s]+\s+login[ \t]+[^\s]+\s+password[ \t]+([^\s'\"`]+)"),
+        ("machine",),
+        keep=_password_is_secret,
+        word_start=True,
+    ),
+    # A line `KEY=value` or `key: value` (an env file, a shell, YAML, a compose file's `- KEY=value`
+    # list item), the value the rest of the line.
     Pattern(
         "env-secret",
         re.compile(
-            rf"(?m)^[ \t]*(?:export[ \t]+|set[ \t]+)?(?P<key>{_SECRET_KEY})[ \t]*[=:][ \t]*(?P<q>[\"']?)"
+            rf"(?m)^[ \t]*(?:-[ \t]+)?(?:export[ \t]+|set[ \t]+)?(?P<key>{_SECRET_KEY})[ \t]*[=:][ \t]*(?P<q>[\"']?)"
             r"(?P<value>[^\s\"'#`()\[\]{}<>,;]+)(?P=q)[ \t]*(?:#.*)?$"
         ),
         ("pass", "secret", "token", "key", "credential"),
         group=3,
         keep=_value_is_secret,
         lowered=True,
+    ),
+    # A secret-named variable set for one command, mid-line: `PGPASSWORD=... psql -h db`.
+    Pattern(
+        "inline-env-secret",
+        # Upper-case, as a shell variable is: matched on the text itself, most of which has no such word.
+        re.compile(
+            rf"(?P<key>{_SECRET_WORD.upper()}[A-Z0-9_]{{0,40}})=(?P<q>[\"']?)"
+            r"(?P<value>[^\s\"'$`;&|#()<>]+)(?P=q)(?=[ \t]*[;&|]|[ \t]+[^\s#])"
+        ),
+        ("PASS", "SECRET", "TOKEN", "KEY", "CREDENTIAL"),
+        group=3,
+        keep=_inline_value_is_secret,
     ),
     # A quoted value of a secret-named key anywhere on a line: JSON, a dict, keyword arguments. The
     # match starts at the key's secret word (the key from there on), which most positions fail at once.
@@ -183,7 +394,10 @@ def redact(text: str | None, counts: Counter | None = None) -> str | None:
             haystack = lowered
         else:
             haystack = text
-        if not any(hint in haystack for hint in pattern.hints):
+        for hint in pattern.hints:  # a loop, not `any()`: its generator costs about as much as a scan
+            if hint in haystack:
+                break
+        else:
             continue
         replaced = _replace(text, haystack, pattern, counts)
         if replaced is not text:

@@ -481,7 +481,8 @@ SETTINGS: tuple[Setting, ...] = (
         on_off,
         True,
         "`off`: the logs' text is stored as read. On, each secret found (provider keys and tokens, JWTs, "
-        "private-key blocks, passwords in URLs and connection strings, secret `KEY=value` lines, auth headers) "
+        "private-key blocks, passwords in URLs, connection strings and password flags, `.netrc`, `.pgpass` and "
+        "`.npmrc` lines, secret `KEY=value` lines and `KEY=value command` prefixes, auth and API-key headers) "
         "is replaced by `[REDACTED:<kind>]` at ingest, before anything is stored; the log files are only read "
         "([ingest](ingest.md#projects-and-secrets)). Migration 13 redacts what a store held before, unless off",
     ),

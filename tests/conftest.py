@@ -157,7 +157,7 @@ def store(request, tmp_path, migrated_store_file) -> Iterator[DigestStore]:
     # these tests open the store some 600 times; other threads' connections find it open. The
     # integration tier migrates, opens and closes as production does.
     with contextlib.ExitStack() as stack:
-        yield _held_copy(stack, migrated_store_file, db)
+        yield held_copy(stack, migrated_store_file, db)
 
 
 def _hold(stack: contextlib.ExitStack, db: DigestStore) -> DigestStore:
@@ -167,7 +167,7 @@ def _hold(stack: contextlib.ExitStack, db: DigestStore) -> DigestStore:
     return db
 
 
-def _held_copy(stack: contextlib.ExitStack, source: Path, db: DigestStore) -> DigestStore:
+def held_copy(stack: contextlib.ExitStack, source: Path, db: DigestStore) -> DigestStore:
     """`db`, its file a copy of the store file `source`, holding one connection until `stack` ends."""
     db.path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, db.path)
@@ -188,7 +188,7 @@ def new_store(migrated_store_file) -> Iterator[Callable[[Path], DigestStore]]:
     """`new_store(path)`: a migrated store at a path of the test's own (a copy of the migrated
     file, as the `store` fixture's), held to the end of the test."""
     with contextlib.ExitStack() as stack:
-        yield lambda path: _held_copy(stack, migrated_store_file, DigestStore(path))
+        yield lambda path: held_copy(stack, migrated_store_file, DigestStore(path))
 
 
 def make_limits(**overrides) -> Limits:

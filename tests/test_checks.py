@@ -9,11 +9,11 @@ import pytest
 
 from digest.graph import GraphPolicy, digest_session
 from digest.ingest import ingest_paths
+from digest.invariants import raw_cap_problems
 from digest.synthesis import summarize_session
 from pipelines.checks import (
     graph_evidence_from_raw_turns_only,
     no_raw_summary_over_its_cap,
-    raw_cap_problems,
     store_checks,
     summaries_have_complete_provenance,
     summaries_match_output_schema,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from digest.fidelity import FLOOR, extract, fallback_terms, fidelity, score, session_terms
-from pipelines.checks import fidelity_problems
+from digest.invariants import fidelity_problems
 
 SESSION = """User Prompt: Fix #13904: the grid selection jumps after a sort.
 Agent Thought: the bug is in src/grid/RowModel.mjs, where getSelection() reads a stale buffer_range.
@@ -36,6 +38,8 @@ def test_a_session_terms_are_its_turns_summed_and_no_command_takes_the_next_turn
     assert session_terms(["Fixed RowModel", "RowModel again, see #4711"]) == {"rowmodel": 2, "#4711": 1}
     assert extract("ran git\nstatus_code is clean") == {"git status_code": 1}
     assert session_terms(["ran git", "status_code is clean"]) == {"status_code": 1}
+    with pytest.raises(TypeError, match="turn documents"):
+        session_terms("Fixed RowModel")
     assert session_terms(["the harvest festival", "was great"]) == fallback_terms("the harvest festival\nwas great")
 
 

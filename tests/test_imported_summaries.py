@@ -13,10 +13,10 @@ from dagster import AssetKey, instance_for_test
 
 from assets.partitions import sessions_partitions
 from digest.ingest import ingest_paths
+from digest.invariants import provenance_problems
 from digest.settings import load_settings
 from digest.turns import canonical_order, input_revision
 from pipelines import cli
-from pipelines.checks import provenance_problems
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns

@@ -39,13 +39,29 @@ KINDS = {
     "cli-password": ("curl -u admin:Tr0ub4dor3 https://ci", "Tr0ub4dor3"),
     "connection-string": ("Server=db;User Id=sa;Password=Tr0ub4dor5;", "Tr0ub4dor5"),
     "auth-header": ("Authorization: Bearer abcdefghijklmnopqrstuv", "abcdefghijklmnopqrstuv"),
+    "secret-header": ("curl -H 'X-Api-Key: Zq8vN3mK1pL7wX' https://api", "Zq8vN3mK1pL7wX"),
+    "docker-login-password": ("docker login -u ci -p Tr0ub4dor7 ghcr.io", "Tr0ub4dor7"),
+    "netrc-password": ("machine api.acme.io login ada password Tr0ub4dor9", "Tr0ub4dor9"),
+    "inline-env-secret": ("PGPASSWORD=Tr0ub4dor8 psql -h db", "Tr0ub4dor8"),
     "env-secret": ("DB_PASSWORD=hunter2hunter2", "hunter2hunter2"),
     "assigned-secret": ('{"client_secret": "Zq8vN3mK1pL7"}', "Zq8vN3mK1pL7"),
+    "google-oauth-token": ("ya29.a0AfB_byNHi85OlXL5etijOnVd", "ya29.a0AfB"),
+    "sendgrid-key": ("SG." + "E2cwcN87jetSFYWxMsol1m" + "." + "Bh" * 21 + "v", "SG.E2cwcN"),
+    "slack-webhook": ("https://hooks.slack.com/services/T04UL3KQ7/B06F1N2RJ4M/X7VGtHFgJLZGYW4G6rTH", "X7VGtHFg"),
+    "azure-sas-signature": ("https://a.blob.core.windows.net/c/f?sv=2022-11-02&sig=FaMwHBb37fNgntGrzz8q%3D", "FaMwHBb3"),
+    "pgpass-password": ("db.internal:5432:app:app_user:4Ia6EzL2cwkK", "4Ia6EzL2cwkK"),
+    "npmrc-token": ("//npm.acme.io/:_authToken=fSC7GMKYPB2552Inpn8iu6X", "fSC7GMKYPB"),
 }  # fmt: skip
 
 
-def test_every_pattern_has_a_case_here():
+def test_every_pattern_has_a_case_here_and_its_kind_is_in_the_docs():
     assert {p.kind for p in PATTERNS} == set(KINDS)
+    docs = (Path(__file__).parents[1] / "docs" / "ingest.md").read_text(encoding="utf-8")
+    assert [kind for kind in KINDS if f"`{kind}`" not in docs] == []
+
+
+def test_every_pattern_has_a_hint_that_is_not_in_every_text():
+    assert [p.kind for p in PATTERNS if not all(p.hints)] == []
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -57,12 +73,14 @@ def test_each_kind_is_replaced_by_its_mark_and_the_text_around_it_is_kept(kind):
     assert f"[REDACTED:{kind}]" in out
     assert out.startswith("before\n") and out.endswith("\nafter")
     assert counts == {kind: 1}
-    assert redact(out) == out  # a redacted text is redacted again unchanged
+    again = Counter()
+    assert redact(out, again) == out and not again  # a redacted text is redacted again unchanged, uncounted
 
 
-# The held-out cases were written after the patterns and never tuned against: the bench reports the
-# secrets they miss (BENCHMARKS.md, "Redaction"); their ordinary text must still come through.
-@pytest.mark.parametrize("case", [c for c in CASES if c["secrets"] and not c.get("heldout")], ids=lambda c: c["where"])
+# Held-out set 1 was written after the patterns and never tuned against: the bench reports the
+# secrets it misses (BENCHMARKS.md, "Redaction"). Set 2 has been tuned on since (docs/ingest.md).
+# The ordinary text of every set must come through.
+@pytest.mark.parametrize("case", [c for c in CASES if c["secrets"] and c.get("heldout") != 1], ids=lambda c: c["where"])
 def test_the_labelled_secrets_are_all_taken_out(case):
     out = redact(case["text"])
     assert not [s for s in case["secrets"] if s in out]
@@ -72,6 +90,54 @@ def test_the_labelled_secrets_are_all_taken_out(case):
 @pytest.mark.parametrize("case", [c for c in CASES if not c["secrets"]], ids=lambda c: c["where"])
 def test_ordinary_code_is_left_alone(case):
     assert redact(case["text"]) == case["text"]
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("./deploy --db-password 'Tr0ub4dor3x' --yes", "Tr0ub4dor3x"),
+        ('app --passwd="Tr0ub4dor3x"', "Tr0ub4dor3x"),
+        ("docker exec db mysqldump -uroot -p'Tr0ub4dor3x' shop", "Tr0ub4dor3x"),
+        ("mariadb -h db -u app -pTr0ub4dor3x", "Tr0ub4dor3x"),
+        ("mongodump --host db -u admin -p Tr0ub4dor3x", "Tr0ub4dor3x"),
+        ("redis-cli -a 'Tr0ub4dor3x' ping", "Tr0ub4dor3x"),
+        ("sshpass -pTr0ub4dor3x scp a b:", "Tr0ub4dor3x"),
+        ("openssl rsa -in k.pem -passin 'pass:Tr0ub4dor3x'", "Tr0ub4dor3x"),
+        ("Endpoint=sb://x.servicebus.windows.net/;SharedAccessKey=Tr0ub4dor3x=;", "Tr0ub4dor3x"),
+        ("jdbc:mysql://db/app?user=app&password=Tr0ub4dor3x", "Tr0ub4dor3x"),
+        ("    environment:\n      - DB_PASSWORD=Tr0ub4dor3x", "Tr0ub4dor3x"),
+        ("*:*:*:postgres:Tr0ub4dor3x", "Tr0ub4dor3x"),
+    ],
+)
+def test_a_password_given_to_a_command_or_a_config_line_is_taken_out(text, secret):
+    out = redact(text)
+    assert secret not in out and "[REDACTED:" in out
+    assert redact(out) == out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "myapp --password-file /run/secrets/db --password-stdin",
+        "--password TEXT  The database password.",  # a help text's metavariable
+        "pass it with the --password option or `--password TEXT`",
+        'app --password "$DB_PASS" --token-password $(cat /run/pw)',
+        "app --password <password> --password=*** --password ...",
+        "mysql -u root -p shop",  # prompts; `shop` is the database
+        "mysql -u root -p, then type it",
+        "mysql -h db -P3306 -u app --protocol=tcp -p",
+        "redis-cli -h cache -p 6379 -n 2 ping",
+        "mongosh -u admin -p --authenticationDatabase admin",
+        "sshpass -f ~/.pw ssh host; sshpass -e ssh host",
+        "openssl pkcs12 -passout env:P12_PASS -passin file:/run/pw",
+        "10:30:00:12:frames",  # no host at the line's start
+        "hostname:port:database:username:password",
+        "//registry.npmjs.org/:_authToken=${NPM_TOKEN}",
+        "https://x.blob.core.windows.net/c?comp=list&signature=none",
+    ],
+)
+def test_a_flag_or_line_without_a_literal_secret_is_left_alone(text):
+    assert redact(text) == text
 
 
 def test_only_the_password_of_a_url_goes_up_to_its_last_at_sign():

@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from digest.search_text import query_terms, snippet, terms
 from resources.store import DigestStore
 from resources.store.search import SearchError
+from tests.conftest import held_copy
 
 T0 = 1_760_000_000_000
 
@@ -33,8 +38,22 @@ def write(store: DigestStore, rows: list[dict]) -> None:
     store.ingest.write_turns(rows)
 
 
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory, migrated_store_file) -> Path:
+    """The corpus written once for the module; each test gets a copy (`corpus`)."""
+    path = tmp_path_factory.mktemp("corpus") / "digest.duckdb"
+    with contextlib.ExitStack() as stack:
+        write_corpus(held_copy(stack, migrated_store_file, DigestStore(path)))
+    return path
+
+
 @pytest.fixture
-def corpus(store: DigestStore) -> DigestStore:
+def corpus(corpus_file, tmp_path) -> Iterator[DigestStore]:
+    with contextlib.ExitStack() as stack:
+        yield held_copy(stack, corpus_file, DigestStore(tmp_path / "digest.duckdb"))
+
+
+def write_corpus(store: DigestStore) -> None:
     write(
         store,
         [
@@ -59,7 +78,6 @@ def corpus(store: DigestStore) -> DigestStore:
     rows = [summary("ws", "Fix websocket reconnect loop", "Stopped the reconnect loop of the websocket client.")]
     rows[0]["memory_count"] = 2
     store.ingest.write_imported_summaries(rows)
-    return store
 
 
 def test_tokenizer_finds_code_names_by_their_parts_and_whole():

@@ -269,7 +269,7 @@ def test_a_sweeps_run_leaves_the_mini_summary_step_out_and_still_shows_its_summa
         # dialog's "Upstream data missing" otherwise); the degraded one's wait for the backfill.
         if key == "small":
             [mini] = by_key.pop("turn_mini_summaries")
-            assert mini.partition == "small" and list(mini.metadata) == ["not_needed"]  # one entry (BENCHMARKS §9)
+            assert mini.partition == "small" and list(mini.metadata) == ["not_needed"]  # one entry (BENCHMARKS §20)
             assert mini.metadata["not_needed"].value == (
                 "no mini summary needed: the summary read the raw turns (route within-cap), 3 turns, 0 mini summaries exist"
             )

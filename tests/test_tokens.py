@@ -9,6 +9,7 @@ import pytest
 
 from assets.sessions import summary_metadata
 from digest.friction_report import calibrate
+from digest.invariants import raw_cap_problems
 from digest.settings import load_settings
 from digest.synthesis import Attempt, build_prompt, raw_content, summarize_session
 from digest.tokens import (
@@ -22,7 +23,6 @@ from digest.tokens import (
     resolve_bytes_per_token,
 )
 from digest.turns import canonical_order
-from pipelines.checks import raw_cap_problems
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
 from resources.response_cache import CachedChatClient
 from resources.store import RunLedger

@@ -5,7 +5,6 @@ reason; an older store's text vectors migrated in place."""
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import duckdb
@@ -29,7 +28,7 @@ def f64_values(n: int, seed: int = 6) -> list[float]:
 
 def bits(values: list[float]) -> list[int]:
     """Each double's bit pattern: equality that tells -0.0 from 0.0."""
-    return [struct.unpack("<q", struct.pack("<d", v))[0] for v in values]
+    return np.asarray(values, dtype=np.float64).view(np.int64).tolist()
 
 
 def memory_line(turn_id: str, session: str, vector_text: str | None) -> str:

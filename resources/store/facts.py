@@ -53,6 +53,18 @@ def refresh_turn_facts(con: duckdb.DuckDBPyConnection, session_ids: list[str] | 
         after = rows[-1]["id"]
 
 
+def touched_file_sql(path: str) -> tuple[str, list]:
+    """A condition on a `turn_facts` row `f`, and its parameters: a fact of a file read, edited or
+    created, named by `path` whole or as the tail of its stored path on a `/` (`settings.py` finds
+    `src/app/settings.py`, not `mysettings.py`). ValueError for an empty path."""
+    path = path.strip().removeprefix("./")
+    if not path:
+        raise ValueError("an empty path finds nothing: name a file, e.g. settings.py or src/app/settings.py")
+    return "f.kind IN (SELECT unnest(?::VARCHAR[])) AND (f.value = ? OR ends_with(f.value, '/' || ?))", [
+        list(FILE_KINDS), path, path,
+    ]  # fmt: skip
+
+
 class Facts(Repository):
     def for_session(self, session_id: str) -> list[dict]:
         """The session's facts, in turn order (then as found): dicts of `turn_id`, `ts_ms`, `kind`,
@@ -68,29 +80,25 @@ class Facts(Repository):
             )
 
     def sessions_by_file(self, path: str, limit: int = 10) -> list[dict]:
-        """The sessions that read, edited or created a file, newest first: `path` whole, or as the
-        tail of a stored path on a `/` (`settings.py` finds `src/app/settings.py`, not
-        `mysettings.py`). Each: `session_id`, `last_ms` (its latest such turn), `paths` (as stored),
-        `kinds`, `turns` (list of {`turn_id`, `ts_ms`, `kind`, `path`}, oldest first)."""
-        path = path.strip().removeprefix("./")
-        if not path:
-            raise ValueError("an empty path finds nothing: name a file, e.g. settings.py or src/app/settings.py")
+        """The sessions that read, edited or created a file (`touched_file_sql`), newest first.
+        Each: `session_id`, `last_ms` (its latest such turn), `paths` (as stored), `kinds`, `turns`
+        (list of {`turn_id`, `ts_ms`, `kind`, `path`}, oldest first)."""
+        touched, params = touched_file_sql(path)
         with self.file.connect() as con:
             rows = records(
                 con,
-                """WITH hits AS (
+                f"""WITH hits AS (
                        SELECT f.session_id, f.turn_id, t.ts_ms, f.kind, f.value
                        FROM turn_facts f LEFT JOIN turns t ON t.id = f.turn_id
-                       WHERE f.kind IN (SELECT unnest(?::VARCHAR[]))
-                         AND (f.value = ? OR ends_with(f.value, '/' || ?)))
+                       WHERE {touched})
                    SELECT session_id, max(ts_ms) AS last_ms,
                           list(DISTINCT value ORDER BY value) AS paths,
                           list(DISTINCT kind ORDER BY kind) AS kinds,
-                          list({'turn_id': turn_id, 'ts_ms': ts_ms, 'kind': kind, 'path': value}
+                          list({{'turn_id': turn_id, 'ts_ms': ts_ms, 'kind': kind, 'path': value}}
                                ORDER BY ts_ms NULLS FIRST, turn_id, kind) AS turns
                    FROM hits GROUP BY session_id
                    ORDER BY last_ms DESC NULLS LAST, session_id
                    LIMIT ?""",
-                [list(FILE_KINDS), path, path, max(1, int(limit))],
+                [*params, max(1, int(limit))],
             )
         return rows

@@ -26,6 +26,7 @@ import pandas as pd
 from digest.search_text import TOKENIZER_VERSION, query_terms, snippet, term_counts, term_key
 from digest.summary_output import Category
 from resources.store.connection import Repository, now, records
+from resources.store.facts import touched_file_sql
 from resources.store.projects import project_session_ids
 
 # Each turn field (prompt, thought, response) is indexed up to this many characters: the tool output
@@ -454,14 +455,12 @@ def session_filters(
         where.append("x.category = ?")
         params.append(category)
     if file is not None:
-        path = file.strip().removeprefix("./")
-        if not path:
-            raise SearchError("the file to search by is empty")
-        where.append(
-            "s.session_id IN (SELECT session_id FROM turn_facts WHERE kind LIKE 'file-%' "
-            "AND (value = ? OR ends_with(value, '/' || ?)))"
-        )
-        params += [path, path]
+        try:
+            touched, touched_params = touched_file_sql(file)
+        except ValueError as exc:
+            raise SearchError("the file to search by is empty") from exc
+        where.append(f"s.session_id IN (SELECT f.session_id FROM turn_facts f WHERE {touched})")
+        params += touched_params
     if project is not None:
         where.append("s.session_id IN (SELECT unnest(?::VARCHAR[]))")
         params.append(project_session_ids(con, project)[1])
