@@ -240,6 +240,10 @@ def session_view(store, session_id: str, offset: int | None, limit: int) -> dict
         "turn_count": session["turn_count"],
         "first_activity": iso(session["first_activity_ms"]),
         "last_activity": iso(session["last_activity_ms"]),
+        # Where the work happened and which log it was read from (its latest turn's that says).
+        "project": session["project"],
+        "git_branch": session["git_branch"],
+        "source_path": session["source_path"],
         "summary": summary,
         "facts": [
             {"turn_id": f["turn_id"], "kind": f["kind"], "value": f["value"], "detail": f["detail"]}
@@ -262,6 +266,12 @@ def render_session(console: Console, view: dict) -> None:
         highlight=False,
         soft_wrap=True,
     )
+    place = view["project"] and f"project {view['project']}" + (
+        f" (branch {view['git_branch']})" if view["git_branch"] else ""
+    )
+    read_from = view["source_path"] and f"read from {view['source_path']}"
+    if place or read_from:
+        console.print("  ".join(p for p in (place, read_from) if p), markup=False, highlight=False, soft_wrap=True)
     if summary:
         console.print()
         console.print(summary["summary"], markup=False, highlight=False)

@@ -89,6 +89,7 @@ def test_show_gives_the_provenance_the_facts_and_the_turns_paged(home):
 
     view = json.loads(run(home, "show", CLAUDE, "--turns", "--offset", "1", "--limit", "5", "--json").stdout)
     assert view["summary"] is None
+    assert view["project"] == "/home/dev/webapp" and view["source_path"].endswith(".jsonl")
     assert ("file-edit", "/home/dev/webapp/server.py") in {(f["kind"], f["value"]) for f in view["facts"]}
     assert view["turns"]["total"] == 2 and [t["id"] for t in view["turns"]["items"]] == [
         "7c0e000b-1d2b-4f5a-8c3e-a1b2c3d4e5f6"
@@ -96,6 +97,7 @@ def test_show_gives_the_provenance_the_facts_and_the_turns_paged(home):
 
     text = run(home, "show", CLAUDE, "--turns", "--limit", "1").stdout
     assert "(not summarized yet)" in text and "Files edited or created (2)" in text
+    assert "project /home/dev/webapp" in text and "read from " in text
     assert "Turns 1–1 of 2" in text and "… next page: --offset 1" in text
     assert "characters; --json has all)" in text  # the 89 KB response is cut on the terminal
 
