@@ -252,8 +252,10 @@ def test_with_reuse_off_the_staged_reply_goes_once_the_summary_is_written(tmp_pa
 
 # --- SIGKILL at random points --------------------------------------------------------------------
 
-# CI's size (about 2 minutes); 120 and 60 make the longer stress run quoted in the README.
-SESSIONS = 45
+# CI's size (about 2 minutes); 120 and 60 make the longer stress run quoted in the README. A kill
+# costs the backlog some 2.4 sessions (the ones its sweep finished first): with 45 the backlog ran
+# dry before the 22nd kill, and the idle sweeps that followed ended before a kill could land.
+SESSIONS = 80
 KILLS = 22
 
 
