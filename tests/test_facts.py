@@ -14,7 +14,7 @@ from digest.archive_read import validate_bundle
 from digest.facts import MAX_FACTS, Fact, extract_facts, facts_markdown, turn_fact_rows
 from digest.ingest import ingest_paths
 from digest.readers import HARNESS_READERS, file_kind
-from resources.store import facts as store_facts
+from resources.store import turn_rows
 from resources.store.migrations import SCHEMA_VERSION
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "harnesses"
@@ -436,7 +436,7 @@ def test_migration_14_backfills_the_facts_of_stored_turns_in_batches(store, monk
     with store.file.transaction() as con:
         con.execute("DELETE FROM turn_facts")
         con.execute("UPDATE schema_meta SET version = 13")
-    monkeypatch.setattr(store_facts, "BACKFILL_BATCH_TURNS", 2)  # several batches over the 14 turns
+    monkeypatch.setattr(turn_rows, "BACKFILL_BATCH_TURNS", 2)  # several batches over the 14 turns
     store.file.migrate()
     assert stored(store, "SELECT * FROM turn_facts ORDER BY ALL") == before
     assert stored(store, "SELECT max(version) FROM schema_meta") == [(SCHEMA_VERSION,)]

@@ -15,6 +15,7 @@ from digest.archive_read import validate_bundle
 from digest.fidelity import session_terms
 from digest.ingest import ingest_paths
 from resources.store import fidelity as store_fidelity
+from resources.store import turn_rows
 from resources.store.migrations import SCHEMA_VERSION
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -115,7 +116,7 @@ def test_migration_15_backfills_the_terms_of_stored_turns_in_batches(store, monk
     with store.file.transaction() as con:
         con.execute("DELETE FROM turn_terms")
         con.execute("UPDATE schema_meta SET version = 14")
-    monkeypatch.setattr(store_fidelity, "BACKFILL_BATCH_TURNS", 7)  # several batches
+    monkeypatch.setattr(turn_rows, "BACKFILL_BATCH_TURNS", 7)  # several batches
     store.file.migrate()
     assert stored(store, "SELECT * FROM turn_terms") == before
     assert stored(store, "SELECT max(version) FROM schema_meta") == [(SCHEMA_VERSION,)]

@@ -9,10 +9,9 @@ import pandas as pd
 
 from digest.facts import FILE_KINDS, turn_fact_rows
 from resources.store.connection import Repository, records
+from resources.store.turn_rows import refresh_turn_rows, replace_turn_rows
 
 FACT_COLUMNS = ["turn_id", "session_id", "kind", "value", "detail"]
-# Turns read per batch when facts are extracted again from stored turns (a migration, a restore).
-BACKFILL_BATCH_TURNS = 2000
 
 
 def replace_turn_facts(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
@@ -21,36 +20,14 @@ def replace_turn_facts(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
     if not rows:
         return 0
     facts = pd.DataFrame(turn_fact_rows(rows), columns=FACT_COLUMNS)
-    con.execute("DELETE FROM turn_facts WHERE turn_id IN (SELECT unnest(?::VARCHAR[]))", [[r["id"] for r in rows]])
-    if len(facts):
-        con.register("facts_batch", facts)
-        con.execute(f"INSERT INTO turn_facts ({', '.join(FACT_COLUMNS)}) SELECT * FROM facts_batch")
-        con.unregister("facts_batch")
-    return len(facts)
+    return replace_turn_rows(con, "turn_facts", facts, [r["id"] for r in rows])
 
 
 def refresh_turn_facts(con: duckdb.DuckDBPyConnection, session_ids: list[str] | None = None) -> int:
-    """Extract the facts of stored turns again: these sessions' (None: every turn), in batches of
-    `BACKFILL_BATCH_TURNS` so memory stays bounded; facts of turns no longer stored go. Returns the
+    """Extract the facts of stored turns again: these sessions' (None: every turn); returns the
     facts written."""
-    scope = "" if session_ids is None else "WHERE session_id IN (SELECT unnest(?::VARCHAR[]))"
-    params = [] if session_ids is None else [sorted(set(session_ids))]
-    if session_ids is None:
-        con.execute("DELETE FROM turn_facts")
-    else:
-        con.execute(f"DELETE FROM turn_facts {scope}", params)
-    written, after = 0, ""
-    while True:
-        where = scope + (" AND " if scope else "WHERE ") + "id > ?"
-        rows = records(
-            con,
-            f"SELECT id, session_id, prompt, response, agent FROM turns {where} ORDER BY id LIMIT {BACKFILL_BATCH_TURNS}",
-            [*params, after],
-        )
-        if not rows:
-            return written
-        written += replace_turn_facts(con, rows)
-        after = rows[-1]["id"]
+    columns = ["id", "session_id", "prompt", "response", "agent"]
+    return refresh_turn_rows(con, "turn_facts", columns, replace_turn_facts, session_ids)
 
 
 def touched_file_sql(path: str) -> tuple[str, list]:

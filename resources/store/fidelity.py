@@ -13,12 +13,11 @@ import pandas as pd
 
 from digest.fidelity import Fidelity, score, session_text, turn_terms
 from digest.verdict import Verdict, judge
+from resources.store.turn_rows import refresh_turn_rows, replace_turn_rows
 
 log = logging.getLogger(__name__)
 
 TERM_COLUMNS = ["turn_id", "session_id", "term", "tf", "word"]
-# Turns read per batch when their terms are extracted again from stored turns (a migration, a restore).
-BACKFILL_BATCH_TURNS = 2000
 
 _DOCUMENTS = """SELECT session_id, list(document ORDER BY ts_ms, id) FROM turns
     WHERE session_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1"""
@@ -57,32 +56,13 @@ def replace_turn_terms(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
         counts, word = _derived(r["session_id"], "turn terms", (Counter(), False), turn_terms, document)
         found += [(r["id"], r["session_id"], term, tf, word) for term, tf in counts.items()]
     terms = pd.DataFrame(found, columns=TERM_COLUMNS)
-    con.execute("DELETE FROM turn_terms WHERE turn_id IN (SELECT unnest(?::VARCHAR[]))", [[r["id"] for r in rows]])
-    if len(terms):
-        con.register("terms_batch", terms)
-        con.execute(f"INSERT INTO turn_terms ({', '.join(TERM_COLUMNS)}) SELECT * FROM terms_batch")
-        con.unregister("terms_batch")
-    return len(terms)
+    return replace_turn_rows(con, "turn_terms", terms, [r["id"] for r in rows])
 
 
 def refresh_turn_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str] | None = None) -> int:
-    """Extract the identifiers of stored turns again: these sessions' (None: every turn), in batches
-    of `BACKFILL_BATCH_TURNS` so memory stays bounded; terms of turns no longer stored go. Returns
+    """Extract the identifiers of stored turns again: these sessions' (None: every turn); returns
     the rows written."""
-    scope = "" if session_ids is None else "WHERE session_id IN (SELECT unnest(?::VARCHAR[]))"
-    params = [] if session_ids is None else [sorted(set(session_ids))]
-    con.execute(f"DELETE FROM turn_terms {scope}", params)
-    written, after = 0, ""
-    while True:
-        where = scope + (" AND " if scope else "WHERE ") + "id > ?"
-        batch = con.execute(
-            f"SELECT id, session_id, document FROM turns {where} ORDER BY id LIMIT {BACKFILL_BATCH_TURNS}",
-            [*params, after],
-        ).fetchall()
-        if not batch:
-            return written
-        written += replace_turn_terms(con, [{"id": i, "session_id": s, "document": d} for i, s, d in batch])
-        after = batch[-1][0]
+    return refresh_turn_rows(con, "turn_terms", ["id", "session_id", "document"], replace_turn_terms, session_ids)
 
 
 def _stored_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> dict[str, Counter]:
