@@ -106,6 +106,12 @@ def _flag_value_is_secret(text: str, match: re.Match[str]) -> bool:
     )
 
 
+def _password_flag(regex: str, hints: tuple[str, ...], word_start: bool = True) -> Pattern:
+    """A command's password flag: group 2 its value (group 1 its opening quote), kept when
+    `_flag_value_is_secret` says it is one."""
+    return Pattern("cli-password", re.compile(regex), hints, group=2, keep=_flag_value_is_secret, word_start=word_start)
+
+
 def _pgpass_line(text: str, match: re.Match[str]) -> bool:
     """A `.pgpass` line, `host:port:database:user:password`: the match starts at the port, so the
     host is taken on to the left up to the line's start. A host has a letter or a dot, or is `*`
@@ -221,61 +227,22 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     # A password flag with a literal value: `--password=...`, `--db-password ...` (not
     # `--password-file`, `--password "$VAR"` or `--password TEXT` in a help text).
-    Pattern(
-        "cli-password",
-        re.compile(r"--(?:[a-z0-9]+-){0,3}pass(?:word|wd)?(?:=|[ \t]+)(['\"]?)([^\s'\"`]+)\1"),
-        ("-pass",),
-        group=2,
-        keep=_flag_value_is_secret,
-        word_start=True,
-    ),
+    _password_flag(r"--(?:[a-z0-9]+-){0,3}pass(?:word|wd)?(?:=|[ \t]+)(['\"]?)([^\s'\"`]+)\1", ("-pass",)),
     # The short password flags of clients that take one: `mysql -p...` (attached: `-p` alone
     # prompts, and a word after it is the database), `mongosh -p ...`, `redis-cli -a ...`,
     # `sshpass -p ...`; the command's line searched up to 200 characters for it.
-    Pattern(
-        "cli-password",
-        re.compile(
-            r"(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p(['\"]?)([^\s'\"`]+)\1"
-        ),
+    _password_flag(
+        r"(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p(['\"]?)([^\s'\"`]+)\1",
         ("mysql", "mariadb"),
-        group=2,
-        keep=_flag_value_is_secret,
-        word_start=True,
     ),
-    Pattern(
-        "cli-password",
-        re.compile(
-            r"(?:mongosh|mongo|mongodump|mongorestore)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p[ \t]+(['\"]?)([^\s'\"`]+)\1"
-        ),
+    _password_flag(
+        r"(?:mongosh|mongo|mongodump|mongorestore)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p[ \t]+(['\"]?)([^\s'\"`]+)\1",
         ("mongo",),
-        group=2,
-        keep=_flag_value_is_secret,
-        word_start=True,
     ),
-    Pattern(
-        "cli-password",
-        re.compile(r"redis-cli(?=[ \t])[^\n|;&]{0,200}?[ \t]-a[ \t]+(['\"]?)([^\s'\"`]+)\1"),
-        ("redis-cli",),
-        group=2,
-        keep=_flag_value_is_secret,
-        word_start=True,
-    ),
-    Pattern(
-        "cli-password",
-        re.compile(r"sshpass[ \t]+-p[ \t]*(['\"]?)([^\s'\"`]+)\1"),
-        ("sshpass",),
-        group=2,
-        keep=_flag_value_is_secret,
-        word_start=True,
-    ),
+    _password_flag(r"redis-cli(?=[ \t])[^\n|;&]{0,200}?[ \t]-a[ \t]+(['\"]?)([^\s'\"`]+)\1", ("redis-cli",)),
+    _password_flag(r"sshpass[ \t]+-p[ \t]*(['\"]?)([^\s'\"`]+)\1", ("sshpass",)),
     # openssl's `-passin`/`-passout pass:...` (not `env:VAR` or `file:path`).
-    Pattern(
-        "cli-password",
-        re.compile(r"-pass(?:in|out)?[ \t]+(['\"]?)pass:([^\s'\"`]+)\1"),
-        ("pass:",),
-        group=2,
-        keep=_flag_value_is_secret,
-    ),
+    _password_flag(r"-pass(?:in|out)?[ \t]+(['\"]?)pass:([^\s'\"`]+)\1", ("pass:",), word_start=False),
     # A `.pgpass` line, `host:port:database:user:password`, found at its port.
     Pattern(
         "pgpass-password",
