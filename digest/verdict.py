@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from digest.fidelity import COMMON_NAMES, STRONG, anchors, copy_source, precision, session_terms, session_text
@@ -164,14 +164,22 @@ def copied_title(turn_documents: Sequence[str], title: str) -> str | None:
     return None
 
 
-def judge(turn_documents: Sequence[str], title: str, summary: str, *, input_chars: int | None = None) -> Verdict:
+def judge(
+    turn_documents: Sequence[str],
+    title: str,
+    summary: str,
+    *,
+    input_chars: int | None = None,
+    terms: Mapping[str, int] | None = None,
+) -> Verdict:
     """The verdict on one summary of these raw turns (`input_chars`: the size of what the model was
-    given, when that was not the turns themselves, e.g. a degraded prompt's content)."""
+    given, when that was not the turns themselves, e.g. a degraded prompt's content; `terms`: the
+    turns' `session_terms` when the caller holds them, as the store does in `turn_terms`)."""
     session = session_text(turn_documents)
     text = f"{title}\n{summary}"
     size = len(session) if input_chars is None else input_chars
     lowered = session.lower()
-    terms = session_terms(turn_documents)
+    terms = session_terms(turn_documents) if terms is None else terms
     frags = fragments(copy_source(session), text)
     grounded, unknown = anchors(text, session, terms)
     placeholders = sorted({m.group(0) for m in _PLACEHOLDER.finditer(text) if m.group(0).lower() not in lowered})

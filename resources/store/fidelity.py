@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 import duckdb
 import pandas as pd
 
-from digest.fidelity import Fidelity, score, session_text, turn_terms
+from digest.fidelity import Fidelity, score, turn_terms
 from digest.verdict import Verdict, judge
 from resources.store.turn_rows import refresh_turn_rows, replace_turn_rows
 
@@ -112,8 +112,8 @@ def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], uns
     for sid, title, summary in summaries:
         # No text to judge against: no verdict, as no score.
         verdict = (
-            _derived(sid, "verdict", None, judge, documents[sid], title, summary)
-            if session_text(documents.get(sid, [])).strip()
+            _derived(sid, "verdict", None, judge, documents[sid], title, summary, terms=terms.get(sid, Counter()))
+            if any(d.strip() for d in documents.get(sid, []))
             else None
         )
         evidence = verdict.evidence if verdict else {}
