@@ -41,7 +41,7 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +51,7 @@ import duckdb  # noqa: E402
 import httpx  # noqa: E402
 
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer  # noqa: E402
+from tests.local_http import LocalServer, QuietHandler  # noqa: E402
 from tests.synthetic_export import write_export  # noqa: E402
 
 OLD_REF = "957c233"
@@ -243,7 +244,7 @@ def probe(url: str, calls: int) -> list[float]:
 # --- a stuck server ------------------------------------------------------------------------------
 
 
-class StuckServer:
+class StuckServer(LocalServer):
     """OpenAI-protocol chat that never finishes. `hang`: reads the request, sends nothing.
     `stall`: a streamed call gets its SSE headers and three pieces, then nothing; a call that is
     not streamed gets its headers and the first bytes of its body, then nothing."""
@@ -253,11 +254,8 @@ class StuckServer:
         self._stop = threading.Event()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -266,10 +264,7 @@ class StuckServer:
                 except OSError:
                     pass  # the client gave up and closed
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        super().__init__(Handler)
 
     def _serve(self, handler: BaseHTTPRequestHandler, stream: bool) -> None:
         if self.mode == "stall":
@@ -297,14 +292,9 @@ class StuckServer:
                 handler.wfile.flush()
         self._stop.wait(3600)
 
-    def __enter__(self) -> StuckServer:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        super().__exit__(*exc)
 
 
 def detect(
