@@ -160,27 +160,13 @@ def store(request, tmp_path, migrated_store_file) -> Iterator[DigestStore]:
         yield held_copy(stack, migrated_store_file, db)
 
 
-def _hold(stack: contextlib.ExitStack, db: DigestStore) -> DigestStore:
-    """`db` holding one connection until `stack` ends."""
-    stack.enter_context(db.file.held())
-    db.query("SET threads TO 1")  # a test's statements are small: a second thread only adds CPU
-    return db
-
-
 def held_copy(stack: contextlib.ExitStack, source: Path, db: DigestStore) -> DigestStore:
     """`db`, its file a copy of the store file `source`, holding one connection until `stack` ends."""
     db.path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, db.path)
-    return _hold(stack, db)
-
-
-@pytest.fixture
-def hold() -> Iterator[Callable[[DigestStore], DigestStore]]:
-    """`hold(store)`: a store a unit test makes itself (its own path, its own settings) holds one
-    connection to the end of the test, as the `store` fixture's does; each open and close of a file
-    no connection holds costs some 25 ms of CPU."""
-    with contextlib.ExitStack() as stack:
-        yield lambda db: _hold(stack, db)
+    stack.enter_context(db.file.held())
+    db.query("SET threads TO 1")  # a test's statements are small: a second thread only adds CPU
+    return db
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 from digest.cost import SummaryCost, split_seconds, summary_cost
 from digest.pacing import HostSpeed
 from digest.synthesis import Attempt
-from resources.store import DigestStore
 
 
 def _row(outcome="ok", duration_s=10.0, cached=False, first_token_s=None, prompt_tokens=1000, completion_tokens=100):
@@ -51,9 +50,8 @@ def test_a_replayed_reply_is_no_model_call():
     assert cost.log_line() == "reply from the cache, no model call"
 
 
-def test_cost_totals_by_model_host_and_day(tmp_path, hold):
-    store = hold(DigestStore(tmp_path / "digest.duckdb"))
-    store.migrate()
+def test_cost_totals_by_model_host_and_day(tmp_path, new_store):
+    store = new_store(tmp_path / "digest.duckdb")
 
     def attempt(model, host, outcome="ok", duration_s=10.0, cached=False):
         a = Attempt("s1", "session-summary", "raw", 100, 25, outcome, duration_s, model, cached=cached, host=host)

@@ -13,7 +13,6 @@ from digest.settings_fleet import DEFAULT_MODEL_NAMES
 from digest.synthesis import Route, SourceTier
 from pipelines.selection import next_summary_batch
 from resources.host_views import hosts_in_rotation
-from resources.store import DigestStore
 
 CPU_AND_GPU = """
 [[hosts]]
@@ -201,14 +200,13 @@ def test_a_batch_spreads_over_hosts_by_the_time_queued_on_each(tmp_path):
     assert [a.host for a in batch].count("cpu") == 2
 
 
-def _store_of(tmp_path, hold, sizes: list[int]):
+def _store_of(tmp_path, new_store, sizes: list[int]):
     """Settings over CPU_AND_GPU, and a store of one single-turn session a size, an hour old and
     a minute apart, `s0` the newest, held for the test."""
     settings = load_settings(
         {"DIGEST_HOME": str(tmp_path), "DIGEST_MODEL_HOSTS": str(_hosts_file(tmp_path, CPU_AND_GPU))}
     )
-    store = hold(DigestStore(settings.db_path))
-    store.migrate()
+    store = new_store(settings.db_path)
     now = int(time.time() * 1000)
     rows = [
         {
@@ -223,8 +221,8 @@ def _store_of(tmp_path, hold, sizes: list[int]):
     return settings, store, now
 
 
-def test_the_sweep_selection_places_each_session_and_scales_its_budget_with_the_hosts(tmp_path, hold):
-    settings, store, now = _store_of(tmp_path, hold, [60_000 if i == 3 else 500 for i in range(12)])
+def test_the_sweep_selection_places_each_session_and_scales_its_budget_with_the_hosts(tmp_path, new_store):
+    settings, store, now = _store_of(tmp_path, new_store, [60_000 if i == 3 else 500 for i in range(12)])
     policy = SweepPolicy(max_sessions=3, model_seconds=10_000)
     selection = next_summary_batch(store, settings.fleet, policy, now)
     assert len(selection.batch) == 6  # 3 sessions a host
@@ -238,8 +236,8 @@ def test_the_sweep_selection_places_each_session_and_scales_its_budget_with_the_
     assert none.batch == [] and "no model host available: cpu, gpu out of rotation" in none.skip_reason
 
 
-def test_a_host_out_of_rotation_gets_no_session_and_one_only_it_takes_raw_waits_for_it(tmp_path, hold):
-    settings, store, now = _store_of(tmp_path, hold, [60_000, 501, 502, 503])
+def test_a_host_out_of_rotation_gets_no_session_and_one_only_it_takes_raw_waits_for_it(tmp_path, new_store):
+    settings, store, now = _store_of(tmp_path, new_store, [60_000, 501, 502, 503])
     policy = SweepPolicy(max_sessions=5, model_seconds=10_000)
     circuit = settings.circuit
     for _ in range(circuit.failure_threshold):
