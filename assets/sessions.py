@@ -193,9 +193,14 @@ def raw_sessions(
 
 def facts_metadata(db, session_id: str) -> dict:
     """What the session's tool calls did, read at ingest with no model call (`digest.facts`): the
-    files edited or created, the commands with their exit status, the errors."""
+    files edited or created, the commands with their exit status, the errors; and its card."""
     facts = db.facts.for_session(session_id)
-    return {"facts": MetadataValue.md(facts_markdown((f["kind"], f["value"], f["detail"]) for f in facts))}
+    card = db.cards.card(session_id)
+    return {
+        "facts": MetadataValue.md(facts_markdown((f["kind"], f["value"], f["detail"]) for f in facts)),
+        # The session told from those facts, no model call: its account while no ok summary is.
+        **({"card": MetadataValue.md(card.markdown())} if card else {}),
+    }
 
 
 @asset(
@@ -309,6 +314,8 @@ def summary_metadata(row: dict) -> dict:
     lists = [f"{k}: {', '.join(v) or 'none'}" for k, v in fields.items() if isinstance(v, list)]
     return {
         **plain,
+        # A junk summary is not the session's account: its card is (`card`).
+        "account": "summary" if row.get("verdict") == "ok" else "card",
         **covered_turns_metadata(row),
         # What the fidelity score found named in the summary, and missed (docs/fidelity.md).
         "fidelity_identifiers": MetadataValue.md(

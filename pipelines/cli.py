@@ -35,6 +35,8 @@ from resources.store import StoreUnreadable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "samples" / "bundle"
+# The sessions whose account the demo's closing lines show (newest first).
+DEMO_ACCOUNTS = 20
 # The commands that launch model runs one after another: a signal stops them between runs.
 STOPPABLE = ("sweep", "digest", "demo")
 
@@ -338,9 +340,10 @@ def demo(settings: Settings, output: Output) -> dict:
         "status": status(settings),
         "seconds": round(time.monotonic() - started, 1),
         # Per tier the best summary that is not junk, with its fidelity, the imported ones beside as the
-        # reference; then every junk one, named as such.
+        # reference; then every session's account (its ok summary, else its card: never a junk summary).
         "fidelity_examples": _store(settings).reports.fidelity_examples(),
-        "junk": _store(settings).reports.junk_summaries(),
+        "junk": len(_store(settings).reports.junk_summaries()),
+        "accounts": _store(settings).cards.account_page(DEMO_ACCOUNTS)[1],
     }
     query = "SELECT session_id, source_tier, degraded, route_reason, title FROM session_summaries"
     report["where_to_look"] = {

@@ -412,17 +412,22 @@ def _render_demo(console: Console, result: dict) -> None:
         )
         for e in examples:
             label = f"{e['origin']} {e['source_tier']}" + (" (the reference)" if e["origin"] == "imported" else "")
-            junk = f" ({e['junk']} of {e['summaries']} junk, below)" if e["junk"] else ""
+            junk = f" ({e['junk']} of {e['summaries']} judged junk)" if e["junk"] else ""
             if e["title"] is None:
                 console.print(f"{label}: no summary that is not junk{junk}", markup=False, soft_wrap=True)
             else:
                 console.print(f"{label}: {e['fidelity']:.2f} {e['title']}{junk}", markup=False, soft_wrap=True)
-    junk = result.get("junk") or []
-    if junk:
-        console.print("\n[bold]Junk[/bold] (not summaries: the verdict names what is wrong, docs/routing.md#junk)")
-        for j in junk:
-            line = f"{j['session_id']} ({j['origin']} {j['source_tier']}, {j['route_reason']}): {j['verdict']}: {j['title']}"
-            console.print(line, markup=False, soft_wrap=True)
+    accounts = result.get("accounts") or []
+    if accounts:
+        junk = result.get("junk") or 0
+        replaced = f"; {junk} model summar{'y' if junk == 1 else 'ies'} judged junk not shown" if junk else ""
+        console.print(
+            f"\n[bold]Accounts[/bold] (each session's ok summary, else its card from the session's facts{replaced}; "
+            "`session-digest show ID` has the rest)"
+        )
+        for a in accounts:
+            told = a["title"] if a["account"] == "summary" else a["line"]
+            console.print(f"{a['session_id']} [{a['account']} {a['source_tier']}] {told}", markup=False, soft_wrap=True)
     console.print("\n[bold]Where to look[/bold]")
     for label, text in result["where_to_look"].items():  # whole lines, so a command copies as one
         console.print(f"{label}: {text}", markup=False, soft_wrap=True)

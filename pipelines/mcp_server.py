@@ -12,7 +12,9 @@ goes on serving.
 
 Where this differs from upstream: `get_all_summaries` applies `category` (upstream advertises it
 and ignores it); a summary carries its provenance (`sourceTier`, `degraded`, `verdict`,
-`navigationIndex`: a degraded summary is an index of the session, not its account); scores are
+`navigationIndex`: a degraded summary is an index of the session); a session whose summary is junk,
+or that has none yet, is served by its card (`sourceTier` `facts`: made from its own log, no model
+call), so no summary judged junk is ever served; scores are
 BM25's, highest first (`relevanceScore`), not a vector distance's; long texts are cut with a marker
 so an answer stays a few KB.
 """
@@ -99,7 +101,8 @@ class Reads:
 
     @staticmethod
     def summary_result(row: dict, score: float | None = None, snippet: str | None = None) -> dict:
-        """A summary in the Memory Core's shape (`Summary`), with its provenance."""
+        """A session's account (`session_accounts`: its ok summary, else its card) in the Memory Core's
+        shape (`Summary`), with its provenance: a card's `sourceTier` is `facts`."""
         result = {
             "id": f"summary_{row['session_id']}",
             "sessionId": row["session_id"],
@@ -119,6 +122,8 @@ class Reads:
             "navigationIndex": bool(row["degraded"]),
             "origin": row["origin"],
             "model": row["model"] or None,
+            "account": row["account"],
+            "line": row["line"],
         }
         if score is not None:
             result["relevanceScore"] = round(score, 4)
@@ -131,7 +136,7 @@ class Reads:
 
         found = search_sessions(store, embedder, query, limit=n, summaries_only=True, category=category)
         hits = found.hits
-        rows = {r["session_id"]: r for r in store.summaries.summaries_where("session_id", [h.session_id for h in hits])}
+        rows = store.cards.accounts([h.session_id for h in hits])
         results = [
             cls.summary_result(
                 {**rows[h.session_id], "last_activity_ms": h.last_activity_ms},
@@ -190,17 +195,14 @@ class Reads:
 
     @classmethod
     def get_all_summaries(cls, store, limit: int, offset: int, category: str | None) -> dict:
-        total, rows = store.summaries.summary_page(limit, offset, category)
+        total, rows = store.cards.account_page(limit, offset, category)
         summaries = [cls.summary_result(r) for r in rows]
         return {"count": len(summaries), "total": total, "offset": offset, "category": category, "summaries": summaries}
 
     @staticmethod
     def find_sessions_by_file(store, path: str, limit: int) -> dict:
         found = store.facts.sessions_by_file(path, limit)
-        titles = {
-            r["session_id"]: r["title"]
-            for r in store.summaries.summaries_where("session_id", [s["session_id"] for s in found])
-        }
+        titles = {sid: r["title"] for sid, r in store.cards.accounts([s["session_id"] for s in found]).items()}
         results = [
             {
                 "sessionId": s["session_id"],
@@ -232,7 +234,9 @@ def build_server(db_path: Path, embedder=None):
             "Past AI-agent work sessions, summarized: find sessions by words, names, paths and errors "
             "(query_summaries, query_raw_memories), list them (get_all_summaries), read one's turns "
             "(get_session_memories), or find the sessions that touched a file (find_sessions_by_file). "
-            "A summary with navigationIndex true is degraded: an index of the session, not its account."
+            "A summary with navigationIndex true is degraded: an index of the session. A session with no "
+            "summary worth reading is told by its card (sourceTier facts): its asks, files, commands, errors, "
+            "commits and outcome, from its own log, each with its turn."
         ),
     )
     read_only = ToolAnnotations(

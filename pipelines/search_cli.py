@@ -9,6 +9,7 @@ says why it could not and answers from the index as it stands."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -18,6 +19,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.text import Text
 
+from digest.card import SOURCE_TIER
 from digest.facts import facts_markdown
 from digest.scheduling import now_ms
 from digest.settings import Settings
@@ -175,6 +177,8 @@ def render_hit(console: Console, rank: int, hit) -> None:
     console.print(Text.assemble((f"{rank:>2}. ", "bold"), (title, "bold"), f"   score {hit.score:.2f}"))
     if hit.tier is None:
         summary_kind = ""
+    elif hit.tier == SOURCE_TIER:
+        summary_kind = "  card (from the session's own facts)"
     else:
         summary_kind = "  navigation index (a degraded summary)" if hit.navigation_index else f"  {hit.tier} summary"
     verdict = f", verdict {hit.verdict}" if hit.verdict else ""
@@ -186,7 +190,7 @@ def render_hit(console: Console, rank: int, hit) -> None:
         soft_wrap=True,
     )
     for match in hit.matches:
-        where = "summary" if match.kind == "summary" else f"{match.kind} {match.turn_id}"
+        where = match.kind if match.kind in ("summary", "card") else f"{match.kind} {match.turn_id}"
         console.print(Text("    ") + Text(f"{where}: ", style="dim") + marked(match.snippet), soft_wrap=True)
     if hit.turn_ids:
         console.print(
@@ -245,6 +249,9 @@ def session_view(store, session_id: str, offset: int | None, limit: int) -> dict
         "git_branch": session["git_branch"],
         "source_path": session["source_path"],
         "summary": summary,
+        # The session's account: its ok summary, else its card (made from its facts, no model call).
+        "account": "summary" if summary and summary["verdict"] == "ok" else "card",
+        "card": card_view(store.cards.card(session_id)),
         "facts": [
             {"turn_id": f["turn_id"], "kind": f["kind"], "value": f["value"], "detail": f["detail"]}
             for f in store.facts.for_session(session_id)
@@ -256,9 +263,17 @@ def session_view(store, session_id: str, offset: int | None, limit: int) -> dict
     return view
 
 
+def card_view(card) -> dict | None:
+    """A card as `show --json` gives it: its items with their turns, its line and its text."""
+    if card is None:
+        return None
+    return {**dataclasses.asdict(card), "source_tier": SOURCE_TIER, "line": card.line(), "text": card.text()}
+
+
 def render_session(console: Console, view: dict) -> None:
-    summary = view["summary"]
-    console.print(Text(summary["title"] if summary else "(not summarized yet)", style="bold"))
+    summary, card = view["summary"], view["card"]
+    told = summary["title"] if view["account"] == "summary" else card["title"] if card else "(no card yet)"
+    console.print(Text(told, style="bold"))
     console.print(
         f"{view['session_id']}  partition {view['partition_key']}  {view['turn_count']} turns  "
         f"{view['first_activity'] or 'no time'} → {view['last_activity'] or 'no time'}",
@@ -272,7 +287,19 @@ def render_session(console: Console, view: dict) -> None:
     read_from = view["source_path"] and f"read from {view['source_path']}"
     if place or read_from:
         console.print("  ".join(p for p in (place, read_from) if p), markup=False, highlight=False, soft_wrap=True)
-    if summary:
+    if card:
+        console.print()
+        console.print(
+            Text("Card", style="bold") + Text(" (from the session's own facts, no model call; [#N] is the turn)")
+        )
+        console.print(card["text"].split("\n", 2)[-1], markup=False, highlight=False)
+    if summary and view["account"] == "card":
+        console.print()
+        console.print(
+            f"Model summary: judged {summary['verdict'] or 'not judged'}, not shown (--json has it)",
+            markup=False, highlight=False,
+        )  # fmt: skip
+    elif summary:
         console.print()
         console.print(summary["summary"], markup=False, highlight=False)
         console.print()

@@ -192,6 +192,8 @@ def test_the_partition_shows_a_junk_verdict_with_its_evidence(tmp_path):
     assert meta["verdict"].value == "fabricated"
     evidence = meta["verdict_evidence"].value
     assert "**verdict** `fabricated`" in evidence and "**identifiers no turn has**: `auth.py`" in evidence
+    # The session's account on the partition is its card, shown beside the junk summary.
+    assert meta["account"].value == "card" and meta["card"].value.startswith("### ")
 
 
 # --- the asset check ---------------------------------------------------------------------------
@@ -269,7 +271,7 @@ def test_the_friction_report_has_junk_by_model_and_host(judged):
     assert "## Junk" in markdown and "| fake-model | gpu-1 | 3 | 1 | 33% | fabricated 1 |" in markdown
 
 
-def test_the_demo_never_shows_junk_as_a_tier_best_and_names_it(judged):
+def test_the_demo_never_shows_junk_as_a_tier_best_nor_as_an_account(judged):
     with judged.file.connect() as con:  # the fabricated one scores highest: it must still not be shown as best
         con.execute("UPDATE session_summaries SET fidelity = CASE session_id WHEN 'bad' THEN 0.9 ELSE 0.4 END")
     examples = judged.reports.fidelity_examples()
@@ -285,13 +287,16 @@ def test_the_demo_never_shows_junk_as_a_tier_best_and_names_it(judged):
     ]
     result = {
         "ingest": {}, "summary_runs": [], "mini_summary_runs": [], "seconds": 1.0, "status": {}, "fidelity_examples": examples,
-        "junk": judged.reports.junk_summaries(), "where_to_look": {},
+        "junk": len(judged.reports.junk_summaries()), "accounts": judged.cards.account_page(20)[1], "where_to_look": {},
     }  # fmt: skip
-    console = Console(record=True, width=200)
+    console = Console(record=True, width=300)
     _render_demo(console, result)
     text = console.export_text()
-    assert f"generated raw: 0.40 {FAITHFUL['title']} (1 of 3 junk, below)" in text
-    assert f"bad (generated raw, within-cap): fabricated: {GOOD_SUMMARY['title']}" in text
+    assert f"generated raw: 0.40 {FAITHFUL['title']} (1 of 3 judged junk)" in text
+    # Every session's account, the junk one's by its card: the junk title is never shown.
+    assert "1 model summary judged junk not shown" in text and GOOD_SUMMARY["title"] not in text
+    card = judged.cards.card("bad")
+    assert f"bad [card facts] {card.line()}" in text and f"good [summary raw] {FAITHFUL['title']}" in text
 
 
 def test_a_junk_summary_is_exported_with_its_verdict_and_without_the_count_the_originals_sweep_trusts(judged, tmp_path):

@@ -115,7 +115,10 @@ def test_search_ranks_sessions_and_says_which_document_matched(corpus):
     assert [(t.session_id, t.turn_id, t.kind) for t in turns] == [("orm", "orm-t000", "turn")]
     assert "**sqlalchemy**" in turns[0].snippet
     assert [h.session_id for h in corpus.search.summaries("websocket")] == ["ws"]
-    assert corpus.search.summaries("sqlalchemy") == []
+    # A session's account is searched by its card too: the card names what its turns did.
+    (orm,) = corpus.search.summaries("sqlalchemy")
+    assert orm.session_id == "orm" and [m.kind for m in orm.matches] == ["card"]
+    assert "**sqlalchemy**" in orm.matches[0].snippet
 
 
 def test_refresh_indexes_only_the_sessions_that_changed(corpus):
@@ -162,13 +165,17 @@ def test_a_refresh_limit_leaves_the_rest_behind(corpus):
 
 def test_a_junk_summary_never_ranks_its_session_but_its_turns_do(corpus):
     corpus.query("UPDATE session_summaries SET verdict = 'fabricated' WHERE session_id = 'ws'")
+    corpus.cards.refresh(["ws"])  # as a write of the junk summary does
     corpus.search.refresh()
-    assert corpus.search.summaries("websocket") == []
+    # Its account is its card now: found by the card, titled by it, never by the junk summary.
+    (by_card,) = corpus.search.summaries("websocket")
+    assert [m.kind for m in by_card.matches] == ["card"] and by_card.tier == "facts"
+    assert by_card.title.startswith("The websocket client keeps reconnecting")
     # "stopped" is in the summary alone: the junk summary does not find its session.
     assert corpus.search.sessions("stopped") == []
     hits = corpus.search.sessions("websocket")
-    assert [h.session_id for h in hits] == ["ws"] and hits[0].matches[0].kind == "turn"
-    assert hits[0].verdict == "fabricated"
+    assert [h.session_id for h in hits] == ["ws"] and hits[0].matches[0].kind in ("turn", "card")
+    assert hits[0].verdict is None and hits[0].tier == "facts"
 
 
 def test_a_degraded_summary_is_labelled_a_navigation_index(corpus):

@@ -14,6 +14,8 @@ with its SQL beside its code, in the order one session passes through them:
 - `sessions.py`       `store.sessions`: turns read back, and the `sessions` rows derived from them
 - `mini_summaries.py` `store.mini_summaries`: turns → mini summaries: pending turns in priority order,
                       failed attempts, archive, backoff
+- `cards.py`          `store.cards`: each session's card (its account from its facts, no model call),
+                      made again with its turns and its summary; `session_accounts`
 - `summaries.py`      `store.summaries`: turns → summary: pending sessions, the sweep's queue, failure
                       backoff, leases, a summary written or an export's adopted (with its graph rows)
 - `graph.py`          `store.graph`: summary → graph: nodes and edges, finished chunks, digest state,
@@ -47,6 +49,7 @@ import pandas as pd
 from resources.store.archive import NOT_ARCHIVED, RESTORE_MODES, Archive
 from resources.store.backlog import BacklogReads
 from resources.store.cache import Cache
+from resources.store.cards import Cards
 from resources.store.connection import SCHEMA_VERSION, StoreFile, StoreUnreadable
 from resources.store.facts import Facts
 from resources.store.graph import Graph
@@ -81,6 +84,7 @@ class DigestStore:
         self.facts = Facts(self.file)
         self.mini_summaries = MiniSummaries(self.file)
         self.summaries = Summaries(self.file)
+        self.cards = Cards(self.file)
         self.graph = Graph(self.file)
         self.attempts = Attempts(self.file)
         self.hosts = Hosts(self.file)

@@ -42,6 +42,7 @@ from digest.archive_read import (
 )
 from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
 from resources.store.connection import SCHEMA_VERSION, Repository, now
+from resources.store.cards import refresh_cards
 from resources.store.facts import refresh_turn_facts
 from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
 from resources.store.sessions import derived_session_rows, upsert_sessions
@@ -60,7 +61,7 @@ RESTORE_REPLACED = """
 # runs, this deployment's view of its model hosts (`host_circuits`, `host_raw_caps`), the record of
 # archives written; and what is derived from the turns and recomputed on restore: `sessions` (its
 # project, branch and source path too, from the turns' `project`, `git_branch` and `source_file`),
-# `turn_facts`, `turn_terms` and `fidelity_terms`; and the search index (`search_*`, its vectors too), rebuilt by
+# `turn_facts`, `turn_terms`, `fidelity_terms` and `session_cards`; and the search index (`search_*`, its vectors too), rebuilt by
 # its next refresh. Turns are archived, every stored column, but as the memory-backup file. Every
 # other table is archived whole, every column, from the catalog.
 NOT_ARCHIVED = frozenset(
@@ -75,6 +76,7 @@ NOT_ARCHIVED = frozenset(
         "turns",
         "turn_facts",
         "turn_terms",
+        "session_cards",
         "search_documents",
         "search_postings",
         "search_postings_new",
@@ -521,6 +523,9 @@ class Archive(Repository):
         # So are the turns' facts (files, commands, errors, ...).
         con.execute("DELETE FROM turn_facts WHERE session_id NOT IN (SELECT session_id FROM sessions)")
         refresh_turn_facts(con, ids)
+        # And the cards, made from the facts and the restored summaries.
+        con.execute("DELETE FROM session_cards WHERE session_id NOT IN (SELECT session_id FROM sessions)")
+        refresh_cards(con, ids)
 
     def _session_states(self, con: duckdb.DuckDBPyConnection, sessions: list[str] | None) -> dict[str, SessionState]:
         where, params = self._scope(["session_id"], "sessions", sessions)

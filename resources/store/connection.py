@@ -37,6 +37,7 @@ LOCK_WAIT_S = 120.0
 # applies to what is written through an ATTACH naming it, hence `_attach`.
 ROW_GROUP_ROWS = 2048
 SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8") + "\n" + summary_ddl()
+VIEWS = files(__package__).joinpath("views.sql").read_text(encoding="utf-8")
 
 # Store files this process has migrated, by (path, device, inode): a file replaced or deleted since
 # is another file and is migrated again.
@@ -274,6 +275,7 @@ class StoreFile:
                     for step in MIGRATIONS[version]:
                         con.execute(step) if isinstance(step, str) else step(con)
                     con.execute("INSERT INTO schema_meta VALUES (?, ?)", [version, now()])
+            con.execute(VIEWS)
             # Pre-routes recorded before `bound` was a column name it in their note (rows restored
             # from an older bundle too, at the next migrate); a row set here is not matched again.
             pre_route = r"^pre-routed to the degraded summary: .* > (over-raw-cap|over-safe-band) "

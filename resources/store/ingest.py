@@ -14,6 +14,7 @@ import pandas as pd
 
 from digest.manifest import FileState
 from resources.store.connection import Repository, now, upsert_sql
+from resources.store.cards import refresh_cards
 from resources.store.facts import replace_turn_facts
 from resources.store.fidelity import replace_turn_terms
 from resources.store.sessions import derived_session_rows, upsert_sessions
@@ -51,6 +52,7 @@ def refresh_sessions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> 
     if rows:
         upsert_sessions(con, rows)
         adopt_imported_summaries(con, [r["session_id"] for r in rows])
+    refresh_cards(con, session_ids)
     return rows
 
 
@@ -132,6 +134,7 @@ class Ingest(Repository):
                     )
                 )
             adopt_imported_summaries(con, batch["session_id"].tolist())
+            refresh_cards(con, batch["session_id"].tolist())
 
     # --- imported graph: ingest ---
 

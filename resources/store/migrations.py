@@ -32,6 +32,13 @@ def backfill_turn_facts(con: duckdb.DuckDBPyConnection) -> None:
     refresh_turn_facts(con)
 
 
+def backfill_cards(con: duckdb.DuckDBPyConnection) -> None:
+    """Every session's card (`session_cards`); imported here for the reason above."""
+    from resources.store.cards import refresh_all_cards
+
+    refresh_all_cards(con)
+
+
 def backfill_turn_terms(con: duckdb.DuckDBPyConnection) -> None:
     """The identifiers of the turns stored before they were extracted at ingest (`turn_terms`);
     imported here for the reason above."""
@@ -127,6 +134,9 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 15: each turn's identifiers (`turn_terms`) for the turns stored before: a session's fidelity
     # terms are their sum, so a refresh no longer reads every turn document; batched.
     15: [backfill_turn_terms],
+    # 16: the facts read again (tool calls written as text, test runs, the errors a session ends on),
+    # then each session's card from them (`session_cards`); every session is indexed again, its card with it.
+    16: [backfill_turn_facts, backfill_cards, "DELETE FROM search_index_state"],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

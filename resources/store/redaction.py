@@ -21,6 +21,7 @@ import pandas as pd
 from digest.redact import PATTERNS, SUMMARY_TEXT_FIELDS, TURN_TEXT_FIELDS, redact_fields
 from digest.settings import setting_of
 from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
+from resources.store.cards import refresh_cards
 from resources.store.sessions import derived_session_rows, upsert_sessions
 
 BATCH_ROWS = 2000
@@ -114,6 +115,7 @@ def _carry_revisions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> 
     # The redacted documents' identifiers (a secret may have looked like one), then the scores.
     refresh_turn_terms(con, session_ids)
     refresh_fidelity(con, session_ids)
+    refresh_cards(con, session_ids)  # from the redacted text, under the verdicts just made
 
 
 def redaction_counts(con: duckdb.DuckDBPyConnection, session_ids: list[str] | None = None) -> dict:

@@ -469,3 +469,22 @@ CREATE TABLE IF NOT EXISTS search_index_state (
     documents INTEGER NOT NULL,
     indexed_at TIMESTAMPTZ NOT NULL
 );
+
+-- Each session's card: its account from its own facts, with no model call (`digest.card`); made
+-- again when its turns or its ok summary change.
+CREATE TABLE IF NOT EXISTS session_cards (
+    session_id VARCHAR PRIMARY KEY,
+    input_revision VARCHAR,           -- of the turns it was made from
+    title VARCHAR NOT NULL,
+    title_source VARCHAR NOT NULL,    -- summary | ask | none
+    line VARCHAR NOT NULL,            -- at most 300 characters, for an agent
+    text VARCHAR NOT NULL,            -- at most 2,000 characters, each item with its turn
+    card VARCHAR NOT NULL,            -- JSON: every item with its turn's place and id
+    source_tier VARCHAR NOT NULL,     -- facts
+    degraded BOOLEAN NOT NULL,        -- true: a navigation summary
+    raw_canonical BOOLEAN NOT NULL,   -- false
+    summary_at TIMESTAMPTZ,           -- the ok summary its title came from
+    card_version INTEGER NOT NULL,
+    built_at TIMESTAMPTZ NOT NULL
+);
+

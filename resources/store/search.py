@@ -2,7 +2,7 @@
 queries over it (BM25, `digest.search_text`'s code-aware terms).
 
 The index is three tables of the store (`schema.sql`): `search_documents` (one row a document: a
-session's summary, a mini summary, a turn), `search_postings` (term key, document, term frequency)
+session's summary, its card, a mini summary, a turn), `search_postings` (term key, document, term frequency)
 and `search_index_state` (what each session was indexed at). `refresh` indexes again only the
 sessions whose turns, summary or mini summaries changed since their state, and drops the removed
 ones; a query computes document frequencies and the average length when it runs, so nothing global
@@ -54,7 +54,7 @@ class SearchError(ValueError):
 
 @dataclass
 class Match:
-    kind: str  # 'summary' | 'mini' | 'turn'
+    kind: str  # 'summary' | 'card' | 'mini' | 'turn'
     turn_id: str | None
     score: float
     snippet: str
@@ -224,10 +224,14 @@ class Search(Repository):
                 f"SELECT session_id, title, summary, category, technologies, verdict FROM session_summaries WHERE session_id IN {ids}",
                 [session_ids],
             )
+            cards = con.execute(f"SELECT session_id, text FROM session_cards WHERE session_id IN {ids}", [session_ids])
+            cards = cards.fetchall()
         documents: dict[str, list[tuple[str, str | None, str]]] = {s: [] for s in session_ids}
         for row in summaries:
             if not _junk(row["verdict"]):
                 documents[row["session_id"]].append(("summary", None, _summary_text(row)))
+        for session_id, text in cards:
+            documents[session_id].append(("card", None, text))
         for row in minis:
             documents[row["session_id"]].append(("mini", row["turn_id"], row["text"]))
         for row in turns:
@@ -333,8 +337,8 @@ class Search(Repository):
         return self._sessions(query, limit, since_ms, category, file, project, kinds=None)
 
     def summaries(self, query: str, *, limit: int = 10, category: str | None = None) -> list[SessionHit]:
-        """Sessions by their summary's document alone (`query_summaries`)."""
-        return self._sessions(query, limit, None, category, None, None, kinds=("summary",))
+        """Sessions by their accounts' documents alone, the summary's and the card's (`query_summaries`)."""
+        return self._sessions(query, limit, None, category, None, None, kinds=("summary", "card"))
 
     def turns(self, query: str, *, limit: int = 10, session_id: str | None = None) -> list[TurnHit]:
         """The turns that best match `query` (by their text or their mini summary), best first."""
@@ -414,10 +418,10 @@ class Search(Repository):
                     SELECT session_id, list({{'kind': kind, 'turn_id': turn_id, 'score': score}} ORDER BY rn) AS matches
                     FROM ranked WHERE rn <= {MATCHES} AND session_id IN (SELECT session_id FROM top) GROUP BY 1
                 )
-                SELECT top.session_id, top.total AS score, x.title, x.summary, x.category, s.first_activity_ms,
-                       s.last_activity_ms, x.source_tier AS tier, x.degraded, x.verdict, b.matches,
+                SELECT top.session_id, top.total AS score, a.title, a.summary, a.category, s.first_activity_ms,
+                       s.last_activity_ms, a.source_tier AS tier, a.degraded, a.verdict, b.matches,
                        coalesce(tl.turn_ids, []) AS turn_ids
-                FROM top JOIN sessions s USING (session_id) LEFT JOIN session_summaries x USING (session_id)
+                FROM top JOIN sessions s USING (session_id) LEFT JOIN session_accounts a USING (session_id)
                 JOIN best b USING (session_id) LEFT JOIN turn_lists tl USING (session_id)
                 ORDER BY round(top.total, 6) DESC, s.last_activity_ms DESC NULLS LAST, top.session_id""",
                 [*params, limit],
@@ -531,6 +535,12 @@ def _texts(con: duckdb.DuckDBPyConnection, wanted: list[tuple[str, str, str | No
     """The text each (kind, session id, turn id) document was indexed from, for its snippet."""
     out: dict = {}
     sessions = sorted({s for kind, s, _ in wanted if kind == "summary"})
+    cards = sorted({s for kind, s, _ in wanted if kind == "card"})
+    if cards:
+        for session_id, text in con.execute(
+            "SELECT session_id, text FROM session_cards WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [cards]
+        ).fetchall():
+            out[("card", session_id, None)] = text
     minis = sorted({t for kind, _, t in wanted if kind == "mini"})
     turns = sorted({t for kind, _, t in wanted if kind == "turn"})
     if sessions:

@@ -13,6 +13,7 @@ from digest.scheduling import COMPLETE_STEP, UPGRADE_COVERAGE, Candidate, failur
 from digest.synthesis import FALLBACK_CHARS, SessionSummary
 from digest.verdict import Verdict
 from resources.store.connection import Repository, now, record, records
+from resources.store.cards import refresh_cards
 from resources.store.fidelity import judge_stored, refresh_fidelity
 from resources.store.graph import write_summary_graphs
 from resources.store.summary_history import BY_IMPORT, close_requests, keep_replaced, keep_replaced_rows
@@ -277,6 +278,7 @@ class Summaries(Repository):
             )
             write_summary_graphs(con, [row])
             refresh_fidelity(con, [summary.session_id])
+            refresh_cards(con, [summary.session_id])  # an ok summary's title is its card's
             close_requests(
                 con, summary.session_id, run_id, previous,
                 record(con, "SELECT model, verdict, fidelity FROM session_summaries WHERE session_id = ?", [summary.session_id]),
