@@ -103,7 +103,10 @@ class SessionCard:
     @classmethod
     def from_json(cls, text: str) -> SessionCard:
         data = json.loads(text)
-        items = {k: [Item(**i) for i in data[k]] for k in ("asks", "edited", "created", "commands", "tests", "errors", "commits")}
+        items = {
+            k: [Item(**i) for i in data[k]]
+            for k in ("asks", "edited", "created", "commands", "tests", "errors", "commits")
+        }
         outcome = Item(**data["outcome"]) if data.get("outcome") else None
         return cls(**{**data, **items, "outcome": outcome})
 
@@ -112,7 +115,9 @@ class SessionCard:
     def line(self) -> str:
         """One line for an agent, at most `LINE_CHARS`: the title, then what happened, most telling first."""
         head = f"Asked: {self.title}" if self.title_source == "ask" else self.title
-        tail = f"{self.turn_count} turn{'s' if self.turn_count != 1 else ''}" + (f", {self.harness}" if self.harness else "")
+        tail = f"{self.turn_count} turn{'s' if self.turn_count != 1 else ''}" + (
+            f", {self.harness}" if self.harness else ""
+        )
         parts = [
             # In the order they are kept when the line is full.
             ("Outcome", [self.outcome] if self.outcome else [], 1, 80),
@@ -142,7 +147,9 @@ class SessionCard:
     def markdown(self) -> str:
         """The text as Markdown (the partition's metadata): the title a heading, a paragraph a line."""
         head, *rest = self.text().split("\n")
-        return f"### {head}\n\n" + "\n\n".join(line.replace("`", "'") for line in rest) + "\n\n*card: source tier facts*"
+        return (
+            f"### {head}\n\n" + "\n\n".join(line.replace("`", "'") for line in rest) + "\n\n*card: source tier facts*"
+        )
 
     def text(self) -> str:
         """The card for a person (`show`, the partition), at most `TEXT_CHARS`, each item with its turn."""
@@ -268,9 +275,7 @@ def _fact_items(facts: list[dict], turns_by_id: dict[str, CardTurn]) -> dict[str
     """The facts as card items by kind, in turn order, each once (a file by its path, a command by
     its line and status, an error by its text); a file created is not listed as edited too."""
     out: dict[str, dict[str, Item]] = {k: {} for k in ("edited", "created", "commands", "tests", "errors", "commits")}
-    ordered = sorted(
-        (f for f in facts if f["turn_id"] in turns_by_id), key=lambda f: turns_by_id[f["turn_id"]].index
-    )
+    ordered = sorted((f for f in facts if f["turn_id"] in turns_by_id), key=lambda f: turns_by_id[f["turn_id"]].index)
     for f in ordered:
         turn = turns_by_id[f["turn_id"]]
         kind, value, detail = f["kind"], f["value"].strip(), f.get("detail")

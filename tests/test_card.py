@@ -18,9 +18,7 @@ SESSION = {"session_id": "s1", "turn_count": 4, "harness": "aider", "project": "
 
 
 def turns(*prompts: str, last_reply: str = "") -> list[CardTurn]:
-    return [
-        CardTurn(f"t{n}", n, p, last_reply if n == len(prompts) else "") for n, p in enumerate(prompts, 1)
-    ]
+    return [CardTurn(f"t{n}", n, p, last_reply if n == len(prompts) else "") for n, p in enumerate(prompts, 1)]
 
 
 def fact(turn: int, kind: str, value: str, detail: str | None = None) -> dict:
@@ -102,12 +100,21 @@ def test_the_card_lists_what_happened_each_with_its_turn():
     assert [i.text for i in card.commands] == ["pytest -q → exit 1", "pytest -q → exit 0"]
     assert [(i.text, i.turn) for i in card.tests] == [("1 failed, 11 passed (failed)", 2), ("12 passed (passed)", 3)]
     assert [i.text for i in card.commits] == ["6bc7616 fix: ISO week parsing"]
-    assert (card.outcome.text, card.outcome.turn, card.outcome.turn_id) == ("All 12 tests pass now. The parser handles ISO weeks.", 4, "t4")
+    assert (card.outcome.text, card.outcome.turn, card.outcome.turn_id) == (
+        "All 12 tests pass now. The parser handles ISO weeks.",
+        4,
+        "t4",
+    )
     line = card.line()
-    assert line.startswith("Asked: Fix the failing date parser test. Edited: dates/parser.py. Created: tests/test_weeks.py")
+    assert line.startswith(
+        "Asked: Fix the failing date parser test. Edited: dates/parser.py. Created: tests/test_weeks.py"
+    )
     assert "Commits: 6bc7616 fix: ISO week parsing" in line and line.endswith("4 turns, aider.")
     text = card.text()
-    assert "Asked: Fix the failing date parser test [#1]" in text and "Outcome: All 12 tests pass now. The parser handles ISO weeks. [#4]" in text
+    assert (
+        "Asked: Fix the failing date parser test [#1]" in text
+        and "Outcome: All 12 tests pass now. The parser handles ISO weeks. [#4]" in text
+    )
     assert "/w/app (main) · 4 turns · aider" in text
     assert SessionCard.from_json(card.to_json()) == card
 
@@ -125,7 +132,7 @@ def test_a_session_that_ended_on_an_error_says_so():
 
 def test_the_outcome_is_the_last_reply_after_its_tool_calls():
     reply = (
-        "[tool Bash] {\"command\": \"npm test\"}\n[tool result] Tests: 3 passed\n  more output\n"
+        '[tool Bash] {"command": "npm test"}\n[tool result] Tests: 3 passed\n  more output\n'
         "Done: the navbar padding is 8px on mobile now. Anything else?"
     )
     card = build_card(SESSION, turns("fix the navbar padding", last_reply=reply), [])
@@ -203,7 +210,10 @@ def test_an_ingested_session_has_a_card_as_its_account_until_an_ok_summary(store
     ingest_paths([plain_session(tmp_path / "s.jsonl", "s1", TURNS)], store)
     card = store.cards.card("s1")
     assert card.title.startswith("The parse_week function in dates/parser.py returns week 1")
-    assert card.outcome.text == "All tests pass now: parse_week returns ISO week 53 for 2026-12-31." and card.outcome.turn == 2
+    assert (
+        card.outcome.text == "All tests pass now: parse_week returns ISO week 53 for 2026-12-31."
+        and card.outcome.turn == 2
+    )
     assert accounts(store) == [("s1", "card", card.title, "facts", True, False, "facts")]
     (revision,) = [s["input_revision"] for s in store.sessions.session_rows(["s1"])]
     # A junk summary (it names nothing of the session) leaves the card as the account.

@@ -13,8 +13,8 @@ import duckdb
 import pandas as pd
 
 from digest.manifest import FileState
-from resources.store.connection import Repository, now, upsert_sql
 from resources.store.cards import refresh_cards
+from resources.store.connection import Repository, now, upsert_sql
 from resources.store.facts import replace_turn_facts
 from resources.store.fidelity import replace_turn_terms
 from resources.store.sessions import derived_session_rows, upsert_sessions

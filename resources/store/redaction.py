@@ -20,8 +20,8 @@ import pandas as pd
 
 from digest.redact import PATTERNS, SUMMARY_TEXT_FIELDS, TURN_TEXT_FIELDS, redact_fields
 from digest.settings import setting_of
-from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
 from resources.store.cards import refresh_cards
+from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
 from resources.store.sessions import derived_session_rows, upsert_sessions
 
 BATCH_ROWS = 2000

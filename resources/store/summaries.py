@@ -12,8 +12,8 @@ import duckdb
 from digest.scheduling import COMPLETE_STEP, UPGRADE_COVERAGE, Candidate, failures_after
 from digest.synthesis import FALLBACK_CHARS, SessionSummary
 from digest.verdict import Verdict
-from resources.store.connection import Repository, now, record, records
 from resources.store.cards import refresh_cards
+from resources.store.connection import Repository, now, record, records
 from resources.store.fidelity import judge_stored, refresh_fidelity
 from resources.store.graph import write_summary_graphs
 from resources.store.summary_history import BY_IMPORT, close_requests, keep_replaced, keep_replaced_rows
