@@ -40,6 +40,12 @@ _BOILERPLATE = re.compile(
 _TAG = re.compile(r"</?[A-Za-z_][\w:.-]{0,40}(?:\s[^<>\n]{0,200})?/?>")
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _MARKDOWN = re.compile(r"^\s{0,3}(?:#{1,6}\s+|[-*+]\s+|>\s?|\d{1,3}[.)]\s+)")
+# A label a harness or a template puts before the words themselves (mini-SWE-agent's `THOUGHT:`).
+_LEAD_IN = re.compile(
+    r"^(?:please (?:solve|fix) (?:this|the following) (?:issue|problem)|here'?s the issue text|issue|task"
+    r"|thought|discussion|answer|response)\s?:\s*",
+    re.I,
+)
 _SLASH = re.compile(r"^/([A-Za-z][\w-]{0,30})\b\s*(.*)", re.S)
 _ASKING_COMMANDS = frozenset({"ask", "code", "architect", "chat", "agent"})
 _ACKNOWLEDGEMENT = re.compile(
@@ -141,8 +147,8 @@ class SessionCard:
                 pieces.append((label, piece))
                 used += len(piece) + 2
         ordered = [head, *(p for _, p in sorted(pieces, key=lambda p: _LINE_ORDER.index(p[0]))), tail]
-        # A cut piece ends in "…", which needs no full stop after it.
-        return "".join(p + (" " if p.endswith("…") else ". ") for p in ordered[:-1]) + tail + "."
+        # A piece that ends a sentence already (or was cut, "…") needs no full stop after it.
+        return "".join(p + (" " if p.endswith(("…", ".", "?", "!")) else ". ") for p in ordered[:-1]) + tail + "."
 
     def markdown(self) -> str:
         """The text as Markdown (the partition's metadata): the title a heading, a paragraph a line."""
@@ -221,7 +227,7 @@ def clean_prompt(prompt: str) -> str:
     text = _FENCE.sub(" ", _TAG.sub(" ", text))
     kept = []
     for line in text.splitlines():
-        line = _MARKDOWN.sub("", line).strip().strip("*_`").strip()
+        line = _LEAD_IN.sub("", _MARKDOWN.sub("", line).strip())
         if line and not _BOILERPLATE.match(line) and not _TOOL_LINE.match(line):
             kept.append(line)
     return " ".join(" ".join(kept).split())

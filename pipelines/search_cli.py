@@ -319,9 +319,10 @@ def render_session(console: Console, view: dict) -> None:
             ("covered turns", covered),
         ):  # fmt: skip
             console.print(Text.assemble((f"{name:>14}  ", "bold"), str(value)))
-    console.print()
-    facts = [(f["kind"], f["value"], f["detail"]) for f in view["facts"]]
-    console.print(Markdown(facts_markdown(facts)))
+    if not card:  # the card lists them, each with its turn
+        console.print()
+        facts = [(f["kind"], f["value"], f["detail"]) for f in view["facts"]]
+        console.print(Markdown(facts_markdown(facts)))
     if "turns" not in view:
         return
     page = view["turns"]

@@ -41,6 +41,7 @@ def fact(turn: int, kind: str, value: str, detail: str | None = None) -> dict:
             "TimeDelta serialization precision is lost",
         ),
         ("## Fix the **navbar** padding\n- on mobile", "Fix the **navbar** padding on mobile"),
+        ("Please solve this issue: `requests.get('http://')` raises IndexError", "`requests.get('http://')` raises IndexError"),
         ("<pr_description>\nAdd a --dry-run flag\n</pr_description>", "Add a --dry-run flag"),
     ],
 )

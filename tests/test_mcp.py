@@ -83,8 +83,17 @@ def test_the_tools_answer_through_the_sdk_client_and_errors_keep_it_serving(home
                 assert page["memories"][0]["id"] == "7c0e000b-1d2b-4f5a-8c3e-a1b2c3d4e5f6"
                 assert page["memories"][0]["toolsUsed"] == ["Edit"]
 
+                # Every session's account: the export's summary for one, a card for the other eleven.
                 error, listing = await call(session, "get_all_summaries")
-                assert not error and listing["total"] == 1 and listing["summaries"][0]["sessionId"] == SUMMARIZED
+                assert not error and listing["total"] == 12
+                accounts = {s["sessionId"]: s for s in listing["summaries"]}
+                assert (accounts[SUMMARIZED]["account"], accounts[SUMMARIZED]["sourceTier"]) == ("summary", "raw")
+                card = accounts[CODEX]
+                assert (card["account"], card["sourceTier"], card["navigationIndex"], card["origin"]) == (
+                    "card", "facts", True, "facts",
+                )  # fmt: skip
+                assert card["title"].startswith("Why does `make test` fail") and "ci.yml" in card["line"]
+                assert card["verdict"] is None and card["memoryCount"] == 2
                 error, listing = await call(session, "get_all_summaries", category="refactoring")
                 assert not error and (listing["count"], listing["total"]) == (0, 0)  # applied, unlike upstream
 
