@@ -17,8 +17,8 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
-# Bumped when a change here would write a different card for the same turns: stored cards are
-# rebuilt when their version is older.
+# Bumped when a change here would write a different card for the same turns, with a migration
+# that makes the stored cards again (`backfill_cards`).
 CARD_VERSION = 1
 SOURCE_TIER = "facts"
 LINE_CHARS = 300

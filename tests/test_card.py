@@ -249,9 +249,9 @@ def test_migration_16_makes_every_sessions_card(store, tmp_path):
     with store.file.transaction() as con:
         con.execute("DELETE FROM session_cards")
         con.execute("UPDATE schema_meta SET version = 15")
-    assert store.cards.outdated() == 1
+    assert accounts(store) == []
     store.file.migrate()
-    assert accounts(store) == before and store.cards.outdated() == 0
+    assert accounts(store) == before
     with store.file.connect() as con:
         assert con.execute("SELECT max(version) FROM schema_meta").fetchone() == (SCHEMA_VERSION,)
 

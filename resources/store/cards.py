@@ -97,15 +97,6 @@ class Cards(Repository):
             row = con.execute("SELECT card FROM session_cards WHERE session_id = ?", [session_id]).fetchone()
         return SessionCard.from_json(row[0]) if row else None
 
-    def outdated(self) -> int:
-        """Cards made by an older `CARD_VERSION`, and sessions with none."""
-        with self.file.connect() as con:
-            return con.execute(
-                """SELECT count(*) FROM sessions s LEFT JOIN session_cards c USING (session_id)
-                   WHERE c.session_id IS NULL OR c.card_version < ?""",
-                [CARD_VERSION],
-            ).fetchone()[0]
-
     def accounts(self, session_ids: list[str]) -> dict[str, dict]:
         """The accounts of these sessions (`session_accounts`), by session id."""
         with self.file.connect() as con:
