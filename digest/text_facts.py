@@ -39,11 +39,14 @@ TRACEBACK_LINES = 300  # read after a traceback's head for its exception line
 
 
 def capped(text: str, limit: int) -> str:
-    """The text, or its head and tail halves when longer than `limit`."""
+    """The text, or its head and tail halves when longer than `limit`, each cut at a line's end
+    where it has one (a cut line would read as another: `fatal: not a`)."""
     if len(text) <= limit:
         return text
     half = limit // 2
-    return text[:half] + "\n" + text[-half:]
+    head, tail = text[:half], text[-half:]
+    cut, start = head.rfind("\n"), tail.find("\n")
+    return (head[:cut] if cut > 0 else head) + "\n" + (tail[start + 1 :] if start >= 0 else tail)
 
 
 def hinted_lines(text: str, hint: re.Pattern) -> Iterator[tuple[int, str]]:
@@ -399,17 +402,18 @@ _FAILURE_LINE = re.compile(
     r"^(?:(?:error: )?gpg failed to sign the data|fatal: \S.{0,1000}"
     r"|#{0,2} ?\d{1,4} SEARCH/REPLACE blocks? failed to match!?|(?:#{1,3} )?SearchReplaceNoExactMatch: .{1,300}"
     r"|(?:The LLM )?did not conform to the edit format\.?|Failed to apply edit to \S.{0,300}"
-    r"|(?:The )?edit block failed to match.{0,200}|Model \S{1,200} has hit a token limit!)$"
+    r"|(?:The )?edit block failed to match.{0,200}|Model \S{1,200} has hit a token limit!"
+    r"|(?:Your )?[Cc]redit balance is too low.{0,300})$"
 )
 # Failures that a line holds after an error's prefix, or in an API's JSON error.
 _ERROR_PREFIX = r"(?:[\w.]{0,60}(?:Error|Exception)|API Error|error|npm ERR!|npm error|HTTP(?:/[\d.]{1,3})?)(?::|(?= \d{3}\b))"
 _FAILURE_IN_LINE = re.compile(
-    r"(?i:(?:your )?credit balance is too low)"
-    r"|rate_limit_error|Rate limit reached for |\bmodel [\"'\\]{1,2}[^\"'\s\\]{1,100}[\"'\\]{1,2} not found"
+    r"\"Your credit balance is too low|Rate limit reached for \S{1,100} in organization"
+    r"|rate_limit_error|\bmodel [\"'\\]{1,2}[^\"'\s\\]{1,100}[\"'\\]{1,2} not found"
     r"|maximum context length is \d{1,9} tokens|context_length_exceeded|prompt is too long: \d{1,9} tokens"
 )
 _FAILURE_AFTER_PREFIX = re.compile(
-    rf"^{_ERROR_PREFIX}.{{0,80}}?(?:\b429\b|[Rr]ate.?[Ll]imit|RateLimit|Too Many Requests|[Cc]ontext length exceeded)"
+    rf"^{_ERROR_PREFIX}.{{0,80}}?(?:\b429\b|[Rr]ate.?[Ll]imit|RateLimit|Too Many Requests|[Cc]ontext length exceeded|credit balance is too low)"
 )
 _TRACEBACK = re.compile(r"^([ \t>]{0,40})Traceback \(most recent call last\):", re.M)
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(?:: ?(.*))?$")
@@ -451,7 +455,7 @@ def _failure(line: str) -> str | None:
     if match := _FAILURE_IN_LINE.search(line):
         if len(line) <= MAX_ERROR_CHARS:
             return line
-        message = line[match.start() : match.start() + MAX_ERROR_CHARS]
+        message = line[match.start() : match.start() + MAX_ERROR_CHARS].lstrip('"')
         return message.split('"', 1)[0].rstrip(" ,\\")
     return None
 

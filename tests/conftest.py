@@ -45,6 +45,7 @@ TIERS = {
     "test_reader_timestamps": "unit",
     "test_harness_fixture_sets": "unit",
     "test_facts": "unit",
+    "test_text_facts": "unit",
     "test_embeddings": "unit",
     "test_search": "unit",
     "test_redaction": "unit",
