@@ -242,7 +242,9 @@ def _specstory_facts(name: str, kind: str | None, region: list[str]) -> TextCall
         blocks = _blocks(region)
         command = next(((n, text) for n, (lang, text) in enumerate(blocks) if lang in _SHELL_LANGS), None)
         if command is None:
-            inline = next((line.strip()[1:-1] for line in region[1:8] if re.match(r"^`[^`]{1,1000}`$", line.strip())), None)
+            inline = next(
+                (line.strip()[1:-1] for line in region[1:8] if re.match(r"^`[^`]{1,1000}`$", line.strip())), None
+            )
             command = (-1, inline or (summary.group(2) if summary and summary.group(1) == "Run command" else None))
         outputs = [text for lang, text in blocks[command[0] + 1 :] if lang in _OUTPUT_LANGS]
         if not command[1] or not outputs:
@@ -265,7 +267,9 @@ def _specstory_facts(name: str, kind: str | None, region: list[str]) -> TextCall
     elif name in _SPECSTORY_READ or kind == "read":
         if summary and summary.group(1) == "Read file":
             call.files.append(("file-read", _unescaped(summary.group(2).strip())))
-        elif inline := next((line.strip() for line in region[1:8] if re.match(r"^`[^`\s]{1,1000}`$", line.strip())), None):
+        elif inline := next(
+            (line.strip() for line in region[1:8] if re.match(r"^`[^`\s]{1,1000}`$", line.strip())), None
+        ):
             call.files.append(("file-read", inline[1:-1]))
         elif match := next((m for line in region[1:8] if (m := _READ_FILE_LINE.match(line))), None):
             call.files.append(("file-read", match.group(1).strip()))
@@ -304,7 +308,11 @@ def _block(lines: list[str], i: int, end: int, lang: str) -> tuple[list[TextCall
         while k < len(lines) and not lines[k].strip():
             k += 1
         after = _FENCE.match(lines[k]) if k < len(lines) else None
-        if after and after.group(2).lower() in _OUTPUT_LANGS and not (after.group(2) == "console" and _has_prompt(lines, k)):
+        if (
+            after
+            and after.group(2).lower() in _OUTPUT_LANGS
+            and not (after.group(2) == "console" and _has_prompt(lines, k))
+        ):
             out_end = _fence_end(lines, k, after.group(1))
             output = lines[k + 1 : out_end][:OUTPUT_LINES]
             command = "\n".join(body).strip()
@@ -406,7 +414,9 @@ _FAILURE_LINE = re.compile(
     r"|(?:Your )?[Cc]redit balance is too low.{0,300})$"
 )
 # Failures that a line holds after an error's prefix, or in an API's JSON error.
-_ERROR_PREFIX = r"(?:[\w.]{0,60}(?:Error|Exception)|API Error|error|npm ERR!|npm error|HTTP(?:/[\d.]{1,3})?)(?::|(?= \d{3}\b))"
+_ERROR_PREFIX = (
+    r"(?:[\w.]{0,60}(?:Error|Exception)|API Error|error|npm ERR!|npm error|HTTP(?:/[\d.]{1,3})?)(?::|(?= \d{3}\b))"
+)
 _FAILURE_IN_LINE = re.compile(
     r"\"Your credit balance is too low|Rate limit reached for \S{1,100} in organization"
     r"|rate_limit_error|\bmodel [\"'\\]{1,2}[^\"'\s\\]{1,100}[\"'\\]{1,2} not found"
@@ -418,13 +428,19 @@ _FAILURE_AFTER_PREFIX = re.compile(
 _TRACEBACK = re.compile(r"^([ \t>]{0,40})Traceback \(most recent call last\):", re.M)
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200})(?:: ?(.*))?$")
 _EXCEPTION_ENDS = ("Error", "Exception", "Exit", "Interrupt", "Warning")
-_TALLY_PART = re.compile(r"(\d{1,7}) (failed|passed|errors?|skipped|xfailed|xpassed|warnings?|deselected|rerun|todo|pending)")
+_TALLY_PART = re.compile(
+    r"(\d{1,7}) (failed|passed|errors?|skipped|xfailed|xpassed|warnings?|deselected|rerun|todo|pending)"
+)
 _PYTEST = re.compile(r"^=+ ([^=\n]{1,200}) in \d{1,6}(?:\.\d{1,4})?s(?: \([^)\n]{1,20}\))? =+$")
-_PYTEST_QUIET = re.compile(r"^(\d{1,7} (?:failed|passed|errors?)[^=\n]{0,200}) in \d{1,6}(?:\.\d{1,4})?s(?: \([^)\n]{1,20}\))?$")
+_PYTEST_QUIET = re.compile(
+    r"^(\d{1,7} (?:failed|passed|errors?)[^=\n]{0,200}) in \d{1,6}(?:\.\d{1,4})?s(?: \([^)\n]{1,20}\))?$"
+)
 _JEST = re.compile(r"^Tests:\s{1,20}([^\n]{1,200}), \d{1,7} total$")
 _VITEST = re.compile(r"^Tests\s{1,20}([^()\n]{1,200}) \(\d{1,7}\)$")
 _CARGO = re.compile(r"^test result: (?:ok|FAILED)\. (\d{1,7}) passed; (\d{1,7}) failed;")
-_GO = re.compile(r"^(ok|FAIL)\s{1,10}[\w.@/-]{1,300}\s{1,10}(?:\d{1,6}(?:\.\d{1,4})?s|\(cached\)|\[(?:build|setup) failed\])")
+_GO = re.compile(
+    r"^(ok|FAIL)\s{1,10}[\w.@/-]{1,300}\s{1,10}(?:\d{1,6}(?:\.\d{1,4})?s|\(cached\)|\[(?:build|setup) failed\])"
+)
 _MOCHA = re.compile(r"^(\d{1,7}) passing \(\d{1,6}(?:ms|s|m)\)$")
 _MOCHA_FAILING = re.compile(r"^(\d{1,7}) failing$")
 _UNITTEST = re.compile(r"^Ran (\d{1,7}) tests? in \d{1,6}(?:\.\d{1,4})?s$")

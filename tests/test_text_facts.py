@@ -400,7 +400,7 @@ def test_a_console_block_with_output_is_a_run_with_its_status():
     text = (
         "I ran the suite:\n\n```console\n$ python -m unittest\n..E\n"
         "ERROR: test_parse (tests.test_cli.TestCli)\n----------------------------------------------------------------------\n"
-        "Traceback (most recent call last):\n  File \"/w/tests/test_cli.py\", line 9, in test_parse\n"
+        'Traceback (most recent call last):\n  File "/w/tests/test_cli.py", line 9, in test_parse\n'
         "    parse('x')\nKeyError: 'x'\n\n----------------------------------------------------------------------\n"
         "Ran 3 tests in 0.002s\n\nFAILED (errors=1)\nexit status 1\n"
         "$ go test ./...\nok  \tgithub.com/acme/tool/cli\t0.012s\nFAIL\tgithub.com/acme/tool/parse\t0.020s\n```\n"
@@ -425,7 +425,7 @@ def test_a_shell_block_is_a_run_only_when_its_output_follows():
 
 
 def test_a_prompt_line_in_prose_with_output_is_a_run():
-    text = "bash-$ python reproduce.py\nTraceback (most recent call last):\n  File \"reproduce.py\", line 3\nValueError: bad\n"
+    text = 'bash-$ python reproduce.py\nTraceback (most recent call last):\n  File "reproduce.py", line 3\nValueError: bad\n'
     assert facts(text) == {("command", "python reproduce.py", None), ("error", "ValueError: bad", "shell")}
     user_at_host = "dev@box:~/app$ make\nmake: *** [all] Error 2\nCommand failed with exit code 2\n"
     assert kinds(user_at_host, "command") == {("make", "exit 2")}
@@ -506,7 +506,10 @@ def test_exit_status_forms(output, status):
             "> ## SearchReplaceNoExactMatch: This SEARCH block failed to exactly match lines in app.py",
             "## SearchReplaceNoExactMatch: This SEARCH block failed to exactly match lines in app.py",
         ),
-        ("> Model ollama/qwen2.5-coder:7b has hit a token limit!", "Model ollama/qwen2.5-coder:7b has hit a token limit!"),
+        (
+            "> Model ollama/qwen2.5-coder:7b has hit a token limit!",
+            "Model ollama/qwen2.5-coder:7b has hit a token limit!",
+        ),
         (
             "Credit balance is too low · Add funds: https://console.anthropic.com/settings/billing",
             "Credit balance is too low · Add funds: https://console.anthropic.com/settings/billing",
@@ -559,13 +562,13 @@ def test_prose_about_failures_is_no_error(line):
 
 def test_tracebacks_end_in_their_exception_at_their_own_indentation():
     quoted = (
-        "The job log says:\n\n    Traceback (most recent call last):\n      File \"job.py\", line 3, in <module>\n"
+        'The job log says:\n\n    Traceback (most recent call last):\n      File "job.py", line 3, in <module>\n'
         "        run()\n    RuntimeError: worker died\n\nand then it stopped.\n"
     )
     chained = (
         "Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'id'\n\n"
         "During handling of the above exception, another exception occurred:\n\n"
-        "Traceback (most recent call last):\n  File \"a.py\", line 3\nLookupError\n"
+        'Traceback (most recent call last):\n  File "a.py", line 3\nLookupError\n'
     )
     assert kinds(quoted, "error") == {("RuntimeError: worker died", None)}
     assert kinds(chained, "error") == {("KeyError: 'id'", None), ("LookupError", None)}
@@ -578,14 +581,23 @@ def test_tracebacks_end_in_their_exception_at_their_own_indentation():
     ("output", "tally"),
     [
         ("==================== 3 failed, 10 passed in 1.20s ====================", ("3 failed, 10 passed", "failed")),
-        ("========= 1 failed, 2 passed, 1 error, 3 warnings in 0.31s (0:00:01) =========", ("1 failed, 1 error, 2 passed", "failed")),
+        (
+            "========= 1 failed, 2 passed, 1 error, 3 warnings in 0.31s (0:00:01) =========",
+            ("1 failed, 1 error, 2 passed", "failed"),
+        ),
         ("12 passed, 1 skipped in 0.08s", ("12 passed", "passed")),
         ("\x1b[32m===== 5 passed in 0.02s =====\x1b[0m", ("5 passed", "passed")),
         ("Tests:       1 failed, 1 skipped, 5 passed, 7 total", ("1 failed, 5 passed", "failed")),
         ("      Tests  2 failed | 9 passed (11)", ("2 failed, 9 passed", "failed")),
-        ("test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s", ("1 failed, 3 passed", "failed")),
+        (
+            "test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s",
+            ("1 failed, 3 passed", "failed"),
+        ),
         ("test result: ok. 7 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out", ("7 passed", "passed")),
-        ("ok  \tgithub.com/acme/x/api\t0.130s\nok  \tgithub.com/acme/x/db\t(cached)", ("2 passed (packages)", "passed")),
+        (
+            "ok  \tgithub.com/acme/x/api\t0.130s\nok  \tgithub.com/acme/x/db\t(cached)",
+            ("2 passed (packages)", "passed"),
+        ),
         ("  14 passing (52ms)\n  2 pending\n  1 failing\n\n  1) cart totals:", ("1 failed, 14 passed", "failed")),
         ("Ran 12 tests in 0.410s\n\nOK (skipped=2)", ("10 passed", "passed")),
         ("Ran 5 tests in 0.010s\n\nFAILED (failures=2, errors=1)", ("2 failed, 1 error, 2 passed", "failed")),
@@ -635,7 +647,7 @@ def test_a_200_kb_turn_is_read_in_bounded_time_and_finds_nothing_false():
             "```bash\n" * 2_000,  # blocks never closed
             "$ " + "5 " * 5_000,
             "Traceback (most recent call last):\n" * 300,
-            "<tool-use data-tool-name=\"" + "n" * 5_000,
+            '<tool-use data-tool-name="' + "n" * 5_000,
             "Tool use: **run_terminal_cmd**\n" * 1_000,
             "==== " + "1 failed, " * 2_000 + " in 1s ====",
             "Error:" + " " * 20_000 + "rate limit",
