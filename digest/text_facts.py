@@ -397,12 +397,13 @@ def exit_status(output: list[str], command: str | None) -> int | None:
 
 # --- failures, tracebacks and test tallies in any text --------------------------------------------
 
-_LINE_HINT = re.compile(
-    r"gpg|fatal: |SEARCH|SearchReplace|conform to the edit format|edit block|apply edit|token limit|[Cc]redit balance|429"
-    r"|[Rr]ate.?[Ll]imit|not found|context.length|context_length|prompt is too long"
-    r"|passed|failed|passing|test result:|Ran \d|^ok |^FAIL|Tests[: ]",
-    re.M,
-)
+# What a failure's or a tally's line holds, lowercased: only the lines with one are read (found by
+# `str.find`, much faster than one pattern of many alternatives).
+_LINE_WORDS = (
+    "fail", "pass", "limit", "429", "not found", "context length", "context_length", "prompt is too long",
+    "credit balance", "searchreplace", "conform to the edit format", "fatal: ", "ran ", "\nok ",
+)  # fmt: skip
+MAX_WORD_LINES = 2_000  # of one text, read for failures and tallies
 _QUOTED = re.compile(r"^(?:> ?|⎿\s{0,3}|E {2,12}){0,3}")
 _ANSI = re.compile(r"\x1b\[[0-9;]{0,20}m")
 # Failures written on a line of their own (aider's, git's).
@@ -451,24 +452,51 @@ def line_facts(text: str) -> Iterator[tuple[str, str, str | None]]:
     """(kind, value, detail) of the failures (`error`, no detail), traceback exceptions (`error`) and
     test tallies (`test`, detail `failed` or `passed`) a text holds."""
     go = [0, 0]
-    for start, raw in hinted_lines(text, _LINE_HINT):
-        line = _ANSI.sub("", raw).strip()
+    for start, raw in _word_lines(text):
+        line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).strip()
         line = line[_QUOTED.match(line).end() :].strip() if line[:1] in ">⎿E" else line
         if failure := _failure(line):
             yield "error", failure, None
-        elif tally := _tally(line, text, start):
+        elif line[:1] in _TALLY_STARTS and (tally := _tally(line, text, start)):
             yield "test", *tally
-        elif match := _GO.match(line):
+        elif line[:2] in ("ok", "FA") and (match := _GO.match(line)):
             go[match.group(1) == "ok"] += 1
     if go != [0, 0]:
         yield "test", _tally_value(go[0], 0, go[1]) + " (packages)", "failed" if go[0] else "passed"
-    yield from (("error", exception, None) for exception in traceback_exceptions(text))
+    if "Traceback (most recent call last):" in text:
+        yield from (("error", exception, None) for exception in traceback_exceptions(text))
+
+
+def _word_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(offset, line) of the lines of `text` that hold one of `_LINE_WORDS`, in order, each once."""
+    lowered = text.lower()
+    lowered = lowered if len(lowered) == len(text) else text  # a letter whose lower case is longer
+    starts = {0} if lowered.startswith("ok ") else set()
+    for word in _LINE_WORDS:
+        at = lowered.find(word)
+        while at >= 0 and len(starts) < MAX_WORD_LINES:
+            starts.add(lowered.rfind("\n", 0, at + (word[0] == "\n")) + 1)
+            end = lowered.find("\n", at + len(word))
+            at = lowered.find(word, end) if end >= 0 else -1
+    for start in sorted(starts):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield start, text[start : min(end, start + MAX_LINE_CHARS)].rstrip()
+
+
+_FAILURE_WORDS = ("gpg", "fatal: ", "search", "conform", "edit", "token limit", "credit balance")
+_FAILURE_AFTER_WORDS = ("429", "rate", "too many requests", "context length")
+_FAILURE_IN_WORDS = ('"your credit', "rate limit reached", "rate_limit_error", "not found", "context", "too long")
+_TALLY_STARTS = frozenset("=0123456789TtR")
 
 
 def _failure(line: str) -> str | None:
-    if _FAILURE_LINE.match(line) or _FAILURE_AFTER_PREFIX.match(line):
+    low = line.lower()
+    if (any(w in low for w in _FAILURE_WORDS) and _FAILURE_LINE.match(line)) or (
+        any(w in low for w in _FAILURE_AFTER_WORDS) and _FAILURE_AFTER_PREFIX.match(line)
+    ):
         return line[:MAX_ERROR_CHARS].rstrip()
-    if match := _FAILURE_IN_LINE.search(line):
+    if any(w in low for w in _FAILURE_IN_WORDS) and (match := _FAILURE_IN_LINE.search(line)):
         if len(line) <= MAX_ERROR_CHARS:
             return line
         message = line[match.start() : match.start() + MAX_ERROR_CHARS].lstrip('"')
