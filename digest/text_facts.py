@@ -92,6 +92,7 @@ _PROGRAMS = frozenset(
     "tar gh jest vitest tsc eslint prettier swift xcodebuild flutter dart mix elixir ./gradlew ./mvnw".split()
 )  # fmt: skip
 _CLAUDE_CALL = re.compile(r"^ {0,4}[⏺●] (Bash|Update|Write|Read|Edit|MultiEdit|NotebookEdit|Create)\((.*)$")
+_CALL_END = re.compile(r"\)(?:…| timeout: [\w.]{1,20})?$")  # `Bash(cmd) timeout: 30s`
 _CLAUDE_RESULT = re.compile(r"^ {0,4}⎿\s{0,3}(.*)$")
 _CLAUDE_ARG = re.compile(r'^(?:command|file_path|path|notebook_path) ?[:=] ?"(.*)"$')
 _CLAUDE_FILES = {"Update": "file-edit", "Edit": "file-edit", "MultiEdit": "file-edit", "NotebookEdit": "file-edit",
@@ -171,15 +172,15 @@ def text_calls(text: str) -> Iterator[TextCall]:
 def _claude_call(lines: list[str], i: int, tool: str, first: str) -> tuple[TextCall | None, int]:
     """`⏺ Bash(npm test)` and its `  ⎿  output` lines (a long call goes on in lines indented six)."""
     parts, j = [first], i + 1
-    while not parts[-1].endswith((")", ")…")) and j < len(lines) and len(parts) < MAX_CALL_LINES:
+    while not _CALL_END.search(parts[-1]) and j < len(lines) and len(parts) < MAX_CALL_LINES:
         if not lines[j].startswith("      "):
             return None, i + 1  # an unclosed call: not read
         parts.append(lines[j].strip())
         j += 1
-    if not parts[-1].endswith((")", ")…")):
+    if not (end := _CALL_END.search(parts[-1])):
         return None, j
     arg = "\n".join(parts)
-    arg = arg[:-2] if arg.endswith(")…") else arg[:-1]
+    arg = arg[: len(arg) - (len(parts[-1]) - end.start())]
     if quoted := _CLAUDE_ARG.match(arg):
         arg = quoted.group(1)
     output, j = _claude_output(lines, j)

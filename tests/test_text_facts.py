@@ -102,6 +102,19 @@ def test_claude_code_export_commands_statuses_files_and_errors():
     }
 
 
+def test_claude_code_export_call_with_a_timeout_and_an_older_result_connector():
+    text = (
+        "● Bash(python -m pytest tests/unit -q) timeout: 30s\n  ⎿  Error: Exit code 4\n"
+        "     ImportError while loading conftest '/w/tests/conftest.py'.\n\n"
+        "● Update(src/models/task.py)\n  ⎿  Error editing file\n\n"  # edited nothing
+        "⏺ Update(src/hands.ts)…\n⎿ Updated src/hands.ts with 2 additions and 1 removal\n"
+    )
+    assert facts(text) == {
+        ("command", "python -m pytest tests/unit -q", "exit 4"),
+        ("file-edit", "src/hands.ts", "Update"),
+    }
+
+
 def test_claude_code_export_calls_that_are_not_read():
     text = (
         "⏺ Update(backend/…/client.py)\n  ⎿  Added 2 lines\n\n"  # a path the display shortened
