@@ -109,7 +109,7 @@ _SPECSTORY_EDIT = frozenset({"edit_file", "search_replace", "code_edit", "Edit",
 _SPECSTORY_READ = frozenset({"read_file", "Read"})
 _CLAUDE_UPDATED = re.compile(r"The file (.{1,1000}?) has been (?:updated|overwritten)")
 _CLAUDE_CREATED = re.compile(r"File created successfully at: (.{1,1000})$")
-_CREATED_HUNK = re.compile(r"^@@ -0,0 \+1")
+_CREATED_HUNK = re.compile(r"^@@ -(0,0|1,1) \+1")
 _READ_FILE_LINE = re.compile(r"^Read file: (\S.{0,1000})$")
 
 
@@ -259,7 +259,7 @@ def _specstory_facts(name: str, kind: str | None, region: list[str]) -> TextCall
         if "made no changes" in text or "\nCancelled" in text:
             return None
         if summary and summary.group(1) == "Edit file":
-            created = any(_CREATED_HUNK.match(line) for line in region)
+            created = _created(region)
             call.files.append(("file-create" if created else "file-edit", _unescaped(summary.group(2).strip())))
         elif match := _CLAUDE_UPDATED.search(text):
             call.files.append(("file-edit", match.group(1)))
@@ -276,6 +276,14 @@ def _specstory_facts(name: str, kind: str | None, region: list[str]) -> TextCall
             call.files.append(("file-read", match.group(1).strip()))
     call.files = [(k, p) for k, p in call.files if _path_ok(p)]
     return call if call.files else None
+
+
+def _created(region: list[str]) -> bool:
+    """Whether an edit's diff writes a new file: its hunk starts at `-0,0`, or (Cursor's) replaces
+    the one empty line of an empty file (`@@ -1,1 +1,N @@` then `- `)."""
+    n = next((n for n, line in enumerate(region) if line.startswith("@@ ")), None)
+    hunk = _CREATED_HUNK.match(region[n]) if n is not None else None
+    return bool(hunk) and (hunk.group(1) == "0,0" or (n + 1 < len(region) and region[n + 1].strip() == "-"))
 
 
 def _blocks(region: list[str]) -> list[tuple[str, str]]:

@@ -201,6 +201,37 @@ Lines added: 3, lines removed: 1
 
 ---
 
+<tool-use data-tool-type="write" data-tool-name="write">
+
+<details><summary>Tool use: **write** • Edit file: src/money.ts</summary>
+
+**Chunk 1**
+Lines added: 2, lines removed: 1
+
+```diff
+@@ -1,1 +1,2 @@
+- 
++ export const cents = (n: number) =&gt; Math.round(n * 100);
++ export const euros = (c: number) =&gt; c / 100;
+```
+
+</details>
+
+</tool-use>
+
+---
+
+<tool-use data-tool-type="write" data-tool-name="delete_file">
+<details><summary>Tool use: **delete_file**</summary>
+
+Explanation: the old helper is not needed
+
+
+</details>
+</tool-use>
+
+---
+
 <tool-use data-tool-type="shell" data-tool-name="run_terminal_cmd">
 <details><summary>Tool use: **run_terminal_cmd** • Run command: cd /home/dev/shop &amp;&amp; npx vitest run</summary>
 
@@ -257,6 +288,7 @@ def test_specstory_cursor_layout_reads_files_and_runs_with_output():
         ("file-read", "/home/dev/shop/src/cart.ts", "read_file"),
         ("file-edit", "/home/dev/shop/src/cart.ts", "search_replace"),
         ("file-create", "src/qty.ts", "edit_file"),  # its hunk starts at -0,0
+        ("file-create", "src/money.ts", "write"),  # Cursor's: the one empty line of an empty file replaced
         ("command", "cd /home/dev/shop && npx vitest run", None),
         ("test", "1 failed, 4 passed", "failed"),
         # Not: the user's blocks, the thought quoting a tool use, the install with no output (the
