@@ -410,14 +410,14 @@ def exit_status(output: list[str], command: str | None) -> int | None:
 # `str.find`, much faster than one pattern of many alternatives).
 _LINE_WORDS = (
     "fail", "pass", "limit", "429", "not found", "context length", "context_length", "prompt is too long",
-    "credit balance", "searchreplace", "conform to the edit format", "fatal: ", "ran ", "\nok ",
+    "credit balance", "searchreplace", "conform to the edit format", "fatal: ", "unable to commit", "ran ", "\nok ",
 )  # fmt: skip
 MAX_WORD_LINES = 2_000  # of one text, read for failures and tallies
 _QUOTED = re.compile(r"^(?:> ?|⎿\s{0,3}|E {2,12}){0,3}")
 _ANSI = re.compile(r"\x1b\[[0-9;]{0,20}m")
 # Failures written on a line of their own (aider's, git's).
 _FAILURE_LINE = re.compile(
-    r"^(?:(?:error: )?gpg failed to sign the data|fatal: \S.{0,1000}"
+    r"^(?:(?:error: )?gpg failed to sign the data|fatal: \S.{0,1000}|Unable to commit: \S.{0,300}"
     r"|#{0,2} ?\d{1,4} SEARCH/REPLACE blocks? failed to match!?|(?:#{1,3} )?SearchReplaceNoExactMatch: .{1,300}"
     r"|(?:The LLM )?did not conform to the edit format\.?|Failed to apply edit to \S.{0,300}"
     r"|(?:The )?edit block failed to match.{0,200}|Model \S{1,200} has hit a token limit!"
@@ -464,6 +464,7 @@ def line_facts(text: str) -> Iterator[tuple[str, str, str | None]]:
     for start, raw in _word_lines(text):
         line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).strip()
         line = line[_QUOTED.match(line).end() :].strip() if line[:1] in ">⎿E" else line
+        line = line[9:] if line.startswith(("stderr: '", "stdout: '")) else line  # GitPython's, in aider's lines
         if failure := _failure(line):
             yield "error", failure, None
         elif line[:1] in _TALLY_STARTS and (tally := _tally(line, text, start)):
@@ -493,7 +494,7 @@ def _word_lines(text: str) -> Iterator[tuple[int, str]]:
         yield start, text[start : min(end, start + MAX_LINE_CHARS)].rstrip()
 
 
-_FAILURE_WORDS = ("gpg", "fatal: ", "search", "conform", "edit", "token limit", "credit balance")
+_FAILURE_WORDS = ("gpg", "fatal: ", "unable to commit", "search", "conform", "edit", "token limit", "credit balance")
 _FAILURE_AFTER_WORDS = ("429", "rate", "too many requests", "context length")
 _FAILURE_IN_WORDS = ('"your credit', "rate limit reached", "rate_limit_error", "not found", "context", "too long")
 _TALLY_STARTS = frozenset("=0123456789TtR")
@@ -504,7 +505,8 @@ def _failure(line: str) -> str | None:
     if (any(w in low for w in _FAILURE_WORDS) and _FAILURE_LINE.match(line)) or (
         any(w in low for w in _FAILURE_AFTER_WORDS) and _FAILURE_AFTER_PREFIX.match(line)
     ):
-        return line[:MAX_ERROR_CHARS].rstrip()
+        value = line[:MAX_ERROR_CHARS].rstrip()
+        return value[:-1] if value.endswith("'") and value.count("'") % 2 else value  # a quoted stderr's end
     if any(w in low for w in _FAILURE_IN_WORDS) and (match := _FAILURE_IN_LINE.search(line)):
         if len(line) <= MAX_ERROR_CHARS:
             return line

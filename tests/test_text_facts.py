@@ -590,6 +590,22 @@ def test_failure_lines_are_errors_as_logged(line, error):
     assert error in {v for k, v, _ in facts(line) if k == "error"}  # in prose too
 
 
+def test_aiders_failed_commit_as_it_writes_it():
+    history = (
+        "> Applied edit to src/bare.cpp  \n"
+        "> Unable to commit: Cmd('git') failed due to: exit code(128)  \n"
+        "> cmdline: git commit -m fix: Bank switching in the emulator --no-verify -- /home/dev/bare/src/bare.cpp  \n"
+        "> stderr: 'error: gpg failed to sign the data  \n"
+        "> fatal: failed to write commit object'  \n"
+    )
+    assert kinds(history, "error") == {
+        ("Unable to commit: Cmd('git') failed due to: exit code(128)", None),
+        ("error: gpg failed to sign the data", None),
+        ("fatal: failed to write commit object", None),
+    }
+    assert kinds(history, "file-edit") == {("src/bare.cpp", "aider")}
+
+
 @pytest.mark.parametrize(
     "line",
     [
