@@ -421,7 +421,8 @@ _FAILURE_LINE = re.compile(
     r"|#{0,2} ?\d{1,4} SEARCH/REPLACE blocks? failed to match!?|(?:#{1,3} )?SearchReplaceNoExactMatch: .{1,300}"
     r"|(?:The LLM )?did not conform to the edit format\.?|Failed to apply edit to \S.{0,300}"
     r"|(?:The )?edit block failed to match.{0,200}|Model \S{1,200} has hit a token limit!"
-    r"|(?:Your )?[Cc]redit balance is too low.{0,300})$"
+    r"|(?:Your )?[Cc]redit balance is too low.{0,300}|Claude AI usage limit reached.{0,200}"
+    r"|You'?ve hit your (?:\w{1,20} ){0,2}limit.{0,200})$"
 )
 # Failures that a line holds after an error's prefix, or in an API's JSON error.
 _ERROR_PREFIX = (
@@ -494,7 +495,9 @@ def _word_lines(text: str) -> Iterator[tuple[int, str]]:
         yield start, text[start : min(end, start + MAX_LINE_CHARS)].rstrip()
 
 
-_FAILURE_WORDS = ("gpg", "fatal: ", "unable to commit", "search", "conform", "edit", "token limit", "credit balance")
+_FAILURE_WORDS = (
+    "gpg", "fatal: ", "unable to commit", "search", "conform", "edit", "limit", "credit balance",
+)  # fmt: skip
 _FAILURE_AFTER_WORDS = ("429", "rate", "too many requests", "context length")
 _FAILURE_IN_WORDS = ('"your credit', "rate limit reached", "rate_limit_error", "not found", "context", "too long")
 _TALLY_STARTS = frozenset("=0123456789TtR")

@@ -560,6 +560,11 @@ def test_exit_status_forms(output, status):
             "Credit balance is too low · Add funds: https://console.anthropic.com/settings/billing",
         ),
         ("  ⎿  API Error: 429 Too Many Requests", "API Error: 429 Too Many Requests"),
+        ("Claude AI usage limit reached|1764000000", "Claude AI usage limit reached|1764000000"),
+        (
+            "You've hit your session limit · resets 7:20am (Europe/Paris)",
+            "You've hit your session limit · resets 7:20am (Europe/Paris)",
+        ),
         ("HTTP/1.1 429 Too Many Requests", "HTTP/1.1 429 Too Many Requests"),
         ("Error: Rate limit exceeded, retry in 20s", "Error: Rate limit exceeded, retry in 20s"),
         (
@@ -615,6 +620,7 @@ def test_aiders_failed_commit_as_it_writes_it():
         "Error handling for rate limits: add backoff.",
         "The model not found page is at /404.",
         "Keep the context length in mind.",
+        "If you've hit your limit, wait.",
     ],
 )
 def test_prose_about_failures_is_no_error(line):
