@@ -44,7 +44,7 @@ MAX_VALUE_CHARS = 500
 class Fact:
     kind: str  # one of KINDS
     value: str  # the path, the command line, the error text, the hash, the reference
-    detail: str | None = None  # the tool; a command's `exit N`; a commit's subject
+    detail: str | None = None  # the tool; a command's `exit N`; a commit's subject; a tally's outcome
 
 
 # --- the turn's text as tool calls, outputs and prose ---------------------------------------------
@@ -563,8 +563,8 @@ def turn_fact_rows(rows: Iterable[dict]) -> list[dict]:
 
 def facts_markdown(facts: Iterable[tuple[str, str, str | None]], top: int = 10) -> str:
     """A session's facts, in turn order, as a short Markdown list: the files edited or created, the
-    commands with their exit status, the errors (the first `top` of each, each once; a command's
-    last status stands), then the counts of what else there is."""
+    commands with their exit status, the errors, the test tallies (the first `top` of each, each
+    once; a command's last status stands), then the counts of what else there is."""
     by_kind: dict[str, dict[str, str | None]] = {kind: {} for kind in KINDS}
     for kind, value, detail in facts:
         if kind in by_kind:
