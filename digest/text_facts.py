@@ -422,12 +422,16 @@ _FAILURE_LINE = re.compile(
     r"|(?:The LLM )?did not conform to the edit format\.?|Failed to apply edit to \S.{0,300}"
     r"|(?:The )?edit block failed to match.{0,200}|Model \S{1,200} has hit a token limit!"
     r"|(?:Your )?[Cc]redit balance is too low.{0,300}|Claude AI usage limit reached.{0,200}"
+    r"|This model's maximum context length is \d{1,9} tokens.{0,300}"
     r"|You'?ve hit your (?:\w{1,20} ){0,2}limit.{0,200})$"
 )
 # Failures that a line holds after an error's prefix, or in an API's JSON error.
 _ERROR_PREFIX = (
     r"(?:[\w.]{0,60}(?:Error|Exception)|API Error|error|npm ERR!|npm error|HTTP(?:/[\d.]{1,3})?)(?::|(?= \d{3}\b))"
 )
+# Failures in an error's line (`litellm.RateLimitError: …`, `Error: model 'x' not found`, `API Error: 400
+# {…}`) or a JSON error line: a line of code or prose that names `rate_limit_error` is none.
+_ERROR_START = re.compile(r"^(?:\{|[\w.]{0,60}(?:Error|Exception)\b|API Error|[Ee]rror:|npm ERR!|npm error|HTTP)")
 _FAILURE_IN_LINE = re.compile(
     r"\"Your credit balance is too low|Rate limit reached for \S{1,100} in organization"
     r"|rate_limit_error|\bmodel [\"'\\]{1,2}[^\"'\s\\]{1,100}[\"'\\]{1,2} not found"
@@ -496,7 +500,7 @@ def _word_lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 _FAILURE_WORDS = (
-    "gpg", "fatal: ", "unable to commit", "search", "conform", "edit", "limit", "credit balance",
+    "gpg", "fatal: ", "unable to commit", "search", "conform", "edit", "limit", "credit balance", "context length",
 )  # fmt: skip
 _FAILURE_AFTER_WORDS = ("429", "rate", "too many requests", "context length")
 _FAILURE_IN_WORDS = ('"your credit', "rate limit reached", "rate_limit_error", "not found", "context", "too long")
@@ -510,7 +514,8 @@ def _failure(line: str) -> str | None:
     ):
         value = line[:MAX_ERROR_CHARS].rstrip()
         return value[:-1] if value.endswith("'") and value.count("'") % 2 else value  # a quoted stderr's end
-    if any(w in low for w in _FAILURE_IN_WORDS) and (match := _FAILURE_IN_LINE.search(line)):
+    in_words = any(w in low for w in _FAILURE_IN_WORDS)
+    if in_words and _ERROR_START.match(line) and (match := _FAILURE_IN_LINE.search(line)):
         if len(line) <= MAX_ERROR_CHARS:
             return line
         message = line[match.start() : match.start() + MAX_ERROR_CHARS].lstrip('"')

@@ -624,6 +624,9 @@ def test_aiders_failed_commit_as_it_writes_it():
         "The model not found page is at /404.",
         "Keep the context length in mind.",
         "If you've hit your limit, wait.",
+        "    if err.type == 'rate_limit_error':",  # code that handles them
+        'if e.code == "context_length_exceeded": shrink()',
+        "+        raise ModelMissing(f\"model '{name}' not found\")",
     ],
 )
 def test_prose_about_failures_is_no_error(line):
