@@ -102,6 +102,7 @@ _TOOL_USE_TAG = re.compile(r'^<tool-use\b[^>\n]{0,400}?data-tool-name="([^"\n]{1
 _TOOL_TYPE = re.compile(r'data-tool-type="([\w-]{1,40})"')
 _TOOL_USE_LINE = re.compile(r"^(?:<details>\s{0,4})?(?:<summary>)?Tool use: \*\*([\w.:-]{1,80})\*\*")
 _SUMMARY = re.compile(r"(Run command|Edit file|Read file): (.{1,1000}?)(?:</summary>)?$")
+_RETURNCODE = re.compile(r"^<returncode>(-?\d{1,5})</returncode>$")  # mini-SWE-agent's observation
 _HTML_ENTITY = re.compile(r"&(?:amp|lt|gt|quot|#39|#96);")
 _SPECSTORY_SHELL = frozenset({"run_terminal_cmd", "Bash", "bash", "command", "shell", "run_command", "terminal"})
 _SPECSTORY_EDIT = frozenset({"edit_file", "search_replace", "code_edit", "Edit", "MultiEdit", "Write", "write",
@@ -307,7 +308,8 @@ def _unescaped(text: str) -> str:
 
 def _block(lines: list[str], i: int, end: int, lang: str) -> tuple[list[TextCall], int]:
     """The runs a fenced block shows: a console transcript's commands with their output, or a shell
-    block's script when an output block follows it; code shown is none."""
+    block's script when an output block (or mini-SWE-agent's `<returncode>`) follows it; code shown
+    is none."""
     body = lines[i + 1 : end]
     first = next((line for line in body if line.strip()), "")
     if lang in _CONSOLE_LANGS or (lang in _SHELL_LANGS and _PROMPT.match(first)):
@@ -317,6 +319,12 @@ def _block(lines: list[str], i: int, end: int, lang: str) -> tuple[list[TextCall
         while k < len(lines) and not lines[k].strip():
             k += 1
         after = _FENCE.match(lines[k]) if k < len(lines) else None
+        if k < len(lines) and (code := _RETURNCODE.match(lines[k])) and "\n".join(body).strip():
+            out_end = next((n for n in range(k + 1, min(len(lines), k + OUTPUT_LINES)) if lines[n] == "</output>"), k)
+            output = [line for line in lines[k + 1 : out_end] if line != "<output>"]
+            call = TextCall("shell", command="\n".join(body).strip(), output="\n".join(output))
+            call.status = int(code.group(1))
+            return [call], out_end + 1
         if (
             after
             and after.group(2).lower() in _OUTPUT_LANGS

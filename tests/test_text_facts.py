@@ -472,6 +472,18 @@ def test_a_shell_block_is_a_run_only_when_its_output_follows():
     assert facts(dollar_lines) == {("command", "cargo test", None), ("test", "1 failed, 3 passed", "failed")}
 
 
+def test_a_mini_swe_agent_step_pasted_as_text():
+    text = (
+        "THOUGHT: Let me reproduce the error first.\n\n```bash\npython repro.py\n```\n\n"
+        '<returncode>1</returncode>\n<output>\nTraceback (most recent call last):\n  File "repro.py", line 2\n'
+        "IndexError: string index out of range\n$ git status\nok\n</output>\n"
+    )
+    assert facts(text) == {
+        ("command", "python repro.py", "exit 1"),
+        ("error", "IndexError: string index out of range", "shell"),
+    }
+
+
 def test_a_prompt_line_in_prose_with_output_is_a_run():
     text = 'bash-$ python reproduce.py\nTraceback (most recent call last):\n  File "reproduce.py", line 3\nValueError: bad\n'
     assert facts(text) == {("command", "python reproduce.py", None), ("error", "ValueError: bad", "shell")}
