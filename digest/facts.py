@@ -1,11 +1,14 @@
 """Facts a coding-agent user searches by, read from a stored turn with no model call: the files it
 read, edited and created, the commands it ran (with their exit status where the log records it),
-the errors it met, the commits it made or looked at, and the issues and pull requests it names.
+the errors it met, the tallies of its test runs, the commits it made or looked at, and the issues
+and pull requests it names.
 
 Every harness reader writes a turn's tool calls into its response as lines `[tool Name] arguments`
 and their outputs as `[tool result] …`, `[output] …` or `[subagent tool result] …`
 (`digest.readers.common.PendingTurn`); a call and its output are paired in order (the readers keep
-no call ids). What each harness's log lets us recover, and what not: docs/ingest.md.
+no call ids). A log that holds its tool calls only as text (Claude Code's `/export`, SpecStory,
+console transcripts) is read by `digest.text_facts`, for every harness's prose. What each
+harness's log lets us recover, and what not: docs/ingest.md.
 
 The work per turn is bounded: the text read is capped (`MAX_TEXT_CHARS`, and each output's head and
 tail, `OUTPUT_WINDOW`), a line is read to `MAX_LINE_CHARS`, the patterns are anchored with bounded
@@ -22,13 +25,15 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-KINDS = ("file-read", "file-edit", "file-create", "command", "error", "commit", "issue", "pr")
+from digest.text_facts import MAX_LINE_CHARS, TEXT_WINDOW, hinted_lines, line_facts, text_calls
+from digest.text_facts import capped as _capped
+
+KINDS = ("file-read", "file-edit", "file-create", "command", "error", "commit", "issue", "pr", "test")
 FILE_KINDS = ("file-read", "file-edit", "file-create")
 
 MAX_TEXT_CHARS = 4_000_000  # of a turn's prompt and response: the head and tail halves beyond
 OUTPUT_WINDOW = 8_000  # of one tool output, head and tail: where exit codes, errors and commits are
 PROSE_WINDOW = 32_000  # of the text between tool calls
-MAX_LINE_CHARS = 1_000
 MAX_ARGS_CHARS = 512_000  # a tool call's arguments parsed as JSON (a Write's content can be large)
 MAX_SCRIPT_LINES = 50  # of one shell command, read for the files it reads or edits
 MAX_FACTS = 200
@@ -39,7 +44,7 @@ MAX_VALUE_CHARS = 500
 class Fact:
     kind: str  # one of KINDS
     value: str  # the path, the command line, the error text, the hash, the reference
-    detail: str | None = None  # the tool; a command's `exit N`; a commit's subject
+    detail: str | None = None  # the tool; a command's `exit N`; a commit's subject; a tally's outcome
 
 
 # --- the turn's text as tool calls, outputs and prose ---------------------------------------------
@@ -53,14 +58,6 @@ class _Segment:
     label: str  # "prose", "tool", an output label, "system"
     text: str
     name: str | None = None  # a tool's name
-
-
-def _capped(text: str, limit: int) -> str:
-    """The text, or its head and tail halves when longer than `limit`."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return text[:half] + "\n" + text[-half:]
 
 
 def _segments(response: str) -> Iterator[_Segment]:
@@ -122,21 +119,9 @@ _EXIT_HEAD = re.compile(
 _EXIT_JSON = re.compile(r"\"exit_code\"\s?:\s?(-?\d{1,5})")
 
 
-def _hinted_lines(text: str, hint: re.Pattern) -> Iterator[str]:
-    """The lines of `text` that hold a match of `hint`, each once, to `MAX_LINE_CHARS`."""
-    end = -1
-    for match in hint.finditer(text):
-        if match.start() <= end:
-            continue
-        start = text.rfind("\n", 0, match.start()) + 1
-        end = text.find("\n", match.end())
-        end = len(text) if end < 0 else end
-        yield text[start : min(end, start + MAX_LINE_CHARS)].rstrip()
-
-
 def _errors(text: str) -> Iterator[str]:
     npm = 0
-    for raw in _hinted_lines(text, _ERROR_HINT):
+    for _, raw in hinted_lines(text, _ERROR_HINT):
         line = raw[_QUOTE.match(raw).end() :] if raw[:1] in ">E" else raw
         if not line or line[0].isspace():
             continue
@@ -435,6 +420,8 @@ class _Facts:
             self.add("commit", commit, subject)
         for kind, reference in _references(text):
             self.add(kind, reference, tool)
+        for kind, value, outcome in line_facts(text):  # failures, tracebacks, test tallies
+            self.add(kind, value, outcome or tool)
 
 
 def extract_facts(prompt: str | None, response: str | None, agent: str | None = None) -> list[Fact]:
@@ -466,6 +453,7 @@ def extract_facts(prompt: str | None, response: str | None, agent: str | None = 
             _output_facts(facts, call, segment.text)
         else:  # prose (the agent's text, aider's own lines), a system notice
             text = _capped(segment.text, PROSE_WINDOW)
+            _text_call_facts(facts, _capped(segment.text, TEXT_WINDOW))  # first: their tools' names stay
             facts.scan(text, None)
             _aider_files(facts, text)
             if agent == "mini-swe-agent":
@@ -477,6 +465,19 @@ def extract_facts(prompt: str | None, response: str | None, agent: str | None = 
     for call in pending:  # calls with no output in the log
         _output_facts(facts, call, "")
     return list(facts.found.values())
+
+
+def _text_call_facts(facts: _Facts, prose: str) -> None:
+    """The tool calls prose holds as text (`digest.text_facts`); a command already found with a
+    status is not added again without one."""
+    for call in text_calls(prose):
+        for kind, path in [*call.files, *(_shell_files(call.command) if call.command else [])]:
+            facts.add(kind, _unquoted(path), call.tool)
+        status = None if call.status is None else f"exit {call.status}"
+        known = call.command and any(k[:2] == ("command", call.command.strip()[:MAX_VALUE_CHARS]) for k in facts.found)
+        if call.command and (status or not known):
+            facts.add("command", call.command, status)
+        facts.scan(_capped(call.output, OUTPUT_WINDOW), call.tool)
 
 
 def _gh_references(text: str) -> Iterator[tuple[str, str]]:
@@ -562,8 +563,8 @@ def turn_fact_rows(rows: Iterable[dict]) -> list[dict]:
 
 def facts_markdown(facts: Iterable[tuple[str, str, str | None]], top: int = 10) -> str:
     """A session's facts, in turn order, as a short Markdown list: the files edited or created, the
-    commands with their exit status, the errors (the first `top` of each, each once; a command's
-    last status stands), then the counts of what else there is."""
+    commands with their exit status, the errors, the test tallies (the first `top` of each, each
+    once; a command's last status stands), then the counts of what else there is."""
     by_kind: dict[str, dict[str, str | None]] = {kind: {} for kind in KINDS}
     for kind, value, detail in facts:
         if kind in by_kind:
@@ -575,6 +576,7 @@ def facts_markdown(facts: Iterable[tuple[str, str, str | None]], top: int = 10) 
         ("Files edited or created", [f"`{_code(v)}` ({how})" for v, how in files.items()]),
         ("Commands", [f"`{_code(v)}`" + (f" → {d}" if d else "") for v, d in by_kind["command"].items()]),
         ("Errors", [f"`{_code(v)}`" for v in by_kind["error"]]),
+        ("Tests", list(by_kind["test"])),
     ):
         if items:
             more = f"\n- … and {len(items) - top} more" if len(items) > top else ""

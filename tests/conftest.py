@@ -46,6 +46,7 @@ TIERS = {
     "test_harness_fixture_sets": "unit",
     "test_facts": "unit",
     "test_card": "unit",
+    "test_text_facts": "unit",
     "test_embeddings": "unit",
     "test_search": "unit",
     "test_redaction": "unit",

@@ -58,6 +58,7 @@ def test_claude_code_sample_files_commands_and_issue():
         ("file-edit", "/home/dev/webapp/server.py", "Edit"),
         # A successful Bash result carries no exit code in Claude Code's log.
         ("command", "python -m pytest tests/test_server.py -q", None),
+        ("test", "1200 passed", "passed"),  # its summary line
     }
     assert facts_of(second) == {("file-edit", "/home/dev/webapp/README.md", "Edit")}
 
@@ -77,6 +78,7 @@ def test_aider_sample_edits_commits_run_and_failure():
         ("commit", "4e1f2a9", "feat: Add --verbose flag to cli.py"),
         ("command", "python -m pytest -q tests/test_cli.py", None),
         ("error", "FAILED tests/test_cli.py::test_verbose - AssertionError: assert 'WARNING' == 'DEBUG'", "run"),
+        ("test", "1 failed, 4 passed", "failed"),
     }
     assert ("commit", "9b3c7d0", "fix: Force logging config so --verbose takes effect") in facts_of(turns[1])
     assert facts_of(turns[2]) == set()  # a question answered, nothing run
