@@ -36,6 +36,7 @@ HARNESS = {  # sources.json's format → the harness its sessions are stratified
     "specstory": "cursor-specstory",
     "claude-code-transcript-md": "claude-code",
     "claude-code-export-text": "claude-code",
+    "claude-code-jsonl": "claude-code",
     "swe-agent": "swe-agent",
     "mini-swe-agent": "mini-swe-agent",
 }
