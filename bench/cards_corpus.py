@@ -1,9 +1,14 @@
-"""The session-card corpus's conversions: the formats the project does not read, turned into the
-plain JSONL turn format (docs/ingest.md, `digest/readers/plain.py`), one file a session.
+"""The session-card corpus (bench/data/cards/README.md): the conversion of the formats the project
+does not read into the plain JSONL turn format (docs/ingest.md, `digest/readers/plain.py`), one
+file a session, and the corpus's manifest with its split.
 
-Run: PYTHONPATH=. python bench/cards_corpus.py
+Run:
+    PYTHONPATH=. python bench/cards_corpus.py              # raw/ → plain/ (rewritten whole)
+    PYTHONPATH=. python bench/cards_corpus.py --check      # plain/ is what raw/ converts to? (writes nothing)
+    DIGEST_HOME=/tmp/blind-home session-digest ingest bench/data/cards/raw bench/data/cards/plain
+    DIGEST_HOME=/tmp/blind-home PYTHONPATH=. python bench/cards_corpus.py --manifest
 
-It reads `bench/data/cards/raw/` and rewrites `bench/data/cards/plain/` whole:
+The conversion reads `bench/data/cards/raw/` and writes `bench/data/cards/plain/`:
 
 - `raw/specstory/<repo>/*.md`: SpecStory histories (Cursor / VS Code chats saved by the SpecStory
   extension): `_**User**_` and `_**Assistant**_` / `_**Agent (...)**_` sections;
@@ -22,15 +27,28 @@ in progress, as the project's Claude Code reader does with the same events.
 A user message with no reply before the next one (or the end) keeps an empty response and carries
 its prompt as `document` (the plain format requires a response or a document).
 
-The harness-native files beside them (`raw/aider`, `raw/swe-agent`, `raw/mini-swe-agent`) are read
-by the project's own readers and are not converted.
+The harness-native files beside them (`raw/aider`, `raw/claude-code`, `raw/swe-agent`,
+`raw/mini-swe-agent`) are read by the project's own readers and are not converted.
+
+`--manifest` reads `sources.json` (each raw file's repository, path and commit) and the store's
+`turns` and `rejects` tables (read-only) and writes `manifest.json`: each session's source,
+harness, language, turns and bytes, and its split. The split is mechanical, made before any card or
+summary exists: the sessions of each harness, in the order of their ids, are shuffled by one
+`random.Random(40)` (harnesses in name order), and each harness gives `tune` its share of TUNE
+sessions (largest remainders); the rest is `blind`.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import random
 import re
 import shutil
+import statistics
+import sys
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -259,23 +277,214 @@ def repo_of(folder: str) -> str:
     return folder.replace("__", "/", 1)
 
 
-def main() -> None:
-    if PLAIN.exists():
-        shutil.rmtree(PLAIN)
-    PLAIN.mkdir(parents=True)
-    total_files = total_turns = 0
+# --- the manifest -------------------------------------------------------------------------------
+
+SEED = 40
+TUNE = 20
+HARNESS = {  # sources.json's format → the harness its sessions are stratified by
+    "aider": "aider",
+    "specstory": "cursor-specstory",
+    "claude-code-transcript-md": "claude-code",
+    "claude-code-export-text": "claude-code",
+    "claude-code-jsonl": "claude-code",
+    "swe-agent": "swe-agent",
+    "mini-swe-agent": "mini-swe-agent",
+}
+
+
+def text_language(text: str) -> str:
+    """One text's language: a script's share of its letters, then common words for the
+    Latin-script languages (English when nothing else shows)."""
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)  # code is not language
+    letters = len(re.findall(r"[^\W\d_]", text)) or 1
+    share = lambda pattern: len(re.findall(pattern, text)) / letters  # noqa: E731
+    if share(r"[\u3040-\u30ff]") > 0.05:
+        return "ja"
+    if share(r"[\u4e00-\u9fff]") > 0.1:
+        return "zh"
+    if share(r"[\u0400-\u04ff]") > 0.2:
+        return "uk" if re.search(r"[їієґЇІЄҐ]", text) and not re.search(r"[ыэъЫЭЪ]", text) else "ru"
+    words = Counter(re.findall(r"[a-záéíóúãõçěščřžýůťďň]+", text.lower()))
+    scores = {
+        "cs": sum(
+            words[w] for w in ("je", "se", "na", "že", "jsem", "jak", "pro", "také", "není", "bude", "když", "aby")
+        ),
+        "es": sum(words[w] for w in ("que", "el", "los", "las", "para", "una", "por", "con", "del", "es", "quiero")),
+        "pt": sum(words[w] for w in ("que", "não", "para", "uma", "com", "os", "do", "da", "você", "é", "isso")),
+        "id": sum(words[w] for w in ("yang", "dan", "di", "ini", "saya", "untuk", "dengan", "ada", "coba", "apakah")),
+        "en": sum(words[w] for w in ("the", "and", "to", "is", "of", "in", "that", "it", "for", "this", "please")),
+    }
+    best = max(scores, key=scores.get)
+    return best if scores[best] > scores["en"] else "en"
+
+
+def language(prompts: list[str], responses: str) -> str:
+    """The language a session is mostly held in: its prompts' vote, each prompt judged by its first
+    400 characters (a pasted log or code after them does not count); the replies when the prompts
+    have too few letters to tell."""
+    votes = Counter(text_language(p[:400]) for p in prompts if len(re.findall(r"[^\W\d_]", p[:400])) >= 12)
+    if not votes:
+        return text_language(responses)
+    top = votes.most_common()
+    if len(top) > 1 and top[0][1] == top[1][1] and "en" in (top[0][0], top[1][0]):
+        return next(lang for lang, _ in top[:2] if lang != "en")  # a tie: the other language
+    return top[0][0]
+
+
+def aider_session_bytes(path: Path) -> dict[str, int]:
+    """An aider history's sessions' bytes, by their start (the digits its session ids begin with)."""
+    out = {}
+    for part in re.split(rb"(?m)^(?=# aider chat started at )", path.read_bytes())[1:]:
+        start = re.match(rb"# aider chat started at (.*)", part)[1].decode()
+        out[re.sub(r"\D", "", start)] = len(part)
+    return out
+
+
+def write_manifest() -> None:
+    """`manifest.json` from the store of an ingest of the corpus (opened read-only)."""
+    import duckdb  # the project's; only this step needs it
+
+    home = Path(os.environ.get("DIGEST_HOME", "/tmp/blind-home"))
+    con = duckdb.connect(str(home / "digest.duckdb"), read_only=True)
+    sources = {s["raw"]: s for s in json.loads((CARDS / "sources.json").read_text())}
+    rows = con.execute(
+        "SELECT session_id, source_file, count(*), list(prompt ORDER BY id),"
+        " string_agg(left(response, 4000), '\n' ORDER BY id), min(agent), min(model)"
+        " FROM turns GROUP BY session_id, source_file ORDER BY session_id"
+    ).fetchall()
+    rejects = con.execute("SELECT source_file, line_no, reason FROM rejects ORDER BY 1, 2").fetchall()
+    sessions = []
+    for session_id, source_file, turns, prompts, responses, agent, model in rows:
+        file = Path(source_file).resolve().relative_to(CARDS)
+        if file.parts[0] == "plain":  # a conversion: its source is the raw file it was made from
+            kind, owner, name, stem = file.stem.split("__", 3)
+            raw = f"raw/{kind}/{owner}__{name}/{stem}.md"
+        else:
+            raw = str(file)
+        source = sources[raw]
+        entry = {
+            "session_id": session_id,
+            "file": str(file),
+            "raw": raw,
+            "repo": source["repo"],
+            "path": source["path"],
+            "commit": source["commit"],
+            "harness": HARNESS[source["format"]],
+            "format": source["format"],
+            "agent": agent,
+            "model": model,
+            "language": language([p or "" for p in prompts], responses or ""),
+            "turns": turns,
+            "bytes": (CARDS / file).stat().st_size,
+        }
+        if source["format"] == "aider":
+            entry["bytes"] = aider_session_bytes(CARDS / file).get(session_id.split("-")[1], entry["bytes"])
+        for key in ("redacted_by_hand", "upstream_resolved", "upstream_resolved_from", "kept_sessions"):
+            if key in source:
+                entry[key] = source[key]
+        sessions.append(entry)
+
+    by_harness = defaultdict(list)
+    for entry in sessions:
+        by_harness[entry["harness"]].append(entry)
+    rng = random.Random(SEED)
+    shuffled = {}
+    for harness in sorted(by_harness):
+        order = sorted(by_harness[harness], key=lambda e: e["session_id"])
+        rng.shuffle(order)
+        shuffled[harness] = order
+    quota = {h: TUNE * len(v) / len(sessions) for h, v in shuffled.items()}
+    counts = {h: int(q) for h, q in quota.items()}
+    for h in sorted(quota, key=lambda h: (-(quota[h] - counts[h]), h))[: TUNE - sum(counts.values())]:
+        counts[h] += 1
+    for harness, order in shuffled.items():
+        for i, entry in enumerate(order):
+            entry["split"] = "tune" if i < counts[harness] else "blind"
+
+    turns = sorted(e["turns"] for e in sessions)
+    manifest = {
+        "description": "Real agent work sessions from public repositories, for measuring session cards blind (README.md).",
+        "ingest": "DIGEST_HOME=/tmp/blind-home session-digest ingest bench/data/cards/raw bench/data/cards/plain",
+        "built_by": "DIGEST_HOME=/tmp/blind-home PYTHONPATH=. python bench/cards_corpus.py --manifest",
+        "split": {"seed": SEED, "stratified_by": "harness", "tune_target": TUNE, "tune_per_harness": counts},
+        "splits": {s: sorted(e["session_id"] for e in sessions if e["split"] == s) for s in ("tune", "blind")},
+        "figures": {
+            "sessions": len(sessions),
+            "files": len({e["file"] for e in sessions}),
+            "repositories": len({e["repo"] for e in sessions}),
+            "per_harness": dict(sorted(Counter(e["harness"] for e in sessions).items())),
+            "per_language": dict(Counter(e["language"] for e in sessions).most_common()),
+            "turns": {
+                "total": sum(turns),
+                "median": statistics.median(turns),
+                "p90": turns[min(len(turns) - 1, int(0.9 * len(turns)))],
+                "max": turns[-1],
+            },
+            "bytes": {
+                "sessions_total": sum(e["bytes"] for e in sessions),
+                "folder_total": sum(p.stat().st_size for p in CARDS.rglob("*") if p.is_file()),
+            },
+            "rejects": len(rejects),
+        },
+        "rejects": [{"file": str(Path(f).resolve().relative_to(CARDS)), "line": n, "reason": r} for f, n, r in rejects],
+        "sessions": sorted(sessions, key=lambda e: (e["harness"], e["repo"], e["file"], e["session_id"])),
+    }
+    (CARDS / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+    json.dump(manifest["figures"] | {"split": manifest["split"]}, sys.stdout, indent=1)
+    print()
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def convert_all(out: Path) -> tuple[int, int]:
+    """Every raw source the project does not read, as plain JSONL files in `out`."""
+    files = turns = 0
     for kind, convert in CONVERTERS.items():
         for path in sorted((RAW / kind).glob("*/*.md")):
             repo = repo_of(path.parent.name)
-            session_id, turns, meta = convert(path, repo)
-            out = PLAIN / f"{kind}__{path.parent.name}__{path.stem}.jsonl"
-            written = write_session(out, session_id, turns, project=repo, **meta)
+            session_id, session_turns, meta = convert(path, repo)
+            target = out / f"{kind}__{path.parent.name}__{path.stem}.jsonl"
+            written = write_session(target, session_id, session_turns, project=repo, **meta)
             if written:
-                total_files += 1
-                total_turns += written
+                files += 1
+                turns += written
             else:
                 print(f"no turns: {path.relative_to(RAW)}")
-    print(f"{total_files} sessions, {total_turns} turns written to {PLAIN.relative_to(ROOT)}")
+    return files, turns
+
+
+def check() -> bool:
+    """Whether `plain/` is what the conversion of `raw/` makes now (nothing written)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files, turns = convert_all(Path(tmp))
+        made = {p.name: p.read_bytes() for p in Path(tmp).iterdir()}
+    kept = {p.name: p.read_bytes() for p in PLAIN.glob("*.jsonl")}
+    print(f"{files} sessions, {turns} turns converted")
+    differ = sorted(name for name in made.keys() | kept.keys() if made.get(name) != kept.get(name))
+    for name in differ:
+        print(f"differs: plain/{name}")
+    print("plain/ matches raw/" if not differ else f"plain/ does not match raw/: {len(differ)} files")
+    return not differ
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare plain/ with a fresh conversion; write nothing")
+    parser.add_argument("--manifest", action="store_true", help="write manifest.json from the ingest's store")
+    args = parser.parse_args()
+    if args.check:
+        sys.exit(0 if check() else 1)
+    if args.manifest:
+        write_manifest()
+        return
+    if PLAIN.exists():
+        shutil.rmtree(PLAIN)
+    PLAIN.mkdir(parents=True)
+    files, turns = convert_all(PLAIN)
+    print(f"{files} sessions, {turns} turns written to {PLAIN.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
