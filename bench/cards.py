@@ -36,13 +36,10 @@ LABEL_VALUES = ("useful", "partly", "junk")
 TURN_CHARS = 1_500
 
 
-def manifest() -> list[dict]:
-    return json.loads((CORPUS / "manifest.json").read_text(encoding="utf-8"))["files"]
-
-
 def split_sessions(split: str) -> dict[str, dict]:
-    """The sessions of a split, each with its file's entry (harness, language, source)."""
-    return {sid: entry for entry in manifest() if entry["split"] == split for sid in entry["sessions"]}
+    """The sessions of a split, each with its manifest entry (harness, language, source)."""
+    sessions = json.loads((CORPUS / "manifest.json").read_text(encoding="utf-8"))["sessions"]
+    return {s["session_id"]: s for s in sessions if s["split"] == split}
 
 
 def build(store_dir: Path) -> tuple[DigestStore, float]:
@@ -62,7 +59,8 @@ def turns_markdown(store: DigestStore, session_id: str) -> str:
         for name in ("prompt", "response"):
             text = (t[name] or "").strip()
             cut = text[:TURN_CHARS] + (f" …[{len(text) - TURN_CHARS:,} more characters]" if len(text) > TURN_CHARS else "")
-            parts.append(f"**#{n} {name}**\n\n```\n{cut.replace('```', "'''")}\n```")
+            fenced = cut.replace("```", "ˋˋˋ")  # a fence inside the text would end the sheet's
+            parts.append(f"**#{n} {name}**\n\n```\n{fenced}\n```")
     return "\n\n".join(parts)
 
 
@@ -75,7 +73,7 @@ def write_sheet(out: Path, split: str) -> None:
         for sid, entry in sorted(sessions.items()):
             card = store.cards.card(sid)
             if card is None:
-                print(f"no card for {sid} ({entry['path']}): not ingested?", file=sys.stderr)
+                print(f"no card for {sid} ({entry['file']}): not ingested?", file=sys.stderr)
                 continue
             page = out / f"{len(rows) + 1:03d}.md"
             page.write_text(

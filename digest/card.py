@@ -31,7 +31,8 @@ LISTED = 6  # items of each kind listed on the text (the line lists fewer)
 
 # Lines a harness or its prompt template writes around the real ask.
 _BOILERPLATE = re.compile(
-    r"^(?:we'?re currently solving the following issue|here'?s the issue text|issue:?$|instructions:?$"
+    r"^(?:we'?re currently solving the following|here'?s the issue text|issue:?$|instructions:?$"
+    r"|@agent continue|\^c again to exit|\^c keyboardinterrupt"
     r"|i'?ve uploaded a (?:python )?code repository|consider the following (?:pr|issue) description"
     r"|can you help me implement the necessary changes|caveat: the messages below were generated"
     r"|<uploaded_files>|you are a helpful|you are an? (?:ai|autonomous|expert)\b)",
@@ -57,7 +58,19 @@ _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n")
 _WORD = re.compile(r"\w{3,}", re.U)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 # Tool-call marks of the readers (`digest.facts`) and of Claude Code's exported text.
-_TOOL_LINE = re.compile(r"^\s*(?:\[(?:tool [^\]]{1,100}|tool result|output|subagent tool result|system)\]|⎿|⏺ \w+\()")
+_TOOL_LINE = re.compile(
+    r"^\s*(?:\[(?:tool [^\]]{1,100}|tool result|output|subagent tool result|system|command|exit)\]|⎿|[⏺●] \w+\()"
+)
+# A line of bold headings only (an editor's planning notes), and a bracketed mode label.
+_HEADINGS = re.compile(r"^(?:\*\*[^*]{1,120}\*\*\s*)+$")
+_MODE_LABEL = re.compile(r"^\[[A-Z][A-Z :_-]{2,30}\]\s*")
+# A diff as a reply (an agent's submission): its files.
+_DIFF_FILE = re.compile(r"^diff --git a/(\S{1,300}) b/", re.M)
+# What code and tool output look like, as against a sentence.
+_CODE_START = re.compile(
+    r"^(?:[\s{}\[\]();=<>#$|/\\@*+-]|\"\"\"|\'\'\'|(?:def|class|for|if|else|elif|return|import|from|const|let|var|function|public|private|index|diff)\b)"
+)
+_CODE_SIGNS = re.compile(r"[{}]|;$|\s=\s|\w=\w|\w\.\w+\(|\w\([\"'\w]|'\w+',|\"\"\"|:$")
 # Errors a session can end on that say why it stopped.
 _ENDING = re.compile(
     r"rate.?limit|too many requests|\b429\b|credit balance|quota|token limit|context (?:length|window)"
@@ -132,7 +145,7 @@ class SessionCard:
             ("Tests", self.tests[-1:], 1, 60),
             ("Errors", self.errors, 1, 90),
             ("Commits", self.commits, 1, 80),
-            ("Ran", _failed_first(self.commands), 1, 70),
+            ("Ran", self.commands, 1, 70),
         ]
         budget = LINE_CHARS - len(tail) - 2
         head = _cut(head, 100).rstrip(".")
@@ -191,11 +204,6 @@ class SessionCard:
 _LINE_ORDER = ["Edited", "Created", "Ran", "Tests", "Errors", "Commits", "Outcome"]
 
 
-def _failed_first(commands: list[Item]) -> list[Item]:
-    failed = [c for c in commands if re.search(r"→ exit [1-9]", c.text)]
-    return failed + [c for c in commands if c not in failed]
-
-
 def _short(text: str, label: str) -> str:
     """A path by its last two parts on the line; anything else as it is."""
     if label in ("Edited", "Created"):
@@ -216,9 +224,10 @@ def _cut(text: str, limit: int) -> str:
 # --- the ask --------------------------------------------------------------------------------------
 
 
-def clean_prompt(prompt: str) -> str:
+def clean_prompt(prompt: str, keep_lines: bool = False) -> str:
     """A prompt as a person typed it: without code blocks, tags, harness boilerplate and markdown marks;
-    a slash command that asks (`/ask …`, `/code …`) keeps its question, any other leaves nothing."""
+    a slash command that asks (`/ask …`, `/code …`) keeps its question, any other leaves nothing.
+    `keep_lines`: one line of text a line kept, else one line in all."""
     text = (prompt or "").strip()
     if match := _SLASH.match(text):
         if match.group(1).lower() not in _ASKING_COMMANDS:
@@ -227,9 +236,11 @@ def clean_prompt(prompt: str) -> str:
     text = _FENCE.sub(" ", _TAG.sub(" ", text))
     kept = []
     for line in text.splitlines():
-        line = _LEAD_IN.sub("", _MARKDOWN.sub("", line).strip())
-        if line and not _BOILERPLATE.match(line) and not _TOOL_LINE.match(line):
+        line = _MODE_LABEL.sub("", _LEAD_IN.sub("", _MARKDOWN.sub("", line).strip()))
+        if line and not _BOILERPLATE.match(line) and not _TOOL_LINE.match(line) and not _HEADINGS.match(line):
             kept.append(line)
+    if keep_lines:
+        return "\n".join(" ".join(line.split()) for line in kept)
     return " ".join(" ".join(kept).split())
 
 
@@ -240,7 +251,7 @@ def gist(text: str, limit: int = GIST_CHARS) -> str:
         return ""
     out = sentences[0]
     for sentence in sentences[1:]:
-        if len(out) >= 40:
+        if len(out) + len(_CJK.findall(out)) >= 40:  # a CJK character says about as much as two letters
             break
         out = f"{out} {sentence}"
     return _cut(out, limit)
@@ -295,8 +306,7 @@ def _fact_items(facts: list[dict], turns_by_id: dict[str, CardTurn]) -> dict[str
             out["commands"].pop(text, None)  # the last run of the same command stands, in its place
             out["commands"][text] = Item(text, turn.index, turn.id)
         elif kind == "test":
-            text = f"{value} ({detail})" if detail else value
-            out["tests"][f"{turn.index}:{text}"] = Item(text, turn.index, turn.id)
+            out["tests"][f"{turn.index}:{value}"] = Item(value, turn.index, turn.id)
         elif kind == "error":
             out["errors"].setdefault(_cut(value, 160), Item(_cut(value, 160), turn.index, turn.id))
         elif kind == "commit":
@@ -304,25 +314,54 @@ def _fact_items(facts: list[dict], turns_by_id: dict[str, CardTurn]) -> dict[str
             out["commits"].setdefault(value[:7], Item(_cut(text, 100), turn.index, turn.id))
     items = {k: list(v.values()) for k, v in out.items()}
     items["tests"] = _test_story(items["tests"])
+    items["commands"].sort(key=_telling)
     return items
+
+
+def _telling(command: Item) -> int:
+    """A command's place on the card: the failed first, then what builds, tests and changes, then
+    what only looks around (`ls`, `grep`, `sed -n`), each in turn order."""
+    if re.search(r"→ exit [1-9]", command.text):
+        return 0
+    programs = {part.split()[0] for part in re.split(r"&&|\|\||;|\|", command.text) if part.split()}
+    return 2 if programs <= _LOOKING else 1
+
+
+_LOOKING = frozenset(
+    {"ls", "cat", "grep", "rg", "find", "sed", "nl", "head", "tail", "pwd", "cd", "echo", "wc", "tree", "less", "file"}
+)
 
 
 def _test_story(runs: list[Item]) -> list[Item]:
     """The test runs as failed → passed: the first failing tally and the last tally, when they differ."""
     if len(runs) <= 1:
         return runs
-    failed = next((r for r in runs if "fail" in r.text.lower()), None)
+    failed = next((r for r in runs if "failed" in r.text or "error" in r.text), None)
     return [failed, runs[-1]] if failed is not None and failed is not runs[-1] else [runs[-1]]
 
 
 # --- how it ended ---------------------------------------------------------------------------------
 
 
-def _last_reply(response: str) -> str:
-    """The last prose of a response: the text after its last tool call and output."""
+def _prose(sentence: str) -> bool:
+    """A sentence, not code or tool output: three words or more (or four CJK characters), hardly any
+    of code's punctuation, and more letters than anything else."""
+    if _CODE_START.match(sentence) or not (len(sentence.split()) >= 3 or len(_CJK.findall(sentence)) >= 4):
+        return False
+    if _CODE_SIGNS.search(sentence):
+        return False
+    code = sum(c in "[]()<>|\\$" for c in sentence)
+    letters = sum(c.isalpha() for c in sentence)
+    return code <= 2 + 0.02 * len(sentence) and letters >= 0.5 * len(sentence)
+
+
+def _last_reply(response: str, cut: bool) -> str:
+    """The last prose of a response: the text after its last tool call and output (`cut`: the
+    response's head was cut off, so its first line may be a part of one)."""
+    lines = response.splitlines()[1:] if cut else response.splitlines()
     blocks, current = [], []
     in_tool = False
-    for line in response.splitlines():
+    for line in lines:
         if _TOOL_LINE.match(line):
             if current:
                 blocks.append(current)
@@ -335,9 +374,14 @@ def _last_reply(response: str) -> str:
     if current:
         blocks.append(current)
     for block in reversed(blocks):
-        text = clean_prompt("\n".join(block))
-        if text:
-            return text
+        text = clean_prompt("\n".join(block), keep_lines=True)
+        # From its first sentence that reads as one (a reply may open with code or a file listing).
+        at = 0
+        for sentence in _SENTENCE_END.split(text):
+            start = text.find(sentence, at)
+            at = start + len(sentence)
+            if sentence and _prose(sentence.strip()):
+                return " ".join(text[start:].split())
     return ""
 
 
@@ -350,7 +394,12 @@ def outcome(turns: list[CardTurn], errors: list[Item], commands: list[Item]) -> 
     for error in reversed(errors):
         if error.turn == last.index and _ENDING.search(error.text):
             return Item(f"ended on: {error.text}", error.turn, error.turn_id)
-    reply = _last_reply(last.response_tail)
+    tail = last.response_tail
+    diffs = list(_DIFF_FILE.finditer(tail))
+    if diffs and not _last_reply(tail[diffs[-1].start() :], cut=False):  # it ends on the diff
+        listed = ", ".join(dict.fromkeys(d.group(1) for d in diffs))
+        return Item(_cut(f"submitted a diff of {listed}", 160), last.index, last.id)
+    reply = _last_reply(tail, cut=len(tail) >= REPLY_CHARS)
     if reply:
         return Item(gist(reply, 160), last.index, last.id)
     ran = [c for c in commands if c.turn == last.index]
@@ -374,7 +423,9 @@ def build_card(
     if summary_title:
         title, source = _cut(summary_title, GIST_CHARS), "summary"
     elif found:
-        title, source = found[0].text, "ask"
+        # A greeting ("hi") says nothing: the first ask that does is the title.
+        title = next((a.text for a in found if len(a.text.split()) >= 3 or len(_CJK.findall(a.text)) >= 4), None)
+        title, source = title or found[0].text, "ask"
     else:
         title, source = "(no prompt in its turns)", "none"
     return SessionCard(

@@ -41,7 +41,10 @@ def fact(turn: int, kind: str, value: str, detail: str | None = None) -> dict:
             "TimeDelta serialization precision is lost",
         ),
         ("## Fix the **navbar** padding\n- on mobile", "Fix the **navbar** padding on mobile"),
-        ("Please solve this issue: `requests.get('http://')` raises IndexError", "`requests.get('http://')` raises IndexError"),
+        (
+            "Please solve this issue: `requests.get('http://')` raises IndexError",
+            "`requests.get('http://')` raises IndexError",
+        ),
         ("<pr_description>\nAdd a --dry-run flag\n</pr_description>", "Add a --dry-run flag"),
     ],
 )
@@ -99,7 +102,7 @@ def test_the_card_lists_what_happened_each_with_its_turn():
     assert [(i.text, i.turn) for i in card.edited] == [("src/dates/parser.py", 1)]
     assert [(i.text, i.turn) for i in card.created] == [("tests/test_weeks.py", 1)]
     assert [i.text for i in card.commands] == ["pytest -q → exit 1", "pytest -q → exit 0"]
-    assert [(i.text, i.turn) for i in card.tests] == [("1 failed, 11 passed (failed)", 2), ("12 passed (passed)", 3)]
+    assert [(i.text, i.turn) for i in card.tests] == [("1 failed, 11 passed", 2), ("12 passed", 3)]
     assert [i.text for i in card.commits] == ["6bc7616 fix: ISO week parsing"]
     assert (card.outcome.text, card.outcome.turn, card.outcome.turn_id) == (
         "All 12 tests pass now. The parser handles ISO weeks.",
@@ -267,3 +270,21 @@ def test_a_restore_makes_the_cards_again(store, tmp_path):
         con.execute("DELETE FROM session_cards")
     store.archive.restore_archive(bundle, "replace")
     assert store.cards.card("s1") == before
+
+
+@pytest.mark.parametrize(
+    ("reply", "outcome"),
+    [
+        # Code or a listing before the words: the first sentence that reads as one.
+        ("{ itemNameText.text = item.ItemName; }\nif (x != null) { y(); }\nThe port UI now shows prices.", "The port UI now shows prices."),
+        ('"""Verificar la señal"""\nt = np.linspace(-2, 2, 100)\nLos tests pasan ahora.', "Los tests pasan ahora."),
+        ("'BitsAllocated', 'Rows', 'Columns'\nAdded the check; 3 tests pass.", "Added the check; 3 tests pass."),
+        # A session that ends on its diff (an agent's submission) says which files it changed.
+        ("[exit]\ndiff --git a/pkg/core.py b/pkg/core.py\nindex 1..2 100644\n--- a/pkg/core.py\n+++ b/pkg/core.py", "submitted a diff of pkg/core.py"),
+        # A head cut off mid-line is not read.
+        ("x" * 3990 + "ing, still half a line.\nFixed the loader.", "Fixed the loader."),
+    ],
+)  # fmt: skip
+def test_the_outcome_is_the_first_sentence_that_reads_as_one(reply, outcome):
+    card = build_card(SESSION, turns("fix the loader", last_reply=reply), [])
+    assert card.outcome.text == outcome
