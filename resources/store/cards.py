@@ -10,14 +10,14 @@ import pandas as pd
 
 from digest.card import CARD_VERSION, PROMPT_CHARS, REPLY_CHARS, SOURCE_TIER, CardTurn, SessionCard, build_card
 from digest.turns import id_sort_key
-from resources.store.connection import Repository, now, records
+from resources.store.connection import Repository, records
 
 # Sessions whose cards are made per batch when every card is made again (a migration).
 BATCH_SESSIONS = 200
 _IDS = "(SELECT unnest(?::VARCHAR[]))"
 COLUMNS = [
     "session_id", "input_revision", "title", "title_source", "line", "text", "card", "source_tier", "degraded",
-    "raw_canonical", "summary_at", "card_version", "built_at",
+    "raw_canonical", "summary_at", "card_version",
 ]  # fmt: skip
 
 
@@ -57,7 +57,6 @@ def refresh_cards(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> int
     ):
         facts[row["session_id"]].append(row)
     con.execute(f"DELETE FROM session_cards WHERE session_id IN {_IDS}", [ids])
-    built = now()
     rows = []
     for session in sessions:
         sid = session["session_id"]
@@ -69,7 +68,7 @@ def refresh_cards(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> int
         rows.append(
             [
                 sid, session["input_revision"], card.title, card.title_source, card.line(), card.text(),
-                card.to_json(), SOURCE_TIER, True, False, session["summary_at"], CARD_VERSION, built,
+                card.to_json(), SOURCE_TIER, True, False, session["summary_at"], CARD_VERSION,
             ]
         )  # fmt: skip
     if rows:

@@ -484,7 +484,6 @@ CREATE TABLE IF NOT EXISTS session_cards (
     degraded BOOLEAN NOT NULL,        -- true: a navigation summary
     raw_canonical BOOLEAN NOT NULL,   -- false
     summary_at TIMESTAMPTZ,           -- the ok summary its title came from
-    card_version INTEGER NOT NULL,
-    built_at TIMESTAMPTZ NOT NULL
+    card_version INTEGER NOT NULL
 );
 

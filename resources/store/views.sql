@@ -9,6 +9,6 @@ FROM session_summaries x LEFT JOIN session_cards c USING (session_id)
 WHERE x.verdict = 'ok'
 UNION ALL
 SELECT c.session_id, 'card', c.title, c.text, c.line, NULL, []::VARCHAR[], NULL, NULL, NULL, NULL, s.turn_count,
-       c.source_tier, c.degraded, c.raw_canonical, 'facts', NULL, NULL, c.built_at
+       c.source_tier, c.degraded, c.raw_canonical, 'facts', NULL, NULL, s.updated_at
 FROM session_cards c JOIN sessions s USING (session_id)
 WHERE NOT EXISTS (SELECT 1 FROM session_summaries x WHERE x.session_id = c.session_id AND x.verdict = 'ok');
