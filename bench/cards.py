@@ -58,7 +58,9 @@ def turns_markdown(store: DigestStore, session_id: str) -> str:
     for n, t in enumerate(turns, 1):
         for name in ("prompt", "response"):
             text = (t[name] or "").strip()
-            cut = text[:TURN_CHARS] + (f" …[{len(text) - TURN_CHARS:,} more characters]" if len(text) > TURN_CHARS else "")
+            cut = text[:TURN_CHARS] + (
+                f" …[{len(text) - TURN_CHARS:,} more characters]" if len(text) > TURN_CHARS else ""
+            )
             fenced = cut.replace("```", "ˋˋˋ")  # a fence inside the text would end the sheet's
             parts.append(f"**#{n} {name}**\n\n```\n{fenced}\n```")
     return "\n\n".join(parts)
@@ -134,7 +136,9 @@ def report(smoke: bool) -> None:
                 continue
             print(f"  {'':<18} {'useful':>7} {'partly':>7} {'junk':>5}")
             for name, counts in [("all", result["by_label"]), *result["by_harness"].items()]:
-                print(f"  {name:<18} {counts.get('useful', 0):>7} {counts.get('partly', 0):>7} {counts.get('junk', 0):>5}")
+                print(
+                    f"  {name:<18} {counts.get('useful', 0):>7} {counts.get('partly', 0):>7} {counts.get('junk', 0):>5}"
+                )
             print(f"  useful or partly: {result['useful_or_partly']:.1%} (goal 90%)")
             if result["stale"]:
                 print(f"  {len(result['stale'])} labelled cards changed since they were labelled (not scored)")
