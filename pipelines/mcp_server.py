@@ -26,14 +26,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from pipelines.answers import (
+    DEFAULT_MAX_TOKENS,
+    LINE_CHARS,
+    TURNS_PER_SESSION,
+    cite,
+    compact,
+    cut,
+    dumps,
+    short,
+    within_budget,
+)
 from resources.store.connection import StoreFile
 
 # The tools' argument types (module level: the SDK reads the annotations by name).
 NResults = Annotated[int, Field(ge=1, le=100, description="results to return, 1-100")]
+MaxTokens = Annotated[
+    int, Field(ge=100, le=100_000, description="the answer's size at most, in tokens (characters / 4)")
+]
+Full = Annotated[bool, Field(description="each result's texts whole (up to a few hundred characters), not a line")]
 CategoryName = Literal["bugfix", "feature", "refactoring", "documentation", "new-app", "analysis", "other"]
-# Characters a text field keeps in a search result (the rest is cut, with a marker saying how much).
+# Characters a text field keeps in a `full` search result (the rest is cut, with a marker saying how much).
 RESULT_FIELD_CHARS = 600
 # Characters all of a `get_session_memories` page's text fields share (each keeps at least 200).
 PAGE_TEXT_CHARS = 48_000
@@ -46,13 +61,6 @@ def _iso(ms: int | None) -> str | None:
     if ms is None:
         return None
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def cut(text: str | None, limit: int) -> str | None:
-    """The text, or its first `limit` characters and a marker saying how much was left out."""
-    if text is None or len(text) <= limit:
-        return text
-    return text[:limit] + f" …[cut: {len(text) - limit:,} more characters]"
 
 
 def _tools(value) -> list[str]:
@@ -100,15 +108,17 @@ class Reads:
     # --- the tools' bodies ---
 
     @staticmethod
-    def summary_result(row: dict, score: float | None = None, snippet: str | None = None) -> dict:
+    def summary_result(row: dict, score: float | None = None, matches=(), full: bool = False) -> dict:
         """A session's account (`session_accounts`: its ok summary, else its card) in the Memory Core's
         shape (`Summary`), with its provenance: a card's `sourceTier` is `facts`."""
         result = {
             "id": f"summary_{row['session_id']}",
             "sessionId": row["session_id"],
             "timestamp": _iso(row.get("session_last_ms", row.get("last_activity_ms"))),
+            "project": row.get("project"),
             "title": row["title"],
-            "summary": cut(row["summary"], RESULT_FIELD_CHARS * 2),
+            # A line by default: the session's card line past the title; `full`: its account's text.
+            "summary": cut(row["summary"], RESULT_FIELD_CHARS * 2) if full else _after_title(row),
             "category": row["category"],
             "memoryCount": row["memory_count"],
             "quality": row["quality"],
@@ -123,34 +133,40 @@ class Reads:
             "origin": row["origin"],
             "model": row["model"] or None,
             "account": row["account"],
-            "line": row["line"],
         }
         if score is not None:
             result["relevanceScore"] = round(score, 4)
-            result["snippet"] = snippet
-        return result
+            result["matches"] = [
+                {"cite": cite(row["session_id"], m.turn_id), "snippet": short(m.snippet)}
+                for m in matches[:TURNS_PER_SESSION]
+            ]
+        if full:
+            return result
+        if row["account"] == "card":  # a card's provenance is its tier's: degraded, a navigation summary
+            del result["degraded"], result["navigationIndex"], result["origin"]
+        return compact(result)
 
     @classmethod
-    def query_summaries(cls, store, query: str, n: int, category: str | None, embedder=None) -> dict:
+    def query_summaries(
+        cls, store, query: str, n: int, category: str | None, embedder=None, full=False, max_tokens=DEFAULT_MAX_TOKENS
+    ) -> dict:
         from resources.hybrid_search import search_sessions
 
         found = search_sessions(store, embedder, query, limit=n, summaries_only=True, category=category)
         hits = found.hits
         rows = store.cards.accounts([h.session_id for h in hits])
         results = [
-            cls.summary_result(
-                {**rows[h.session_id], "last_activity_ms": h.last_activity_ms},
-                h.score,
-                h.matches[0].snippet if h.matches else None,
-            )
+            cls.summary_result({**rows[h.session_id], "last_activity_ms": h.last_activity_ms}, h.score, h.matches, full)
             for h in hits
             if h.session_id in rows
         ]
-        return {"query": query, "count": len(results), "results": results, **_notice(found)}
+        answer = {"query": query, "count": len(results), "results": results, **_notice(found)}
+        return within_budget(_why(store, answer, n, category=category), "results", max_tokens)
 
     @staticmethod
     def memory(row: dict, limit: int) -> dict:
-        """A turn in the Memory Core's shape (`Memory`), its texts cut to `limit` characters each."""
+        """A turn in the Memory Core's shape (`Memory`), its texts cut to `limit` characters each
+        (a page of `get_session_memories`, a `full` search result)."""
         return {
             "id": row["id"],
             "sessionId": row["session_id"],
@@ -166,41 +182,73 @@ class Reads:
         }
 
     @classmethod
-    def query_raw_memories(cls, store, query: str, n: int, session_id: str | None, embedder=None) -> dict:
+    def query_raw_memories(
+        cls, store, query: str, n: int, session_id: str | None, embedder=None, full=False, max_tokens=DEFAULT_MAX_TOKENS
+    ) -> dict:
+        """The matched turns, best first; by default at most `TURNS_PER_SESSION` a session, each a
+        cited snippet, and the sessions they belong to named once by their card line (`sessions`)."""
         from resources.hybrid_search import search_turns
 
-        found = search_turns(store, embedder, query, limit=n, session_id=session_id)
-        hits = found.hits
+        found = search_turns(store, embedder, query, limit=n if full else n * 3, session_id=session_id)
+        hits, per_session = [], {}
+        for h in found.hits:
+            per_session[h.session_id] = per_session.get(h.session_id, 0) + 1
+            if full or per_session[h.session_id] <= TURNS_PER_SESSION:
+                hits.append(h)
+        hits = hits[:n]
         rows = {r["id"]: r for r in store.sessions.turns_by_id([h.turn_id for h in hits])}
-        results = [
-            {
-                **cls.memory(rows[h.turn_id], RESULT_FIELD_CHARS),
-                "relevanceScore": round(h.score, 4),
-                "matched": h.kind,  # the turn's text, or its mini summary
-                "snippet": h.snippet,
-            }
-            for h in hits
-            if h.turn_id in rows
-        ]
-        return {"query": query, "count": len(results), "results": results, **_notice(found)}
+        results = []
+        for h in hits:
+            if h.turn_id not in rows:
+                continue
+            row = rows[h.turn_id]
+            base = cls.memory(row, RESULT_FIELD_CHARS) if full else {
+                "id": row["id"], "sessionId": row["session_id"], "timestamp": _iso(row["ts_ms"]), "agent": row["agent"],
+            }  # fmt: skip
+            # `matched`: the turn's text, or its mini summary.
+            hit = {"relevanceScore": round(h.score, 4), "matched": h.kind, "cite": cite(h.session_id, h.turn_id)}
+            results.append(compact({**base, **hit, "snippet": h.snippet if full else short(h.snippet)}))
+        accounts = store.cards.accounts(list(dict.fromkeys(r["sessionId"] for r in results)))
+        sessions = {
+            sid: compact({"line": short(a["line"] or a["title"], LINE_CHARS), "project": a["project"]})
+            for sid, a in accounts.items()
+        }
+        answer = {"query": query, "count": len(results), "sessions": sessions, "results": results, **_notice(found)}
+        return within_budget(_why(store, answer, n, session_id=session_id), "results", max_tokens)
 
     @classmethod
-    def get_session_memories(cls, store, session_id: str, limit: int, offset: int) -> dict:
+    def get_session_memories(cls, store, session_id: str, limit: int, offset: int, max_tokens=None) -> dict:
         if not store.sessions.session_rows([session_id]):
             raise ValueError(f"no session {session_id!r} in the store")
         total, turns = store.sessions.turn_page(session_id, offset, limit)
         share = max(200, PAGE_TEXT_CHARS // max(1, 3 * len(turns)))
         memories = [cls.memory(t, share) for t in turns]
-        return {"sessionId": session_id, "count": len(memories), "total": total, "offset": offset, "memories": memories}
+        answer = {
+            "sessionId": session_id,
+            "count": len(memories),
+            "total": total,
+            "offset": offset,
+            "memories": memories,
+        }
+        return answer if max_tokens is None else within_budget(answer, "memories", max_tokens)
 
     @classmethod
-    def get_all_summaries(cls, store, limit: int, offset: int, category: str | None) -> dict:
+    def get_all_summaries(
+        cls, store, limit: int, offset: int, category: str | None, full=False, max_tokens=DEFAULT_MAX_TOKENS
+    ) -> dict:
         total, rows = store.cards.account_page(limit, offset, category)
-        summaries = [cls.summary_result(r) for r in rows]
-        return {"count": len(summaries), "total": total, "offset": offset, "category": category, "summaries": summaries}
+        summaries = [cls.summary_result(r, full=full) for r in rows]
+        answer = {
+            "count": len(summaries),
+            "total": total,
+            "offset": offset,
+            "category": category,
+            "summaries": summaries,
+        }
+        return within_budget(_why(store, answer, limit, category=category), "summaries", max_tokens)
 
     @staticmethod
-    def find_sessions_by_file(store, path: str, limit: int) -> dict:
+    def find_sessions_by_file(store, path: str, limit: int, max_tokens=DEFAULT_MAX_TOKENS) -> dict:
         found = store.facts.sessions_by_file(path, limit)
         titles = {sid: r["title"] for sid, r in store.cards.accounts([s["session_id"] for s in found]).items()}
         results = [
@@ -218,7 +266,10 @@ class Reads:
             }
             for s in found
         ]
-        return {"path": path, "count": len(results), "results": results}
+        answer = {"path": path, "count": len(results), "results": results}
+        if not results:
+            answer["why"] = f"no session read, edited or created a file whose path is or ends with {path!r}"
+        return within_budget(answer, "results", max_tokens)
 
 
 def build_server(db_path: Path, embedder=None):
@@ -243,60 +294,127 @@ def build_server(db_path: Path, embedder=None):
         read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
     )
 
-    @server.tool(annotations=read_only)
+    # Answers are compact JSON text (no structured copy beside it: an agent would read both).
+    tool = server.tool(annotations=read_only, structured_output=False)
+
+    @tool
     def query_summaries(
         query: Annotated[str, Field(description="words, names, paths or errors to find")],
         nResults: NResults = 10,  # the Memory Core's argument names
         category: CategoryName | None = None,
-    ) -> dict:
-        """Search the session summaries (keyword search, BM25; fused with vectors where a host serves
-        embeddings), best first, narrowed by category. A
-        summary judged junk is not searched (its session's turns still are: query_raw_memories)."""
-        return reads.call(Reads.query_summaries, query, nResults, category, reads.embedder)
+        full: Full = False,
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> str:
+        """Search the sessions' accounts (a session's ok summary, else its card), best first, narrowed
+        by category: each session by its card line, with its matched documents cited (keyword search,
+        BM25; fused with vectors where a host serves embeddings). A summary judged junk is never served."""
+        return dumps(reads.call(Reads.query_summaries, query, nResults, category, reads.embedder, full, maxTokens))
 
-    @server.tool(annotations=read_only)
+    @tool
     def query_raw_memories(
         query: Annotated[str, Field(description="words, names, paths or errors to find")],
         nResults: NResults = 10,
         sessionId: Annotated[str | None, Field(description="search this session's turns alone")] = None,
-    ) -> dict:
-        """Search the raw turns (prompt, thought, response; and their mini summaries), best first.
-        Long texts are cut with a marker; get_session_memories pages a session's turns."""
-        return reads.call(Reads.query_raw_memories, query, nResults, sessionId, reads.embedder)
+        full: Full = False,
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> str:
+        """Search the raw turns (prompt, thought, response; and their mini summaries), best first:
+        each a cited snippet (`cite` session:turn), two a session at most, the sessions named once by
+        their card line. `full` gives the turns' texts; get_session_memories pages a session's turns."""
+        return dumps(reads.call(Reads.query_raw_memories, query, nResults, sessionId, reads.embedder, full, maxTokens))
 
-    @server.tool(annotations=read_only)
+    @tool
     def get_session_memories(
         sessionId: Annotated[str, Field(description="the session's id")],
         limit: Annotated[int, Field(ge=1, le=1000)] = 100,
         offset: Annotated[int, Field(ge=0)] = 0,
-    ) -> dict:
+        maxTokens: Annotated[int | None, Field(ge=100, le=1_000_000, description="the answer's size at most")] = None,
+    ) -> str:
         """A session's turns in order, oldest first, paged (`total` says how many it has)."""
-        return reads.call(Reads.get_session_memories, sessionId, limit, offset)
+        return dumps(reads.call(Reads.get_session_memories, sessionId, limit, offset, maxTokens))
 
-    @server.tool(annotations=read_only)
+    @tool
     def get_all_summaries(
         limit: Annotated[int, Field(ge=1, le=1000)] = 50,
         offset: Annotated[int, Field(ge=0)] = 0,
         category: CategoryName | None = None,
-    ) -> dict:
-        """Every session summary, newest first, paged; `category` narrows them (applied here, unlike
-        upstream's, which ignores it)."""
-        return reads.call(Reads.get_all_summaries, limit, offset, category)
+        full: Full = False,
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> str:
+        """Every session's account (its ok summary, else its card), newest first, paged; `category`
+        narrows them (applied here, unlike upstream's, which ignores it; a card has none)."""
+        return dumps(reads.call(Reads.get_all_summaries, limit, offset, category, full, maxTokens))
 
-    @server.tool(annotations=read_only)
+    @tool
     def find_sessions_by_file(
         path: Annotated[str, Field(description="a path, or its tail: settings.py finds src/app/settings.py")],
         limit: Annotated[int, Field(ge=1, le=100)] = 10,
-    ) -> dict:
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> str:
         """The sessions that read, edited or created a file, newest first, with the turns that did."""
-        return reads.call(Reads.find_sessions_by_file, path, limit)
+        return dumps(reads.call(Reads.find_sessions_by_file, path, limit, maxTokens))
 
+    refuse_unknown_arguments(server)
     return server
+
+
+def refuse_unknown_arguments(server) -> None:
+    """A tool called with an argument it does not take answers with an error naming the ones it
+    takes (the SDK would drop it silently: a misspelt `nresults` would change nothing, unseen). The
+    SDK keeps each tool's argument model on its tool manager; each is replaced by one that checks."""
+    for tool in server._tool_manager.list_tools():
+        model = tool.fn_metadata.arg_model
+        known = tuple(field.alias or name for name, field in model.model_fields.items())
+
+        class Checked(model):
+            @model_validator(mode="before")
+            @classmethod
+            def _known_only(cls, data, name=tool.name, known=known):
+                unknown = sorted(set(data) - set(known)) if isinstance(data, dict) else []
+                if unknown:
+                    raise ValueError(
+                        f"{name} takes no {', '.join(map(repr, unknown))}: its arguments are {', '.join(known)}"
+                    )
+                return data
+
+        tool.fn_metadata.arg_model = Checked
 
 
 def serve(db_path: Path, embedder=None) -> None:
     """Serve over stdio until the client closes it."""
     build_server(db_path, embedder).run("stdio")
+
+
+def _after_title(row: dict) -> str | None:
+    """The card line without the title it opens with (the result names it already)."""
+    line = short(row["line"] or row["summary"], LINE_CHARS)
+    for head in (f"Asked: {row['title']}", row["title"]):
+        if line and head and line.startswith(head):
+            return line[len(head) :].lstrip(". ") or None
+    return line
+
+
+def _why(store, answer: dict, wanted: int, **filters) -> dict:
+    """An answer with fewer results than asked says why (`why`): an empty store, sessions not indexed
+    yet, the filters it was asked with."""
+    results = answer.get("results", answer.get("summaries"))
+    if len(results) >= wanted:
+        return answer
+    with store.file.connect() as con:
+        sessions = con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    reasons = []
+    if not sessions:
+        reasons.append("no sessions in the store yet: `session-digest ingest PATH` adds some")
+    elif "results" in answer and (behind := store.search.behind()):
+        reasons.append(
+            f"{behind} of {sessions} sessions are not indexed yet (an ingest, a sweep or a search indexes them)"
+        )
+    named = {k: v for k, v in filters.items() if v is not None}
+    if sessions and not results and named:
+        reasons.append("nothing with " + ", ".join(f"{k} {v!r}" for k, v in named.items()))
+    if sessions and not results and not reasons and "results" in answer:
+        reasons.append("no session's turns or account hold these words")
+    return {**answer, "why": "; ".join(reasons)} if reasons else answer
 
 
 def _notice(found) -> dict:

@@ -72,9 +72,24 @@ def test_the_tools_answer_through_the_sdk_client_and_errors_keep_it_serving(home
                 error, found = await call(session, "query_raw_memories", query="pytest test_server", nResults=3)
                 assert not error
                 claude = next(r for r in found["results"] if r["sessionId"] == CLAUDE)
-                # The Claude Code turn's response is some 89 KB: cut, and the answer stays a few KB.
-                assert "…[cut: " in claude["response"] and len(json.dumps(found)) < 12_000
-                assert claude["snippet"] and claude["relevanceScore"] > 0
+                # A matched turn is a cited snippet; its session is named once, by its card line.
+                assert claude["cite"] == f"{CLAUDE}:{claude['id']}" and 0 < len(claude["snippet"]) <= 200
+                assert "response" not in claude and claude["relevanceScore"] > 0
+                assert found["sessions"][CLAUDE]["line"].startswith("Asked: The dev server ignores PORT")
+                assert len(found["results"]) <= 3 and len(json.dumps(found)) < 3_000
+                # `full`: the turns' texts; the Claude Code turn's 89 KB response cut with a marker.
+                error, whole = await call(
+                    session, "query_raw_memories", query="pytest test_server", nResults=3, full=True
+                )
+                claude = next(r for r in whole["results"] if r["sessionId"] == CLAUDE)
+                assert not error and "…[cut: " in claude["response"] and len(json.dumps(whole)) < 12_000
+                # A budget caps any answer, and says what it left out.
+                error, capped = await call(session, "query_raw_memories", query="pytest test_server", maxTokens=100)
+                assert not error and capped["count"] == 0 and "maxTokens 100" in capped["truncated"]
+                error, text = await call(session, "query_raw_memories", query="pytest", nresults=3)
+                assert error and "takes no 'nresults'" in text and "query, nResults, sessionId" in text
+                error, empty = await call(session, "query_summaries", query="zebra quokka")
+                assert not error and empty["count"] == 0 and "hold these words" in empty["why"]
                 error, found = await call(session, "query_raw_memories", query="DATABASE_URL", sessionId=CODEX)
                 assert not error and {r["sessionId"] for r in found["results"]} == {CODEX}
 
@@ -89,11 +104,10 @@ def test_the_tools_answer_through_the_sdk_client_and_errors_keep_it_serving(home
                 accounts = {s["sessionId"]: s for s in listing["summaries"]}
                 assert (accounts[SUMMARIZED]["account"], accounts[SUMMARIZED]["sourceTier"]) == ("summary", "raw")
                 card = accounts[CODEX]
-                assert (card["account"], card["sourceTier"], card["navigationIndex"], card["origin"]) == (
-                    "card", "facts", True, "facts",
-                )  # fmt: skip
-                assert card["title"].startswith("Why does `make test` fail") and "ci.yml" in card["line"]
-                assert card["verdict"] is None and card["memoryCount"] == 2
+                assert (card["account"], card["sourceTier"], card["memoryCount"]) == ("card", "facts", 2)
+                # The card's line past its title, which the result names already; no verdict, no empty field.
+                assert card["title"].startswith("Why does `make test` fail") and "ci.yml" in card["summary"]
+                assert "verdict" not in card and "category" not in card and None not in card.values()
                 error, listing = await call(session, "get_all_summaries", category="refactoring")
                 assert not error and (listing["count"], listing["total"]) == (0, 0)  # applied, unlike upstream
 

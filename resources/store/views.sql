@@ -4,11 +4,11 @@
 CREATE OR REPLACE VIEW session_accounts AS
 SELECT x.session_id, 'summary' AS account, x.title, x.summary, c.line, x.category, x.technologies, x.quality,
        x.productivity, x.impact, x.complexity, x.memory_count, x.source_tier, x.degraded, x.raw_canonical,
-       x.origin, x.verdict, x.model, x.created_at
-FROM session_summaries x LEFT JOIN session_cards c USING (session_id)
+       x.origin, x.verdict, x.model, x.created_at, s.project
+FROM session_summaries x JOIN sessions s USING (session_id) LEFT JOIN session_cards c USING (session_id)
 WHERE x.verdict = 'ok'
 UNION ALL
 SELECT c.session_id, 'card', c.title, c.text, c.line, NULL, []::VARCHAR[], NULL, NULL, NULL, NULL, s.turn_count,
-       c.source_tier, c.degraded, c.raw_canonical, 'facts', NULL, NULL, s.updated_at
+       c.source_tier, c.degraded, c.raw_canonical, 'facts', NULL, NULL, s.updated_at, s.project
 FROM session_cards c JOIN sessions s USING (session_id)
 WHERE NOT EXISTS (SELECT 1 FROM session_summaries x WHERE x.session_id = c.session_id AND x.verdict = 'ok');
