@@ -86,9 +86,13 @@ def test_show_gives_the_provenance_the_facts_and_the_turns_paged(home):
     assert summary["title"].startswith("Fix grid selection") and summary["origin"] == "imported"
     assert (summary["source_tier"], summary["route_reason"], summary["verdict"]) == ("raw", "imported", "ok")
     assert summary["covered_turns"] == view["turn_count"] == 5 and "turns" not in view
+    assert view["account"] == "summary" and view["card"]["title"] == summary["title"]
 
     view = json.loads(run(home, "show", CLAUDE, "--turns", "--offset", "1", "--limit", "5", "--json").stdout)
-    assert view["summary"] is None
+    assert view["summary"] is None and view["account"] == "card"
+    card = view["card"]
+    assert card["source_tier"] == "facts" and card["asks"][0]["turn_id"] == "7c0e0000-1d2b-4f5a-8c3e-a1b2c3d4e5f6"
+    assert {e["text"] for e in card["edited"]} == {"/home/dev/webapp/server.py", "/home/dev/webapp/README.md"}
     assert view["project"] == "/home/dev/webapp" and view["source_path"].endswith(".jsonl")
     assert ("file-edit", "/home/dev/webapp/server.py") in {(f["kind"], f["value"]) for f in view["facts"]}
     assert view["turns"]["total"] == 2 and [t["id"] for t in view["turns"]["items"]] == [
@@ -96,7 +100,9 @@ def test_show_gives_the_provenance_the_facts_and_the_turns_paged(home):
     ]
 
     text = run(home, "show", CLAUDE, "--turns", "--limit", "1").stdout
-    assert "(not summarized yet)" in text and "Files edited or created (2)" in text
+    # The card is the account: its title, then each item with its turn.
+    assert text.startswith("The dev server ignores PORT") and "Card (from the session's own facts" in text
+    assert "Edited: /home/dev/webapp/server.py [#1]; /home/dev/webapp/README.md [#2]" in text
     assert "project /home/dev/webapp" in text and "read from " in text
     assert "Turns 1–1 of 2" in text and "… next page: --offset 1" in text
     assert "characters; --json has all)" in text  # the 89 KB response is cut on the terminal
