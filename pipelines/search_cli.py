@@ -48,6 +48,9 @@ def add_commands(sub) -> None:
         "--file", metavar="PATH", help="sessions that read, edited or created this file (or path tail)"
     )
     p_search.add_argument("--project", help="sessions of this project")
+    p_search.add_argument(
+        "--full", action="store_true", help="with --json: every field of each hit, snippets whole (default: compact)"
+    )
     p_show = sub.add_parser("show", help="a session's summary with its provenance, its facts, and its turns (--turns)")
     p_show.add_argument("session", metavar="SESSION", help="session id or partition key")
     p_show.add_argument("--turns", action="store_true", help="list the session's turns too, oldest first, paged")
@@ -126,7 +129,11 @@ def search(settings: Settings, args, output: Output) -> None:
         print(f"session-digest search: {results.notice}", file=sys.stderr)
     hits = results.hits
     if output.as_json:
-        print(json.dumps([hit_json(h) for h in hits], indent=2, default=str))
+        print(
+            search_json(store, query, hits, args, results.mode)
+            if not args.full
+            else json.dumps([hit_json(h) for h in hits], indent=2, default=str)
+        )
         return
     if not hits:
         output.out.print(no_hits(store, query, args), markup=False, highlight=False)
@@ -144,6 +151,35 @@ def hit_json(hit) -> dict:
             {"kind": m.kind, "turn_id": m.turn_id, "score": round(m.score, 4), "snippet": m.snippet} for m in hit.matches
         ],
     }  # fmt: skip
+
+
+def search_json(store, query: str, hits, args, mode: str) -> str:
+    """`search --json`: compact JSON, each session by its card line with its one or two best matches
+    cited (`session:turn`); an empty answer says why."""
+    from pipelines.answers import LINE_CHARS, TURNS_PER_SESSION, cite, compact, dumps, short
+
+    accounts = store.cards.accounts([h.session_id for h in hits])
+    results = [
+        compact(
+            {
+                "session_id": h.session_id,
+                "line": short((accounts.get(h.session_id) or {}).get("line") or h.title, LINE_CHARS),
+                "project": (accounts.get(h.session_id) or {}).get("project"),
+                "last_activity": iso(h.last_activity_ms),
+                "score": round(h.score, 4),
+                "tier": h.tier,
+                "matches": [
+                    {"kind": m.kind, "cite": cite(h.session_id, m.turn_id), "snippet": short(m.snippet)}
+                    for m in h.matches[:TURNS_PER_SESSION]
+                ],
+            }
+        )
+        for h in hits
+    ]
+    answer = {"query": query, "count": len(results), "mode": mode, "results": results}
+    if not results:
+        answer["why"] = no_hits(store, query, args)
+    return dumps(answer)
 
 
 def no_hits(store, query: str, args) -> str:

@@ -39,11 +39,18 @@ def home(tmp_path_factory) -> Path:
 def test_search_ranks_sessions_with_their_turns_and_json_for_scripts(home):
     done = run(home, "search", "grid", "selection", "sort", "--json")
     assert done.returncode == 0, done.stderr
-    hits = json.loads(done.stdout)
+    # Compact by default: each session by its card line, its best matches cited, snippets short.
+    answer = json.loads(done.stdout)
+    hits = answer["results"]
+    assert answer["count"] == len(hits) and "\n" not in done.stdout.strip() and "why" not in answer
     assert hits[0]["session_id"] == SUMMARIZED and hits[0]["score"] > hits[-1]["score"] >= 0
-    assert all({"session_id", "score", "turn_ids"} <= hit.keys() for hit in hits)
-    assert hits[0]["turn_ids"] and hits[0]["tier"] == "raw" and hits[0]["verdict"] == "ok"
+    assert hits[0]["line"].startswith("Fix grid selection jumping after sort (#13904).") and hits[0]["tier"] == "raw"
+    assert 1 <= len(hits[0]["matches"]) <= 2 and all(len(m["snippet"]) <= 200 for m in hits[0]["matches"])
+    assert all(m["cite"].startswith(SUMMARIZED) for m in hits[0]["matches"])
     assert any("**" in m["snippet"] for m in hits[0]["matches"])  # the matched terms marked
+    # --full: every field of each hit, as before.
+    full = json.loads(run(home, "search", "grid", "selection", "sort", "--json", "--full").stdout)
+    assert full[0]["session_id"] == SUMMARIZED and full[0]["turn_ids"] and full[0]["verdict"] == "ok"
 
     text = run(home, "search", "grid", "selection", "sort", "--limit", "1").stdout
     assert "1. Fix grid selection jumping after sort (#13904)" in text
@@ -52,10 +59,12 @@ def test_search_ranks_sessions_with_their_turns_and_json_for_scripts(home):
 
 
 def test_search_filters_by_file_category_and_date(home):
-    by_file = json.loads(run(home, "search", "port", "--file", "server.py", "--json").stdout)
+    by_file = json.loads(run(home, "search", "port", "--file", "server.py", "--json").stdout)["results"]
     assert [h["session_id"] for h in by_file] == [CLAUDE]
-    assert json.loads(run(home, "search", "grid", "--category", "refactoring", "--json").stdout) == []
-    assert json.loads(run(home, "search", "port", "--since", "2026-11-19", "--json").stdout)[0]["session_id"] == CODEX
+    empty = json.loads(run(home, "search", "grid", "--category", "refactoring", "--json").stdout)
+    assert (empty["count"], empty["why"]) == (0, "no session matches 'grid' with --category refactoring")
+    since = json.loads(run(home, "search", "port", "--since", "2026-11-19", "--json").stdout)["results"]
+    assert since[0]["session_id"] == CODEX
     nothing = run(home, "search", "zzzqqq", "--file", "server.py")
     assert nothing.returncode == 0 and nothing.stdout.strip() == "no session matches 'zzzqqq' with --file server.py"
 
