@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 
 SNIPPET_CHARS = 200  # of a matched turn's snippet
 LINE_CHARS = 300  # of a session's line (its card's line is at most that)
@@ -66,3 +67,63 @@ def within_budget(answer: dict, key: str, max_tokens: int) -> dict:
             "raise maxTokens, or read a session with get_session_memories"
         )
     return answer
+
+
+def blame_answer(store, path: str, limit: int) -> dict:
+    """The sessions that edited or created a file, newest first, each by its card line with the
+    turns that changed it, its commands (with their exit status) and its commits: `blame`."""
+    found = store.facts.blame(path, limit)
+    accounts = store.cards.accounts([s["session_id"] for s in found])
+    results = [
+        compact(
+            {
+                "sessionId": s["session_id"],
+                "line": short((accounts.get(s["session_id"]) or {}).get("line"), LINE_CHARS),
+                "lastActivity": iso(s["last_ms"]),
+                "paths": s["paths"],
+                "changed": [cite(s["session_id"], t["turn_id"]) for t in s["turns"][:5]],
+                "commands": [short(c["value"] + (f" → {c['detail']}" if c["detail"] else ""), 120) for c in s["commands"][-5:]],
+                "commits": [short(f"{c['value'][:7]} {c['detail'] or ''}".strip(), 120) for c in s["commits"]],
+            }
+        )
+        for s in found
+    ]  # fmt: skip
+    answer = {"path": path, "count": len(results), "results": results}
+    if not results:
+        answer["why"] = (
+            f"no session edited or created a file whose path is or ends with {path!r} (reads are not counted)"
+        )
+    return answer
+
+
+def why_answer(store, commit: str) -> dict:
+    """The sessions whose turns made or showed a commit (by its hash's first digits), else the
+    turns that name it in their text: `why`."""
+    made = store.facts.commits(commit)
+    found = [
+        {"sessionId": c["session_id"], "cite": cite(c["session_id"], c["turn_id"]), "how": "made or showed",
+         "commit": short(f"{c['value']} {c['detail'] or ''}".strip(), 160), "when": iso(c["ts_ms"])}
+        for c in made
+    ]  # fmt: skip
+    if not found:
+        named = store.search.turns(commit.strip(), limit=5)
+        found = [
+            {"sessionId": t.session_id, "cite": cite(t.session_id, t.turn_id), "how": "named", "snippet": short(t.snippet)}
+            for t in named
+        ]  # fmt: skip
+    accounts = store.cards.accounts(list(dict.fromkeys(f["sessionId"] for f in found)))
+    for f in found:
+        f["line"] = short((accounts.get(f["sessionId"]) or {}).get("line"), LINE_CHARS)
+    answer = {"commit": commit, "count": len(found), "results": [compact(f) for f in found]}
+    if not found:
+        answer["why"] = (
+            f"no turn made, showed or named a commit {commit!r} (the search index holds what it has indexed)"
+        )
+    return answer
+
+
+def iso(ms: int | None) -> str | None:
+    """A time as JavaScript's `toISOString` writes it, as the Memory Core's timestamps are."""
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

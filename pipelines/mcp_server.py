@@ -22,7 +22,6 @@ so an answer stays a few KB.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -32,11 +31,14 @@ from pipelines.answers import (
     DEFAULT_MAX_TOKENS,
     LINE_CHARS,
     TURNS_PER_SESSION,
+    blame_answer,
     cite,
     compact,
     cut,
     dumps,
+    iso,
     short,
+    why_answer,
     within_budget,
 )
 from resources.store.connection import StoreFile
@@ -54,13 +56,6 @@ RESULT_FIELD_CHARS = 600
 PAGE_TEXT_CHARS = 48_000
 # How long a call waits for a writer to let the file go before it answers that the store is busy.
 LOCK_WAIT_S = 30.0
-
-
-def _iso(ms: int | None) -> str | None:
-    """As JavaScript's `toISOString` writes it, as upstream's timestamps are."""
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _tools(value) -> list[str]:
@@ -114,7 +109,7 @@ class Reads:
         result = {
             "id": f"summary_{row['session_id']}",
             "sessionId": row["session_id"],
-            "timestamp": _iso(row.get("session_last_ms", row.get("last_activity_ms"))),
+            "timestamp": iso(row.get("session_last_ms", row.get("last_activity_ms"))),
             "project": row.get("project"),
             "title": row["title"],
             # A line by default: the session's card line past the title; `full`: its account's text.
@@ -170,7 +165,7 @@ class Reads:
         return {
             "id": row["id"],
             "sessionId": row["session_id"],
-            "timestamp": _iso(row["ts_ms"]),
+            "timestamp": iso(row["ts_ms"]),
             "prompt": cut(row["prompt"], limit),
             "thought": cut(row["thought"], limit),
             "response": cut(row["response"], limit),
@@ -203,7 +198,7 @@ class Reads:
                 continue
             row = rows[h.turn_id]
             base = cls.memory(row, RESULT_FIELD_CHARS) if full else {
-                "id": row["id"], "sessionId": row["session_id"], "timestamp": _iso(row["ts_ms"]), "agent": row["agent"],
+                "id": row["id"], "sessionId": row["session_id"], "timestamp": iso(row["ts_ms"]), "agent": row["agent"],
             }  # fmt: skip
             # `matched`: the turn's text, or its mini summary.
             hit = {"relevanceScore": round(h.score, 4), "matched": h.kind, "cite": cite(h.session_id, h.turn_id)}
@@ -255,11 +250,11 @@ class Reads:
             {
                 "sessionId": s["session_id"],
                 "title": titles.get(s["session_id"]),
-                "lastActivity": _iso(s["last_ms"]),
+                "lastActivity": iso(s["last_ms"]),
                 "paths": s["paths"],
                 "kinds": s["kinds"],
                 "turns": [
-                    {"turnId": t["turn_id"], "timestamp": _iso(t["ts_ms"]), "kind": t["kind"], "path": t["path"]}
+                    {"turnId": t["turn_id"], "timestamp": iso(t["ts_ms"]), "kind": t["kind"], "path": t["path"]}
                     for t in s["turns"][:20]
                 ],
                 "turnCount": len(s["turns"]),
@@ -353,6 +348,24 @@ def build_server(db_path: Path, embedder=None):
     ) -> str:
         """The sessions that read, edited or created a file, newest first, with the turns that did."""
         return dumps(reads.call(Reads.find_sessions_by_file, path, limit, maxTokens))
+
+    @tool
+    def blame_file(
+        path: Annotated[str, Field(description="a path, or its tail: settings.py finds src/app/settings.py")],
+        limit: Annotated[int, Field(ge=1, le=100)] = 10,
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> str:
+        """The sessions that edited or created a file, newest first, each with the turns that
+        changed it, its commands (with their exit status) and its commits."""
+        return dumps(within_budget(reads.call(blame_answer, path, limit), "results", maxTokens))
+
+    @tool
+    def why_commit(
+        commit: Annotated[str, Field(description="a commit hash, or its first digits (4 or more)")],
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> str:
+        """The session whose turns made or showed a commit, else the turns that name it."""
+        return dumps(within_budget(reads.call(why_answer, commit), "results", maxTokens))
 
     refuse_unknown_arguments(server)
     return server

@@ -25,7 +25,7 @@ from digest.scheduling import now_ms
 from digest.settings import Settings
 from pipelines.console import Output
 
-COMMANDS = ("search", "show", "mcp")
+COMMANDS = ("search", "show", "blame", "why", "mcp")
 USAGE_ERROR = 2  # argparse's exit code for bad input, ours too
 TEXT_SHOWN = 400  # characters of a turn's prompt and response `show --turns` prints (--json: all)
 _RELATIVE = re.compile(r"^(\d{1,6})\s*([hdw])$")
@@ -56,6 +56,13 @@ def add_commands(sub) -> None:
     p_show.add_argument("--turns", action="store_true", help="list the session's turns too, oldest first, paged")
     p_show.add_argument("--offset", type=int, default=0, help="the first turn listed (0: the first)")
     p_show.add_argument("--limit", type=int, default=20, help="turns listed (default 20)")
+    p_blame = sub.add_parser(
+        "blame", help="the sessions that edited or created a file, newest first, with their commands and commits"
+    )
+    p_blame.add_argument("path", metavar="PATH", help="the file's path, or its tail (settings.py)")
+    p_blame.add_argument("--limit", type=int, default=10, help="at most this many sessions (default 10)")
+    p_why = sub.add_parser("why", help="the session whose turns made, showed or named a commit")
+    p_why.add_argument("commit", metavar="COMMIT", help="a commit hash or its first digits (4 or more)")
     sub.add_parser("mcp", help="serve the store to agents over MCP (stdio), read-only: Memory Core's query tools")
 
 
@@ -75,9 +82,11 @@ def run(args, settings: Settings, output: Output) -> None:
     try:
         if args.command == "search":
             search(settings, args, output)
-        else:
+        elif args.command == "show":
             show(settings, args, output)
-    except (BadInput, SearchError) as exc:
+        else:
+            found_by_facts(settings, args, output)
+    except (BadInput, SearchError, ValueError) as exc:
         print(f"session-digest {args.command}: {exc}", file=sys.stderr)
         raise SystemExit(USAGE_ERROR) from None
 
@@ -180,6 +189,38 @@ def search_json(store, query: str, hits, args, mode: str) -> str:
     if not results:
         answer["why"] = no_hits(store, query, args)
     return dumps(answer)
+
+
+def found_by_facts(settings: Settings, args, output: Output) -> None:
+    """`blame PATH` and `why COMMIT`: sessions found by what their turns did, from their facts."""
+    from pipelines.answers import blame_answer, dumps, why_answer
+    from pipelines.cli import _reading_store
+    from pipelines.runs import _store
+
+    if args.command == "blame":
+        if args.limit < 1:
+            raise BadInput("--limit must be 1 or more")
+        answer = blame_answer(_reading_store(settings), args.path, args.limit)
+    else:
+        store = _store(settings)
+        # `why` falls back to the turns that name the commit: the search index, brought up to date.
+        if problem := refresh_index(store):
+            print(f"session-digest why: {problem}", file=sys.stderr)
+        answer = why_answer(store, args.commit)
+    if output.as_json:
+        print(dumps(answer))
+        return
+    console = output.out
+    if not answer["results"]:
+        console.print(answer["why"], markup=False, highlight=False)
+    for n, r in enumerate(answer["results"], 1):
+        console.print(Text.assemble((f"{n:>2}. ", "bold"), (r.get("line") or r["sessionId"], "bold")), soft_wrap=True)
+        head = [r["sessionId"], r.get("lastActivity") or r.get("when") or "", r.get("how", "")]
+        console.print("    " + "  ".join(h for h in head if h), markup=False, highlight=False, style="dim")
+        for label in ("changed", "commands", "commits", "commit", "cite", "snippet"):
+            if value := r.get(label):
+                shown = "; ".join(value) if isinstance(value, list) else value
+                console.print(f"    {label}: {shown}", markup=False, highlight=False, soft_wrap=True)
 
 
 def no_hits(store, query: str, args) -> str:

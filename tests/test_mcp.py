@@ -23,7 +23,10 @@ SAMPLES = ROOT / "samples"
 CLAUDE = "0b6c3f1e-5a2d-4c8e-9f41-7d2e8a1c5b90"
 CODEX = "01936a4e-7c1b-7d42-9a0e-3b5f2c8d1e67"
 SUMMARIZED = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"  # the bundle's session with the export's summary
-TOOLS = {"query_summaries", "query_raw_memories", "get_session_memories", "get_all_summaries", "find_sessions_by_file"}
+TOOLS = {
+    "query_summaries", "query_raw_memories", "get_session_memories", "get_all_summaries", "find_sessions_by_file",
+    "blame_file", "why_commit",
+}  # fmt: skip
 
 
 @pytest.fixture
@@ -114,6 +117,12 @@ def test_the_tools_answer_through_the_sdk_client_and_errors_keep_it_serving(home
                 error, files = await call(session, "find_sessions_by_file", path="ci.yml")
                 assert not error and [r["sessionId"] for r in files["results"]] == [CODEX]
                 assert files["results"][0]["kinds"] == ["file-edit"]
+                error, blamed = await call(session, "blame_file", path="ci.yml")
+                assert not error and [r["sessionId"] for r in blamed["results"]] == [CODEX]
+                error, made = await call(session, "why_commit", commit="9b3c7d0")
+                assert not error and made["results"][0]["commit"].startswith("9b3c7d0 fix: Force logging config")
+                error, text = await call(session, "why_commit", commit="not-a-hash")
+                assert error and "is no commit hash" in text
 
                 # Errors: answered as tool errors, with the reason.
                 error, text = await call(session, "query_raw_memories", query="the of and")

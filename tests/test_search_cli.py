@@ -139,3 +139,22 @@ def test_an_index_that_cannot_be_refreshed_is_said_and_searched_as_it_is():
         search = Busy()
 
     assert refresh_index(Store()).startswith("the search index was not brought up to date (IOException: Could not set")
+
+
+def test_blame_and_why_find_sessions_by_what_their_turns_did(home):
+    blamed = json.loads(run(home, "blame", "ci.yml", "--json").stdout)
+    assert [r["sessionId"] for r in blamed["results"]] == [CODEX]
+    assert blamed["results"][0]["line"].startswith("Asked: Why does `make test` fail")
+    assert blamed["results"][0]["changed"][0].startswith(f"{CODEX}:")
+    # A file only read is no change: the Claude Code session read server.py's neighbours, edited server.py.
+    assert json.loads(run(home, "blame", "server.py", "--json").stdout)["results"][0]["sessionId"] == CLAUDE
+    none = json.loads(run(home, "blame", "never.py", "--json").stdout)
+    assert none["count"] == 0 and "no session edited or created" in none["why"]
+
+    made = json.loads(run(home, "why", "4e1f2a9", "--json").stdout)
+    (hit,) = made["results"]
+    assert hit["how"] == "made or showed" and hit["commit"] == "4e1f2a9 feat: Add --verbose flag to cli.py"
+    text = run(home, "why", "4e1f").stdout
+    assert "commit: 4e1f2a9 feat: Add --verbose flag to cli.py" in text
+    bad = run(home, "why", "zz")
+    assert bad.returncode == 2 and "is no commit hash" in bad.stderr

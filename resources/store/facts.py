@@ -30,15 +30,15 @@ def refresh_turn_facts(con: duckdb.DuckDBPyConnection, session_ids: list[str] | 
     return refresh_turn_rows(con, "turn_facts", columns, replace_turn_facts, session_ids)
 
 
-def touched_file_sql(path: str) -> tuple[str, list]:
+def touched_file_sql(path: str, kinds: tuple[str, ...] = FILE_KINDS) -> tuple[str, list]:
     """A condition on a `turn_facts` row `f`, and its parameters: a fact of a file read, edited or
-    created, named by `path` whole or as the tail of its stored path on a `/` (`settings.py` finds
-    `src/app/settings.py`, not `mysettings.py`). ValueError for an empty path."""
+    created (of `kinds`), named by `path` whole or as the tail of its stored path on a `/`
+    (`settings.py` finds `src/app/settings.py`, not `mysettings.py`). ValueError for an empty path."""
     path = path.strip().removeprefix("./")
     if not path:
         raise ValueError("an empty path finds nothing: name a file, e.g. settings.py or src/app/settings.py")
     return "f.kind IN (SELECT unnest(?::VARCHAR[])) AND (f.value = ? OR ends_with(f.value, '/' || ?))", [
-        list(FILE_KINDS), path, path,
+        list(kinds), path, path,
     ]  # fmt: skip
 
 
@@ -56,11 +56,11 @@ class Facts(Repository):
                 [session_id],
             )
 
-    def sessions_by_file(self, path: str, limit: int = 10) -> list[dict]:
-        """The sessions that read, edited or created a file (`touched_file_sql`), newest first.
-        Each: `session_id`, `last_ms` (its latest such turn), `paths` (as stored), `kinds`, `turns`
-        (list of {`turn_id`, `ts_ms`, `kind`, `path`}, oldest first)."""
-        touched, params = touched_file_sql(path)
+    def sessions_by_file(self, path: str, limit: int = 10, kinds: tuple[str, ...] = FILE_KINDS) -> list[dict]:
+        """The sessions that read, edited or created a file (`touched_file_sql`, facts of `kinds`),
+        newest first. Each: `session_id`, `last_ms` (its latest such turn), `paths` (as stored),
+        `kinds`, `turns` (list of {`turn_id`, `ts_ms`, `kind`, `path`}, oldest first)."""
+        touched, params = touched_file_sql(path, kinds)
         with self.file.connect() as con:
             rows = records(
                 con,
@@ -79,3 +79,51 @@ class Facts(Repository):
                 [*params, max(1, int(limit))],
             )
         return rows
+
+    def blame(self, path: str, limit: int = 10) -> list[dict]:
+        """The sessions that edited or created a file, newest first, as `sessions_by_file` gives
+        them, each with its `commands` (`value`, `detail`: its exit status) and `commits` (`value`:
+        the hash, `detail`: the subject), in turn order."""
+        found = self.sessions_by_file(path, limit, kinds=("file-edit", "file-create"))
+        done = self._of_kinds([s["session_id"] for s in found], ("command", "commit"))
+        return [
+            {
+                **s,
+                **{
+                    k: [f for f in done.get(s["session_id"], []) if f["kind"] == k[:-1]]
+                    for k in ("commands", "commits")
+                },
+            }
+            for s in found
+        ]
+
+    def commits(self, commit: str) -> list[dict]:
+        """The commits a turn made or showed whose hash starts with `commit` (4 hex digits or more),
+        newest first: `session_id`, `turn_id`, `ts_ms`, `value` (the hash), `detail` (the subject)."""
+        commit = commit.strip().lower()
+        if len(commit) < 4 or any(c not in "0123456789abcdef" for c in commit):
+            raise ValueError(f"{commit!r} is no commit hash: give 4 hex digits or more, e.g. 6bc7616")
+        with self.file.connect() as con:
+            return records(
+                con,
+                """SELECT f.session_id, f.turn_id, t.ts_ms, f.value, f.detail
+                   FROM turn_facts f LEFT JOIN turns t ON t.id = f.turn_id
+                   WHERE f.kind = 'commit' AND starts_with(lower(f.value), ?)
+                   ORDER BY t.ts_ms DESC NULLS LAST, f.session_id, f.turn_id""",
+                [commit],
+            )
+
+    def _of_kinds(self, session_ids: list[str], kinds: tuple[str, ...]) -> dict[str, list[dict]]:
+        with self.file.connect() as con:
+            rows = records(
+                con,
+                """SELECT f.session_id, f.turn_id, f.kind, f.value, f.detail
+                   FROM turn_facts f LEFT JOIN turns t ON t.id = f.turn_id
+                   WHERE f.session_id IN (SELECT unnest(?::VARCHAR[])) AND f.kind IN (SELECT unnest(?::VARCHAR[]))
+                   ORDER BY t.ts_ms NULLS FIRST, f.turn_id, f.rowid""",
+                [session_ids, list(kinds)],
+            )
+        out: dict[str, list[dict]] = {}
+        for row in rows:
+            out.setdefault(row.pop("session_id"), []).append(row)
+        return out
