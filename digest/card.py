@@ -3,8 +3,9 @@
 A card says what the log shows: the ask (the first real prompt, and the later ones that change
 direction), the files edited and created, the commands with their exit status, the test runs, the
 errors met, the commits made, and how the session ended, each with the turn it came from. Every
-word on it is the session's own or a fixed label, so it is never junk; it is bounded in size: a
-line of at most `LINE_CHARS` for an agent, a text of at most `TEXT_CHARS` for a person.
+word on it is the session's own or a fixed label, so it invents nothing (it can still miss what
+matters); it is bounded in size: a line of at most `LINE_CHARS` for an agent, a text of at most
+`TEXT_CHARS` for a person.
 
 The title is the session's `ok` summary's where it has one, else the first ask's gist. A card is
 stored as its own tier (`source_tier` `facts`, degraded, not raw-canonical: a navigation summary),
