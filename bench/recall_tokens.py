@@ -30,6 +30,8 @@ from pipelines.mcp_server import Reads  # noqa: E402
 from resources.store import DigestStore  # noqa: E402
 
 TOOLS = ("query_summaries", "query_raw_memories")
+# Questions in common words, that many sessions answer in part: each answer fills its ten results.
+BROAD = ("fix the failing test", "error when running the server", "update the readme", "refactor the config loader")
 
 
 def shaped(answer: dict, before: bool) -> str:
@@ -60,6 +62,19 @@ def measure(store_path: Path, queries: list[dict]) -> dict:
                 rows.append({"kind": q["kind"], "rank": rank, "until": until, "whole": tokens(shaped(answer, before))})
             out[(tool, "before" if before else "now")] = rows
     return out
+
+
+def broad(store_path: Path) -> dict:
+    """The whole answer's tokens for `BROAD` questions, before and now: what ten results cost."""
+    reads = Reads(store_path)
+    return {
+        (tool, shape): statistics.median(
+            tokens(shaped(reads.call(getattr(Reads, tool), q, 10, None, None, shape == "before"), shape == "before"))
+            for q in BROAD
+        )
+        for tool in TOOLS
+        for shape in ("before", "now")
+    }
 
 
 def summary(rows: list[dict]) -> dict:
@@ -94,6 +109,7 @@ def main() -> None:
         store.search.refresh()
         queries = json.loads(facts.read_text())["queries"]
         results = measure(db, queries)
+        wide = broad(db)
     print(f"{len(queries)} labelled queries over {args.sessions} sessions; tokens = characters / 4")
     names = ["hit@1", "hit@5", "until p50", "until p90", "whole p50", "miss costs"]
     print(f"{'tool':<20} {'answer':<7} " + " ".join(f"{n:>10}" for n in names))
@@ -103,6 +119,10 @@ def main() -> None:
     for tool in TOOLS:
         before, now = summary(results[(tool, "before")]), summary(results[(tool, "now")])
         print(f"{tool}: tokens until the answer, before / now: {before['until p50'] / max(1, now['until p50']):.1f}x")
+    print(f"\nten results for {len(BROAD)} questions in common words (median tokens of the whole answer):")
+    for tool in TOOLS:
+        b, n = wide[(tool, "before")], wide[(tool, "now")]
+        print(f"  {tool:<20} before {b:>7.0f}  now {n:>6.0f}  ({b / max(1, n):.1f}x)")
 
 
 if __name__ == "__main__":
