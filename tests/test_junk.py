@@ -259,6 +259,7 @@ def judged(tmp_path) -> DigestStore:
 def test_status_counts_summaries_by_verdict_then_by_model_and_tier(judged):
     status = judged.reports.status()
     assert status["summaries_by_verdict"] == {"fabricated": 1, "ok": 2}
+    assert status["accounts"] == {"card": 1, "summary": 2}  # the junk one's session is told by its card
     assert status["verdicts_by_model_and_tier"] == {"fake-model": {"raw": {"summaries": 3, "junk": 1, "fabricated": 1}}}
 
 

@@ -89,6 +89,10 @@ class Reports(Repository):
                 "fidelity_by_tier": fidelity,
                 # ok, or the kind of junk (docs/routing.md#junk); then by model (imported: the export's) and tier.
                 "summaries_by_verdict": verdicts,
+                # Each session's account: its ok summary, else its card (docs/cards.md); never a junk summary.
+                "accounts": dict(
+                    con.execute("SELECT account, count(*) FROM session_accounts GROUP BY 1 ORDER BY 1").fetchall()
+                ),
                 "verdicts_by_model_and_tier": junk,
                 "pending_summaries": scalar(f"SELECT count(*) FROM ({PENDING_SUMMARY_SESSIONS})"),
                 "attempts": scalar("SELECT count(*) FROM attempts"),
