@@ -289,24 +289,6 @@ class Summaries(Repository):
         with self.file.connect() as con:
             return record(con, "SELECT * FROM session_summaries WHERE session_id = ?", [session_id])
 
-    def summary_page(self, limit: int, offset: int = 0, category: str | None = None) -> tuple[int, list[dict]]:
-        """How many summaries there are (of `category`, if given), and `limit` of them from `offset`,
-        newest first (by their session's last activity): each the summary row and the session's
-        `turn_count` and activity times."""
-        where, params = ("WHERE x.category = ?", [category]) if category is not None else ("", [])
-        with self.file.connect() as con:
-            total = con.execute(
-                f"SELECT count(*) FROM session_summaries x JOIN sessions s USING (session_id) {where}", params
-            ).fetchone()[0]
-            rows = records(
-                con,
-                f"""SELECT x.*, s.turn_count, s.first_activity_ms AS session_first_ms, s.last_activity_ms AS session_last_ms
-                    FROM session_summaries x JOIN sessions s USING (session_id) {where}
-                    ORDER BY s.last_activity_ms DESC NULLS LAST, x.session_id LIMIT ? OFFSET ?""",
-                [*params, limit, offset],
-            )
-        return total, rows
-
     def summaries_where(self, column: str, values: list[str]) -> list[dict]:
         """Summary rows by `session_id` or `run_id`."""
         if column not in ("session_id", "run_id"):
