@@ -27,6 +27,7 @@ TEXT_CHARS = 2_000
 PROMPT_CHARS = 1_500  # of each turn's prompt, read for its ask
 REPLY_CHARS = 4_000  # of the last turn's response, read for the outcome
 GIST_CHARS = 140
+WORDS_CHARS = 300  # of a prompt, compared with the asks before it
 MAX_ASKS = 4
 LISTED = 6  # items of each kind listed on the text (the line lists fewer)
 
@@ -259,8 +260,9 @@ def gist(text: str, limit: int = GIST_CHARS) -> str:
 
 
 def _words(text: str) -> set[str]:
-    words = {w.lower() for w in _WORD.findall(text)}
-    return words | set(_CJK.findall(text))
+    """The words a prompt opens with (its first `WORDS_CHARS` characters: enough to tell its subject)."""
+    text = text[:WORDS_CHARS].lower()
+    return set(_WORD.findall(text)) | set(_CJK.findall(text))
 
 
 def _substantial(text: str) -> bool:
@@ -274,10 +276,10 @@ def asks(turns: list[CardTurn]) -> list[Item]:
     seen: set[str] = set()
     for turn in turns:
         cleaned = clean_prompt(turn.prompt)
-        if not cleaned:
+        if not cleaned or (found and not _substantial(cleaned)):
             continue
         words = _words(cleaned)
-        if found and (not _substantial(cleaned) or len(words & seen) >= 0.5 * max(1, len(words))):
+        if found and len(words & seen) >= 0.5 * max(1, len(words)):
             continue
         found.append(Item(gist(cleaned), turn.index, turn.id))
         seen |= words
