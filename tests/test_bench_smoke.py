@@ -25,6 +25,7 @@ class Smoke:
     prints: tuple[str, ...]  # what its table or ratio lines must show
     embedded: bool = False  # runs the real SmolLM2 under llama.cpp
     timeout_s: float = 300.0
+    needs: tuple[str, ...] = ()  # modules of an extra (the test extra installs them; a bare venv skips)
 
 
 SMOKE = {
@@ -97,6 +98,18 @@ SMOKE = {
         ("--sessions", "40"),
         ("Search index (keyword", "relevance at 40 sessions", "a junk summary ranks its session: False"),
     ),
+    # Two engines over the same 40 sessions, a writer child each; about 90 s at load 10.
+    "search_engines.py": Smoke(
+        ("--sessions", "40", "--reps", "1", "--cold", "1", "--writer-queries", "5"),
+        (
+            "Search engines: postings tables",
+            "| warm query wall p95, ms |",
+            "during a writer: failures",
+            "relevance at 40",
+        ),
+        timeout_s=600.0,
+        needs=("tantivy",),
+    ),
     "search_vectors.py": Smoke(
         ("--sessions", "3", "--chars", "100"),
         ("SmolLM2 embeddings for search", "hit@5, hybrid - keyword"),
@@ -130,6 +143,8 @@ def test_the_bench_runs_at_its_smallest_size(bench):
     smoke = SMOKE[bench]
     if smoke.embedded:
         _skip_without_the_embedded_model()
+    for module in smoke.needs:
+        pytest.importorskip(module)
     if bench == "busy_host.py" and not (ROOT / ".git").exists():
         pytest.skip("the old arm is a git worktree: needs a git checkout")
     # As BENCHMARKS.md runs them: from the checkout, its tests/ importable.
