@@ -58,6 +58,9 @@ SMOKE = {
             "inbox sensor tick",
         ),
     ),
+    "collation.py": Smoke(("--smoke",), ("collation: 2015 ids", "ids the collator holds equal")),
+    # The old arm (llama-cpp-python) is compiled: the smoke runs the new server alone.
+    "model_servers.py": Smoke(("--smoke",), ("model servers:", "TTFT s (median)", "RSS MB"), embedded=True),
     "instance_size.py": Smoke(
         ("--runs", "2", "--degraded", "1"), ("growth of the instance", "per 1,000 runs", "new: event log rows")
     ),
