@@ -130,8 +130,8 @@ def measure(servers: list[Server], calls: int, prompt_paragraphs: int, out_token
     for i in range(calls):
         for server in servers:  # alternated: both see the same moments of the machine's load
             prompt = f"Call {i} of {server.name} at {time.time():.6f}. " + PARAGRAPH * prompt_paragraphs
-            n_prompt = prompt_tokens(server.url, prompt + " (count)")
             result = stream_call(server.url, prompt, out_tokens)
+            n_prompt = prompt_tokens(server.url, prompt)  # after: its prompt cache does not help the call timed
             rows[server.name]["ttft"].append(result["ttft_s"])
             rows[server.name]["pp"].append(n_prompt / result["ttft_s"])
             if result["pieces"] > 1:

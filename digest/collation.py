@@ -24,7 +24,7 @@ _UCOL_NORMALIZATION_MODE = 4
 _UCOL_ON = 17
 _U_ZERO_ERROR = 0
 
-# Where Debian and most Linux distributions put ICU; DIGEST_ICU_LIBRARY names another file.
+# Where Debian and most Linux distributions put ICU.
 _SEARCH = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 
 
@@ -32,19 +32,16 @@ class CollationUnavailable(RuntimeError):
     pass
 
 
-def _find_library() -> tuple[str, int]:
-    named = os.environ.get("DIGEST_ICU_LIBRARY")
-    candidates = [named] if named else [path for folder in _SEARCH for path in glob.glob(f"{folder}/libicui18n.so.*")]
+def _find_library(folders: tuple[str, ...]) -> tuple[str, int]:
     found = []
-    for path in candidates:
+    for path in (path for folder in folders for path in glob.glob(f"{folder}/libicui18n.so.*")):
         match = re.search(r"libicui18n\.so\.(\d+)", os.path.basename(path))
-        if match and os.path.exists(path):
+        if match:
             found.append((int(match.group(1)), path))
     if not found:
-        where = named or ", ".join(_SEARCH)
         raise CollationUnavailable(
-            f"ICU's collation library (libicui18n.so.N) is not in {where}: install Debian's libicu72 "
-            "(or your system's libicu), or name the file in DIGEST_ICU_LIBRARY"
+            f"ICU's collation library (libicui18n.so.N) is not in {', '.join(folders)}: install your "
+            "system's ICU runtime (Debian: libicu72 on 12, libicu76 on 13)"
         )
     version, path = max(found)  # the newest, where a machine has two
     return path, version
@@ -53,8 +50,8 @@ def _find_library() -> tuple[str, int]:
 class RootCollator:
     """`localeCompare`'s collator: ICU root, tertiary strength (ICU's default), normalization on."""
 
-    def __init__(self) -> None:
-        path, version = _find_library()
+    def __init__(self, folders: tuple[str, ...] = _SEARCH) -> None:
+        path, version = _find_library(folders)
         self.library, self.version = path, version
         lib = ctypes.CDLL(path)
         self._open = getattr(lib, f"ucol_open_{version}")

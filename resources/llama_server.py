@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--n_ctx", type=int, required=True)
     parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--poll", type=int, default=None)
     args = parser.parse_args(argv)
 
     import xllamacpp
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     params.n_parallel = 1
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads
+    if args.poll is not None:
+        params.cpuparams.poll = params.cpuparams_batch.poll = args.poll
     # No download of anything, ever: the GGUF is a local file.
     params.offline = True
     params.endpoint_metrics = True
