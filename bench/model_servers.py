@@ -52,14 +52,14 @@ def _busy(until: float) -> None:
 
 
 class Server:
-    def __init__(self, name: str, command: list[str], log_dir: Path):
+    def __init__(self, name: str, command: list[str], env: dict[str, str], log_dir: Path):
         self.name = name
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (log_dir / f"{name}.log").open("wb")
         command = [part.replace("{port}", str(self.port)) for part in command]
         self.process = subprocess.Popen(
-            command, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            command, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **env}, preexec_fn=_die_with_parent
         )  # fmt: skip
         started = time.monotonic()
         while True:
@@ -155,7 +155,7 @@ def cut_call(server: Server, long_tokens: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old-python", help="a Python with llama-cpp-python[server] (the old runtime)")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, nargs="+", default=[2], help="arms per thread count")
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--load", type=int, default=2, help="busy-loop processes in the loaded round (0: none)")
     parser.add_argument("--paragraphs", type=int, default=32, help="prompt size (32: about 1,200 tokens)")
@@ -165,16 +165,27 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.calls, args.load, args.paragraphs, args.out_tokens, args.long_tokens = 1, 0, 4, 8, 200
+        args.threads = args.threads[:1]
 
     model = str(gguf_path())
     common = ["--host", "127.0.0.1", "--port", "{port}", "--n_ctx", str(N_CTX)]
-    arms = {"xllamacpp": [sys.executable, "-m", "resources.llama_server", "--model", model, "--alias", MODEL_ALIAS,
-                          *common, "--threads", str(args.threads)]}  # fmt: skip
-    if args.old_python:
-        arms["llama-cpp-python"] = [args.old_python, "-m", "llama_cpp.server", "--model", model,
-                                    "--model_alias", MODEL_ALIAS, *common, "--n_threads", str(args.threads)]  # fmt: skip
+    # OMP_WAIT_POLICY: llama.cpp's threads spin at their barriers by default (ACTIVE); the project
+    # starts its server with PASSIVE (resources.embedded_server). The old server ran with the default.
+    arms = {}
+    for threads in args.threads:
+        new = [sys.executable, "-m", "resources.llama_server", "--model", model, "--alias", MODEL_ALIAS, *common,
+               "--threads", str(threads)]  # fmt: skip
+        arms[f"xllamacpp t{threads} passive"] = (new, {"OMP_WAIT_POLICY": "PASSIVE"})
+        if threads > 1 and not args.smoke:
+            arms[f"xllamacpp t{threads} spin"] = (new, {"OMP_WAIT_POLICY": "ACTIVE"})
+        if args.old_python:
+            old = [args.old_python, "-m", "llama_cpp.server", "--model", model, "--model_alias", MODEL_ALIAS, *common,
+                   "--n_threads", str(threads)]  # fmt: skip
+            if threads > 1:
+                arms[f"llama-cpp-python t{threads} spin"] = (old, {"OMP_WAIT_POLICY": "ACTIVE"})
+            arms[f"llama-cpp-python t{threads} passive"] = (old, {"OMP_WAIT_POLICY": "PASSIVE"})
     log_dir = Path(tempfile.mkdtemp(prefix="model-servers-"))
-    servers = [Server(name, command, log_dir) for name, command in arms.items()]
+    servers = [Server(name, command, env, log_dir) for name, (command, env) in arms.items()]
     try:
         for server in servers:
             stream_call(server.url, "Say hi.", 4)  # warm up
@@ -195,25 +206,27 @@ def main() -> None:
                 for p in busy:
                     p.terminate()
                     p.join()
-        print(f"model servers: SmolLM2-135M Q4_1, {args.threads} threads, n_ctx {N_CTX}, {args.calls} calls each, "
+        print(f"model servers: SmolLM2-135M Q4_1, threads {args.threads}, n_ctx {N_CTX}, {args.calls} calls each, "
               f"{args.out_tokens} tokens out; logs in {log_dir}")  # fmt: skip
         print(
             "ready (load to first answer of /v1/models): " + ", ".join(f"{s.name} {s.ready_s:.1f} s" for s in servers)
         )
         for label, (rows, cuts, load0, load1) in results.items():
             print(f"\n{label} (loadavg {load0:.1f} -> {load1:.1f}), prompt {rows['prompt_tokens']} tokens")
-            print(f"{'server':<18} {'TTFT s (median)':>16} {'prompt tok/s':>13} {'gen tok/s':>10} "
+            print(f"{'server':<26} {'TTFT s (median)':>16} {'prompt tok/s':>13} {'gen tok/s':>10} "
                   f"{'CPU s in 3 s after a cut':>25} {'next call s':>12}")  # fmt: skip
             for s in servers:
                 r, c = rows[s.name], cuts[s.name]
                 tg = statistics.median(r["tg"]) if r["tg"] else float("nan")
-                print(f"{s.name:<18} {statistics.median(r['ttft']):>16.2f} {statistics.median(r['pp']):>13.0f} "
+                print(f"{s.name:<26} {statistics.median(r['ttft']):>16.2f} {statistics.median(r['pp']):>13.0f} "
                       f"{tg:>10.1f} {c['cpu_3s_after']:>25.2f} {c['short_call_s']:>12.2f}")  # fmt: skip
-            if len(servers) == 2:
-                new, old = (rows[s.name] for s in servers)
-                print(f"ratios old/new: TTFT {statistics.median(old['ttft']) / statistics.median(new['ttft']):.2f}  "
-                      f"(new/old) prompt tok/s {statistics.median(new['pp']) / statistics.median(old['pp']):.2f}  "
-                      f"gen tok/s {statistics.median(new['tg']) / statistics.median(old['tg']):.2f}")  # fmt: skip
+            base = rows.get("llama-cpp-python t2 spin")  # the old server as the project ran it
+            for s in servers:
+                r = rows[s.name]
+                if base and s.name != "llama-cpp-python t2 spin" and r["tg"] and base["tg"]:
+                    print(f"{s.name:<26} / old t2 spin: TTFT {statistics.median(r['ttft']) / statistics.median(base['ttft']):.2f}  "
+                          f"prompt tok/s {statistics.median(r['pp']) / statistics.median(base['pp']):.2f}  "
+                          f"gen tok/s {statistics.median(r['tg']) / statistics.median(base['tg']):.2f}")  # fmt: skip
         print(
             "\nRSS MB (now / peak): "
             + ", ".join(f"{s.name} {s.rss_mb()[0]:.0f} / {s.rss_mb()[1]:.0f}" for s in servers)

@@ -111,7 +111,13 @@ class EmbeddedServer:
             "--host", "127.0.0.1", "--port", str(self.port),
             "--n_ctx", str(self.n_ctx), "--threads", str(self.threads),
         ]  # fmt: skip
+        # llama.cpp's CPU threads meet at an OpenMP barrier several hundred times a token. By default a
+        # thread spins there, which on a machine with no idle core (other work, the test suite beside
+        # it) burns the time slice its partner needs: 32 tokens took 15-39 s at load 8 against 1.0-1.3 s
+        # with waiting threads asleep (BENCHMARKS.md §22). So the threads wait passively, unless the
+        # environment says otherwise.
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         # A session of its own: a Ctrl-C at the terminal reaches the sweep (which stops after its run in
         # hand, `pipelines.stopping`), not the server its run is talking to; it still dies with its parent.
         self._process = subprocess.Popen(
