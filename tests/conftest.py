@@ -125,6 +125,8 @@ def pytest_ignore_collect(collection_path, config) -> bool | None:
     return None
 
 
+# First: pytest-xdist reads the xdist_group marks in its own hook of the same name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
     tiers = {*TIERS.values(), "embedded"}
     for item in items:

@@ -58,7 +58,7 @@ SMOKE = {
             "inbox sensor tick",
         ),
     ),
-    "collation.py": Smoke(("--smoke",), ("collation: 2015 ids", "ids the collator holds equal")),
+    "collation.py": Smoke(("--smoke",), ("collation: 2014 ids", "ids the collator holds equal")),
     # The old arm (llama-cpp-python) is compiled: the smoke runs the new server alone.
     "model_servers.py": Smoke(("--smoke",), ("model servers:", "TTFT s (median)", "RSS MB"), embedded=True),
     "instance_size.py": Smoke(
