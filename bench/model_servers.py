@@ -1,19 +1,21 @@
 """The embedded model's two servers side by side: llama-cpp-python's (compiled on install, Python's
-uvicorn over the Llama API) and llama.cpp's own C++ server from xllamacpp's prebuilt wheel (what
-`resources.embedded_server` starts now). Same GGUF (SmolLM2-135M Q4_1), same threads and context,
-both servers up at once and their calls alternated, first on a quiet machine, then beside a load
-generator (busy-loop processes, one a core, bounded in time).
+uvicorn over the Llama API; the project's until issue 42) and llama.cpp's own C++ server from
+xllamacpp's prebuilt wheel (what `resources.embedded_server` starts now). Same GGUF (SmolLM2-135M
+Q4_1), same threads and context, all servers up at once and their calls alternated, first as the
+machine is, then beside a load generator (busy-loop processes, bounded in time). Both runtimes are
+OpenMP builds: each arm's threads wait passively at llama.cpp's barriers (OMP_WAIT_POLICY=PASSIVE,
+as the project starts its server now); `--spin` adds arms that spin (the default, ACTIVE).
 
-Per server and condition: time to first token and prompt tokens/s (a ~1,200-token prompt, streamed,
-a fresh prefix each call so no prompt cache helps), generated tokens/s (64 tokens, end-of-text
-banned so every call generates all of them), the server's RSS (peak, VmHWM), and what a client that
-goes away mid-call costs: a long streamed generation is dropped after 1 s and the server's CPU time
-is sampled for the next 3 s (a server that stops computing spends ~0 there), and a short call then
-measures how long it waits.
+Per arm: time to first token and prompt tokens/s (a 1,215-token prompt, streamed, a fresh prefix each
+call so no prompt cache helps), generated tokens/s (end-of-text banned so every call generates all
+its tokens), the server's RSS (peak, VmHWM), and what a client that goes away mid-call costs: a long
+streamed generation is dropped after 1 s, the server's CPU time is sampled for the next 3 s (a server
+that stops computing spends ~0 there), and a short call then measures how long it waits.
 
-Run: .venv/bin/python bench/model_servers.py --old-python /tmp/lcp/bin/python [--calls 3] [--load 2]
-     (--old-python: a Python with llama-cpp-python[server]==0.3.36 installed, the old runtime;
-      --smoke: one call each, quiet only, the new server alone when there is no old one)
+Run: .venv/bin/python bench/model_servers.py --old-python /tmp/lcp/bin/python [--calls 3] [--load 2] [--spin]
+     (--old-python: a Python with llama-cpp-python[server]==0.3.36 installed, the old runtime, e.g.
+      python3.11 -m venv /tmp/lcp && CMAKE_ARGS=... /tmp/lcp/bin/pip install 'llama-cpp-python[server]==0.3.36';
+      --smoke: one call, the new server alone, no load round)
 """
 
 from __future__ import annotations
@@ -136,6 +138,8 @@ def measure(servers: list[Server], calls: int, prompt_paragraphs: int, out_token
             rows[server.name]["pp"].append(n_prompt / result["ttft_s"])
             if result["pieces"] > 1:
                 rows[server.name]["tg"].append((result["pieces"] - 1) / result["gen_s"])
+            print(f"  call {i} {server.name}: {n_prompt} prompt tokens, first token {result['ttft_s']:.2f} s, "
+                  f"{result['pieces']} pieces in {result['gen_s']:.2f} s (loadavg {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
     rows["prompt_tokens"] = n_prompt
     return rows
 
@@ -161,6 +165,7 @@ def main() -> None:
     parser.add_argument("--paragraphs", type=int, default=32, help="prompt size (32: about 1,200 tokens)")
     parser.add_argument("--out-tokens", type=int, default=64)
     parser.add_argument("--long-tokens", type=int, default=2000)
+    parser.add_argument("--spin", action="store_true", help="also arms with spinning threads (OMP_WAIT_POLICY=ACTIVE)")
     parser.add_argument("--smoke", action="store_true", help="one call each, quiet only, short prompt")
     args = parser.parse_args()
     if args.smoke:
@@ -176,12 +181,12 @@ def main() -> None:
         new = [sys.executable, "-m", "resources.llama_server", "--model", model, "--alias", MODEL_ALIAS, *common,
                "--threads", str(threads)]  # fmt: skip
         arms[f"xllamacpp t{threads} passive"] = (new, {"OMP_WAIT_POLICY": "PASSIVE"})
-        if threads > 1 and not args.smoke:
+        if threads > 1 and args.spin:
             arms[f"xllamacpp t{threads} spin"] = (new, {"OMP_WAIT_POLICY": "ACTIVE"})
         if args.old_python:
             old = [args.old_python, "-m", "llama_cpp.server", "--model", model, "--model_alias", MODEL_ALIAS, *common,
                    "--n_threads", str(threads)]  # fmt: skip
-            if threads > 1:
+            if threads > 1 and args.spin:
                 arms[f"llama-cpp-python t{threads} spin"] = (old, {"OMP_WAIT_POLICY": "ACTIVE"})
             arms[f"llama-cpp-python t{threads} passive"] = (old, {"OMP_WAIT_POLICY": "PASSIVE"})
     log_dir = Path(tempfile.mkdtemp(prefix="model-servers-"))
@@ -200,7 +205,10 @@ def main() -> None:
             try:
                 loadavg_before = os.getloadavg()[0]
                 rows = measure(servers, args.calls, args.paragraphs, args.out_tokens)
-                cuts = {s.name: cut_call(s, args.long_tokens) for s in servers}
+                cuts = {}
+                for s in servers:
+                    cuts[s.name] = cut_call(s, args.long_tokens)
+                    print(f"  cut {s.name}: {cuts[s.name]}", flush=True)
                 results[label] = (rows, cuts, loadavg_before, os.getloadavg()[0])
             finally:
                 for p in busy:
@@ -220,11 +228,11 @@ def main() -> None:
                 tg = statistics.median(r["tg"]) if r["tg"] else float("nan")
                 print(f"{s.name:<26} {statistics.median(r['ttft']):>16.2f} {statistics.median(r['pp']):>13.0f} "
                       f"{tg:>10.1f} {c['cpu_3s_after']:>25.2f} {c['short_call_s']:>12.2f}")  # fmt: skip
-            base = rows.get("llama-cpp-python t2 spin")  # the old server as the project ran it
+            base = rows.get(f"llama-cpp-python t{args.threads[0]} passive")  # the old runtime, same policy
             for s in servers:
                 r = rows[s.name]
-                if base and s.name != "llama-cpp-python t2 spin" and r["tg"] and base["tg"]:
-                    print(f"{s.name:<26} / old t2 spin: TTFT {statistics.median(r['ttft']) / statistics.median(base['ttft']):.2f}  "
+                if base and not s.name.startswith("llama-cpp-python") and r["tg"] and base["tg"]:
+                    print(f"{s.name:<26} / old passive: TTFT {statistics.median(r['ttft']) / statistics.median(base['ttft']):.2f}  "
                           f"prompt tok/s {statistics.median(r['pp']) / statistics.median(base['pp']):.2f}  "
                           f"gen tok/s {statistics.median(r['tg']) / statistics.median(base['tg']):.2f}")  # fmt: skip
         print(

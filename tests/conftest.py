@@ -125,16 +125,9 @@ def pytest_ignore_collect(collection_path, config) -> bool | None:
     return None
 
 
-# First: pytest-xdist reads the xdist_group marks in its own hook of the same name.
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
     tiers = {*TIERS.values(), "embedded"}
     for item in items:
-        # `make test` spreads the suite over workers (pytest-xdist, --dist loadgroup): the tests that
-        # run the real model go to one worker, one after another, so no two model servers share the
-        # two cores while the other workers run the tests that wait on the clock.
-        if item.get_closest_marker("embedded") or item.get_closest_marker("model_server"):
-            item.add_marker(pytest.mark.xdist_group("model"))
         # A test marked with a tier keeps it: a module's migration, restore or CLI test is an
         # integration test beside its unit tests.
         if any(marker.name in tiers for marker in item.iter_markers()):
