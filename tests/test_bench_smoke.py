@@ -123,10 +123,7 @@ def test_every_smoke_entry_is_a_bench():
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize(
-    "bench",
-    [pytest.param(b, marks=[pytest.mark.model_server] if b in SMOKE and SMOKE[b].embedded else []) for b in BENCHES],
-)
+@pytest.mark.parametrize("bench", BENCHES)
 def test_the_bench_runs_at_its_smallest_size(bench):
     assert bench in SMOKE, f"bench/{bench} has no smallest size in SMOKE ({__file__})"
     smoke = SMOKE[bench]
