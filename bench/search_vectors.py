@@ -4,8 +4,8 @@ The labelled corpus and queries of `bench/search.py` (its `STORIES` planted into
 corpus, their lexical, paraphrase, file, error and decision queries), ranked two ways side by side:
 keyword alone (`store.search.sessions`) and hybrid (`resources.hybrid_search.search_sessions`:
 keyword fused with the nearest documents by reciprocal rank), the vectors made by SmolLM2-135M
-in-process under llama.cpp (mean pooling: llama-cpp-python's server returns one vector a token for
-this model, so the project could not serve it over `/v1/embeddings` as it is).
+in-process under llama.cpp (xllamacpp's server object, called in-process with mean pooling; the
+embedded chat server is not started for embeddings).
 
 SmolLM2 embeds some 100-200 tokens a second on a busy 2-core machine, so the vectors cover the
 summary layer of the index: every summary and mini summary, each session's first turn and its
@@ -42,18 +42,25 @@ class SmolEmbedder:
     model = "smollm2-135m-mean"
 
     def __init__(self, chars: int):
-        import llama_cpp
+        import xllamacpp
 
         from resources.embedded_server import gguf_path
 
         self.chars = chars
-        self.llm = llama_cpp.Llama(
-            model_path=str(gguf_path()), embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
-            n_ctx=1024, n_threads=2, verbose=False,
-        )  # fmt: skip
+        params = xllamacpp.CommonParams()
+        params.model.path = str(gguf_path())
+        params.embedding = True
+        params.pooling_type = xllamacpp.llama_pooling_type.LLAMA_POOLING_TYPE_MEAN
+        params.n_ctx = params.n_batch = params.n_ubatch = 1024
+        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = 2
+        params.offline = True
+        self.server = xllamacpp.Server(params)
 
     def embed(self, texts: list[str]) -> list[list[float]]:
-        return [self.llm.embed(t[: self.chars] or " ") for t in texts]
+        reply = self.server.handle_embeddings({"input": [t[: self.chars] or " " for t in texts]})
+        if "error" in reply:
+            raise RuntimeError(f"embeddings: {reply['error']}")
+        return [row["embedding"] for row in sorted(reply["data"], key=lambda row: row["index"])]
 
 
 def summary_layer(store, model: str) -> list:

@@ -1,5 +1,6 @@
-"""Does the embedded server (llama-cpp-python's) stream usage, and does it stop generating when
-the client gives up, streaming and not? Against the real embedded server.
+"""Does the embedded server (llama.cpp's own, from xllamacpp's wheel; llama-cpp-python's until
+issue 42) stream usage, and does it stop generating when the client gives up, streaming and not?
+Against the real embedded server.
 
 Run: .venv/bin/python bench/stream_cancel.py [--smoke]   # --smoke: a 200-token long generation, for the test suite
 

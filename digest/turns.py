@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import icu
+from digest.collation import RootCollator
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,11 @@ def compose_document(prompt: str, thought: str, response: str) -> str:
 
 # `String.prototype.localeCompare` as Node (V8 over ICU) runs it in the original: the default
 # locale's collator (en-US, whose collation is ICU's root), tertiary strength, normalization on.
-# The order is the linked ICU's: Node 20.20 bundles ICU 78, which ranks the apostrophes (' ‘ ’ ׳)
-# alike and the double quotes (" “ ”) alike; the system ICU 72 still tells them apart, and knows
-# no character newer than Unicode 15. Ids with neither sort as Node sorts them.
-_COLLATOR = icu.Collator.createInstance(icu.Locale.getRoot())
-_COLLATOR.setAttribute(icu.UCollAttribute.NORMALIZATION_MODE, icu.UCollAttributeValue.ON)
+# The order is the system ICU's (`digest.collation`, its C API through ctypes): Node 20.20 bundles
+# ICU 78, which ranks the apostrophes (' ‘ ’ ׳) alike and the double quotes (" “ ”) alike; the
+# system ICU 72 still tells them apart, and knows no character newer than Unicode 15. Ids with
+# neither sort as Node sorts them.
+_COLLATOR = RootCollator()
 
 
 def canonical_order(turns: list[Turn]) -> list[Turn]:
@@ -55,7 +55,7 @@ def canonical_order(turns: list[Turn]) -> list[Turn]:
 
 def id_sort_key(turn_id: str) -> bytes:
     """A turn id's place in `localeCompare` order (`canonical_order`'s tie-break)."""
-    return _COLLATOR.getSortKey(turn_id)
+    return _COLLATOR.sort_key(turn_id)
 
 
 def input_revision(turns: list[Turn]) -> str:

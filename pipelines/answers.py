@@ -3,7 +3,7 @@ line, each matched turn as one cited snippet, and a budget (`maxTokens`) that ca
 
 An agent reads an answer to decide which session to open; the full text comes by drill-in
 (`get_session_memories`, `full: true`). Tokens are counted as characters over four, as the
-benchmarks count them (BENCHMARKS.md §25). An empty answer, or one that left something out, says why.
+benchmarks count them (BENCHMARKS.md §24). An empty answer, or one that left something out, says why.
 """
 
 from __future__ import annotations

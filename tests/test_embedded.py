@@ -59,8 +59,8 @@ def test_embedded_model_summarizes_a_small_session_and_the_result_validates(embe
         "SELECT prompt_tokens, completion_tokens, tokens_estimate, outcome FROM attempts ORDER BY attempt_id"
     ).iloc[0]
     assert attempt["outcome"] == "ok"
-    # Streamed: llama-cpp-python 0.3 sends no usage in a stream, so the prompt is counted by its
-    # tokenizer (the text without the chat template), the answer in its pieces, a token each.
+    # Streamed with include_usage: llama.cpp's server sends a usage chunk, the prompt counted with its
+    # chat template, still under the estimate the router made of it.
     assert 0 < attempt["prompt_tokens"] < attempt["tokens_estimate"]
     assert attempt["completion_tokens"] > 0
 
@@ -75,8 +75,8 @@ def test_embedded_server_refuses_an_oversized_prompt_as_overflow(embedded):
 
 
 def test_embedded_server_streams_a_call(embedded):
-    """The real server streams: SSE pieces, `[DONE]`, no usage chunk (llama-cpp-python 0.3.36
-    ignores include_usage), so the answer is counted in pieces and the prompt by its tokenizer."""
+    """The real server streams: SSE pieces, a usage chunk (llama.cpp's server honours
+    include_usage), `[DONE]`; the counts are the server's."""
     client = OpenAIChatClient(embedded.url, MODEL_ALIAS, schema_style="json_object")
     reply = client.chat("Name three colours.", schema=None, max_output_tokens=24, timeout_s=120, stall_s=60)
     assert client.streaming and reply.text.strip()
