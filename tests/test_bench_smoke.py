@@ -43,6 +43,7 @@ SMOKE = {
     ),
     # The session-card corpus: its committed plain/ is what its raw/ converts to (nothing written).
     "cards_corpus.py": Smoke(("--check",), ("turns converted", "plain/ matches raw/")),
+    "outcome_ask.py": Smoke(("--sessions", "1"), ("card:", "outcome:", "sessions asked: 1"), embedded=True),
     "facts.py": Smoke(("--sessions", "3"), ("ingest with facts", "ratio (with / without)", "extraction alone")),
     "graph_cap.py": Smoke(
         ("--kilobytes", "40"), ("graph calls:", "the largest prompt any model call sent in the graph scenario")
