@@ -60,7 +60,7 @@ def test_a_run_that_ends_before_any_reply_keeps_its_exit_as_the_outcome_not_the_
     """mini-SWE-agent 2 ends a run whose model call failed with an `exit` message of the error's
     text: the harness's words, kept as how the run ended (`[exit]`, as a finished run's), never the task's."""
     [turn] = turns(MINI / "2.0" / "requests-4498-timeout.traj.json")
-    assert turn["prompt"] == "Please solve this issue: `requests.get('http://')` raises IndexError instead of InvalidURL."
+    assert turn["prompt"].endswith("raises IndexError instead of InvalidURL.")
     assert turn["response"] == (
         "[exit] litellm.Timeout: APITimeoutError - Request timed out. Error_str: Request timed out."
     )

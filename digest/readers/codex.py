@@ -291,7 +291,8 @@ def _line(raw: bytes) -> tuple[str | None, dict | None, object]:
     """The line's type, payload and timestamp (checked), the older rollout's lines read as the newer's."""
     obj, _ = load(decode(raw))
     kind, payload = obj.get("type"), obj.get("payload")
-    if kind not in LINE_TYPES and (kind in ITEM_TYPES or isinstance(obj.get("role"), str)):  # the older rollout's bare item
+    # The older rollout's bare item (a message may have a `role` and no `type`).
+    if kind not in LINE_TYPES and (kind in ITEM_TYPES or isinstance(obj.get("role"), str)):
         kind, payload = "response_item", obj
     elif kind is None and "id" in obj and "timestamp" in obj:  # the older rollout's first line
         kind, payload = "session_meta", obj
