@@ -189,3 +189,15 @@ def test_migration_17_with_redaction_off_leaves_the_rejects(tmp_path, monkeypatc
     store = _version_16_store(path, tmp_path)
     DigestStore(path).migrate()
     assert _holding(store, STRIPE) == ["rejects.excerpt"]
+
+
+def test_a_secret_the_excerpts_cut_would_split_is_redacted_whole(store, tmp_path):
+    """The excerpt is cut to 200 characters after its redaction read the line around it: a key
+    that starts before the cut and ends after it leaves none of its characters."""
+    line = {"id": "c-1", "session_id": "c", "timestamp": "soon", "response": "ok", "prompt": "x" * 100 + f" {STRIPE}"}
+    log = tmp_path / "cut.jsonl"
+    log.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    ingest_paths([log], store)
+    with store.file.connect() as con:
+        [(text,)] = con.execute("SELECT excerpt FROM rejects").fetchall()
+    assert len(text) == 200 and "[REDACTED:" in text and STRIPE[8:14] not in text

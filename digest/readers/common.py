@@ -18,8 +18,8 @@ from digest.turns import compose_document, id_sort_key, parse_timestamp_ms, part
 
 EXCERPT_CHARS = 200
 # The line around an excerpt that its redaction reads: a secret that starts in the excerpt ends in
-# it (a PEM block of an 8192-bit key is some 6,500 characters). Bounded by the batch's line bytes.
-EXCERPT_WINDOW = 16_384
+# it (a PEM block of a 4096-bit RSA key is some 3,300 characters). A batch holds at most 20,000.
+EXCERPT_WINDOW = 4_096
 # How deep a line's JSON may nest. Every walk of a line's values (its text, its lone surrogates)
 # recurses a level a call or two, so a line nested deeper than this is the line's reject before any
 # walk starts, not a RecursionError that would end the whole ingest; real logs nest some 10 levels.
