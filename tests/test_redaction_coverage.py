@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from digest.ingest import ingest_paths
-from digest.redact import REDACTED_TEXT
+from digest.redact import REDACTED_TEXT, redact_json
 from resources.store import DigestStore
 from resources.store.redaction import NOT_INPUT_TEXT
 
@@ -201,3 +201,13 @@ def test_a_secret_the_excerpts_cut_would_split_is_redacted_whole(store, tmp_path
     with store.file.connect() as con:
         [(text,)] = con.execute("SELECT excerpt FROM rejects").fetchall()
     assert len(text) == 200 and "[REDACTED:" in text and STRIPE[8:14] not in text
+
+
+def test_a_json_text_is_redacted_whole_and_stays_json():
+    # A key and its value apart in JSON are found as a text's are.
+    text = json.dumps({"client_secret": "Zq8vN3mK1pL7", "n": 1})
+    assert json.loads(redact_json(text)) == {"client_secret": "[REDACTED:assigned-secret]", "n": 1}
+    # A value that runs into an escaped quote would break the JSON whole: then each string apart.
+    text = json.dumps({"cmd": 'curl -u admin:Tr0ub4dor3"x https://ci'})
+    assert json.loads(redact_json(text)) == {"cmd": 'curl -u admin:[REDACTED:cli-password]"x https://ci'}
+    assert redact_json('{"plain": "text"}') == '{"plain": "text"}'
