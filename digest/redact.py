@@ -32,6 +32,20 @@ MARK = "[REDACTED:{}]"
 # The turn row's text fields, and the text of an imported summary or mini summary.
 TURN_TEXT_FIELDS = ("prompt", "thought", "response", "document")
 SUMMARY_TEXT_FIELDS = ("title", "summary")
+# Every stored column that holds text read from the input, by table: redacted before it is written
+# (`digest.ingest`), and in a store that held it before by a migration (`resources.store.redaction`).
+# A reject's reason may quote the line's value, and its excerpt is the line itself. Every other
+# text column is named, with why it holds no input, in `resources.store.redaction.NOT_INPUT_TEXT`.
+REDACTED_TEXT = {
+    "turns": TURN_TEXT_FIELDS,
+    "mini_summaries": ("text",),
+    "imported_summaries": (*SUMMARY_TEXT_FIELDS, "metadata"),
+    "imported_graph_nodes": ("properties",),
+    "imported_graph_edges": ("properties",),
+    "rejects": ("reason", "excerpt"),
+}
+# The fields among those that are JSON text: they stay JSON when redacted (`redact_json`).
+JSON_TEXT_FIELDS = frozenset({"metadata", "properties"})
 
 # Values that stand for a secret rather than being one: an example's or a template's.
 _PLACEHOLDER = re.compile(
@@ -400,14 +414,45 @@ def _replace(text: str, haystack: str, pattern: Pattern, counts: Counter | None)
     return "".join(pieces)
 
 
+def redact_json(text: str | None, counts: Counter | None = None) -> str | None:
+    """A JSON text redacted and still JSON: redacted whole, as any text is (so `"password": "…"`
+    is found with its key), unless a replacement broke it (a value running into an escaped quote),
+    then string by string."""
+    if not text:
+        return text
+    found: Counter = Counter()
+    whole = redact(text, found)
+    if whole is text:
+        return text
+    try:
+        json.loads(whole)
+    except ValueError:
+        found = Counter()
+        whole = json.dumps(_redact_strings(json.loads(text), found), ensure_ascii=False)
+    if counts is not None:
+        counts.update(found)
+    return whole
+
+
+def _redact_strings(value: object, counts: Counter) -> object:
+    if isinstance(value, str):
+        return redact(value, counts)
+    if isinstance(value, list):
+        return [_redact_strings(item, counts) for item in value]
+    if isinstance(value, dict):
+        return {redact(key, counts): _redact_strings(item, counts) for key, item in value.items()}
+    return value
+
+
 def redact_fields(row: Mapping, fields: Iterable[str]) -> tuple[dict, Counter]:
     """The row with these text fields redacted, and the secrets found by kind.
 
     A turn's document composed from its prompt, thought and response (every harness log's, and a
     rebuilt one) is composed again from them redacted: each secret is found once, and a line of a
     field starts a line there (`KEY=value` at the start of a prompt). Another document (an
-    export's own) is redacted apart, a kind counted as often as it or the fields hold it, whichever
-    is more, so one secret in both is counted once."""
+    export's own) and a JSON field (an export's metadata, which holds its title) are redacted
+    apart, a kind counted as often as they or the fields hold it, whichever is more, so one secret
+    in both is counted once."""
     counts: Counter = Counter()
     out = dict(row)
     fields = tuple(fields)
@@ -416,15 +461,21 @@ def redact_fields(row: Mapping, fields: Iterable[str]) -> tuple[dict, Counter]:
     composed = composed and row.get("document") == compose_document(*(row[f] for f in parts))
     for name in fields:
         value = row.get(name)
-        if isinstance(value, str) and name != "document":
+        if isinstance(value, str) and name != "document" and name not in JSON_TEXT_FIELDS:
             out[name] = redact(value, counts)
+    apart: Counter = Counter()
     if composed:
         out["document"] = compose_document(*(out[f] for f in parts))
     elif isinstance(row.get("document"), str) and "document" in fields:
         in_document: Counter = Counter()
         out["document"] = redact(row["document"], in_document)
-        counts |= in_document
-    return out, counts
+        apart |= in_document
+    for name in JSON_TEXT_FIELDS.intersection(fields):
+        if isinstance(row.get(name), str):
+            in_json: Counter = Counter()
+            out[name] = redact_json(row[name], in_json)
+            apart |= in_json
+    return out, counts | apart
 
 
 def counts_problem(text: str) -> str | None:

@@ -484,7 +484,7 @@ SETTINGS: tuple[Setting, ...] = (
         "private-key blocks, passwords in URLs, connection strings and password flags, `.netrc`, `.pgpass` and "
         "`.npmrc` lines, secret `KEY=value` lines and `KEY=value command` prefixes, auth and API-key headers) "
         "is replaced by `[REDACTED:<kind>]` at ingest, before anything is stored; the log files are only read "
-        "([ingest](ingest.md#projects-and-secrets)). Migration 13 redacts what a store held before, unless off",
+        "([ingest](ingest.md#projects-and-secrets)). Migrations 13 and 17 redact what a store held before, unless off",
     ),
     Setting(
         "DIGEST_JUNK_SHARE_MAX",
