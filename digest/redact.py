@@ -284,7 +284,11 @@ PATTERNS: tuple[Pattern, ...] = (
         re.compile(r"api\.telegram\.org/(?:file/)?bot(\d{5,12}:[0-9A-Za-z_\-]{30,40})(?![\w\-])"),
         ("api.telegram.org",),
     ),
-    _prefixed("telegram-bot-token", r"(\d{8,12}:AA[0-9A-Za-z_\-]{33})(?![\w\-])", ":AA"),
+    Pattern(
+        "telegram-bot-token",
+        re.compile(r"(?:\bbot|(?<![\w\-]))(\d{8,12}:AA[0-9A-Za-z_\-]{33})(?![\w\-])"),
+        (":AA",),
+    ),
     # A Docker `config.json`'s `"auth"`: base64 of `user:password` (JSON-escaped quotes too).
     Pattern(
         "docker-auth",

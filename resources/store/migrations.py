@@ -137,6 +137,9 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 16: the facts read again (tool calls written as text, test runs, the errors a session ends on),
     # then each session's card from them (`session_cards`); every session is indexed again, its card with it.
     16: [backfill_turn_facts, backfill_cards, "DELETE FROM search_index_state"],
+    # 18: the stored text redacted again, for the kinds added since (a Telegram bot token, a Docker
+    # `config.json` auth); each turn's counts grow by what is found.
+    18: [redact_stored],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -1,5 +1,6 @@
 """Secrets in what a store held before the ingest redacted them (`digest.redact`): migration 13
-redacts the stored turns, mini summaries and summaries in place, and the redactions `status` counts.
+redacts the stored turns, mini summaries and summaries in place, and the redactions `status` counts;
+migration 18 does it again for the kinds added since, each turn's counts added to.
 
 Redacting a turn changes its document, and so its session's input revision (a hash of the stored
 text, `digest.turns.input_revision`). Everything recorded at the old revision (the summary, the
@@ -48,8 +49,8 @@ SUMMARY_TEXTS = {
 
 
 def redact_stored(con: duckdb.DuckDBPyConnection) -> None:
-    """Migration 13's step: the stored text redacted, unless `DIGEST_REDACT` is off (read here: a
-    migration has no settings; the setting's own parser, so a bad value fails as at load)."""
+    """Migrations 13's and 18's step: the stored text redacted, unless `DIGEST_REDACT` is off (read
+    here: a migration has no settings; the setting's own parser, so a bad value fails as at load)."""
     if not setting_of("DIGEST_REDACT").read(os.environ, {}):
         return
     sessions = _redact_rows(con, "turns", TURN_TEXT_FIELDS, record=True)
@@ -64,7 +65,7 @@ def _redact_rows(con: duckdb.DuckDBPyConnection, table: str, columns: tuple[str,
     wanted = " OR ".join(f"regexp_matches(coalesce({c}, ''), ?)" for c in columns)
     rowids = [r[0] for r in con.execute(f"SELECT rowid FROM {table} WHERE {wanted}", [HINTS] * len(columns)).fetchall()]
     sessions: set[str] = set()
-    names = ", ".join(columns)
+    names = ", ".join(columns) + (", redactions" if record else "")
     for start in range(0, len(rowids), BATCH_ROWS):
         chunk = rowids[start : start + BATCH_ROWS]
         rows = con.execute(
@@ -75,6 +76,8 @@ def _redact_rows(con: duckdb.DuckDBPyConnection, table: str, columns: tuple[str,
             before = dict(zip(columns, texts))
             after, counts = redact_fields(before, columns)
             if counts:
+                # A turn redacted before keeps the counts of what was found then.
+                counts += Counter(json.loads(texts[-1] or "{}")) if record else Counter()
                 extra = [json.dumps(dict(sorted(counts.items())))] if record else []
                 changed.append([rowid, *(after[c] for c in columns), *extra])
                 sessions.add(session_id)
