@@ -49,11 +49,11 @@ _PLACEHOLDER = re.compile(
 )
 # A value that names something rather than being a made-up string: a header's name, an attribute
 # of code (`settings.SECRET_KEY`: no digit, as a made-up token has), a class or constant of two or
-# more capitalised words.
+# more capitalised words of three letters or more (`PydanticUndefined`; not `AbCdEf`).
 _NAME_VALUE = re.compile(
     r"""(?x) ^(?:
         (?i:x-[a-z]+(?:-[a-z]+)* | (?:proxy-)?authori[sz]ation | (?:set-)?cookie | api-key)
-        | [A-Za-z_]+(?:\.[A-Za-z_]+)+ | [A-Za-z][a-z]+(?:[A-Z][a-z]+)+
+        | [A-Za-z_]+(?:\.[A-Za-z_]+)+ | [A-Za-z][a-z]{2,}(?:[A-Z][a-z]{2,})+
     )$"""
 )
 # The words a key holding a secret has; `TOKENS` (a count), `TOKENIZER` and `PWD` (a folder) are not.
