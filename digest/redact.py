@@ -7,14 +7,20 @@ their fixed prefixes, JWTs, PEM private-key blocks, passwords in URLs, `curl -u`
 and `.netrc`, Bearer/Basic headers and headers named for a secret (`X-Api-Key`), and assignments
 (`KEY=value` lines, `PGPASSWORD=... psql`, `"password": "..."`) whose key names a secret.
 `bench/redaction.py` measured it against Yelp's detect-secrets on a labelled sample and two held-out
-sets (BENCHMARKS.md, "Redaction"). Each
+sets (BENCHMARKS.md, "Redaction"); `bench/redaction_words.py` on non-secret look-alikes. Each
 pattern runs only when one of its literal hints is in the text (most turns hold none), and a
 redacted text is redacted again unchanged, so a re-ingest or the store's migration agree.
+
+Words are kept: a placeholder or a product's default as the value, a value that names something (a
+header, an attribute of code, a class), a key that is a setting about a secret (`API_KEY_HEADER`), a
+Basic header's value that is not base64 of `user:password`. No value runs past a line's end, real or
+JSON-escaped (`\\n` as two characters).
 
 What it does not catch: a secret split across lines or encoded (base64 of a key), a password in
 prose with no key name, a high-entropy string with no prefix or assignment (no entropy pass:
 detect-secrets' entropy detectors ate hashes, base64 test data and long identifiers on the sample),
-and most password flags of other commands (`mysql -p...`, `--password=...`, `sshpass -p`).
+password flags of other commands than the ones below, and a password that is a default's word or
+capitalised words with no digit (`CorrectHorseBattery`, taken for a class name).
 """
 
 from __future__ import annotations
