@@ -147,6 +147,9 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 17: the rejects' reasons and excerpts, the imported summaries' metadata and the imported graph's
     # properties redacted as the ingest now redacts them (`resources.store.redaction`).
     17: [redact_stored_since_13],
+    # 18: the stored text redacted again, for the kinds added since (a Telegram bot token, a Docker
+    # `config.json` auth); each turn's counts grow by what is found.
+    18: [redact_stored],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -1,7 +1,8 @@
 """Secrets in what a store held before the ingest redacted them (`digest.redact`): migration 13
 redacts the stored turns, mini summaries and summaries in place, and the redactions `status` counts;
 migration 17 the rejects (reason and excerpt), the imported summaries' metadata and the imported
-graph's properties, redacted at ingest since. `NOT_INPUT_TEXT` names every other text column of the
+graph's properties, redacted at ingest since; migration 18 the turns, mini summaries and summaries
+again for the kinds added since, each turn's counts added to. `NOT_INPUT_TEXT` names every other text column of the
 store with why it holds no input text (tests/test_redaction_coverage.py walks the schema).
 
 Redacting a turn changes its document, and so its session's input revision (a hash of the stored
@@ -160,7 +161,7 @@ def _redacting() -> bool:
 
 
 def redact_stored(con: duckdb.DuckDBPyConnection) -> None:
-    """Migration 13's step: the stored text redacted, unless `DIGEST_REDACT` is off."""
+    """Migrations 13's and 18's step: the stored text redacted, unless `DIGEST_REDACT` is off."""
     if not _redacting():
         return
     sessions = _redact_rows(con, "turns", TURN_TEXT_FIELDS, record=True)
@@ -186,7 +187,7 @@ def _redact_rows(con: duckdb.DuckDBPyConnection, table: str, columns: tuple[str,
     wanted = " OR ".join(f"regexp_matches(coalesce({c}::VARCHAR, ''), ?)" for c in columns)
     rowids = [r[0] for r in con.execute(f"SELECT rowid FROM {table} WHERE {wanted}", [HINTS] * len(columns)).fetchall()]
     sessions: set[str] = set()
-    names = ", ".join(f"{c}::VARCHAR" for c in columns)
+    names = ", ".join(f"{c}::VARCHAR" for c in columns) + (", redactions" if record else "")
     session = "session_id" if record else "NULL"
     for start in range(0, len(rowids), BATCH_ROWS):
         chunk = rowids[start : start + BATCH_ROWS]
@@ -198,6 +199,8 @@ def _redact_rows(con: duckdb.DuckDBPyConnection, table: str, columns: tuple[str,
             before = dict(zip(columns, texts))
             after, counts = redact_fields(before, columns)
             if counts:
+                # A turn redacted before keeps the counts of what was found then.
+                counts += Counter(json.loads(texts[-1] or "{}")) if record else Counter()
                 extra = [json.dumps(dict(sorted(counts.items())))] if record else []
                 changed.append([rowid, *(after[c] for c in columns), *extra])
                 if record:
