@@ -482,9 +482,11 @@ SETTINGS: tuple[Setting, ...] = (
         True,
         "`off`: the logs' text is stored as read. On, each secret found (provider keys and tokens, JWTs, "
         "private-key blocks, passwords in URLs, connection strings and password flags, `.netrc`, `.pgpass` and "
-        "`.npmrc` lines, secret `KEY=value` lines and `KEY=value command` prefixes, auth and API-key headers) "
-        "is replaced by `[REDACTED:<kind>]` at ingest, before anything is stored; the log files are only read "
-        "([ingest](ingest.md#projects-and-secrets)). Migration 13 redacts what a store held before, unless off",
+        "`.npmrc` lines, Telegram bot tokens, Docker `config.json` auths, secret `KEY=value` lines and "
+        "`KEY=value command` prefixes, auth and API-key headers) is replaced by `[REDACTED:<kind>]` at ingest, "
+        "before anything is stored; placeholders, defaults and names are kept; the log files are only read "
+        "([ingest](ingest.md#projects-and-secrets)). Migrations 13, 17 and 18 redact what a store held before, "
+        "unless off",
     ),
     Setting(
         "DIGEST_JUNK_SHARE_MAX",

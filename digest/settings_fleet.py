@@ -8,7 +8,9 @@ from typing import Protocol
 
 from digest.hosts import DEFAULT_HOST, Fleet, HostSpec, load_hosts_file
 
-DEFAULT_MODEL_NAMES = {"embedded": "smollm2", "openai": "default", "ollama": "llama3.2"}
+# The name the embedded SmolLM2 is served and recorded under.
+EMBEDDED_MODEL = "smollm2"
+DEFAULT_MODEL_NAMES = {"embedded": EMBEDDED_MODEL, "openai": "default", "ollama": "llama3.2"}
 
 
 class ModelSettings(Protocol):
