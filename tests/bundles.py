@@ -48,3 +48,46 @@ def write_bundle(folder: Path, turns: list[Turn], stamp: str = "2026-11-20T09-00
                 + "\n"
             )
     return folder
+
+
+# The stamp of the `summaries-backup` files written here by default.
+STAMP = "2026-11-20T09-00-00.000Z"
+
+
+def exported_summary(session_id: str, **meta) -> dict:
+    """A `summaries-backup` line in the original's shape (§1.3)."""
+    metadata = {
+        "sessionId": session_id,
+        "timestamp": 1_760_000_000_000,
+        "title": f"Work on {session_id}",
+        "category": "bugfix",
+        "quality": 80,
+        "productivity": 70,
+        "impact": 40,
+        "complexity": 30,
+        "technologies": "javascript,neo.mjs",
+        "participatingAgents": "claude-code",
+        "models": "claude-opus-4",
+        "totalToolCalls": 4,
+        "toolsUsed": "read_file,edit",
+        "sourceAgentIdentities": "@neo-opus-ada",
+        "sourceTrustTier": "unclassified",
+        "provenancePolicy": "most-restrictive-source",
+        "sourceTier": "raw",
+        "degraded": False,
+        "rawCanonical": True,
+    }
+    metadata.update(meta)
+    return {
+        "id": f"summary_{session_id}",
+        "embedding": [0.5, -0.25],
+        "metadata": metadata,
+        "document": f"Summary of {session_id}.",
+    }
+
+
+def write_summaries(folder: Path, lines: list, stamp: str = STAMP) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"summaries-backup-{stamp}.jsonl"
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    return path

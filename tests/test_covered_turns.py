@@ -9,17 +9,16 @@ import dataclasses
 import duckdb
 import pytest
 
-from assets.sessions import summary_metadata
+from assets.summary_view import summary_view
 from digest.ingest import ingest_paths
 from digest.synthesis import summarize_session
 from digest.turns import canonical_order, input_revision
 from resources.model_clients import OpenAIChatClient
 from resources.store import DigestStore, RunLedger
 from resources.store.summaries import covered_turns_query
-from tests.bundles import write_bundle
+from tests.bundles import exported_summary, write_bundle, write_summaries
 from tests.conftest import make_limits, make_turns
 from tests.model_server import ModelServer
-from tests.test_imported_summaries import exported_summary, write_summaries
 
 
 def _summarize(store: DigestStore, session_id: str) -> dict:
@@ -56,11 +55,11 @@ def test_a_raw_summary_covers_every_turn_in_prompt_order_and_none_by_mini_summar
     pasted = _paste(store, "small")
     assert [(r[0], r[1], r[3]) for r in pasted] == [(1, ids[0], False), (2, ids[1], False), (3, ids[2], False)]
     assert [r[5] for r in pasted] == [t.document for t in canonical_order(turns)]
-    metadata = summary_metadata(row)
+    metadata = summary_view(row)
     assert metadata["covered_turns"] == 3
     assert all(f"`{i}`" in metadata["covered_turn_ids"].value for i in ids)
     assert "truncated raw" not in metadata["covered_turn_ids"].value  # a raw summary truncated nothing
-    assert metadata["covered_turns_query"].value == covered_turns_query("small")
+    assert metadata["covered_turns_query"] == covered_turns_query("small")
 
 
 def test_a_degraded_summary_says_which_turns_went_by_mini_summary_and_which_truncated_raw(tmp_path, new_store):
@@ -76,7 +75,7 @@ def test_a_degraded_summary_says_which_turns_went_by_mini_summary_and_which_trun
     by_mini = {r[1]: (r[3], r[4]) for r in pasted}
     assert by_mini[ids[0]] == (True, "Turn 0 mini summary: fixed grid row step 0.")
     assert by_mini[ids[10]] == (False, None)
-    shown = summary_metadata(row)["covered_turn_ids"].value
+    shown = summary_view(row)["covered_turn_ids"].value
     assert "**by their mini summary** (10)" in shown and "**truncated raw** (30)" in shown
     truncated_part = shown.split("**truncated raw**")[1]
     assert f"`{ids[10]}`" in truncated_part and f"`{ids[0]}`" not in truncated_part
@@ -124,7 +123,7 @@ def test_the_migration_fills_the_turns_of_current_raw_summaries_and_leaves_degra
     assert small["covered_turn_ids"] == [t.id for t in canonical_order(make_turns("small", 3))]
     assert small["mini_turn_ids"] == []
     assert big["covered_turn_ids"] is None and big["mini_turn_ids"] is None
-    assert summary_metadata(big)["covered_turns"].startswith("not recorded")
+    assert summary_view(big)["covered_turns"].startswith("not recorded")
 
 
 def test_the_query_quotes_the_session_id():

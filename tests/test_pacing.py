@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from assets.sessions import summary_metadata
+from assets.summary_view import summary_view
 from digest.hosts import Fleet, HostSpec
 from digest.model_api import ModelStalled, ModelTimeout, ProviderError
 from digest.pacing import (
@@ -247,4 +247,4 @@ def test_a_summary_records_that_its_cap_followed_the_host(store):
     store.summaries.write_summary(result.summary, run_id="run", host="cpu")
     row = store.summaries.summary_row(result.summary.session_id)
     assert (row["raw_cap_tokens"], row["raw_cap_source"]) == (3000, "auto")
-    assert summary_metadata(row)["raw_cap_source"] == "auto"
+    assert summary_view(row)["raw_cap_source"] == "auto"

@@ -43,7 +43,7 @@ def corpus_file(tmp_path_factory, migrated_store_file) -> Path:
     """The corpus written once for the module; each test gets a copy (`corpus`)."""
     path = tmp_path_factory.mktemp("corpus") / "digest.duckdb"
     with contextlib.ExitStack() as stack:
-        write_corpus(held_copy(stack, migrated_store_file, DigestStore(path)))
+        write_corpus(held_copy(stack, migrated_store_file, DigestStore(path), source_of_copies=True))
     return path
 
 

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from assets.sessions import summary_metadata
+from assets.summary_view import summary_view
 from digest.friction_report import calibrate
 from digest.invariants import raw_cap_problems
 from digest.settings import load_settings
@@ -216,7 +216,7 @@ def test_a_session_over_the_cap_by_estimate_that_fits_by_count_goes_raw(store):
     store.summaries.write_summary(summary, run_id="after")
     row = store.summaries.summary_row("near")
     assert (row["raw_tokens_source"], row["raw_tokens_counted"]) == ("tokenizer", counted)
-    metadata = summary_metadata(row)
+    metadata = summary_view(row)
     assert (metadata["raw_tokens_source"], metadata["raw_tokens_counted"]) == ("tokenizer", counted)
     assert raw_cap_problems(row) == []
     assert raw_cap_problems({**row, "raw_tokens_counted": 2001}) == [
