@@ -40,7 +40,7 @@ from tests.model_server import Behaviour, ModelServer
 
 POLICY = CircuitPolicy(failure_threshold=3, retry_base_s=60.0, retry_max_s=1800.0)
 HOST = "gpu-box"
-HANG_TIMEOUT_S = 0.2  # the hang fault's calls end at their deadline; other calls get 5 s
+HANG_TIMEOUT_S = 0.1  # the hang fault's calls end at their deadline; other calls get 5 s
 
 
 @contextmanager
