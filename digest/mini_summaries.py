@@ -26,21 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from digest.attempts import Attempt, call_attempt, in_flight_attempt, ledgered_call
 from digest.friction import Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelTimeout, ProviderError
 from digest.pacing import CallPlan, Pacer, is_given_up
 from digest.prompts import MINI_SUMMARY_HEAD, MINI_SUMMARY_MIDDLE
 from digest.repeats import drop_repeated_lines
-from digest.synthesis import (
-    Attempt,
-    Limits,
-    Route,
-    call_attempt,
-    estimate_raw_tokens,
-    in_flight_attempt,
-    ledgered_call,
-    raw_route,
-)
+from digest.synthesis import Limits, Route, estimate_raw_tokens, raw_route
 
 STAGE = "mini-summary"
 MAX_CHARS = 280

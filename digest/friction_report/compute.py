@@ -22,13 +22,13 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from digest.attempts import INTERRUPTED
 from digest.backlog import Backlog
 from digest.circuit import CircuitPolicy, CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.pacing import RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
 from digest.resummary import BeforeAfter, before_after
 from digest.settings_fleet import ModelSettings
-from digest.synthesis import INTERRUPTED
 from digest.tokens import (
     CALIBRATION_MIN_SAMPLES,
     CALIBRATION_QUANTILE,

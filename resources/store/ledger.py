@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from digest.attempts import IN_FLIGHT, INTERRUPTED, TRUNCATION_RATIO, Attempt
 from digest.circuit import CONSUMER as HOSTS_CONSUMER
 from digest.circuit import CircuitPolicy, host_symptom, opened_note
 from digest.friction import EmissionPoint, FrictionEvent
 from digest.graph import Chunk, GraphExtraction
 from digest.scheduling import now_ms
-from digest.synthesis import IN_FLIGHT, INTERRUPTED, TRUNCATION_RATIO, Attempt
 from resources.store.cache import mark_staged_attempts_recorded
 from resources.store.connection import Repository, now, record, records
 
