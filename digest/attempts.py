@@ -19,6 +19,10 @@ from digest.tokens import plausible_prompt_tokens
 
 # 40% of the estimate most likely cut the prompt (Ollama truncates silently).
 TRUNCATION_RATIO = 0.4
+# The stage a call belongs to (`attempts.stage`).
+SUMMARY_STAGE = "session-summary"
+MINI_SUMMARY_STAGE = "mini-summary"
+GRAPH_STAGE = "graph"
 # An attempt's outcome while its call runs: the row is written before the call, so a run killed
 # during it leaves the call in the ledger.
 IN_FLIGHT = "in-flight"

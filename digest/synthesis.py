@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from digest.attempts import Ledger, call_attempt, in_flight_attempt, ledgered_call
+from digest.attempts import SUMMARY_STAGE, Ledger, call_attempt, in_flight_attempt, ledgered_call
 from digest.friction import EmissionPoint, FrictionEvent, Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelError, OutputLimitExceeded
 from digest.pacing import Pacer
@@ -298,7 +298,7 @@ def _call(
     reply: ChatReply | None = None
     output, error = None, None
     plan = pacer.plan(limits.estimate_tokens(prompt), limits.max_output_tokens, client.streaming)
-    in_flight = in_flight_attempt(session_id, "session-summary", tier, prompt, limits, client.model, plan.timeout_s)
+    in_flight = in_flight_attempt(session_id, SUMMARY_STAGE, tier, prompt, limits, client.model, plan.timeout_s)
     with ledgered_call(ledger, in_flight) as started:
         try:
             reply = client.chat(
