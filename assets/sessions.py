@@ -126,7 +126,7 @@ def _read_how(report) -> str:
 
 def materialized(context: AssetExecutionContext, metadata: dict) -> MaterializeResult:
     """The materialization, its metadata on it alone: metadata given to `MaterializeResult` is the
-    step output's as well, a second copy in the run's `STEP_OUTPUT` event (issue 20)."""
+    step output's as well, a second copy in the run's `STEP_OUTPUT` event."""
     context.add_asset_metadata(metadata)
     return MaterializeResult()
 
