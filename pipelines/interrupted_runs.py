@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from dagster import AssetKey, AssetMaterialization, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
 
-from assets.sessions import summary_record_metadata
+from assets.sessions import no_mini_summaries_needed, summary_record_metadata
 from assets.work.sessions import run_cost
 from digest.tags import HOST_TAG, PID_STARTED_TAG, PID_TAG
 from digest.turns import partition_key
@@ -95,7 +95,21 @@ def record_summaries_of_runs(
     unrecorded = [run_id for run_id, row in written.items() if not is_recorded(instance, row)]
     for run_id in unrecorded:
         record_summaries(instance, store, [written[run_id]], note(run_id))
+    for row in written.values():
+        record_no_mini_summaries_needed(instance, store, row)
     return written, unrecorded
+
+
+def record_no_mini_summaries_needed(instance: DagsterInstance, store: DigestStore, row: dict) -> None:
+    """What the summary's run would have recorded after it (`assets.sessions.no_mini_summaries_needed`),
+    where the session's `turn_mini_summaries` partition has no materialization."""
+    key = partition_key(row["session_id"])
+    event = no_mini_summaries_needed(store, row, key)
+    if event is None:
+        return
+    filter_ = AssetRecordsFilter(asset_key=event.asset_key, asset_partitions=[key])
+    if not instance.fetch_materializations(filter_, limit=1).records:
+        instance.report_runless_asset_event(event)
 
 
 def record_summaries_of_ended_runs(instance: DagsterInstance, store: DigestStore) -> list[str]:

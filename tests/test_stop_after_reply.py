@@ -36,6 +36,7 @@ from tests.conftest import make_turns
 from tests.model_server import FAITHFUL_SUMMARY, Behaviour, ModelServer
 
 SUMMARIES = AssetKey("session_summaries")
+MINI_SUMMARIES = AssetKey("turn_mini_summaries")
 REPO = Path(__file__).resolve().parents[1]
 
 # Runs `session-digest` with a signal sent to itself at one point of the summary run: around the
@@ -113,12 +114,12 @@ def _cli(args: list[str], env: dict, driver=None) -> subprocess.CompletedProcess
     return subprocess.run(command + args, env=env, capture_output=True, text=True, timeout=300)
 
 
-def _catalog(home, run_id: str | None = None) -> tuple[list, DagsterRunStatus | None]:
-    """The `s1` partition's materializations in the asset index, newest first, and `run_id`'s status."""
+def _catalog(home, run_id: str | None = None, asset: AssetKey = SUMMARIES) -> tuple[list, DagsterRunStatus | None]:
+    """The `s1` partition's materializations of `asset` in the asset index, newest first, and `run_id`'s status."""
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
     try:
         with DagsterInstance.get() as instance:
-            found = AssetRecordsFilter(asset_key=SUMMARIES, asset_partitions=["s1"])
+            found = AssetRecordsFilter(asset_key=asset, asset_partitions=["s1"])
             status = instance.get_run_by_id(run_id).status if run_id else None
             return list(instance.fetch_materializations(found, limit=100).records), status
     finally:
@@ -164,6 +165,8 @@ def test_a_stop_after_the_summary_is_written_leaves_it_materialized_and_counted_
     # The catalog: the partition materialized once, naming the run that wrote the summary.
     records, status = _catalog(tmp_path / "home", run["run_id"])
     assert [_written_by(r) for r in records] == [run["run_id"]]
+    # And the raw summary's "no mini summary needed" on the partition upstream, once.
+    assert len(_catalog(tmp_path / "home", asset=MINI_SUMMARIES)[0]) == 1
     # A run that ended FAILURE says so on its line; one whose stop Dagster held to its end succeeded.
     if status == DagsterRunStatus.FAILURE:
         assert run["interrupted"] == "SIGTERM"
@@ -230,6 +233,9 @@ def test_the_sensor_records_a_summary_whose_run_failed_after_writing_it_once(tmp
                 with build_sensor_context(instance=instance, resources=defs.resources) as context:
                     ticks.append(interrupted_runs_sensor(context).skip_message)
             [record] = instance.fetch_materializations(SUMMARIES, limit=10).records
+            [not_needed] = instance.fetch_materializations(MINI_SUMMARIES, limit=10).records
     assert record.partition_key == "s1" and _written_by(record) == failed.run_id
+    # The job ran its own mini-summary step before the stop: that partition is not recorded twice.
+    assert not_needed.run_id == failed.run_id
     assert f"recorded the summaries of 1 run(s) that ended first: {failed.run_id}" in ticks[0]
     assert ticks[1] == "no run lost its process, no summary waits to be recorded"
