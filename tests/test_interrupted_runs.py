@@ -78,7 +78,7 @@ def test_the_sensor_closes_the_runs_whose_process_died_and_leaves_live_ones(tmp_
         assert store.query("SELECT run_id FROM summary_leases")["run_id"].tolist() == [runs["live"].run_id]
         assert "closed 2 run(s)" in tick.skip_message
         with build_sensor_context(instance=instance, resources=defs.resources) as context:
-            assert interrupted_runs_sensor(context).skip_message == "no run lost its process"
+            assert interrupted_runs_sensor(context).skip_message.startswith("no run lost its process")
 
 
 def test_a_summary_a_killed_run_wrote_is_recorded_when_its_run_is_closed(tmp_path):
