@@ -101,7 +101,7 @@ def session_line(outcome: dict) -> str:
     key = outcome["partition"]
     if "nothing_to_do" in outcome:
         return f"- {key}  nothing to do: {outcome['nothing_to_do']}"
-    if outcome.get("interrupted"):
+    if outcome.get("interrupted") and not outcome["success"]:
         return f"✗ {key}  interrupted by {outcome['interrupted']} after {outcome['seconds']}s (run {outcome['run_id']})"
     if not outcome["success"]:
         why = outcome.get("error") or "see `session-digest ui` for its logs"
@@ -115,6 +115,8 @@ def session_line(outcome: dict) -> str:
         parts.append(f"{outcome['nodes']} nodes, {outcome['edges']} edges")
     elif not parts:
         parts.append("no graph yet (part-done or gated)")
+    if "run_ended" in outcome:  # stopped after its summary was written (`pipelines.runs`)
+        parts.append(f"({outcome['run_ended']}, run {outcome['run_id']})")
     return f"✓ {key}  {'  '.join(parts)}  {outcome['seconds']}s"
 
 

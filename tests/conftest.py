@@ -66,6 +66,7 @@ TIERS = {
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
     "test_drain": "integration",
+    "test_stop_after_reply": "integration",
     "test_cost_runs": "integration",
     "test_friction_report": "integration",
     "test_full_disk": "integration",

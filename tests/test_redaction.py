@@ -429,10 +429,13 @@ def test_the_migration_after_new_kinds_redacts_them_adds_to_the_counts_and_owes_
     log = _plain_log(
         tmp_path / "old.jsonl",
         [_turn(1, "s1", f"[REDACTED:github-token] then curl https://api.telegram.org/bot{TG}/getMe"),
-         _turn(2, "s1", f"cat ~/.docker/config.json\n{docker}"), _turn(1, "s2", "no secret here")],
+         _turn(2, "s1", f"cat ~/.docker/config.json\n{docker}"), _turn(1, "s2", "no secret here"),
+         _turn(3, "s1", "check the bot", response=f"$ curl -s https://api.telegram.org/bot{TG}/getMe\nexit 0")],
     )  # fmt: skip
     ingest_paths([log], store, redact_secrets=False)
     with duckdb.connect(str(path)) as con:
+        # The command read from the turn's text is a fact of the turn, and the card lists it.
+        assert con.execute("SELECT count(*) FROM turn_facts WHERE value LIKE ?", [f"%{TG}%"]).fetchone()[0] == 1
         con.execute("""UPDATE turns SET redactions = '{"github-token": 1}' WHERE id = 's1-1'""")
         con.execute("UPDATE schema_meta SET version = ?", [redacting - 1])
         _current_summaries(con, f"Called bot{TG}.")
@@ -445,6 +448,9 @@ def test_the_migration_after_new_kinds_redacts_them_adds_to_the_counts_and_owes_
         counts = dict(con.execute("SELECT id, redactions FROM turns").fetchall())
         new = dict(con.execute("SELECT session_id, input_revision FROM sessions").fetchall())
         summaries = dict(con.execute("SELECT session_id, summary FROM session_summaries").fetchall())
+        facts = con.execute("SELECT value, detail FROM turn_facts WHERE turn_id = 's1-3'").fetchall()
+        card = con.execute("SELECT text FROM session_cards WHERE session_id = 's1'").fetchone()[0]
+    assert facts and TG not in str(facts) and TG not in card
     assert TG not in texts["s1-1"] and "bot[REDACTED:telegram-bot-token]/getMe" in texts["s1-1"]
     assert "Y2ktYm90" not in texts["s1-2"] and '"auth": "[REDACTED:docker-auth]"' in texts["s1-2"]
     assert json.loads(counts["s1-1"]) == {"github-token": 1, "telegram-bot-token": 1}

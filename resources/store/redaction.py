@@ -25,6 +25,7 @@ import pandas as pd
 from digest.redact import PATTERNS, SUMMARY_TEXT_FIELDS, TURN_TEXT_FIELDS, redact_fields
 from digest.settings import setting_of
 from resources.store.cards import refresh_cards
+from resources.store.facts import refresh_turn_facts
 from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
 from resources.store.sessions import derived_session_rows, upsert_sessions
 
@@ -239,7 +240,9 @@ def _carry_revisions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> 
             f"WHERE {table}.session_id = m.session_id AND {table}.{column} = m.old"
         )
     con.unregister("moves")
-    # The redacted documents' identifiers (a secret may have looked like one), then the scores.
+    # The facts read from the turns' text (a command may have held the secret), the redacted
+    # documents' identifiers (a secret may have looked like one), then the scores.
+    refresh_turn_facts(con, session_ids)
     refresh_turn_terms(con, session_ids)
     refresh_fidelity(con, session_ids)
     refresh_cards(con, session_ids)  # from the redacted text, under the verdicts just made
