@@ -17,6 +17,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from digest.model_api import HostUnreachable, ModelTimeout, ProviderError
+from resources.model_clients.streams import tls_context
 
 # 64 KB of vector JSON a text is some 8,000 dimensions: far past any embedding model's.
 REPLY_BYTES_PER_TEXT = 64 << 10
@@ -68,7 +69,7 @@ class EmbeddingClient:
 
     def _post(self, url: str, body: dict, cap: int) -> bytes:
         try:
-            with httpx.Client(timeout=httpx.Timeout(self.timeout_s)) as client:
+            with httpx.Client(timeout=httpx.Timeout(self.timeout_s), verify=tls_context()) as client:
                 with client.stream("POST", url, json=body) as response:
                     chunks, size = [], 0
                     for chunk in response.iter_bytes():

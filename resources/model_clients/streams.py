@@ -45,14 +45,14 @@ _HEADERS = {"Accept-Encoding": "identity"}
 
 
 @functools.cache
-def _tls_context() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext:
     """httpx's default verification, built once: loading the CA bundle costs ~30 ms of CPU, and
-    every call opens a client of its own."""
+    every call (a chat, an embedding batch) opens a client of its own."""
     return httpx.create_ssl_context()
 
 
 def http_client() -> httpx.Client:
-    return httpx.Client(headers=_HEADERS, verify=_tls_context())
+    return httpx.Client(headers=_HEADERS, verify=tls_context())
 
 
 _CONTEXT_MESSAGE = re.compile(
