@@ -242,10 +242,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=60)
     parser.add_argument("--seed", type=int, default=28)
-    parser.add_argument("--chars", type=int, default=1200, help="a document's characters (the models read 256/512 tokens)")
+    parser.add_argument(
+        "--chars", type=int, default=1200, help="a document's characters (the models read 256/512 tokens)"
+    )
     parser.add_argument("--speed-texts", type=int, default=24)
     parser.add_argument("--turns-per-session", type=int, default=8, help="cross-language: a session's first turns")
-    parser.add_argument("--smoke", action="store_true", help="a few texts and sessions: the bench runs, not what it finds")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a few texts and sessions: the bench runs, not what it finds"
+    )
     args = parser.parse_args()
     if args.smoke:
         args.sessions, args.speed_texts, args.turns_per_session, args.chars = 12, 3, 1, 300

@@ -57,7 +57,9 @@ def test_a_paraphrase_and_another_language_find_their_session(embedded_store):
     embed_pending(embedded_store.search_vectors, client, max_documents=100, max_seconds=600)
     # No word in common with the session's text: keyword search alone finds nothing.
     assert search_sessions(embedded_store, None, "socket keeps redialling nonstop whenever its host returns").hits == []
-    found = search_sessions(embedded_store, client, "socket keeps redialling nonstop whenever its host returns", limit=4)
+    found = search_sessions(
+        embedded_store, client, "socket keeps redialling nonstop whenever its host returns", limit=4
+    )
     assert found.mode == "hybrid" and found.hits[0].session_id == "ws"
     # Asked in English about a session held in Russian.
     ranked = [h.session_id for h in search_sessions(embedded_store, client, "shadow under the top bar", limit=4).hits]
