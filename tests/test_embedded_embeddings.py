@@ -95,3 +95,13 @@ def test_the_embedded_provider_runs_its_one_model():
     assert isinstance(embedding_client("embedded", None, None), EmbeddedEmbedder)
     with pytest.raises(ValueError, match=f"runs {EMBEDDED_MODEL} only"):
         embedding_client("embedded", None, "all-minilm")
+
+
+@installed
+def test_a_text_past_the_models_512_tokens_is_read_whole():
+    head = "The websocket client reconnects after every server restart. " * 60  # about 700 tokens
+    client = EmbeddedEmbedder()
+    assert client._engine().token_count(head) > 512
+    cake, sql = client.embed([head + "Then we baked a chocolate cake.", head + "Then we dropped the ORM for SQL."])
+    # The ends differ only past the first window: a model cut at 512 tokens would make one vector.
+    assert sum(a * b for a, b in zip(cake, sql)) < 0.9999
