@@ -124,11 +124,13 @@ import sys, time, resource, json
 from digest.ingest import ingest_paths
 from resources.store import DigestStore
 store = DigestStore(sys.argv[2]); store.migrate()
-t = time.perf_counter(); report = ingest_paths([sys.argv[1]], store); s = time.perf_counter() - t
+t, c = time.perf_counter(), time.process_time()
+report = ingest_paths([sys.argv[1]], store)
+s, cpu = time.perf_counter() - t, time.process_time() - c
 ingested = store_split(sys.argv[2])
 # As `session-digest ingest` does next: the search index brought up to date.
 t = time.perf_counter(); store.search.refresh(); search_s = time.perf_counter() - t
-print(json.dumps({"seconds": s, "rows": report.turns, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"seconds": s, "cpu": cpu, "rows": report.turns, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "search_seconds": search_s, "ingested": ingested, "searched": store_split(sys.argv[2])}))
 """
 )
@@ -136,12 +138,12 @@ print(json.dumps({"seconds": s, "rows": report.turns, "peak_mb": resource.getrus
 DUCKDB_SIDE = """
 import sys, time, resource, json, duckdb
 con = duckdb.connect(sys.argv[2])
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 con.execute("CREATE TABLE raw AS SELECT SELECTED FROM read_json(?, format='newline_delimited', maximum_object_size=1073741824)", [sys.argv[1]])
 con.close()  # its checkpoint counts, as our ingest's do
-s = time.perf_counter() - t
+s, cpu = time.perf_counter() - t, time.process_time() - c
 rows = duckdb.connect(sys.argv[2]).execute("SELECT count(*) FROM raw").fetchone()[0]
-print(json.dumps({"seconds": s, "rows": rows, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"seconds": s, "cpu": cpu, "rows": rows, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 # DuckDB's reader on the same file: leaving the vectors out (the first baseline, as in §3), and
 # keeping what our store keeps of a turn, the vector as FLOAT[] (the like-for-like one).
@@ -233,17 +235,19 @@ def main() -> None:
         READ_JSON_VECTORS, corpus, OUT / "bench-readjson.duckdb", None, args.repeat
     )
     print(f"corpus: {size_mb:.0f} MB, {ours['rows']} rows with {DIMENSIONS}-float embeddings ({args.origin})")
-    print(f"{'side':<28} {'seconds':>8} {'MB/s':>7} {'peak MB':>8} {'store MB':>9} {'store KB/turn':>14}")
+    print(f"{'side':<28} {'seconds':>8} {'CPU s':>6} {'MB/s':>7} {'peak MB':>8} {'store MB':>9} {'store KB/turn':>14}")
     for name, side in sides.items():
         per_turn = side["store_mb"] * 1024 / max(side["rows"], 1)
         print(
-            f"{name:<28} {side['seconds']:>8.1f} {size_mb / side['seconds']:>7.1f} {side['peak_mb']:>8.0f} "
+            f"{name:<28} {side['seconds']:>8.2f} {side['cpu']:>6.2f} {size_mb / side['seconds']:>7.1f} {side['peak_mb']:>8.0f} "
             f"{side['store_mb']:>9.1f} {per_turn:>14.1f}"
         )
     project = {**({"old": sides[old_name]} if old else {}), "new": ours}
     for name, baseline in (("no vectors", text_only), ("vectors FLOAT[]", vectors)):
         ratios = ", ".join(f"{side} {p['seconds'] / baseline['seconds']:.2f}" for side, p in project.items())
         print(f"ratio (our ingest's time / read_json's, {name}): {ratios}")
+        ratios = ", ".join(f"{side} {p['cpu'] / baseline['cpu']:.2f}" for side, p in project.items())
+        print(f"ratio (our ingest's CPU time / read_json's, {name}): {ratios}")
     refresh = ", ".join(f"{k} {p['search_seconds']:.2f}" for k, p in project.items())
     print(f"search index refresh after the ingest (s): {refresh}")
     goal_kb = (1.1 * 4 * DIMENSIONS + 2048) / 1024
