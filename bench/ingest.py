@@ -101,9 +101,9 @@ def store_split(path):
         "SELECT block_size, total_blocks, used_blocks, free_blocks FROM pragma_database_size()").fetchone()
     owners = {}
     tables = {}
-    for (name, rows) in con.execute(
-            "SELECT table_name, estimated_size FROM duckdb_tables() WHERE database_name = current_database()").fetchall():
-        tables[name] = {"rows": rows, "blocks": 0.0}
+    for (name,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall():
+        tables[name] = {"rows": con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0], "blocks": 0.0}
         for (block,) in con.execute(
                 f"SELECT DISTINCT unnest(list_prepend(block_id, coalesce(additional_block_ids, []))) "
                 f"FROM pragma_storage_info('{name}') WHERE block_id >= 0").fetchall():

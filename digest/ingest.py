@@ -54,7 +54,7 @@ BATCH_ROWS = 20_000
 BATCH_BYTES = 64 << 20
 # A file's first batch is this many line bytes, each next one twice the last up to BATCH_BYTES: the
 # store starts writing while the rest is read (`_read_ahead`), instead of waiting out a whole batch.
-FIRST_BATCH_BYTES = 4 << 20
+FIRST_BATCH_BYTES = 16 << 20
 # A file's batches share one held connection for this many line bytes, then let it go: the store
 # is checkpointed then (`Ingest.write_turns`), and each checkpoint rewrites the last, partly filled
 # row group (at most `ROW_GROUP_ROWS` turns, resources/store/connection.py), while a writer that
