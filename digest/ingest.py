@@ -52,9 +52,6 @@ from digest.walk import VANISHED, walk
 # Rows and line bytes per write: large, since each is one transaction, but bounded (memory).
 BATCH_ROWS = 20_000
 BATCH_BYTES = 64 << 20
-# A file's first batch is this many line bytes, each next one twice the last up to BATCH_BYTES: the
-# store starts writing while the rest is read (`_read_ahead`), instead of waiting out a whole batch.
-FIRST_BATCH_BYTES = 16 << 20
 # A file's batches share one held connection for this many line bytes, then let it go: the store
 # is checkpointed then (`Ingest.write_turns`), and each checkpoint rewrites the last, partly filled
 # row group (at most `ROW_GROUP_ROWS` turns, resources/store/connection.py), while a writer that
@@ -281,19 +278,10 @@ def _read_batches(
     path: Path, kind: str, report: FileReport, seen: dict, start: Start, progress: _Progress
 ) -> Iterator[_Batch]:
     """The file's rows and rejects from `start` on, in batches of at most BATCH_ROWS rows or
-    BATCH_BYTES of lines (the first ones smaller: FIRST_BATCH_BYTES, doubling), the last one
-    possibly empty; counts them in `report`."""
+    BATCH_BYTES of lines, the last one possibly empty; counts them in `report`."""
     source = str(path)
     batch = _Batch()
     line_no = 0
-    batch_bytes = min(FIRST_BATCH_BYTES, BATCH_BYTES)
-
-    def full() -> bool:
-        nonlocal batch_bytes
-        if batch.rows() < BATCH_ROWS and batch.line_bytes < batch_bytes:
-            return False
-        batch_bytes = min(2 * batch_bytes, BATCH_BYTES)
-        return True
 
     def vector(cut: str | None) -> str | None:
         if cut is None:
@@ -362,7 +350,7 @@ def _read_batches(
                 else:
                     report.folded += 1
                 batch.kept.append(read.line_no)
-            if full():
+            if batch.rows() >= BATCH_ROWS or batch.line_bytes >= BATCH_BYTES:
                 yield batch
                 batch = _Batch()
         yield batch
@@ -401,7 +389,7 @@ def _read_batches(
             batch.kept.append(line_no)
         except Exception as exc:  # any content: this line's reject, never the run's end
             reject(line_no, reason_of(exc), excerpt(raw))
-        if full():
+        if batch.rows() >= BATCH_ROWS or batch.line_bytes >= BATCH_BYTES:
             yield batch
             batch = _Batch()
     yield batch
