@@ -126,7 +126,7 @@ def _read_how(report) -> str:
 
 def materialized(context: AssetExecutionContext, metadata: dict) -> MaterializeResult:
     """The materialization, its metadata on it alone: metadata given to `MaterializeResult` is the
-    step output's as well, a second copy in the run's `STEP_OUTPUT` event (issue 20)."""
+    step output's as well, a second copy in the run's `STEP_OUTPUT` event."""
     context.add_asset_metadata(metadata)
     return MaterializeResult()
 
@@ -276,21 +276,26 @@ def record_no_mini_summaries_needed(context: AssetExecutionContext, db, row: dic
     the summary needs as it stands. A run without that step (a sweep's, the UI's Materialize of the
     summary alone) records it as materialized, saying so and with the coverage it has in one line;
     else the partition looks Missing for ever and the launch dialog of the summary's rerun warns
-    "Upstream data missing" (it checks that each upstream partition is materialized). One entry, no
-    description: on every raw run, each metadata entry is some 150 bytes of the Dagster instance,
-    and a description is copied into the event's messages twice more (BENCHMARKS §20)."""
-    if row["source_tier"] != SourceTier.RAW or MINI_SUMMARIES_KEY in context.job_def.asset_layer.selected_asset_keys:
+    "Upstream data missing" (it checks that each upstream partition is materialized)."""
+    if MINI_SUMMARIES_KEY in context.job_def.asset_layer.selected_asset_keys:
         return
+    event = no_mini_summaries_needed(db, row, context.partition_key)
+    if event is not None:
+        context.log_event(event)
+
+
+def no_mini_summaries_needed(db, row: dict, partition: str) -> AssetMaterialization | None:
+    """The `turn_mini_summaries` materialization a raw summary makes its session's (None: not raw).
+    One entry, no description: on every raw run, each metadata entry is some 150 bytes of the
+    Dagster instance, and a description is copied into the event's messages twice more (BENCHMARKS §20)."""
+    if row["source_tier"] != SourceTier.RAW:
+        return None
     counts = db.mini_summaries.mini_summary_counts(row["session_id"])
     note = (
         f"no mini summary needed: the summary read the raw turns (route {row['route_reason']}), "
         f"{counts['turns']} turns, {counts['with_mini_summary']} mini summaries exist"
     )
-    context.log_event(
-        AssetMaterialization(
-            asset_key=MINI_SUMMARIES_KEY, partition=context.partition_key, metadata={"not_needed": note}
-        )
-    )
+    return AssetMaterialization(asset_key=MINI_SUMMARIES_KEY, partition=partition, metadata={"not_needed": note})
 
 
 def summary_record_metadata(row: dict, cost: SummaryCost | None) -> dict:

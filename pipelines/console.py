@@ -101,7 +101,7 @@ def session_line(outcome: dict) -> str:
     key = outcome["partition"]
     if "nothing_to_do" in outcome:
         return f"- {key}  nothing to do: {outcome['nothing_to_do']}"
-    if outcome.get("interrupted"):
+    if outcome.get("interrupted") and not outcome["success"]:
         return f"✗ {key}  interrupted by {outcome['interrupted']} after {outcome['seconds']}s (run {outcome['run_id']})"
     if not outcome["success"]:
         why = outcome.get("error") or "see `session-digest ui` for its logs"
@@ -115,6 +115,8 @@ def session_line(outcome: dict) -> str:
         parts.append(f"{outcome['nodes']} nodes, {outcome['edges']} edges")
     elif not parts:
         parts.append("no graph yet (part-done or gated)")
+    if "run_ended" in outcome:  # stopped after its summary was written (`pipelines.runs`)
+        parts.append(f"({outcome['run_ended']}, run {outcome['run_id']})")
     return f"✓ {key}  {'  '.join(parts)}  {outcome['seconds']}s"
 
 
@@ -422,8 +424,8 @@ def _render_demo(console: Console, result: dict) -> None:
         junk = result.get("junk") or 0
         replaced = f"; {junk} model summar{'y' if junk == 1 else 'ies'} judged junk not shown" if junk else ""
         console.print(
-            f"\n[bold]Accounts[/bold] (each session's ok summary, else its card from the session's facts{replaced}; "
-            "`session-digest show ID` has the rest)"
+            f"\n[bold]Accounts[/bold] (each session's ok summary, else its card from the session's facts; the "
+            f"embedded model's summaries never lead{replaced}; `session-digest show ID` has the rest)"
         )
         for a in accounts:
             told = a["title"] if a["account"] == "summary" else a["line"]

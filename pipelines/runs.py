@@ -207,6 +207,10 @@ def _run_partitions(
                 outcome.update(run_failure(result))
             if not result.success and stop_requested():  # Dagster raised the signal in the run's step
                 outcome["interrupted"] = stop_requested()
+            if not result.success and asset == "session_summaries":
+                outcome.update(
+                    summary_written_before_the_end(instance, store, result.run_id, outcome.get("interrupted"))
+                )
             for event in result.asset_materializations_for_node(asset):
                 meta = event.metadata
                 outcome.update(
@@ -228,6 +232,28 @@ def _run_partitions(
     return outcomes
 
 
+def summary_written_before_the_end(instance, store, run_id: str, stopped_by: str | None) -> dict:
+    """A summary run that failed (a stop between its summary's write and its end, most often) after
+    its summary reached the store: the summary is made, and recorded as materialized where Dagster
+    did not hear of it, so the catalog agrees with the store (no later run redoes a current summary).
+    The outcome's changes: a success, with the summary's route and tier and how its run ended."""
+    from pipelines.interrupted_runs import record_summaries_of_runs
+
+    how = f"was stopped by {stopped_by}" if stopped_by else "failed"
+    written, recorded = record_summaries_of_runs(
+        instance, store, [run_id], lambda run_id: f"written by run {run_id}, which {how} before it recorded it"
+    )
+    if run_id not in written:
+        return {}
+    row = written[run_id]
+    return {
+        "success": True,
+        **{k: row[k] for k in ("source_tier", "route_reason", "verdict")},
+        "run_ended": f"the run {how} after writing its summary"
+        + ("; its materialization recorded" if recorded else ""),
+    }
+
+
 def sweep(
     settings: Settings,
     limit: int | None,
@@ -246,7 +272,7 @@ def sweep(
     from dagster import RunRequest
 
     from assets.work.sessions import nothing_to_summarize
-    from pipelines.interrupted_runs import close_interrupted_runs
+    from pipelines.interrupted_runs import close_interrupted_runs, record_summaries_of_ended_runs
     from pipelines.sensors import summary_run_request
 
     instance = _instance()
@@ -265,6 +291,7 @@ def sweep(
         return nothing_to_summarize(standing, tags, now_ms())
 
     recovered = close_interrupted_runs(instance, store)
+    recorded = record_summaries_of_ended_runs(instance, store)
     staged = store.cache.staged_summary_keys(now_ms())
     selection = _selection(
         settings, limit, exclude=set(staged), named=named, model_seconds=model_seconds, first_only=first_only
@@ -282,6 +309,8 @@ def sweep(
         "pending": selection.pending,
         "skipped": selection.skip_reason,
         "interrupted_runs_closed": recovered,
+        # Runs that ended after writing their summary and before Dagster recorded it: recorded now.
+        "summaries_recorded": recorded,
         "staged_replayed": staged,
         "summarized": sum(o["success"] and "nothing_to_do" not in o for o in outcomes),
         "failed": sum(not o["success"] for o in outcomes),

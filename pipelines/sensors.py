@@ -1,8 +1,8 @@
 """Sensors: the inbox feeds ingest, the summary sensor works through the backlog in budgeted
 batches, the mini-summary and graph sensors launch their backfills, one closes runs whose process
-died, and one keeps the search index up to date. All six are cheap: they list files and read DuckDB
-and the instance's runs (the fifth also marks a dead run failed, the last indexes the sessions that
-changed); none calls a model."""
+died (and records the summaries of runs that ended before recording them), and one keeps the search
+index up to date. All six are cheap: they list files and read DuckDB and the instance's runs (the
+fifth also marks a dead run failed, the last indexes the sessions that changed); none calls a model."""
 
 import json
 import os
@@ -49,7 +49,7 @@ from digest.tags import (
     UPGRADE_TAG,
 )
 from digest.walk import walk, walk_order
-from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs
+from pipelines.interrupted_runs import IN_FLIGHT, close_interrupted_runs, record_summaries_of_ended_runs
 from pipelines.jobs import SWEEP_RUN_ASSETS, digest_job, fill_mini_summaries_job, ingest_job, summarize_job
 from pipelines.selection import next_summary_batch
 from resources.bindings import (
@@ -451,11 +451,16 @@ def digest_tick(context: SensorEvaluationContext, db, model: ChatModelResource, 
 @described_sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def interrupted_runs_sensor(context: SensorEvaluationContext, store: DigestStoreResource):
     """Closes runs on this host whose process died, so their partitions can run again and their
-    `model` pool slot is freed (Dagster's run monitoring cannot tell for the default launcher)."""
-    closed = close_interrupted_runs(context.instance, store.store())
-    if not closed:
-        return SkipReason("no run lost its process")
-    return SkipReason(f"closed {len(closed)} run(s) whose process died: {', '.join(closed)}")
+    `model` pool slot is freed (Dagster's run monitoring cannot tell for the default launcher); and
+    records as materialized the summaries of runs stopped or failed after writing them, which no
+    later run would make again."""
+    db = store.store()
+    closed = close_interrupted_runs(context.instance, db)
+    recorded = record_summaries_of_ended_runs(context.instance, db)
+    done = [f"closed {len(closed)} run(s) whose process died: {', '.join(closed)}"] if closed else []
+    if recorded:
+        done.append(f"recorded the summaries of {len(recorded)} run(s) that ended first: {', '.join(recorded)}")
+    return SkipReason("; ".join(done) or "no run lost its process, no summary waits to be recorded")
 
 
 @described_sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)

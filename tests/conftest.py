@@ -51,6 +51,7 @@ TIERS = {
     "test_embeddings": "unit",
     "test_search": "unit",
     "test_redaction": "unit",
+    "test_redaction_coverage": "unit",
     "test_projects": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
@@ -65,6 +66,7 @@ TIERS = {
     "test_circuit_concurrency": "integration",
     "test_cli": "integration",
     "test_drain": "integration",
+    "test_stop_after_reply": "integration",
     "test_cost_runs": "integration",
     "test_friction_report": "integration",
     "test_full_disk": "integration",

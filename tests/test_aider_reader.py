@@ -79,3 +79,24 @@ def test_a_think_block_the_model_wrote_is_its_thought_but_not_inside_a_fence(tmp
     )
     [turn] = turns(path)
     assert turn["thought"] == "They want XML." and turn["response"] == "```xml\n<think>\n```\n\nThat is the tag."
+
+
+def test_the_prompt_aider_logs_again_after_ask_or_code_is_the_same_turn(tmp_path):
+    """`/ask Q` is logged, then Q again as the coder takes it: one ask, answered once."""
+    path = tmp_path / ".aider.chat.history.md"
+    path.write_text(
+        "\n# aider chat started at 2024-08-26 16:36:00\n\n> Aider v0.52.1  \n\n"
+        "#### /ask which file renders the products?  \n\n####  which file renders the products?  \n\n"
+        "app/routes/collections.tsx renders them.\n\n"
+        "#### /code make the grid two columns  \n\n####  make the grid two columns  \n\nDone: grid-cols-2.\n\n"
+        "#### /ask which file renders the products?  \n\nThe same one.\n\n"
+        "#### which file renders the products?  \n\nStill collections.tsx.\n"
+    )
+    got = turns(path)
+    assert [(t["prompt"], t["response"]) for t in got] == [
+        ("/ask which file renders the products?", "app/routes/collections.tsx renders them."),
+        ("/code make the grid two columns", "Done: grid-cols-2."),
+        # Answered in between: a question asked again is a turn of its own.
+        ("/ask which file renders the products?", "The same one."),
+        ("which file renders the products?", "Still collections.tsx."),
+    ]

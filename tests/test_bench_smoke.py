@@ -98,6 +98,8 @@ SMOKE = {
     "redaction.py": Smoke(
         ("--sessions", "2"), ("Labelled sample", "held-out cases", "s per MB", "with redaction / without")
     ),
+    # The old arm is digest/redact.py read from git: without a checkout the new arm runs alone.
+    "redaction_words.py": Smoke(("--smoke",), ("1. Look-alikes", "heldout", "2. Secrets", "CPU s per MB")),
     "search.py": Smoke(
         ("--sessions", "40"),
         ("Search index (keyword", "relevance at 40 sessions", "a junk summary ranks its session: False"),

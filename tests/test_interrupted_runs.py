@@ -7,9 +7,10 @@ import time
 
 from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
 
+from digest.attempts import in_flight_attempt
 from digest.ingest import ingest_paths
 from digest.settings import load_settings
-from digest.synthesis import in_flight_attempt, summarize_session
+from digest.synthesis import summarize_session
 from digest.tags import HOST_TAG, PID_STARTED_TAG, PID_TAG
 from pipelines.definitions import build_definitions
 from pipelines.sensors import interrupted_runs_sensor
@@ -77,7 +78,7 @@ def test_the_sensor_closes_the_runs_whose_process_died_and_leaves_live_ones(tmp_
         assert store.query("SELECT run_id FROM summary_leases")["run_id"].tolist() == [runs["live"].run_id]
         assert "closed 2 run(s)" in tick.skip_message
         with build_sensor_context(instance=instance, resources=defs.resources) as context:
-            assert interrupted_runs_sensor(context).skip_message == "no run lost its process"
+            assert interrupted_runs_sensor(context).skip_message.startswith("no run lost its process")
 
 
 def test_a_summary_a_killed_run_wrote_is_recorded_when_its_run_is_closed(tmp_path):

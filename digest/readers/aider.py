@@ -15,7 +15,8 @@ input or session: the reply and aider's `> ` lines, as written. An input that is
 (`/add`, `/run`, `/drop`, … or `!cmd`) is not a turn: it is kept in the turn it belongs to, the one
 before it (or, before the session's first prompt, the turn that prompt then fills), as
 `[command] /add …`; `/run`, `/test`, `/lint`, `/git` and `!` as a tool call, the `> ` lines after
-it its output. `/ask`, `/code`, `/architect` and `/help` with a question are prompts. A reasoning
+it its output. `/ask`, `/code`, `/architect` and `/help` with a question are prompts (aider logs the question again
+as it hands it on: that echo is the same turn). A reasoning
 model's `<thinking-content-…>` block (or `► **THINKING**` … `► **ANSWER**` as later versions
 render it, or a `<think>` block outside a code fence) goes to the thought.
 
@@ -101,6 +102,7 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
     session: _Session | None = None
     in_input = False  # the previous line was one of an input's `#### ` lines
     command = False  # that input is a slash command
+    echo = False  # that input repeats the prompt command before it
     blank_before = True
     for line_no, raw in lines:
         try:
@@ -131,13 +133,18 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
         if _is_input(session, text, in_input, after_blank):
             body = line[len(_USER) :] if line.startswith(_USER) else ""
             if in_input:  # the same input's next line
-                _input_line(session, body, command, first=False)
+                if not echo:
+                    _input_line(session, body, command, first=False)
                 yield Read("fold", line_no)
                 continue
             if session.strict is None:
                 session.strict = text.endswith(_BREAK)
             in_input, command = True, _is_command(body)
             turn = session.turn
+            echo = not command and turn is not None and _echoes(turn, body)
+            if echo:
+                yield Read("fold", line_no)
+                continue
             if turn is not None and (command or not _has_prompt(turn)):
                 session.flush()
                 _input_line(session, body, command, first=True)  # kept in the turn it belongs to
@@ -183,6 +190,15 @@ def _is_command(body: str) -> bool:
         return False
     name, _, rest = body[1:].partition(" ")
     return not (name in _PROMPT_COMMANDS and rest.strip())
+
+
+def _echoes(turn: PendingTurn, body: str) -> bool:
+    """Whether this input repeats the turn's `/ask`, `/code` or `/architect` prompt, as aider logs
+    the prompt again when the command hands it to its coder: the same ask, not a second turn."""
+    if not turn.prompt or any(part.strip() for part in turn.response):
+        return False
+    name, _, rest = turn.prompt[0].partition(" ")
+    return name[1:] in _PROMPT_COMMANDS and name.startswith("/") and rest.strip() == body.strip()
 
 
 def _has_prompt(turn: PendingTurn) -> bool:
