@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from digest.circuit import CircuitPolicy
-from digest.embeddings import DEFAULT_EMBED_URLS, EMBED_PROVIDERS, EMBEDDED_MODEL
+from digest.embeddings import DEFAULT_EMBED_URLS, EMBED_PROVIDERS, EMBEDDED_EMBED_MODEL
 from digest.graph import (
     MIN_CHUNK_CONTENT_BYTES,
     GraphPolicy,
@@ -413,12 +413,12 @@ SETTINGS: tuple[Setting, ...] = (
         "DIGEST_EMBED_MODEL",
         "embed_model",
         text,
-        lambda known: {"ollama": "nomic-embed-text", "openai": "default", "embedded": EMBEDDED_MODEL}.get(
+        lambda known: {"ollama": "nomic-embed-text", "openai": "default", "embedded": EMBEDDED_EMBED_MODEL}.get(
             known["embed_provider"]
         ),
         "the embedding model; it is stamped into the index, and a change re-embeds the index in budgeted batches "
         "while the previous model's vectors keep serving",
-        default_doc=f"`nomic-embed-text` / `default` / `{EMBEDDED_MODEL}` (the only one `embedded` runs)",
+        default_doc=f"`nomic-embed-text` / `default` / `{EMBEDDED_EMBED_MODEL}` (the only one `embedded` runs)",
     ),
     Setting(
         "DIGEST_EMBED_BATCH_DOCUMENTS",

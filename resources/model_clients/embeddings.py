@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from digest.embeddings import EMBEDDED_MODEL
+from digest.embeddings import EMBEDDED_EMBED_MODEL
 from digest.model_api import HostUnreachable, ModelTimeout, ProviderError
 from resources.model_clients.embedded_embeddings import EmbeddedEmbedder
 
@@ -100,8 +100,10 @@ def embedding_client(provider: str, url: str | None, model: str | None) -> Embed
     """The configured embeddings host's client (`DIGEST_EMBED_*`), None when it is off; `embedded`
     runs its one model in this process (loaded at the first text)."""
     if provider == "embedded":
-        if model not in (None, EMBEDDED_MODEL):
-            raise ValueError(f"DIGEST_EMBED_MODEL={model}: DIGEST_EMBED_PROVIDER=embedded runs {EMBEDDED_MODEL} only")
+        if model not in (None, EMBEDDED_EMBED_MODEL):
+            raise ValueError(
+                f"DIGEST_EMBED_MODEL={model}: DIGEST_EMBED_PROVIDER=embedded runs {EMBEDDED_EMBED_MODEL} only"
+            )
         return EmbeddedEmbedder()
     if provider == "off" or not url or not model:
         return None
