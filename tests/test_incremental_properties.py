@@ -52,7 +52,7 @@ def _snapshot(db: DigestStore) -> dict:
         "sessions": rows(db, "SELECT * EXCLUDE (updated_at) FROM sessions ORDER BY session_id"),
         "rejects": rows(db, "SELECT source_file, line_no, reason FROM rejects ORDER BY source_file, line_no"),
         # Each turn's terms, and the sessions' summed from them, as a one-shot ingest's.
-        "turn_terms": rows(db, "SELECT * FROM turn_terms ORDER BY ALL"),
+        "turn_terms": rows(db, "SELECT id, unnest(map_entries(terms)), terms_words FROM turns ORDER BY ALL"),
         "fidelity_terms": rows(db, "SELECT * FROM fidelity_terms ORDER BY ALL"),
     }
 

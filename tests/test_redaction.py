@@ -390,7 +390,9 @@ def test_migration_13_redacts_a_stored_store_and_owes_no_summary_for_it(tmp_path
         digested = dict(con.execute("SELECT session_id, revision FROM digest_state").fetchall())
         mini = con.execute("SELECT text FROM mini_summaries").fetchone()[0]
         # The secret was an identifier of its turn: the turn's terms and its session's lose it too.
-        terms = con.execute("SELECT term FROM turn_terms UNION ALL SELECT term FROM fidelity_terms").fetchall()
+        terms = con.execute(
+            "SELECT unnest(map_keys(terms)) FROM turns UNION ALL SELECT term FROM fidelity_terms"
+        ).fetchall()
     assert terms and not [t for (t,) in terms if t.startswith("ghp_")]
     assert GH not in prompts["s1-1"] and "[REDACTED:github-token]" in prompts["s1-1"]
     assert json.loads(counts) == {"github-token": 1}

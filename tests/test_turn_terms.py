@@ -1,7 +1,8 @@
-"""Each turn's identifiers (`turn_terms`), extracted once when the turn is written: a session's
+"""Each turn's identifiers (`turns.terms`), extracted once when the turn is written: a session's
 fidelity terms are their sum, so a growing log's refresh reads no turn document of a session with
 no summary, and an append ends with the terms, scores and verdicts of a one-shot ingest. Real
-DuckDB files, the real ingest of the samples; backfilled by migration 15, rebuilt on restore."""
+DuckDB files, the real ingest of the samples; moved into the turns by migration 19 (from the
+`turn_terms` table, a row a term, of migration 15), rebuilt on restore."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ from resources.store.migrations import SCHEMA_VERSION
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CLAUDE_LOG = SAMPLES / "harnesses" / "0b6c3f1e-5a2d-4c8e-9f41-7d2e8a1c5b90.jsonl"
 MEMORY = next((SAMPLES / "bundle").glob("memory-backup-*.jsonl"))
+# Each turn's terms, a row a term (as the `turn_terms` table had them before migration 19).
+TERMS = (
+    "SELECT id AS turn_id, session_id, unnest(map_keys(terms)) AS term, unnest(map_values(terms)) AS tf, "
+    "terms_words AS word FROM turns"
+)
 SCORED = (
     "SELECT session_id, fidelity, fidelity_found, fidelity_missed, verdict, verdict_evidence FROM session_summaries"
 )
@@ -55,7 +61,7 @@ def test_an_appended_log_ends_with_the_terms_and_scores_of_a_one_shot_ingest(tmp
         with each.file.transaction() as con:
             sessions = [r[0] for r in con.execute("SELECT session_id FROM sessions").fetchall()]
             store_fidelity.refresh_fidelity(con, sessions)
-    for sql in ("SELECT turn_id, session_id, term, tf FROM turn_terms", "SELECT * FROM fidelity_terms", SCORED):
+    for sql in (TERMS, "SELECT * FROM fidelity_terms", SCORED):
         assert stored(store, sql) == stored(once, sql), sql
     assert stored(store, SCORED + " WHERE fidelity IS NOT NULL")  # the imported summaries were scored
     # A session's terms are its turns' summed, as `digest.fidelity.session_terms` counts them.
@@ -101,7 +107,7 @@ def test_a_session_scores_by_its_words_until_a_turn_names_an_identifier(store, t
         ingest_paths([log], store)
 
     say(1, "the harvest festival schedule was discussed")
-    assert stored(store, "SELECT DISTINCT word FROM turn_terms") == [(True,)]
+    assert stored(store, f"SELECT DISTINCT word FROM ({TERMS})") == [(True,)]
     assert {r[0] for r in stored(store, "SELECT term FROM fidelity_terms")} >= {"harvest", "festival", "schedule"}
     say(2, "Then we fixed RowModel and RowModel.spec.mjs")
     assert stored(store, "SELECT term FROM fidelity_terms") == [("rowmodel",)]
@@ -109,25 +115,33 @@ def test_a_session_scores_by_its_words_until_a_turn_names_an_identifier(store, t
 
 
 @pytest.mark.integration  # an older store migrated in place
-def test_migration_15_backfills_the_terms_of_stored_turns_in_batches(store, monkeypatch):
+def test_migration_19_moves_the_terms_into_the_turns_in_batches(store, monkeypatch):
     ingest_paths([SAMPLES / "harnesses", SAMPLES / "bundle"], store)
-    before = stored(store, "SELECT * FROM turn_terms")
+    before = stored(store, TERMS)
     assert len(before) > 50
+    # The store as migration 18 left it: the terms in their own table, a row a term.
     with store.file.transaction() as con:
-        con.execute("DELETE FROM turn_terms")
-        con.execute("UPDATE schema_meta SET version = 14")
+        con.execute(
+            "CREATE TABLE turn_terms (turn_id VARCHAR NOT NULL, session_id VARCHAR NOT NULL, term VARCHAR NOT NULL, "
+            "tf INTEGER NOT NULL, word BOOLEAN NOT NULL)"
+        )
+        con.execute(f"INSERT INTO turn_terms {TERMS}")
+        con.execute("ALTER TABLE turns DROP COLUMN terms")
+        con.execute("ALTER TABLE turns DROP COLUMN terms_words")
+        con.execute("UPDATE schema_meta SET version = 18")
     monkeypatch.setattr(turn_rows, "BACKFILL_BATCH_TURNS", 7)  # several batches
     store.file.migrate()
-    assert stored(store, "SELECT * FROM turn_terms") == before
+    assert stored(store, TERMS) == before
+    assert stored(store, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'turn_terms'") == [(0,)]
     assert stored(store, "SELECT max(version) FROM schema_meta") == [(SCHEMA_VERSION,)]
 
 
 @pytest.mark.integration  # an archive written and restored
 def test_a_restore_extracts_the_terms_of_its_turns_again(store, tmp_path):
     ingest_paths([SAMPLES / "harnesses", SAMPLES / "bundle"], store)
-    before = [stored(store, "SELECT * FROM turn_terms"), stored(store, "SELECT * FROM fidelity_terms")]
+    before = [stored(store, TERMS), stored(store, "SELECT * FROM fidelity_terms")]
     bundle = validate_bundle(store.archive.write_archive(tmp_path / "out")["path"])
     with store.file.transaction() as con:
-        con.execute("DELETE FROM turn_terms")
+        con.execute("UPDATE turns SET terms = NULL, terms_words = NULL")
     store.archive.restore_archive(bundle, "replace")
-    assert [stored(store, "SELECT * FROM turn_terms"), stored(store, "SELECT * FROM fidelity_terms")] == before
+    assert [stored(store, TERMS), stored(store, "SELECT * FROM fidelity_terms")] == before

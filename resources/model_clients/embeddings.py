@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from digest.embeddings import EMBEDDED_EMBED_MODEL
 from digest.model_api import HostUnreachable, ModelTimeout, ProviderError
+from resources.model_clients.embedded_embeddings import EmbeddedEmbedder
 from resources.model_clients.streams import tls_context
 
 # 64 KB of vector JSON a text is some 8,000 dimensions: far past any embedding model's.
@@ -67,6 +69,10 @@ class EmbeddingClient:
         _check(vectors, len(texts), url)
         return vectors
 
+    def embed_query(self, text: str) -> list[float]:
+        """A query's vector: these hosts embed a query as they embed a document."""
+        return self.embed([text])[0]
+
     def _post(self, url: str, body: dict, cap: int) -> bytes:
         try:
             with httpx.Client(timeout=httpx.Timeout(self.timeout_s), verify=tls_context()) as client:
@@ -91,8 +97,15 @@ class EmbeddingClient:
             raise _error(HostUnreachable, f"{url}: {exc}", None) from None
 
 
-def embedding_client(provider: str, url: str | None, model: str | None) -> EmbeddingClient | None:
-    """The configured embeddings host's client (`DIGEST_EMBED_*`), None when it is off."""
+def embedding_client(provider: str, url: str | None, model: str | None) -> EmbeddingClient | EmbeddedEmbedder | None:
+    """The configured embeddings host's client (`DIGEST_EMBED_*`), None when it is off; `embedded`
+    runs its one model in this process (loaded at the first text)."""
+    if provider == "embedded":
+        if model not in (None, EMBEDDED_EMBED_MODEL):
+            raise ValueError(
+                f"DIGEST_EMBED_MODEL={model}: DIGEST_EMBED_PROVIDER=embedded runs {EMBEDDED_EMBED_MODEL} only"
+            )
+        return EmbeddedEmbedder()
     if provider == "off" or not url or not model:
         return None
     return EmbeddingClient(provider, url, model)

@@ -61,7 +61,7 @@ RESTORE_REPLACED = """
 # runs, this deployment's view of its model hosts (`host_circuits`, `host_raw_caps`), the record of
 # archives written; and what is derived from the turns and recomputed on restore: `sessions` (its
 # project, branch and source path too, from the turns' `project`, `git_branch` and `source_file`),
-# `turn_facts`, `turn_terms`, `fidelity_terms` and `session_cards`; and the search index (`search_*`, its vectors too), rebuilt by
+# `turn_facts`, `fidelity_terms` and `session_cards` (and the turns' `terms`); and the search index (`search_*`, its vectors too), rebuilt by
 # its next refresh. Turns are archived, every stored column, but as the memory-backup file. Every
 # other table is archived whole, every column, from the catalog.
 NOT_ARCHIVED = frozenset(
@@ -75,7 +75,6 @@ NOT_ARCHIVED = frozenset(
         "sessions",
         "turns",
         "turn_facts",
-        "turn_terms",
         "session_cards",
         "search_documents",
         "search_postings",
@@ -517,7 +516,6 @@ class Archive(Repository):
         # are extracted again, a removed session's dropped; a summary the bundle holds unscored (an
         # older bundle's) is scored.
         con.execute("DELETE FROM fidelity_terms WHERE session_id NOT IN (SELECT session_id FROM sessions)")
-        con.execute("DELETE FROM turn_terms WHERE session_id NOT IN (SELECT session_id FROM sessions)")
         refresh_turn_terms(con, ids)
         refresh_fidelity(con, ids, unscored_only=True)
         # So are the turns' facts (files, commands, errors, ...).

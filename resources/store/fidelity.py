@@ -1,10 +1,11 @@
 """Each summary's fidelity score (`digest.fidelity`) and verdict (`digest.verdict`), kept up to date
-with its turns: each turn's identifiers in `turn_terms` (extracted once, when the turn is written),
+with its turns: each turn's identifiers in its `terms` (extracted once, when the turn is written),
 the sessions' salient identifiers in `fidelity_terms` (the store's document frequencies), the score,
 the identifiers found and missed, the verdict and its evidence in `session_summaries`."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter, defaultdict
 
@@ -13,11 +14,12 @@ import pandas as pd
 
 from digest.fidelity import Fidelity, score, turn_terms
 from digest.verdict import Verdict, judge
-from resources.store.turn_rows import refresh_turn_rows, replace_turn_rows
+from resources.store.turn_rows import refresh_turn_rows
 
 log = logging.getLogger(__name__)
 
-TERM_COLUMNS = ["turn_id", "session_id", "term", "tf", "word"]
+# A turn's terms travel as JSON text (`{term: count}`) and are stored as this type.
+TERMS_TYPE = "MAP(VARCHAR, INTEGER)"
 
 _DOCUMENTS = """SELECT session_id, list(document ORDER BY ts_ms, id) FROM turns
     WHERE session_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1"""
@@ -44,25 +46,43 @@ def _derived(session_id: str, what: str, fallback, compute, *args, **kwargs):
         return fallback
 
 
-def replace_turn_terms(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
-    """The identifiers of these turns (`turns` rows with `id`, `session_id`, `document`) and their
-    counts, or a turn's plain words when it names none (`digest.fidelity.turn_terms`), in place of
-    any they had; returns the rows written. In the caller's transaction."""
-    if not rows:
-        return 0
-    found = []
+def term_columns(rows: list[dict]) -> tuple[list[str], list[bool]]:
+    """The `terms` (as JSON text, `terms_sql` stores it) and `terms_words` of these turns (rows with
+    `session_id` and `document`): a turn's identifiers and their counts, or its plain words when it
+    names none (`digest.fidelity.turn_terms`)."""
+    texts, words = [], []
     for r in rows:
         document = r["document"] if isinstance(r["document"], str) else ""
         counts, word = _derived(r["session_id"], "turn terms", (Counter(), False), turn_terms, document)
-        found += [(r["id"], r["session_id"], term, tf, word) for term, tf in counts.items()]
-    terms = pd.DataFrame(found, columns=TERM_COLUMNS)
-    return replace_turn_rows(con, "turn_terms", terms, [r["id"] for r in rows])
+        texts.append(json.dumps(counts))
+        words.append(word)
+    return texts, words
+
+
+def terms_sql(column: str) -> str:
+    """SQL: the JSON text of `term_columns` as the stored `terms`."""
+    return f"{column}::JSON::{TERMS_TYPE}"
+
+
+def replace_turn_terms(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
+    """These stored turns' terms (rows with `id`, `session_id`, `document`) extracted again and
+    written in place; returns the terms written. In the caller's transaction."""
+    if not rows:
+        return 0
+    texts, words = term_columns(rows)
+    frame = pd.DataFrame({"id": [r["id"] for r in rows], "terms": texts, "words": words})
+    con.register("terms_batch", frame)
+    con.execute(
+        f"UPDATE turns SET terms = {terms_sql('b.terms')}, terms_words = b.words FROM terms_batch b WHERE turns.id = b.id"
+    )
+    con.unregister("terms_batch")
+    return sum(len(json.loads(t)) for t in texts)
 
 
 def refresh_turn_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str] | None = None) -> int:
     """Extract the identifiers of stored turns again: these sessions' (None: every turn); returns
-    the rows written."""
-    return refresh_turn_rows(con, "turn_terms", ["id", "session_id", "document"], replace_turn_terms, session_ids)
+    the terms written."""
+    return refresh_turn_rows(con, None, ["id", "session_id", "document"], replace_turn_terms, session_ids)
 
 
 def _stored_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> dict[str, Counter]:
@@ -70,7 +90,9 @@ def _stored_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> dic
     summed, or their plain words when no turn names one; a session with neither is left out."""
     terms: dict[str, Counter] = defaultdict(Counter)
     for sid, term, tf in con.execute(
-        """WITH t AS (SELECT * FROM turn_terms WHERE session_id IN (SELECT unnest(?::VARCHAR[]))),
+        """WITH t AS (SELECT session_id, terms_words AS word, unnest(map_keys(terms)) AS term,
+                             unnest(map_values(terms)) AS tf
+                      FROM turns WHERE session_id IN (SELECT unnest(?::VARCHAR[])) AND cardinality(terms) > 0),
                 words AS (SELECT session_id, bool_and(word) AS word FROM t GROUP BY 1)
            SELECT session_id, term, sum(tf) FROM t JOIN words USING (session_id, word) GROUP BY 1, 2""",
         [session_ids],
@@ -80,7 +102,7 @@ def _stored_terms(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> dic
 
 
 def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], unscored_only: bool = False) -> None:
-    """Sum these sessions' terms from their turns' (`turn_terms`), judge and score their summaries
+    """Sum these sessions' terms from their turns' (`turns.terms`), judge and score their summaries
     (with `unscored_only`, those with no score yet: a restore keeps the scores its bundle holds).
     Only the turn documents of a session with a summary to judge are read: a growing log's session
     with none costs its new turns' extraction only, done as they were written."""

@@ -16,7 +16,7 @@ from digest.manifest import FileState
 from resources.store.cards import refresh_cards
 from resources.store.connection import Repository, now, upsert_sql
 from resources.store.facts import replace_turn_facts
-from resources.store.fidelity import replace_turn_terms
+from resources.store.fidelity import term_columns, terms_sql
 from resources.store.sessions import derived_session_rows, upsert_sessions
 from resources.store.summaries import adopt_imported_summaries
 from resources.store.vectors import split_vectors_sql
@@ -31,6 +31,8 @@ OPTIONAL_TURN_COLUMNS = {"project": None, "git_branch": None, "redactions": None
 # Besides `embedding` (the checked JSON text, kept only for a vector not of float32 origin): the
 # vector as numbers (resources/store/vectors.py).
 STORED_VECTOR_COLUMNS = ["embedding_f32"]
+# Derived from the turn's document as it is written (`resources.store.fidelity.term_columns`).
+TERM_COLUMNS = ["terms", "terms_words"]
 
 IMPORTED_SUMMARY_COLUMNS = [
     "session_id", "memory_count", "input_revision", "title", "summary", "source_tier", "source_file", "category",
@@ -57,11 +59,12 @@ def refresh_sessions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> 
 
 
 @contextmanager
-def _vector_batch(con: duckdb.DuckDBPyConnection, frame: pd.DataFrame) -> Iterator[None]:
-    """The frame as the view `batch`, its vectors split into text and numbers (`split_vectors_sql`),
-    and as `batch_rows`, as it is."""
+def _vector_batch(con: duckdb.DuckDBPyConnection, frame: pd.DataFrame, replace: str = "") -> Iterator[None]:
+    """The frame as the view `batch`, its vectors split into text and numbers (`split_vectors_sql`)
+    and its columns converted as `replace` says (a REPLACE list), and as `batch_rows`, as it is."""
     con.register("batch_rows", frame)
-    con.execute(f"CREATE OR REPLACE TEMP VIEW batch AS {split_vectors_sql('batch_rows')}")
+    select = f"SELECT * REPLACE ({replace}) FROM" if replace else "SELECT * FROM"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW batch AS {select} ({split_vectors_sql('batch_rows')})")
     try:
         yield
     finally:
@@ -80,23 +83,24 @@ class Ingest(Repository):
             list({r["id"]: {**OPTIONAL_TURN_COLUMNS, **r} for r in rows}.values()), columns=TURN_COLUMNS
         )
         batch["ingested_at"] = now()
+        # Its identifiers (or plain words), so a session's fidelity terms are a sum, not its every
+        # turn read again: in the turn's own row, where they cost no turn id a term.
+        batch["terms"], batch["terms_words"] = term_columns(batch[["session_id", "document"]].to_dict("records"))
         with self.file.transaction() as con:
             # The file is checkpointed when the ingest lets its connection go (`digest.ingest.HOLD_BYTES`),
             # not at every 16 MB of log as by default: each checkpoint rewrites the last, partly filled
             # row group (up to ROW_GROUP_ROWS turns), vectors and all, and frees the old copy's blocks.
             con.execute("SET checkpoint_threshold = '64GB'")
-            with _vector_batch(con, batch):
+            with _vector_batch(con, batch, f"{terms_sql('terms')} AS terms"):
                 left = con.execute(
                     "SELECT DISTINCT t.session_id FROM turns t JOIN batch_rows b ON b.id = t.id "
                     "WHERE t.session_id <> b.session_id"
                 ).fetchall()
-                columns = TURN_COLUMNS + STORED_VECTOR_COLUMNS + ["ingested_at"]
+                columns = TURN_COLUMNS + STORED_VECTOR_COLUMNS + TERM_COLUMNS + ["ingested_at"]
                 con.execute(upsert_sql("turns", columns, ["id"], keep=["ingested_at"]))
             moved_out = [r[0] for r in left]
             # The turns' facts (files, commands, errors, ...) as their text now says, with them.
             replace_turn_facts(con, batch[["id", "session_id", "prompt", "response", "agent"]].to_dict("records"))
-            # And their identifiers, so a session's fidelity terms are a sum, not its every turn read again.
-            replace_turn_terms(con, batch[["id", "session_id", "document"]].to_dict("records"))
             # In the same transaction: no turn is ever stored without its session's row up to date
             # (the sessions turns moved out of too), even when the ingest stops at a later line.
             refresh_sessions(con, sorted(set(batch["session_id"]) | set(moved_out)))

@@ -40,8 +40,7 @@ def backfill_cards(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def backfill_turn_terms(con: duckdb.DuckDBPyConnection) -> None:
-    """The identifiers of the turns stored before they were extracted at ingest (`turn_terms`);
-    imported here for the reason above."""
+    """The identifiers of the stored turns (`turns.terms`); imported here for the reason above."""
     from resources.store.fidelity import refresh_turn_terms
 
     refresh_turn_terms(con)
@@ -65,6 +64,10 @@ def redact_stored_since_13(con: duckdb.DuckDBPyConnection) -> None:
 
     redact(con)
 
+
+# Each turn's terms (`resources.store.fidelity`): 19 moves them into the turn's row; the redactions of
+# 13 and 18 extract them again, so a store older than either gets the columns there.
+TURN_TERM_COLUMNS = [add_column("turns", "terms MAP(VARCHAR, INTEGER)"), add_column("turns", "terms_words BOOLEAN")]
 
 MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]] = {
     # 1: the first stores. 2: the 23 columns added while every store stayed at version 1.
@@ -129,6 +132,7 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
         add_column("sessions", "project VARCHAR"),
         add_column("sessions", "git_branch VARCHAR"),
         add_column("sessions", "source_path VARCHAR"),
+        *TURN_TERM_COLUMNS,
         """UPDATE sessions s SET source_path = t.source_path
            FROM (SELECT session_id, arg_max(source_file, (coalesce(ts_ms, 0), id)) AS source_path
                  FROM turns GROUP BY session_id) t
@@ -138,9 +142,10 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 14: each turn's facts (files, commands and exit status, errors, commits, issues and PRs) for
     # the turns stored before `turn_facts` (issue 34); batched, so memory stays bounded.
     14: [backfill_turn_facts],
-    # 15: each turn's identifiers (`turn_terms`) for the turns stored before: a session's fidelity
-    # terms are their sum, so a refresh no longer reads every turn document; batched.
-    15: [backfill_turn_terms],
+    # 15: each turn's identifiers (then in a `turn_terms` table) for the turns stored before: a
+    # session's fidelity terms are their sum, so a refresh no longer reads every turn document. 19
+    # extracts them now, into the turns.
+    15: [],
     # 16: the facts read again (tool calls written as text, test runs, the errors a session ends on),
     # then each session's card from them (`session_cards`); every session is indexed again, its card with it.
     16: [backfill_turn_facts, backfill_cards, "DELETE FROM search_index_state"],
@@ -149,7 +154,10 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     17: [redact_stored_since_13],
     # 18: the stored text redacted again, for the kinds added since (a Telegram bot token, a Docker
     # `config.json` auth); each turn's counts grow by what is found.
-    18: [redact_stored],
+    18: [*TURN_TERM_COLUMNS, redact_stored],  # the terms' columns first: the redaction refreshes them
+    # 19: each turn's terms in its own row (`turns.terms`, `terms_words`), not a row a term with the
+    # turn's id and session again in `turn_terms` (BENCHMARKS §29); batched.
+    19: [*TURN_TERM_COLUMNS, backfill_turn_terms, "DROP TABLE IF EXISTS turn_terms"],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -90,7 +90,7 @@ NOT_INPUT_TEXT: dict[tuple[str, str], str] = {
         sessions.input_revision summary_history.session_id summary_history.code_version summary_history.input_revision
         summary_history.run_id summary_history.replaced_by_run summary_leases.session_id summary_leases.run_id
         summary_state.session_id summary_state.failed_revision turn_facts.turn_id turn_facts.session_id
-        turn_terms.turn_id turn_terms.session_id turns.id turns.session_id
+        turns.id turns.session_id
     """),
     **_columns(_CLOSED, """
         attempts.stage attempts.tier attempts.outcome digest_state.digest_state digest_state.defer_reason
@@ -126,7 +126,7 @@ NOT_INPUT_TEXT: dict[tuple[str, str], str] = {
         fidelity_terms.term graph_chunks.extraction graph_edges.source graph_edges.target graph_edges.properties
         graph_nodes.properties response_cache.text session_cards.title session_cards.line session_cards.text
         session_cards.card session_summaries.fidelity_found session_summaries.fidelity_missed
-        session_summaries.verdict_evidence turn_facts.value turn_facts.detail turn_terms.term
+        session_summaries.verdict_evidence turn_facts.value turn_facts.detail
     """),
     **_columns(_SUMMARY, """
         session_summaries.title session_summaries.summary summary_history.title summary_history.summary

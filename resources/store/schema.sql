@@ -29,7 +29,12 @@ CREATE TABLE IF NOT EXISTS turns (
     embedding_f32 FLOAT[],            -- the export's vector of float32 origin (exact; resources/store/vectors.py)
     project VARCHAR,                  -- the working directory or repository root the harness recorded; NULL: unknown
     git_branch VARCHAR,
-    redactions VARCHAR                -- JSON {kind: count} of the secrets replaced in its text at ingest (`digest.redact`)
+    redactions VARCHAR,               -- JSON {kind: count} of the secrets replaced in its text at ingest (`digest.redact`)
+    -- Its identifiers and their counts, or its plain words when it names none (digest/fidelity.py
+    -- `turn_terms`), written with the turn: a session's terms are their sum, so a refresh reads no
+    -- turn documents to know them.
+    terms MAP(VARCHAR, INTEGER),
+    terms_words BOOLEAN               -- true: `terms` are plain content words (the turn names no identifier)
 );
 -- No index on turns(session_id): DuckDB (1.4 to 1.5.5 at least, duckdb/duckdb#23848) can persist a
 -- secondary index stale when a writer is killed and the next process checkpoints its WAL, and then
@@ -156,17 +161,6 @@ CREATE TABLE IF NOT EXISTS summary_leases (
 CREATE TABLE IF NOT EXISTS fidelity_terms (
     session_id VARCHAR NOT NULL,
     term VARCHAR NOT NULL
-);
-
--- Each turn's identifiers and their counts, or its plain words when it names none (digest/fidelity.py
--- `turn_terms`), written with the turn: a session's terms are their sum, so a refresh reads no turn
--- documents to know them.
-CREATE TABLE IF NOT EXISTS turn_terms (
-    turn_id VARCHAR NOT NULL,
-    session_id VARCHAR NOT NULL,
-    term VARCHAR NOT NULL,
-    tf INTEGER NOT NULL,
-    word BOOLEAN NOT NULL             -- a plain content word of a turn that names no identifier
 );
 
 CREATE TABLE IF NOT EXISTS rejects (

