@@ -12,11 +12,9 @@ left out of plain words (never out of a compound's whole), and so are numbers of
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 from collections import Counter
-from functools import lru_cache
 
 # Bumped when the terms a text gives change: every session is indexed again at the next refresh.
 TOKENIZER_VERSION = 1
@@ -126,14 +124,6 @@ def term_counts(text: str) -> Counter:
 def query_terms(query: str) -> list[str]:
     """The distinct terms of a query, in order."""
     return list(dict.fromkeys(terms(query)))
-
-
-@lru_cache(maxsize=1 << 18)
-def term_key(term: str) -> int:
-    """A term's key in the postings: a stable signed 32-bit hash, so no term dictionary is kept in
-    step, and sorted keys pack into few bits. With a vocabulary of a few million terms a query term
-    shares its key with another term about once in a thousand: that term's documents match too."""
-    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "little", signed=True)
 
 
 # --- snippets ------------------------------------------------------------------------------------

@@ -137,6 +137,15 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 16: the facts read again (tool calls written as text, test runs, the errors a session ends on),
     # then each session's card from them (`session_cards`); every session is indexed again, its card with it.
     16: [backfill_turn_facts, backfill_cards, "DELETE FROM search_index_state"],
+    # 20: the search index moves to a Tantivy index beside the store (`<store>.search/`), which readers
+    # open without the store's lock: the postings tables go, every session is indexed there again.
+    20: [
+        "DROP TABLE IF EXISTS search_postings",
+        "DROP TABLE IF EXISTS search_postings_new",
+        "DROP TABLE IF EXISTS search_documents",
+        "DROP SEQUENCE IF EXISTS search_doc_ids",
+        "DELETE FROM search_index_state",
+    ],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)
