@@ -69,7 +69,7 @@ def add_commands(sub) -> None:
 
 def run(args, settings: Settings, output: Output) -> None:
     """One of `COMMANDS`; bad input ends the process with its reason and exit code 2."""
-    from resources.store.search import SearchError
+    from resources.store.search_reads import SearchError
 
     if args.command == "mcp":
         from pipelines.cli import _reading_store

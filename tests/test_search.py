@@ -259,3 +259,50 @@ def test_the_project_filter_names_a_project_as_status_does(store):
     for named in ("webapp", "dev/webapp", "/home/dev/webapp"):
         assert [h.session_id for h in store.search.sessions("websocket", project=named)] == ["in-app"]
     assert store.search.sessions("websocket", project="app") == []  # a component whole, not its tail
+
+
+def test_the_index_is_built_again_when_its_folder_is_deleted_or_of_another_version(corpus):
+    import json
+    import shutil
+
+    from resources.store.search_index import INDEX_FORMAT, STATE_FILE
+
+    assert corpus.search.refresh().sessions_indexed == 3
+    folder = corpus.search.folder
+    shutil.rmtree(folder)
+    assert corpus.search.sessions("websocket") == []  # no index: nothing found, nothing raised
+    assert corpus.search.refresh().sessions_indexed == 3  # the store's state alone would say none changed
+    assert [h.session_id for h in corpus.search.sessions("websocket")] == ["ws"]
+    for key, other in (("tokenizer_version", -1), ("format", INDEX_FORMAT + 1)):
+        state = json.loads((folder / STATE_FILE).read_text())
+        (folder / STATE_FILE).write_text(json.dumps({**state, key: other}))
+        assert corpus.search.sessions("websocket") == []  # a reader opens no index of another version
+        assert corpus.search.refresh().sessions_indexed == 3
+        assert [h.session_id for h in corpus.search.sessions("websocket")] == ["ws"]
+    shutil.rmtree(folder / "documents")  # a folder half gone is built again too
+    assert corpus.search.refresh().sessions_indexed == 3
+    assert corpus.search.reader().documents.searcher().num_docs == corpus.search.status()["documents"]
+
+
+def test_a_refresh_that_finds_the_writer_held_leaves_the_work_to_the_next(corpus):
+    from resources.store.search_index import IndexWriting
+
+    corpus.search.refresh(limit=1)
+    with IndexWriting(corpus.search.folder, lambda: None):  # another refresh, under way
+        report = corpus.search.refresh()
+        assert report.busy and (report.sessions_indexed, report.behind) == (0, 2)
+        assert corpus.search.reader().session_count() == 1  # the first refresh's one session alone
+    report = corpus.search.refresh()
+    assert not report.busy and (report.sessions_indexed, report.behind) == (2, 0)
+
+
+def test_a_hit_is_shown_from_the_index_alone(corpus):
+    corpus.search.refresh()
+    index = corpus.search.reader()
+    (hit,) = index.sessions("websocket reconnect")
+    assert (hit.title, hit.category, hit.tier) == ("Fix websocket reconnect loop", "bugfix", "raw")
+    assert index.accounts(["ws"])["ws"]["line"] and index.accounts(["nope"]) == {}
+    row = index.turn_rows(["ws-t000"])["ws-t000"]
+    assert row["session_id"] == "ws" and row["prompt"].startswith("The websocket client")
+    assert row["prompt_chars"] == len("The websocket client keeps reconnecting in a loop")
+    assert index.state()["sessions"] == 3 and index.state()["behind"] == 0

@@ -121,16 +121,23 @@ class SearchIndex:
         state = read_state(self.folder)
         if reason := unusable(self.folder, state):
             raise IndexUnavailable(reason)
-        self.build = state["build"]
+        self.build, self.seen = state["build"], state
         self.documents = tantivy.Index.open(str(self.folder / "documents"))
         self.sessions_index = tantivy.Index.open(str(self.folder / "sessions"))
         self.schema = documents_schema()
         self.session_schema = self.sessions_index.schema
 
     def current(self) -> SearchIndex:
-        """This index, or the one built since in its folder."""
+        """This index, its searchers reloaded when a refresh published since (Tantivy's own reload on
+        commit polls, so a search right after a refresh could miss it); or the one built since."""
         state = read_state(self.folder)
-        return self if state is not None and state.get("build") == self.build else SearchIndex(self.db_path)
+        if state is None or state.get("build") != self.build:
+            return SearchIndex(self.db_path)
+        if state != self.seen:
+            self.documents.reload()
+            self.sessions_index.reload()
+            self.seen = state
+        return self
 
     def state(self) -> dict:
         """The store's sessions and those left behind at the last refresh (None: not known yet)."""
