@@ -78,10 +78,11 @@ class Reads:
     """The tools' reads, each over a read-only store opened for it. Raises `ToolError` with the
     one-line reason for anything the caller asked wrong (and for a store busy past `LOCK_WAIT_S`)."""
 
-    def __init__(self, db_path: Path, embedder=None):
+    def __init__(self, db_path: Path, embedder=None, prepare_store=None):
         self.db_path = Path(db_path)
         self.embedder = embedder  # the embeddings host's client, or None: keyword search alone
         self.index = None  # the search index, opened at the first search and kept
+        self.prepare_store = prepare_store  # run once, before the store is first read (a migration)
 
     def _store(self):
         from mcp.server.mcpserver.exceptions import ToolError
@@ -90,6 +91,9 @@ class Reads:
 
         if not self.db_path.is_file():
             raise ToolError(f"no store at {self.db_path}: ingest some sessions first (`session-digest ingest PATH`)")
+        if self.prepare_store is not None:
+            prepare, self.prepare_store = self.prepare_store, None
+            prepare()
         return DigestStore(StoreFile(self.db_path, read_only=True, lock_wait_s=LOCK_WAIT_S))
 
     def _search_source(self):
@@ -303,13 +307,14 @@ class Reads:
         return within_budget(answer, "results", max_tokens)
 
 
-def build_server(db_path: Path, embedder=None):
+def build_server(db_path: Path, embedder=None, prepare_store=None):
     """The MCP server over the store file at `db_path`, its five tools registered, read-only;
-    `embedder`: the embeddings host's client, whose vectors the two queries fuse with keywords."""
+    `embedder`: the embeddings host's client, whose vectors the two queries fuse with keywords;
+    `prepare_store`: run once before the store is first read."""
     from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
 
-    reads = Reads(db_path, embedder)
+    reads = Reads(db_path, embedder, prepare_store)
     server = MCPServer(
         "session-digest",
         instructions=(
@@ -431,9 +436,9 @@ def refuse_unknown_arguments(server) -> None:
         tool.fn_metadata.arg_model = Checked
 
 
-def serve(db_path: Path, embedder=None) -> None:
+def serve(db_path: Path, embedder=None, prepare_store=None) -> None:
     """Serve over stdio until the client closes it."""
-    build_server(db_path, embedder).run("stdio")
+    build_server(db_path, embedder, prepare_store).run("stdio")
 
 
 def _after_title(row: dict) -> str | None:

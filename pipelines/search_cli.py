@@ -72,13 +72,16 @@ def run(args, settings: Settings, output: Output) -> None:
     from resources.store.search_reads import SearchError
 
     if args.command == "mcp":
-        from pipelines.cli import _reading_store
         from pipelines.mcp_server import serve
-        from resources.model_clients.embeddings import embedding_client
 
-        if settings.db_path.is_file():
-            _reading_store(settings)  # an older store is migrated once here: the server only reads
-        serve(settings.db_path, embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model))
+        embedder = None
+        if settings.embed_provider != "off":
+            from resources.model_clients.embeddings import embedding_client
+
+            embedder = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model)
+        # An older store is migrated once, before the first tool that reads the store: the server only
+        # reads, and its searches read the index alone, so `initialize` waits for no store.
+        serve(settings.db_path, embedder, prepare_store=lambda: _migrated(settings))
         return
     try:
         if args.command == "search":
@@ -90,6 +93,13 @@ def run(args, settings: Settings, output: Output) -> None:
     except (BadInput, SearchError, ValueError) as exc:
         print(f"session-digest {args.command}: {exc}", file=sys.stderr)
         raise SystemExit(USAGE_ERROR) from None
+
+
+def _migrated(settings: Settings) -> None:
+    from pipelines.cli import _reading_store
+
+    if settings.db_path.is_file():
+        _reading_store(settings)
 
 
 # --- search -----------------------------------------------------------------------------------------
@@ -144,18 +154,18 @@ def search_source(settings: Settings):
 
 def search(settings: Settings, args, output: Output) -> None:
     from resources.hybrid_search import search_sessions
-    from resources.model_clients.embeddings import embedding_client
 
     query = " ".join(args.query)
     from digest.scheduling import now_ms
 
     since = since_ms(args.since, now_ms()) if args.since else None
     source = search_source(settings)
-    embedder = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model)
-    vectors = None
-    if embedder is not None:  # the vectors are the store's
+    embedder = vectors = None
+    if settings.embed_provider != "off":  # the vectors are the store's
+        from resources.model_clients.embeddings import embedding_client
         from resources.store import DigestStore
 
+        embedder = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model)
         vectors = DigestStore(settings.db_path, read_only=True)
     results = search_sessions(
         source, embedder, query, limit=args.limit, since_ms=since, category=args.category, file=args.file,

@@ -13,13 +13,16 @@ serves embeddings: that half waits for a writer as any read of the store does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from digest.embeddings import EmbeddingModelMismatch, reciprocal_rank_fusion
 from digest.model_api import ModelError
 from digest.search_text import query_terms, snippet
-from resources.model_clients.embeddings import EmbeddingClient
 from resources.store.search_index import IndexUnavailable
 from resources.store.search_reads import Match, SearchIndex, SessionHit, TurnHit
+
+if TYPE_CHECKING:
+    from resources.model_clients.embeddings import EmbeddingClient
 
 # Candidates each ranking gives the fusion: past the first few dozen, reciprocal ranks add little.
 CANDIDATES = 50
