@@ -170,7 +170,9 @@ def run_arm(name: str, tree: Path, work: Path, args) -> dict:
 
 
 def report(sessions: int, old: dict, new: dict) -> None:
-    print(f"\n## Search served: the postings tables (old) against the Tantivy index beside the store (new), {sessions:,} sessions\n")
+    print(
+        f"\n## Search served: the postings tables (old) against the Tantivy index beside the store (new), {sessions:,} sessions\n"
+    )
     print("| figure | old (postings, under the store's lock) | new (Tantivy, no lock) | new / old |")
     print("|---|---|---|---|")
     rows = [

@@ -152,12 +152,12 @@ class Search(Repository):
                 ids = [r["session_id"] for r in batch]
                 documents, metas, files = self._read_documents(ids)
                 per_session = {s: index.replace(s, metas[s], files.get(s, []), documents[s]) for s in ids if s in metas}
-                index.commit(store_sessions, len(changed) - indexed - len(batch))
+                index.commit()
+                index.record(store_sessions, len(changed) - indexed - len(batch))
                 self._record(batch, per_session)
                 written += sum(per_session.values())
                 indexed += len(batch)
-            if not todo:
-                index.commit(store_sessions, 0)
+            index.record(store_sessions, len(changed) - indexed)
         return RefreshReport(indexed, len(removed), written, time.monotonic() - started, len(changed) - indexed)
 
     def _read_documents(self, session_ids: list[str]) -> tuple[dict, dict, dict]:

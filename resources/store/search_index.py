@@ -189,6 +189,7 @@ class IndexWriting:
         self.folder = folder
         self.on_rebuild = on_rebuild
         self.rebuilt = False
+        self.committed = False  # since the state was last recorded
 
     def __enter__(self) -> IndexWriting:
         import tantivy
@@ -206,15 +207,22 @@ class IndexWriting:
                 self._rebuild()
             self.documents = tantivy.Index.open(str(self.folder / "documents"))
             self.sessions = tantivy.Index.open(str(self.folder / "sessions"))
-            try:
-                self.document_writer = self.documents.writer(heap_size=WRITER_HEAP, num_threads=1)
-                self.session_writer = self.sessions.writer(heap_size=15_000_000, num_threads=1)
-            except ValueError as exc:  # Tantivy's writer lock, held by a process that took no flock
-                raise IndexBusy(f"the search index's writer is held: {exc}") from None
         except BaseException:
             self._release()
             raise
         return self
+
+    def _writers(self) -> tuple:
+        """(the sessions' writer, the documents'), made at the first write: a refresh with nothing to
+        do takes no Tantivy writer."""
+        if "document_writer" not in self.__dict__:
+            try:
+                self.document_writer = self.documents.writer(heap_size=WRITER_HEAP, num_threads=1)
+                self.session_writer = self.sessions.writer(heap_size=15_000_000, num_threads=1)
+            except ValueError as exc:  # Tantivy's writer lock, held by a process that took no flock
+                self._release_writers()
+                raise IndexBusy(f"the search index's writer is held: {exc}") from None
+        return self.session_writer, self.document_writer
 
     def _rebuild(self) -> None:
         import tantivy
@@ -236,47 +244,58 @@ class IndexWriting:
         return self.documents.searcher().num_docs
 
     def clear(self) -> None:
-        self.session_writer.delete_all_documents()
-        self.document_writer.delete_all_documents()
+        for writer in self._writers():
+            writer.delete_all_documents()
 
     def remove(self, session_ids: list[str]) -> None:
-        for session_id in session_ids:
-            self.document_writer.delete_documents_by_term("session", session_id)
-            self.session_writer.delete_documents_by_term("session", session_id)
+        for writer in self._writers():
+            for session_id in session_ids:
+                writer.delete_documents_by_term("session", session_id)
 
     def replace(self, session_id: str, meta: dict, files: list[str], rows: list[tuple]) -> int:
         """The session's documents in place of those it had; not committed. Returns how many."""
         self.remove([session_id])
-        self.session_writer.add_document(session_document(session_id, meta, files))
+        session_writer, document_writer = self._writers()
+        session_writer.add_document(session_document(session_id, meta, files))
         written = 0
         for doc in document_rows(session_id, rows, meta.get("last_activity_ms")):
-            self.document_writer.add_document(doc)
+            document_writer.add_document(doc)
             written += 1
         return written
 
-    def commit(self, store_sessions: int | None = None, behind: int | None = None) -> None:
-        """Publish: the sessions' documents first (a hit's session is always there to show), then
-        the documents, then the state readers explain an empty answer by."""
-        self.session_writer.commit()
-        self.document_writer.commit()
-        if store_sessions is not None:
-            self.state = {
-                **self.state, "sessions": store_sessions, "behind": behind,
-                "refreshed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }  # fmt: skip
-            _write_state(self.folder, self.state)
+    def commit(self) -> None:
+        """Publish what was written: the sessions' documents first (a hit's session is always there
+        to show), then the documents."""
+        for writer in self._writers():
+            writer.commit()
+        self.committed = True
+
+    def record(self, store_sessions: int, behind: int) -> None:
+        """The store's sessions and those left behind, for readers to explain an empty answer by
+        (written when they changed, or a commit was made: readers reload when it changes)."""
+        if (self.state.get("sessions"), self.state.get("behind")) == (store_sessions, behind) and not self.committed:
+            return
+        self.state = {
+            **self.state, "sessions": store_sessions, "behind": behind,
+            "refreshed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }  # fmt: skip
+        _write_state(self.folder, self.state)
+        self.committed = False
 
     def __exit__(self, *exc) -> None:
         self._release()
 
     def _release(self) -> None:
+        self._release_writers()
+        fcntl.flock(self._lock, fcntl.LOCK_UN)
+        self._lock.close()
+
+    def _release_writers(self) -> None:
         for name in ("session_writer", "document_writer"):
             writer = self.__dict__.pop(name, None)
             if writer is not None:
                 writer.rollback()  # whatever was not committed
                 writer.wait_merging_threads()  # the writer is let go, its lock with it
-        fcntl.flock(self._lock, fcntl.LOCK_UN)
-        self._lock.close()
 
 
 def folder_bytes(folder: Path) -> int:
