@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import select
 import shutil
 import statistics
@@ -111,26 +112,34 @@ def child(tree: Path, *args: str, home: Path | None = None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def cli_walls(tree: Path, home: Path, queries: list[str]) -> list[float]:
-    """`session-digest search QUERY --json`, a new process each: wall ms, Python's start included."""
-    walls = []
+def children_cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def cli_walls(tree: Path, home: Path, queries: list[str]) -> tuple[list[float], list[float]]:
+    """`session-digest search QUERY --json`, a new process each: wall ms, Python's start included,
+    and its CPU ms (less moved by the other processes of a busy machine than its wall)."""
+    walls, cpus = [], []
     for query in queries:
-        started = time.perf_counter()
+        cpu_started, started = children_cpu_ms(), time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "pipelines.cli", "search", *query.split(), "--json"],
             cwd=tree, env=arm_env(tree, home), capture_output=True, text=True, check=False,
         )  # fmt: skip
         walls.append((time.perf_counter() - started) * 1000)
+        cpus.append(children_cpu_ms() - cpu_started)
         if done.returncode != 0:
             raise SystemExit(f"search {query!r} failed in {tree}:\n{done.stderr[-2000:]}")
-    return walls
+    return walls, cpus
 
 
-def mcp_initialize_walls(tree: Path, home: Path, n: int) -> list[float]:
-    """`session-digest mcp` started and sent `initialize`: wall ms until its answer, a new process each."""
-    walls = []
+def mcp_initialize_walls(tree: Path, home: Path, n: int) -> tuple[list[float], list[float]]:
+    """`session-digest mcp` started and sent `initialize`: wall ms until its answer, a new process
+    each, and the server's CPU ms until then (it is stopped at once)."""
+    walls, cpus = [], []
     for _ in range(n):
-        started = time.perf_counter()
+        cpu_started, started = children_cpu_ms(), time.perf_counter()
         server = subprocess.Popen(
             [sys.executable, "-m", "pipelines.cli", "mcp"], cwd=tree, env=arm_env(tree, home),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -142,9 +151,10 @@ def mcp_initialize_walls(tree: Path, home: Path, n: int) -> list[float]:
         walls.append((time.perf_counter() - started) * 1000)
         server.kill()
         server.wait()
+        cpus.append(children_cpu_ms() - cpu_started)
         if '"serverInfo"' not in line:
             raise SystemExit(f"mcp in {tree} gave no answer to initialize: {line[:300]!r}")
-    return walls
+    return walls, cpus
 
 
 def run_arm(name: str, tree: Path, work: Path, args) -> dict:
@@ -162,10 +172,11 @@ def run_arm(name: str, tree: Path, work: Path, args) -> dict:
     queries = [q["query"] for q in json.loads(answers.read_text())["queries"]]
     wall = child(tree, "--warm", name, str(db), str(answers), str(args.reps))["wall_ms"]
     out |= {"warm_p50_ms": quantile(wall, 0.5), "warm_p95_ms": quantile(wall, 0.95), "warm_n": len(wall)}
-    cli = cli_walls(tree, home, queries[: args.cli])
-    out |= {"cli_p50_ms": statistics.median(cli), "cli_max_ms": max(cli)}
-    mcp = mcp_initialize_walls(tree, home, args.mcp)
-    out |= {"mcp_p50_ms": statistics.median(mcp), "mcp_max_ms": max(mcp), "load_after": os.getloadavg()[0]}
+    cli, cli_cpu = cli_walls(tree, home, queries[: args.cli])
+    out |= {"cli_p50_ms": statistics.median(cli), "cli_max_ms": max(cli), "cli_cpu_ms": statistics.median(cli_cpu)}
+    mcp, mcp_cpu = mcp_initialize_walls(tree, home, args.mcp)
+    out |= {"mcp_p50_ms": statistics.median(mcp), "mcp_max_ms": max(mcp), "mcp_cpu_ms": statistics.median(mcp_cpu)}
+    out["load_after"] = os.getloadavg()[0]
     return out
 
 
@@ -181,8 +192,10 @@ def report(sessions: int, old: dict, new: dict) -> None:
         ("warm query wall p95, ms", "warm_p95_ms", "{:.2f}"),
         ("`session-digest search` wall p50 (process start included), ms", "cli_p50_ms", "{:.0f}"),
         ("`session-digest search` wall max, ms", "cli_max_ms", "{:.0f}"),
+        ("`session-digest search` CPU p50 (user + system), ms", "cli_cpu_ms", "{:.0f}"),
         ("`session-digest mcp` answers `initialize`, wall p50, ms", "mcp_p50_ms", "{:.0f}"),
         ("`session-digest mcp` answers `initialize`, wall max, ms", "mcp_max_ms", "{:.0f}"),
+        ("`session-digest mcp` until `initialize` is answered, CPU p50, ms", "mcp_cpu_ms", "{:.0f}"),
     ]
     for label, key, fmt in rows:
         print(f"| {label} | {fmt.format(old[key])} | {fmt.format(new[key])} | {new[key] / old[key]:.3f} |")

@@ -121,7 +121,8 @@ class Reads:
 
     @staticmethod
     def _guarded(answer):
-        import duckdb
+        import sys
+
         from mcp.server.mcpserver.exceptions import ToolError
 
         from resources.store.search_reads import SearchError
@@ -130,8 +131,11 @@ class Reads:
             return answer()
         except (SearchError, ValueError) as exc:
             raise ToolError(str(exc)) from None
-        except duckdb.IOException as exc:
-            raise ToolError(f"the store is busy or unreadable, try again: {exc}") from None
+        except Exception as exc:
+            duckdb = sys.modules.get("duckdb")  # a search that read no store loaded no DuckDB
+            if duckdb is not None and isinstance(exc, duckdb.IOException):
+                raise ToolError(f"the store is busy or unreadable, try again: {exc}") from None
+            raise
 
     # --- the tools' bodies ---
 
