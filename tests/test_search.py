@@ -292,6 +292,13 @@ def test_a_refresh_that_finds_the_writer_held_leaves_the_work_to_the_next(corpus
         report = corpus.search.refresh()
         assert report.busy and (report.sessions_indexed, report.behind) == (0, 2)
         assert corpus.search.reader().session_count() == 1  # the first refresh's one session alone
+    # Tantivy's own writer lock, held by a writer that took no lock file, is found the same way.
+    import tantivy
+
+    writer = tantivy.Index.open(str(corpus.search.folder / "documents")).writer(heap_size=15_000_000, num_threads=1)
+    report = corpus.search.refresh()
+    assert report.busy and (report.sessions_indexed, report.behind) == (0, 2)
+    writer.wait_merging_threads()  # let go
     report = corpus.search.refresh()
     assert not report.busy and (report.sessions_indexed, report.behind) == (2, 0)
 
