@@ -8,10 +8,9 @@ from assets.partitions import sessions_partitions
 from assets.sessions import materialized, not_done, run_facts, session_summaries
 from assets.work.graph import digest_partition
 from digest.graph import ENTITY_TYPES, RELATION_TYPES, SessionGraph
+from digest.prompts import GRAPH_CODE_VERSION
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, GraphPolicyResource
 
-# Bump when the extraction prompt, the schema or the graph's shape changes.
-GRAPH_CODE_VERSION = "graph-v2"  # v2: Neo.mjs's node ids, labels and edges
 PREVIEW_ROWS = 15
 
 

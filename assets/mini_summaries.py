@@ -7,10 +7,9 @@ from assets.partitions import sessions_partitions
 from assets.sessions import materialized, raw_sessions, run_facts
 from assets.work.mini_summaries import MiniSummaryOutcome, coverage_metadata, fill_partition, iso
 from digest.mini_summaries import FillReport
+from digest.prompts import MINI_SUMMARY_CODE_VERSION
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, MiniSummaryPolicyResource
 
-# Bump when the prompt or the output cleaning changes.
-MINI_SUMMARY_CODE_VERSION = "mini-summary-v2"
 PREVIEW_ROWS = 20
 
 

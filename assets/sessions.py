@@ -29,6 +29,7 @@ from digest.synthesis import SourceTier
 from digest.verdict import Verdict
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
 from resources.model_clients.progress import CallProgress
+from resources.store.cards import leads
 from resources.store.summaries import covered_turns_query
 from resources.store.summary_row import MODEL_COLUMNS, SUMMARY_ROW
 
@@ -125,7 +126,7 @@ def _read_how(report) -> str:
 
 def materialized(context: AssetExecutionContext, metadata: dict) -> MaterializeResult:
     """The materialization, its metadata on it alone: metadata given to `MaterializeResult` is the
-    step output's as well, a second copy in the run's `STEP_OUTPUT` event (issue 20)."""
+    step output's as well, a second copy in the run's `STEP_OUTPUT` event."""
     context.add_asset_metadata(metadata)
     return MaterializeResult()
 
@@ -314,8 +315,8 @@ def summary_metadata(row: dict) -> dict:
     lists = [f"{k}: {', '.join(v) or 'none'}" for k, v in fields.items() if isinstance(v, list)]
     return {
         **plain,
-        # A junk summary is not the session's account: its card is (`card`).
-        "account": "summary" if row.get("verdict") == "ok" else "card",
+        # A junk summary, or the embedded model's, is not the session's account: its card is (`card`).
+        "account": "summary" if leads(row) else "card",
         **covered_turns_metadata(row),
         # What the fidelity score found named in the summary, and missed (docs/fidelity.md).
         "fidelity_identifiers": MetadataValue.md(

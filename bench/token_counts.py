@@ -37,11 +37,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/ (the export generator) is not installed
 
+from digest.attempts import Attempt  # noqa: E402
 from digest.ingest import ingest_paths  # noqa: E402
 from digest.mini_summaries import build_prompt as mini_prompt  # noqa: E402
 from digest.mini_summaries import split_document  # noqa: E402
 from digest.settings import load_settings  # noqa: E402
-from digest.synthesis import Attempt, Route, build_prompt, raw_content, raw_route  # noqa: E402
+from digest.synthesis import Route, build_prompt, raw_content, raw_route  # noqa: E402
 from digest.tokens import (  # noqa: E402
     CHAT_TEMPLATE_MARGIN_TOKENS,
     TokenCount,

@@ -68,6 +68,9 @@ _HEADINGS = re.compile(r"^(?:\*\*[^*]{1,120}\*\*\s*)+$")
 _MODE_LABEL = re.compile(r"^\[[A-Z][A-Z :_-]{2,30}\]\s*")
 # A diff as a reply (an agent's submission): its files.
 _DIFF_FILE = re.compile(r"^diff --git a/(\S{1,300}) b/", re.M)
+# A run's end as its harness wrote it (mini-SWE-agent's `exit`, `digest.readers.trajectory`), unless
+# it is the diff the run submitted: the error it stopped on.
+_EXIT_LINE = re.compile(r"^\[exit\] (?!diff --git)(\S.*)$", re.M)
 # What code and tool output look like, as against a sentence.
 _CODE_START = re.compile(
     r"^(?:[\s{}\[\]();=<>#$|/\\@*+-]|\"\"\"|\'\'\'|(?:def|class|for|if|else|elif|return|import|from|const|let|var|function|public|private|index|diff)\b)"
@@ -390,7 +393,7 @@ def _last_reply(response: str, cut: bool) -> str:
 
 def outcome(turns: list[CardTurn], errors: list[Item], commands: list[Item]) -> Item | None:
     """How the session ended as its log shows it: an error in its last turn that says why it
-    stopped, else the last reply's first sentence, else its last command's status."""
+    stopped, else the error its harness ended the run on, else the last reply's first sentence, else its last command's status."""
     if not turns:
         return None
     last = turns[-1]
@@ -398,6 +401,8 @@ def outcome(turns: list[CardTurn], errors: list[Item], commands: list[Item]) -> 
         if error.turn == last.index and _ENDING.search(error.text):
             return Item(f"ended on: {error.text}", error.turn, error.turn_id)
     tail = last.response_tail
+    if ended := list(_EXIT_LINE.finditer(tail)):
+        return Item(_cut(f"ended on: {ended[-1].group(1)}", 160), last.index, last.id)
     diffs = list(_DIFF_FILE.finditer(tail))
     if diffs and not _last_reply(tail[diffs[-1].start() :], cut=False):  # it ends on the diff
         listed = ", ".join(dict.fromkeys(d.group(1) for d in diffs))

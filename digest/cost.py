@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 from digest.pacing import HostSpeed
 
-SUMMARY_STAGE = "session-summary"
-
 # The host's measured speed for (host, model); None when not measured.
 Rates = Callable[[str | None, str], HostSpeed | None]
 

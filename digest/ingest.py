@@ -43,10 +43,20 @@ from typing import Protocol
 from digest import manifest
 from digest.manifest import APPENDABLE, FileState, Start
 from digest.readers import READERS, TURN_KINDS, file_kind
-from digest.readers.common import BOM, Reject, check_derivable, decode, excerpt, load, reason_of, text_field
+from digest.readers.common import (
+    BOM,
+    EXCERPT_CHARS,
+    Reject,
+    check_derivable,
+    decode,
+    excerpt,
+    load,
+    reason_of,
+    text_field,
+)
 from digest.readers.neo import embedding_text, parse_graph_line, parse_graph_row, parse_memory_row, parse_summary_row
 from digest.readers.plain import parse_simple_turn
-from digest.redact import SUMMARY_TEXT_FIELDS, TURN_TEXT_FIELDS, redact, redact_fields
+from digest.redact import REDACTED_TEXT, redact_fields
 from digest.walk import VANISHED, walk
 
 # Rows and line bytes per write: large, since each is one transaction, but bounded (memory).
@@ -233,7 +243,17 @@ class _Batch:
     line_bytes: int = 0
 
     def rows(self) -> int:
-        return sum(map(len, (self.turns, self.minis, self.summaries, self.rejects, *self.graph.values())))
+        return sum(map(len, (self.turns, *self.by_table().values())))
+
+    def by_table(self) -> dict[str, list[dict]]:
+        """The rows besides the turns, by the table they are written to."""
+        return {
+            "mini_summaries": self.minis,
+            "imported_summaries": self.summaries,
+            "imported_graph_nodes": self.graph["node"],
+            "imported_graph_edges": self.graph["edge"],
+            "rejects": self.rejects,
+        }
 
 
 def _read_ahead(batches: Iterator[_Batch]) -> Iterator[_Batch]:
@@ -397,11 +417,12 @@ def _read_batches(
 
 def _redacted(batches: Iterator[_Batch], report: FileReport) -> Iterator[_Batch]:
     """The batches with the secrets in their text replaced (`digest.redact`), counted in `report`:
-    every row passes here between the reader and the store. A turn row records its own counts
-    (`redactions`, JSON by kind) for `status`."""
+    every row passes here between the reader and the store, each table's text fields those of
+    `REDACTED_TEXT`, a reject's reason and the line around its excerpt too. A turn row records its
+    own counts (`redactions`, JSON by kind) for `status`."""
     for batch in batches:
         for i, row in enumerate(batch.turns):
-            redacted, counts = redact_fields(row, TURN_TEXT_FIELDS)
+            redacted, counts = redact_fields(row, REDACTED_TEXT["turns"])
             if counts:
                 # Added to those the line says were redacted before (an archive's turn).
                 before = Counter(json.loads(row["redactions"])) if row.get("redactions") else Counter()
@@ -409,11 +430,19 @@ def _redacted(batches: Iterator[_Batch], report: FileReport) -> Iterator[_Batch]
                 report.redactions.update(counts)
                 report.redacted_sessions[row["session_id"]] += counts.total()
             batch.turns[i] = redacted
-        for mini in batch.minis:
-            mini["text"] = redact(mini["text"], report.redactions)
-        for i, summary in enumerate(batch.summaries):
-            batch.summaries[i], counts = redact_fields(summary, SUMMARY_TEXT_FIELDS)
-            report.redactions.update(counts)
+        for table, rows in batch.by_table().items():
+            for i, row in enumerate(rows):
+                rows[i], counts = redact_fields(row, REDACTED_TEXT[table])
+                report.redactions.update(counts)
+        yield batch
+
+
+def _excerpts_cut(batches: Iterator[_Batch]) -> Iterator[_Batch]:
+    """Each reject's excerpt cut to what `rejects` keeps, once redacted: the redaction reads the
+    line around it, so a secret the cut would split is found whole."""
+    for batch in batches:
+        for row in batch.rejects:
+            row["excerpt"] = row["excerpt"] and row["excerpt"][:EXCERPT_CHARS]
         yield batch
 
 
@@ -444,7 +473,7 @@ def ingest_file(
     batches = _read_batches(path, kind, report, seen, start, progress) if kind != "temporal" else iter(())
     if redact_secrets:
         batches = _redacted(batches, report)
-    for batch in _read_ahead(batches):
+    for batch in _read_ahead(_excerpts_cut(batches)):
         sessions.update(r["session_id"] for r in batch.turns)
         touched.update(r["session_id"] for r in batch.turns)
         touched.update(sink.write_turns(batch.turns))

@@ -26,23 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from digest.attempts import MINI_SUMMARY_STAGE, Attempt, call_attempt, in_flight_attempt, ledgered_call
 from digest.friction import Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelTimeout, ProviderError
 from digest.pacing import CallPlan, Pacer, is_given_up
 from digest.prompts import MINI_SUMMARY_HEAD, MINI_SUMMARY_MIDDLE
 from digest.repeats import drop_repeated_lines
-from digest.synthesis import (
-    Attempt,
-    Limits,
-    Route,
-    call_attempt,
-    estimate_raw_tokens,
-    in_flight_attempt,
-    ledgered_call,
-    raw_route,
-)
+from digest.synthesis import Limits, Route, estimate_raw_tokens, raw_route
 
-STAGE = "mini-summary"
 MAX_CHARS = 280
 # 280 characters are 70-90 tokens of prose: room for the line, and a ramble is cut short on the server.
 MAX_OUTPUT_TOKENS = 128
@@ -375,7 +366,9 @@ def fill_mini_summaries(
         tokens_estimate = limits.estimate_tokens(prompt)
         plan = pacer.plan(tokens_estimate, MAX_OUTPUT_TOKENS, client.streaming)
         backstop_s = plan.timeout_s * backstop_ratio
-        in_flight = in_flight_attempt(turn.session_id, STAGE, "turn", prompt, limits, client.model, backstop_s)
+        in_flight = in_flight_attempt(
+            turn.session_id, MINI_SUMMARY_STAGE, "turn", prompt, limits, client.model, backstop_s
+        )
         with ledgered_call(store, in_flight) as started:
             reply, error, seconds = call_with_deadline(client, prompt, plan, backstop_s)
         report.model_seconds += seconds

@@ -59,12 +59,19 @@ def compact_line(number: int, text: str) -> str:
 
 # --- the mini summary (digest.mini_summaries) ----------------------------------------------------
 
+# Bump when the prompt or the output cleaning changes.
+MINI_SUMMARY_CODE_VERSION = "mini-summary-v2"
+
 MINI_SUMMARY_INSTRUCTION = "Summarize this agent turn in one line, max 280 characters, no preamble:"
 # The prompt is `MINI_SUMMARY_HEAD + prompt + MINI_SUMMARY_MIDDLE + response`.
 MINI_SUMMARY_HEAD = f"{MINI_SUMMARY_INSTRUCTION}\nUser: "
 MINI_SUMMARY_MIDDLE = "\nAgent: "
 
 # --- the graph extraction (digest.graph) ---------------------------------------------------------
+
+# Bump when the extraction prompt, the schema or the graph's shape changes (v2: Neo.mjs's node ids,
+# labels and edges).
+GRAPH_CODE_VERSION = "graph-v2"
 
 # The example is off-domain on purpose: a small model copies it, and the grounding rule then drops
 # the copy (no session names a teapot's pour() method, and one that does earns the entity).

@@ -7,18 +7,26 @@ their fixed prefixes, JWTs, PEM private-key blocks, passwords in URLs, `curl -u`
 and `.netrc`, Bearer/Basic headers and headers named for a secret (`X-Api-Key`), and assignments
 (`KEY=value` lines, `PGPASSWORD=... psql`, `"password": "..."`) whose key names a secret.
 `bench/redaction.py` measured it against Yelp's detect-secrets on a labelled sample and two held-out
-sets (BENCHMARKS.md, "Redaction"). Each
+sets (BENCHMARKS.md, "Redaction"); `bench/redaction_words.py` on non-secret look-alikes. Each
 pattern runs only when one of its literal hints is in the text (most turns hold none), and a
 redacted text is redacted again unchanged, so a re-ingest or the store's migration agree.
+
+Words are kept: a placeholder or a product's default as the value, a value that names something (a
+header, an attribute of code, a class), a key that is a setting about a secret (`API_KEY_HEADER`), a
+Basic header's value that is not base64 of `user:password`. No value runs past a line's end, real or
+JSON-escaped (`\\n` as two characters).
 
 What it does not catch: a secret split across lines or encoded (base64 of a key), a password in
 prose with no key name, a high-entropy string with no prefix or assignment (no entropy pass:
 detect-secrets' entropy detectors ate hashes, base64 test data and long identifiers on the sample),
-and most password flags of other commands (`mysql -p...`, `--password=...`, `sshpass -p`).
+password flags of other commands than the ones below, and a password that is a default's word or
+capitalised words with no digit (`CorrectHorseBattery`, taken for a class name).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 import string
@@ -32,21 +40,87 @@ MARK = "[REDACTED:{}]"
 # The turn row's text fields, and the text of an imported summary or mini summary.
 TURN_TEXT_FIELDS = ("prompt", "thought", "response", "document")
 SUMMARY_TEXT_FIELDS = ("title", "summary")
+# Every stored column that holds text read from the input, by table: redacted before it is written
+# (`digest.ingest`), and in a store that held it before by a migration (`resources.store.redaction`).
+# A reject's reason may quote the line's value, and its excerpt is the line itself. Every other
+# text column is named, with why it holds no input, in `resources.store.redaction.NOT_INPUT_TEXT`.
+REDACTED_TEXT = {
+    "turns": TURN_TEXT_FIELDS,
+    "mini_summaries": ("text",),
+    "imported_summaries": (*SUMMARY_TEXT_FIELDS, "metadata"),
+    "imported_graph_nodes": ("properties",),
+    "imported_graph_edges": ("properties",),
+    "rejects": ("reason", "excerpt"),
+}
+# The fields among those that are JSON text: they stay JSON when redacted (`redact_json`).
+JSON_TEXT_FIELDS = frozenset({"metadata", "properties"})
 
-# Values that stand for a secret rather than being one: an example's or a template's.
+# Values that stand for a secret rather than being one: an example's or a template's, a default
+# that ships with a product (`postgres`, `minioadmin`, Java's `changeit`), a setting's word.
 _PLACEHOLDER = re.compile(
     r"""(?ix) ^(?:
         \$\{?[\w.\-:]*\}? | \$\(.*\) | \{\{.*\}\} | \$\{\{.* | <[^>]*> | %\(?\w*\)?s? | \*+ | x{3,} | .*(?:\.{3}|…)
-        | (?:your|example|sample|dummy|fake)[\w\-]* | changeme | password | passwd | secret
-        | token | none | null | nil | true | false | undefined | redacted | \d+ | \[redacted:[\w\-]+\]
+        | (?:your|example|sample|dummy|fake|placeholder)[\w\-]* | (?:change|replace)[\-_]?(?:me|it)\b[\w\-]*
+        | my[\-_]?(?:secret|password|pass|token|key|api)[\w\-]* | password | passwd | secret | token
+        | test(?:ing)? | dev | local | demo | default | todo | tbd | postgres | admin | root | guest | minioadmin
+        | none | null | nil | true | false | yes | no | on | off | enabled | disabled | required | optional | auto
+        | \w*undefined | unset | redacted | \d+ | \[redacted:[\w\-]+\]
+    )$"""
+)
+# A value that names something rather than being a made-up string: a header's name, an attribute
+# of code (`settings.SECRET_KEY`: no digit, as a made-up token has), a class or constant of two or
+# more capitalised words of three letters or more (`PydanticUndefined`; not `AbCdEf`).
+_NAME_VALUE = re.compile(
+    r"""(?x) ^(?:
+        (?i:x-[a-z]+(?:-[a-z]+)* | (?:proxy-)?authori[sz]ation | (?:set-)?cookie | api-key)
+        | [A-Za-z_]+(?:\.[A-Za-z_]+)+ | [A-Za-z][a-z]{2,}(?:[A-Z][a-z]{2,})+
     )$"""
 )
 # The words a key holding a secret has; `TOKENS` (a count), `TOKENIZER` and `PWD` (a folder) are not.
 _SECRET_WORD = r"(?:passw(?:or)?d|secret|token(?![a-z])|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key|auth[_\-]?key|credentials?)"
 # Bounded around the word: an unbounded run would make a long dotted line cost its length squared.
 _SECRET_KEY = rf"[\w.\-]{{0,40}}?{_SECRET_WORD}[\w.\-]{{0,40}}"
-# A key naming a file or a place holds a path, not the secret itself.
-_NOT_A_SECRET_KEY = re.compile(r"(?i)(?:_file|_path|_dir|_url|_env|_name|_id|_type|_length|_count|_limit|_ttl)$")
+# A key naming a file, a place, a name or a setting about the secret holds that, not the secret
+# itself (`API_KEY_HEADER`, `JWT_SECRET_ALGORITHM`, `TOKEN_TTL`); matched on the key in snake case.
+_NOT_A_SECRET_KEY = re.compile(
+    r"""_(?:file|path|dir|url|uri|endpoint|location|host|port|env|var|name|id|type|header|field|param|ref|arn
+    |prefix|scope|length|count|limit|size|min|max|ttl|expiry|expires?(?:_\w+)?|lifetime|timeout|interval
+    |algorithm|alg|hasher|rounds|encoding|format|backend|provider|store|manager|service|client|helper|source
+    |validator|enabled|required|on_\w+)$""",
+    re.X,
+)
+# A value's characters: not a space, and not a backslash that starts an escaped line end or tab (a
+# JSON-escaped text's `\n`, two characters), so a value never runs on into the next line.
+_VALUE_CHAR = r"(?:[^\s\\{}]|\\(?![nrt]))"
+# Where a line ends, in a text or in a JSON-escaped one.
+_LINE_END = r"(?:$|(?=\\[nrt]))"
+
+
+def _value(excluded: str = "") -> str:
+    """One or more value characters, none of `excluded` (a regex character class's contents)."""
+    return _VALUE_CHAR.format(excluded) + "+"
+
+
+# A command-line argument's value, quoted or not.
+_ARG = _value("'\"`")
+
+
+# What follows a line's start in a `KEY=value` line: the key, and a value that is the rest of the line.
+_ENV_LINE = (
+    rf"[ \t]*(?:-[ \t]+)?(?:export[ \t]+|set[ \t]+)?(?P<key>{_SECRET_KEY})[ \t]*[=:][ \t]*(?P<q>[\"']?)"
+    r"(?P<value>" + _value(r"\"'#`()\[\]{}<>,;") + r")(?P=q)[ \t]*(?:#(?:(?!\\[nrt]).)*)?" + _LINE_END
+)
+_SECRET_HINTS = ("pass", "secret", "token", "key", "credential")
+
+
+def _snake(key: str) -> str:
+    """`apiKeyHeader` and `API_KEY_HEADER` both as `api_key_header`."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).replace("-", "_").lower()
+
+
+def _placeholder(value: str) -> bool:
+    """A placeholder, also as the last word of a sentence (`=false.`)."""
+    return bool(_PLACEHOLDER.match(value) or _PLACEHOLDER.match(value.rstrip(".,;:!?")))
 
 
 # ASCII letters lowered, every other character kept: a lowered copy the same length as the text,
@@ -77,7 +151,9 @@ def _secret_value(key: str, value: str) -> bool:
     """An assignment's value is a secret unless it is a placeholder, a path, or code, or its key
     names a file or a place; a lower-case key (code, YAML, JSON) also needs a value that looks
     made up: 8 or more characters of two kinds of letters and digits."""
-    if _PLACEHOLDER.match(value) or _NOT_A_SECRET_KEY.search(key) or value[:1] in "/~." or value.startswith("http"):
+    if _placeholder(value) or _NOT_A_SECRET_KEY.search(_snake(key)) or value[:1] in "/~." or value.startswith("http"):
+        return False
+    if _NAME_VALUE.match(value.rstrip(".,;:!?")):
         return False
     if key.isupper():
         return len(value) >= 4
@@ -86,7 +162,7 @@ def _secret_value(key: str, value: str) -> bool:
 
 
 def _password_is_secret(text: str, match: re.Match[str]) -> bool:
-    return not _PLACEHOLDER.match(text[slice(*match.span(1))])
+    return not _placeholder(text[slice(*match.span(1))])
 
 
 def _flag_value_is_secret(text: str, match: re.Match[str]) -> bool:
@@ -102,7 +178,7 @@ def _flag_value_is_secret(text: str, match: re.Match[str]) -> bool:
         and not prose
         and value[:1] not in "$-/~.<{(["
         and not re.fullmatch(r"[A-Z_]+", value)
-        and not _PLACEHOLDER.match(value)
+        and not _placeholder(value)
     )
 
 
@@ -114,9 +190,10 @@ def _password_flag(regex: str, hints: tuple[str, ...], word_start: bool = True) 
 
 def _pgpass_line(text: str, match: re.Match[str]) -> bool:
     """A `.pgpass` line, `host:port:database:user:password`: the match starts at the port, so the
-    host is taken on to the left up to the line's start. A host has a letter or a dot, or is `*`
-    (a timecode's `10:30:00:12:...` has neither)."""
-    line_start = text.rfind("\n", 0, match.start()) + 1
+    host is taken on to the left up to the line's start (or a JSON-escaped `\\n`). A host has a
+    letter or a dot, or is `*` (a timecode's `10:30:00:12:...` has neither)."""
+    escaped = text.rfind("\\n", 0, match.start())
+    line_start = max(text.rfind("\n", 0, match.start()) + 1, escaped + 2 if escaped >= 0 else 0)
     host = text[line_start : match.start()]
     return bool(re.fullmatch(r"(?=.*[A-Za-z.])[\w.\-]{1,253}|\*", host)) and _password_is_secret(text, match)
 
@@ -141,9 +218,36 @@ def _inline_value_is_secret(text: str, match: re.Match[str]) -> bool:
 def _header_value_is_secret(text: str, match: re.Match[str]) -> bool:
     """A hyphenated header's name (`X-Api-Key`), not a file's or a place's (`Api-Key-File`)."""
     key, _ = _whole_key(text, match, "-")
-    if "-" not in key or _NOT_A_SECRET_KEY.search(key.lower().replace("-", "_")):
+    if "-" not in key or _NOT_A_SECRET_KEY.search(_snake(key)):
         return False
     return _secret_value(key, text[slice(*match.span("value"))])
+
+
+def _basic_credentials(value: str) -> bool:
+    """Whether the value is base64 of `user:password`, as a Basic header's and a Docker
+    `config.json`'s `auth` are: a title's words (`Basic Python-to-TypeScript`) decode to no text."""
+    try:
+        decoded = base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    return ":" in decoded and decoded.isprintable()
+
+
+# Words joined by `-`, `_` or `.`, each lower-case, capitalised, camel-cased or an acronym.
+_WORDS = re.compile(r"(?:[A-Z]?[a-z]+|[A-Z]+|(?:[A-Z][a-z]+)+)(?:[\-_.](?:[A-Z]?[a-z]+|[A-Z]+|(?:[A-Z][a-z]+)+))+")
+
+
+def _auth_value_is_secret(text: str, match: re.Match[str]) -> bool:
+    """A Basic header's credentials (base64 of `user:password`), or a Bearer token that is not words
+    (`Bearer TokenAuthentication-Strategy`)."""
+    value = match.group(2)
+    if match.group(1) == "Basic":
+        return _basic_credentials(value.rstrip("="))
+    return not _WORDS.fullmatch(value)
+
+
+def _docker_auth(text: str, match: re.Match[str]) -> bool:
+    return _basic_credentials(match.group(1).rstrip("="))
 
 
 def _prefixed(kind: str, regex: str, *hints: str) -> Pattern:
@@ -193,20 +297,39 @@ PATTERNS: tuple[Pattern, ...] = (
         re.compile(r"hooks\.slack\.com/services/T[0-9A-Z]+/B[0-9A-Z]+/([0-9A-Za-z]{20,})"),
         ("hooks.slack.com",),
     ),
+    # A Telegram bot's token in a Bot API URL (`/bot<id>:<secret>/getUpdates`, `/file/bot...`), or
+    # alone: the bot's id, a colon and 35 characters, which start `AA` in the tokens BotFather gives.
+    Pattern(
+        "telegram-bot-token",
+        re.compile(r"api\.telegram\.org/(?:file/)?bot(\d{5,12}:[0-9A-Za-z_\-]{30,40})(?![\w\-])"),
+        ("api.telegram.org",),
+    ),
+    Pattern(
+        "telegram-bot-token",
+        re.compile(r"(?:\bbot|(?<![\w\-]))(\d{8,12}:AA[0-9A-Za-z_\-]{33})(?![\w\-])"),
+        (":AA",),
+    ),
+    # A Docker `config.json`'s `"auth"`: base64 of `user:password` (JSON-escaped quotes too).
+    Pattern(
+        "docker-auth",
+        re.compile(r'\\?"auth\\?"[ \t]*:[ \t]*\\?"([A-Za-z0-9+/]{8,}={0,2})\\?"'),
+        ('"auth',),
+        keep=_docker_auth,
+    ),
     _prefixed("huggingface-token", r"(hf_[A-Za-z0-9]{30,})\b"),
     _prefixed("npm-token", r"(npm_[A-Za-z0-9]{36})\b"),
     _prefixed("jwt", r"(eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})(?![\w\-])"),
     # scheme://user:password@host: the password alone, up to the last `@` before the host.
     Pattern(
         "url-password",
-        re.compile(r"://[^\s:/@'\"`]*:([^\s/'\"`]+)@(?=[\w\-.\[\]%]+)"),
+        re.compile("://" + _VALUE_CHAR.format(":/@'\"`") + "*:(" + _value("/'\"`") + r")@(?=[\w\-.\[\]%]+)"),
         ("://",),
         keep=_password_is_secret,
     ),
     # A password in a URL's query (a JDBC URL's `&password=`), up to the next parameter.
     Pattern(
         "url-password",
-        re.compile(r"[?&](?:password|passwd|pwd)=([^&\s'\"`#;]+)"),
+        re.compile(r"[?&](?:password|passwd|pwd)=(" + _value("&'\"`#;") + ")"),
         ("password=", "passwd=", "pwd="),
         keep=_password_is_secret,
         lowered=True,
@@ -220,40 +343,40 @@ PATTERNS: tuple[Pattern, ...] = (
     # `curl -u user:password`, and `Password=...;` in an ADO.NET or ODBC connection string.
     Pattern(
         "cli-password",
-        re.compile(r"-(?:u|-user)[ \t]+['\"]?[^\s:'\"]+:([^\s'\"`]+)"),
+        re.compile(r"-(?:u|-user)[ \t]+['\"]?" + _value(":'\"") + ":(" + _ARG + ")"),
         ("-u ", "-u\t", "--user"),
         keep=_password_is_secret,
         word_start=True,
     ),
     # A password flag with a literal value: `--password=...`, `--db-password ...` (not
     # `--password-file`, `--password "$VAR"` or `--password TEXT` in a help text).
-    _password_flag(r"--(?:[a-z0-9]+-){0,3}pass(?:word|wd)?(?:=|[ \t]+)(['\"]?)([^\s'\"`]+)\1", ("-pass",)),
+    _password_flag(r"--(?:[a-z0-9]+-){0,3}pass(?:word|wd)?(?:=|[ \t]+)(['\"]?)(" + _ARG + r")\1", ("-pass",)),
     # The short password flags of clients that take one: `mysql -p...` (attached: `-p` alone
     # prompts, and a word after it is the database), `mongosh -p ...`, `redis-cli -a ...`,
     # `sshpass -p ...`; the command's line searched up to 200 characters for it.
     _password_flag(
-        r"(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p(['\"]?)([^\s'\"`]+)\1",
+        r"(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p(['\"]?)(" + _ARG + r")\1",
         ("mysql", "mariadb"),
     ),
     _password_flag(
-        r"(?:mongosh|mongo|mongodump|mongorestore)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p[ \t]+(['\"]?)([^\s'\"`]+)\1",
+        r"(?:mongosh|mongo|mongodump|mongorestore)(?=[ \t])[^\n|;&]{0,200}?[ \t]-p[ \t]+(['\"]?)(" + _ARG + r")\1",
         ("mongo",),
     ),
-    _password_flag(r"redis-cli(?=[ \t])[^\n|;&]{0,200}?[ \t]-a[ \t]+(['\"]?)([^\s'\"`]+)\1", ("redis-cli",)),
-    _password_flag(r"sshpass[ \t]+-p[ \t]*(['\"]?)([^\s'\"`]+)\1", ("sshpass",)),
+    _password_flag(r"redis-cli(?=[ \t])[^\n|;&]{0,200}?[ \t]-a[ \t]+(['\"]?)(" + _ARG + r")\1", ("redis-cli",)),
+    _password_flag(r"sshpass[ \t]+-p[ \t]*(['\"]?)(" + _ARG + r")\1", ("sshpass",)),
     # openssl's `-passin`/`-passout pass:...` (not `env:VAR` or `file:path`).
-    _password_flag(r"-pass(?:in|out)?[ \t]+(['\"]?)pass:([^\s'\"`]+)\1", ("pass:",), word_start=False),
+    _password_flag(r"-pass(?:in|out)?[ \t]+(['\"]?)pass:(" + _ARG + r")\1", ("pass:",), word_start=False),
     # A `.pgpass` line, `host:port:database:user:password`, found at its port.
     Pattern(
         "pgpass-password",
-        re.compile(r"(?m):(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:([^:\s]+)$"),
+        re.compile(r"(?m):(?:\d{1,5}|\*):[^:\s\\]+:[^:\s\\]+:(" + _value(":") + ")" + _LINE_END),
         (":",),
         keep=_pgpass_line,
     ),
     # An `.npmrc` registry's `:_authToken=`, `:_auth=` or `:_password=`, whatever the token's form.
     Pattern(
         "npmrc-token",
-        re.compile(r":_(?:authtoken|auth|password)=([^\s'\"`]+)"),
+        re.compile(r":_(?:authtoken|auth|password)=(" + _ARG + r")"),
         (":_auth", ":_password"),
         keep=_password_is_secret,
         lowered=True,
@@ -262,13 +385,20 @@ PATTERNS: tuple[Pattern, ...] = (
         "connection-string",
         # An Azure storage or Service Bus connection string's key too. The value bounded: an
         # unbounded run would read to the end of a long line at every `password=` on it.
-        re.compile(r"(?:password|pwd|accountkey|sharedaccesskey)=([^;'\"\s]{1,200});"),
+        re.compile(r"(?:password|pwd|accountkey|sharedaccesskey)=(" + _VALUE_CHAR.format(";'\"") + "{1,200});"),
         ("password=", "pwd=", "accountkey=", "sharedaccesskey="),
         keep=_password_is_secret,
         lowered=True,
         word_start=True,
     ),
-    _prefixed("auth-header", r"(?:Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{16,}=*)(?![\w\-])", "Bearer", "Basic"),
+    Pattern(
+        "auth-header",
+        re.compile(r"(Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{16,}=*)(?![\w\-])"),
+        ("Bearer", "Basic"),
+        group=2,
+        keep=_auth_value_is_secret,
+        word_start=True,
+    ),
     # Another header named for a secret, in a curl `-H` or an HTTP log: `X-Api-Key: ...`, `X-Auth-Token: ...`.
     Pattern(
         "secret-header",
@@ -284,7 +414,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "docker-login-password",
         re.compile(
-            r"(?:docker|podman)[ \t]+login\b[^\n|;&]{0,200}?[ \t](?:-p|--password)(?:[ \t]+|=)['\"]?([^\s'\"`]+)"
+            r"(?:docker|podman)[ \t]+login\b[^\n|;&]{0,200}?[ \t](?:-p|--password)(?:[ \t]+|=)['\"]?(" + _ARG + r")"
         ),
         ("login",),
         keep=_password_is_secret,
@@ -293,7 +423,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern(
         "docker-login-password",
         re.compile(
-            r"echo[ \t]+(?:-n[ \t]+)?['\"]?([^\s'\"$|]+)['\"]?[ \t]*\|[ \t]*(?:docker|podman)[ \t]+login\b"
+            r"echo[ \t]+(?:-n[ \t]+)?['\"]?(" + _value("'\"$|") + r")['\"]?[ \t]*\|[ \t]*(?:docker|podman)[ \t]+login\b"
             r"[^\n]{0,200}?--password-stdin"
         ),
         ("password-stdin",),
@@ -303,31 +433,23 @@ PATTERNS: tuple[Pattern, ...] = (
     # A `.netrc` entry, on one line or several: `machine host login user password secret`.
     Pattern(
         "netrc-password",
-        re.compile(r"machine[ \t]+[^\s]+\s+login[ \t]+[^\s]+\s+password[ \t]+([^\s'\"`]+)"),
+        re.compile(r"machine[ \t]+[^\s]+\s+login[ \t]+[^\s]+\s+password[ \t]+(" + _ARG + r")"),
         ("machine",),
         keep=_password_is_secret,
         word_start=True,
     ),
     # A line `KEY=value` or `key: value` (an env file, a shell, YAML, a compose file's `- KEY=value`
-    # list item), the value the rest of the line.
-    Pattern(
-        "env-secret",
-        re.compile(
-            rf"(?m)^[ \t]*(?:-[ \t]+)?(?:export[ \t]+|set[ \t]+)?(?P<key>{_SECRET_KEY})[ \t]*[=:][ \t]*(?P<q>[\"']?)"
-            r"(?P<value>[^\s\"'#`()\[\]{}<>,;]+)(?P=q)[ \t]*(?:#.*)?$"
-        ),
-        ("pass", "secret", "token", "key", "credential"),
-        group=3,
-        keep=_value_is_secret,
-        lowered=True,
-    ),
+    # list item), the value the rest of the line; a line of a JSON-escaped text too, found at its `\n`
+    # (a look-behind at every position would cost three times as much).
+    Pattern("env-secret", re.compile("(?m)^" + _ENV_LINE), _SECRET_HINTS, group=3, keep=_value_is_secret, lowered=True),
+    Pattern("env-secret", re.compile(r"\\[nr]" + _ENV_LINE), ("\\n", "\\r"), 3, _value_is_secret, lowered=True),
     # A secret-named variable set for one command, mid-line: `PGPASSWORD=... psql -h db`.
     Pattern(
         "inline-env-secret",
         # Upper-case, as a shell variable is: matched on the text itself, most of which has no such word.
         re.compile(
             rf"(?P<key>{_SECRET_WORD.upper()}[A-Z0-9_]{{0,40}})=(?P<q>[\"']?)"
-            r"(?P<value>[^\s\"'$`;&|#()<>]+)(?P=q)(?=[ \t]*[;&|]|[ \t]+[^\s#])"
+            r"(?P<value>" + _value("\"'$`;&|#()<>") + r")(?P=q)(?=[ \t]*[;&|]|[ \t]+[^\s#])"
         ),
         ("PASS", "SECRET", "TOKEN", "KEY", "CREDENTIAL"),
         group=3,
@@ -400,14 +522,45 @@ def _replace(text: str, haystack: str, pattern: Pattern, counts: Counter | None)
     return "".join(pieces)
 
 
+def redact_json(text: str | None, counts: Counter | None = None) -> str | None:
+    """A JSON text redacted and still JSON: redacted whole, as any text is (so `"password": "…"`
+    is found with its key), unless a replacement broke it (a value running into an escaped quote),
+    then string by string."""
+    if not text:
+        return text
+    found: Counter = Counter()
+    whole = redact(text, found)
+    if whole is text:
+        return text
+    try:
+        json.loads(whole)
+    except ValueError:
+        found = Counter()
+        whole = json.dumps(_redact_strings(json.loads(text), found), ensure_ascii=False)
+    if counts is not None:
+        counts.update(found)
+    return whole
+
+
+def _redact_strings(value: object, counts: Counter) -> object:
+    if isinstance(value, str):
+        return redact(value, counts)
+    if isinstance(value, list):
+        return [_redact_strings(item, counts) for item in value]
+    if isinstance(value, dict):
+        return {redact(key, counts): _redact_strings(item, counts) for key, item in value.items()}
+    return value
+
+
 def redact_fields(row: Mapping, fields: Iterable[str]) -> tuple[dict, Counter]:
     """The row with these text fields redacted, and the secrets found by kind.
 
     A turn's document composed from its prompt, thought and response (every harness log's, and a
     rebuilt one) is composed again from them redacted: each secret is found once, and a line of a
     field starts a line there (`KEY=value` at the start of a prompt). Another document (an
-    export's own) is redacted apart, a kind counted as often as it or the fields hold it, whichever
-    is more, so one secret in both is counted once."""
+    export's own) and a JSON field (an export's metadata, which holds its title) are redacted
+    apart, a kind counted as often as they or the fields hold it, whichever is more, so one secret
+    in both is counted once."""
     counts: Counter = Counter()
     out = dict(row)
     fields = tuple(fields)
@@ -416,15 +569,21 @@ def redact_fields(row: Mapping, fields: Iterable[str]) -> tuple[dict, Counter]:
     composed = composed and row.get("document") == compose_document(*(row[f] for f in parts))
     for name in fields:
         value = row.get(name)
-        if isinstance(value, str) and name != "document":
+        if isinstance(value, str) and name != "document" and name not in JSON_TEXT_FIELDS:
             out[name] = redact(value, counts)
+    apart: Counter = Counter()
     if composed:
         out["document"] = compose_document(*(out[f] for f in parts))
     elif isinstance(row.get("document"), str) and "document" in fields:
         in_document: Counter = Counter()
         out["document"] = redact(row["document"], in_document)
-        counts |= in_document
-    return out, counts
+        apart |= in_document
+    for name in JSON_TEXT_FIELDS.intersection(fields):
+        if isinstance(row.get(name), str):
+            in_json: Counter = Counter()
+            out[name] = redact_json(row[name], in_json)
+            apart |= in_json
+    return out, counts | apart
 
 
 def counts_problem(text: str) -> str | None:

@@ -1,6 +1,6 @@
 """Lines a session repeats: a file read again, a test log or an output printed again.
 
-In 290 real transcripts (issue 28) about 20% of a session's bytes are lines of 40+ characters
+In 290 real transcripts about 20% of a session's bytes are lines of 40+ characters
 already seen earlier in the same session. A model reading the session pays for them twice. One
 rule here, for the benchmark's measure and for the prompts that leave them out: a line is repeated
 when, without its surrounding blanks, it has at least `MIN_REPEAT_CHARS` characters and the same

@@ -30,9 +30,6 @@ from digest.graph.policy import (
 )
 from digest.hosts import (
     DEFAULT_HOST,
-    DEFAULT_RAW_CAP_TOKENS,
-    MAX_CONTEXT_TOKENS,
-    PROVIDERS,
     Fleet,
     HostsError,
     HostSpec,
@@ -40,30 +37,23 @@ from digest.hosts import (
 )
 from digest.mini_summaries import PRIORITIES as MINI_SUMMARY_PRIORITIES
 from digest.mini_summaries import MiniSummaryPolicy
-from digest.model_api import StreamBounds
 from digest.scheduling import SweepPolicy
-from digest.settings_fleet import DEFAULT_MODEL_NAMES, build_fleet
+from digest.settings_fleet import DEFAULT_MODEL_NAMES, EMBEDDED_CONTEXT_TOKENS, MODEL_SETTINGS, build_fleet
 from digest.settings_parse import (
     Parse,
     Setting,
     SettingsError,
-    is_auto,
     on_off,
     one_of,
     path,
     positive,
     postgres_url,
-    raw_cap,
     share,
     text,
     watch_list,
     whole,
 )
 from digest.synthesis import Limits
-from digest.tokens import DEFAULT_BYTES_PER_TOKEN
-
-# The embedded SmolLM2 GGUF was trained with an 8192-token context; the server is started with it.
-EMBEDDED_CONTEXT_TOKENS = 8192
 
 # The reference's graph output limit is 8192 tokens for a 131072-token context. On a small context
 # (the embedded SmolLM2's is 8192) that would leave no room for a prompt, so the default is an eighth
@@ -141,10 +131,6 @@ def _circuit(env: str, field: str, parse: Parse, default: Any, doc: str) -> Sett
     return Setting(env, field, parse, default, doc, policy="circuit")
 
 
-def _context_default(known: Mapping[str, Any]) -> int:
-    return EMBEDDED_CONTEXT_TOKENS if known["provider"] == "embedded" else 131072
-
-
 def _graph_output_default(known: Mapping[str, Any]) -> int:
     """An eighth of the smallest context a graph call may go to, at most the reference's 8192."""
     contexts = [known["context_limit_tokens"]]
@@ -193,130 +179,7 @@ SETTINGS: tuple[Setting, ...] = (
         "unset: the sensor watches the inbox alone, and `ingest` reads the harness homes that exist",
         default_doc="none",
     ),
-    Setting(
-        "DIGEST_MODEL_HOSTS",
-        "hosts_file",
-        path,
-        None,
-        "a TOML file declaring several model hosts, each with its own provider, URL, model, context, raw cap and "
-        "calls at once ([deploy](deploy.md)); unset: the provider, URL, model name, context, safe band, raw cap and "
-        "bytes per token settings are the one host, named `default`",
-    ),
-    Setting(
-        "DIGEST_MODEL_PROVIDER",
-        "provider",
-        one_of(PROVIDERS),
-        "embedded",
-        "`embedded` (SmolLM2 under llama.cpp, started by the project), `openai` (any `/v1/chat/completions` "
-        "server), `ollama` (native `/api/chat`)",
-    ),
-    Setting(
-        "DIGEST_MODEL_URL",
-        "model_url",
-        text,
-        None,
-        "the server's base URL; `embedded` starts its own when unset, `openai` defaults to "
-        "`http://127.0.0.1:8080`, `ollama` to `http://127.0.0.1:11434`",
-    ),
-    Setting(
-        "DIGEST_MODEL_NAME",
-        "model_name",
-        text,
-        lambda known: DEFAULT_MODEL_NAMES[known["provider"]],
-        "the model name sent to the server (`embedded` always serves `smollm2`)",
-        default_doc=" / ".join(f"`{name}`" for name in DEFAULT_MODEL_NAMES.values()),
-    ),
-    Setting(
-        "DIGEST_CONTEXT_LIMIT_TOKENS",
-        "context_limit_tokens",
-        whole(256, MAX_CONTEXT_TOKENS),
-        _context_default,
-        "the model's context (at least 256); sent as `num_ctx` to Ollama",
-        default_doc=f"{EMBEDDED_CONTEXT_TOKENS} for `embedded` (SmolLM2's own context), else 131072",
-    ),
-    Setting(
-        "DIGEST_SAFE_LIMIT_TOKENS",
-        "safe_limit_tokens",
-        whole(1, MAX_CONTEXT_TOKENS),
-        lambda known: known["context_limit_tokens"] * 3 // 4,
-        "the safe band: no prompt over it is ever sent; at most the context",
-        default_doc="75% of the context",
-    ),
-    Setting(
-        "DIGEST_RAW_CAP_TOKENS",
-        "raw_cap_tokens",
-        raw_cap,
-        DEFAULT_RAW_CAP_TOKENS,
-        "the raw-synthesis cap, and the largest prompt of any model call (mini summaries, degraded summaries, "
-        "graph chunks); `off` disables it (high-context hosts); `auto` makes it follow the host's measured speed "
-        f"so one raw call fits `DIGEST_RAW_CALL_TARGET_S` ({DEFAULT_RAW_CAP_TOKENS} until measured; "
-        "[pacing](pacing.md))",
-    ),
-    # The same variable: whether its text is `auto`.
-    Setting(
-        "DIGEST_RAW_CAP_TOKENS",
-        "raw_cap_auto",
-        is_auto,
-        False,
-        "`auto`: the raw cap follows the host's measured speed",
-    ),
-    Setting(
-        "DIGEST_RAW_CALL_TARGET_S",
-        "raw_call_target_s",
-        positive,
-        120.0,
-        "with `DIGEST_RAW_CAP_TOKENS=auto`: the seconds one raw summary call, its prompt and its answer, is sized to",
-    ),
-    Setting(
-        "DIGEST_BYTES_PER_TOKEN",
-        "bytes_per_token",
-        positive,
-        None,
-        "pins the token estimate, UTF-8 bytes / this; unset: the host's own ratio measured from its ledger, "
-        f"else {DEFAULT_BYTES_PER_TOKEN:g}",
-        default_doc=f"measured, else {DEFAULT_BYTES_PER_TOKEN:g}",
-    ),
-    Setting(
-        "DIGEST_SUMMARY_TIMEOUT_S",
-        "summary_timeout_s",
-        positive,
-        180.0,
-        "the stall window of one summary call while the host's speed is not measured yet (a streamed call that "
-        "receives nothing this long is given up); measured, the window follows the host ([pacing](pacing.md))",
-    ),
-    Setting(
-        "DIGEST_CALL_CEILING_S",
-        "call_ceiling_s",
-        positive,
-        900.0,
-        "no model call runs longer, however it progresses: a trickling server is cut here (a call still "
-        "progressing then does not count against its host)",
-    ),
-    Setting(
-        "DIGEST_STREAM_EVENT_MAX_BYTES",
-        "event_max_bytes",
-        whole(4096),
-        StreamBounds.event_max_bytes,
-        "the most one event of a streamed reply (an SSE event, all its `data:` lines; an Ollama line) may hold; "
-        "past it the stream is broken (a provider error, the host's failure) ([model clients](model-clients.md))",
-        default_doc="1048576 (1 MiB)",
-    ),
-    Setting(
-        "DIGEST_CALL_MAX_BYTES",
-        "call_max_bytes",
-        whole(65536),
-        StreamBounds.call_max_bytes,
-        "the most bytes one model call reads off the wire, all its requests (a flood of keep-alives or empty "
-        "chunks included); past it the server is broken (a provider error, the host's failure)",
-        default_doc="67108864 (64 MiB)",
-    ),
-    Setting(
-        "DIGEST_SUMMARY_MAX_OUTPUT_TOKENS",
-        "summary_max_output_tokens",
-        whole(64),
-        1024,
-        "output cap of one summary call (`max_tokens` / `num_predict`); at least 64",
-    ),
+    *MODEL_SETTINGS,
     _sweep(
         "DIGEST_SWEEP_MAX_SESSIONS",
         "max_sessions",
@@ -482,9 +345,11 @@ SETTINGS: tuple[Setting, ...] = (
         True,
         "`off`: the logs' text is stored as read. On, each secret found (provider keys and tokens, JWTs, "
         "private-key blocks, passwords in URLs, connection strings and password flags, `.netrc`, `.pgpass` and "
-        "`.npmrc` lines, secret `KEY=value` lines and `KEY=value command` prefixes, auth and API-key headers) "
-        "is replaced by `[REDACTED:<kind>]` at ingest, before anything is stored; the log files are only read "
-        "([ingest](ingest.md#projects-and-secrets)). Migration 13 redacts what a store held before, unless off",
+        "`.npmrc` lines, Telegram bot tokens, Docker `config.json` auths, secret `KEY=value` lines and "
+        "`KEY=value command` prefixes, auth and API-key headers) is replaced by `[REDACTED:<kind>]` at ingest, "
+        "before anything is stored; placeholders, defaults and names are kept; the log files are only read "
+        "([ingest](ingest.md#projects-and-secrets)). Migrations 13, 17 and 18 redact what a store held before, "
+        "unless off",
     ),
     Setting(
         "DIGEST_JUNK_SHARE_MAX",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 Category = Literal["bugfix", "feature", "refactoring", "documentation", "new-app", "analysis", "other"]
+CATEGORIES: tuple[str, ...] = get_args(Category)
 
 
 class SessionSummaryOutput(BaseModel):
@@ -45,7 +46,7 @@ class SessionSummaryOutput(BaseModel):
 PROMPT_LINES = {
     "summary": "the goal, the key decisions, the code that was modified, and the outcome.",
     "title": "a title of at most 10 words.",
-    "category": "one of bugfix, feature, refactoring, documentation, new-app, analysis, other.",
+    "category": f"one of {', '.join(CATEGORIES)}.",
     "quality": "0-100, the flow and focus of the session.",
     "productivity": "0-100, how far the goals were met.",
     "impact": "0-100, the significance of the changes.",

@@ -3,7 +3,7 @@
 Each check is a plain rule on one row (or one session's graph), tested on its own, wrapped in an
 `@asset_check` that reads the store and lists the violations. Dagster runs them in the hourly
 `report_friction` job and on demand from the Checks tab; not in one-session runs (each check reads
-the whole store, and a run's check steps were half of its record in the Dagster instance, issue 20).
+the whole store, and a run's check steps were half of its record in the Dagster instance).
 So they are the checks of `friction_report`, the store-wide asset, not of the per-session assets
 they are about: Dagster adds every check of a selected asset to a run it was not told the checks
 of, and a Materialize of sessions from the UI (a backfill) tells it none.

@@ -17,7 +17,7 @@ from digest.tags import MODEL_HOST_TAG
 MARKER = "# Written by session-digest."
 PG_URL_ENV = "DIGEST_DAGSTER_PG_URL"
 POOL = "model"  # the pool of the three assets that call a model
-# The keys that keep the instance small (issue 20), left out of a file written before it.
+# The keys that keep the instance small, left out of a file written before it.
 SIZE_KEYS = ("compute_logs", "event_log_storage", "retention")
 # Steps' stdout and stderr are not kept: the event log (each step's events, `context.log` messages,
 # errors with their stack traces) has what the UI shows of a run; a step's prints are not.
@@ -56,7 +56,7 @@ _TELEMETRY_NOTE = """\
 
 def per_run_event_logs(dagster_home: Path | None) -> bool:
     """Whether this SQLite instance already keeps its event log a file per run (Dagster's default,
-    as this project's instances did before issue 20): switching it to the consolidated file would
+    as this project's instances once did): switching it to the consolidated file would
     hide every earlier run's events and materializations, so such an instance keeps its layout."""
     if dagster_home is None:
         return False

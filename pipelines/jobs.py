@@ -9,17 +9,17 @@ summarize_job = define_asset_job(
     "summarize_sessions",
     # Without the store's checks: each reads every summary, so after each of thousands of one-session
     # runs it would recheck the whole store, and its steps' events were half of a run's record in the
-    # Dagster instance (issue 20). The hourly report job runs them, and the Checks tab on demand.
+    # Dagster instance. The hourly report job runs them, and the Checks tab on demand.
     selection=AssetSelection.assets(raw_sessions, turn_mini_summaries, session_summaries).without_checks(),
     config={"ops": {"turn_mini_summaries": {"config": {"only_if_degraded": True}}}},
     description="Summarize one session: raw under the raw-synthesis cap; over it, the degraded summary "
     "(a run asked for by hand fills the missing mini summaries first, within their budget; a sweep's run does not).",
 )
 # What a summary run a sweep launches materializes: not `turn_mini_summaries`. Within the cap it would
-# do nothing but add a third of the run's events to the Dagster instance (issue 20); over it, the
+# do nothing but add a third of the run's events to the Dagster instance; over it, the
 # session gets its first summary from the mini summaries it has (else truncated raw lines) now, and
 # the mini-summary backfill fills the rest, after which a sweep makes the summary again at each
-# coverage step (issue 28: over-cap sessions hold most turns, and waiting for all their mini
+# coverage step (over-cap sessions hold most turns, and waiting for all their mini
 # summaries left most sessions without any summary for most of a backlog).
 SWEEP_RUN_ASSETS = (raw_sessions.key, session_summaries.key)
 

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from digest.summary_output import Category
 from pipelines.answers import (
     DEFAULT_MAX_TOKENS,
     LINE_CHARS,
@@ -54,7 +55,6 @@ MaxTokens = Annotated[
     int, Field(ge=100, le=100_000, description="the answer's size at most, in tokens (characters / 4)")
 ]
 Full = Annotated[bool, Field(description="each result's texts whole (up to a few hundred characters), not a line")]
-CategoryName = Literal["bugfix", "feature", "refactoring", "documentation", "new-app", "analysis", "other"]
 # Characters a text field keeps in a `full` search result (the rest is cut, with a marker saying how much).
 RESULT_FIELD_CHARS = 600
 # Characters all of a `get_session_memories` page's text fields share (each keeps at least 200).
@@ -341,7 +341,7 @@ def build_server(db_path: Path, embedder=None, prepare_store=None):
     def query_summaries(
         query: Annotated[str, Field(description="words, names, paths or errors to find")],
         nResults: NResults = 10,  # the Memory Core's argument names
-        category: CategoryName | None = None,
+        category: Category | None = None,
         full: Full = False,
         maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
     ) -> str:
@@ -379,7 +379,7 @@ def build_server(db_path: Path, embedder=None, prepare_store=None):
     def get_all_summaries(
         limit: Annotated[int, Field(ge=1, le=1000)] = 50,
         offset: Annotated[int, Field(ge=0)] = 0,
-        category: CategoryName | None = None,
+        category: Category | None = None,
         full: Full = False,
         maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
     ) -> str:

@@ -367,8 +367,8 @@ def session_view(store, session_id: str, offset: int | None, limit: int) -> dict
         "git_branch": session["git_branch"],
         "source_path": session["source_path"],
         "summary": summary,
-        # The session's account: its ok summary, else its card (made from its facts, no model call).
-        "account": "summary" if summary and summary["verdict"] == "ok" else "card",
+        # The session's account: its leading summary, else its card (made from its facts, no model call).
+        "account": (store.cards.accounts([session_id]).get(session_id) or {}).get("account", "card"),
         "card": card_view(store.cards.card(session_id)),
         "facts": [
             {"turn_id": f["turn_id"], "kind": f["kind"], "value": f["value"], "detail": f["detail"]}
@@ -417,7 +417,7 @@ def render_session(console: Console, view: dict) -> None:
             Text("Card", style="bold") + Text(" (from the session's own facts, no model call; [#N] is the turn)")
         )
         console.print(card["text"].split("\n", 2)[-1], markup=False, highlight=False)
-    if summary and view["account"] == "card":
+    if summary and summary["verdict"] != "ok":
         console.print()
         console.print(
             f"Model summary: judged {summary['verdict'] or 'not judged'}, not shown (--json has it)",
@@ -425,6 +425,11 @@ def render_session(console: Console, view: dict) -> None:
         )  # fmt: skip
     elif summary:
         console.print()
+        if view["account"] == "card":
+            console.print(
+                f"Model summary by {summary['model']}, beside the card: this model's summaries never lead an account",
+                markup=False, highlight=False,
+            )  # fmt: skip
         console.print(summary["summary"], markup=False, highlight=False)
         console.print()
         tier = summary["source_tier"] + (" (degraded: a navigation index)" if summary["degraded"] else "")

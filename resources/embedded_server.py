@@ -16,9 +16,9 @@ from pathlib import Path
 
 import httpx
 
-from digest.settings import EMBEDDED_CONTEXT_TOKENS
+from digest.settings_fleet import EMBEDDED_CONTEXT_TOKENS, EMBEDDED_MODEL
 
-MODEL_ALIAS = "smollm2"
+MODEL_ALIAS = EMBEDDED_MODEL
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

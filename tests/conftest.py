@@ -51,6 +51,7 @@ TIERS = {
     "test_embeddings": "unit",
     "test_search": "unit",
     "test_redaction": "unit",
+    "test_redaction_coverage": "unit",
     "test_projects": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",

@@ -43,6 +43,7 @@ SMOKE = {
     ),
     # The session-card corpus: its committed plain/ is what its raw/ converts to (nothing written).
     "cards_corpus.py": Smoke(("--check",), ("turns converted", "plain/ matches raw/")),
+    "outcome_ask.py": Smoke(("--sessions", "1"), ("card:", "outcome:", "sessions asked: 1"), embedded=True),
     "facts.py": Smoke(("--sessions", "3"), ("ingest with facts", "ratio (with / without)", "extraction alone")),
     "graph_cap.py": Smoke(
         ("--kilobytes", "40"), ("graph calls:", "the largest prompt any model call sent in the graph scenario")
@@ -97,6 +98,8 @@ SMOKE = {
     "redaction.py": Smoke(
         ("--sessions", "2"), ("Labelled sample", "held-out cases", "s per MB", "with redaction / without")
     ),
+    # The old arm is digest/redact.py read from git: without a checkout the new arm runs alone.
+    "redaction_words.py": Smoke(("--smoke",), ("1. Look-alikes", "heldout", "2. Secrets", "CPU s per MB")),
     "search.py": Smoke(
         ("--sessions", "40"),
         ("Search index (keyword", "relevance at 40 sessions", "a junk summary ranks its session: False"),

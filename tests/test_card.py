@@ -10,8 +10,10 @@ import pytest
 
 from digest.card import LINE_CHARS, TEXT_CHARS, CardTurn, SessionCard, asks, build_card, clean_prompt
 from digest.ingest import ingest_paths
+from digest.settings_fleet import EMBEDDED_MODEL
 from digest.summary_output import SessionSummaryOutput
 from digest.synthesis import SessionSummary
+from resources.store.cards import leads
 from resources.store.migrations import SCHEMA_VERSION
 
 SESSION = {"session_id": "s1", "turn_count": 4, "harness": "aider", "project": "/w/app", "git_branch": "main"}
@@ -190,14 +192,14 @@ def accounts(store) -> list[tuple]:
         ).fetchall()
 
 
-def summary(session_id: str, revision: str, title: str, text: str) -> SessionSummary:
+def summary(session_id: str, revision: str, title: str, text: str, model: str = "m") -> SessionSummary:
     output = SessionSummaryOutput(
         summary=text, title=title, category="bugfix", quality=70, productivity=70, impact=30, complexity=20,
         technologies=["python"],
     )  # fmt: skip
     return SessionSummary(
         session_id=session_id, output=output, source_tier="raw", degraded=False, raw_canonical=True, memory_count=2,
-        mini_summary_count=0, input_revision=revision, model="m", raw_tokens_estimate=100, prompt_tokens_estimate=100,
+        mini_summary_count=0, input_revision=revision, model=model, raw_tokens_estimate=100, prompt_tokens_estimate=100,
         raw_cap_tokens=2000, route_reason="within-cap", first_activity_ms=None, last_activity_ms=None,
         participating_agents=[], models=[], total_tool_calls=0, tools_used=[], source_agent_identities=[],
     )  # fmt: skip
@@ -232,6 +234,32 @@ def test_an_ingested_session_has_a_card_as_its_account_until_an_ok_summary(store
     assert accounts(store) == [("s1", "summary", "Fix parse_week for ISO week 53", "raw", False, True, "generated")]
     # The ok summary's title is the card's too.
     assert store.cards.card("s1").title == "Fix parse_week for ISO week 53"
+
+
+def test_the_embedded_models_ok_summary_stays_beside_the_card_which_leads(store, tmp_path):
+    ingest_paths([plain_session(tmp_path / "s.jsonl", "s1", TURNS)], store)
+    card_title = store.cards.card("s1").title
+    (revision,) = [s["input_revision"] for s in store.sessions.session_rows(["s1"])]
+    text = "parse_week in dates/parser.py returned week 1 for 2026-12-31; it now uses isocalendar."
+    made = store.summaries.write_summary(summary("s1", revision, "Fix parse_week", text, model=EMBEDDED_MODEL))
+    assert made.verdict.label == "ok"
+    assert accounts(store) == [("s1", "card", card_title, "facts", True, False, "facts")]
+    assert store.cards.card("s1").title == card_title
+    # The same summary from another model leads.
+    store.summaries.write_summary(summary("s1", revision, "Fix parse_week", text, model="qwen3:4b"))
+    assert accounts(store)[0][:3] == ("s1", "summary", "Fix parse_week")
+    assert store.cards.card("s1").title == "Fix parse_week"
+
+
+@pytest.mark.parametrize("verdict", ["ok", "echo", None])
+@pytest.mark.parametrize("model", [EMBEDDED_MODEL, "qwen3:4b", None])
+def test_leads_says_what_the_leading_summaries_view_selects(store, verdict, model):
+    with store.file.transaction() as con:
+        con.execute("CREATE TEMP TABLE probe AS SELECT ?::VARCHAR AS verdict, ?::VARCHAR AS model", [verdict, model])
+        view = con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'leading_summaries'").fetchone()[0]
+        where = view.split(" WHERE ", 1)[1].rstrip(";")
+        selected = con.execute(f"SELECT count(*) FROM probe WHERE {where}").fetchone()[0] == 1
+    assert leads({"verdict": verdict, "model": model}) is selected
 
 
 def test_a_grown_session_gets_its_card_made_again(store, tmp_path):

@@ -41,6 +41,29 @@ def test_the_typescript_clis_json_rollout_is_read_and_found_in_a_folder(tmp_path
     assert got[1]["source_line"] > first["source_line"] > 1  # each counted where its first item starts
 
 
+def test_a_message_item_with_a_role_and_no_type_is_read_as_the_message():
+    """Some TypeScript-CLI rollouts write a message as `{role, content}` with no `"type": "message"`:
+    here the file's one item, a pasted test failure, is its one turn's prompt (it was `no-turns`)."""
+    [path] = (CODEX / "0.1-typescript-json-untyped").iterdir()
+    reads = read_file(path)
+    assert [r for r in reads if r.outcome == "reject"] == []
+    [turn] = [r.row for r in reads if r.outcome == "turn"]
+    assert turn["prompt"].startswith("Fix this failing test:") and "Received: 81" in turn["prompt"]
+    assert turn["session_id"] == "5e0b7d1c-6a2f-4c8e-9d3b-7f1a2c4e6b80" and turn["ts_ms"] == 1744971160005
+
+
+def test_a_bare_role_item_of_the_jsonl_before_the_envelope_is_read(tmp_path):
+    path = tmp_path / "rollout-2025-07-14T09-30-00-old.jsonl"
+    lines = [
+        {"id": "5973b6c0", "timestamp": "2025-07-14T09:30:00.000Z", "instructions": ""},
+        {"role": "user", "content": [{"type": "text", "text": "Why is the cache cold?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "The key has the pid in it."}]},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    [turn] = turns(path)
+    assert (turn["prompt"], turn["response"]) == ("Why is the cache cold?", "The key has the pid in it.")
+
+
 def test_the_jsonl_before_the_envelope_reads_its_session_branch_and_cwd():
     [path] = (CODEX / "0.2-pre-envelope").iterdir()
     got = turns(path)

@@ -3,9 +3,9 @@ host and day over a real DuckDB file (`store.reports.cost_totals`, shown by `sta
 
 from __future__ import annotations
 
+from digest.attempts import Attempt
 from digest.cost import SummaryCost, split_seconds, summary_cost
 from digest.pacing import HostSpeed
-from digest.synthesis import Attempt
 
 
 def _row(outcome="ok", duration_s=10.0, cached=False, first_token_s=None, prompt_tokens=1000, completion_tokens=100):

@@ -7,9 +7,10 @@ import time
 
 from dagster import DagsterRunStatus, build_sensor_context, instance_for_test
 
+from digest.attempts import in_flight_attempt
 from digest.ingest import ingest_paths
 from digest.settings import load_settings
-from digest.synthesis import in_flight_attempt, summarize_session
+from digest.synthesis import summarize_session
 from digest.tags import HOST_TAG, PID_STARTED_TAG, PID_TAG
 from pipelines.definitions import build_definitions
 from pipelines.sensors import interrupted_runs_sensor

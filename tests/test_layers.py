@@ -50,3 +50,18 @@ def test_an_import_up_a_floor_is_found_inside_a_function_too(tmp_path):
         "resources/store.py:2 imports pipelines.runs",
         "assets/work.py:2 imports pipelines.cli",
     ]
+
+
+MODULE_LINES = 600  # a module past this is two modules
+README_LINES = 200  # the front page: detail goes to docs/
+
+
+def test_every_module_and_the_front_page_keep_their_length():
+    long = [
+        f"{path.relative_to(REPO)}: {lines} lines"
+        for package in FLOORS
+        for path in sorted((REPO / package).rglob("*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_LINES
+    ]
+    readme = len((REPO / "README.md").read_text(encoding="utf-8").splitlines())
+    assert long == [] and readme <= README_LINES, (long, f"README.md: {readme} lines")

@@ -297,7 +297,7 @@ def test_each_failure_is_tallied_by_its_cause(store, cause):
 
 
 def test_a_mini_summary_calls_attempt_is_its_in_flight_row_finished(store):
-    """The row written before the call is the row finished (`digest.synthesis.call_attempt`, as a
+    """The row written before the call is the row finished (`digest.attempts.call_attempt`, as a
     summary's): one row per call, under the in-flight row's id, keeping what it said before the call
     (its deadline, the outer backstop, included), whatever the call's end."""
     _add(store, _session("s1", 3))

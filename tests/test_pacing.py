@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from assets.sessions import summary_metadata
+from digest.attempts import Attempt
 from digest.hosts import Fleet, HostSpec
 from digest.model_api import ModelStalled, ModelTimeout, ProviderError
 from digest.pacing import (
@@ -23,7 +24,7 @@ from digest.pacing import (
     next_auto_cap,
     slowdown,
 )
-from digest.synthesis import Attempt, summarize_session
+from digest.synthesis import summarize_session
 from resources.model_clients import OpenAIChatClient
 from resources.store import RunLedger
 from tests.conftest import make_turns

@@ -15,11 +15,13 @@ from digest.ingest import ingest_paths
 from digest.redact import PATTERNS, redact, redact_fields
 from digest.turns import compose_document
 from resources.store import DigestStore
+from resources.store.migrations import MIGRATIONS, redact_stored
 
 LABELLED = Path(__file__).parent / "fixtures" / "secrets" / "labelled.jsonl"
 CASES = [json.loads(line) for line in LABELLED.read_text(encoding="utf-8").splitlines()]
 
 GH = "ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8"
+TG = "7049615528:AAowWCLdCobmuMWZPTjRKuoimIOnLeSXm98"  # a Telegram bot's id and its 35-character secret
 KINDS = {
     "aws-access-key": ("id AKIAIOSFODNN7EXAMPL3 used", "AKIAIOSFODNN7EXAMPL3"),
     "aws-secret-key": ("aws_secret_access_key=" + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLE123", "wJalrXUtnFEMI"),
@@ -51,6 +53,8 @@ KINDS = {
     "azure-sas-signature": ("https://a.blob.core.windows.net/c/f?sv=2022-11-02&sig=FaMwHBb37fNgntGrzz8q%3D", "FaMwHBb3"),
     "pgpass-password": ("db.internal:5432:app:app_user:4Ia6EzL2cwkK", "4Ia6EzL2cwkK"),
     "npmrc-token": ("//npm.acme.io/:_authToken=fSC7GMKYPB2552Inpn8iu6X", "fSC7GMKYPB"),
+    "telegram-bot-token": (f"curl https://api.telegram.org/bot{TG}/getMe", TG.split(":")[1]),
+    "docker-auth": ('{"auths": {"https://index.docker.io/v1/": {"auth": "dXNlcjpwYXNzd29yZA=="}}}', "dXNlcjpwYXNzd29yZA"),
 }  # fmt: skip
 
 
@@ -137,6 +141,90 @@ def test_a_password_given_to_a_command_or_a_config_line_is_taken_out(text, secre
     ],
 )
 def test_a_flag_or_line_without_a_literal_secret_is_left_alone(text):
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Seen taken on real transcripts: a title's words as a Basic header's credentials, a header's
+        # name as a key's value, a sentence's period after a placeholder, a sentinel of code.
+        "## Basic Python-to-TypeScript type mappings",
+        "  apiKeyHeader: 'Authorization',",
+        "Set RENDER_AUTH_SECRET_ON_BUILD=false.",
+        "    _pydantic_secret_str = PydanticUndefined",
+        "API_KEY_HEADER=X-API-Key",
+        "Bearer TokenAuthentication-Strategy",
+        # Placeholders and the defaults products ship with.
+        "SECRET_KEY=change-me-in-production",
+        "DB_PASSWORD=replace-me",
+        "POSTGRES_PASSWORD=postgres",
+        "KEYSTORE_PASSWORD=changeit",
+        # A setting about a secret, not the secret: its algorithm, header, scope, store.
+        "JWT_SECRET_ALGORITHM=HS256",
+        "AUTH_TOKEN_HEADER = 'X-Auth-Token'",
+        "GITHUB_TOKEN_SCOPE=repo",
+        "TOKEN_STORE=redis",
+        "secret_key = settings.SECRET_KEY",
+        # A placeholder in a JSON-escaped text: the value stops at the escaped line end.
+        "Run it with:\\n```bash\\nexport OPENAI_API_KEY=your-key\\nuv run python main.py\\n```",
+        "PASSWORD=example\\tUSER=admin",
+    ],
+)
+def test_words_placeholders_and_settings_that_look_like_secrets_are_kept(text):
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("end", ["\\n", "\\r\\n", "\\t"])
+def test_a_secret_before_an_escaped_line_end_is_taken_and_the_next_line_kept(kind, end):
+    """In a JSON-escaped text a line ends at `\\n` as two characters: no value runs past it."""
+    text, secret = KINDS[kind]
+    out = redact(f"{text}{end}uv run main.py")
+    assert secret not in out and f"[REDACTED:{kind}]" in out
+    assert out.endswith(f"{end}uv run main.py")
+
+
+def test_an_escaped_line_starts_a_key_value_line():
+    out = redact('{"stdout": "HOME=/root\\nDB_PASSWORD=Tr0ub4dor3x\\nexport API_TOKEN=your-token\\nuv run"}')
+    assert out == '{"stdout": "HOME=/root\\nDB_PASSWORD=[REDACTED:env-secret]\\nexport API_TOKEN=your-token\\nuv run"}'
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        (f"requests.get(f'https://api.telegram.org/bot{TG}/sendMessage', json=body)", "/sendMessage"),
+        (f"GET https://api.telegram.org/file/bot{TG}/photos/file_1.jpg", "/photos/file_1.jpg"),
+        (f"TELEGRAM token is {TG} (from BotFather)", "(from BotFather)"),
+    ],
+)
+def test_a_telegram_bot_token_is_taken_out(text, kept):
+    out = redact(text)
+    assert TG.split(":")[1][:8] not in out and "[REDACTED:telegram-bot-token]" in out and kept in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{\n\t"auths": {\n\t\t"ghcr.io": {\n\t\t\t"auth": "Y2ktYm90OlpxOHZOM21LMXBMN3dYcjI="\n\t\t}\n\t}\n}',
+        '{"stdout": "{\\"auths\\": {\\"gcr.io\\": {\\"auth\\": \\"Y2ktYm90OlpxOHZOM21LMXBMN3dYcjI=\\"}}}"}',
+    ],
+)
+def test_a_docker_config_auth_is_taken_out(text):
+    out = redact(text)
+    assert "Y2ktYm90" not in out and "[REDACTED:docker-auth]" in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"auths": {"ghcr.io": {"auth": ""}}}',
+        '{"auth": "required", "cache": "none"}',
+        '{"auth": "oauth2"}',  # no `user:password` inside
+        "Authorization: Basic <base64(username:password)>",
+    ],
+)
+def test_an_auth_value_that_is_not_base64_credentials_is_kept(text):
     assert redact(text) == text
 
 
@@ -262,21 +350,24 @@ def _version_12_store(path: Path, tmp_path: Path) -> DigestStore:
                               ("sessions", "project"), ("sessions", "git_branch"), ("sessions", "source_path")]:  # fmt: skip
             con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         con.execute("UPDATE schema_meta SET version = 12")
-        for sid in ("s1", "s2"):
-            con.execute(
-                f"""INSERT INTO session_summaries (session_id, summary, title, category, quality, productivity, impact,
-                   complexity, technologies, source_tier, degraded, raw_canonical, memory_count, mini_summary_count,
-                   input_revision, model, raw_tokens_estimate, prompt_tokens_estimate, route_reason,
-                   participating_agents, models, total_tool_calls, tools_used, source_agent_identities, created_at,
-                   verdict)
-                   SELECT session_id, 'Pushed with {GH}.', 't', 'c', 1, 1, 1, 1, [], 'raw', false, true, turn_count, 0,
-                          input_revision, 'm', 1, 1, 'within-cap', [], [], 0, [], [], now(), 'ok'
-                   FROM sessions WHERE session_id = '{sid}'"""
-            )
-        con.execute(
-            "INSERT INTO digest_state SELECT session_id, 'digested', 0, NULL, input_revision, now() FROM sessions"
-        )
+        _current_summaries(con, f"Pushed with {GH}.")
     return store
+
+
+def _current_summaries(con: duckdb.DuckDBPyConnection, summary: str) -> None:
+    """Each session summarized and digested at its current revision."""
+    con.execute(
+        """INSERT INTO session_summaries (session_id, summary, title, category, quality, productivity, impact,
+           complexity, technologies, source_tier, degraded, raw_canonical, memory_count, mini_summary_count,
+           input_revision, model, raw_tokens_estimate, prompt_tokens_estimate, route_reason,
+           participating_agents, models, total_tool_calls, tools_used, source_agent_identities, created_at,
+           verdict)
+           SELECT session_id, ?, 't', 'c', 1, 1, 1, 1, [], 'raw', false, true, turn_count, 0,
+                  input_revision, 'm', 1, 1, 'within-cap', [], [], 0, [], [], now(), 'ok'
+           FROM sessions""",
+        [summary],
+    )
+    con.execute("INSERT INTO digest_state SELECT session_id, 'digested', 0, NULL, input_revision, now() FROM sessions")
 
 
 @pytest.mark.integration  # an older store migrated in place
@@ -321,3 +412,49 @@ def test_migration_13_with_redaction_off_leaves_the_text(tmp_path, monkeypatch):
     with duckdb.connect(str(path), read_only=True) as con:
         assert GH in con.execute("SELECT prompt FROM turns WHERE id = 's1-1'").fetchone()[0]
         assert con.execute("SELECT count(*) FROM sessions WHERE source_path IS NULL").fetchone()[0] == 0
+
+
+@pytest.mark.integration  # a store migrated in place
+def test_the_migration_after_new_kinds_redacts_them_adds_to_the_counts_and_owes_no_summary(tmp_path, monkeypatch):
+    """A store redacted by the patterns before the Telegram and Docker kinds: its turns and summaries
+    hold them. The migration that runs the redaction again takes them out; a turn's counts keep what
+    was found before."""
+    monkeypatch.delenv("DIGEST_REDACT", raising=False)
+    redacting = max(v for v, steps in MIGRATIONS.items() if redact_stored in steps)
+    assert redacting > 13
+    path = tmp_path / "store.duckdb"
+    store = DigestStore(path)
+    store.migrate()
+    docker = '{"auths": {"ghcr.io": {"auth": "Y2ktYm90OlpxOHZOM21LMXBMN3dYcjI="}}}'
+    log = _plain_log(
+        tmp_path / "old.jsonl",
+        [_turn(1, "s1", f"[REDACTED:github-token] then curl https://api.telegram.org/bot{TG}/getMe"),
+         _turn(2, "s1", f"cat ~/.docker/config.json\n{docker}"), _turn(1, "s2", "no secret here"),
+         _turn(3, "s1", "check the bot", response=f"$ curl -s https://api.telegram.org/bot{TG}/getMe\nexit 0")],
+    )  # fmt: skip
+    ingest_paths([log], store, redact_secrets=False)
+    with duckdb.connect(str(path)) as con:
+        # The command read from the turn's text is a fact of the turn, and the card lists it.
+        assert con.execute("SELECT count(*) FROM turn_facts WHERE value LIKE ?", [f"%{TG}%"]).fetchone()[0] == 1
+        con.execute("""UPDATE turns SET redactions = '{"github-token": 1}' WHERE id = 's1-1'""")
+        con.execute("UPDATE schema_meta SET version = ?", [redacting - 1])
+        _current_summaries(con, f"Called bot{TG}.")
+        old = dict(con.execute("SELECT session_id, input_revision FROM sessions").fetchall())
+
+    DigestStore(path).migrate()
+
+    with duckdb.connect(str(path), read_only=True) as con:
+        texts = dict(con.execute("SELECT id, prompt || document FROM turns").fetchall())
+        counts = dict(con.execute("SELECT id, redactions FROM turns").fetchall())
+        new = dict(con.execute("SELECT session_id, input_revision FROM sessions").fetchall())
+        summaries = dict(con.execute("SELECT session_id, summary FROM session_summaries").fetchall())
+        facts = con.execute("SELECT value, detail FROM turn_facts WHERE turn_id = 's1-3'").fetchall()
+        card = con.execute("SELECT text FROM session_cards WHERE session_id = 's1'").fetchone()[0]
+    assert facts and TG not in str(facts) and TG not in card
+    assert TG not in texts["s1-1"] and "bot[REDACTED:telegram-bot-token]/getMe" in texts["s1-1"]
+    assert "Y2ktYm90" not in texts["s1-2"] and '"auth": "[REDACTED:docker-auth]"' in texts["s1-2"]
+    assert json.loads(counts["s1-1"]) == {"github-token": 1, "telegram-bot-token": 1}
+    assert json.loads(counts["s1-2"]) == {"docker-auth": 1} and counts["s2-1"] is None
+    assert new["s1"] != old["s1"] and new["s2"] == old["s2"]
+    assert store.summaries.pending_summary_keys() == []
+    assert summaries["s1"] == summaries["s2"] == "Called bot[REDACTED:telegram-bot-token]."

@@ -488,7 +488,7 @@ def test_a_swept_run_rechecks_under_the_lease_what_other_runs_did_meanwhile(tmp_
 
 WRITER = """
 import sys
-from digest.synthesis import Attempt
+from digest.attempts import Attempt
 from resources.store import DigestStore
 store = DigestStore(sys.argv[1])
 for i in range(int(sys.argv[3])):

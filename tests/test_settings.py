@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from digest.hosts import DEFAULT_RAW_CAP_TOKENS
 from digest.settings import (
-    DEFAULT_RAW_CAP_TOKENS,
     POLICIES,
     SETTINGS,
     SettingsError,

@@ -8,10 +8,11 @@ import socket
 import pytest
 
 from assets.sessions import summary_metadata
+from digest.attempts import Attempt
 from digest.friction_report import calibrate
 from digest.invariants import raw_cap_problems
 from digest.settings import load_settings
-from digest.synthesis import Attempt, build_prompt, raw_content, summarize_session
+from digest.synthesis import build_prompt, raw_content, summarize_session
 from digest.tokens import (
     CHAT_TEMPLATE_MARGIN_TOKENS,
     DEFAULT_BYTES_PER_TOKEN,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from digest.card import CardTurn, build_card
+from digest.facts import turn_fact_rows
 from digest.ingest import discover
 from digest.readers import file_kind
 from tests.harness_fixtures import FIXTURES, read_file, turns
@@ -52,6 +54,21 @@ def test_mini_swe_agent_2s_message_times_are_the_turns_times():
     assert [t["ts_ms"] for t in got] == [1_761_000_000_250, 1_761_000_060_250]  # epoch seconds, read as such
     assert got[0]["model"] == "gpt-5-mini" and got[0]["project"] is None
     assert got[1]["response"].endswith("[exit] diff --git a/requests/models.py b/requests/models.py")
+
+
+def test_a_run_that_ends_before_any_reply_keeps_its_exit_as_the_outcome_not_the_prompt():
+    """mini-SWE-agent 2 ends a run whose model call failed with an `exit` message of the error's
+    text: the harness's words, kept as how the run ended (`[exit]`, as a finished run's), never the task's."""
+    [turn] = turns(MINI / "2.0" / "requests-4498-timeout.traj.json")
+    assert turn["prompt"].endswith("raises IndexError instead of InvalidURL.")
+    assert turn["response"] == (
+        "[exit] litellm.Timeout: APITimeoutError - Request timed out. Error_str: Request timed out."
+    )
+    # Its card asks what the task asked, and ends on the harness's error.
+    card = build_card({"session_id": turn["session_id"]}, [CardTurn(turn["id"], 1, turn["prompt"], turn["response"])],
+                      turn_fact_rows([turn]))  # fmt: skip
+    assert [a.text for a in card.asks] and "litellm" not in " ".join(a.text for a in card.asks)
+    assert "litellm.Timeout" in card.outcome.text
 
 
 def test_a_message_time_out_of_range_rejects_the_file_with_its_reason(tmp_path):

@@ -14,10 +14,10 @@ from assets.work.graph import digest_partition
 from assets.work.mini_summaries import fill_partition
 from assets.work.runs import RunFacts
 from assets.work.sessions import describe_partition, summarize_partition
+from digest.attempts import in_flight_attempt
 from digest.ingest import ingest_paths
 from digest.scheduling import now_ms
 from digest.settings import load_settings
-from digest.synthesis import in_flight_attempt
 from digest.tags import SWEEP_TAG
 from pipelines.definitions import build_definitions, build_resources
 from pipelines.sensors import register_partitions

@@ -22,13 +22,13 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from digest.attempts import INTERRUPTED, MINI_SUMMARY_STAGE, SUMMARY_STAGE
 from digest.backlog import Backlog
 from digest.circuit import CircuitPolicy, CircuitState, HostCircuit
 from digest.friction import DETERMINISTIC_SYMPTOMS
 from digest.pacing import RECENT_CALLS, HostSpeed, Sample, Slowdown, answer_room, computed_raw_cap
 from digest.resummary import BeforeAfter, before_after
 from digest.settings_fleet import ModelSettings
-from digest.synthesis import INTERRUPTED
 from digest.tokens import (
     CALIBRATION_MIN_SAMPLES,
     CALIBRATION_QUANTILE,
@@ -191,7 +191,7 @@ def calibrate_model(
     if speed is None:
         return None
     summary_answers = [
-        a.get("completion_tokens") or 0 for a in measured if a["stage"] == "session-summary" and a["outcome"] == "ok"
+        a.get("completion_tokens") or 0 for a in measured if a["stage"] == SUMMARY_STAGE and a["outcome"] == "ok"
     ][:RECENT_CALLS]
     answer_tokens = answer_room(summary_answers, max_output_tokens // 2)
     bytes_samples = [
@@ -301,7 +301,7 @@ def pre_routes(
     sessions = {e["asset_ref"] for e in routed}
     degraded = [
         a for a in attempts
-        if a["session_id"] in sessions and (a["stage"] == "mini-summary" or (a["stage"] == "session-summary" and a["tier"] != "raw"))
+        if a["session_id"] in sessions and (a["stage"] == MINI_SUMMARY_STAGE or (a["stage"] == SUMMARY_STAGE and a["tier"] != "raw"))
     ]  # fmt: skip
     return PreRoutes(
         count=len(routed),
@@ -406,7 +406,7 @@ def first_summary_curve(attempts: list[dict], summaries: list[dict], sessions: i
     spent = 0.0
     for attempt in ordered:
         spent += attempt["duration_s"]
-        if attempt["stage"] == "session-summary" and attempt["outcome"] == "ok":
+        if attempt["stage"] == SUMMARY_STAGE and attempt["outcome"] == "ok":
             first_at.setdefault(attempt["session_id"], spent)
     for row in summaries:
         first_at.setdefault(row["session_id"], 0.0)

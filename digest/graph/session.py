@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from digest.attempts import GRAPH_STAGE, Ledger, call_attempt, in_flight_attempt, ledgered_call
 from digest.friction import EmissionPoint, FrictionEvent, Symptom, classify_error
 from digest.graph.builder import ExtractionStats, GraphBuilder, GraphEdge, GraphNode, merge_extractions
 from digest.graph.chunking import Chunk, chunk_turns
@@ -27,7 +28,7 @@ from digest.graph.provenance import add_provenance
 from digest.model_api import ChatClient, ChatReply, ModelError
 from digest.pacing import Pacer
 from digest.prompts import TURN_SEPARATOR
-from digest.synthesis import Ledger, Limits, SourceTier, call_attempt, in_flight_attempt, ledgered_call, prompt_friction
+from digest.synthesis import Limits, SourceTier, prompt_friction
 from digest.turns import Turn, canonical_order, input_revision
 
 CONSUMER = "session_graph"
@@ -95,7 +96,7 @@ def _extract(
     cut = False
     plan = pacer.plan(limits.estimate_tokens(prompt), policy.output_limit_tokens, client.streaming)
     # Tier raw: graph evidence is always the raw turns.
-    in_flight = in_flight_attempt(session_id, "graph", SourceTier.RAW, prompt, limits, client.model, plan.timeout_s)
+    in_flight = in_flight_attempt(session_id, GRAPH_STAGE, SourceTier.RAW, prompt, limits, client.model, plan.timeout_s)
     with ledgered_call(ledger, in_flight) as started:
         try:
             reply = client.chat(

@@ -134,6 +134,8 @@ class _Session:
     def item(self, item: dict, ts, line_no: int, raw: bytes, can_start: bool = True) -> str:
         """A response item: `start` (it opens a turn, counted at its line), `fold` or `skip`."""
         kind = item.get("type")
+        if kind not in ITEM_TYPES and isinstance(item.get("role"), str):
+            kind = "message"  # some TypeScript-CLI rollouts write a message as `{role, content}` alone
         if kind not in ITEM_TYPES:
             return "skip"
         if kind == "reasoning":
@@ -289,7 +291,8 @@ def _line(raw: bytes) -> tuple[str | None, dict | None, object]:
     """The line's type, payload and timestamp (checked), the older rollout's lines read as the newer's."""
     obj, _ = load(decode(raw))
     kind, payload = obj.get("type"), obj.get("payload")
-    if kind not in LINE_TYPES and kind in ITEM_TYPES:  # the older rollout's bare item
+    # The older rollout's bare item (a message may have a `role` and no `type`).
+    if kind not in LINE_TYPES and (kind in ITEM_TYPES or isinstance(obj.get("role"), str)):
         kind, payload = "response_item", obj
     elif kind is None and "id" in obj and "timestamp" in obj:  # the older rollout's first line
         kind, payload = "session_meta", obj

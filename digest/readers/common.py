@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from digest.turns import compose_document, id_sort_key, parse_timestamp_ms, partition_key
 
 EXCERPT_CHARS = 200
+# The line around an excerpt that its redaction reads: a secret that starts in the excerpt ends in
+# it (a PEM block of a 4096-bit RSA key is some 3,300 characters). A batch holds at most 20,000.
+EXCERPT_WINDOW = 4_096
 # How deep a line's JSON may nest. Every walk of a line's values (its text, its lone surrogates)
 # recurses a level a call or two, so a line nested deeper than this is the line's reject before any
 # walk starts, not a RecursionError that would end the whole ingest; real logs nest some 10 levels.
@@ -65,8 +68,9 @@ def cut_embedding(line: str) -> tuple[str, str | None]:
 
 
 def excerpt(raw: bytes) -> str:
-    """A rejected line as the `rejects` table keeps it: never an embedding's floats."""
-    return cut_embedding(raw.decode("utf-8", "replace"))[0][:EXCERPT_CHARS]
+    """A rejected line as the `rejects` table keeps it, never an embedding's floats: its first
+    `EXCERPT_WINDOW` characters, which the ingest redacts before it cuts them to `EXCERPT_CHARS`."""
+    return cut_embedding(raw.decode("utf-8", "replace"))[0][:EXCERPT_WINDOW]
 
 
 def decode(raw: bytes) -> str:

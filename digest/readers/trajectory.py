@@ -196,7 +196,11 @@ def _messages(doc: dict, field: str, text: str, key: str | None) -> list:
         starts = not out or (role == "assistant" and replied)
         replied = replied or role == "assistant"
 
-        def fill(turn: PendingTurn, message=message, role=role, task=not replied, at=i) -> None:
+        # The task is what the user said before the first reply; a run that ended before any reply
+        # (its model call failed) still ends on its `exit`, the harness's words, not the user's.
+        task = not replied and role != "exit"
+
+        def fill(turn: PendingTurn, message=message, role=role, task=task, at=i) -> None:
             content = block_text(message.get("content"))
             if turn.ts_ms is None:
                 turn.ts_ms = _message_time(message, f"{field}[{at}]")

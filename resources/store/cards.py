@@ -9,6 +9,7 @@ import duckdb
 import pandas as pd
 
 from digest.card import CARD_VERSION, PROMPT_CHARS, REPLY_CHARS, SOURCE_TIER, CardTurn, SessionCard, build_card
+from digest.settings_fleet import EMBEDDED_MODEL
 from digest.turns import id_sort_key
 from resources.store.connection import Repository, records
 
@@ -19,6 +20,12 @@ COLUMNS = [
     "session_id", "input_revision", "title", "title_source", "line", "text", "card", "source_tier", "degraded",
     "raw_canonical", "summary_at", "card_version",
 ]  # fmt: skip
+
+
+def leads(summary: dict | None) -> bool:
+    """Whether this `session_summaries` row leads its session's account, as `leading_summaries`
+    (views.sql) has it: judged ok, and not the embedded model's."""
+    return bool(summary) and summary.get("verdict") == "ok" and summary.get("model") != EMBEDDED_MODEL
 
 
 def refresh_cards(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> int:
@@ -32,7 +39,8 @@ def refresh_cards(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> int
         f"""SELECT s.session_id, s.turn_count, s.first_activity_ms, s.last_activity_ms, s.project, s.git_branch,
                    s.input_revision, x.title AS summary_title, x.created_at AS summary_at,
                    (SELECT mode(t.agent) FROM turns t WHERE t.session_id = s.session_id) AS harness
-            FROM sessions s LEFT JOIN session_summaries x ON x.session_id = s.session_id AND x.verdict = 'ok'
+            FROM sessions s LEFT JOIN session_summaries x
+                 ON x.session_id = s.session_id AND x.session_id IN (SELECT session_id FROM leading_summaries)
             WHERE s.session_id IN {_IDS}""",
         [ids],
     )

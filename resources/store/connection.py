@@ -26,6 +26,7 @@ import duckdb
 import pandas as pd
 
 from digest.backoff import doubling_backoff_s
+from digest.settings_fleet import EMBEDDED_MODEL
 from resources.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from resources.store.summary_row import summary_ddl
 
@@ -37,7 +38,7 @@ LOCK_WAIT_S = 120.0
 # applies to what is written through an ATTACH naming it, hence `_attach`.
 ROW_GROUP_ROWS = 2048
 SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8") + "\n" + summary_ddl()
-VIEWS = files(__package__).joinpath("views.sql").read_text(encoding="utf-8")
+VIEWS = files(__package__).joinpath("views.sql").read_text(encoding="utf-8").replace("{embedded_model}", EMBEDDED_MODEL)
 
 # Store files this process has migrated, by (path, device, inode): a file replaced or deleted since
 # is another file and is migrated again.

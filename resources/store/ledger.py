@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from digest.attempts import IN_FLIGHT, INTERRUPTED, MINI_SUMMARY_STAGE, SUMMARY_STAGE, TRUNCATION_RATIO, Attempt
 from digest.circuit import CONSUMER as HOSTS_CONSUMER
 from digest.circuit import CircuitPolicy, host_symptom, opened_note
 from digest.friction import EmissionPoint, FrictionEvent
 from digest.graph import Chunk, GraphExtraction
 from digest.scheduling import now_ms
-from digest.synthesis import IN_FLIGHT, INTERRUPTED, TRUNCATION_RATIO, Attempt
 from resources.store.cache import mark_staged_attempts_recorded
 from resources.store.connection import Repository, now, record, records
 
@@ -32,7 +32,7 @@ class Attempts(Repository):
     def record_attempt(self, attempt: Attempt, run_id: str | None = None, started: int | None = None) -> None:
         """The call as it ended: the row `start_attempt` wrote (`started`) finished, else a new row."""
         with self.file.transaction() as con:
-            if attempt.stage == "session-summary" and not attempt.cached and attempt.outcome == "ok":
+            if attempt.stage == SUMMARY_STAGE and not attempt.cached and attempt.outcome == "ok":
                 mark_staged_attempts_recorded(con, attempt.session_id)
             if started is None:
                 _insert(con, attempt, run_id)
@@ -56,13 +56,13 @@ class Attempts(Repository):
         with self.file.connect() as con:
             summary = records(
                 con,
-                f"SELECT {columns} FROM attempts WHERE session_id = ? AND run_id = ? AND stage = 'session-summary' "
+                f"SELECT {columns} FROM attempts WHERE session_id = ? AND run_id = ? AND stage = '{SUMMARY_STAGE}' "
                 "ORDER BY attempt_id",
                 [session_id, run_id],
             )
             minis = records(
                 con,
-                f"SELECT {columns} FROM attempts WHERE session_id = ? AND stage = 'mini-summary' "
+                f"SELECT {columns} FROM attempts WHERE session_id = ? AND stage = '{MINI_SUMMARY_STAGE}' "
                 f"AND outcome <> '{IN_FLIGHT}' ORDER BY attempt_id",
                 [session_id],
             )
@@ -85,7 +85,7 @@ class Attempts(Repository):
             )
             for row in rows:
                 reply = None
-                if row["stage"] == "session-summary":
+                if row["stage"] == SUMMARY_STAGE:
                     reply = record(
                         con,
                         """SELECT request_key, prompt_tokens, completion_tokens, duration_s FROM response_cache

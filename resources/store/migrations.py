@@ -59,6 +59,13 @@ def redact_stored(con: duckdb.DuckDBPyConnection) -> None:
     redact(con)
 
 
+def redact_stored_since_13(con: duckdb.DuckDBPyConnection) -> None:
+    """The rejects, imported metadata and imported graph redacted; imported here for the reason above."""
+    from resources.store.redaction import redact_stored_since_13 as redact
+
+    redact(con)
+
+
 MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]] = {
     # 1: the first stores. 2: the 23 columns added while every store stayed at version 1.
     2: [
@@ -137,6 +144,12 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 16: the facts read again (tool calls written as text, test runs, the errors a session ends on),
     # then each session's card from them (`session_cards`); every session is indexed again, its card with it.
     16: [backfill_turn_facts, backfill_cards, "DELETE FROM search_index_state"],
+    # 17: the rejects' reasons and excerpts, the imported summaries' metadata and the imported graph's
+    # properties redacted as the ingest now redacts them (`resources.store.redaction`).
+    17: [redact_stored_since_13],
+    # 18: the stored text redacted again, for the kinds added since (a Telegram bot token, a Docker
+    # `config.json` auth); each turn's counts grow by what is found.
+    18: [redact_stored],
     # 20: the search index moves to a Tantivy index beside the store (`<store>.search/`), which readers
     # open without the store's lock: the postings tables go, every session is indexed there again.
     20: [

@@ -1,4 +1,4 @@
-"""Sessions by project (`sessions.project`, issue 35): the sessions a `--project` filter names,
+"""Sessions by project (`sessions.project`): the sessions a `--project` filter names,
 the counts `status --project` shows, and the friction report's table by project."""
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from digest.attempts import IN_FLIGHT
 from digest.circuit import circuit_status
 from digest.scheduling import now_ms
-from digest.synthesis import IN_FLIGHT
 from digest.verdict import JUNK
 from resources.store.connection import Repository, records
 from resources.store.hosts import read_circuits

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from digest.attempts import SUMMARY_STAGE
 from digest.pacing import (
     RECENT_CALLS,
     AutoCap,
@@ -53,10 +54,10 @@ class Speed(Repository):
                 """SELECT sum(duration_s) / nullif(sum(tokens_estimate), 0) FROM (
                        SELECT duration_s, tokens_estimate FROM attempts
                        -- duration 0: a reply replayed from the response cache, which says nothing of the model's speed
-                       WHERE outcome = 'ok' AND model = ? AND stage = 'session-summary' AND NOT cached
+                       WHERE outcome = 'ok' AND model = ? AND stage = ? AND NOT cached
                          AND (host IS NULL OR host = ? OR ? IS NULL)
                        ORDER BY attempt_id DESC LIMIT ?)""",
-                [model, host, host, recent],
+                [model, SUMMARY_STAGE, host, host, recent],
             ).fetchone()
         return row[0]
 
@@ -77,10 +78,10 @@ class Speed(Repository):
         with self.file.connect() as con:
             rows = con.execute(
                 """SELECT completion_tokens FROM attempts
-                   WHERE outcome = 'ok' AND NOT cached AND stage = 'session-summary' AND completion_tokens > 0
+                   WHERE outcome = 'ok' AND NOT cached AND stage = ? AND completion_tokens > 0
                      AND model = ? AND (host = ? OR host IS NULL)
                    ORDER BY attempt_id DESC LIMIT ?""",
-                [model, host, RECENT_CALLS],
+                [SUMMARY_STAGE, model, host, RECENT_CALLS],
             ).fetchall()
         return [row[0] for row in rows]
 
