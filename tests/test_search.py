@@ -313,3 +313,15 @@ def test_a_hit_is_shown_from_the_index_alone(corpus):
     assert row["session_id"] == "ws" and row["prompt"].startswith("The websocket client")
     assert row["prompt_chars"] == len("The websocket client keeps reconnecting in a loop")
     assert index.state()["sessions"] == 3 and index.state()["behind"] == 0
+
+
+def test_a_turn_is_indexed_by_its_whole_document_and_shown_by_its_row(store):
+    # The document's response (tool output and all) is what is searched, not the row's short one.
+    row = turn("doc", 0, "look at the importer", "short reply")
+    row["document"] = "User Prompt: look at the importer\nAgent Response: quetzalcoatl appears in the tool output"
+    write(store, [row])
+    store.search.refresh()
+    (hit,) = store.search.turns("quetzalcoatl")
+    assert hit.turn_id == "doc-t000" and "**quetzalcoatl**" in hit.snippet
+    shown = store.search.reader().turn_rows(["doc-t000"])["doc-t000"]
+    assert (shown["prompt"], shown["response"], shown["ts_ms"]) == ("look at the importer", "short reply", T0)

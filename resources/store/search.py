@@ -168,7 +168,7 @@ class Search(Repository):
         with self.file.connect() as con:
             turns = records(
                 con,
-                f"""SELECT d.*, t.type, t.prompt, t.thought, t.response, t.agent, t.model, t.amount_tool_calls, t.tools_used
+                f"""SELECT d.*, {", ".join(f"t.{c} AS row_{c}" for c in _TURN_ROW)}
                     FROM ({_TURN_TEXT} WHERE session_id IN {ids}) d JOIN turns t ON t.id = d.turn_id
                     ORDER BY d.session_id, d.ts_ms NULLS FIRST, d.turn_id""",
                 [session_ids],
@@ -207,7 +207,7 @@ class Search(Repository):
         for row in minis:
             documents[row["session_id"]].append(("mini", row["turn_id"], row["text"], row["ts_ms"], None))
         for row in turns:
-            turn = {"id": row["turn_id"], **{k: row[k] for k in _TURN_ROW}}
+            turn = {"id": row["turn_id"], **{k: row[f"row_{k}"] for k in _TURN_ROW}}
             documents[row["session_id"]].append(("turn", row["turn_id"], _turn_text(row), row["ts_ms"], turn))
         account_of = {r["session_id"]: r for r in accounts}
         metas = {r["session_id"]: {**r, "account": account_of.get(r["session_id"])} for r in sessions}
