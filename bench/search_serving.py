@@ -72,31 +72,35 @@ def build_child(db: str) -> None:
 def warm_child(arm: str, db: str, answers: str, reps: int) -> None:
     """Each labelled query once to warm, then `reps` times: wall ms of each answer (ten sessions with
     their snippets), as that arm's MCP server reads."""
-    queries = [q["query"] for q in json.loads(Path(answers).read_text())["queries"]]
+    labelled = json.loads(Path(answers).read_text())["queries"]
+    queries = [q["query"] for q in labelled]
     if arm == "old":
         from resources.store import DigestStore
         from resources.store.connection import StoreFile
 
-        def run(query: str) -> int:  # as its MCP server: a read-only open per call
-            return len(DigestStore(StoreFile(db, read_only=True, lock_wait_s=30.0)).search.sessions(query))
+        def run(query: str) -> list[str]:  # as its MCP server: a read-only open per call
+            hits = DigestStore(StoreFile(db, read_only=True, lock_wait_s=30.0)).search.sessions(query)
+            return [h.session_id for h in hits]
     else:
         from resources.store.search_reads import SearchIndex
 
         held = [SearchIndex(db)]
 
-        def run(query: str) -> int:  # as its MCP server: the held index, reloaded when a refresh published
+        def run(query: str) -> list[str]:  # as its MCP server: the held index, reloaded when a refresh published
             held[0] = held[0].current()
-            return len(held[0].sessions(query))
+            return [h.session_id for h in held[0].sessions(query)]
 
-    for query in queries:
-        run(query)
+    ranked = [run(q["query"]) for q in labelled]  # the first pass warms, and is scored
+    hit1 = sum(bool(set(r[:1]) & set(q["answers"])) for r, q in zip(ranked, labelled)) / len(labelled)
+    hit5 = sum(bool(set(r[:5]) & set(q["answers"])) for r, q in zip(ranked, labelled)) / len(labelled)
     wall = []
     for _ in range(reps):
         for query in queries:
             started = time.perf_counter()
             run(query)
             wall.append((time.perf_counter() - started) * 1000)
-    print(json.dumps({"wall_ms": wall}))
+    size = sum(f.stat().st_size for f in Path(f"{db}.search").rglob("*") if f.is_file())
+    print(json.dumps({"wall_ms": wall, "hit1": hit1, "hit5": hit5, "index_mb": size / 1e6}))
 
 
 # --- the measures ---------------------------------------------------------------------------------------
@@ -170,8 +174,10 @@ def run_arm(name: str, tree: Path, work: Path, args) -> dict:
     out = {"load_before": os.getloadavg()[0]}
     out |= child(tree, "--build-index", str(db))
     queries = [q["query"] for q in json.loads(answers.read_text())["queries"]]
-    wall = child(tree, "--warm", name, str(db), str(answers), str(args.reps))["wall_ms"]
+    warm = child(tree, "--warm", name, str(db), str(answers), str(args.reps))
+    wall = warm["wall_ms"]
     out |= {"warm_p50_ms": quantile(wall, 0.5), "warm_p95_ms": quantile(wall, 0.95), "warm_n": len(wall)}
+    out |= {"hit1": warm["hit1"], "hit5": warm["hit5"], "index_mb": warm["index_mb"]}
     cli, cli_cpu = cli_walls(tree, home, queries[: args.cli])
     out |= {"cli_p50_ms": statistics.median(cli), "cli_max_ms": max(cli), "cli_cpu_ms": statistics.median(cli_cpu)}
     mcp, mcp_cpu = mcp_initialize_walls(tree, home, args.mcp)
@@ -188,6 +194,8 @@ def report(sessions: int, old: dict, new: dict) -> None:
     print("|---|---|---|---|")
     rows = [
         ("index built from nothing, s", "build_s", "{:.1f}"),
+        ("relevance over the labelled queries: hit@1", "hit1", "{:.2f}"),
+        ("relevance over the labelled queries: hit@5", "hit5", "{:.2f}"),
         ("warm query wall p50, ms", "warm_p50_ms", "{:.2f}"),
         ("warm query wall p95, ms", "warm_p95_ms", "{:.2f}"),
         ("`session-digest search` wall p50 (process start included), ms", "cli_p50_ms", "{:.0f}"),
@@ -200,7 +208,10 @@ def report(sessions: int, old: dict, new: dict) -> None:
     for label, key, fmt in rows:
         print(f"| {label} | {fmt.format(old[key])} | {fmt.format(new[key])} | {new[key] / old[key]:.3f} |")
     print(
-        f"\nwarm queries: {new['warm_n']} a side; documents indexed: old {old['documents']:,}, new {new['documents']:,}; "
+        f"\nthe index folder beside the store (new): {new['index_mb']:.1f} MB (the old index is tables inside the store)"
+    )
+    print(
+        f"warm queries: {new['warm_n']} a side; documents indexed: old {old['documents']:,}, new {new['documents']:,}; "
         f"load average: old {old['load_before']:.1f} → {old['load_after']:.1f}, new {new['load_before']:.1f} → "
         f"{new['load_after']:.1f} (2 cores)"
     )
