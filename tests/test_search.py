@@ -271,7 +271,9 @@ def test_the_index_is_built_again_when_its_folder_is_deleted_or_of_another_versi
     folder = corpus.search.folder
     shutil.rmtree(folder)
     assert corpus.search.sessions("websocket") == []  # no index: nothing found, nothing raised
-    assert corpus.search.refresh().sessions_indexed == 3  # the store's state alone would say none changed
+    report = corpus.search.refresh()
+    assert report.rebuilt and report.sessions_indexed == 3  # the store's state alone would say none changed
+    assert not corpus.search.refresh().rebuilt
     assert [h.session_id for h in corpus.search.sessions("websocket")] == ["ws"]
     for key, other in (("tokenizer_version", -1), ("format", INDEX_FORMAT + 1)):
         state = json.loads((folder / STATE_FILE).read_text())

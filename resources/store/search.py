@@ -40,6 +40,7 @@ class RefreshReport:
     seconds: float
     behind: int  # sessions still to index (a `limit` left them, or another process was writing)
     busy: bool = False  # another process wrote the index: this refresh left the work to the next
+    rebuilt: bool = False  # the index was built again from nothing (missing, or of another version)
 
 
 # The sessions whose index state is not what they are now (or that have none), newest first.
@@ -158,7 +159,9 @@ class Search(Repository):
                 written += sum(per_session.values())
                 indexed += len(batch)
             index.record(store_sessions, len(changed) - indexed)
-        return RefreshReport(indexed, len(removed), written, time.monotonic() - started, len(changed) - indexed)
+        return RefreshReport(
+            indexed, len(removed), written, time.monotonic() - started, len(changed) - indexed, rebuilt=index.rebuilt
+        )
 
     def _read_documents(self, session_ids: list[str]) -> tuple[dict, dict, dict]:
         """Each session's documents as (kind, turn id, text, time, turn row | None), the summary
