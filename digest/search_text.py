@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Iterator
 
 # Bumped when the terms a text gives change: every session is indexed again at the next refresh.
 TOKENIZER_VERSION = 1
@@ -141,11 +142,9 @@ def snippet(text: str, query: list[str], width: int = SNIPPET_CHARS) -> str:
     wanted = set(query)
     # Only the runs of token characters around a query term's first occurrences are split into terms.
     runs = set()
+    lowered = text.lower() if text.isascii() else None
     for term in wanted:
-        for n, occurrence in enumerate(re.finditer(re.escape(term), text, re.I)):
-            if n == OCCURRENCES:
-                break
-            start = occurrence.start()
+        for start in _occurrences(term, text, lowered):
             # The run's start: the token characters just before, read backwards.
             before = _RUN_OR_NONE.match(text[max(0, start - 200) : start][::-1]).end()
             runs.add((start - before, _RUN.match(text, start).end()))
@@ -187,6 +186,24 @@ def snippet(text: str, query: list[str], width: int = SNIPPET_CHARS) -> str:
         at = e
     out.append(text[at:hi])
     return ("…" if lo > 0 else "") + _squeeze("".join(out)) + ("…" if hi < len(text) else "")
+
+
+def _occurrences(term: str, text: str, lowered: str | None) -> Iterator[int]:
+    """Where the first `OCCURRENCES` of `term` (lower-case) start in `text`, ignoring case and not
+    overlapping. An ASCII text is searched lower-cased (`lowered`), as a case-blind regex would find
+    the same places there, several times faster on a long tool output."""
+    if lowered is None or not term.isascii():
+        for n, occurrence in enumerate(re.finditer(re.escape(term), text, re.I)):
+            if n == OCCURRENCES:
+                return
+            yield occurrence.start()
+        return
+    at = lowered.find(term)
+    for _ in range(OCCURRENCES):
+        if at < 0:
+            return
+        yield at
+        at = lowered.find(term, at + len(term))
 
 
 def _squeeze(text: str) -> str:
