@@ -98,6 +98,10 @@ def test_snippet_marks_the_matched_terms_near_the_densest_run():
     out = snippet(text, query_terms("reconnect settings.py"))
     assert "**ReconnectLoop**" in out and "**src/app/settings.py**" in out
     assert len(out) < 260
+    # A text that is not ASCII is searched case-blind by a regex, an ASCII one lower-cased: the same marks.
+    for text in ("the RECONNECTLOOP fix in Settings.PY", "die Änderung an RECONNECTLOOP in Settings.PY"):
+        marked = snippet(text, query_terms("reconnectloop settings.py"))
+        assert "**RECONNECTLOOP**" in marked and "**Settings.PY**" in marked, marked
 
 
 def test_search_ranks_sessions_and_says_which_document_matched(corpus):
