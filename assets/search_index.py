@@ -64,6 +64,8 @@ def index_metadata(report: RefreshReport, status: dict) -> dict:
         "sessions_removed": report.sessions_removed,
         "documents_written": report.documents,
         "seconds": round(report.seconds, 3),
+        "rebuilt": report.rebuilt,  # the index beside the store was built again from nothing
+        "writer_busy": report.busy,  # another process was writing it: its work left to the next refresh
     }
 
 
@@ -87,9 +89,9 @@ def current_result(status: dict, lag_max_s: float) -> tuple[bool, dict]:
     kinds={"duckdb"},
 )
 def search_index(store: DigestStoreResource, embeddings: EmbeddingResource) -> MaterializeResult:
-    """BM25 search over each session's summary, mini summaries and turns (`session-digest search`,
-    the MCP tools), brought up to date: only the sessions whose turns, summary or mini summaries
-    changed since they were indexed are indexed again. No chat-model call; where a host serves
+    """BM25 search over each session's summary, card, mini summaries and turns (`session-digest search`,
+    the MCP tools), a Tantivy index beside the store brought up to date: only the sessions whose turns,
+    summary or mini summaries changed since they were indexed are indexed again. No chat-model call; where a host serves
     embeddings (`DIGEST_EMBED_PROVIDER`), a budgeted pass embeds the documents still without a vector."""
     db = store.store()
     report = db.search.refresh()

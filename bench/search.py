@@ -427,9 +427,7 @@ def run_size(sessions: int, seed: int, work: Path, alt_python: str | None) -> di
     rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with store.file.connect() as con:
         con.execute("CHECKPOINT")
-        postings = con.execute(
-            "SELECT (SELECT count(*) FROM search_postings) + (SELECT count(*) FROM search_postings_new)"
-        ).fetchone()[0]
+        postings = con.execute("SELECT coalesce(sum(documents), 0) FROM search_index_state").fetchone()[0]
     grown = db.stat().st_size - before
     status = store.search.status()
 
@@ -543,8 +541,8 @@ def run_alternatives(store, queries: list[dict], work: Path, sessions: int, alt_
     with store.file.connect() as con:
         for start in range(0, len(ids), BATCH_SESSIONS * 10):
             rows = []
-            for sid, docs in store.search._read_documents(ids[start : start + BATCH_SESSIONS * 10]).items():
-                for _kind, _turn, text in docs:
+            for sid, docs in store.search._read_documents(ids[start : start + BATCH_SESSIONS * 10])[0].items():
+                for _kind, _turn, text, _ts, _row in docs:
                     rows.append((doc_id, sid, text))
                     doc_id += 1
             frame = pd.DataFrame(rows, columns=["doc_id", "session_id", "text"])

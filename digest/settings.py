@@ -21,7 +21,7 @@ from typing import Any
 
 from digest.circuit import CircuitPolicy
 from digest.embeddings import DEFAULT_EMBED_URLS, EMBED_PROVIDERS, EMBEDDED_EMBED_MODEL
-from digest.graph import (
+from digest.graph.policy import (
     MIN_CHUNK_CONTENT_BYTES,
     GraphPolicy,
     chunk_content_budget_bytes,

@@ -27,11 +27,13 @@ def tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
-def cut(text: str | None, limit: int) -> str | None:
-    """The text, or its first `limit` characters and a marker saying how much was left out."""
-    if text is None or len(text) <= limit:
+def cut(text: str | None, limit: int, whole: int | None = None) -> str | None:
+    """The text, or its first `limit` characters and a marker saying how much was left out; `whole`:
+    the length of the text it was already cut from (a search index keeps a turn's head alone)."""
+    length = len(text) if whole is None or text is None else whole
+    if text is None or length <= limit:
         return text
-    return text[:limit] + f" …[cut: {len(text) - limit:,} more characters]"
+    return text[:limit] + f" …[cut: {length - limit:,} more characters]"
 
 
 def short(text: str | None, limit: int = SNIPPET_CHARS) -> str | None:
@@ -120,6 +122,39 @@ def why_answer(store, commit: str) -> dict:
             f"no turn made, showed or named a commit {commit!r} (the search index holds what it has indexed)"
         )
     return answer
+
+
+# --- what a search reads: the search index, or the store while none is built ---------------------------
+
+
+def index_figures(source) -> tuple[int, int]:
+    """The store's sessions and those the index has not taken in: the index's last refresh's, or
+    the store's own (a store, for `get_all_summaries`, or while no index is built)."""
+    from resources.store.search_reads import SearchIndex
+
+    if isinstance(source, SearchIndex):
+        state = source.state()
+        sessions = state.get("sessions")
+        return (source.session_count() if sessions is None else sessions), state.get("behind") or 0
+    with source.file.connect() as con:
+        sessions = con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    return sessions, (source.search.behind() if sessions else 0)
+
+
+def accounts_of(source, session_ids: list[str]) -> dict[str, dict]:
+    """Sessions' accounts (`session_accounts` rows) from the index, or the store."""
+    from resources.store.search_reads import SearchIndex
+
+    return source.accounts(session_ids) if isinstance(source, SearchIndex) else source.cards.accounts(session_ids)
+
+
+def turn_rows_of(source, turn_ids: list[str]) -> dict[str, dict]:
+    """Turns' rows by id from the index (their texts' heads, with their lengths), or the store."""
+    from resources.store.search_reads import SearchIndex
+
+    if isinstance(source, SearchIndex):
+        return source.turn_rows(turn_ids)
+    return {r["id"]: r for r in source.sessions.turns_by_id(turn_ids)}
 
 
 def iso(ms: int | None) -> str | None:

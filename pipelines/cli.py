@@ -13,25 +13,9 @@ import time
 from datetime import UTC
 from pathlib import Path
 
-from digest.pacing import slowdown_status
-from digest.scheduling import now_ms
 from digest.settings import Settings, SettingsError, load_settings
 from pipelines import search_cli
 from pipelines.console import Output
-from pipelines.drain import drain
-from pipelines.instance import write_instance_config
-from pipelines.runs import (
-    _instance,
-    _selection,
-    _store,
-    digest,
-    friction_report,
-    ingest,
-    log_path,
-    sweep,
-)
-from pipelines.stopping import exit_code, stop_on_signals
-from resources.store import StoreUnreadable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "samples" / "bundle"
@@ -39,6 +23,8 @@ SAMPLES = REPO_ROOT / "samples" / "bundle"
 DEMO_ACCOUNTS = 20
 # The commands that launch model runs one after another: a signal stops them between runs.
 STOPPABLE = ("sweep", "digest", "demo")
+# The commands that start no Dagster run: no instance to prepare, and only what they need imported.
+LIGHT = ("search", "mcp")
 
 
 def _telemetry_notice(home: Path) -> None:
@@ -63,6 +49,8 @@ def _telemetry_notice(home: Path) -> None:
 def _prepare_home(settings: Settings) -> None:
     """DAGSTER_HOME defaults to a folder under DIGEST_HOME, so the CLI's runs and the UI agree; its
     dagster.yaml follows the settings (`pipelines.instance`)."""
+    from pipelines.instance import write_instance_config
+
     os.environ.setdefault("DAGSTER_HOME", str(settings.dagster_home))
     home = Path(os.environ["DAGSTER_HOME"])
     home.mkdir(parents=True, exist_ok=True)
@@ -76,6 +64,7 @@ def _prepare_home(settings: Settings) -> None:
 def _reading_store(settings: Settings):
     """The store for a command that only reads (`status`): no migration, read-only connections, so
     a full or read-only disk does not stop it. A store missing, or of an older schema, is migrated."""
+    from pipelines.runs import _store
     from resources.store import DigestStore
     from resources.store.connection import SCHEMA_VERSION
 
@@ -146,6 +135,8 @@ def _write_failure(exc: BaseException, settings: Settings) -> str | None:
 def archive(settings: Settings, sessions: list[str], retire: bool, out: str | None) -> dict:
     """A bundle of these sessions (ids or partition keys; none: the whole store), recorded in
     `archives`; `retire` then takes them out of every sweep."""
+    from pipelines.runs import _store
+
     store = _store(settings)
     try:
         ids = store.sessions.resolve_sessions(sessions) if sessions else None
@@ -167,6 +158,7 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
     from digest.archive_read import BundleError, validate_bundle
     from digest.turns import partition_key
     from pipelines.interrupted_runs import record_summaries
+    from pipelines.runs import _instance, _store
     from pipelines.sensors import reconcile_partitions
 
     store = _store(settings)
@@ -201,12 +193,15 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
 
 
 def clear_cache(settings: Settings) -> dict:
+    from pipelines.runs import _store
+
     return {"cleared": _store(settings).cache.clear_response_cache()}
 
 
 def plan(settings: Settings, limit: int | None, project: str | None = None) -> dict:
     """What the next sweep would do, without calling a model; `project`: its part for that project's
     sessions (`digest.projects.project_matches`)."""
+    from pipelines.runs import _selection
     from pipelines.selection import batch_price
 
     selection = _selection(settings, limit, probe=False)
@@ -242,6 +237,8 @@ def plan(settings: Settings, limit: int | None, project: str | None = None) -> d
 def unarchive_turns(settings: Settings, session: str | None, turn_ids: list[str]) -> dict:
     """Archived turns (no content, attempts exhausted, or archived in the export) get mini summary
     attempts again. `session` is a session id or its partition key."""
+    from pipelines.runs import _store
+
     store = _store(settings)
     session_id = None
     if session:
@@ -257,6 +254,7 @@ def export_graph(settings: Settings, path: str) -> dict:
     from datetime import datetime
 
     from digest.graph import write_graph_backup
+    from pipelines.runs import _store
 
     store = _store(settings)
     target = Path(path)
@@ -274,6 +272,8 @@ def export_graph(settings: Settings, path: str) -> dict:
 
 def reset_digest(settings: Settings, session: str) -> dict:
     """An undigestible session (id or partition key) back in the digest cadence, attempts restored."""
+    from pipelines.runs import _store
+
     store = _store(settings)
     row = store.sessions.session_by_partition(session)
     session_id = row["session_id"] if row else session
@@ -299,6 +299,8 @@ def reset_digest(settings: Settings, session: str) -> dict:
 
 
 def status(settings: Settings, project: str | None = None) -> dict:
+    from digest.pacing import slowdown_status
+
     store = _reading_store(settings)
     if project is not None:  # that project's sessions alone
         return store.projects.status(project)
@@ -328,6 +330,9 @@ def ui(settings: Settings, port: int) -> None:
 
 
 def demo(settings: Settings, output: Output) -> dict:
+    from pipelines.drain import drain
+    from pipelines.runs import _store, friction_report, ingest, log_path
+
     started = time.monotonic()
     output.note(f"Ingesting the samples in {SAMPLES}; Dagster's run logs go to {log_path(settings)}.")
     ingested = ingest(settings, [str(SAMPLES)])
@@ -398,7 +403,9 @@ def _resummary_criteria(args, parser: argparse.ArgumentParser):
 def resummarize(settings: Settings, criteria, record: bool) -> dict:
     """`plan --resummarize` (`record` off): the selected summaries priced; `sweep --resummarize`:
     their requests recorded, for this sweep and the sensor's ticks to take after new work."""
+    from digest.scheduling import now_ms
     from pipelines.resummary import plan_resummaries, record_resummaries
+    from pipelines.runs import _store
     from resources.host_views import hosts_in_rotation
 
     store = _store(settings)
@@ -410,12 +417,17 @@ def resummarize(settings: Settings, criteria, record: bool) -> dict:
 
 def _sweep_command(args, settings: Settings, output: Output) -> dict:
     """`sweep`, or `sweep --drain` within one budget for the whole drain (`pipelines.drain`)."""
+    from pipelines.drain import drain
+    from pipelines.runs import sweep
+
     if args.drain:
         return drain(settings, output, args.limit, settings.sweep.model_seconds)
     return sweep(settings, args.limit, output, args.session)
 
 
 def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, output: Output) -> dict | None:
+    from pipelines.runs import digest, friction_report, ingest
+
     if args.command in search_cli.COMMANDS:
         return search_cli.run(args, settings, output)
     if args.command == "ingest":
@@ -520,15 +532,23 @@ def main(argv: list[str] | None = None) -> None:
     except SettingsError as exc:
         raise SystemExit(f"session-digest: {exc}") from None
     try:
-        _prepare_home(settings)
+        if args.command not in LIGHT:
+            _prepare_home(settings)
         output = Output(as_json=getattr(args, "json", False))
-        # A sweep told to stop interrupts its run in hand and launches nothing more.
-        with stop_on_signals() if args.command in STOPPABLE else contextlib.nullcontext():
-            result = _run_command(args, settings, parser, output)
-            stopped = exit_code()
+        if args.command in STOPPABLE:
+            from pipelines.stopping import exit_code, stop_on_signals
+
+            # A sweep told to stop interrupts its run in hand and launches nothing more.
+            with stop_on_signals():
+                result = _run_command(args, settings, parser, output)
+                stopped = exit_code()
+        else:
+            result, stopped = _run_command(args, settings, parser, output), 0
     except (SystemExit, KeyboardInterrupt):
         raise
     except Exception as exc:
+        from resources.store import StoreUnreadable
+
         # A full or read-only DIGEST_HOME: nothing is lost, one line says which file and why.
         failure = _write_failure(exc, settings)
         if failure is not None:

@@ -3,10 +3,13 @@ SDK's `MCPServer`). Its tools carry the Neo.mjs Memory Core's names and argument
 (`query_summaries`, `query_raw_memories`, `get_session_memories`, `get_all_summaries`, from
 neomjs/neo `ai/mcp/server/memory-core/openapi.yaml`), plus `find_sessions_by_file`.
 
-Read-only: every tool call opens the store read-only for the call's few statements and lets it go
+Read-only. The two searches (`query_summaries`, `query_raw_memories`) read the search index beside
+the store (`resources.store.search_reads`), opened once and kept: it takes no lock, so a search never
+waits for a writer, and it sees each refresh's commit (each ingest and sweep, and the search sensor,
+bring it up to date) without a restart. The vectors, where a host serves embeddings, are still the
+store's. Every other tool opens the store read-only for the call's few statements and lets it go
 (`StoreFile`: an open waits, with backoff, while a writer holds the file; the writer's own open waits
-out ours the same way, so a sweep is never failed by it). The search index is read as it is: the
-CLI's `search`, and each sweep and ingest, bring it up to date. A tool's bad arguments, an unknown
+out ours the same way, so a sweep is never failed by it). A tool's bad arguments, an unknown
 session or an empty query are answered as a tool error (`isError`) with the reason, and the server
 goes on serving.
 
@@ -32,17 +35,19 @@ from pipelines.answers import (
     DEFAULT_MAX_TOKENS,
     LINE_CHARS,
     TURNS_PER_SESSION,
+    accounts_of,
     blame_answer,
     cite,
     compact,
     cut,
     dumps,
+    index_figures,
     iso,
     short,
+    turn_rows_of,
     why_answer,
     within_budget,
 )
-from resources.store.connection import StoreFile
 
 # The tools' argument types (module level: the SDK reads the annotations by name).
 NResults = Annotated[int, Field(ge=1, le=100, description="results to return, 1-100")]
@@ -73,32 +78,64 @@ class Reads:
     """The tools' reads, each over a read-only store opened for it. Raises `ToolError` with the
     one-line reason for anything the caller asked wrong (and for a store busy past `LOCK_WAIT_S`)."""
 
-    def __init__(self, db_path: Path, embedder=None):
+    def __init__(self, db_path: Path, embedder=None, prepare_store=None):
         self.db_path = Path(db_path)
         self.embedder = embedder  # the embeddings host's client, or None: keyword search alone
+        self.index = None  # the search index, opened at the first search and kept
+        self.prepare_store = prepare_store  # run once, before the store is first read (a migration)
 
     def _store(self):
         from mcp.server.mcpserver.exceptions import ToolError
 
-        from resources.store import DigestStore
+        from resources.store import DigestStore, StoreFile
 
         if not self.db_path.is_file():
             raise ToolError(f"no store at {self.db_path}: ingest some sessions first (`session-digest ingest PATH`)")
+        if self.prepare_store is not None:
+            prepare, self.prepare_store = self.prepare_store, None
+            prepare()
         return DigestStore(StoreFile(self.db_path, read_only=True, lock_wait_s=LOCK_WAIT_S))
+
+    def _search_source(self):
+        """The search index (kept, or opened again when it was rebuilt); the store itself while none
+        is built yet (its searches then find nothing and say why)."""
+        from resources.store.search_index import IndexUnavailable
+        from resources.store.search_reads import SearchIndex
+
+        try:
+            self.index = SearchIndex(self.db_path) if self.index is None else self.index.current()
+            return self.index
+        except IndexUnavailable:
+            self.index = None
+            return self._store()
 
     def call(self, read, *args, **kwargs):
         """`read(store, ...)`, its caller's mistakes and a busy store as tool errors."""
-        import duckdb
+        return self._guarded(lambda: read(self._store(), *args, **kwargs))
+
+    def search(self, read, *args, **kwargs):
+        """`read(index, ...)` over the search index (its vectors the store's, where a host serves them)."""
+        return self._guarded(
+            lambda: read(self._search_source(), *args, vectors=self._store() if self.embedder else None, **kwargs)
+        )
+
+    @staticmethod
+    def _guarded(answer):
+        import sys
+
         from mcp.server.mcpserver.exceptions import ToolError
 
-        from resources.store.search import SearchError
+        from resources.store.search_reads import SearchError
 
         try:
-            return read(self._store(), *args, **kwargs)
+            return answer()
         except (SearchError, ValueError) as exc:
             raise ToolError(str(exc)) from None
-        except duckdb.IOException as exc:
-            raise ToolError(f"the store is busy or unreadable, try again: {exc}") from None
+        except Exception as exc:
+            duckdb = sys.modules.get("duckdb")  # a search that read no store loaded no DuckDB
+            if duckdb is not None and isinstance(exc, duckdb.IOException):
+                raise ToolError(f"the store is busy or unreadable, try again: {exc}") from None
+            raise
 
     # --- the tools' bodies ---
 
@@ -143,20 +180,23 @@ class Reads:
 
     @classmethod
     def query_summaries(
-        cls, store, query: str, n: int, category: str | None, embedder=None, full=False, max_tokens=DEFAULT_MAX_TOKENS
-    ) -> dict:
+        cls, source, query: str, n: int, category: str | None, embedder=None, full=False, max_tokens=DEFAULT_MAX_TOKENS,
+        vectors=None,
+    ) -> dict:  # fmt: skip
         from resources.hybrid_search import search_sessions
 
-        found = search_sessions(store, embedder, query, limit=n, summaries_only=True, category=category)
+        found = search_sessions(
+            source, embedder, query, limit=n, summaries_only=True, category=category, vectors=vectors
+        )
         hits = found.hits
-        rows = store.cards.accounts([h.session_id for h in hits])
+        rows = accounts_of(source, [h.session_id for h in hits])
         results = [
             cls.summary_result({**rows[h.session_id], "last_activity_ms": h.last_activity_ms}, h.score, h.matches, full)
             for h in hits
             if h.session_id in rows
         ]
         answer = {"query": query, "count": len(results), "results": results, **_notice(found)}
-        return within_budget(_why(store, answer, n, category=category), "results", max_tokens)
+        return within_budget(_why(source, answer, n, category=category), "results", max_tokens)
 
     @staticmethod
     def memory(row: dict, limit: int) -> dict:
@@ -166,9 +206,10 @@ class Reads:
             "id": row["id"],
             "sessionId": row["session_id"],
             "timestamp": iso(row["ts_ms"]),
-            "prompt": cut(row["prompt"], limit),
-            "thought": cut(row["thought"], limit),
-            "response": cut(row["response"], limit),
+            # A search index's row keeps each text's head and its whole length (`prompt_chars`).
+            "prompt": cut(row["prompt"], limit, row.get("prompt_chars")),
+            "thought": cut(row["thought"], limit, row.get("thought_chars")),
+            "response": cut(row["response"], limit, row.get("response_chars")),
             "type": row["type"],
             "agent": row["agent"],
             "model": row["model"],
@@ -178,20 +219,23 @@ class Reads:
 
     @classmethod
     def query_raw_memories(
-        cls, store, query: str, n: int, session_id: str | None, embedder=None, full=False, max_tokens=DEFAULT_MAX_TOKENS
-    ) -> dict:
+        cls, source, query: str, n: int, session_id: str | None, embedder=None, full=False, max_tokens=DEFAULT_MAX_TOKENS,
+        vectors=None,
+    ) -> dict:  # fmt: skip
         """The matched turns, best first; by default at most `TURNS_PER_SESSION` a session, each a
         cited snippet, and the sessions they belong to named once by their card line (`sessions`)."""
         from resources.hybrid_search import search_turns
 
-        found = search_turns(store, embedder, query, limit=n if full else n * 3, session_id=session_id)
+        found = search_turns(
+            source, embedder, query, limit=n if full else n * 3, session_id=session_id, vectors=vectors
+        )
         hits, per_session = [], {}
         for h in found.hits:
             per_session[h.session_id] = per_session.get(h.session_id, 0) + 1
             if full or per_session[h.session_id] <= TURNS_PER_SESSION:
                 hits.append(h)
         hits = hits[:n]
-        rows = {r["id"]: r for r in store.sessions.turns_by_id([h.turn_id for h in hits])}
+        rows = turn_rows_of(source, [h.turn_id for h in hits])
         results = []
         for h in hits:
             if h.turn_id not in rows:
@@ -203,13 +247,13 @@ class Reads:
             # `matched`: the turn's text, or its mini summary.
             hit = {"relevanceScore": round(h.score, 4), "matched": h.kind, "cite": cite(h.session_id, h.turn_id)}
             results.append(compact({**base, **hit, "snippet": h.snippet if full else short(h.snippet)}))
-        accounts = store.cards.accounts(list(dict.fromkeys(r["sessionId"] for r in results)))
+        accounts = accounts_of(source, list(dict.fromkeys(r["sessionId"] for r in results)))
         sessions = {
             sid: compact({"line": short(a["line"] or a["title"], LINE_CHARS), "project": a["project"]})
             for sid, a in accounts.items()
         }
         answer = {"query": query, "count": len(results), "sessions": sessions, "results": results, **_notice(found)}
-        return within_budget(_why(store, answer, n, session_id=session_id), "results", max_tokens)
+        return within_budget(_why(source, answer, n, session_id=session_id), "results", max_tokens)
 
     @classmethod
     def get_session_memories(cls, store, session_id: str, limit: int, offset: int, max_tokens=None) -> dict:
@@ -267,13 +311,14 @@ class Reads:
         return within_budget(answer, "results", max_tokens)
 
 
-def build_server(db_path: Path, embedder=None):
+def build_server(db_path: Path, embedder=None, prepare_store=None):
     """The MCP server over the store file at `db_path`, its five tools registered, read-only;
-    `embedder`: the embeddings host's client, whose vectors the two queries fuse with keywords."""
+    `embedder`: the embeddings host's client, whose vectors the two queries fuse with keywords;
+    `prepare_store`: run once before the store is first read."""
     from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
 
-    reads = Reads(db_path, embedder)
+    reads = Reads(db_path, embedder, prepare_store)
     server = MCPServer(
         "session-digest",
         instructions=(
@@ -303,7 +348,7 @@ def build_server(db_path: Path, embedder=None):
         """Search the sessions' accounts (a session's ok summary, else its card), best first, narrowed
         by category: each session by its card line, with its matched documents cited (keyword search,
         BM25; fused with vectors where a host serves embeddings). A summary judged junk is never served."""
-        return dumps(reads.call(Reads.query_summaries, query, nResults, category, reads.embedder, full, maxTokens))
+        return dumps(reads.search(Reads.query_summaries, query, nResults, category, reads.embedder, full, maxTokens))
 
     @tool
     def query_raw_memories(
@@ -316,7 +361,9 @@ def build_server(db_path: Path, embedder=None):
         """Search the raw turns (prompt, thought, response; and their mini summaries), best first:
         each a cited snippet (`cite` session:turn), two a session at most, the sessions named once by
         their card line. `full` gives the turns' texts; get_session_memories pages a session's turns."""
-        return dumps(reads.call(Reads.query_raw_memories, query, nResults, sessionId, reads.embedder, full, maxTokens))
+        return dumps(
+            reads.search(Reads.query_raw_memories, query, nResults, sessionId, reads.embedder, full, maxTokens)
+        )
 
     @tool
     def get_session_memories(
@@ -393,9 +440,9 @@ def refuse_unknown_arguments(server) -> None:
         tool.fn_metadata.arg_model = Checked
 
 
-def serve(db_path: Path, embedder=None) -> None:
+def serve(db_path: Path, embedder=None, prepare_store=None) -> None:
     """Serve over stdio until the client closes it."""
-    build_server(db_path, embedder).run("stdio")
+    build_server(db_path, embedder, prepare_store).run("stdio")
 
 
 def _after_title(row: dict) -> str | None:
@@ -407,18 +454,18 @@ def _after_title(row: dict) -> str | None:
     return line
 
 
-def _why(store, answer: dict, wanted: int, **filters) -> dict:
+def _why(source, answer: dict, wanted: int, **filters) -> dict:
     """An answer with fewer results than asked says why (`why`): an empty store, sessions not indexed
-    yet, the filters it was asked with."""
+    yet, the filters it was asked with. Over the search index, the store's figures are its last
+    refresh's."""
     results = answer.get("results", answer.get("summaries"))
     if len(results) >= wanted:
         return answer
-    with store.file.connect() as con:
-        sessions = con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    sessions, behind = index_figures(source)
     reasons = []
     if not sessions:
         reasons.append("no sessions in the store yet: `session-digest ingest PATH` adds some")
-    elif "results" in answer and (behind := store.search.behind()):
+    elif "results" in answer and behind:
         reasons.append(
             f"{behind} of {sessions} sessions are not indexed yet (an ingest, a sweep or a search indexes them)"
         )

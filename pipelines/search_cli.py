@@ -3,9 +3,10 @@ a session's summary with its provenance, its facts and its turns) and for agents
 server of `pipelines/mcp_server.py`). Registered in `pipelines/cli.py`.
 
 Bad input (an empty or all-stop-word query, one longer than a page, an unknown session, a `--since`
-that is no date) is one line on stderr and exit code 2, never a traceback. Before it answers,
-`search` brings the index up to date (only the sessions that changed since are indexed again), or
-says why it could not and answers from the index as it stands."""
+that is no date) is one line on stderr and exit code 2, never a traceback. `search` reads the search
+index beside the store (`resources.store.search_reads`) and never opens the store, so it answers
+while a sweep or an ingest writes: those bring the index up to date, as the search sensor does. With
+no index yet it builds one from the store first. Only what a search needs is imported at the top."""
 
 from __future__ import annotations
 
@@ -14,16 +15,16 @@ import json
 import re
 import sys
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markdown import Markdown
 from rich.text import Text
 
-from digest.card import SOURCE_TIER
-from digest.facts import facts_markdown
-from digest.scheduling import now_ms
-from digest.settings import Settings
 from pipelines.console import Output
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from digest.settings import Settings
 
 COMMANDS = ("search", "show", "blame", "why", "mcp")
 USAGE_ERROR = 2  # argparse's exit code for bad input, ours too
@@ -68,16 +69,19 @@ def add_commands(sub) -> None:
 
 def run(args, settings: Settings, output: Output) -> None:
     """One of `COMMANDS`; bad input ends the process with its reason and exit code 2."""
-    from resources.store.search import SearchError
+    from resources.store.search_reads import SearchError
 
     if args.command == "mcp":
-        from pipelines.cli import _reading_store
         from pipelines.mcp_server import serve
-        from resources.model_clients.embeddings import embedding_client
 
-        if settings.db_path.is_file():
-            _reading_store(settings)  # an older store is migrated once here: the server only reads
-        serve(settings.db_path, embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model))
+        embedder = None
+        if settings.embed_provider != "off":
+            from resources.model_clients.embeddings import embedding_client
+
+            embedder = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model)
+        # An older store is migrated once, before the first tool that reads the store: the server only
+        # reads, and its searches read the index alone, so `initialize` waits for no store.
+        serve(settings.db_path, embedder, prepare_store=lambda: _migrated(settings))
         return
     try:
         if args.command == "search":
@@ -89,6 +93,13 @@ def run(args, settings: Settings, output: Output) -> None:
     except (BadInput, SearchError, ValueError) as exc:
         print(f"session-digest {args.command}: {exc}", file=sys.stderr)
         raise SystemExit(USAGE_ERROR) from None
+
+
+def _migrated(settings: Settings) -> None:
+    from pipelines.cli import _reading_store
+
+    if settings.db_path.is_file():
+        _reading_store(settings)
 
 
 # --- search -----------------------------------------------------------------------------------------
@@ -119,33 +130,59 @@ def refresh_index(store) -> str | None:
     return None
 
 
-def search(settings: Settings, args, output: Output) -> None:
-    from pipelines.runs import _store
-    from resources.hybrid_search import search_sessions
-    from resources.model_clients.embeddings import embedding_client
+def search_source(settings: Settings):
+    """The search index beside the store, read without the store's lock; built from the store first
+    when there is none yet (a store from before it, its folder deleted), or the store itself when
+    even that fails (its searches then find nothing and say why)."""
+    from resources.store.search_index import IndexUnavailable
+    from resources.store.search_reads import SearchIndex
 
-    query = " ".join(args.query)
-    since = since_ms(args.since, now_ms()) if args.since else None
+    try:
+        return SearchIndex(settings.db_path)
+    except IndexUnavailable:
+        pass
+    from pipelines.runs import _store
+
     store = _store(settings)
     if problem := refresh_index(store):
         print(f"session-digest search: {problem}", file=sys.stderr)
-    embedder = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model)
+    try:
+        return SearchIndex(settings.db_path)
+    except IndexUnavailable:
+        return store
+
+
+def search(settings: Settings, args, output: Output) -> None:
+    from resources.hybrid_search import search_sessions
+
+    query = " ".join(args.query)
+    from digest.scheduling import now_ms
+
+    since = since_ms(args.since, now_ms()) if args.since else None
+    source = search_source(settings)
+    embedder = vectors = None
+    if settings.embed_provider != "off":  # the vectors are the store's
+        from resources.model_clients.embeddings import embedding_client
+        from resources.store import DigestStore
+
+        embedder = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model)
+        vectors = DigestStore(settings.db_path, read_only=True)
     results = search_sessions(
-        store, embedder, query, limit=args.limit, since_ms=since, category=args.category, file=args.file,
-        project=args.project,
+        source, embedder, query, limit=args.limit, since_ms=since, category=args.category, file=args.file,
+        project=args.project, vectors=vectors,
     )  # fmt: skip
     if results.notice:
         print(f"session-digest search: {results.notice}", file=sys.stderr)
     hits = results.hits
     if output.as_json:
         print(
-            search_json(store, query, hits, args, results.mode)
+            search_json(source, query, hits, args, results.mode)
             if not args.full
             else json.dumps([hit_json(h) for h in hits], indent=2, default=str)
         )
         return
     if not hits:
-        output.out.print(no_hits(store, query, args), markup=False, highlight=False)
+        output.out.print(no_hits(source, query, args), markup=False, highlight=False)
         return
     for rank, hit in enumerate(hits, 1):
         render_hit(output.out, rank, hit)
@@ -162,12 +199,12 @@ def hit_json(hit) -> dict:
     }  # fmt: skip
 
 
-def search_json(store, query: str, hits, args, mode: str) -> str:
+def search_json(source, query: str, hits, args, mode: str) -> str:
     """`search --json`: compact JSON, each session by its card line with its one or two best matches
     cited (`session:turn`); an empty answer says why."""
-    from pipelines.answers import LINE_CHARS, TURNS_PER_SESSION, cite, compact, dumps, short
+    from pipelines.answers import LINE_CHARS, TURNS_PER_SESSION, accounts_of, cite, compact, dumps, short
 
-    accounts = store.cards.accounts([h.session_id for h in hits])
+    accounts = accounts_of(source, [h.session_id for h in hits])
     results = [
         compact(
             {
@@ -187,7 +224,7 @@ def search_json(store, query: str, hits, args, mode: str) -> str:
     ]
     answer = {"query": query, "count": len(results), "mode": mode, "results": results}
     if not results:
-        answer["why"] = no_hits(store, query, args)
+        answer["why"] = no_hits(source, query, args)
     return dumps(answer)
 
 
@@ -223,9 +260,11 @@ def found_by_facts(settings: Settings, args, output: Output) -> None:
                 console.print(f"    {label}: {shown}", markup=False, highlight=False, soft_wrap=True)
 
 
-def no_hits(store, query: str, args) -> str:
+def no_hits(source, query: str, args) -> str:
     """Why nothing was found, in a line: an empty store, else the query and the filters that found nothing."""
-    if not store.sessions.partition_keys():
+    from pipelines.answers import index_figures
+
+    if not index_figures(source)[0]:
         return "no sessions in the store yet: `session-digest ingest PATH` adds some"
     filters = [
         f"--{name} {value}" for name in ("since", "category", "file", "project") if (value := getattr(args, name))
@@ -250,6 +289,8 @@ def marked(snippet: str) -> Text:
 
 
 def render_hit(console: Console, rank: int, hit) -> None:
+    from digest.card import SOURCE_TIER
+
     title = hit.title or "(not summarized yet)"
     console.print(Text.assemble((f"{rank:>2}. ", "bold"), (title, "bold"), f"   score {hit.score:.2f}"))
     if hit.tier is None:
@@ -342,12 +383,18 @@ def session_view(store, session_id: str, offset: int | None, limit: int) -> dict
 
 def card_view(card) -> dict | None:
     """A card as `show --json` gives it: its items with their turns, its line and its text."""
+    from digest.card import SOURCE_TIER
+
     if card is None:
         return None
     return {**dataclasses.asdict(card), "source_tier": SOURCE_TIER, "line": card.line(), "text": card.text()}
 
 
 def render_session(console: Console, view: dict) -> None:
+    from rich.markdown import Markdown
+
+    from digest.facts import facts_markdown
+
     summary, card = view["summary"], view["card"]
     told = summary["title"] if view["account"] == "summary" else card["title"] if card else "(no card yet)"
     console.print(Text(told, style="bold"))

@@ -4,19 +4,25 @@ documents by reciprocal rank (`digest.embeddings`), for sessions and for turns.
 The query is embedded by the configured model; when that fails (the host is down, the index was
 made by another model) the keyword results stand alone and `notice` says why, once, as deja-vu
 does: vectors can only add to what keyword search finds, never take it away.
+
+The keyword half and what a hit shows come from the search index alone (`SearchIndex`), which never
+waits for a writer; the vectors are still the store's (`search_vectors`), read only when a host
+serves embeddings: that half waits for a writer as any read of the store does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from digest.embeddings import EmbeddingModelMismatch, reciprocal_rank_fusion
 from digest.model_api import ModelError
 from digest.search_text import query_terms, snippet
-from resources.model_clients.embeddings import EmbeddingClient
-from resources.store import DigestStore
-from resources.store.connection import records
-from resources.store.search import Match, SessionHit, TurnHit, session_filters
+from resources.store.search_index import IndexUnavailable
+from resources.store.search_reads import Match, SearchIndex, SessionHit, TurnHit
+
+if TYPE_CHECKING:
+    from resources.model_clients.embeddings import EmbeddingClient
 
 # Candidates each ranking gives the fusion: past the first few dozen, reciprocal ranks add little.
 CANDIDATES = 50
@@ -30,23 +36,35 @@ class Results:
     notice: str | None = None  # why the vectors were left out, when they were
 
 
+def _reads(source, vectors):
+    """(the index, or None when none is built yet; the store the vectors are read from): `source`
+    is the store, or an index alone (its vectors then the `vectors` store's, if any)."""
+    if isinstance(source, SearchIndex):
+        return source, vectors
+    try:
+        return source.search.reader(), source
+    except IndexUnavailable:
+        return None, source
+
+
 def search_sessions(
-    store: DigestStore,
-    client: EmbeddingClient | None,
-    query: str,
-    *,
-    limit: int = 10,
-    summaries_only: bool = False,
-    **filters,
-) -> Results:
-    """`store.search.sessions` (its filters: since_ms, category, file, project), fused with the
+    source, client: EmbeddingClient | None, query: str, *, limit: int = 10, summaries_only: bool = False,
+    vectors=None, **filters,
+) -> Results:  # fmt: skip
+    """The index's `sessions` (its filters: since_ms, category, file, project), fused with the
     sessions of the nearest documents when `client` is set; `summaries_only`: by the summaries'
-    documents alone (`store.search.summaries`, category its one filter: `query_summaries`)."""
+    documents alone (`summaries`, category its one filter: `query_summaries`). `source`: the store,
+    or its index alone (`vectors`: the store to read the vectors from)."""
+    index, store = _reads(source, vectors)
+    if index is None:  # nothing indexed yet: bad input is still said, no hit is found
+        ask = source.search.summaries if summaries_only else source.search.sessions
+        return Results(ask(query, limit=limit, **filters))
     if summaries_only:
-        keyword = store.search.summaries(query, limit=_candidates(limit), **filters)
+        keyword = index.summaries(query, limit=_candidates(limit), **filters)
     else:
-        keyword = store.search.sessions(query, limit=_candidates(limit), **filters)
-    nearest, notice = _nearest(store, client, query, _allowed_sessions(store, **filters))
+        keyword = index.sessions(query, limit=_candidates(limit), **filters)
+    allowed = index.allowed_session_ids(**filters) if client is not None else None
+    nearest, notice = _nearest(store, client, query, allowed)
     if nearest is None:
         return Results(keyword[:limit], notice=notice)
     if summaries_only:
@@ -58,16 +76,23 @@ def search_sessions(
     fused = reciprocal_rank_fusion([list(by_id), list(best)])[:limit]
     missing = [s for s, _ in fused if s not in by_id]
     texts = store.search_vectors.texts([best[s].doc_key for s in missing])
-    made = {s: _vector_only_hit(row, best[s], texts, query) for s, row in _session_rows(store, missing).items()}
-    hits = [replace(by_id[s], score=score) if s in by_id else replace(made[s], score=score) for s, score in fused]
+    made = {s: _vector_only_hit(s, meta, best[s], texts, query) for s, meta in index.metas(missing).items()}
+    hits = [
+        replace(by_id[s], score=score) if s in by_id else replace(made[s], score=score)
+        for s, score in fused
+        if s in by_id or s in made
+    ]
     return Results(hits, mode="hybrid")
 
 
 def search_turns(
-    store: DigestStore, client: EmbeddingClient | None, query: str, *, limit: int = 10, session_id: str | None = None
+    source, client: EmbeddingClient | None, query: str, *, limit: int = 10, session_id: str | None = None, vectors=None
 ) -> Results:
-    """`store.search.turns`, fused with the nearest turns and mini summaries when `client` is set."""
-    keyword = store.search.turns(query, limit=_candidates(limit), session_id=session_id)
+    """The index's `turns`, fused with the nearest turns and mini summaries when `client` is set."""
+    index, store = _reads(source, vectors)
+    if index is None:
+        return Results(source.search.turns(query, limit=limit, session_id=session_id))
+    keyword = index.turns(query, limit=_candidates(limit), session_id=session_id)
     nearest, notice = _nearest(store, client, query, None if session_id is None else [session_id])
     if nearest is None:
         return Results(keyword[:limit], notice=notice)
@@ -79,10 +104,10 @@ def search_turns(
     fused = reciprocal_rank_fusion([list(by_id), list(near_turns)])[:limit]
     missing = [near_turns[t] for t, _ in fused if t not in by_id]
     texts = store.search_vectors.texts([h.doc_key for h in missing])
-    times = _turn_times(store, [h.turn_id for h in missing])
+    rows = index.turn_rows([h.turn_id for h in missing])
     terms = query_terms(query)
     made = {
-        h.turn_id: TurnHit(h.session_id, h.turn_id, times.get(h.turn_id), h.similarity, h.kind, snippet(texts.get(h.doc_key, ""), terms))
+        h.turn_id: TurnHit(h.session_id, h.turn_id, (rows.get(h.turn_id) or {}).get("ts_ms"), h.similarity, h.kind, snippet(texts.get(h.doc_key, ""), terms))
         for h in missing
     }  # fmt: skip
     hits = [replace(by_id[t] if t in by_id else made[t], score=score) for t, score in fused]
@@ -94,9 +119,9 @@ def _candidates(limit) -> int:
     return max(limit, CANDIDATES) if isinstance(limit, int) and limit >= 1 else limit
 
 
-def _nearest(store: DigestStore, client: EmbeddingClient | None, query: str, sessions: list[str] | None):
+def _nearest(store, client: EmbeddingClient | None, query: str, sessions: list[str] | None):
     """The documents nearest the query (None, with the reason, when vectors cannot be used)."""
-    if client is None:
+    if client is None or store is None:
         return None, None
     stamp = store.search_vectors.stamp()
     if stamp is None:
@@ -111,47 +136,12 @@ def _nearest(store: DigestStore, client: EmbeddingClient | None, query: str, ses
         return None, f"keyword results only: the query could not be embedded ({type(exc).__name__}: {exc})"[:300]
 
 
-def _allowed_sessions(store: DigestStore, **filters) -> list[str] | None:
-    """The sessions the keyword search's filters let through (None: no filter), for the vector leg."""
-    if not any(value is not None for value in filters.values()):
-        return None
-    with store.file.connect() as con:
-        where, params = session_filters(con, **filters)
-        rows = con.execute(
-            f"""SELECT s.session_id FROM sessions s LEFT JOIN session_summaries x USING (session_id)
-                WHERE {" AND ".join(where)}""",
-            params,
-        ).fetchall()
-    return [r[0] for r in rows]
-
-
-def _session_rows(store: DigestStore, session_ids: list[str]) -> dict[str, dict]:
-    if not session_ids:
-        return {}
-    with store.file.connect() as con:
-        rows = records(
-            con,
-            """SELECT s.session_id, x.title, x.summary, x.category, s.first_activity_ms, s.last_activity_ms,
-                      x.source_tier AS tier, x.degraded, x.verdict
-               FROM sessions s LEFT JOIN session_summaries x USING (session_id)
-               WHERE s.session_id IN (SELECT unnest(?::VARCHAR[]))""",
-            [session_ids],
-        )
-    return {r["session_id"]: r for r in rows}
-
-
-def _vector_only_hit(row: dict, near, texts: dict[str, str], query: str) -> SessionHit:
+def _vector_only_hit(session_id: str, meta: dict, near, texts: dict[str, str], query: str) -> SessionHit:
     match = Match(near.kind, near.turn_id, near.similarity, snippet(texts.get(near.doc_key, ""), query_terms(query)))
+    account = meta.get("account") or {}
     return SessionHit(
-        row["session_id"], near.similarity, row["title"], row["summary"], row["category"], row["first_activity_ms"],
-        row["last_activity_ms"], row["tier"], row["degraded"], row["verdict"], bool(row["degraded"]), [match],
+        session_id, near.similarity, account.get("title"), account.get("summary"), account.get("category"),
+        meta.get("first_activity_ms"), meta.get("last_activity_ms"), account.get("source_tier"),
+        account.get("degraded"), account.get("verdict"), bool(account.get("degraded")), [match],
         [near.turn_id] if near.turn_id else [],
     )  # fmt: skip
-
-
-def _turn_times(store: DigestStore, turn_ids: list[str]) -> dict[str, int | None]:
-    if not turn_ids:
-        return {}
-    with store.file.connect() as con:
-        rows = con.execute("SELECT id, ts_ms FROM turns WHERE id IN (SELECT unnest(?::VARCHAR[]))", [turn_ids])
-        return dict(rows.fetchall())

@@ -100,6 +100,7 @@ TIERS = {
     "test_resource_settings": "integration",
     "test_store": "integration",
     "test_search_index": "integration",
+    "test_search_serving": "integration",
     "test_vectors_archive": "integration",
     "test_streaming_waits": "integration",
     "test_work": "integration",

@@ -1,8 +1,8 @@
 """The benchmarks still run: each at its smallest size, as a subprocess, so a refactor cannot break
 one unseen. Every file in bench/ needs an entry in SMOKE: a new benchmark without one fails here.
 The ones on the real embedded model skip when the SmolLM2 weights are not installed (CI has them).
-bench/busy_host.py also needs a git checkout: its old arm is a git worktree of 957c233 under
-bench/out/."""
+bench/busy_host.py and bench/search_serving.py also need a git checkout: their old arm is a git
+worktree (of 957c233, of 8d342e9) under bench/out/."""
 
 from __future__ import annotations
 
@@ -104,17 +104,11 @@ SMOKE = {
         ("--sessions", "40"),
         ("Search index (keyword", "relevance at 40 sessions", "a junk summary ranks its session: False"),
     ),
-    # Two engines over the same 40 sessions, a writer child each; about 90 s at load 10.
-    "search_engines.py": Smoke(
-        ("--sessions", "40", "--reps", "1", "--cold", "1", "--writer-queries", "5"),
-        (
-            "Search engines: postings tables",
-            "| warm query wall p95, ms |",
-            "during a writer: failures",
-            "relevance at 40",
-        ),
+    # The old path (a git worktree of 8d342e9) and the new one over the same 40 sessions.
+    "search_serving.py": Smoke(
+        ("--sessions", "40", "--reps", "1", "--cli", "1", "--mcp", "1"),
+        ("Search served: the postings tables", "| warm query wall p95, ms |", "answers `initialize`"),
         timeout_s=600.0,
-        needs=("tantivy",),
     ),
     "embedded_embeddings.py": Smoke(
         ("--smoke",),
@@ -157,7 +151,7 @@ def test_the_bench_runs_at_its_smallest_size(bench):
         _skip_without_the_embedded_model()
     for module in smoke.needs:
         pytest.importorskip(module)
-    if bench == "busy_host.py" and not (ROOT / ".git").exists():
+    if bench in ("busy_host.py", "search_serving.py") and not (ROOT / ".git").exists():
         pytest.skip("the old arm is a git worktree: needs a git checkout")
     # As BENCHMARKS.md runs them: from the checkout, its tests/ importable.
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

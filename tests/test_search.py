@@ -98,6 +98,10 @@ def test_snippet_marks_the_matched_terms_near_the_densest_run():
     out = snippet(text, query_terms("reconnect settings.py"))
     assert "**ReconnectLoop**" in out and "**src/app/settings.py**" in out
     assert len(out) < 260
+    # A text that is not ASCII is searched case-blind by a regex, an ASCII one lower-cased: the same marks.
+    for text in ("the RECONNECTLOOP fix in Settings.PY", "die Änderung an RECONNECTLOOP in Settings.PY"):
+        marked = snippet(text, query_terms("reconnectloop settings.py"))
+        assert "**RECONNECTLOOP**" in marked and "**Settings.PY**" in marked, marked
 
 
 def test_search_ranks_sessions_and_says_which_document_matched(corpus):
@@ -133,14 +137,9 @@ def test_refresh_indexes_only_the_sessions_that_changed(corpus):
     kept = dict(zip(before.session_id, before.indexed_at))
     assert changed["ws"] == kept["ws"] and changed["cfg"] == kept["cfg"] and changed["orm"] != kept["orm"]
     assert [t.turn_id for t in corpus.search.turns("migration")] == ["orm-t001"]
-    # The replaced documents' postings match nothing; a compaction drops them and sorts the rest.
+    # The replaced session's old documents are gone: the index holds each session's documents once.
     assert [h.session_id for h in corpus.search.sessions("drop orm")] == ["orm"]
-    assert corpus.search._compact_if_due(force=True)
-    counts = corpus.query(
-        "SELECT (SELECT count(*) FROM search_postings) AS sorted, (SELECT count(*) FROM search_postings_new) AS new, "
-        "(SELECT sum(terms) FROM search_documents) AS live"
-    )
-    assert (counts.sorted[0], counts.new[0]) == (counts.live[0], 0)
+    assert corpus.search.reader().documents.searcher().num_docs == corpus.search.status()["documents"]
     assert [t.turn_id for t in corpus.search.turns("migration")] == ["orm-t001"]
     # A mini summary made since is a change of its session.
     corpus.query(
@@ -199,11 +198,11 @@ def test_ties_go_to_the_most_recent_session_then_its_id(store):
 
 
 def test_filters_by_file_category_and_date(corpus):
-    corpus.search.refresh()
     corpus.query(
         "INSERT INTO turn_facts VALUES ('cfg-t000', 'cfg', 'file-edit', 'src/app/settings.py', 'edit'), "
         "('ws-t000', 'ws', 'file-read', 'src/net/ws_client.py', 'read')"
     )
+    corpus.search.refresh()  # the index takes the facts in with the sessions' documents
     assert [h.session_id for h in corpus.search.sessions("fix", file="settings.py")] == ["cfg"]
     assert [h.session_id for h in corpus.search.sessions("fix", file="src/app/settings.py")] == ["cfg"]
     assert corpus.search.sessions("fix", file="app/other.py") == []
@@ -264,3 +263,71 @@ def test_the_project_filter_names_a_project_as_status_does(store):
     for named in ("webapp", "dev/webapp", "/home/dev/webapp"):
         assert [h.session_id for h in store.search.sessions("websocket", project=named)] == ["in-app"]
     assert store.search.sessions("websocket", project="app") == []  # a component whole, not its tail
+
+
+def test_the_index_is_built_again_when_its_folder_is_deleted_or_of_another_version(corpus):
+    import json
+    import shutil
+
+    from resources.store.search_index import INDEX_FORMAT, STATE_FILE
+
+    assert corpus.search.refresh().sessions_indexed == 3
+    folder = corpus.search.folder
+    shutil.rmtree(folder)
+    assert corpus.search.sessions("websocket") == []  # no index: nothing found, nothing raised
+    report = corpus.search.refresh()
+    assert report.rebuilt and report.sessions_indexed == 3  # the store's state alone would say none changed
+    assert not corpus.search.refresh().rebuilt
+    assert [h.session_id for h in corpus.search.sessions("websocket")] == ["ws"]
+    for key, other in (("tokenizer_version", -1), ("format", INDEX_FORMAT + 1)):
+        state = json.loads((folder / STATE_FILE).read_text())
+        (folder / STATE_FILE).write_text(json.dumps({**state, key: other}))
+        assert corpus.search.sessions("websocket") == []  # a reader opens no index of another version
+        assert corpus.search.refresh().sessions_indexed == 3
+        assert [h.session_id for h in corpus.search.sessions("websocket")] == ["ws"]
+    shutil.rmtree(folder / "documents")  # a folder half gone is built again too
+    assert corpus.search.refresh().sessions_indexed == 3
+    assert corpus.search.reader().documents.searcher().num_docs == corpus.search.status()["documents"]
+
+
+def test_a_refresh_that_finds_the_writer_held_leaves_the_work_to_the_next(corpus):
+    from resources.store.search_index import IndexWriting
+
+    corpus.search.refresh(limit=1)
+    with IndexWriting(corpus.search.folder, lambda: None):  # another refresh, under way
+        report = corpus.search.refresh()
+        assert report.busy and (report.sessions_indexed, report.behind) == (0, 2)
+        assert corpus.search.reader().session_count() == 1  # the first refresh's one session alone
+    # Tantivy's own writer lock, held by a writer that took no lock file, is found the same way.
+    import tantivy
+
+    writer = tantivy.Index.open(str(corpus.search.folder / "documents")).writer(heap_size=15_000_000, num_threads=1)
+    report = corpus.search.refresh()
+    assert report.busy and (report.sessions_indexed, report.behind) == (0, 2)
+    writer.wait_merging_threads()  # let go
+    report = corpus.search.refresh()
+    assert not report.busy and (report.sessions_indexed, report.behind) == (2, 0)
+
+
+def test_a_hit_is_shown_from_the_index_alone(corpus):
+    corpus.search.refresh()
+    index = corpus.search.reader()
+    (hit,) = index.sessions("websocket reconnect")
+    assert (hit.title, hit.category, hit.tier) == ("Fix websocket reconnect loop", "bugfix", "raw")
+    assert index.accounts(["ws"])["ws"]["line"] and index.accounts(["nope"]) == {}
+    row = index.turn_rows(["ws-t000"])["ws-t000"]
+    assert row["session_id"] == "ws" and row["prompt"].startswith("The websocket client")
+    assert row["prompt_chars"] == len("The websocket client keeps reconnecting in a loop")
+    assert index.state()["sessions"] == 3 and index.state()["behind"] == 0
+
+
+def test_a_turn_is_indexed_by_its_whole_document_and_shown_by_its_row(store):
+    # The document's response (tool output and all) is what is searched, not the row's short one.
+    row = turn("doc", 0, "look at the importer", "short reply")
+    row["document"] = "User Prompt: look at the importer\nAgent Response: quetzalcoatl appears in the tool output"
+    write(store, [row])
+    store.search.refresh()
+    (hit,) = store.search.turns("quetzalcoatl")
+    assert hit.turn_id == "doc-t000" and "**quetzalcoatl**" in hit.snippet
+    shown = store.search.reader().turn_rows(["doc-t000"])["doc-t000"]
+    assert (shown["prompt"], shown["response"], shown["ts_ms"]) == ("look at the importer", "short reply", T0)

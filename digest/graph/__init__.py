@@ -12,61 +12,32 @@ transitions), `session` (one session's digest) and `export` (the graph-backup li
 names are re-exported here. No Dagster here: the asset wires a client, a ledger and the store in.
 """
 
-from digest.graph.builder import (
-    RAW_EVIDENCE,
-    ExtractionStats,
-    GraphBuilder,
-    GraphEdge,
-    GraphNode,
-    edge_id,
-    entity_id,
-    grounded,
-    merge_extractions,
-    normalize_name,
-    reinforce,
-    session_node_id,
-    summary_node_id,
-)
-from digest.graph.chunking import Chunk, chunk_turns, split_oversized
-from digest.graph.export import edge_line, merge_stored_edges, merge_stored_nodes, node_line, write_graph_backup
-from digest.graph.extraction import (
-    ENTITY_TYPES,
-    RELATION_TYPES,
-    GraphExtraction,
-    GraphParseError,
-    build_extraction_prompt,
-    extraction_json_schema,
-    parse_extraction,
-    salvage_cut_reply,
-)
-from digest.graph.policy import (
-    MIN_CHUNK_CONTENT_BYTES,
-    GraphPolicy,
-    chunk_content_budget_bytes,
-    graph_limits,
-    prompt_window_tokens,
-)
-from digest.graph.provenance import (
-    FRONTIER,
-    add_provenance,
-    add_summary_provenance,
-    iso_ms,
-    issue_references,
-    payload_hash,
-    summary_graph,
-)
-from digest.graph.session import ChunkStore, DigestResult, SessionGraph, digest_session
-from digest.graph.state import (
-    DeferReason,
-    DigestState,
-    DigestStatus,
-    after_failure,
-    after_reset,
-    after_success,
-    digest_gate,
-    reset_undigestible,
-)
+from __future__ import annotations
 
+from importlib import import_module
+
+# Each public name's module, imported when the name is first used: a reader of the settings (the
+# graph's policy) does not load the extraction's models.
+_EXPORTS = {
+    "RAW_EVIDENCE": "builder", "ExtractionStats": "builder", "GraphBuilder": "builder",
+    "GraphEdge": "builder", "GraphNode": "builder", "edge_id": "builder",
+    "entity_id": "builder", "grounded": "builder", "merge_extractions": "builder",
+    "normalize_name": "builder", "reinforce": "builder", "session_node_id": "builder",
+    "summary_node_id": "builder", "Chunk": "chunking", "chunk_turns": "chunking",
+    "split_oversized": "chunking", "edge_line": "export", "merge_stored_edges": "export",
+    "merge_stored_nodes": "export", "node_line": "export", "write_graph_backup": "export",
+    "ENTITY_TYPES": "extraction", "RELATION_TYPES": "extraction", "GraphExtraction": "extraction",
+    "GraphParseError": "extraction", "build_extraction_prompt": "extraction", "extraction_json_schema": "extraction",
+    "parse_extraction": "extraction", "salvage_cut_reply": "extraction", "MIN_CHUNK_CONTENT_BYTES": "policy",
+    "GraphPolicy": "policy", "chunk_content_budget_bytes": "policy", "graph_limits": "policy",
+    "prompt_window_tokens": "policy", "FRONTIER": "provenance", "add_provenance": "provenance",
+    "add_summary_provenance": "provenance", "iso_ms": "provenance", "issue_references": "provenance",
+    "payload_hash": "provenance", "summary_graph": "provenance", "ChunkStore": "session",
+    "DigestResult": "session", "SessionGraph": "session", "digest_session": "session",
+    "DeferReason": "state", "DigestState": "state", "DigestStatus": "state",
+    "after_failure": "state", "after_reset": "state", "after_success": "state",
+    "digest_gate": "state", "reset_undigestible": "state",
+}  # fmt: skip
 __all__ = [
     "ENTITY_TYPES",
     "FRONTIER",
@@ -122,3 +93,9 @@ __all__ = [
     "summary_node_id",
     "write_graph_backup",
 ]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)

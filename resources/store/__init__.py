@@ -31,7 +31,11 @@ with its SQL beside its code, in the order one session passes through them:
 - `backlog.py`        `store.backlog`: the pending sessions' sizes and the drain's figures (`backlog` asset)
 - `archive.py`        `store.archive`: archive bundles written and restored
 - `search_vectors.py` `store.search_vectors`: the search index's vectors and the model they are stamped with
-- `search.py`         `store.search`: the search index (summaries, mini summaries, turns) and its queries
+- `search.py`         `store.search`: the search index (summaries, cards, mini summaries, turns) brought
+                      up to date from the store, and its queries
+- `search_index.py`   the search index's files: a Tantivy index beside the store (`<store>.search/`)
+- `search_reads.py`   the search index read without the store (`SearchIndex`: never waits for a writer)
+- `digest_store.py`   `DigestStore`, the repositories above over one `StoreFile`
 
 Decisions are `digest/`'s pure functions (the order mini summaries are made in, when a failing turn
 is archived, how failures count, the digest states, a host's circuit); a repository applies them
@@ -42,72 +46,19 @@ connections. The store itself keeps only what is the file's: `path`, `migrate`, 
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import import_module
 
-import pandas as pd
-
-from resources.store.archive import NOT_ARCHIVED, RESTORE_MODES, Archive
-from resources.store.backlog import BacklogReads
-from resources.store.cache import Cache
-from resources.store.cards import Cards
-from resources.store.connection import SCHEMA_VERSION, StoreFile, StoreUnreadable
-from resources.store.facts import Facts
-from resources.store.graph import Graph
-from resources.store.hosts import Hosts
-from resources.store.ingest import Ingest
-from resources.store.ledger import Attempts, RunLedger
-from resources.store.mini_summaries import MiniSummaries, MiniSummaryLedger
-from resources.store.projects import Projects
-from resources.store.reports import Reports
-from resources.store.resummaries import Resummaries
-from resources.store.search import Search
-from resources.store.search_vectors import SearchVectors
-from resources.store.sessions import Sessions
-from resources.store.speed import Speed
-from resources.store.summaries import Summaries
-from resources.store.tokens import Tokens
-
-__all__ = [
-    "DigestStore", "MiniSummaryLedger", "NOT_ARCHIVED", "RESTORE_MODES", "RunLedger", "SCHEMA_VERSION",
-    "StoreFile", "StoreUnreadable",
-]  # fmt: skip
+# The package's names, each imported when first used: a search reads the index beside the store
+# (`search_reads`) without loading DuckDB, pandas and every repository.
+_EXPORTS = {
+    "DigestStore": "digest_store", "MiniSummaryLedger": "mini_summaries", "NOT_ARCHIVED": "archive",
+    "RESTORE_MODES": "archive", "RunLedger": "ledger", "SCHEMA_VERSION": "connection", "StoreFile": "connection",
+    "StoreUnreadable": "connection",
+}  # fmt: skip
+__all__ = sorted(_EXPORTS)
 
 
-class DigestStore:
-    """The store of one DuckDB file: its repositories over the one shared `StoreFile` (see the
-    module list above). `path` may be a `StoreFile` already (one that counts its connections, say)."""
-
-    def __init__(self, path: str | Path | StoreFile, read_only: bool = False):
-        self.file = path if isinstance(path, StoreFile) else StoreFile(path, read_only)
-        self.ingest = Ingest(self.file)
-        self.sessions = Sessions(self.file)
-        self.facts = Facts(self.file)
-        self.mini_summaries = MiniSummaries(self.file)
-        self.summaries = Summaries(self.file)
-        self.cards = Cards(self.file)
-        self.graph = Graph(self.file)
-        self.attempts = Attempts(self.file)
-        self.hosts = Hosts(self.file)
-        self.cache = Cache(self.file)
-        self.tokens = Tokens(self.file)
-        self.speed = Speed(self.file)
-        self.reports = Reports(self.file)
-        self.resummaries = Resummaries(self.file)
-        self.backlog = BacklogReads(self.file)
-        self.archive = Archive(self.file)
-        self.search_vectors = SearchVectors(self.file)
-        self.search = Search(self.file)
-        self.projects = Projects(self.file)
-
-    @property
-    def path(self) -> Path:
-        return self.file.path
-
-    def migrate(self) -> None:
-        self.file.migrate()
-
-    def migrate_once(self) -> None:
-        self.file.migrate_once()
-
-    def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
-        return self.file.query(sql, params)
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)

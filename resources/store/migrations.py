@@ -158,6 +158,15 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 19: each turn's terms in its own row (`turns.terms`, `terms_words`), not a row a term with the
     # turn's id and session again in `turn_terms` (BENCHMARKS §29); batched.
     19: [*TURN_TERM_COLUMNS, backfill_turn_terms, "DROP TABLE IF EXISTS turn_terms"],
+    # 20: the search index moves to a Tantivy index beside the store (`<store>.search/`), which readers
+    # open without the store's lock: the postings tables go, every session is indexed there again.
+    20: [
+        "DROP TABLE IF EXISTS search_postings",
+        "DROP TABLE IF EXISTS search_postings_new",
+        "DROP TABLE IF EXISTS search_documents",
+        "DROP SEQUENCE IF EXISTS search_doc_ids",
+        "DELETE FROM search_index_state",
+    ],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -423,35 +423,9 @@ CREATE TABLE IF NOT EXISTS turn_facts (
     detail VARCHAR                    -- the tool, or a command's exit status where the log records it
 );
 
--- The search index (resources/store/search.py): BM25 over each session's summary, mini summaries and
--- turns, brought up to date per session. A document keeps no text: snippets are cut from the rows it
--- was made from. Postings live in two tables: `search_postings`, sorted by term (a query reads only
--- the row groups of its terms), rewritten by a compaction; `search_postings_new`, appended to by each
--- refresh until the next compaction. A replaced document's postings stay until then, unmatched.
-CREATE SEQUENCE IF NOT EXISTS search_doc_ids;
-CREATE TABLE IF NOT EXISTS search_documents (
-    doc_id BIGINT PRIMARY KEY,
-    session_id VARCHAR NOT NULL,
-    turn_id VARCHAR,                  -- NULL: the summary's document
-    kind VARCHAR NOT NULL,            -- summary | mini | turn
-    length INTEGER NOT NULL,          -- its terms (BM25's document length)
-    terms INTEGER NOT NULL            -- its distinct terms: its postings
-);
-
-CREATE TABLE IF NOT EXISTS search_postings (
-    term INTEGER NOT NULL,            -- the term's key (digest.search_text.term_key)
-    doc_id BIGINT NOT NULL,
-    tf INTEGER NOT NULL
-);
-
-CREATE TABLE IF NOT EXISTS search_postings_new (
-    term INTEGER NOT NULL,
-    doc_id BIGINT NOT NULL,
-    tf INTEGER NOT NULL
-);
-
--- What each session was indexed at: a refresh indexes again the sessions whose turns, summary or mini
--- summaries changed since.
+-- The search index is a Tantivy index beside the store (`<store>.search/`, resources/store/search_index.py),
+-- derived from it. The store keeps what each session was indexed at: a refresh indexes again the sessions
+-- whose turns, summary or mini summaries changed since.
 CREATE TABLE IF NOT EXISTS search_index_state (
     session_id VARCHAR PRIMARY KEY,
     input_revision VARCHAR NOT NULL,

@@ -1,0 +1,114 @@
+"""Search served from the index beside the store while another process holds the store for writing:
+the CLI's `search` and the MCP server's searches answer (none opens the DuckDB file, nor imports
+DuckDB or pandas), and a session indexed after the server started is found without restarting it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import duckdb
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from digest.ingest import ingest_paths
+from resources.store import DigestStore
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+SUMMARIZED = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"  # the bundle's session with the export's summary
+# Runs the CLI's search in-process and then lists the heavy modules it loaded.
+SEARCH_AND_LIST_MODULES = (
+    "import json, sys; from pipelines.cli import main; main(sys.argv[1:]); "
+    "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'duckdb', 'pandas', 'dagster'})))"
+)
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    store = DigestStore(tmp_path / "digest.duckdb")
+    store.migrate()
+    ingest_paths([SAMPLES / "bundle", SAMPLES / "harnesses"], store)
+    store.search.refresh()
+    return tmp_path
+
+
+def env(home: Path) -> dict:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    return {**clean, "DIGEST_HOME": str(home), "PYTHONPATH": str(ROOT)}
+
+
+def hold_for_writing(db: Path) -> duckdb.DuckDBPyConnection:
+    """A write connection, in a transaction, held by this process: no other process can open the file."""
+    con = duckdb.connect(str(db))
+    con.execute("BEGIN")
+    con.execute("UPDATE sessions SET updated_at = updated_at")
+    return con
+
+
+def test_searches_answer_while_another_process_holds_the_store_for_writing(home):
+    db = home / "digest.duckdb"
+    writer = hold_for_writing(db)
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", f"import duckdb; duckdb.connect({str(db)!r}, read_only=True)"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert probe.returncode != 0 and "lock" in probe.stderr.lower()  # the store is really held
+        for _ in range(3):
+            done = subprocess.run(
+                [sys.executable, "-c", SEARCH_AND_LIST_MODULES, "search", "grid", "selection", "sort", "--json"],
+                capture_output=True, text=True, timeout=120, env=env(home), cwd=ROOT,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr[-2000:]
+            answer, loaded = done.stdout.strip().splitlines()
+            assert json.loads(answer)["results"][0]["session_id"] == SUMMARIZED
+            assert json.loads(loaded) == []  # neither DuckDB nor pandas nor Dagster was loaded
+    finally:
+        writer.close()
+
+
+def test_the_mcp_server_answers_beside_a_writer_and_finds_a_session_indexed_after_it_started(home):
+    db = home / "digest.duckdb"
+    server = StdioServerParameters(command=sys.executable, args=["-m", "pipelines.cli", "mcp"], env=env(home), cwd=ROOT)
+
+    async def call(session: ClientSession, tool: str, **arguments) -> dict:
+        result = await session.call_tool(tool, arguments)
+        assert not result.is_error, result.content
+        return json.loads("".join(part.text for part in result.content))
+
+    async def scenario(errlog) -> None:
+        async with stdio_client(server, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                assert (await call(session, "query_raw_memories", query="zanzibar"))["count"] == 0
+                writer = hold_for_writing(db)
+                try:
+                    for _ in range(5):
+                        found = await call(session, "query_summaries", query="grid selection sort")
+                        assert found["results"][0]["sessionId"] == SUMMARIZED
+                        found = await call(session, "query_raw_memories", query="pytest test_server", nResults=3)
+                        assert found["count"] > 0 and all(r["timestamp"] for r in found["results"])
+                finally:
+                    writer.close()
+                # A session ingested and indexed now, by another process's store.
+                log = home / "late.jsonl"
+                line = {
+                    "type": "user", "sessionId": "late", "uuid": "u1", "timestamp": "2026-12-01T10:00:00Z",
+                    "message": {"role": "user", "content": "why does the zanzibar importer drop rows"},
+                }  # fmt: skip
+                log.write_text(json.dumps(line) + "\n", encoding="utf-8")
+                store = DigestStore(db)
+                assert ingest_paths([log], store).turns == 1
+                assert store.search.refresh().sessions_indexed == 1
+                found = await call(session, "query_raw_memories", query="zanzibar")
+                assert [r["sessionId"] for r in found["results"]] == ["late"]
+                assert "zanzibar" in found["results"][0]["snippet"].lower()
+
+    with (home / "server.log").open("w") as errlog:
+        anyio.run(scenario, errlog)
