@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -258,8 +259,8 @@ def main() -> None:
         split_table({k: p[step] for k, p in project.items()}, turns)
     if not args.keep:
         corpus.unlink()
-    for db in OUT.glob("bench-*.duckdb*"):
-        db.unlink()
+    for db in OUT.glob("bench-*.duckdb*"):  # the store, its WAL and its search index's folder
+        shutil.rmtree(db) if db.is_dir() else db.unlink()
 
 
 if __name__ == "__main__":
