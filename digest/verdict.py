@@ -10,7 +10,8 @@ that holds wins:
   the prompt's field names given as values ("The goal: 1.0, the key decisions: 2.0"), or the
   schema's own field list echoed;
 - **echo**: at least `ECHO_SHARE` of its tokens in long fragments copied from the session's text,
-  or `PROMPT_ECHO_SHARE` from the prompt's instructions (Grusky et al. 2018);
+  or `PROMPT_ECHO_SHARE` from the prompt's instructions (Grusky et al. 2018), or `REPEAT_SHARE` of
+  its words in a phrase it says `REPEATS` times or more (a model caught in a loop echoes itself);
 - **fabricated**: it names an issue, path, file, URL or commit hash no turn has, or
   `FABRICATED_SYMBOLS` other identifiers no turn has (anchor precision, Nan et al. 2021);
 - **content-free**: it names no identifier of the session and fewer than `MIN_SPECIFIC` of the
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -43,6 +45,9 @@ ECHO_SHARE = 0.5  # this share of the summary's tokens in long fragments of the 
 PROMPT_ECHO_SHARE = 0.2  # the same, from the prompt's own instructions
 FABRICATED_SYMBOLS = 2  # this many unknown symbols (or one unknown issue, path, URL, hash): fabricated
 MIN_SPECIFIC = 3  # fewer of the session's own words than this, and no identifier: content-free
+REPEAT_WORDS = 6  # a phrase this many words long ...
+REPEATS = 3  # ... said this many times or more ...
+REPEAT_SHARE = 0.3  # ... over this share of the summary's words: echo (of itself)
 
 _LETTER_WORD = re.compile(r"[^\W\d_]{2,}")
 _CONTENT_WORD = re.compile(r"[^\W\d_][^\W\d_'-]{3,}")
@@ -148,6 +153,19 @@ def _line(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+def repeated_share(text: str) -> float:
+    """The share of the text's words inside a phrase of `REPEAT_WORDS` words it says `REPEATS` times
+    or more."""
+    words = [w.lower() for w in _LETTER_WORD.findall(text)]
+    phrases = [tuple(words[i : i + REPEAT_WORDS]) for i in range(len(words) - REPEAT_WORDS + 1)]
+    counts = Counter(phrases)
+    covered = set()
+    for i, phrase in enumerate(phrases):
+        if counts[phrase] >= REPEATS:
+            covered.update(range(i, i + REPEAT_WORDS))
+    return len(covered) / len(words) if words else 0.0
+
+
 def copied_title(turn_documents: Sequence[str], title: str) -> str | None:
     """The line of the agent's side of a turn (its thought, its response, the tools' output) that the
     title is, word for word: "Tokens: 703 sent, 1.1k received." is a line of aider's output, not a
@@ -221,6 +239,7 @@ def judge(
         + (["opens on a comma, the prompt's sentence continued"] if continued else [])
         + [f"only labels: {label}" for label in turn_labels],
         "specific_words": specific[:20],
+        "repeated": round(repeated_share(summary), 4),
         "title_copied": title_line,
     }
 
@@ -254,6 +273,11 @@ def judge(
             else "only the labels a turn is written with"
         )
         return Verdict("template", {**evidence, "reason": reason})
+    # A model caught in a loop ("It also allows you to send ..." seven times) echoes itself.
+    if evidence["repeated"] >= REPEAT_SHARE:
+        return Verdict(
+            "echo", {**evidence, "reason": f"{evidence['repeated']:.0%} of its words in a phrase it repeats"}
+        )
     strong = [k for k, kind in unknown.items() if kind in STRONG]
     if strong or len(unknown) >= FABRICATED_SYMBOLS:
         return Verdict("fabricated", {**evidence, "reason": f"{len(unknown)} identifiers no turn has"})

@@ -287,6 +287,23 @@ def test_migration_16_makes_every_sessions_card(store, tmp_path):
         assert con.execute("SELECT max(version) FROM schema_meta").fetchone() == (SCHEMA_VERSION,)
 
 
+@pytest.mark.integration  # an older store migrated in place
+def test_the_migration_after_the_loop_rule_judges_every_summary_again(store, tmp_path):
+    ingest_paths([plain_session(tmp_path / "s.jsonl", "s1", TURNS)], store)
+    (revision,) = [s["input_revision"] for s in store.sessions.session_rows(["s1"])]
+    loop = (
+        "parse_week in dates/parser.py returns ISO week 53 now. " + "The parser also reads the week of the year. " * 6
+    )
+    store.summaries.write_summary(summary("s1", revision, "Fix parse_week", loop, model="qwen3:4b"))
+    with store.file.transaction() as con:  # as judged before the rule
+        con.execute("UPDATE session_summaries SET verdict = 'ok'")
+        con.execute("UPDATE schema_meta SET version = 20")
+    store.file.migrate()
+    assert accounts(store)[0][:2] == ("s1", "card")
+    with store.file.connect() as con:
+        assert con.execute("SELECT verdict FROM session_summaries").fetchone() == ("echo",)
+
+
 @pytest.mark.integration  # an archive written and restored
 def test_a_restore_makes_the_cards_again(store, tmp_path):
     from digest.archive_read import validate_bundle

@@ -122,3 +122,14 @@ FLOORS = {
     "empty": (1.0, 1.0),
     "too-long": (1.0, 1.0),
 }
+
+
+def test_a_summary_caught_in_a_loop_is_an_echo_of_itself():
+    # The embedded model's summary of a real session, its last sentence said seven times over.
+    loop = "RowModel keeps the selected record after a sort. " + "It also stores the record keys of every row. " * 7
+    looping = judge(TURNS, "RowModel selection after sort", loop)
+    assert looping.label == "echo" and "of its words in a phrase it repeats" in looping.evidence["reason"]
+    assert looping.evidence["repeated"] >= 0.8
+    # Naming the same file and test twice is not a loop.
+    twice = FAITHFUL[1] + " RowModel.spec.mjs passes; npm test passes."
+    assert judge(TURNS, FAITHFUL[0], twice).label == "ok"

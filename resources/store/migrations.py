@@ -39,6 +39,16 @@ def backfill_cards(con: duckdb.DuckDBPyConnection) -> None:
     refresh_all_cards(con)
 
 
+def judge_summaries_again(con: duckdb.DuckDBPyConnection) -> None:
+    """Every stored summary judged and scored again (`digest.verdict` changed); imported here for the
+    reason above."""
+    from resources.store.fidelity import refresh_fidelity
+
+    sessions = [r[0] for r in con.execute("SELECT session_id FROM session_summaries ORDER BY 1").fetchall()]
+    for start in range(0, len(sessions), 500):
+        refresh_fidelity(con, sessions[start : start + 500])
+
+
 def backfill_turn_terms(con: duckdb.DuckDBPyConnection) -> None:
     """The identifiers of the stored turns (`turns.terms`); imported here for the reason above."""
     from resources.store.fidelity import refresh_turn_terms
@@ -167,6 +177,9 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
         "DROP SEQUENCE IF EXISTS search_doc_ids",
         "DELETE FROM search_index_state",
     ],
+    # 21: every summary judged again: a summary caught in a loop (a phrase said three times or more
+    # over a third of it) is an echo now; the cards follow the verdicts (an ok summary's title).
+    21: [judge_summaries_again, backfill_cards],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)
