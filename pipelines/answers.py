@@ -30,8 +30,10 @@ def tokens(text: str) -> int:
 def cut(text: str | None, limit: int, whole: int | None = None) -> str | None:
     """The text, or its first `limit` characters and a marker saying how much was left out; `whole`:
     the length of the text it was already cut from (a search index keeps a turn's head alone)."""
-    length = len(text) if whole is None or text is None else whole
-    if text is None or length <= limit:
+    if text is None:
+        return None
+    length = len(text) if whole is None else whole
+    if length <= limit:
         return text
     return text[:limit] + f" …[cut: {length - limit:,} more characters]"
 

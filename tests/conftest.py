@@ -18,6 +18,7 @@ from resources.store import DigestStore
 TIERS = {
     # unit: pure functions, a DuckDB file, a local HTTP server; no Dagster run, no subprocess
     "test_call_progress": "unit",
+    "test_answers": "unit",
     "test_run_progress": "unit",
     "test_circuit": "unit",
     "test_cost": "unit",
