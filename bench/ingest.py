@@ -157,8 +157,8 @@ def run_side(code: str, corpus: Path, db: Path, source: Path | None = None, repe
     whose code it imports (default: this one)."""
     runs = []
     for _ in range(repeat):
-        for stale in db.parent.glob(db.name + "*"):
-            stale.unlink()
+        for stale in db.parent.glob(db.name + "*"):  # the store, its WAL and its search index's folder
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         tree = source or ROOT
         done = subprocess.run(
             [sys.executable, "-c", code, str(corpus), str(db)],
