@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from digest.ingest import ingest_paths
 from digest.turns import Turn
+from resources.store import DigestStore
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
 
 def memory_row(
@@ -91,3 +95,12 @@ def write_summaries(folder: Path, lines: list, stamp: str = STAMP) -> Path:
     path = folder / f"summaries-backup-{stamp}.jsonl"
     path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n", encoding="utf-8")
     return path
+
+
+def samples_home(folder: Path) -> Path:
+    """`folder` as a `DIGEST_HOME` whose store holds the bundled samples, their search index made."""
+    store = DigestStore(folder / "digest.duckdb")
+    store.migrate()
+    ingest_paths([SAMPLES / "bundle", SAMPLES / "harnesses"], store)
+    store.search.refresh()
+    return folder

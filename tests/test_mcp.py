@@ -17,9 +17,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from digest.ingest import ingest_paths
 from resources.store import DigestStore
+from tests.bundles import samples_home
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "samples"
 CLAUDE = "0b6c3f1e-5a2d-4c8e-9f41-7d2e8a1c5b90"
 CODEX = "01936a4e-7c1b-7d42-9a0e-3b5f2c8d1e67"
 SUMMARIZED = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"  # the bundle's session with the export's summary
@@ -31,11 +31,7 @@ TOOLS = {
 
 @pytest.fixture
 def home(tmp_path) -> Path:
-    store = DigestStore(tmp_path / "digest.duckdb")
-    store.migrate()
-    ingest_paths([SAMPLES / "bundle", SAMPLES / "harnesses"], store)
-    store.search.refresh()
-    return tmp_path
+    return samples_home(tmp_path)
 
 
 def server(home: Path) -> StdioServerParameters:

@@ -18,9 +18,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from digest.ingest import ingest_paths
 from resources.store import DigestStore
+from tests.bundles import samples_home
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "samples"
 SUMMARIZED = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"  # the bundle's session with the export's summary
 # Runs the CLI's search in-process and then lists the heavy modules it loaded.
 SEARCH_AND_LIST_MODULES = (
@@ -31,11 +31,7 @@ SEARCH_AND_LIST_MODULES = (
 
 @pytest.fixture
 def home(tmp_path) -> Path:
-    store = DigestStore(tmp_path / "digest.duckdb")
-    store.migrate()
-    ingest_paths([SAMPLES / "bundle", SAMPLES / "harnesses"], store)
-    store.search.refresh()
-    return tmp_path
+    return samples_home(tmp_path)
 
 
 def env(home: Path) -> dict:
