@@ -22,7 +22,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.cards import build, split_sessions  # noqa: E402
-from digest.summary_output import Category  # noqa: E402
+from digest.summary_output import CATEGORIES  # noqa: E402
 from resources.embedded_server import MODEL_ALIAS, EmbeddedServer  # noqa: E402
 
 LAST_REPLY_CHARS = 1_500
@@ -31,14 +31,14 @@ SCHEMA = {
     "type": "object",
     "properties": {
         "outcome": {"type": "string", "maxLength": 300},
-        "category": {"type": "string", "enum": list(Category.__args__)},
+        "category": {"type": "string", "enum": list(CATEGORIES)},
     },
     "required": ["outcome", "category"],
 }
 ASK = (
     "Below is the account of an AI-agent work session, made from its log, and the end of its last reply. "
     'Reply with one JSON object: "outcome": in one or two sentences, what the session achieved and how it '
-    'ended; "category": one of ' + ", ".join(Category.__args__) + "."
+    'ended; "category": one of ' + ", ".join(CATEGORIES) + "."
 )
 
 
