@@ -18,8 +18,9 @@ that holds wins:
   session's own words beyond a summary's boilerplate ("The user asked for a summary of the changes"),
   or one identifier and fewer than `MIN_SPECIFIC` words besides it;
 - a title copied word for word from one line of the agent's side of a turn: **echo**.
-Held-out summaries added the prompt's field list, a bare-number field, a reply that
-continues the prompt's sentence and a turn's labels to template, and a wordless title to empty.
+
+The prompt's words it looks for (its labels, the summary's parts, the field names) are read from
+`digest.prompts`, so a reworded prompt moves the rules with it.
 """
 
 from __future__ import annotations
