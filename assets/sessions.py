@@ -91,7 +91,7 @@ def not_done(
 
     In a backfill's run (the UI's Materialize of several partitions) a materialization instead, its
     `not_done` saying why: since dagster 1.13.22 a backfill marks failed every partition that a
-    successful run did not materialize (dagster-io/dagster#34219; before, it waited for it for ever)."""
+    successful run did not materialize (dagster-io/dagster#34219)."""
     context.log.info(f"session {session_id!r} {what}: {reason}")
     if BACKFILL_TAG in context.run.tags:
         return materialized(context, {"session_id": session_id, **metadata, "not_done": f"{what}: {reason}"})
