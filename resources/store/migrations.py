@@ -180,10 +180,9 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 21: every summary judged again: a summary caught in a loop (a phrase said three times or more
     # over a third of it) is an echo now; the cards follow the verdicts (an ok summary's title).
     21: [judge_summaries_again, backfill_cards],
-    # 22: what each session was indexed at moves into the index's folder, beside what it describes
-    # (`search_indexed.py`); an index with no such record is cleared and every session indexed again.
-    # (16 and 20 dropped the table too, which made every session be indexed again then; `schema.sql`
-    # no longer makes it for them to empty.)
+    # 22: what each session was indexed at moves into the index's folder, with the index it describes
+    # (`search_indexed.py`): an index with no such record is cleared, every session indexed again.
+    # 16 and 20 emptied the table to the same end; they drop it now that `schema.sql` makes none.
     22: ["DROP TABLE IF EXISTS search_index_state"],
 }  # fmt: skip
 
