@@ -202,6 +202,19 @@ def test_a_record_line_cut_short_is_dropped_and_its_session_indexed_again(corpus
     assert corpus.search.refresh().sessions_indexed == 0
 
 
+def test_an_index_whose_record_is_lost_is_cleared_and_indexed_again(corpus):
+    # As an index built before the record moved beside it (migration 22), or one whose record was deleted.
+    corpus.search.refresh()
+    corpus.query("DELETE FROM turns WHERE session_id = 'cfg'")
+    corpus.query("DELETE FROM sessions WHERE session_id = 'cfg'")
+    (corpus.search.folder / LOG_FILE).unlink()
+    assert corpus.search.status()["behind"] == 2
+    report = corpus.search.refresh()
+    assert (report.sessions_indexed, report.behind) == (2, 0)
+    assert corpus.search.sessions("settings.py") == []  # the session the record no longer named is gone
+    assert corpus.search.reader().session_count() == 2
+
+
 def test_a_refresh_limit_leaves_the_rest_behind(corpus):
     report = corpus.search.refresh(limit=1)
     assert (report.sessions_indexed, report.behind) == (1, 2)
