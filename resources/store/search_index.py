@@ -1,7 +1,7 @@
 """The search index's files: a Tantivy index in a folder beside the store (`<store>.search/`), which
 readers open without the store's lock, so a search never waits for a writer nor fails beside one.
 
-The folder holds two Tantivy indexes and a state file:
+The folder holds two Tantivy indexes and two files of state:
 - `documents/`: a document per session's summary, card, mini summary and turn: its terms (made by
   `digest.search_text` and space-joined under Tantivy's whitespace tokenizer, so the terms and the
   BM25 are the project's), its session, kind and turn, the text its snippets are cut from, and a
