@@ -406,7 +406,7 @@ def resummarize(settings: Settings, criteria, record: bool) -> dict:
     from digest.scheduling import now_ms
     from pipelines.resummary import plan_resummaries, record_resummaries
     from pipelines.runs import _store
-    from resources.host_views import hosts_in_rotation
+    from resources.model_hosts import hosts_in_rotation
 
     store = _store(settings)
     if record:
