@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -143,6 +144,13 @@ def pytest_ignore_collect(collection_path, config) -> bool | None:
     return None
 
 
+def pytest_collection_finish(session) -> None:
+    """What the collection made (the modules, their tests) lives to the end of the run: frozen, the
+    garbage collector's full passes skip it instead of walking it again each time (about a third of
+    a second of CPU in the unit tier)."""
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     tiers = {*TIERS.values(), "embedded"}
     for item in items:
@@ -202,6 +210,16 @@ def new_store(migrated_store_file) -> Iterator[Callable[[Path], DigestStore]]:
     file, as the `store` fixture's), held to the end of the test."""
     with contextlib.ExitStack() as stack:
         yield lambda path: held_copy(stack, migrated_store_file, DigestStore(path))
+
+
+@pytest.fixture
+def samples_store(tmp_path) -> Iterator[DigestStore]:
+    """A store holding the bundled samples' export as an ingest leaves it: a copy of the one
+    ingested for the whole run (`tests.bundles.ingested_samples`), held to the end of the test."""
+    from tests.bundles import ingested_samples
+
+    with contextlib.ExitStack() as stack:
+        yield held_copy(stack, ingested_samples(), DigestStore(tmp_path / "digest.duckdb"))
 
 
 def make_limits(**overrides) -> Limits:
