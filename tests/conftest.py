@@ -7,6 +7,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from digest.synthesis import Limits
@@ -171,10 +172,50 @@ def migrated_store_file(tmp_path_factory) -> Path:
     return path
 
 
+class StoreSlot:
+    """Where the unit tier's `store` (and `corpus`, `samples_store`) files go: one path for the
+    run, whose DuckDB database a connection of the slot's own keeps open between tests. DuckDB
+    names a store's database after its file (`StoreFile._attach`), and starting one costs some
+    12 ms of CPU, as much as attaching the file; at one path a test's store is a fresh copy
+    attached to the database already started. The copy of the last test is detached first."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.number = 0  # a new path (and database) whenever the last one cannot be let go
+        self.keeper: duckdb.DuckDBPyConnection | None = None
+
+    def store(self, stack: contextlib.ExitStack, source: Path) -> DigestStore:
+        """A store whose file is a copy of `source`, held until `stack` ends (`held_copy`)."""
+        db = held_copy(stack, source, DigestStore(self._fresh_path()))
+        if self.keeper is None:
+            self.keeper = db.file._attach(read_only=False)  # the store's own database, by its name
+            self.keeper.execute("USE memory")  # so that the store can be detached from it
+        return db
+
+    def _fresh_path(self) -> Path:
+        if self.keeper is not None:
+            try:
+                self.keeper.execute("DETACH DATABASE IF EXISTS store")
+                self.keeper.execute("RESET checkpoint_threshold")  # an ingest raises it for its database
+            except duckdb.Error:  # something of the last test still uses the file
+                self.keeper.close()
+                self.keeper = None
+                self.number += 1
+        folder = self.folder / f"slot{self.number}"
+        shutil.rmtree(folder, ignore_errors=True)  # the last copy's log and search index too
+        folder.mkdir(parents=True)
+        return folder / "digest.duckdb"
+
+
+@pytest.fixture(scope="session")
+def store_slot(tmp_path_factory) -> StoreSlot:
+    return StoreSlot(tmp_path_factory.mktemp("store-slot"))
+
+
 @pytest.fixture
-def store(request, tmp_path, migrated_store_file) -> Iterator[DigestStore]:
-    db = DigestStore(tmp_path / "digest.duckdb")
+def store(request, tmp_path, migrated_store_file, store_slot) -> Iterator[DigestStore]:
     if not request.node.get_closest_marker("unit"):
+        db = DigestStore(tmp_path / "digest.duckdb")
         db.migrate()
         yield db
         return
@@ -184,7 +225,7 @@ def store(request, tmp_path, migrated_store_file) -> Iterator[DigestStore]:
     # these tests open the store some 600 times; other threads' connections find it open. The
     # integration tier migrates, opens and closes as production does.
     with contextlib.ExitStack() as stack:
-        yield held_copy(stack, migrated_store_file, db)
+        yield store_slot.store(stack, migrated_store_file)
 
 
 def held_copy(
@@ -198,9 +239,10 @@ def held_copy(
     db.path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, db.path)
     stack.enter_context(db.file.held())
-    db.query("SET threads TO 1")  # a test's statements are small: a second thread only adds CPU
-    if not source_of_copies:
-        db.query("PRAGMA disable_checkpoint_on_shutdown")
+    with db.file.connect() as con:
+        con.execute("SET threads TO 1")  # a test's statements are small: a second thread only adds CPU
+        if not source_of_copies:
+            con.execute("PRAGMA disable_checkpoint_on_shutdown")
     return db
 
 
@@ -213,13 +255,13 @@ def new_store(migrated_store_file) -> Iterator[Callable[[Path], DigestStore]]:
 
 
 @pytest.fixture
-def samples_store(tmp_path) -> Iterator[DigestStore]:
+def samples_store(store_slot) -> Iterator[DigestStore]:
     """A store holding the bundled samples' export as an ingest leaves it: a copy of the one
     ingested for the whole run (`tests.bundles.ingested_samples`), held to the end of the test."""
     from tests.bundles import ingested_samples
 
     with contextlib.ExitStack() as stack:
-        yield held_copy(stack, ingested_samples(), DigestStore(tmp_path / "digest.duckdb"))
+        yield store_slot.store(stack, ingested_samples())
 
 
 def make_limits(**overrides) -> Limits:
