@@ -177,7 +177,9 @@ class StoreSlot:
     run, whose DuckDB database a connection of the slot's own keeps open between tests. DuckDB
     names a store's database after its file (`StoreFile._attach`), and starting one costs some
     12 ms of CPU, as much as attaching the file; at one path a test's store is a fresh copy
-    attached to the database already started. The copy of the last test is detached first."""
+    attached to the database already started. The copy of the last test is detached first. A test
+    that lets the file go to open it by its path, as a user would, takes `new_store`: the slot's
+    database keeps its file open."""
 
     def __init__(self, folder: Path):
         self.folder = folder
