@@ -50,9 +50,9 @@ def corpus_file(tmp_path_factory, migrated_store_file) -> Path:
 
 
 @pytest.fixture
-def corpus(corpus_file, tmp_path) -> Iterator[DigestStore]:
+def corpus(corpus_file, store_slot) -> Iterator[DigestStore]:
     with contextlib.ExitStack() as stack:
-        yield held_copy(stack, corpus_file, DigestStore(tmp_path / "digest.duckdb"))
+        yield store_slot.store(stack, corpus_file)
 
 
 def write_corpus(store: DigestStore) -> None:
