@@ -194,7 +194,11 @@ def test_the_backlog_counts_the_chunks_waiting_for_a_vector(ingested, tmp_path):
     settings = load_settings({"DIGEST_HOME": str(tmp_path), "DIGEST_MODEL_PROVIDER": "openai"})
     measured = measure(ingested, settings.fleet, settings.circuit, settings.sweep, now_ms(), "m")
     metadata = backlog_metadata(measured)
-    assert (metadata["vectors_documents"], metadata["vectors_pending"], metadata["vectors_pending_accounts"]) == (7, 7, 2)
+    assert (metadata["vectors_documents"], metadata["vectors_pending"], metadata["vectors_pending_accounts"]) == (
+        7,
+        7,
+        2,
+    )
     assert "7 of 7 search chunks wait for a vector (m), 2 of them cards and summaries" in metadata["summary"]
     with EmbeddingServer(dim=16) as server:
         embed_pending(ingested.search_vectors, EmbeddingClient("ollama", server.url, "m"), 2, 60)
