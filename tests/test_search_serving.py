@@ -5,7 +5,6 @@ DuckDB or pandas), and a session indexed after the server started is found witho
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from digest.ingest import ingest_paths
 from resources.store import DigestStore
 from tests.bundles import samples_home
+from tests.conftest import project_free_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARIZED = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"  # the bundle's session with the export's summary
@@ -35,7 +35,7 @@ def home(tmp_path) -> Path:
 
 
 def env(home: Path) -> dict:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    clean = project_free_environ()
     return {**clean, "DIGEST_HOME": str(home), "PYTHONPATH": str(ROOT)}
 
 
