@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from digest.embeddings import EmbeddingModelMismatch, not_embedded_notice, reciprocal_rank_fusion
+from digest.embeddings import SESSION_KINDS, EmbeddingModelMismatch, not_embedded_notice, reciprocal_rank_fusion
 from digest.model_api import ModelError
 from digest.search_text import query_terms, snippet
 from resources.store.search_index import IndexUnavailable
@@ -75,8 +75,8 @@ def search_sessions(
     vectors=None, **filters,
 ) -> Results:  # fmt: skip
     """The index's `sessions` (its filters: since_ms, category, file, project), fused with the
-    sessions of the nearest documents when `client` is set; `summaries_only`: by the summaries'
-    documents alone (`summaries`, category its one filter: `query_summaries`). `source`: the store,
+    sessions of the nearest documents when `client` is set; `summaries_only`: by the accounts'
+    documents alone, summaries and cards (`summaries`, category its one filter: `query_summaries`). `source`: the store,
     or its index alone (`vectors`: the store to read the vectors from)."""
     index, store = _reads(source, vectors)
     if index is None:  # nothing indexed yet: bad input is still said, no hit is found
@@ -96,7 +96,7 @@ def search_sessions(
     if nearest is None:
         return Results(keyword[:limit], notice=notice)
     if summaries_only:
-        nearest = [hit for hit in nearest if hit.kind == "summary"]
+        nearest = [hit for hit in nearest if hit.kind in SESSION_KINDS]
     best: dict[str, object] = {}
     for hit in nearest:  # best first: a session's first is its best document
         best.setdefault(hit.session_id, hit)

@@ -32,7 +32,8 @@ _WHOLE_DOCUMENTS = """
     SELECT 'turn:' || id, session_id, id, 'turn', 2, document FROM turns
 """
 # Each document in chunks of at most `EMBED_CHUNK_CHARS` (a turn's first `EMBED_TURN_CHUNKS`, any
-# other's first two: a card holds at most 2,000 characters): the first keeps the document's key, the next are `<key>#<n>`.
+# other's first two: a card holds at most 2,000 characters); the first chunk keeps the document's
+# key, the next are `<key>#<n>`.
 DOCUMENTS_SQL = f"""
     SELECT CASE WHEN chunk = 0 THEN doc_key ELSE doc_key || '#' || chunk END AS doc_key, session_id, turn_id, kind,
            priority, substr(text, chunk * {EMBED_CHUNK_CHARS} + 1, {EMBED_CHUNK_CHARS}) AS text
@@ -110,7 +111,7 @@ class SearchVectors(Repository):
 
     def coverage(self, model: str) -> dict:
         """The sessions whose account documents (card, summary) all have a current vector of `model`,
-        and of those the sessions whose turns and mini summaries do too; and every session's count."""
+        the sessions whose every document has, and how many sessions the store holds."""
         with self.file.connect() as con:
             rows = con.execute(
                 f"""SELECT s.session_id,
