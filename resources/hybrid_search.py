@@ -76,8 +76,8 @@ def search_sessions(
 ) -> Results:  # fmt: skip
     """The index's `sessions` (its filters: since_ms, category, file, project), fused with the
     sessions of the nearest documents when `client` is set; `summaries_only`: by the accounts'
-    documents alone, summaries and cards (`summaries`, category its one filter: `query_summaries`). `source`: the store,
-    or its index alone (`vectors`: the store to read the vectors from)."""
+    documents alone, summaries and cards (`summaries`, category its one filter: `query_summaries`).
+    `source`: the store, or its index alone (`vectors`: the store to read the vectors from)."""
     index, store = _reads(source, vectors)
     if index is None:  # nothing indexed yet: bad input is still said, no hit is found
         ask = source.search.summaries if summaries_only else source.search.sessions
