@@ -206,3 +206,27 @@ def test_the_backlog_counts_the_chunks_waiting_for_a_vector(ingested, tmp_path):
     assert (after["vectors_pending"], after["vectors_pending_accounts"]) == (5, 0)
     none = measure(ingested, settings.fleet, settings.circuit, settings.sweep, now_ms())
     assert "vectors_pending" not in backlog_metadata(none)  # embeddings off: no vectors counted
+
+
+def test_session_digest_backlog_shows_the_chunks_waiting_for_a_vector(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.bundles import samples_home
+    from tests.conftest import project_free_environ
+
+    home = samples_home(tmp_path)
+    environment = {**project_free_environ(), "DIGEST_HOME": str(home), "DIGEST_MODEL_PROVIDER": "openai"}
+    shown = {}
+    for provider in ("ollama", "off"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "backlog", "--json"],
+            capture_output=True, text=True, timeout=300, env={**environment, "DIGEST_EMBED_PROVIDER": provider},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        shown[provider] = json.loads(done.stdout)
+    vectors = shown["ollama"]
+    assert vectors["vectors_pending"] == vectors["vectors_documents"] > vectors["vectors_pending_accounts"] > 0
+    assert "search chunks wait for a vector (nomic-embed-text)" in vectors["summary"]
+    assert "vectors_pending" not in shown["off"] and shown["off"]["pending"] == vectors["pending"]
