@@ -1,6 +1,8 @@
 """The search index's vectors on a real DuckDB file, made over real HTTP by the local embeddings
-server: what is pending, the budgeted pass, the model stamp and a model change, the nearest
-documents, and a failing host that costs the pass, not the refresh."""
+server: what is pending (cards and summaries first, in chunks within the model's window, again only
+when a text changed), the budgeted pass, the model stamp and a model change, the nearest documents,
+a failing host that costs the pass, not the refresh, the hybrid only once the vectors cover the
+search, and the vectors' backlog in `backlog`."""
 
 from __future__ import annotations
 
