@@ -74,16 +74,9 @@ def run(args, settings: Settings, output: Output) -> None:
     if args.command == "mcp":
         from pipelines.mcp_server import serve
 
-        embedder = None
-        if settings.embed_provider != "off":
-            from resources.model_clients.embeddings import embedding_client
-
-            embedder = embedding_client(
-                settings.embed_provider, settings.embed_url, settings.embed_model, settings.embed_threads
-            )
         # An older store is migrated once, before the first tool that reads the store: the server only
         # reads, and its searches read the index alone, so `initialize` waits for no store.
-        serve(settings.db_path, embedder, prepare_store=lambda: _migrated(settings))
+        serve(settings.db_path, deferred_embedder(settings), prepare_store=lambda: _migrated(settings))
         return
     try:
         if args.command == "search":
@@ -95,6 +88,23 @@ def run(args, settings: Settings, output: Output) -> None:
     except (BadInput, SearchError, ValueError) as exc:
         print(f"session-digest {args.command}: {exc}", file=sys.stderr)
         raise SystemExit(USAGE_ERROR) from None
+
+
+def deferred_embedder(settings: Settings):
+    """The configured embeddings' client, made (and its model loaded) at the first query that fuses;
+    None when embeddings are off."""
+    if settings.vector_model is None:
+        return None
+    from resources.hybrid_search import DeferredEmbedder
+
+    def client():
+        from resources.model_clients.embeddings import embedding_client
+
+        return embedding_client(
+            settings.embed_provider, settings.embed_url, settings.embed_model, settings.embed_threads
+        )
+
+    return DeferredEmbedder(settings.vector_model, client)
 
 
 def _migrated(settings: Settings) -> None:
@@ -155,29 +165,20 @@ def search_source(settings: Settings):
 
 
 def search(settings: Settings, args, output: Output) -> None:
-    from resources.hybrid_search import DeferredEmbedder, search_sessions
+    from resources.hybrid_search import search_sessions
 
     query = " ".join(args.query)
     from digest.scheduling import now_ms
 
     since = since_ms(args.since, now_ms()) if args.since else None
     source = search_source(settings)
-    embedder = vectors = None
-    if settings.embed_provider != "off":  # made, and the store opened, only once the vectors cover the search
+    embedder = deferred_embedder(settings)  # made, and the store opened, only once the vectors cover the search
 
-        def client():
-            from resources.model_clients.embeddings import embedding_client
+    def vectors():
+        from resources.store import DigestStore
 
-            return embedding_client(
-                settings.embed_provider, settings.embed_url, settings.embed_model, settings.embed_threads
-            )
+        return DigestStore(settings.db_path, read_only=True)
 
-        def vectors():
-            from resources.store import DigestStore
-
-            return DigestStore(settings.db_path, read_only=True)
-
-        embedder = DeferredEmbedder(settings.embed_model, client)
     results = search_sessions(
         source, embedder, query, limit=args.limit, since_ms=since, category=args.category, file=args.file,
         project=args.project, vectors=vectors,
