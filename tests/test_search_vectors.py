@@ -232,3 +232,25 @@ def test_session_digest_backlog_shows_the_chunks_waiting_for_a_vector(tmp_path):
     assert vectors["vectors_pending"] == vectors["vectors_documents"] > vectors["vectors_pending_accounts"] > 0
     assert "search chunks wait for a vector (nomic-embed-text)" in vectors["summary"]
     assert "vectors_pending" not in shown["off"] and shown["off"]["pending"] == vectors["pending"]
+
+
+def test_a_pass_stopped_midway_keeps_every_finished_batch_and_embeds_only_the_rest(ingested):
+    class StoppedAtTheThirdBatch:
+        model = "m"
+
+        def __init__(self):
+            self.texts = []
+
+        def embed(self, texts):
+            if len(self.texts) >= 4:  # two batches of two made: the process is stopped in the third
+                raise KeyboardInterrupt
+            self.texts += texts
+            return [vector(text, 16) for text in texts]
+
+    stopped = StoppedAtTheThirdBatch()
+    with pytest.raises(KeyboardInterrupt):
+        embed_pending(ingested.search_vectors, stopped, max_documents=100, max_seconds=60, batch=2)
+    assert ingested.search_vectors.counts("m")["embedded"] == 4
+    with EmbeddingServer(dim=16) as server:
+        done = embed_pending(ingested.search_vectors, EmbeddingClient("ollama", server.url, "m"), 100, 60)
+    assert (done.embedded, done.pending_after) == (3, 0)  # the 7 documents' last 3, none again
