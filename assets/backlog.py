@@ -21,7 +21,13 @@ from assets.sessions import raw_sessions, session_summaries
 from assets.work.backlog import measure
 from digest.backlog import Backlog, backlog_metadata, stalled
 from digest.scheduling import SweepPolicy, now_ms
-from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
+from resources.bindings import (
+    ChatModelResource,
+    CircuitPolicyResource,
+    DigestStoreResource,
+    EmbeddingResource,
+    SweepPolicyResource,
+)
 
 BACKLOG_KEY = AssetKey("backlog")
 STALL_CHECK = "backlog_not_stalled"
@@ -43,13 +49,20 @@ def _check_metadata(measured: Backlog, reason: str | None) -> dict:
 
 @asset(deps=[raw_sessions, session_summaries], group_name="reports", kinds={"duckdb"})
 def backlog(
-    store: DigestStoreResource, model: ChatModelResource, circuit: CircuitPolicyResource, sweep: SweepPolicyResource
+    store: DigestStoreResource,
+    model: ChatModelResource,
+    circuit: CircuitPolicyResource,
+    sweep: SweepPolicyResource,
+    embeddings: EmbeddingResource,
 ) -> MaterializeResult:
     """What waits for a summary and how fast it drains: pending by route, host and tier (as a sweep
     would place them now), the oldest pending session's age, sessions and model-seconds finished in
     the last hour and day, the ETA at the hosts' measured speeds, and the summaries by tier (and
-    verdict). No model call. The summary sensor refreshes it every `DIGEST_BACKLOG_REFRESH_S`."""
-    measured = measure(store.store(), model.hosts.fleet, circuit.policy(), sweep.policy(), now_ms())
+    verdict); where embeddings are configured, the search chunks still waiting for a vector. No model
+    call. The summary sensor refreshes it every `DIGEST_BACKLOG_REFRESH_S`."""
+    measured = measure(
+        store.store(), model.hosts.fleet, circuit.policy(), sweep.policy(), now_ms(), embeddings.embedded_model()
+    )
     return MaterializeResult(metadata=_metadata(measured))
 
 

@@ -30,15 +30,19 @@ CURRENT_CHECK = "search_index_current"
 # Sessions a sensor tick indexes at most: a first index of a large store goes over several ticks.
 TICK_SESSIONS = 500
 # Seconds one refresh spends embedding at most, where a host serves embeddings: the rest of the
-# backlog waits for the next refresh, as a sweep's summaries do.
+# backlog waits for the next refresh, as a sweep's summaries do. A sensor tick's pass is shorter:
+# Dagster gives a tick 60 s in all.
 EMBED_PASS_S = 120.0
+TICK_EMBED_S = 30.0
 
 
-def embed_step(db, client: EmbeddingClient | None, max_documents: int) -> EmbeddingPass | None:
+def embed_step(
+    db, client: EmbeddingClient | None, max_documents: int, max_seconds: float = EMBED_PASS_S
+) -> EmbeddingPass | None:
     """The vectors' budgeted pass after a refresh (None: no host serves embeddings)."""
     if client is None:
         return None
-    return embed_pending(db.search_vectors, client, max_documents, EMBED_PASS_S)
+    return embed_pending(db.search_vectors, client, max_documents, max_seconds)
 
 
 def vector_metadata(client: EmbeddingClient | None, done: EmbeddingPass | None) -> dict:
@@ -112,12 +116,18 @@ def search_index_current(store: DigestStoreResource) -> AssetCheckResult:
 
 
 def search_index_events(
-    db, lag_max_s: float, limit: int | None = None, client: EmbeddingClient | None = None, embed_documents: int = 0
+    db,
+    lag_max_s: float,
+    limit: int | None = None,
+    client: EmbeddingClient | None = None,
+    embed_documents: int = 0,
+    embed_seconds: float = TICK_EMBED_S,
 ) -> list:
-    """Refresh the index (at most `limit` sessions) and embed within the pass's budget, then the
-    runless materialization and check result a sensor tick or a CLI sweep or ingest records."""
+    """Refresh the index (at most `limit` sessions) and embed within the pass's budget (a sensor
+    tick's unless told), then the runless materialization and check result a sensor tick or a CLI
+    sweep or ingest records."""
     report = db.search.refresh(limit)
-    done = embed_step(db, client, embed_documents)
+    done = embed_step(db, client, embed_documents, embed_seconds)
     status = db.search.status()
     passed, metadata = current_result(status, lag_max_s)
     return [

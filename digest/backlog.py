@@ -41,6 +41,9 @@ class Backlog:
     by_tier: Mapping[str, int]
     unplaced: int  # pending with no host in rotation to go to
     eta_s: float | None  # None: nothing placed (no host in rotation), 0: nothing pending
+    # The search index's vectors (`store.search_vectors.counts`): model, documents, embedded, pending,
+    # pending_accounts; None when no embedding provider is configured.
+    vectors: Mapping[str, object] | None = None
 
     @property
     def oldest_pending_age_s(self) -> float | None:
@@ -65,6 +68,7 @@ def measure_backlog(
     candidates: Sequence[Candidate],
     views: Sequence[HostView],
     now_ms: int,
+    vectors: Mapping[str, object] | None = None,
 ) -> Backlog:
     """`candidates`: every pending session not already queued or running (a run in flight is in
     its host's `queued_s`); `views`: the hosts in rotation. Each candidate is placed in turn, its
@@ -84,6 +88,7 @@ def measure_backlog(
         by_tier=dict(sorted(Counter(str(item.tier) for item in placed).items())),
         unplaced=len(candidates) - len(placed),
         eta_s=eta,
+        vectors=vectors,
     )
 
 
@@ -134,6 +139,10 @@ def backlog_metadata(backlog: Backlog) -> dict[str, int | float | str]:
         "eta_s": backlog.eta_s,
     }
     out.update({k: round(v, 1) for k, v in figures.items() if v is not None})
+    if backlog.vectors is not None:
+        out.update(
+            {f"vectors_{k}": backlog.vectors[k] for k in ("documents", "embedded", "pending", "pending_accounts")}
+        )
     out["summary"] = backlog_line(backlog)
     return out
 
@@ -160,10 +169,21 @@ def backlog_line(backlog: Backlog) -> str:
     )
     if d.resummaries_waiting:
         head += f" ({d.resummaries_waiting} re-summaries asked for wait after them)"
+    vectors = f"; {vectors_line(backlog.vectors)}" if backlog.vectors is not None else ""
     if not d.pending:
-        return f"{head}; {drain}"
+        return f"{head}; {drain}{vectors}"
     if backlog.eta_s is None:
         eta = "no model host in rotation to estimate an end"
     else:
         eta = f"about {_duration(backlog.eta_s)} of model time left at the hosts' measured speeds"
-    return f"{head}; {drain}; {eta}"
+    return f"{head}; {drain}; {eta}{vectors}"
+
+
+def vectors_line(vectors: Mapping[str, object]) -> str:
+    """The search vectors' backlog in a clause: chunks pending, those of cards and summaries first."""
+    if not vectors["pending"]:
+        return f"every one of {vectors['documents']} search chunks embedded ({vectors['model']})"
+    return (
+        f"{vectors['pending']} of {vectors['documents']} search chunks wait for a vector ({vectors['model']}), "
+        f"{vectors['pending_accounts']} of them cards and summaries, embedded first"
+    )

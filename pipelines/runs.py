@@ -329,7 +329,7 @@ def _refresh_backlog(settings: Settings, instance, store) -> str:
     from assets.work.backlog import measure
     from digest.backlog import backlog_line
 
-    measured = measure(store, settings.fleet, settings.circuit, settings.sweep, now_ms())
+    measured = measure(store, settings.fleet, settings.circuit, settings.sweep, now_ms(), settings.vector_model)
     for event in backlog_events(measured, settings.sweep):
         instance.report_runless_asset_event(event)
     return backlog_line(measured)
@@ -338,11 +338,13 @@ def _refresh_backlog(settings: Settings, instance, store) -> str:
 def _refresh_search_index(settings: Settings, instance, store) -> dict:
     """The `search_index` asset brought up to date and recorded after a sweep or an ingest (no run),
     as the search sensor's ticks record it; its figures."""
-    from assets.search_index import search_index_events
+    from assets.search_index import EMBED_PASS_S, search_index_events
     from resources.model_clients.embeddings import embedding_client
 
-    client = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model)
-    events = search_index_events(store, settings.search_lag_max_s, None, client, settings.embed_batch_documents)
+    client = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model, settings.embed_threads)
+    events = search_index_events(
+        store, settings.search_lag_max_s, None, client, settings.embed_batch_documents, EMBED_PASS_S
+    )
     for event in events:
         instance.report_runless_asset_event(event)
     metadata = events[0].metadata

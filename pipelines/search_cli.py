@@ -74,14 +74,9 @@ def run(args, settings: Settings, output: Output) -> None:
     if args.command == "mcp":
         from pipelines.mcp_server import serve
 
-        embedder = None
-        if settings.embed_provider != "off":
-            from resources.model_clients.embeddings import embedding_client
-
-            embedder = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model)
         # An older store is migrated once, before the first tool that reads the store: the server only
         # reads, and its searches read the index alone, so `initialize` waits for no store.
-        serve(settings.db_path, embedder, prepare_store=lambda: _migrated(settings))
+        serve(settings.db_path, deferred_embedder(settings), prepare_store=lambda: _migrated(settings))
         return
     try:
         if args.command == "search":
@@ -93,6 +88,23 @@ def run(args, settings: Settings, output: Output) -> None:
     except (BadInput, SearchError, ValueError) as exc:
         print(f"session-digest {args.command}: {exc}", file=sys.stderr)
         raise SystemExit(USAGE_ERROR) from None
+
+
+def deferred_embedder(settings: Settings):
+    """The configured embeddings' client, made (and its model loaded) at the first query that fuses;
+    None when embeddings are off."""
+    if settings.vector_model is None:
+        return None
+    from resources.hybrid_search import DeferredEmbedder
+
+    def client():
+        from resources.model_clients.embeddings import embedding_client
+
+        return embedding_client(
+            settings.embed_provider, settings.embed_url, settings.embed_model, settings.embed_threads
+        )
+
+    return DeferredEmbedder(settings.vector_model, client)
 
 
 def _migrated(settings: Settings) -> None:
@@ -160,23 +172,23 @@ def search(settings: Settings, args, output: Output) -> None:
 
     since = since_ms(args.since, now_ms()) if args.since else None
     source = search_source(settings)
-    embedder = vectors = None
-    if settings.embed_provider != "off":  # the vectors are the store's
-        from resources.model_clients.embeddings import embedding_client
+    embedder = deferred_embedder(settings)  # made, and the store opened, only once the vectors cover the search
+
+    def vectors():
         from resources.store import DigestStore
 
-        embedder = embedding_client(settings.embed_provider, settings.embed_url, settings.embed_model)
-        vectors = DigestStore(settings.db_path, read_only=True)
+        return DigestStore(settings.db_path, read_only=True)
+
     results = search_sessions(
         source, embedder, query, limit=args.limit, since_ms=since, category=args.category, file=args.file,
         project=args.project, vectors=vectors,
     )  # fmt: skip
-    if results.notice:
-        print(f"session-digest search: {results.notice}", file=sys.stderr)
     hits = results.hits
+    if results.notice and (output.as_json or not hits):  # a text answer with hits says it last
+        print(f"session-digest search: {results.notice}", file=sys.stderr)
     if output.as_json:
         print(
-            search_json(source, query, hits, args, results.mode)
+            search_json(source, query, hits, args, results.mode, results.notice)
             if not args.full
             else json.dumps([hit_json(h) for h in hits], indent=2, default=str)
         )
@@ -186,6 +198,8 @@ def search(settings: Settings, args, output: Output) -> None:
         return
     for rank, hit in enumerate(hits, 1):
         render_hit(output.out, rank, hit)
+    if results.notice:
+        output.out.print(f"note: {results.notice}", markup=False, highlight=False)
 
 
 def hit_json(hit) -> dict:
@@ -199,9 +213,9 @@ def hit_json(hit) -> dict:
     }  # fmt: skip
 
 
-def search_json(source, query: str, hits, args, mode: str) -> str:
+def search_json(source, query: str, hits, args, mode: str, notice: str | None = None) -> str:
     """`search --json`: compact JSON, each session by its card line with its one or two best matches
-    cited (`session:turn`); an empty answer says why."""
+    cited (`session:turn`); an empty answer says why, and one without vectors (configured) why not."""
     from pipelines.answers import LINE_CHARS, TURNS_PER_SESSION, accounts_of, cite, compact, dumps, short
 
     accounts = accounts_of(source, [h.session_id for h in hits])
@@ -223,6 +237,8 @@ def search_json(source, query: str, hits, args, mode: str) -> str:
         for h in hits
     ]
     answer = {"query": query, "count": len(results), "mode": mode, "results": results}
+    if notice:
+        answer["notice"] = notice
     if not results:
         answer["why"] = no_hits(source, query, args)
     return dumps(answer)

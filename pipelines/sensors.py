@@ -270,6 +270,7 @@ def summary_sensor(
     model: ChatModelResource,
     sweep: SweepPolicyResource,
     circuit: CircuitPolicyResource,
+    embeddings: EmbeddingResource,
 ):
     """Registers new sessions as partitions, then launches the next budgeted batch of summaries:
     newest first with a share for the oldest, idle sessions only, failures in backoff skipped, each
@@ -282,7 +283,7 @@ def summary_sensor(
     # Measured on connections of its own before the held one: placing every pending session is
     # seconds of Python at 100,000 (BENCHMARKS §4), which would keep other processes off the file.
     due = backlog_due(context.instance, sweep.policy().backlog_refresh_s)
-    backlog = backlog_refresh(context, db, model.hosts, sweep, circuit) if due else []
+    backlog = backlog_refresh(context, db, model.hosts, sweep, circuit, embeddings.embedded_model()) if due else []
     with db.file.held():  # the tick's reads, and a probe taken, on one connection
         return summary_tick(context, db, model.hosts, sweep, circuit, registered, exclude, queued_s, backlog)
 
@@ -294,11 +295,14 @@ def backlog_due(instance, refresh_s: float) -> bool:
     return latest is None or time.time() - latest.timestamp >= refresh_s
 
 
-def backlog_refresh(context: SensorEvaluationContext, db, hosts: ModelHosts, sweep, circuit) -> list:
+def backlog_refresh(
+    context: SensorEvaluationContext, db, hosts: ModelHosts, sweep, circuit, embed_model: str | None = None
+) -> list:
     """The `backlog` asset's runless materialization and stall check; none when measuring fails (the
     tick goes on without them)."""
     try:
-        return backlog_events(measure(db, hosts.fleet, circuit.policy(), sweep.policy(), now_ms()), sweep.policy())
+        measured = measure(db, hosts.fleet, circuit.policy(), sweep.policy(), now_ms(), embed_model)
+        return backlog_events(measured, sweep.policy())
     except Exception:
         context.log.exception("measuring the backlog failed")
         return []

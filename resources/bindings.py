@@ -165,6 +165,11 @@ class EmbeddingResource(ConfigurableResource):
     embed_url: str | None = configured_by("DIGEST_EMBED_URL")
     embed_model: str | None = configured_by("DIGEST_EMBED_MODEL")
     embed_batch_documents: int = configured_by("DIGEST_EMBED_BATCH_DOCUMENTS")
+    embed_threads: int = configured_by("DIGEST_EMBED_THREADS")
 
     def client(self) -> EmbeddingClient | None:
-        return embedding_client(self.embed_provider, self.embed_url, self.embed_model)
+        return embedding_client(self.embed_provider, self.embed_url, self.embed_model, self.embed_threads)
+
+    def embedded_model(self) -> str | None:
+        """The model the index's vectors are made by; None when embeddings are off."""
+        return None if self.embed_provider == "off" else self.embed_model

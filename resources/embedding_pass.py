@@ -1,8 +1,10 @@
-"""One budgeted pass of the search index's embedding backlog: the pending documents, a batch a
-call, until the budget's documents or seconds are spent or a call fails.
+"""One budgeted pass of the search index's embedding backlog: the pending documents, cards and
+summaries first, a batch a call, until the budget's documents or seconds are spent or a call fails.
 
-A failed call ends the pass and is reported, never raised: the keyword index is what search needs,
-and its vectors catch up on a later refresh.
+Each batch's vectors are committed before the next is embedded, so a process killed mid-pass loses
+at most the batch it was embedding. A failed call ends the pass and is reported, never raised: the
+keyword index is what search needs, and its vectors catch up on a later refresh. The pass ends by
+writing which sessions the vectors now cover (`vector_coverage`), which decides when a search fuses.
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ from dataclasses import dataclass
 from digest.model_api import ModelError
 from resources.model_clients.embeddings import EmbeddingClient
 from resources.store.search_vectors import SearchVectors
+from resources.store.vector_coverage import write_coverage
+
+# Documents one call embeds: a batch is committed whole, and on the embedded model 8 chunks are a
+# few seconds of CPU, all a crash can lose.
+BATCH_DOCUMENTS = 8
 
 
 @dataclass
@@ -25,7 +32,11 @@ class EmbeddingPass:
 
 
 def embed_pending(
-    vectors: SearchVectors, client: EmbeddingClient, max_documents: int, max_seconds: float, batch: int = 32
+    vectors: SearchVectors,
+    client: EmbeddingClient,
+    max_documents: int,
+    max_seconds: float,
+    batch: int = BATCH_DOCUMENTS,
 ) -> EmbeddingPass:
     report = EmbeddingPass()
     started = time.monotonic()
@@ -42,6 +53,7 @@ def embed_pending(
         report.calls += 1
         report.embedded += len(documents)
     vectors.prune()
+    write_coverage(vectors.file.path, client.model, vectors.coverage(client.model))
     report.seconds = round(time.monotonic() - started, 3)
     report.pending_after = vectors.counts(client.model)["pending"]
     return report

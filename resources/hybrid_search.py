@@ -1,9 +1,14 @@
 """Search with vectors where a host serves embeddings: keyword (BM25) results fused with the nearest
 documents by reciprocal rank (`digest.embeddings`), for sessions and for turns.
 
-The query is embedded by the configured model; when that fails (the host is down, the index was
-made by another model) the keyword results stand alone and `notice` says why, once, as deja-vu
-does: vectors can only add to what keyword search finds, never take it away.
+The fusion runs once the vectors cover every session the search covers (its filters' sessions, or
+all): a session's card and summary for a session search, its turns too for a turn search. Before
+that a vector-only hit would push down a session that is simply not embedded yet, so the keyword
+results stand alone and `notice` says how many sessions wait (`vector_coverage`, read without the
+store: such a search loads neither DuckDB nor the model). The query is embedded by the configured
+model; when that fails (the host is down, the index was made by another model) the keyword results
+stand alone and `notice` says why, once, as deja-vu does: vectors can only add to what keyword
+search finds, never take it away.
 
 The keyword half and what a hit shows come from the search index alone (`SearchIndex`), which never
 waits for a writer; the vectors are still the store's (`search_vectors`), read only when a host
@@ -12,14 +17,16 @@ serves embeddings: that half waits for a writer as any read of the store does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from digest.embeddings import EmbeddingModelMismatch, reciprocal_rank_fusion
+from digest.embeddings import SESSION_KINDS, EmbeddingModelMismatch, not_embedded_notice, reciprocal_rank_fusion
 from digest.model_api import ModelError
 from digest.search_text import query_terms, snippet
 from resources.store.search_index import IndexUnavailable
 from resources.store.search_reads import Match, SearchIndex, SessionHit, TurnHit
+from resources.store.vector_coverage import read_coverage
 
 if TYPE_CHECKING:
     from resources.model_clients.embeddings import EmbeddingClient
@@ -36,9 +43,25 @@ class Results:
     notice: str | None = None  # why the vectors were left out, when they were
 
 
+@dataclass
+class DeferredEmbedder:
+    """An embedding client made at its first query (`make`), named by its model till then: a search
+    that stays keyword alone imports no client and loads no model."""
+
+    model: str
+    make: Callable[[], object]
+    made: object = None
+
+    def embed_query(self, text: str) -> list[float]:
+        if self.made is None:
+            self.made = self.make()
+        return self.made.embed_query(text)
+
+
 def _reads(source, vectors):
     """(the index, or None when none is built yet; the store the vectors are read from): `source`
-    is the store, or an index alone (its vectors then the `vectors` store's, if any)."""
+    is the store, or an index alone (its vectors then the `vectors` store's, if any; `vectors` may be
+    a function that opens it, called only when the vectors are read)."""
     if isinstance(source, SearchIndex):
         return source, vectors
     try:
@@ -52,9 +75,9 @@ def search_sessions(
     vectors=None, **filters,
 ) -> Results:  # fmt: skip
     """The index's `sessions` (its filters: since_ms, category, file, project), fused with the
-    sessions of the nearest documents when `client` is set; `summaries_only`: by the summaries'
-    documents alone (`summaries`, category its one filter: `query_summaries`). `source`: the store,
-    or its index alone (`vectors`: the store to read the vectors from)."""
+    sessions of the nearest documents when `client` is set; `summaries_only`: by the accounts'
+    documents alone, summaries and cards (`summaries`, category its one filter: `query_summaries`).
+    `source`: the store, or its index alone (`vectors`: the store to read the vectors from)."""
     index, store = _reads(source, vectors)
     if index is None:  # nothing indexed yet: bad input is still said, no hit is found
         ask = source.search.summaries if summaries_only else source.search.sessions
@@ -63,12 +86,17 @@ def search_sessions(
         keyword = index.summaries(query, limit=_candidates(limit), **filters)
     else:
         keyword = index.sessions(query, limit=_candidates(limit), **filters)
-    allowed = index.allowed_session_ids(**filters) if client is not None else None
+    if client is None:
+        return Results(keyword[:limit])
+    allowed = index.allowed_session_ids(**filters)
+    if notice := _not_covered(index, client, allowed, turns=False):
+        return Results(keyword[:limit], notice=notice)
+    store = _opened(store)
     nearest, notice = _nearest(store, client, query, allowed)
     if nearest is None:
         return Results(keyword[:limit], notice=notice)
     if summaries_only:
-        nearest = [hit for hit in nearest if hit.kind == "summary"]
+        nearest = [hit for hit in nearest if hit.kind in SESSION_KINDS]
     best: dict[str, object] = {}
     for hit in nearest:  # best first: a session's first is its best document
         best.setdefault(hit.session_id, hit)
@@ -93,7 +121,13 @@ def search_turns(
     if index is None:
         return Results(source.search.turns(query, limit=limit, session_id=session_id))
     keyword = index.turns(query, limit=_candidates(limit), session_id=session_id)
-    nearest, notice = _nearest(store, client, query, None if session_id is None else [session_id])
+    if client is None:
+        return Results(keyword[:limit])
+    scope = None if session_id is None else [session_id]
+    if notice := _not_covered(index, client, scope, turns=True):
+        return Results(keyword[:limit], notice=notice)
+    store = _opened(store)
+    nearest, notice = _nearest(store, client, query, scope)
     if nearest is None:
         return Results(keyword[:limit], notice=notice)
     near_turns: dict[str, object] = {}
@@ -117,6 +151,27 @@ def search_turns(
 def _candidates(limit) -> int:
     """The keyword leg's count: the fusion's candidates, or a bad limit as given, for its error."""
     return max(limit, CANDIDATES) if isinstance(limit, int) and limit >= 1 else limit
+
+
+def _opened(store):
+    return store() if callable(store) else store
+
+
+def _not_covered(index: SearchIndex, client, scope: list[str] | None, *, turns: bool) -> str | None:
+    """Why the search stays keyword alone: sessions of its scope whose vectors (by `client`'s model)
+    are not all made yet; None when every one is covered."""
+    coverage = read_coverage(index.db_path)
+    covered = frozenset()
+    if coverage is not None and coverage.model == client.model:
+        covered = coverage.turns if turns else coverage.accounts
+    if scope is None:  # a session removed since the pass is still counted covered, until the next pass
+        total = index.session_count()
+        missing = max(0, total - len(covered))
+    else:
+        total, missing = len(scope), sum(1 for session in scope if session not in covered)
+    if not missing:
+        return None
+    return not_embedded_notice(missing, total, "their turns" if turns else "their cards and summaries")
 
 
 def _nearest(store, client: EmbeddingClient | None, query: str, sessions: list[str] | None):

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -10,9 +12,27 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from digest import settings as digest_settings
 from digest.synthesis import Limits
 from digest.turns import Turn, compose_document
 from resources.store import DigestStore
+
+# Search vectors are off in the suite unless a test turns them on (`DIGEST_EMBED_PROVIDER`): on the
+# embedded default every ingest and sweep would embed its turns, seconds of CPU a test. Subprocesses
+# inherit the variable; settings read from a test's own mapping get the same default.
+SUITE_ENVIRON = {"DIGEST_EMBED_PROVIDER": "off"}
+os.environ.update(SUITE_ENVIRON)
+digest_settings.SETTINGS = tuple(
+    dataclasses.replace(s, default="off") if s.env == "DIGEST_EMBED_PROVIDER" else s for s in digest_settings.SETTINGS
+)
+
+
+def project_free_environ() -> dict[str, str]:
+    """This process's environment without the project's variables (`DIGEST_*`, `DAGSTER_*`), for a
+    CLI subprocess that must see only what its test sets: the suite's own (`SUITE_ENVIRON`) kept."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    return {**kept, **SUITE_ENVIRON}
+
 
 # Each test module's tier (`pytest -m TIER`; `make test-fast` runs `unit`). A test marked
 # `embedded` keeps that tier; a module missing here stops the collection, so every new module is

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pipelines.sensors import register_partitions, summary_sensor
 from resources.model_hosts import ModelHosts
 from resources.store import NOT_ARCHIVED, DigestStore, RunLedger
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_turns, project_free_environ
 from tests.hostile_bundles import (
     CASES,
     before_restore,
@@ -237,7 +236,7 @@ def test_a_corrupt_or_truncated_bundle_is_refused_and_changes_nothing(tmp_path, 
         summaries.read_text().replace('"title":"Fix token refresh"', '"title":"Fix token refreshes"', 1)
     )
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        **project_free_environ(),
         "DIGEST_HOME": str(tmp_path / "live"),
     }
     done = subprocess.run(
@@ -540,7 +539,7 @@ def test_a_turns_redactions_must_be_counts_by_kind(tmp_path):
 def test_archive_restore_and_cache_clear_from_the_cli(tmp_path, server):
     settings, store = _populated_store(tmp_path, server.url)
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        **project_free_environ(),
         "DIGEST_HOME": str(tmp_path / "live"),
     }
 
@@ -645,7 +644,7 @@ def test_a_hostile_bundle_is_refused_and_changes_nothing(restore_base, tmp_path,
 
 def _cli_restore(home: Path, bundle: Path, mode: str = "replace") -> subprocess.CompletedProcess:
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        **project_free_environ(),
         "DIGEST_HOME": str(home),
     }
     return subprocess.run(
@@ -743,7 +742,7 @@ def test_a_replace_restore_killed_after_its_commit_leaves_no_stale_partition(res
     home.mkdir()
     db = db.rename(home / "digest.duckdb")
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        **project_free_environ(),
         "DIGEST_HOME": str(home),
     }
     assert subprocess.run(CLI + ["status"], env=env, capture_output=True, timeout=300).returncode == 0

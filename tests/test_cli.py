@@ -17,7 +17,7 @@ import yaml
 from dagster import AssetCheckKey, AssetKey, DagsterEventType, DagsterInstance
 
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_turns, project_free_environ
 from tests.model_server import Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -25,7 +25,7 @@ CLI = [sys.executable, "-m", "pipelines.cli"]
 
 def _cli_env(home, url: str, **extra: str) -> dict[str, str]:
     """The CLI's environment: this process's, less any DIGEST_/DAGSTER_ setting, on a test server."""
-    kept = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    kept = project_free_environ()
     return {**kept, "DIGEST_HOME": str(home), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_MODEL_URL": url, **extra}
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from digest.prompts import SUMMARY_INSTRUCTIONS
 from pipelines.interrupted_runs import IN_FLIGHT
 from resources.store import DigestStore
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_turns, project_free_environ
 from tests.model_server import Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -63,7 +62,7 @@ class CountingModel:
 
 def _env(home: Path, url: str) -> dict:
     return {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        **project_free_environ(),
         "DIGEST_HOME": str(home),
         "DIGEST_MODEL_PROVIDER": "openai",
         "DIGEST_MODEL_URL": url,

@@ -39,7 +39,7 @@ from resources.model_hosts import ModelHosts
 from resources.response_cache import CachedChatClient, usable_reply
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle
-from tests.conftest import dead_pid, make_turns
+from tests.conftest import dead_pid, make_turns, project_free_environ
 from tests.model_server import FAITHFUL_SUMMARY, GOOD_SUMMARY, Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -147,7 +147,7 @@ def test_the_response_cache_setting():
 
 def _env(home: Path, url: str, **extra) -> dict:
     return {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        **project_free_environ(),
         "DIGEST_HOME": str(home),
         "DIGEST_MODEL_PROVIDER": "openai",
         "DIGEST_MODEL_URL": url,

@@ -23,7 +23,7 @@ import yaml
 from digest.tags import MODEL_HOST_TAG
 from resources.store import DigestStore
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_turns, project_free_environ
 from tests.model_server import Behaviour, ModelServer
 from tests.postgres import postgres_server
 from tests.synthetic_export import write_export
@@ -45,7 +45,7 @@ FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
 
 
 def _env(home: Path, pg_url: str, url: str, **extra: str) -> dict[str, str]:
-    kept = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    kept = project_free_environ()
     return {
         **kept,
         "DAGSTER_HOME": str(home / "dagster"),

@@ -6,7 +6,6 @@ test server over real HTTP."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import pytest
 from digest.settings import load_settings
 from resources.store import DigestStore
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_turns, project_free_environ
 from tests.model_server import CHAT_PATHS, FAITHFUL_SUMMARY, Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -27,7 +26,7 @@ YEAR_10000_MS = 253_402_300_800_000
 
 
 def _env(home, url: str, **extra: str) -> dict[str, str]:
-    kept = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    kept = project_free_environ()
     return {**kept, "DIGEST_HOME": str(home), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_MODEL_URL": url, **extra}
 
 

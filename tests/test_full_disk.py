@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_turns, project_free_environ
 from tests.model_server import ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -55,7 +54,7 @@ def _one_line_refusal(done: subprocess.CompletedProcess, cause: str) -> str:
 def test_a_full_then_read_only_home_gives_one_line_and_status_still_reads(tmp_path):
     with _small_disk(tmp_path / "disk") as disk, ModelServer() as server:
         home = disk / "home"
-        kept = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+        kept = project_free_environ()
         env = {**kept, "DIGEST_HOME": str(home), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_MODEL_URL": server.url}
         first = write_bundle(tmp_path / "first", make_turns("one", 3))
         assert _cli(["ingest", str(first), "--json"], env).returncode == 0

@@ -6,7 +6,6 @@ between calls while the server runs."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from digest.ingest import ingest_paths
 from resources.store import DigestStore
 from tests.bundles import samples_home
+from tests.conftest import project_free_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAUDE = "0b6c3f1e-5a2d-4c8e-9f41-7d2e8a1c5b90"
@@ -35,7 +35,7 @@ def home(tmp_path) -> Path:
 
 
 def server(home: Path) -> StdioServerParameters:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    env = project_free_environ()
     return StdioServerParameters(
         command=sys.executable, args=["-m", "pipelines.cli", "mcp"], env={**env, "DIGEST_HOME": str(home)}, cwd=ROOT
     )

@@ -6,7 +6,6 @@ then the archive ingested into a fresh store, which must come out the same with 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 import duckdb
 
 from digest.ingest import file_kind
+from tests.conftest import project_free_environ
 from tests.model_server import Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -53,7 +53,7 @@ def _script(received):
 
 
 def _env(home: Path, url: str) -> dict:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    base = project_free_environ()
     return {**base, "DIGEST_HOME": str(home), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_MODEL_URL": url}
 
 
@@ -94,9 +94,7 @@ def _raw_vectors(path: Path) -> dict[str, str]:
 
 def _export_graph(home: Path, path: Path) -> dict[tuple[str, str], dict]:
     """`session-digest export-graph` (no model is needed): (node|edge, id) → line, each id once."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))} | {
-        "DIGEST_HOME": str(home)
-    }
+    env = project_free_environ() | {"DIGEST_HOME": str(home)}
     _run(["export-graph", str(path)], env)
     lines = _lines(path)
     by_id = {(g["type"], g["data"]["id"]): g for g in lines}

@@ -5,7 +5,6 @@ session's provenance, facts and turns paged, and bad input as one line with exit
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.search_cli import BadInput, refresh_index, since_ms
+from tests.conftest import project_free_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "pipelines.cli"]
@@ -22,7 +22,7 @@ SUMMARIZED = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"
 
 
 def run(home: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    env = project_free_environ()
     return subprocess.run(
         CLI + list(args), env={**env, "DIGEST_HOME": str(home)}, cwd=ROOT, capture_output=True, text=True, timeout=300
     )

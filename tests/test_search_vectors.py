@@ -1,6 +1,8 @@
 """The search index's vectors on a real DuckDB file, made over real HTTP by the local embeddings
-server: what is pending, the budgeted pass, the model stamp and a model change, the nearest
-documents, and a failing host that costs the pass, not the refresh."""
+server: what is pending (cards and summaries first, in chunks within the model's window, again only
+when a text changed), the budgeted pass, the model stamp and a model change, the nearest documents,
+a failing host that costs the pass, not the refresh, the hybrid only once the vectors cover the
+search, and the vectors' backlog in `backlog`."""
 
 from __future__ import annotations
 
@@ -34,13 +36,14 @@ def test_a_pass_embeds_within_its_budget_and_the_rest_stays_pending(ingested):
     with EmbeddingServer(dim=16) as server:
         client = EmbeddingClient("ollama", server.url, "test-embed")
         first = embed_pending(ingested.search_vectors, client, max_documents=3, max_seconds=60, batch=2)
-        assert (first.embedded, first.calls, first.pending_after, first.error) == (3, 2, 2, None)
+        assert (first.embedded, first.calls, first.pending_after, first.error) == (3, 2, 4, None)
         second = embed_pending(ingested.search_vectors, client, max_documents=100, max_seconds=60)
-    assert (second.embedded, second.pending_after) == (2, 0)
+    assert (second.embedded, second.pending_after) == (4, 0)
     assert ingested.search_vectors.stamp().model == "test-embed"
     assert ingested.search_vectors.stamp().dim == 16
     assert ingested.search_vectors.counts("test-embed") == {
-        "model": "test-embed", "stamped_model": "test-embed", "documents": 5, "embedded": 5, "pending": 0,
+        "model": "test-embed", "stamped_model": "test-embed", "documents": 7, "embedded": 7, "pending": 0,
+        "pending_accounts": 0,
     }  # fmt: skip
 
 
@@ -78,7 +81,7 @@ def test_a_failing_host_ends_the_pass_with_its_reason_and_keeps_what_was_made(in
         embed_pending(ingested.search_vectors, client, max_documents=2, max_seconds=60)
         server.fault = "short"
         failed = embed_pending(ingested.search_vectors, client, max_documents=100, max_seconds=60)
-    assert failed.embedded == 0 and "ProviderError" in failed.error and failed.pending_after == 3
+    assert failed.embedded == 0 and "ProviderError" in failed.error and failed.pending_after == 5
     assert ingested.search_vectors.counts("test-embed")["embedded"] == 2
 
 
@@ -87,7 +90,9 @@ def test_a_junk_summary_gets_no_vector_and_a_removed_document_loses_its_own(inge
     ingest_paths([write_summaries(tmp_path / "summaries", [summary])], ingested)
     with ingested.file.transaction() as con:  # "Summary of grid." is content-free by the verdict
         con.execute("UPDATE session_summaries SET verdict = 'ok' WHERE session_id = 'grid'")
-    assert [d.kind for d in ingested.search_vectors.pending("m", 1)] == ["summary"]
+    kinds = [d.kind for d in ingested.search_vectors.pending("m", 10)]
+    assert sorted(kinds[:3]) == ["card", "card", "summary"]  # the accounts first, then the turns
+    assert set(kinds[3:]) == {"turn"}
     with ingested.file.transaction() as con:
         con.execute("UPDATE session_summaries SET verdict = 'content-free' WHERE session_id = 'grid'")
     with EmbeddingServer(dim=16) as server:
@@ -124,15 +129,128 @@ def test_hybrid_search_finds_a_paraphrase_keyword_search_misses_and_keeps_keywor
 
 def test_hybrid_search_falls_back_to_keywords_with_the_reason(store, tmp_path):
     _two_sessions(store, tmp_path)
-    assert (
-        "no document has a vector yet"
-        in search_sessions(store, EmbeddingClient("ollama", "http://x", "m"), "ORM").notice
-    )
+    before = search_sessions(store, EmbeddingClient("ollama", "http://x", "m"), "ORM")
+    assert before.notice.startswith("keyword results only: 2 of 2 session(s) this search covers are not yet embedded")
     with EmbeddingServer(dim=64) as server:
         embed_pending(store.search_vectors, EmbeddingClient("ollama", server.url, "old"), 100, 60)
+        # Another model's vectors cover nothing of the new one's.
         other = search_sessions(store, EmbeddingClient("ollama", server.url, "new"), "ORM")
-        assert other.mode == "keyword" and "made by old" in other.notice
+        assert other.mode == "keyword" and "2 of 2 session(s)" in other.notice
         assert [h.session_id for h in other.hits] == ["orm"]
         down_url = server.url
     down = search_sessions(store, EmbeddingClient("ollama", down_url, "old", timeout_s=2), "ORM")
     assert [h.session_id for h in down.hits] == ["orm"] and "could not be embedded (HostUnreachable" in down.notice
+
+
+def test_a_document_is_embedded_in_chunks_within_the_models_window(ingested):
+    _set_prompt(ingested, "grid-t001", "websocket reconnect notes. " * 130)  # 3,510 characters
+    _set_prompt(ingested, "grid-t002", "x" * 20_000)  # a turn of pasted logs
+    pending = {d.doc_key: d for d in ingested.search_vectors.pending("m", 100)}
+    chunks = sorted(k for k in pending if k.startswith("turn:grid-t001"))
+    assert chunks == ["turn:grid-t001", "turn:grid-t001#1", "turn:grid-t001#2", "turn:grid-t001#3"]
+    assert [len(pending[k].text) for k in chunks] == [1000, 1000, 1000, 510]
+    assert "".join(pending[k].text for k in chunks) == "websocket reconnect notes. " * 130
+    assert len([k for k in pending if k.startswith("turn:grid-t002")]) == 8  # its first eight chunks
+    assert all(d.turn_id == "grid-t001" and d.kind == "turn" for k, d in pending.items() if "grid-t001" in k)
+
+
+def test_only_a_changed_card_or_summary_is_embedded_again(store, tmp_path):
+    _two_sessions(store, tmp_path)
+    with EmbeddingServer(dim=16) as server:
+        client = EmbeddingClient("ollama", server.url, "m")
+        embed_pending(store.search_vectors, client, 100, 60)
+        assert store.search_vectors.pending("m", 100) == []
+        with store.file.transaction() as con:
+            con.execute("UPDATE session_cards SET text = text || ' and a new outcome' WHERE session_id = 'ws'")
+        assert [d.doc_key for d in store.search_vectors.pending("m", 100)] == ["card:ws"]
+        again = embed_pending(store.search_vectors, client, 100, 60)
+    assert (again.embedded, again.pending_after) == (1, 0)
+    assert server.requests[-1]["input"][0].endswith("and a new outcome")
+
+
+def test_the_hybrid_waits_until_the_vectors_cover_every_session_the_search_covers(store, tmp_path):
+    _two_sessions(store, tmp_path)
+    never = lambda: pytest.fail("the store was opened for a search that stays keyword alone")  # noqa: E731
+    index = store.search.reader()
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "m")
+        embed_pending(store.search_vectors, client, 1, 60)  # one session's card
+        first = search_sessions(index, client, "ORM", vectors=never)
+        assert (first.mode, [h.session_id for h in first.hits]) == ("keyword", ["orm"])
+        assert "1 of 2 session(s) this search covers are not yet embedded (their cards and summaries)" in first.notice
+        assert not server.requests[1:]  # no query was embedded
+        embed_pending(store.search_vectors, client, 1, 60)  # the other's: every account covered
+        assert search_sessions(index, client, "repair socket retry", vectors=store).mode == "hybrid"
+        turns = search_turns(index, client, "repair socket retry", vectors=never)
+        assert turns.mode == "keyword" and "2 of 2 session(s)" in turns.notice and "(their turns)" in turns.notice
+        embed_pending(store.search_vectors, client, 100, 60)
+        assert search_turns(index, client, "repair socket retry", vectors=store).mode == "hybrid"
+
+
+def test_the_backlog_counts_the_chunks_waiting_for_a_vector(ingested, tmp_path):
+    from assets.work.backlog import measure
+    from digest.backlog import backlog_metadata
+    from digest.scheduling import now_ms
+    from digest.settings import load_settings
+
+    settings = load_settings({"DIGEST_HOME": str(tmp_path), "DIGEST_MODEL_PROVIDER": "openai"})
+    measured = measure(ingested, settings.fleet, settings.circuit, settings.sweep, now_ms(), "m")
+    metadata = backlog_metadata(measured)
+    assert (metadata["vectors_documents"], metadata["vectors_pending"], metadata["vectors_pending_accounts"]) == (
+        7,
+        7,
+        2,
+    )
+    assert "7 of 7 search chunks wait for a vector (m), 2 of them cards and summaries" in metadata["summary"]
+    with EmbeddingServer(dim=16) as server:
+        embed_pending(ingested.search_vectors, EmbeddingClient("ollama", server.url, "m"), 2, 60)
+    after = backlog_metadata(measure(ingested, settings.fleet, settings.circuit, settings.sweep, now_ms(), "m"))
+    assert (after["vectors_pending"], after["vectors_pending_accounts"]) == (5, 0)
+    none = measure(ingested, settings.fleet, settings.circuit, settings.sweep, now_ms())
+    assert "vectors_pending" not in backlog_metadata(none)  # embeddings off: no vectors counted
+
+
+def test_session_digest_backlog_shows_the_chunks_waiting_for_a_vector(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.bundles import samples_home
+    from tests.conftest import project_free_environ
+
+    home = samples_home(tmp_path)
+    environment = {**project_free_environ(), "DIGEST_HOME": str(home), "DIGEST_MODEL_PROVIDER": "openai"}
+    shown = {}
+    for provider in ("ollama", "off"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "backlog", "--json"],
+            capture_output=True, text=True, timeout=300, env={**environment, "DIGEST_EMBED_PROVIDER": provider},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        shown[provider] = json.loads(done.stdout)
+    vectors = shown["ollama"]
+    assert vectors["vectors_pending"] == vectors["vectors_documents"] > vectors["vectors_pending_accounts"] > 0
+    assert "search chunks wait for a vector (nomic-embed-text)" in vectors["summary"]
+    assert "vectors_pending" not in shown["off"] and shown["off"]["pending"] == vectors["pending"]
+
+
+def test_a_pass_stopped_midway_keeps_every_finished_batch_and_embeds_only_the_rest(ingested):
+    class StoppedAtTheThirdBatch:
+        model = "m"
+
+        def __init__(self):
+            self.texts = []
+
+        def embed(self, texts):
+            if len(self.texts) >= 4:  # two batches of two made: the process is stopped in the third
+                raise KeyboardInterrupt
+            self.texts += texts
+            return [vector(text, 16) for text in texts]
+
+    stopped = StoppedAtTheThirdBatch()
+    with pytest.raises(KeyboardInterrupt):
+        embed_pending(ingested.search_vectors, stopped, max_documents=100, max_seconds=60, batch=2)
+    assert ingested.search_vectors.counts("m")["embedded"] == 4
+    with EmbeddingServer(dim=16) as server:
+        done = embed_pending(ingested.search_vectors, EmbeddingClient("ollama", server.url, "m"), 100, 60)
+    assert (done.embedded, done.pending_after) == (3, 0)  # the 7 documents' last 3, none again

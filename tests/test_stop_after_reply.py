@@ -32,7 +32,7 @@ from pipelines.sensors import interrupted_runs_sensor
 from resources.store import DigestStore
 from resources.store.summaries import Summaries
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_turns, project_free_environ
 from tests.model_server import FAITHFUL_SUMMARY, Behaviour, ModelServer
 
 SUMMARIES = AssetKey("session_summaries")
@@ -105,7 +105,7 @@ AFTER_THE_WRITE = [
 
 
 def _env(home, url: str, **extra: str) -> dict[str, str]:
-    kept = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
+    kept = project_free_environ()
     return {**kept, "DIGEST_HOME": str(home), "DIGEST_MODEL_PROVIDER": "openai", "DIGEST_MODEL_URL": url, **extra}
 
 

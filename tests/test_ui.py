@@ -31,7 +31,7 @@ from pipelines.jobs import SWEEP_RUN_ASSETS, default_run_config
 from pipelines.sensors import register_partitions
 from resources.store import DigestStore
 from tests.bundles import write_bundle
-from tests.conftest import make_turns
+from tests.conftest import make_turns, project_free_environ
 from tests.model_server import ModelServer
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -168,7 +168,7 @@ def webserver(tmp_path_factory):
     _require_browser()
     tmp_path = tmp_path_factory.mktemp("webserver")
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))},
+        **project_free_environ(),
         "DAGSTER_HOME": str(tmp_path / "dagster"),
         "DIGEST_HOME": str(tmp_path / "home"),
         "DIGEST_MODEL_PROVIDER": "openai",

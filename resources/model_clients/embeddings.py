@@ -97,15 +97,17 @@ class EmbeddingClient:
             raise _error(HostUnreachable, f"{url}: {exc}", None) from None
 
 
-def embedding_client(provider: str, url: str | None, model: str | None) -> EmbeddingClient | EmbeddedEmbedder | None:
+def embedding_client(
+    provider: str, url: str | None, model: str | None, threads: int = 1
+) -> EmbeddingClient | EmbeddedEmbedder | None:
     """The configured embeddings host's client (`DIGEST_EMBED_*`), None when it is off; `embedded`
-    runs its one model in this process (loaded at the first text)."""
+    runs its one model in this process (loaded at the first text) on at most `threads` threads."""
     if provider == "embedded":
         if model not in (None, EMBEDDED_EMBED_MODEL):
             raise ValueError(
                 f"DIGEST_EMBED_MODEL={model}: DIGEST_EMBED_PROVIDER=embedded runs {EMBEDDED_EMBED_MODEL} only"
             )
-        return EmbeddedEmbedder()
+        return EmbeddedEmbedder(threads=threads)
     if provider == "off" or not url or not model:
         return None
     return EmbeddingClient(provider, url, model)

@@ -35,6 +35,7 @@ with its SQL beside its code, in the order one session passes through them:
                       up to date from the store, and its queries
 - `search_index.py`   the search index's files: a Tantivy index beside the store (`<store>.search/`)
 - `search_reads.py`   the search index read without the store (`SearchIndex`: never waits for a writer)
+- `vector_coverage.py` which sessions the vectors cover (`<store>.vectors.json`), read without the store
 - `digest_store.py`   `DigestStore`, the repositories above over one `StoreFile`
 
 Decisions are `digest/`'s pure functions (the order mini summaries are made in, when a failing turn

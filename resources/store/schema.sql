@@ -397,10 +397,10 @@ CREATE TABLE IF NOT EXISTS summary_history (
 -- The search index's vectors, where a host serves embeddings (resources/store/search_vectors.py): one a
 -- document and model; the stamp names the model (and dimension) the index serves queries from.
 CREATE TABLE IF NOT EXISTS search_vectors (
-    doc_key VARCHAR NOT NULL,         -- summary:<session_id> | mini:<turn_id> | turn:<turn_id>
+    doc_key VARCHAR NOT NULL,         -- card:|summary:<session_id> | mini:|turn:<turn_id>; a later chunk <key>#<n>
     session_id VARCHAR NOT NULL,
     turn_id VARCHAR,
-    kind VARCHAR NOT NULL,            -- summary | mini | turn
+    kind VARCHAR NOT NULL,            -- card | summary | mini | turn
     model VARCHAR NOT NULL,
     text_hash VARCHAR NOT NULL,       -- md5 of the text embedded: a changed text is embedded again
     vector FLOAT[] NOT NULL,

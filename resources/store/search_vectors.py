@@ -1,10 +1,10 @@
 """`store.search_vectors`: the search index's vectors, where a host serves embeddings
-(`DIGEST_EMBED_PROVIDER`): one a document (a session's summary, a turn's mini summary, a turn),
-made by one model, stamped into the index with its dimension.
+(`DIGEST_EMBED_PROVIDER`): one a chunk of a document (a session's card and summary, a turn's mini
+summary, a turn), made by one model, stamped into the index with its dimension.
 
 What a document is embedded from is derived from the store as it is now (`DOCUMENTS_SQL`), with a
-hash of that text: a document whose text changed, or that no vector of the configured model
-covers, is pending, and a refresh embeds the pending ones in budgeted batches, summaries first. A
+hash of that text: a chunk whose text changed, or that no vector of the configured model covers,
+is pending, and a refresh embeds the pending ones in budgeted batches, cards and summaries first. A
 summary judged junk has no vector (it never ranks its session by its own text; its turns still
 can). A changed model re-embeds every document beside the old vectors, which keep serving until
 the new model covers the whole index; then the stamp moves to the new model and the old vectors go.
@@ -14,18 +14,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from digest.embeddings import EMBED_TEXT_CHARS, EmbeddingStamp
+from digest.embeddings import EMBED_CHUNK_CHARS, EMBED_TURN_CHUNKS, SESSION_KINDS, EmbeddingStamp
 from resources.store.connection import Repository, now, records
 
-# Every document a vector may be made for, with the text it is made from.
-DOCUMENTS_SQL = f"""
-    SELECT 'summary:' || session_id AS doc_key, session_id, NULL::VARCHAR AS turn_id, 'summary' AS kind, 0 AS priority,
-           left(coalesce(title, '') || chr(10) || coalesce(summary, ''), {EMBED_TEXT_CHARS}) AS text
+# Every document a vector may be made for, whole: a session's card and summary come first (they answer
+# a session search), then its mini summaries and turns.
+_WHOLE_DOCUMENTS = """
+    SELECT 'card:' || session_id AS doc_key, session_id, NULL::VARCHAR AS turn_id, 'card' AS kind, 0 AS priority,
+           text FROM session_cards
+    UNION ALL
+    SELECT 'summary:' || session_id, session_id, NULL::VARCHAR, 'summary', 0,
+           coalesce(title, '') || chr(10) || coalesce(summary, '')
     FROM session_summaries WHERE verdict IS NULL OR verdict = 'ok'
     UNION ALL
-    SELECT 'mini:' || turn_id, session_id, turn_id, 'mini', 1, left(text, {EMBED_TEXT_CHARS}) FROM mini_summaries
+    SELECT 'mini:' || turn_id, session_id, turn_id, 'mini', 1, text FROM mini_summaries
     UNION ALL
-    SELECT 'turn:' || id, session_id, id, 'turn', 2, left(document, {EMBED_TEXT_CHARS}) FROM turns
+    SELECT 'turn:' || id, session_id, id, 'turn', 2, document FROM turns
+"""
+# Each document in chunks of at most `EMBED_CHUNK_CHARS` (a turn's first `EMBED_TURN_CHUNKS`, any
+# other's first two: a card holds at most 2,000 characters); the first chunk keeps the document's
+# key, the next are `<key>#<n>`.
+DOCUMENTS_SQL = f"""
+    SELECT CASE WHEN chunk = 0 THEN doc_key ELSE doc_key || '#' || chunk END AS doc_key, session_id, turn_id, kind,
+           priority, substr(text, chunk * {EMBED_CHUNK_CHARS} + 1, {EMBED_CHUNK_CHARS}) AS text
+    FROM (SELECT *, unnest(range(0, least(greatest(ceil(length(coalesce(text, '')) / {EMBED_CHUNK_CHARS}), 1),
+                                            CASE WHEN kind = 'turn' THEN {EMBED_TURN_CHUNKS} ELSE 2 END)::BIGINT)) AS chunk
+          FROM ({_WHOLE_DOCUMENTS}))
 """
 
 
@@ -73,10 +87,13 @@ class SearchVectors(Repository):
         return [PendingDocument(**row) for row in rows]
 
     def counts(self, model: str) -> dict:
-        """Documents with a current vector of `model`, and those pending."""
+        """Documents with a current vector of `model`, and those pending: all, and the accounts' (cards
+        and summaries, embedded first)."""
         with self.file.connect() as con:
-            total, current = con.execute(
-                f"""SELECT count(*), count(v.doc_key) FROM ({DOCUMENTS_SQL}) d
+            total, current, accounts, accounts_current = con.execute(
+                f"""SELECT count(*), count(v.doc_key), count(*) FILTER (d.priority = 0),
+                           count(v.doc_key) FILTER (d.priority = 0)
+                    FROM ({DOCUMENTS_SQL}) d
                     LEFT JOIN search_vectors v
                       ON v.doc_key = d.doc_key AND v.model = ? AND v.text_hash = md5(d.text)
                     WHERE trim(d.text) <> ''""",
@@ -89,6 +106,28 @@ class SearchVectors(Repository):
             "documents": total,
             "embedded": current,
             "pending": total - current,
+            "pending_accounts": accounts - accounts_current,
+        }
+
+    def coverage(self, model: str) -> dict:
+        """The sessions whose account documents (card, summary) all have a current vector of `model`,
+        the sessions whose every document has, and how many sessions the store holds."""
+        with self.file.connect() as con:
+            rows = con.execute(
+                f"""SELECT s.session_id,
+                           count(d.doc_key) FILTER (d.kind IN {SESSION_KINDS} AND v.doc_key IS NULL) = 0,
+                           count(d.doc_key) FILTER (v.doc_key IS NULL) = 0
+                    FROM sessions s
+                    LEFT JOIN ({DOCUMENTS_SQL}) d ON d.session_id = s.session_id AND trim(d.text) <> ''
+                    LEFT JOIN search_vectors v
+                      ON v.doc_key = d.doc_key AND v.model = ? AND v.text_hash = md5(d.text)
+                    GROUP BY s.session_id ORDER BY s.session_id""",
+                [model],
+            ).fetchall()
+        return {
+            "sessions": len(rows),
+            "accounts": [session for session, accounts, _ in rows if accounts],
+            "turns": [session for session, _, everything in rows if everything],
         }
 
     def write(self, model: str, documents: list[PendingDocument], vectors: list[list[float]]) -> None:
