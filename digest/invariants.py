@@ -28,8 +28,10 @@ def provenance_problems(row: dict) -> list[str]:
         problems.append(f"source_tier {tier!r} is not one of {', '.join(SOURCE_TIERS)}")
     if row.get("degraded") is None or (tier in SOURCE_TIERS and row["degraded"] != (tier != SourceTier.RAW)):
         problems.append(f"degraded={row.get('degraded')} contradicts source_tier {tier!r}")
-    if row.get("raw_canonical") is not True:
-        problems.append("raw_canonical is not true")
+    # A summary of turn cards is made of facts, not of the turns' text: it alone is not raw-canonical.
+    canonical = tier != SourceTier.TURN_CARDS
+    if row.get("raw_canonical") is not canonical:
+        problems.append(f"raw_canonical is not {str(canonical).lower()}")
     if not str(row.get("input_revision") or "").startswith("sha256:"):
         problems.append("input_revision is not a sha256 revision")
     if row.get("origin") == "imported":
@@ -51,8 +53,8 @@ def provenance_problems(row: dict) -> list[str]:
         problems.append(f"mini_summary_count {mini_count} is outside 0..memory_count")
     elif tier == SourceTier.MINI_SUMMARY and mini_count == 0:
         problems.append("source_tier miniSummary with no mini summary")
-    elif tier == SourceTier.TRUNCATED_RAW and mini_count > 0:
-        problems.append("source_tier truncatedRaw although turns had mini summaries")
+    elif tier in (SourceTier.TRUNCATED_RAW, SourceTier.TURN_CARDS) and mini_count > 0:
+        problems.append(f"source_tier {tier} although turns had mini summaries")
     return problems
 
 

@@ -74,7 +74,8 @@ def plan_session(candidate: Candidate, limits: Limits, seconds_per_token: float)
     if route == Route.WITHIN_CAP:
         tier, tokens = SourceTier.RAW, raw_tokens
     else:
-        tier = SourceTier.MINI_SUMMARY if candidate.mini_summary_count else SourceTier.TRUNCATED_RAW
+        # Without mini summaries, the turns' cards (a turn with none keeps its snippet).
+        tier = SourceTier.MINI_SUMMARY if candidate.mini_summary_count else SourceTier.TURN_CARDS
         tokens = estimate_compact_tokens(candidate.compact_bytes, candidate.turn_count, limits)
     return PlannedSession(candidate, route, tier, tokens, tokens * seconds_per_token)
 

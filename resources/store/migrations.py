@@ -180,6 +180,10 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 21: every summary judged again: a summary caught in a loop (a phrase said three times or more
     # over a third of it) is an echo now; the cards follow the verdicts (an ok summary's title).
     21: [judge_summaries_again, backfill_cards],
+    # 24: every summary judged again: its claims (the technologies it lists or names, the code and
+    # messages it quotes) are checked against its turns, and one of invented facts is fabricated;
+    # the cards follow the verdicts (the search index, which records each verdict, follows too).
+    24: [judge_summaries_again, backfill_cards],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)
