@@ -114,11 +114,41 @@ def write_sheet(out: Path, store) -> None:
         (out / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in labels), "utf-8")
 
 
+def inputs(store) -> None:
+    """With no model: how much of each session's card the two inputs carry, on every blind session of
+    `MIN_TURNS` turns or more (the files edited and created, the commands, the errors, the commits:
+    each item found in the prompt as the card writes it, its first 40 characters), and their size."""
+    limits = load_settings({"DIGEST_MODEL_PROVIDER": "embedded"}).limits()
+    carried: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    chars: dict[str, list[int]] = {arm: [] for arm in ARMS}
+    for sid in sorted(split_sessions("blind")):
+        turns = canonical_order(store.sessions.load_turns([sid]))
+        card = store.cards.card(sid)
+        if len(turns) < MIN_TURNS or card is None:
+            continue
+        items = [i.text for i in card.edited + card.created] + [c.text.split(" → ")[0] for c in card.commands]
+        items += [i.text for i in card.errors + card.commits]
+        keys = [" ".join(i.split())[:40].rstrip("…") for i in items if i.strip()]
+        for arm in ARMS:
+            prompt = fit_compact_prompt(turns, arm_entries(turns, arm), limits) or ""
+            chars[arm].append(len(prompt))
+            if keys:
+                flat = " ".join(prompt.split())
+                carried[arm].append(sum(k in flat for k in keys) / len(keys))
+    sessions = len(chars[ARMS[0]])
+    print(f"inputs of {sessions} blind sessions of {MIN_TURNS}+ turns (no model call):")
+    print(f"{'arm':<14}{'card items carried, mean':>26}{'prompt characters, median':>28}")
+    for arm in ARMS:
+        mean = statistics.mean(carried[arm]) if carried[arm] else 0.0
+        print(f"{arm:<14}{mean:>26.0%}{statistics.median(chars[arm]):>28,.0f}")
+
+
 def score() -> None:
     """The labelled run (`REPLIES`, `LABELS`) by arm."""
     replies = {(r["session"], r["letter"]): r for r in map(json.loads, REPLIES.open())}
     labels_file = LABELS
     store, _ = build(Path(tempfile.mkdtemp(prefix="degraded-input-")))
+    inputs(store)
     by_arm: dict[str, Counter] = {arm: Counter() for arm in ARMS}
     verdicts: dict[str, Counter] = {arm: Counter() for arm in ARMS}
     seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
