@@ -24,7 +24,7 @@ from assets.work.views import facts_view, ingest_view, made_summary_view
 from digest.cost import SummaryCost
 from digest.ingest import ingest_paths
 from digest.prompts import SUMMARY_CODE_VERSION
-from digest.synthesis import SourceTier
+from digest.summary_output import SourceTier
 from resources.bindings import ChatModelResource, CircuitPolicyResource, DigestStoreResource, SweepPolicyResource
 from resources.model_clients.progress import CallProgress
 

@@ -391,6 +391,12 @@ def _last_reply(response: str, cut: bool) -> str:
     return ""
 
 
+def reply_gist(response: str, limit: int = GIST_CHARS) -> str:
+    """The gist of a response's last prose (of its last `REPLY_CHARS`): what the agent said it did."""
+    tail = response[-REPLY_CHARS:]
+    return gist(_last_reply(tail, cut=len(response) > REPLY_CHARS), limit)
+
+
 def outcome(turns: list[CardTurn], errors: list[Item], commands: list[Item]) -> Item | None:
     """How the session ended as its log shows it: an error in its last turn that says why it
     stopped, else the error its harness ended the run on, else the last reply's first sentence, else its last command's status."""

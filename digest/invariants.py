@@ -8,8 +8,8 @@ from pydantic import ValidationError
 
 from digest.fidelity import FLOOR as FIDELITY_FLOOR
 from digest.graph import RAW_EVIDENCE, grounded
-from digest.summary_output import SessionSummaryOutput
-from digest.synthesis import Route, SourceTier
+from digest.summary_output import SessionSummaryOutput, SourceTier
+from digest.synthesis import Route
 
 SOURCE_TIERS = tuple(SourceTier)
 ROUTE_REASONS = tuple(Route)
@@ -51,8 +51,8 @@ def provenance_problems(row: dict) -> list[str]:
         problems.append(f"mini_summary_count {mini_count} is outside 0..memory_count")
     elif tier == SourceTier.MINI_SUMMARY and mini_count == 0:
         problems.append("source_tier miniSummary with no mini summary")
-    elif tier == SourceTier.TRUNCATED_RAW and mini_count > 0:
-        problems.append("source_tier truncatedRaw although turns had mini summaries")
+    elif tier in (SourceTier.TRUNCATED_RAW, SourceTier.TURN_CARDS) and mini_count > 0:
+        problems.append(f"source_tier {tier} although turns had mini summaries")
     return problems
 
 

@@ -33,6 +33,7 @@ from digest.pacing import CallPlan, Pacer, is_given_up
 from digest.prompts import MINI_SUMMARY_HEAD, MINI_SUMMARY_MIDDLE
 from digest.repeats import drop_repeated_lines
 from digest.synthesis import Limits, Route, estimate_raw_tokens, raw_route
+from digest.turns import split_document
 
 MAX_CHARS = 280
 # 280 characters are 70-90 tokens of prose: room for the line, and a ramble is cut short on the server.
@@ -56,11 +57,6 @@ CAUSES = (
 ARCHIVE_NO_CONTENT = "no-content"
 ARCHIVE_GENERATION_TIMEOUT = "generation-timeout"  # the reference's name, whatever the failures were
 PRIORITIES = ("degraded-first", "newest-first")
-
-# The canonical document is `User Prompt: …\nAgent Thought: …\nAgent Response: …`.
-PROMPT_LABEL = "User Prompt: "
-THOUGHT_LABEL = "\nAgent Thought: "
-RESPONSE_LABEL = "\nAgent Response: "
 
 
 @dataclass(frozen=True)
@@ -149,24 +145,6 @@ class FillReport:
 
 
 # --- the prompt ---------------------------------------------------------------------------------
-
-
-def split_document(document: str) -> tuple[str, str]:
-    """Prompt and response out of a canonical turn document, the thought left behind.
-
-    The prompt ends at the first label after it and the response starts after the last response
-    label, so a label quoted inside a field can shorten what is sent but never let the thought in.
-    A document with none of the labels has no thought to strip: it is all response.
-    """
-    labelled = document.startswith(PROMPT_LABEL) or THOUGHT_LABEL in document or RESPONSE_LABEL in document
-    if not labelled:
-        return "", document
-    head = document[len(PROMPT_LABEL) :] if document.startswith(PROMPT_LABEL) else ""
-    ends = [i for i in (head.find(THOUGHT_LABEL), head.find(RESPONSE_LABEL)) if i >= 0]
-    prompt = head[: min(ends)] if ends else head
-    cut = document.rfind(RESPONSE_LABEL)
-    response = document[cut + len(RESPONSE_LABEL) :] if cut >= 0 else ""
-    return prompt, response
 
 
 def turn_text(turn: PendingTurn) -> tuple[str, str] | None:

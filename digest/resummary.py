@@ -27,7 +27,7 @@ class ResummaryCriteria:
     model: str | None = None
     host: str | None = None
     code_version: str | None = None  # a version, or `NOT_CURRENT`
-    tier: str | None = None  # source_tier: raw | miniSummary | truncatedRaw
+    tier: str | None = None  # source_tier: raw | miniSummary | turnCards | truncatedRaw
     verdict: str | None = None  # a verdict, or `ANY_JUNK`
     fidelity_below: float | None = None
     origin: str | None = None  # one of `ORIGINS`; None: generated

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 
 from digest.backoff import doubling_backoff_s
-from digest.synthesis import Limits, Route, SourceTier, estimate_compact_tokens, estimate_raw_tokens, raw_route
+from digest.summary_output import SourceTier
+from digest.synthesis import Limits, Route, estimate_compact_tokens, estimate_raw_tokens, raw_route
 
 # Before the ledger has any successful call: 50 estimated tokens a second, a CPU-class host.
 DEFAULT_SECONDS_PER_TOKEN = 1 / 50
@@ -74,7 +75,8 @@ def plan_session(candidate: Candidate, limits: Limits, seconds_per_token: float)
     if route == Route.WITHIN_CAP:
         tier, tokens = SourceTier.RAW, raw_tokens
     else:
-        tier = SourceTier.MINI_SUMMARY if candidate.mini_summary_count else SourceTier.TRUNCATED_RAW
+        # Without mini summaries, the turns' cards (a turn with none keeps its snippet).
+        tier = SourceTier.MINI_SUMMARY if candidate.mini_summary_count else SourceTier.TURN_CARDS
         tokens = estimate_compact_tokens(candidate.compact_bytes, candidate.turn_count, limits)
     return PlannedSession(candidate, route, tier, tokens, tokens * seconds_per_token)
 

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import json
 import re
+from enum import StrEnum
 from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
+
+
+class SourceTier(StrEnum):
+    """What a summary's prompt was made of (`source_tier`, the original's names)."""
+
+    RAW = "raw"  # every turn document
+    MINI_SUMMARY = "miniSummary"  # a line per turn, its mini summary where it has one
+    TRUNCATED_RAW = "truncatedRaw"  # a line per turn, its document cut, no turn having a mini summary
+    # A line per turn, its turn card (the ask, files, commands and their status, errors, the reply's
+    # gist) where it has one, no turn having a mini summary.
+    TURN_CARDS = "turnCards"
+
 
 Category = Literal["bugfix", "feature", "refactoring", "documentation", "new-app", "analysis", "other"]
 CATEGORIES: tuple[str, ...] = get_args(Category)

@@ -31,10 +31,12 @@ from digest.prompts import TURN_SEPARATOR, compact_line, summary_prompt
 from digest.summary_output import (
     OutputParseError,
     SessionSummaryOutput,
+    SourceTier,
     parse_summary_output,
     response_json_schema,
 )
 from digest.tokens import CHAT_TEMPLATE_MARGIN_TOKENS, TokenCount, count_prompt
+from digest.turn_cards import turn_card
 from digest.turns import Turn, canonical_order, input_revision
 from digest.verdict import judge
 
@@ -63,14 +65,6 @@ class Route(StrEnum):
     OVER_SAFE_BAND = "over-safe-band"
     RAW_TIMEOUT = "raw-timeout"  # within the cap, but the raw call timed out: degraded instead
     RAW_JUNK = "raw-junk"  # within the cap, but the raw summary was junk of a kind a retry can fix: degraded instead
-
-
-class SourceTier(StrEnum):
-    """What a summary's prompt was made of (`source_tier`, the original's names)."""
-
-    RAW = "raw"  # every turn document
-    MINI_SUMMARY = "miniSummary"  # a line per turn, its mini summary where it has one
-    TRUNCATED_RAW = "truncatedRaw"  # a line per turn, its document cut, no turn having a mini summary
 
 
 @dataclass(frozen=True)
@@ -236,8 +230,9 @@ def estimate_compact_tokens(compact_bytes: int, turn_count: int, limits: Limits)
 
 @dataclass(frozen=True)
 class CompactInput:
-    """The degraded input: one entry per turn with text (its mini summary, else the first 280
-    characters), the turns they come from, and those whose entry is their mini summary."""
+    """The degraded input: one entry per turn with text (its mini summary, else its turn card when no
+    turn has a mini summary, else its first 280 characters), the turns they come from, and those whose
+    entry is their mini summary."""
 
     tier: SourceTier
     entries: list[str]
@@ -246,10 +241,17 @@ class CompactInput:
 
 
 def compact_entries(turns: list[Turn]) -> CompactInput:
-    tier = SourceTier.MINI_SUMMARY if any(t.mini_summary for t in turns) else SourceTier.TRUNCATED_RAW
+    if any(t.mini_summary for t in turns):
+        tier, texts = SourceTier.MINI_SUMMARY, [t.mini_summary or t.document[:FALLBACK_CHARS] for t in turns]
+    else:
+        # A turn card says in a line what the turn asked and did; the first 280 characters of a
+        # turn are mostly its prompt's head. A turn with no card keeps its snippet.
+        cards = [turn_card(t) for t in turns]
+        tier = SourceTier.TURN_CARDS if any(cards) else SourceTier.TRUNCATED_RAW
+        texts = [card or t.document[:FALLBACK_CHARS] for card, t in zip(cards, turns, strict=True)]
     entries, ids, minis = [], [], []
-    for t in turns:
-        text = (t.mini_summary or t.document[:FALLBACK_CHARS]).strip()
+    for t, text in zip(turns, texts, strict=True):
+        text = text.strip()
         if text:
             entries.append(" ".join(text.split()))
             ids.append(t.id)
@@ -445,7 +447,9 @@ def summarize_session(
             return handed_back
         output, error, host_failure = _call(client, raw_prompt, limits, ledger, session_id, SourceTier.RAW, pacer)
         if output is not None:
-            verdict = judge([t.document for t in ordered], output.title, output.summary)
+            verdict = judge(
+                [t.document for t in ordered], output.title, output.summary, technologies=output.technologies
+            )
             if verdict.label not in RETRIED_VERDICTS:
                 return finish(output, SourceTier.RAW, raw_prompt, route)
             junk = finish(output, SourceTier.RAW, raw_prompt, route)

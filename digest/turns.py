@@ -33,6 +33,30 @@ def compose_document(prompt: str, thought: str, response: str) -> str:
     return f"User Prompt: {prompt}\nAgent Thought: {thought}\nAgent Response: {response}"
 
 
+# The canonical document is `User Prompt: …\nAgent Thought: …\nAgent Response: …`.
+PROMPT_LABEL = "User Prompt: "
+THOUGHT_LABEL = "\nAgent Thought: "
+RESPONSE_LABEL = "\nAgent Response: "
+
+
+def split_document(document: str) -> tuple[str, str]:
+    """Prompt and response out of a canonical turn document, the thought left behind.
+
+    The prompt ends at the first label after it and the response starts after the last response
+    label, so a label quoted inside a field can shorten what is sent but never let the thought in.
+    A document with none of the labels has no thought to strip: it is all response.
+    """
+    labelled = document.startswith(PROMPT_LABEL) or THOUGHT_LABEL in document or RESPONSE_LABEL in document
+    if not labelled:
+        return "", document
+    head = document[len(PROMPT_LABEL) :] if document.startswith(PROMPT_LABEL) else ""
+    ends = [i for i in (head.find(THOUGHT_LABEL), head.find(RESPONSE_LABEL)) if i >= 0]
+    prompt = head[: min(ends)] if ends else head
+    cut = document.rfind(RESPONSE_LABEL)
+    response = document[cut + len(RESPONSE_LABEL) :] if cut >= 0 else ""
+    return prompt, response
+
+
 # `String.prototype.localeCompare` as Node (V8 over ICU) runs it in the original: the default
 # locale's collator (en-US, whose collation is ICU's root), tertiary strength, normalization on.
 # The order is the system ICU's (`digest.collation`, its C API through ctypes): Node 20.20 bundles

@@ -31,6 +31,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from digest.claims import check as check_claims
+from digest.claims import unfounded
 from digest.fidelity import COMMON_NAMES, STRONG, anchors, copy_source, precision, session_terms, session_text
 from digest.overlap import fragments
 from digest.prompts import SUMMARY_FIELDS, SUMMARY_LABELS, SUMMARY_PARTS
@@ -137,6 +139,7 @@ class Verdict:
         for key, label in (
             ("fragments", "copied fragments"),
             ("unknown_identifiers", "identifiers no turn has"),
+            ("unfounded_claims", "claims no turn holds"),
             ("placeholders", "placeholders"),
             ("scaffolding", "prompt scaffolding"),
             ("template_fields", "prompt fields"),
@@ -190,10 +193,12 @@ def judge(
     *,
     input_chars: int | None = None,
     terms: Mapping[str, int] | None = None,
+    technologies: Sequence[str] = (),
 ) -> Verdict:
     """The verdict on one summary of these raw turns (`input_chars`: the size of what the model was
     given, when that was not the turns themselves, e.g. a degraded prompt's content; `terms`: the
-    turns' `session_terms` when the caller holds them, as the store does in `turns.terms`)."""
+    turns' `session_terms` when the caller holds them, as the store does in `turns.terms`;
+    `technologies`: the summary's list of them, claims checked with its text, `digest.claims`)."""
     session = session_text(turn_documents)
     text = f"{title}\n{summary}"
     size = len(session) if input_chars is None else input_chars
@@ -201,6 +206,7 @@ def judge(
     terms = session_terms(turn_documents) if terms is None else terms
     frags = fragments(copy_source(session), text)
     grounded, unknown = anchors(text, session, terms)
+    claims = check_claims(session, title, summary, technologies, identifiers=[*grounded, *unknown])
     placeholders = sorted({m.group(0) for m in _PLACEHOLDER.finditer(text) if m.group(0).lower() not in lowered})
     scaffolding = sorted({m.group(0) for m in _SCAFFOLDING.finditer(text) if m.group(0).lower() not in lowered})
     # Only labels, or a turn's labels over and over (a title "4) User Prompt; 5) User Prompt; ..."):
@@ -242,6 +248,8 @@ def judge(
         "specific_words": specific[:20],
         "repeated": round(repeated_share(summary), 4),
         "title_copied": title_line,
+        "founded_claims": claims.founded,
+        "unfounded_claims": claims.unfounded,
     }
 
     if len(_LETTER_WORD.findall(summary)) < MIN_WORDS:
@@ -286,6 +294,8 @@ def judge(
     # not one; and the words inside the one it names ("stream" and "buffer" of stream_buffer) say
     # nothing more than it does.
     own = [g for g in grounded if g.split(".", 1)[0] not in COMMON_NAMES]
+    if unfounded(claims, len(own)):
+        return Verdict("fabricated", {**evidence, "reason": f"{len(claims.unfounded)} claims no turn holds"})
     beyond = [w for w in specific if not any(w in g.lower() for g in own)]
     # With one identifier, the rest must be more the session's words than not: "refactored the grid
     # row in src/grid/Row.mjs" is a short summary, "optimize a service ... a library like

@@ -387,7 +387,7 @@ def resummary_filters(command: argparse.ArgumentParser) -> None:
         "--code-version", nargs="?", const=NOT_CURRENT, metavar="V",
         help="made under summary code version V; without V: any but the current one (unrecorded included)",
     )  # fmt: skip
-    command.add_argument("--tier", help="of this source tier: raw, miniSummary, truncatedRaw")
+    command.add_argument("--tier", help="of this source tier: raw, miniSummary, turnCards, truncatedRaw")
     command.add_argument("--verdict", help=f"with this verdict (ok, echo, template, ...), or {ANY_JUNK}: any but ok")
     command.add_argument("--fidelity-below", type=float, metavar="F", help="with a fidelity under F")
     command.add_argument(

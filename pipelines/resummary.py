@@ -64,7 +64,7 @@ class ResummaryConfig(Config):
         description=f"summaries made under this summary code version, or `{NOT_CURRENT}`: any but the "
         f"current one ({SUMMARY_CODE_VERSION}), those from before versions were recorded included",
     )
-    tier: str | None = Field(default=None, description="source tier: raw, miniSummary or truncatedRaw")
+    tier: str | None = Field(default=None, description="source tier: raw, miniSummary, turnCards or truncatedRaw")
     verdict: str | None = Field(
         default=None, description=f"a verdict (ok, echo, template, ...), or `{ANY_JUNK}`: any but ok"
     )

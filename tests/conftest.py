@@ -70,6 +70,8 @@ TIERS = {
     "test_harness_fixture_sets": "unit",
     "test_facts": "unit",
     "test_card": "unit",
+    "test_claims": "unit",
+    "test_turn_cards": "unit",
     "test_text_facts": "unit",
     "test_embeddings": "unit",
     "test_search": "unit",

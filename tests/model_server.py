@@ -44,6 +44,7 @@ FAITHFUL_SUMMARY = {
     **GOOD_SUMMARY,
     "summary": "The agent refactored the grid row in src/grid/Row.mjs and worker/Manager.mjs, step by step.",
     "title": "Refactor the grid row",
+    "technologies": ["JavaScript"],  # the session's .mjs files: python and pytest would be claims it cannot back
 }
 
 # Junk a small model writes (issue 29): the prompt's field list with numbers for values, placeholders.

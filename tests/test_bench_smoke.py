@@ -44,6 +44,8 @@ SMOKE = {
     # The session-card corpus: its committed plain/ is what its raw/ converts to (nothing written).
     "cards_corpus.py": Smoke(("--check",), ("turns converted", "plain/ matches raw/")),
     "outcome_ask.py": Smoke(("--sessions", "1"), ("card:", "outcome:", "sessions asked: 1"), embedded=True),
+    # The labelled run's table: no model call, the card corpus ingested to judge the replies.
+    "degraded_input.py": Smoke(("--score",), ("truncatedRaw", "turnCards", "label → verdict")),
     "facts.py": Smoke(("--sessions", "3"), ("ingest with facts", "ratio (with / without)", "extraction alone")),
     "graph_cap.py": Smoke(
         ("--kilobytes", "40"), ("graph calls:", "the largest prompt any model call sent in the graph scenario")

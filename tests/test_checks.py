@@ -48,7 +48,7 @@ def clean_store(tmp_path_factory) -> DigestStore:
     )
     ingest_paths([write_bundle(folder / "bundle", turns)], store)
     with ModelServer() as summaries, ModelServer(lambda _: Behaviour.reply(EXTRACTION)) as extraction:
-        for session_id in ("small", "big", "bare"):  # raw, miniSummary, truncatedRaw
+        for session_id in ("small", "big", "bare"):  # raw, miniSummary, turnCards
             client = OpenAIChatClient(summaries.url, "fake-model")
             result = summarize_session(
                 store.sessions.load_turns([session_id]), client, make_limits(), RunLedger(store, "run-1")
@@ -62,7 +62,7 @@ def clean_store(tmp_path_factory) -> DigestStore:
             )  # fmt: skip
             store.graph.write_graph(digest.graph, run_id="run-2")
     tiers = store.query("SELECT session_id, source_tier FROM session_summaries ORDER BY 1")
-    assert tiers.values.tolist() == [["bare", "truncatedRaw"], ["big", "miniSummary"], ["small", "raw"]]
+    assert tiers.values.tolist() == [["bare", "turnCards"], ["big", "miniSummary"], ["small", "raw"]]
     entities = store.query("SELECT session_id, properties->>'name' AS name FROM graph_nodes WHERE label = 'FILE'")
     assert sorted(entities.values.tolist()) == [["bare", "Row.mjs"], ["big", "Row.mjs"]]  # auth.py was dropped
     return store
@@ -103,7 +103,9 @@ VIOLATIONS = [
     (summaries_have_complete_provenance, "small",
      "UPDATE session_summaries SET route_reason = 'over-raw-cap' WHERE session_id = ?", "contradicts source_tier 'raw'"),
     (summaries_have_complete_provenance, "bare",
-     "UPDATE session_summaries SET mini_summary_count = 3 WHERE session_id = ?", "truncatedRaw although turns had mini"),
+     "UPDATE session_summaries SET mini_summary_count = 3 WHERE session_id = ?", "turnCards although turns had mini"),
+    (summaries_have_complete_provenance, "bare",
+     "UPDATE session_summaries SET raw_canonical = false WHERE session_id = ?", "raw_canonical is not true"),
     (summaries_have_complete_provenance, "big", "UPDATE session_summaries SET input_revision = 'r1' WHERE session_id = ?",
      "not a sha256 revision"),
     (no_raw_summary_over_its_cap, "small",

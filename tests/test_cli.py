@@ -336,7 +336,7 @@ def test_sweep_session_summarizes_the_sessions_named_in_their_failure_backoff_an
         replies["good"] = True
         # A budgeted sweep takes the newest, big (over the cap: its first summary with no mini summary first).
         swept = _run(["sweep", "--limit", "1"], env)
-        assert [(r["partition"], r["source_tier"]) for r in swept["runs"]] == [("big", "truncatedRaw")]
+        assert [(r["partition"], r["source_tier"]) for r in swept["runs"]] == [("big", "turnCards")]
         calls = len(server.requests)
         named = _run(["sweep", "--session", "small", "--session", "other"], env)
         assert sorted((r["partition"], r["success"], r.get("source_tier")) for r in named["runs"]) == [

@@ -87,7 +87,7 @@ def test_a_turn_with_no_text_is_not_covered_by_the_degraded_prompt(store):
     with ModelServer() as server:
         client = OpenAIChatClient(server.url, "fake-model", schema_style="json_object")
         summary = summarize_session(turns, client, make_limits(), RunLedger(store, "r")).summary
-    assert summary.source_tier == "truncatedRaw"
+    assert summary.source_tier == "turnCards"
     assert blank.id not in summary.covered_turn_ids and len(summary.covered_turn_ids) == 39
     assert summary.mini_turn_ids == []
 

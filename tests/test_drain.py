@@ -75,7 +75,7 @@ def test_sweep_drain_brings_a_slow_hosts_over_cap_session_to_a_mini_summary_summ
     assert (row["source_tier"], row["degraded"], row["route_reason"]) == ("miniSummary", True, "over-raw-cap")
     assert (row["mini_summary_count"], row["mini_summary_coverage"]) == (8, 1.0)
     # The sensors' order: the first summary (truncated raw), the backfill, the upgrade.
-    assert [r.get("source_tier") for r in result["summary_runs"]] == ["truncatedRaw", "miniSummary"]
+    assert [r.get("source_tier") for r in result["summary_runs"]] == ["turnCards", "miniSummary"]
     assert [r["mini_summaries"] for r in result["mini_summary_runs"]] == [8]
     assert calls["summary"] == 2 and calls["mini-summary"] >= 1  # the backfill batches turns in a call
     assert (result["summarized"], result["mini_summaries"], result["failed"]) == (2, 8, 0)
@@ -95,7 +95,7 @@ def test_sweep_drain_keeps_to_its_limit_for_the_whole_drain(tmp_path):
     # Two runs in all: the first summary and the backfill; the upgrade waits for the next drain.
     assert (len(result["summary_runs"]), len(result["mini_summary_runs"])) == (1, 1)
     assert result["stopped"] == "the drain's limit of 2 runs is reached"
-    assert _store(home).summaries.summary_row("big")["source_tier"] == "truncatedRaw"
+    assert _store(home).summaries.summary_row("big")["source_tier"] == "turnCards"
 
 
 def test_a_summary_run_that_raises_on_its_sessions_data_backs_off_with_a_friction_event_and_the_sweep_says_so(

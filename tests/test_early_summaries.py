@@ -136,11 +136,11 @@ def test_an_over_cap_session_is_summarized_at_once_then_again_only_at_each_cover
         assert list(first) == ["big"] and UPGRADE_TAG not in first["big"]["tags"]
         row = backlog.row("big")
         assert calls == {"summary": 1, "mini-summary": 0}
-        assert (row["source_tier"], row["degraded"], row["route_reason"]) == ("truncatedRaw", True, "over-raw-cap")
+        assert (row["source_tier"], row["degraded"], row["route_reason"]) == ("turnCards", True, "over-raw-cap")
         assert (row["mini_summary_count"], row["mini_summary_coverage"], row["coverage_step"]) == (0, 0.0, 0)
         shown = first["big"]["metadata"]
         assert (shown["source_tier"], shown["mini_summary_coverage"], shown["coverage_step"]) == (
-            "truncatedRaw",
+            "turnCards",
             0.0,
             0,
         )

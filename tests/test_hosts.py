@@ -10,7 +10,8 @@ from digest.hosts import DEFAULT_HOST, HostsError, HostView, assign_batch, assig
 from digest.scheduling import Candidate, SweepPolicy
 from digest.settings import SettingsError, load_settings
 from digest.settings_fleet import DEFAULT_MODEL_NAMES
-from digest.synthesis import Route, SourceTier
+from digest.summary_output import SourceTier
+from digest.synthesis import Route
 from pipelines.selection import next_summary_batch
 from resources.model_hosts import hosts_in_rotation
 
@@ -179,7 +180,7 @@ def test_a_session_over_one_hosts_cap_goes_raw_to_the_host_that_admits_it(tmp_pa
 def test_only_a_session_no_host_can_take_raw_is_degraded(tmp_path):
     # ~140,000 tokens at the GPU host's pinned 3.6 bytes a token: over its safe band too.
     assignment = assign_host(_candidate("huge", 500_000, turns=200), _views(tmp_path))
-    assert assignment.tier == SourceTier.TRUNCATED_RAW and assignment.route != Route.WITHIN_CAP
+    assert assignment.tier == SourceTier.TURN_CARDS and assignment.route != Route.WITHIN_CAP
     assert assignment.reason.startswith("degraded; no host admits it raw (widest raw cap off)")
 
 

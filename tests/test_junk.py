@@ -62,7 +62,7 @@ def test_an_echoed_raw_summary_is_retried_once_on_the_degraded_route(tmp_path):
     result, server = _summarize(store, "small", _first_echo_then(FAITHFUL))
     assert len(server.chat_requests()) == 2
     summary = result.summary
-    assert (summary.route_reason, summary.source_tier, summary.degraded) == (Route.RAW_JUNK, "truncatedRaw", True)
+    assert (summary.route_reason, summary.source_tier, summary.degraded) == (Route.RAW_JUNK, "turnCards", True)
     assert summary.output.title == FAITHFUL["title"]
     friction = store.query("SELECT symptom, note FROM friction_events").to_dict("records")
     assert friction == [
@@ -79,7 +79,7 @@ def test_a_retry_that_is_junk_too_is_kept_with_its_verdict_and_never_tried_a_thi
     assert len(server.chat_requests()) == 2  # the raw call and one retry
     store.summaries.write_summary(result.summary, run_id="r1")
     row = store.summaries.summary_row("small")
-    assert (row["verdict"], row["route_reason"], row["source_tier"]) == ("template", "raw-junk", "truncatedRaw")
+    assert (row["verdict"], row["route_reason"], row["source_tier"]) == ("template", "raw-junk", "turnCards")
     assert json.loads(row["verdict_evidence"])["placeholders"] == ["[action]", "[file_name]"]
     # Stored at the session's turns: not pending, so no sweep retries it again at this revision.
     assert store.summaries.pending_summary_keys() == []
@@ -100,7 +100,11 @@ def test_a_retry_that_fails_keeps_the_raw_junk_with_its_verdict(tmp_path):
 @pytest.mark.parametrize("kind", ["fabricated", "content-free"])
 def test_a_fabricated_or_content_free_raw_summary_is_not_retried(tmp_path, kind):
     assert kind not in RETRIED_VERDICTS
-    reply = GOOD_SUMMARY if kind == "fabricated" else {**GOOD_SUMMARY, "summary": "The user asked for a summary."}
+    reply = (
+        GOOD_SUMMARY
+        if kind == "fabricated"
+        else {**GOOD_SUMMARY, "summary": "The user asked for a summary.", "technologies": []}
+    )
     store = _store(tmp_path, make_turns("small", 3))
     result, server = _summarize(store, "small", lambda received: Behaviour.reply(reply))
     assert len(server.chat_requests()) == 1 and result.summary.route_reason == Route.WITHIN_CAP

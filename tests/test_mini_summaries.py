@@ -503,11 +503,11 @@ def test_a_truncated_raw_session_becomes_mini_summary_once_its_turns_are_filled(
     assert first["turn_mini_summaries"]["attempted"].value == 30
     assert first["turn_mini_summaries"]["causes"].value["provider-error"] == 30
     assert first["turn_mini_summaries"]["backoff_until"].value != "none"
-    assert first["session_summaries"]["source_tier"].value == "truncatedRaw"
+    assert first["session_summaries"]["source_tier"].value == "turnCards"
     assert first["session_summaries"]["mini_summary_coverage"].value == 0.0
 
     assert held["turn_mini_summaries"]["attempted"].value == 0
-    assert held["session_summaries"]["source_tier"].value == "truncatedRaw"
+    assert held["session_summaries"]["source_tier"].value == "turnCards"
 
     assert filled["turn_mini_summaries"]["generated"].value == 30
     assert filled["turn_mini_summaries"]["mini_summary_coverage"].value == 1.0

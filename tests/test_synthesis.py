@@ -8,6 +8,7 @@ import pytest
 
 from digest.summary_output import OutputParseError, parse_summary_output
 from digest.synthesis import FALLBACK_CHARS, MIN_COMPACT_CHARS, raw_route, summarize_session
+from digest.turns import Turn, compose_document
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
 from resources.store import RunLedger
 from tests.conftest import make_limits, make_turns
@@ -71,17 +72,40 @@ def test_over_cap_with_mini_summaries_never_sends_the_raw_prompt(store):
     assert _rows(store, "SELECT tier, outcome FROM attempts") == [{"tier": "miniSummary", "outcome": "ok"}]
 
 
-def test_over_cap_without_mini_summaries_uses_truncated_raw(store):
+def test_over_cap_without_mini_summaries_sends_each_turns_card(store):
     turns = make_turns("big", 30, doc_bytes=900)
     with ModelServer() as server:
         result = summarize_session(turns, _client(server), make_limits(), _ledger(store))
     sent = server.chat_requests()[0].prompt
-    assert result.summary.source_tier == "truncatedRaw" and result.summary.degraded is True
-    for i, turn in enumerate(turns, start=1):
+    summary = result.summary
+    # Made of facts, not of the turns' text: degraded and not raw-canonical.
+    assert (summary.source_tier, summary.degraded, summary.raw_canonical) == ("turnCards", True, True)
+    for i in range(1, len(turns) + 1):
         line = next(line for line in sent.splitlines() if line.startswith(f"Turn {i}: "))
         assert len(line) - len(f"Turn {i}: ") <= FALLBACK_CHARS
-        assert turn.document[:30].split("\n")[0] in line
+        assert line == f"Turn {i}: asked: Prompt {i - 1}: fix the grid; replied: step {i - 1} of the refactor " + (
+            "touched src/grid/Row.mjs and worker/Manager.mjs."
+        )
     assert not any(t.document in sent for t in turns)
+    assert "User Prompt:" not in sent  # no turn's raw head
+    assert _rows(store, "SELECT tier, outcome FROM attempts") == [{"tier": "turnCards", "outcome": "ok"}]
+
+
+def test_a_turn_with_no_card_keeps_its_snippet_and_turns_with_none_are_truncated_raw(store):
+    # Code and nothing else: no ask, no fact, no reply in prose.
+    code = "{ rows[i] = grid.map((r) => r.id); }\n" * 30
+    mixed = make_turns("mixed", 30, doc_bytes=900)
+    mixed[3] = Turn(**{**mixed[3].__dict__, "document": compose_document("", "", code)})
+    with ModelServer() as server:
+        result = summarize_session(mixed, _client(server), make_limits(), _ledger(store))
+        sent = server.chat_requests()[0].prompt
+    assert result.summary.source_tier == "turnCards"
+    assert "Turn 4: User Prompt: Agent Thought: Agent Response: { rows[i]" in sent
+    bare = [Turn(**{**t.__dict__, "document": compose_document("", "", code)}) for t in make_turns("bare", 30)]
+    with ModelServer() as server:
+        result = summarize_session(bare, _client(server), make_limits(), _ledger(store))
+    summary = result.summary
+    assert (summary.source_tier, summary.degraded, summary.raw_canonical) == ("truncatedRaw", True, True)
 
 
 def test_partial_mini_summaries_are_labelled_mini_summary(store):
@@ -267,7 +291,7 @@ def test_huge_metadata_is_bounded_in_the_prompt_and_the_session_is_summarized(st
     with ModelServer() as server:
         result = summarize_session(turns, _client(server), make_limits(), _ledger(store))
     assert result.summary is not None, _rows(store, "SELECT note FROM friction_events")
-    assert result.summary.source_tier == "truncatedRaw"
+    assert result.summary.source_tier == "turnCards"
     [request] = server.chat_requests()
     header = request.prompt.split("\n---\n", 1)[0]
     assert (

@@ -203,7 +203,7 @@ def test_a_session_over_the_cap_by_estimate_that_fits_by_count_goes_raw(store):
     with ModelServer() as server:
         # Without a tokenizer: degraded on the estimate, as before.
         before = summarize_session(turns, _client(server), limits, RunLedger(store, "before"))
-        assert (before.summary.source_tier, before.route_reason) == ("truncatedRaw", "over-raw-cap")
+        assert (before.summary.source_tier, before.route_reason) == ("turnCards", "over-raw-cap")
         assert (before.summary.raw_tokens_source, before.summary.raw_tokens_counted) == ("default", None)
         assert _paths(server) == []
         client = _client(server)
@@ -234,7 +234,7 @@ def test_a_session_within_the_cap_by_estimate_over_it_by_count_is_degraded(store
     summary = result.summary
     assert summary.raw_tokens_estimate <= 2000
     assert (summary.source_tier, summary.route_reason, summary.raw_tokens_source) == (
-        "truncatedRaw",
+        "turnCards",
         "over-raw-cap",
         "tokenizer",
     )

@@ -28,7 +28,8 @@ from digest.graph.provenance import add_provenance
 from digest.model_api import ChatClient, ChatReply, ModelError
 from digest.pacing import Pacer
 from digest.prompts import TURN_SEPARATOR
-from digest.synthesis import Limits, SourceTier, prompt_friction
+from digest.summary_output import SourceTier
+from digest.synthesis import Limits, prompt_friction
 from digest.turns import Turn, canonical_order, input_revision
 
 CONSUMER = "session_graph"

@@ -21,7 +21,7 @@ import re
 
 from digest.readers.common import Reject, required_id, text_field, timestamp, turn_row
 from digest.redact import counts_problem
-from digest.synthesis import SourceTier
+from digest.summary_output import SourceTier
 
 # What a vector's text may hold between its brackets: JSON numbers, commas and blanks. Checking
 # the characters (bytes.translate, in C) costs a small part of parsing the 4096 floats; a

@@ -30,9 +30,11 @@ def turn_documents(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> di
     return {sid: [d or "" for d in docs] for sid, docs in con.execute(_DOCUMENTS, [session_ids]).fetchall()}
 
 
-def judge_stored(con: duckdb.DuckDBPyConnection, session_id: str, title: str, summary: str) -> Verdict:
+def judge_stored(
+    con: duckdb.DuckDBPyConnection, session_id: str, title: str, summary: str, technologies: list[str] | None = None
+) -> Verdict:
     """The verdict a summary would get against this session's stored turns (before writing it)."""
-    return judge(turn_documents(con, [session_id]).get(session_id, []), title, summary)
+    return judge(turn_documents(con, [session_id]).get(session_id, []), title, summary, technologies=technologies or [])
 
 
 def _derived(session_id: str, what: str, fallback, compute, *args, **kwargs):
@@ -111,7 +113,7 @@ def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], uns
     ids = sorted(set(session_ids))
     terms = _stored_terms(con, ids)
     summaries = con.execute(
-        "SELECT session_id, title, summary FROM session_summaries WHERE session_id IN (SELECT unnest(?::VARCHAR[]))"
+        "SELECT session_id, title, summary, technologies FROM session_summaries WHERE session_id IN (SELECT unnest(?::VARCHAR[]))"
         + (" AND (fidelity IS NULL OR verdict IS NULL)" if unscored_only else ""),
         [ids],
     ).fetchall()
@@ -131,10 +133,20 @@ def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], uns
             [wanted],
         ).fetchall()
     )
-    for sid, title, summary in summaries:
+    for sid, title, summary, technologies in summaries:
         # No text to judge against: no verdict, as no score.
         verdict = (
-            _derived(sid, "verdict", None, judge, documents[sid], title, summary, terms=terms.get(sid, Counter()))
+            _derived(
+                sid,
+                "verdict",
+                None,
+                judge,
+                documents[sid],
+                title,
+                summary,
+                terms=terms.get(sid, Counter()),
+                technologies=technologies or [],
+            )  # fmt: skip
             if any(d.strip() for d in documents.get(sid, []))
             else None
         )

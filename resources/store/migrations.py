@@ -184,6 +184,10 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # (`search_indexed.py`): an index with no such record is cleared, every session indexed again.
     # 16 and 20 emptied the table to the same end; they drop it now that `schema.sql` makes none.
     22: ["DROP TABLE IF EXISTS search_index_state"],
+    # 23: every summary judged again: its claims (the technologies it lists or names, the code and
+    # messages it quotes) are checked against its turns, and one of invented facts is fabricated;
+    # the cards follow the verdicts (the search index, which records each verdict, follows too).
+    23: [judge_summaries_again, backfill_cards],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -253,7 +253,9 @@ class Summaries(Repository):
         placeholders = ", ".join("?" for _ in columns)
         updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != "session_id")
         with self.file.transaction() as con:
-            verdict = judge_stored(con, summary.session_id, summary.output.title, summary.output.summary)
+            verdict = judge_stored(
+                con, summary.session_id, summary.output.title, summary.output.summary, summary.output.technologies
+            )
             previous = record(con, "SELECT * FROM session_summaries WHERE session_id = ?", [summary.session_id])
             if verdict.junk:
                 standing = record(con, CURRENT_OK_SUMMARY, [summary.session_id, summary.input_revision])

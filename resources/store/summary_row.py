@@ -59,7 +59,7 @@ _TIER = "coalesce(i.source_tier, 'raw')"
 # An adopted summary is current for the session's turns as they are: it covers every one of them.
 _EVERY_TURN = "(SELECT list(t.id ORDER BY t.ts_ms NULLS FIRST, t.id) FROM turns t WHERE t.session_id = s.session_id)"
 PIPELINE_COLUMNS = (
-    Column("source_tier", "VARCHAR NOT NULL", "raw | miniSummary | truncatedRaw", _TIER, shown=True),
+    Column("source_tier", "VARCHAR NOT NULL", "raw | miniSummary | turnCards | truncatedRaw", _TIER, shown=True),
     Column("degraded", "BOOLEAN NOT NULL", "", f"coalesce(i.degraded, {_TIER} <> 'raw')", shown=True),
     Column("raw_canonical", "BOOLEAN NOT NULL", "", "coalesce(i.raw_canonical, true)", shown=True),
     Column("memory_count", "INTEGER NOT NULL", "", "s.turn_count", shown=True),
