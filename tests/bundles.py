@@ -9,7 +9,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from digest.ingest import ingest_paths
+from digest.ingest import IngestReport, ingest_paths
 from digest.turns import Turn
 from resources.store import DigestStore
 
@@ -108,6 +108,19 @@ def samples_home(folder: Path) -> Path:
     ingest_paths([SAMPLES / "bundle", SAMPLES / "harnesses"], store)
     store.search.refresh()
     return folder
+
+
+@cache
+def ingested_harnesses() -> tuple[Path, IngestReport]:
+    """A store file holding the harness logs bundled as samples (`samples/harnesses`), and the
+    ingest's report, made once per process as `ingested_samples` is. Never written after."""
+    folder = Path(tempfile.mkdtemp(prefix="ingested-harnesses-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    store = DigestStore(folder / "digest.duckdb")
+    with store.file.held():
+        store.migrate()
+        report = ingest_paths([SAMPLES / "harnesses"], store)
+    return store.path, report
 
 
 @cache

@@ -289,6 +289,16 @@ def samples_store(store_slot) -> Iterator[DigestStore]:
         yield store_slot.store(stack, ingested_samples())
 
 
+@pytest.fixture
+def harnesses_store(store_slot) -> Iterator[DigestStore]:
+    """A store holding the bundled harness logs as an ingest leaves them: a copy of the one
+    ingested for the whole run (`tests.bundles.ingested_harnesses`), held to the end of the test."""
+    from tests.bundles import ingested_harnesses
+
+    with contextlib.ExitStack() as stack:
+        yield store_slot.store(stack, ingested_harnesses()[0])
+
+
 def make_limits(**overrides) -> Limits:
     values = dict(
         context_limit_tokens=8192,

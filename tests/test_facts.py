@@ -397,8 +397,8 @@ def stored(store, sql: str, params: list | None = None) -> list[tuple]:
         return con.execute(sql, params or []).fetchall()
 
 
-def test_ingest_stores_facts_with_their_turns_and_finds_sessions_by_file(store):
-    ingest_paths([SAMPLES], store)
+def test_ingest_stores_facts_with_their_turns_and_finds_sessions_by_file(harnesses_store):
+    store = harnesses_store
     facts = store.facts.for_session(CLAUDE_SESSION)
     assert [(f["kind"], f["value"]) for f in facts][:3] == [
         ("issue", "acme/webapp#311"),

@@ -11,18 +11,18 @@ import pytest
 from assets.summary_view import TURN_IDS_SHOWN, Markdown
 from assets.work.sessions import SummaryOutcome
 from assets.work.views import facts_view, ingest_view, made_summary_view, place_view, read_how, redactions_table
-from digest.ingest import FileReport, ingest_paths
+from digest.ingest import FileReport
 from resources.store import DigestStore
+from tests.bundles import ingested_harnesses
 
 HARNESSES = Path(__file__).resolve().parents[1] / "samples" / "harnesses"
 AIDER_SESSION = "aider-20261117162005-78439743b1"
 
 
 @pytest.fixture(scope="module")
-def ingested(tmp_path_factory):
-    store = DigestStore(tmp_path_factory.mktemp("views") / "digest.duckdb")
-    store.migrate()
-    return store, ingest_paths([HARNESSES], store)
+def ingested():
+    path, report = ingested_harnesses()
+    return DigestStore(path, read_only=True), report
 
 
 def test_the_ingest_view_counts_the_run_and_lists_each_file(ingested):
