@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 # Candidates each ranking gives the fusion: past the first few dozen, reciprocal ranks add little.
 CANDIDATES = 50
 NEAREST_DOCUMENTS = 200
+# Every text has a nearest neighbour, a nonsense query's too: where no document holds the query's
+# words, only these few nearest are shown, and the notice says they matched by meaning alone.
+MEANING_ONLY_HITS = 3
+MEANING_ONLY_NOTICE = "no session holds these words: the nearest by meaning alone follow, and may be unrelated"
 
 
 @dataclass
@@ -101,7 +105,7 @@ def search_sessions(
     for hit in nearest:  # best first: a session's first is its best document
         best.setdefault(hit.session_id, hit)
     by_id = {h.session_id: h for h in keyword}
-    fused = reciprocal_rank_fusion([list(by_id), list(best)])[:limit]
+    fused = reciprocal_rank_fusion([list(by_id), list(best)])[: _fused_limit(keyword, limit)]
     missing = [s for s, _ in fused if s not in by_id]
     texts = store.search_vectors.texts([best[s].doc_key for s in missing])
     made = {s: _vector_only_hit(s, meta, best[s], texts, query) for s, meta in index.metas(missing).items()}
@@ -110,7 +114,7 @@ def search_sessions(
         for s, score in fused
         if s in by_id or s in made
     ]
-    return Results(hits, mode="hybrid")
+    return Results(hits, mode="hybrid", notice=None if keyword else MEANING_ONLY_NOTICE)
 
 
 def search_turns(
@@ -135,7 +139,7 @@ def search_turns(
         if hit.turn_id is not None:
             near_turns.setdefault(hit.turn_id, hit)
     by_id = {h.turn_id: h for h in keyword}
-    fused = reciprocal_rank_fusion([list(by_id), list(near_turns)])[:limit]
+    fused = reciprocal_rank_fusion([list(by_id), list(near_turns)])[: _fused_limit(keyword, limit)]
     missing = [near_turns[t] for t, _ in fused if t not in by_id]
     texts = store.search_vectors.texts([h.doc_key for h in missing])
     rows = index.turn_rows([h.turn_id for h in missing])
@@ -145,7 +149,11 @@ def search_turns(
         for h in missing
     }  # fmt: skip
     hits = [replace(by_id[t] if t in by_id else made[t], score=score) for t, score in fused]
-    return Results(hits, mode="hybrid")
+    return Results(hits, mode="hybrid", notice=None if keyword else MEANING_ONLY_NOTICE)
+
+
+def _fused_limit(keyword: list, limit: int) -> int:
+    return limit if keyword else min(limit, MEANING_ONLY_HITS)
 
 
 def _candidates(limit) -> int:

@@ -11,7 +11,7 @@ import pytest
 from digest.embeddings import EmbeddingModelMismatch
 from digest.ingest import ingest_paths
 from resources.embedding_pass import embed_pending
-from resources.hybrid_search import search_sessions, search_turns
+from resources.hybrid_search import MEANING_ONLY_HITS, MEANING_ONLY_NOTICE, search_sessions, search_turns
 from resources.model_clients.embeddings import EmbeddingClient
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -118,13 +118,27 @@ def test_hybrid_search_finds_a_paraphrase_keyword_search_misses_and_keeps_keywor
         embed_pending(store.search_vectors, client, 100, 60)
         assert search_sessions(store, None, "repair socket retry").hits == []  # no word in common
         found = search_sessions(store, client, "repair socket retry", limit=3)
-        assert (found.mode, found.notice) == ("hybrid", None)
+        # No document holds a word of it: the nearest by meaning, said to be so.
+        assert (found.mode, found.notice) == ("hybrid", MEANING_ONLY_NOTICE)
         assert found.hits[0].session_id == "ws" and found.hits[0].matches[0].turn_id == "ws-t001"
         lexical = search_sessions(store, client, "ORM", limit=1)
-        assert [h.session_id for h in lexical.hits] == ["orm"]
+        assert [h.session_id for h in lexical.hits] == ["orm"] and lexical.notice is None
         turns = search_turns(store, client, "repair socket retry", limit=1)
         assert [(h.session_id, h.turn_id) for h in turns.hits] == [("ws", "ws-t001")]
         assert "websocket reconnect" in turns.hits[0].snippet
+
+
+def test_a_query_no_document_holds_a_word_of_shows_only_the_few_nearest_and_says_so(store, tmp_path):
+    for i in range(MEANING_ONLY_HITS + 2):
+        ingest_paths([write_bundle(tmp_path / f"b{i}", make_turns(f"s{i}", 2))], store)
+    store.search.refresh()
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "test-embed")
+        embed_pending(store.search_vectors, client, 100, 60)
+        sessions = search_sessions(store, client, "zzqxj vvkwp", limit=10)
+        turns = search_turns(store, client, "zzqxj vvkwp", limit=10)
+    assert len(sessions.hits) == MEANING_ONLY_HITS and sessions.notice == MEANING_ONLY_NOTICE
+    assert len(turns.hits) == MEANING_ONLY_HITS and turns.notice == MEANING_ONLY_NOTICE
 
 
 def test_hybrid_search_falls_back_to_keywords_with_the_reason(store, tmp_path):
