@@ -7,7 +7,7 @@ Run: .venv/bin/python bench/busy_host.py [--load 4] [--sessions 12] [--corpora d
 - Old: the code at `--old-ref` (957c233, before the pacing work), checked out as a detached git
   worktree (`--old-tree`, made if missing); new: this checkout. Each arm runs as a subprocess with
   its own tree as cwd and PYTHONPATH, so each imports its own code from the same virtualenv.
-- Each arm drives the CLI's own path: `pipelines.cli.ingest`, then `pipelines.cli.sweep` until a
+- Each arm drives the CLI's own path: `app.cli.ingest`, then `app.cli.sweep` until a
   sweep has nothing to run, exactly what `session-digest demo` does (less its friction report),
   in one process, so every session is a real Dagster run with its mini-summary and summary steps.
   DIGEST_HOME is a fresh temp folder per arm and corpus.
@@ -73,8 +73,8 @@ PROBE_PROMPT = (
 ARM_DRIVER = r"""
 import json, sys, time
 from digest.settings import load_settings
-from pipelines import cli
-from pipelines.console import Output
+from app import cli
+from app.console import Output
 
 paths, max_sweeps = json.loads(sys.argv[1]), int(sys.argv[2])
 settings = load_settings()

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipelines.answers import dumps, tokens  # noqa: E402
-from pipelines.mcp_server import Reads  # noqa: E402
+from app.answers import dumps, tokens  # noqa: E402
+from app.mcp_server import Reads  # noqa: E402
 from resources.store import DigestStore  # noqa: E402
 
 TOOLS = ("query_summaries", "query_raw_memories")

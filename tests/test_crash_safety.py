@@ -41,7 +41,7 @@ from tests.bundles import write_bundle
 from tests.conftest import dead_pid, make_turns
 from tests.model_server import FAITHFUL_SUMMARY, GOOD_SUMMARY, Behaviour, ModelServer
 
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 SCHEMA = response_json_schema()
 
 

@@ -16,7 +16,7 @@ from tests.bundles import write_bundle
 from tests.conftest import make_turns
 from tests.model_server import ModelServer
 
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 
 
 @contextlib.contextmanager

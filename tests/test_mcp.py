@@ -37,7 +37,7 @@ def home(tmp_path) -> Path:
 def server(home: Path) -> StdioServerParameters:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "pipelines.cli", "mcp"], env={**env, "DIGEST_HOME": str(home)}, cwd=ROOT
+        command=sys.executable, args=["-m", "app.cli", "mcp"], env={**env, "DIGEST_HOME": str(home)}, cwd=ROOT
     )
 
 

@@ -89,7 +89,7 @@ DRIVER = textwrap.dedent(
         return handled
 
     DagsterInstance.handle_new_event = stopping_handle
-    from pipelines.cli import main
+    from app.cli import main
 
     main()
     """
@@ -110,7 +110,7 @@ def _env(home, url: str, **extra: str) -> dict[str, str]:
 
 
 def _cli(args: list[str], env: dict, driver=None) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(driver)] if driver else [sys.executable, "-m", "pipelines.cli"]
+    command = [sys.executable, str(driver)] if driver else [sys.executable, "-m", "app.cli"]
     return subprocess.run(command + args, env=env, capture_output=True, text=True, timeout=300)
 
 

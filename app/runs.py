@@ -1,4 +1,4 @@
-"""The CLI's in-process Dagster runs (`pipelines.cli` parses the command line and runs the rest):
+"""The CLI's in-process Dagster runs (`app.cli` parses the command line and runs the rest):
 ingest, sweep, digest, the friction report and the mini summary fill, with what they share: the
 job with its log file, the run's config, the store, the sweep's selection."""
 
@@ -9,11 +9,11 @@ import dataclasses
 import time
 from pathlib import Path
 
+from app.console import Output, run_log_config, run_log_file
+from app.stopping import stop_requested
 from digest.scheduling import now_ms
 from digest.settings import Settings
 from digest.tags import EXPLICIT_TAG, ROUTE_TAG, SWEEP_TAG
-from pipelines.console import Output, run_log_config, run_log_file
-from pipelines.stopping import stop_requested
 
 
 def log_path(settings: Settings) -> Path:

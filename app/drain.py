@@ -2,18 +2,18 @@
 every pending session's first summary, then the mini-summary backfill of the sessions headed for the
 degraded path, then the upgrades their new coverage makes due and the re-summaries asked for; again
 while the backfill makes progress. A line per finished run, and a progress line while a long one runs
-(`pipelines.console`). The count and the model-time budget hold for the whole drain, not a batch each."""
+(`app.console`). The count and the model-time budget hold for the whole drain, not a batch each."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
+from app.console import Output
+from app.runs import _instance, _model_url, _refresh_backlog, _run_partitions, _store, run_errors, sweep
+from app.stopping import stop_requested
 from digest.scheduling import now_ms
 from digest.settings import Settings
-from pipelines.console import Output
-from pipelines.runs import _instance, _model_url, _refresh_backlog, _run_partitions, _store, run_errors, sweep
-from pipelines.stopping import stop_requested
 
 
 @dataclass
@@ -90,7 +90,7 @@ def _sweeps(settings: Settings, output: Output, budget: DrainBudget, first_only:
 
 def drain(settings: Settings, output: Output, limit: int | None = None, model_seconds: float | None = None) -> dict:
     """The backlog's runs now, in the sensors' order, until nothing is left, the budget is spent or a
-    signal stops it (`pipelines.stopping`): `limit` runs and `model_seconds` of model time in all."""
+    signal stops it (`app.stopping`): `limit` runs and `model_seconds` of model time in all."""
     started = time.monotonic()
     budget = DrainBudget(limit, model_seconds)
     summary_runs, mini_summary_runs = [], []

@@ -1,6 +1,6 @@
 """`session-digest search`, `show` and `mcp`: past work found again, for people (a ranked list,
 a session's summary with its provenance, its facts and its turns) and for agents (`mcp`, the MCP
-server of `pipelines/mcp_server.py`). Registered in `pipelines/cli.py`.
+server of `app/mcp_server.py`). Registered in `app/cli.py`.
 
 Bad input (an empty or all-stop-word query, one longer than a page, an unknown session, a `--since`
 that is no date) is one line on stderr and exit code 2, never a traceback. `search` reads the search
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from pipelines.console import Output
+from app.console import Output
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -72,7 +72,7 @@ def run(args, settings: Settings, output: Output) -> None:
     from resources.store.search_reads import SearchError
 
     if args.command == "mcp":
-        from pipelines.mcp_server import serve
+        from app.mcp_server import serve
 
         embedder = None
         if settings.embed_provider != "off":
@@ -96,7 +96,7 @@ def run(args, settings: Settings, output: Output) -> None:
 
 
 def _migrated(settings: Settings) -> None:
-    from pipelines.cli import _reading_store
+    from app.cli import _reading_store
 
     if settings.db_path.is_file():
         _reading_store(settings)
@@ -141,7 +141,7 @@ def search_source(settings: Settings):
         return SearchIndex(settings.db_path)
     except IndexUnavailable:
         pass
-    from pipelines.runs import _store
+    from app.runs import _store
 
     store = _store(settings)
     if problem := refresh_index(store):
@@ -202,7 +202,7 @@ def hit_json(hit) -> dict:
 def search_json(source, query: str, hits, args, mode: str) -> str:
     """`search --json`: compact JSON, each session by its card line with its one or two best matches
     cited (`session:turn`); an empty answer says why."""
-    from pipelines.answers import LINE_CHARS, TURNS_PER_SESSION, accounts_of, cite, compact, dumps, short
+    from app.answers import LINE_CHARS, TURNS_PER_SESSION, accounts_of, cite, compact, dumps, short
 
     accounts = accounts_of(source, [h.session_id for h in hits])
     results = [
@@ -230,9 +230,9 @@ def search_json(source, query: str, hits, args, mode: str) -> str:
 
 def found_by_facts(settings: Settings, args, output: Output) -> None:
     """`blame PATH` and `why COMMIT`: sessions found by what their turns did, from their facts."""
-    from pipelines.answers import blame_answer, dumps, why_answer
-    from pipelines.cli import _reading_store
-    from pipelines.runs import _store
+    from app.answers import blame_answer, dumps, why_answer
+    from app.cli import _reading_store
+    from app.runs import _store
 
     if args.command == "blame":
         if args.limit < 1:
@@ -262,7 +262,7 @@ def found_by_facts(settings: Settings, args, output: Output) -> None:
 
 def no_hits(source, query: str, args) -> str:
     """Why nothing was found, in a line: an empty store, else the query and the filters that found nothing."""
-    from pipelines.answers import index_figures
+    from app.answers import index_figures
 
     if not index_figures(source)[0]:
         return "no sessions in the store yet: `session-digest ingest PATH` adds some"
@@ -326,7 +326,7 @@ _PROVENANCE = (
 
 
 def show(settings: Settings, args, output: Output) -> None:
-    from pipelines.cli import _reading_store
+    from app.cli import _reading_store
 
     if args.offset < 0 or args.limit < 1:
         raise BadInput("--offset must be 0 or more and --limit 1 or more")

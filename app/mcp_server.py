@@ -30,8 +30,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from digest.summary_output import Category
-from pipelines.answers import (
+from app.answers import (
     DEFAULT_MAX_TOKENS,
     LINE_CHARS,
     TURNS_PER_SESSION,
@@ -48,6 +47,7 @@ from pipelines.answers import (
     why_answer,
     within_budget,
 )
+from digest.summary_output import Category
 
 # The tools' argument types (module level: the SDK reads the annotations by name).
 NResults = Annotated[int, Field(ge=1, le=100, description="results to return, 1-100")]

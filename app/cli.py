@@ -13,9 +13,9 @@ import time
 from datetime import UTC
 from pathlib import Path
 
+from app import search_cli
+from app.console import Output
 from digest.settings import Settings, SettingsError, load_settings
-from pipelines import search_cli
-from pipelines.console import Output
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "samples" / "bundle"
@@ -64,7 +64,7 @@ def _prepare_home(settings: Settings) -> None:
 def _reading_store(settings: Settings):
     """The store for a command that only reads (`status`): no migration, read-only connections, so
     a full or read-only disk does not stop it. A store missing, or of an older schema, is migrated."""
-    from pipelines.runs import _store
+    from app.runs import _store
     from resources.store import DigestStore
     from resources.store.connection import SCHEMA_VERSION
 
@@ -135,7 +135,7 @@ def _write_failure(exc: BaseException, settings: Settings) -> str | None:
 def archive(settings: Settings, sessions: list[str], retire: bool, out: str | None) -> dict:
     """A bundle of these sessions (ids or partition keys; none: the whole store), recorded in
     `archives`; `retire` then takes them out of every sweep."""
-    from pipelines.runs import _store
+    from app.runs import _store
 
     store = _store(settings)
     try:
@@ -155,10 +155,10 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
     partitions of the restored sessions exist, those of sessions the restore removed are gone, and
     restored summaries are recorded as materialized. Sessions whose turns differ from what was
     summarized are pending: the summary sensor (or `sweep`) reruns them."""
+    from app.runs import _instance, _store
     from digest.archive_read import BundleError, validate_bundle
     from digest.turns import partition_key
     from pipelines.interrupted_runs import record_summaries
-    from pipelines.runs import _instance, _store
     from pipelines.sensors import reconcile_partitions
 
     store = _store(settings)
@@ -193,7 +193,7 @@ def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
 
 
 def clear_cache(settings: Settings) -> dict:
-    from pipelines.runs import _store
+    from app.runs import _store
 
     return {"cleared": _store(settings).cache.clear_response_cache()}
 
@@ -201,7 +201,7 @@ def clear_cache(settings: Settings) -> dict:
 def plan(settings: Settings, limit: int | None, project: str | None = None) -> dict:
     """What the next sweep would do, without calling a model; `project`: its part for that project's
     sessions (`digest.projects.project_matches`)."""
-    from pipelines.runs import _selection
+    from app.runs import _selection
     from pipelines.selection import batch_price
 
     selection = _selection(settings, limit, probe=False)
@@ -237,7 +237,7 @@ def plan(settings: Settings, limit: int | None, project: str | None = None) -> d
 def unarchive_turns(settings: Settings, session: str | None, turn_ids: list[str]) -> dict:
     """Archived turns (no content, attempts exhausted, or archived in the export) get mini summary
     attempts again. `session` is a session id or its partition key."""
-    from pipelines.runs import _store
+    from app.runs import _store
 
     store = _store(settings)
     session_id = None
@@ -253,8 +253,8 @@ def export_graph(settings: Settings, path: str) -> dict:
     loadable into Neo.mjs. PATH is a file, or a folder to write `graph-backup-<timestamp>.jsonl` in."""
     from datetime import datetime
 
+    from app.runs import _store
     from digest.graph import write_graph_backup
-    from pipelines.runs import _store
 
     store = _store(settings)
     target = Path(path)
@@ -272,7 +272,7 @@ def export_graph(settings: Settings, path: str) -> dict:
 
 def reset_digest(settings: Settings, session: str) -> dict:
     """An undigestible session (id or partition key) back in the digest cadence, attempts restored."""
-    from pipelines.runs import _store
+    from app.runs import _store
 
     store = _store(settings)
     row = store.sessions.session_by_partition(session)
@@ -330,8 +330,8 @@ def ui(settings: Settings, port: int) -> None:
 
 
 def demo(settings: Settings, output: Output) -> dict:
-    from pipelines.drain import drain
-    from pipelines.runs import _store, friction_report, ingest, log_path
+    from app.drain import drain
+    from app.runs import _store, friction_report, ingest, log_path
 
     started = time.monotonic()
     output.note(f"Ingesting the samples in {SAMPLES}; Dagster's run logs go to {log_path(settings)}.")
@@ -403,9 +403,9 @@ def _resummary_criteria(args, parser: argparse.ArgumentParser):
 def resummarize(settings: Settings, criteria, record: bool) -> dict:
     """`plan --resummarize` (`record` off): the selected summaries priced; `sweep --resummarize`:
     their requests recorded, for this sweep and the sensor's ticks to take after new work."""
+    from app.runs import _store
     from digest.scheduling import now_ms
     from pipelines.resummary import plan_resummaries, record_resummaries
-    from pipelines.runs import _store
     from resources.host_views import hosts_in_rotation
 
     store = _store(settings)
@@ -416,9 +416,9 @@ def resummarize(settings: Settings, criteria, record: bool) -> dict:
 
 
 def _sweep_command(args, settings: Settings, output: Output) -> dict:
-    """`sweep`, or `sweep --drain` within one budget for the whole drain (`pipelines.drain`)."""
-    from pipelines.drain import drain
-    from pipelines.runs import sweep
+    """`sweep`, or `sweep --drain` within one budget for the whole drain (`app.drain`)."""
+    from app.drain import drain
+    from app.runs import sweep
 
     if args.drain:
         return drain(settings, output, args.limit, settings.sweep.model_seconds)
@@ -426,7 +426,7 @@ def _sweep_command(args, settings: Settings, output: Output) -> dict:
 
 
 def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, output: Output) -> dict | None:
-    from pipelines.runs import digest, friction_report, ingest
+    from app.runs import digest, friction_report, ingest
 
     if args.command in search_cli.COMMANDS:
         return search_cli.run(args, settings, output)
@@ -536,7 +536,7 @@ def main(argv: list[str] | None = None) -> None:
             _prepare_home(settings)
         output = Output(as_json=getattr(args, "json", False))
         if args.command in STOPPABLE:
-            from pipelines.stopping import exit_code, stop_on_signals
+            from app.stopping import exit_code, stop_on_signals
 
             # A sweep told to stop interrupts its run in hand and launches nothing more.
             with stop_on_signals():
