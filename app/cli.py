@@ -10,10 +10,10 @@ import os
 import subprocess
 import sys
 import time
-from datetime import UTC
 from pathlib import Path
 
-from app import search_cli
+from app import search_cli, store_commands
+from app.command import Command, UsageError
 from app.console import Output
 from digest.settings import Settings, SettingsError, load_settings
 
@@ -21,10 +21,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "samples" / "bundle"
 # The sessions whose account the demo's closing lines show (newest first).
 DEMO_ACCOUNTS = 20
-# The commands that launch model runs one after another: a signal stops them between runs.
-STOPPABLE = ("sweep", "digest", "demo")
-# The commands that start no Dagster run: no instance to prepare, and only what they need imported.
-LIGHT = ("search", "mcp")
 
 
 def _telemetry_notice(home: Path) -> None:
@@ -59,31 +55,6 @@ def _prepare_home(settings: Settings) -> None:
         print(warning, file=sys.stderr)
     _telemetry_notice(home)
     settings.inbox.mkdir(parents=True, exist_ok=True)
-
-
-def _reading_store(settings: Settings):
-    """The store for a command that only reads (`status`): no migration, read-only connections, so
-    a full or read-only disk does not stop it. A store missing, or of an older schema, is migrated."""
-    from app.runs import _store
-    from resources.store import DigestStore
-    from resources.store.connection import SCHEMA_VERSION
-
-    if settings.db_path.is_file():
-        store = DigestStore(settings.db_path, read_only=True)
-        try:
-            with store.file.connect() as con:
-                version = con.execute("SELECT max(version) FROM schema_meta").fetchone()[0]
-        except duckdb_errors() as exc:
-            version = exc
-        if version == SCHEMA_VERSION:
-            return store
-    return _store(settings)
-
-
-def duckdb_errors():
-    import duckdb
-
-    return duckdb.Error
 
 
 def _disk_state(path: Path) -> str | None:
@@ -132,82 +103,17 @@ def _write_failure(exc: BaseException, settings: Settings) -> str | None:
     return None
 
 
-def archive(settings: Settings, sessions: list[str], retire: bool, out: str | None) -> dict:
-    """A bundle of these sessions (ids or partition keys; none: the whole store), recorded in
-    `archives`; `retire` then takes them out of every sweep."""
-    from app.runs import _store
-
-    store = _store(settings)
-    try:
-        ids = store.sessions.resolve_sessions(sessions) if sessions else None
-    except ValueError as exc:
-        raise SystemExit(f"session-digest: {exc}") from None
-    return store.archive.write_archive(Path(out) if out else settings.home / "archives", ids, retire)
-
-
-def after_restore_commit() -> None:
-    """A hook, called once a restore's DuckDB transaction has committed and before Dagster is brought
-    in line: the point a kill leaves the two apart (the crash tests kill the process here)."""
-
-
-def restore(settings: Settings, bundle_path: str, mode: str) -> dict:
-    """Validate the whole bundle, restore it in one transaction, then bring Dagster in line: the
-    partitions of the restored sessions exist, those of sessions the restore removed are gone, and
-    restored summaries are recorded as materialized. Sessions whose turns differ from what was
-    summarized are pending: the summary sensor (or `sweep`) reruns them."""
-    from app.runs import _instance, _store
-    from digest.archive_read import BundleError, validate_bundle
-    from digest.turns import partition_key
-    from pipelines.interrupted_runs import record_summaries
-    from pipelines.sensors import reconcile_partitions
-
-    store = _store(settings)
-    try:
-        bundle = validate_bundle(bundle_path)
-        result = store.archive.restore_archive(bundle, mode)
-    except BundleError as exc:
-        raise SystemExit(f"session-digest: {exc}") from None
-    after_restore_commit()
-    outcome = result["outcome"]
-    instance = _instance()
-    # Both ways, against the store: the partitions of a restore killed here converge on the next
-    # command (this one rerun, a sweep, an ingest) or the summary sensor's next tick.
-    added, removed = reconcile_partitions(instance, store)
-    recorded = record_summaries(
-        instance,
-        store,
-        store.summaries.summaries_where("session_id", outcome.summaries_restored),
-        f"restored from {bundle.path}",
-    )
-    return {
-        "bundle": str(bundle.path),
-        "archive_id": bundle.archive_id,
-        "mode": mode,
-        "rows": result["rows"],
-        "pending": [partition_key(s) for s in outcome.pending],
-        "summaries_restored": recorded,
-        "unchanged": len(outcome.unchanged),
-        "still_retired": outcome.retired,
-        "partitions": {"added": added, "removed": removed},
-    }
-
-
-def clear_cache(settings: Settings) -> dict:
-    from app.runs import _store
-
-    return {"cleared": _store(settings).cache.clear_response_cache()}
-
-
 def plan(settings: Settings, limit: int | None, project: str | None = None) -> dict:
     """What the next sweep would do, without calling a model; `project`: its part for that project's
     sessions (`digest.projects.project_matches`)."""
-    from app.runs import _selection
+    from app.runs import sweep_selection
     from pipelines.selection import batch_price
+    from resources.store import open_store
 
-    selection = _selection(settings, limit, probe=False)
+    selection = sweep_selection(settings, limit, probe=False)
     batch, narrowed = selection.batch, {}
     if project is not None:
-        store = _reading_store(settings)
+        store = open_store(settings.db_path, read_only=True)
         keys = store.projects.partition_keys(project)
         batch = [item for item in batch if item.candidate.partition_key in keys]
         narrowed = {"project": project, "pending_in_project": store.projects.pending_summaries(project)}
@@ -234,74 +140,11 @@ def plan(settings: Settings, limit: int | None, project: str | None = None) -> d
     }
 
 
-def unarchive_turns(settings: Settings, session: str | None, turn_ids: list[str]) -> dict:
-    """Archived turns (no content, attempts exhausted, or archived in the export) get mini summary
-    attempts again. `session` is a session id or its partition key."""
-    from app.runs import _store
-
-    store = _store(settings)
-    session_id = None
-    if session:
-        row = store.sessions.session_by_partition(session)
-        session_id = row["session_id"] if row else session
-    ids = store.mini_summaries.unarchive_turns(turn_ids=turn_ids, session_id=session_id)
-    return {"unarchived": len(ids), "turn_ids": ids}
-
-
-def export_graph(settings: Settings, path: str) -> dict:
-    """The graph as the original's `graph-backup` JSONL (every node line, then every edge line),
-    loadable into Neo.mjs. PATH is a file, or a folder to write `graph-backup-<timestamp>.jsonl` in."""
-    from datetime import datetime
-
-    from app.runs import _store
-    from digest.graph import write_graph_backup
-
-    store = _store(settings)
-    target = Path(path)
-    if target.is_dir():
-        stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z").replace(":", "-")
-        target = target / f"graph-backup-{stamp}.jsonl"
-    partial = target.with_name(target.name + ".partial")  # a reader never sees half a file
-    with partial.open("w", encoding="utf-8") as out:
-        nodes, edges = write_graph_backup(
-            store.graph.graph_pages("graph_nodes"), store.graph.graph_pages("graph_edges"), out
-        )
-    partial.replace(target)
-    return {"path": str(target.resolve()), "nodes": nodes, "edges": edges}
-
-
-def reset_digest(settings: Settings, session: str) -> dict:
-    """An undigestible session (id or partition key) back in the digest cadence, attempts restored."""
-    from app.runs import _store
-
-    store = _store(settings)
-    row = store.sessions.session_by_partition(session)
-    session_id = row["session_id"] if row else session
-    previous = store.graph.reset_digest(session_id)
-    if previous is None:
-        current = store.graph.digest_state(session_id)
-        return {
-            "session_id": session_id,
-            "reset": False,
-            "digest_state": current.digest_state if current else None,
-            "note": "only an undigestible session is reset",
-        }
-    return {
-        "session_id": session_id,
-        "reset": True,
-        "was": {
-            "digest_state": previous.digest_state,
-            "attempts": previous.attempts,
-            "defer_reason": previous.defer_reason,
-        },
-        "digest_state": "undigested",
-    }
-
-
 def status(settings: Settings, project: str | None = None) -> dict:
     from digest.pacing import slowdown_status
+    from resources.store import open_store
 
-    store = _reading_store(settings)
+    store = open_store(settings.db_path, read_only=True)
     if project is not None:  # that project's sessions alone
         return store.projects.status(project)
     result = store.reports.status()
@@ -331,13 +174,15 @@ def ui(settings: Settings, port: int) -> None:
 
 def demo(settings: Settings, output: Output) -> dict:
     from app.drain import drain
-    from app.runs import _store, friction_report, ingest, log_path
+    from app.runs import friction_report, ingest, log_path
+    from resources.store import open_store
 
     started = time.monotonic()
     output.note(f"Ingesting the samples in {SAMPLES}; Dagster's run logs go to {log_path(settings)}.")
     ingested = ingest(settings, [str(SAMPLES)])
     drained = drain(settings, output)
     friction = friction_report(settings)
+    store = open_store(settings.db_path)
     report = {
         "ingest": ingested,
         "summary_runs": drained["summary_runs"],
@@ -346,9 +191,9 @@ def demo(settings: Settings, output: Output) -> dict:
         "seconds": round(time.monotonic() - started, 1),
         # Per tier the best summary that is not junk, with its fidelity, the imported ones beside as the
         # reference; then every session's account (its ok summary, else its card: never a junk summary).
-        "fidelity_examples": _store(settings).reports.fidelity_examples(),
-        "junk": len(_store(settings).reports.junk_summaries()),
-        "accounts": _store(settings).cards.account_page(DEMO_ACCOUNTS)[1],
+        "fidelity_examples": store.reports.fidelity_examples(),
+        "junk": len(store.reports.junk_summaries()),
+        "accounts": store.cards.account_page(DEMO_ACCOUNTS)[1],
     }
     query = "SELECT session_id, source_tier, degraded, route_reason, title FROM session_summaries"
     report["where_to_look"] = {
@@ -383,17 +228,17 @@ def resummary_filters(command: argparse.ArgumentParser) -> None:
     )
 
 
-def _resummary_criteria(args, parser: argparse.ArgumentParser):
+def resummary_criteria(args):
     """The criteria the command line gives, or None without `--resummarize`."""
     from digest.resummary import ResummaryCriteria
 
     criteria = ResummaryCriteria.of(vars(args))
     if not args.resummarize:
         if criteria.given:
-            parser.error(f"{', '.join(criteria.given)}: filters of --resummarize")
+            raise UsageError(f"{', '.join(criteria.given)}: filters of --resummarize")
         return None
     if not criteria.given:
-        parser.error(
+        raise UsageError(
             "--resummarize needs at least one filter: --model, --host, --code-version, --tier, --verdict, "
             "--fidelity-below, --origin"
         )
@@ -403,147 +248,172 @@ def _resummary_criteria(args, parser: argparse.ArgumentParser):
 def resummarize(settings: Settings, criteria, record: bool) -> dict:
     """`plan --resummarize` (`record` off): the selected summaries priced; `sweep --resummarize`:
     their requests recorded, for this sweep and the sensor's ticks to take after new work."""
-    from app.runs import _store
     from digest.scheduling import now_ms
     from pipelines.resummary import plan_resummaries, record_resummaries
     from resources.host_views import hosts_in_rotation
+    from resources.store import open_store
 
-    store = _store(settings)
+    store = open_store(settings.db_path)
     if record:
         return record_resummaries(store, criteria)
     available, _ = hosts_in_rotation(store, settings.fleet, settings.circuit, now_ms())
     return plan_resummaries(store, settings.fleet, criteria, available)
 
 
-def _sweep_command(args, settings: Settings, output: Output) -> dict:
-    """`sweep`, or `sweep --drain` within one budget for the whole drain (`app.drain`)."""
+# --- the commands: what each parses and runs -----------------------------------------------------------
+
+
+def ingest_command(args, settings: Settings, output: Output) -> dict:
+    from app.runs import ingest
+
+    return ingest(settings, args.paths)
+
+
+def sweep_arguments(command: argparse.ArgumentParser) -> None:
+    limit_argument(command)
+    command.add_argument(
+        "--session", action="extend", nargs="+", default=[], metavar="ID",
+        help="these sessions alone (ids or partition keys; repeatable), in their failure backoff too",
+    )  # fmt: skip
+    command.add_argument(
+        "--drain", action="store_true",
+        help="what the sensors would do, now: first summaries, the mini-summary backfill, upgrades, re-summaries "
+        "(--limit runs and DIGEST_SWEEP_MODEL_SECONDS of model time in all)",
+    )  # fmt: skip
+    resummary_filters(command)
+
+
+def sweep_command(args, settings: Settings, output: Output) -> dict:
+    """`sweep`, or `sweep --drain` within one budget for the whole drain (`app.drain`); with
+    `--resummarize`, its requests recorded first."""
     from app.drain import drain
     from app.runs import sweep
 
+    if args.drain and args.session:
+        raise UsageError("--drain takes the whole backlog: it takes no --session")
+    requested = {}
+    if criteria := resummary_criteria(args):
+        requested = {"resummary_requests": resummarize(settings, criteria, record=True)}
     if args.drain:
-        return drain(settings, output, args.limit, settings.sweep.model_seconds)
-    return sweep(settings, args.limit, output, args.session)
+        return {**requested, **drain(settings, output, args.limit, settings.sweep.model_seconds)}
+    return {**requested, **sweep(settings, args.limit, output, args.session)}
 
 
-def _run_command(args, settings: Settings, parser: argparse.ArgumentParser, output: Output) -> dict | None:
-    from app.runs import digest, friction_report, ingest
+def plan_arguments(command: argparse.ArgumentParser) -> None:
+    limit_argument(command)
+    resummary_filters(command)
+    project_argument(command)
 
-    if args.command in search_cli.COMMANDS:
-        return search_cli.run(args, settings, output)
-    if args.command == "ingest":
-        return ingest(settings, args.paths)
-    if args.command == "sweep" and args.drain and args.session:
-        parser.error("--drain takes the whole backlog: it takes no --session")
-    if args.command in ("plan", "sweep") and (criteria := _resummary_criteria(args, parser)):
-        requested = resummarize(settings, criteria, record=args.command == "sweep")
-        if args.command == "plan":
-            return requested
-        return {"resummary_requests": requested, **_sweep_command(args, settings, output)}
-    if args.command == "sweep":
-        return _sweep_command(args, settings, output)
-    if args.command == "digest":
-        return digest(settings, args.limit, output)
-    if args.command == "friction-report":
-        return friction_report(settings)
-    if args.command == "plan":
-        return plan(settings, args.limit, args.project)
-    if args.command == "unarchive-turns":
-        if not args.session and not args.turn_ids:
-            parser.error("unarchive-turns needs --session ID or TURN_ID...")
-        return unarchive_turns(settings, args.session, args.turn_ids)
-    if args.command == "status":
-        return status(settings, args.project)
-    if args.command == "instance-config":
-        return instance_config()
-    if args.command == "ui":
-        return ui(settings, args.port)
-    if args.command == "archive":
-        if args.retire and not args.sessions:
-            parser.error("archive --retire needs --sessions: the sessions to retire")
-        return archive(settings, args.sessions, args.retire, args.out)
-    if args.command == "restore":
-        return restore(settings, args.bundle, args.mode)
-    if args.command == "cache":
-        return clear_cache(settings)
-    if args.command == "export-graph":
-        return export_graph(settings, args.path)
-    if args.command == "reset-digest":
-        return reset_digest(settings, args.session)
-    return demo(settings, output)
+
+def plan_command(args, settings: Settings, output: Output) -> dict:
+    if criteria := resummary_criteria(args):
+        return resummarize(settings, criteria, record=False)
+    return plan(settings, args.limit, args.project)
+
+
+def project_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--project", help="that project's sessions alone: its whole path or last component(s)")
+
+
+def limit_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--limit", type=int, default=None, help="at most this many sessions")
+
+
+def digest_command(args, settings: Settings, output: Output) -> dict:
+    from app.runs import digest
+
+    return digest(settings, args.limit, output)
+
+
+def friction_report_command(args, settings: Settings, output: Output) -> dict:
+    from app.runs import friction_report
+
+    return friction_report(settings)
+
+
+def ingest_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("paths", nargs="*", metavar="PATH")
+
+
+COMMANDS = (
+    Command(
+        "ingest",
+        "ingest agent logs and export bundles: files, or folders walked; none: DIGEST_WATCH or the harness homes",
+        ingest_command,
+        ingest_arguments,
+    ),
+    Command(
+        "sweep",
+        "summarize the next budgeted batch now, one Dagster run each",
+        sweep_command,
+        sweep_arguments,
+        stoppable=True,
+    ),
+    Command("plan", "what the next sweep would do, without calling a model", plan_command, plan_arguments),
+    Command(
+        "status", "counts of the store", lambda args, settings, output: status(settings, args.project), project_argument
+    ),
+    Command(
+        "instance-config",
+        "write $DAGSTER_HOME/dagster.yaml from the settings, and show it",
+        lambda args, settings, output: instance_config(),
+    ),
+    Command(
+        "ui",
+        "start the Dagster UI on loopback over the same instance",
+        lambda args, settings, output: ui(settings, args.port),
+        lambda command: command.add_argument("--port", type=int, default=3000),
+        takes_json=False,
+    ),
+    Command(
+        "demo",
+        "ingest the bundled samples, summarize them, print where to look",
+        lambda args, settings, output: demo(settings, output),
+        stoppable=True,
+    ),
+    Command(
+        "digest",
+        "digest the next batch of summarized sessions into the graph",
+        digest_command,
+        limit_argument,
+        stoppable=True,
+    ),
+    Command("friction-report", "refresh the friction report now", friction_report_command),
+    *store_commands.COMMANDS,
+    *search_cli.COMMANDS,
+)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="session-digest", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_ingest = sub.add_parser(
-        "ingest",
-        help="ingest agent logs and export bundles: files, or folders walked; none: DIGEST_WATCH or the harness homes",
-    )
-    p_ingest.add_argument("paths", nargs="*", metavar="PATH")
-    p_sweep = sub.add_parser("sweep", help="summarize the next budgeted batch now, one Dagster run each")
-    p_sweep.add_argument("--limit", type=int, default=None, help="at most this many sessions")
-    p_sweep.add_argument(
-        "--session", action="extend", nargs="+", default=[], metavar="ID",
-        help="these sessions alone (ids or partition keys; repeatable), in their failure backoff too",
-    )  # fmt: skip
-    p_sweep.add_argument(
-        "--drain", action="store_true",
-        help="what the sensors would do, now: first summaries, the mini-summary backfill, upgrades, re-summaries "
-        "(--limit runs and DIGEST_SWEEP_MODEL_SECONDS of model time in all)",
-    )  # fmt: skip
-    p_plan = sub.add_parser("plan", help="what the next sweep would do, without calling a model")
-    p_plan.add_argument("--limit", type=int, default=None, help="at most this many sessions")
-    for command in (p_sweep, p_plan):
-        resummary_filters(command)
-    p_status = sub.add_parser("status", help="counts of the store")
-    for command in (p_plan, p_status):
-        command.add_argument("--project", help="that project's sessions alone: its whole path or last component(s)")
-    sub.add_parser("instance-config", help="write $DAGSTER_HOME/dagster.yaml from the settings, and show it")
-    p_unarchive = sub.add_parser("unarchive-turns", help="let archived turns get mini summary attempts again")
-    p_unarchive.add_argument("--session", help="every archived turn of this session (id or partition key)")
-    p_unarchive.add_argument("turn_ids", nargs="*", metavar="TURN_ID")
-    p_ui = sub.add_parser("ui", help="start the Dagster UI on loopback over the same instance")
-    p_ui.add_argument("--port", type=int, default=3000)
-    sub.add_parser("demo", help="ingest the bundled samples, summarize them, print where to look")
-    p_digest = sub.add_parser("digest", help="digest the next batch of summarized sessions into the graph")
-    p_digest.add_argument("--limit", type=int, default=None, help="at most this many sessions")
-    sub.add_parser("friction-report", help="refresh the friction report now")
-    p_archive = sub.add_parser("archive", help="write a bundle of the store (or of some sessions) with a manifest")
-    p_archive.add_argument("--sessions", nargs="+", default=[], metavar="ID", help="session ids or partition keys")
-    p_archive.add_argument("--retire", action="store_true", help="then take these sessions out of every sweep")
-    p_archive.add_argument("--out", help="the folder to write the bundle in (default: $DIGEST_HOME/archives)")
-    p_restore = sub.add_parser("restore", help="validate a bundle, then restore it in one transaction")
-    p_restore.add_argument("bundle")
-    p_restore.add_argument("--mode", choices=["merge", "replace"], default="merge")
-    p_cache = sub.add_parser("cache", help="the response cache of model replies")
-    p_cache.add_argument("action", choices=["clear"])
-    p_export = sub.add_parser("export-graph", help="write the graph as graph-backup JSONL, loadable into Neo.mjs")
-    p_export.add_argument("path", help="a file, or a folder to write graph-backup-<timestamp>.jsonl in")
-    p_reset = sub.add_parser("reset-digest", help="put an undigestible session back in the digest cadence")
-    p_reset.add_argument("session", metavar="SESSION_ID", help="session id or partition key")
-    search_cli.add_commands(sub)
-    for name, command in sub.choices.items():
-        if name not in ("ui", "mcp"):
-            command.add_argument("--json", action="store_true", help="print the result as JSON, for scripts")
+    for command in COMMANDS:
+        arguments = sub.add_parser(command.name, help=command.help)
+        command.arguments(arguments)
+        if command.takes_json:
+            arguments.add_argument("--json", action="store_true", help="print the result as JSON, for scripts")
     args = parser.parse_args(argv)
+    command = next(c for c in COMMANDS if c.name == args.command)
 
     try:
         settings = load_settings()
     except SettingsError as exc:
         raise SystemExit(f"session-digest: {exc}") from None
     try:
-        if args.command not in LIGHT:
+        if not command.light:
             _prepare_home(settings)
         output = Output(as_json=getattr(args, "json", False))
-        if args.command in STOPPABLE:
+        if command.stoppable:
             from app.stopping import exit_code, stop_on_signals
 
             # A sweep told to stop interrupts its run in hand and launches nothing more.
             with stop_on_signals():
-                result = _run_command(args, settings, parser, output)
+                result = command.run(args, settings, output)
                 stopped = exit_code()
         else:
-            result, stopped = _run_command(args, settings, parser, output), 0
+            result, stopped = command.run(args, settings, output), 0
+    except UsageError as exc:
+        parser.error(str(exc))
     except (SystemExit, KeyboardInterrupt):
         raise
     except Exception as exc:

@@ -85,9 +85,9 @@ def policy(cap: str, home: Path, max_sessions: int) -> dict:
         started = time.monotonic()
         output = Output(as_json=True)
         todo = [RunRequest(partition_key=key) for key in keep]  # the whole job, a sensor's request of it
-        runs._run_partitions(
+        runs.run_partitions(
             settings,
-            runs._instance(),
+            runs.dagster_instance(),
             store,
             "summarize_sessions",
             todo,

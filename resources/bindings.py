@@ -27,7 +27,7 @@ from resources.model_clients import OllamaChatClient, OpenAIChatClient
 from resources.model_clients.embeddings import EmbeddingClient, embedding_client
 from resources.model_clients.progress import CallProgress
 from resources.response_cache import CachedChatClient
-from resources.store import DigestStore
+from resources.store import DigestStore, open_store
 from resources.worker import worker_tags
 
 
@@ -58,10 +58,9 @@ class DigestStoreResource(ConfigurableResource):
         """The inbox, then `DIGEST_WATCH`'s folders (the inbox sensor's, and an ingest's with no paths)."""
         return [Path(self.inbox), *(watch_folders(self.watch) if self.watch else ())]
 
-    def store(self) -> DigestStore:
-        store = DigestStore(self.db_path)
-        store.migrate_once()  # every sensor tick and check calls this: no write transaction each time
-        return store
+    def open(self) -> DigestStore:
+        """The store, migrated once per process (every sensor tick and check opens it)."""
+        return open_store(self.db_path)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dagster import build_sensor_context, instance_for_test
 
-from app.cli import export_graph, reset_digest
+from app.store_commands import export_graph, reset_digest
 from digest.graph import (
     ENTITY_TYPES,
     Chunk,
