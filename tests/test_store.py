@@ -13,7 +13,7 @@ import pytest
 
 import resources.store.migrations as migrations
 from resources.bindings import DigestStoreResource
-from resources.store import DigestStore, open_store
+from resources.store import DigestStore, StoreFile, open_store
 
 # Another process reading the file: it holds DuckDB's shared lock, so no process can write.
 HOLD_READ_LOCK = """
@@ -43,7 +43,6 @@ def reader():
 
 
 def test_the_store_resource_migrates_a_file_once_per_process(tmp_path, monkeypatch, reader):
-    monkeypatch.setattr("resources.store.connection.LOCK_WAIT_S", 1.0)
     path = tmp_path / "digest.duckdb"
     resource = DigestStoreResource(db_path=str(path), inbox=str(tmp_path / "inbox"))
     resource.open()  # migrates: the tables are there
@@ -51,7 +50,7 @@ def test_the_store_resource_migrates_a_file_once_per_process(tmp_path, monkeypat
 
     reader(path)
     with pytest.raises(duckdb.IOException, match="(?i)could not set lock"):
-        DigestStore(path).migrate()  # a migration needs the writer, which the reader denies
+        DigestStore(StoreFile(path, lock_wait_s=1.0)).migrate()  # a migration needs the writer, which the reader denies
     opened = []
     monkeypatch.setattr(duckdb, "connect", lambda *args, **kwargs: opened.append(args))
     resource.open()  # no migration again: returns at once, without opening the file
