@@ -17,11 +17,11 @@ from dagster import (
 )
 
 from assets.partitions import add_new_partitions, sessions_partitions, summary_metadata
-from assets.summary_view import TURN_IDS_SHOWN
+from assets.summary_view import Markdown
 from assets.work.runs import RunFacts
 from assets.work.sessions import describe_partition, record_run_error, summarize_partition
+from assets.work.views import facts_view, ingest_view, made_summary_view
 from digest.cost import SummaryCost
-from digest.facts import facts_markdown
 from digest.ingest import ingest_paths
 from digest.prompts import SUMMARY_CODE_VERSION
 from digest.synthesis import SourceTier
@@ -55,65 +55,15 @@ def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: Diges
     paths = config.paths or [folder for folder in store.watched() if folder.is_dir()]
     db = store.open()
     report = ingest_paths(paths, db, redact_secrets=store.redact)
-    new_partitions = add_new_partitions(context.instance, db)
-    table = "\n".join(
-        f"| `{f.path}` | {f.kind} | {_read_how(f)} | {f.lines} | {f.rows} | {f.rejects} | {f.superseded} | {f.skipped} "
-        f"| {f.folded} | {sum(f.redactions.values())} |"
-        for f in report.files
-    )
-    return MaterializeResult(
-        metadata={
-            "files": len(report.files),
-            "turns": report.turns,
-            "rejects": report.rejects,
-            "superseded": report.superseded,
-            # Embeddings kept (archives write them back), and malformed ones dropped with where and why.
-            "vectors": report.vectors,
-            "vectors_dropped": report.vectors_dropped,
-            **(
-                {"vector_problems": MetadataValue.md("\n".join(f"- {p}" for p in problems))}
-                if (problems := report.vector_problems())
-                else {}
-            ),
-            # Secrets replaced before anything was stored (`digest.redact`; DIGEST_REDACT=off: none).
-            "redactions": sum(report.redactions.values()),
-            "redactions_by_kind": MetadataValue.json(dict(sorted(report.redactions.items()))),
-            "sessions_redacted": len(report.redacted_sessions),
-            **(
-                {"redactions_by_session": MetadataValue.md(redactions_table(report.redacted_sessions))}
-                if report.redacted_sessions
-                else {}
-            ),
-            # Files the folders' walk passed over, by reason (too deep, a symlink out of the tree, not
-            # a log by name or content, empty, unreadable), and files unchanged since their last read.
-            "files_unchanged": report.unchanged,
-            "skipped": MetadataValue.json(report.skipped),
-            **({"skipped_examples": MetadataValue.json(report.skipped_examples)} if report.skipped_examples else {}),
-            "sessions_touched": len(report.sessions),
-            "sessions_emptied": len(report.emptied),
-            "new_partitions": new_partitions,
-            "files_preview": MetadataValue.md(
-                "| file | kind | read | lines | rows | rejects | superseded | skipped | folded | redacted |\n"
-                "|---|---|---|---|---|---|---|---|---|---|\n" + table
-                if table
-                else "no files"
-            ),
-        }
-    )
+    return MaterializeResult(metadata=view_metadata(ingest_view(report, add_new_partitions(context.instance, db))))
 
 
-def redactions_table(by_session: dict[str, int]) -> str:
-    """The sessions whose turns had secrets replaced, most first (the first `TURN_IDS_SHOWN`)."""
-    ranked = sorted(by_session.items(), key=lambda item: (-item[1], item[0]))
-    more = f"\n\n… and {len(ranked) - TURN_IDS_SHOWN} more" if len(ranked) > TURN_IDS_SHOWN else ""
-    return (
-        "| session | secrets |\n|---|---|\n" + "\n".join(f"| `{s}` | {n} |" for s, n in ranked[:TURN_IDS_SHOWN]) + more
-    )
-
-
-def _read_how(report) -> str:
-    """How the ingest read the file: whole (new, or why again), or its appended lines from line N."""
-    return f"appended from line {report.from_line}" if report.read == "appended" else report.read
+def view_metadata(view: dict) -> dict:
+    """A plain view (`assets.work.views`) as Dagster's metadata: a `Markdown` as Markdown, a dict as JSON."""
+    return {
+        k: MetadataValue.md(v.value) if isinstance(v, Markdown) else MetadataValue.json(v) if isinstance(v, dict) else v
+        for k, v in view.items()
+    }
 
 
 def materialized(context: AssetExecutionContext, metadata: dict) -> MaterializeResult:
@@ -141,7 +91,7 @@ def not_done(
 
     In a backfill's run (the UI's Materialize of several partitions) a materialization instead, its
     `not_done` saying why: since dagster 1.13.22 a backfill marks failed every partition that a
-    successful run did not materialize (dagster-io/dagster#34219; before, it waited for it for ever)."""
+    successful run did not materialize (dagster-io/dagster#34219)."""
     context.log.info(f"session {session_id!r} {what}: {reason}")
     if BACKFILL_TAG in context.run.tags:
         return materialized(context, {"session_id": session_id, **metadata, "not_done": f"{what}: {reason}"})
@@ -175,7 +125,7 @@ def raw_sessions(
 ) -> MaterializeResult:
     """One session's raw turns in canonical order, with the size and the route its summary will take."""
     db = store.open()
-    # One connection for the run's reads, its facts' too (DuckDB opens a file at some 90 ms).
+    # One connection for the run's reads, its facts' too: opening the store's file is the costly part.
     with db.file.held(), run_errors_recorded(context, db, sweep):
         described = describe_partition(db, model, run_facts(context), context.partition_key)
         if described.failure:
@@ -185,15 +135,8 @@ def raw_sessions(
 
 
 def facts_metadata(db, session_id: str) -> dict:
-    """What the session's tool calls did, read at ingest with no model call (`digest.facts`): the
-    files edited or created, the commands with their exit status, the errors; and its card."""
-    facts = db.facts.for_session(session_id)
-    card = db.cards.card(session_id)
-    return {
-        "facts": MetadataValue.md(facts_markdown((f["kind"], f["value"], f["detail"]) for f in facts)),
-        # The session told from those facts, no model call: its account while no ok summary is.
-        **({"card": MetadataValue.md(card.markdown())} if card else {}),
-    }
+    """What the session's tool calls did, and its card (`assets.work.views.facts_view`)."""
+    return view_metadata(facts_view(db, session_id))
 
 
 @asset(
@@ -231,11 +174,7 @@ def session_summaries(
             db, model, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
             replace_imported=config.replace_imported, log=context.log.info, progress=progress,
         )  # fmt: skip
-        shown = (
-            {**facts_metadata(db, outcome.session_id), **place_metadata(db, outcome.session_id)}
-            if outcome.row is not None and not (outcome.failure or outcome.skipped or outcome.kept)
-            else {}
-        )
+        shown = view_metadata(made_summary_view(db, outcome))
     if outcome.failure:
         raise Failure(description=outcome.failure, metadata=outcome.failure_metadata)
     if outcome.skipped:
@@ -250,17 +189,8 @@ def session_summaries(
         return
     # What the summary cost and whether its reply came from the cache (`digest.cost`).
     context.log.info(f"session {outcome.session_id!r}: {outcome.cost.log_line()}")
-    yield materialized(
-        context,
-        {**summary_record_metadata(outcome.row, outcome.cost), **shown},
-    )
+    yield materialized(context, {**summary_record_metadata(outcome.row, outcome.cost), **shown})
     record_no_mini_summaries_needed(context, db, outcome.row)  # after the summary's own, first in the log
-
-
-def place_metadata(db, session_id: str) -> dict:
-    """Where the session ran (`unknown`: its log does not say), as its `sessions` row has it."""
-    rows = db.sessions.session_rows([session_id])
-    return {k: (rows[0][k] if rows else None) or "unknown" for k in ("project", "git_branch")}
 
 
 def record_no_mini_summaries_needed(context: AssetExecutionContext, db, row: dict) -> None:
@@ -278,8 +208,8 @@ def record_no_mini_summaries_needed(context: AssetExecutionContext, db, row: dic
 
 def no_mini_summaries_needed(db, row: dict, partition: str) -> AssetMaterialization | None:
     """The `turn_mini_summaries` materialization a raw summary makes its session's (None: not raw).
-    One entry, no description: on every raw run, each metadata entry is some 150 bytes of the
-    Dagster instance, and a description is copied into the event's messages twice more (BENCHMARKS §20)."""
+    One entry, no description: each metadata entry grows the Dagster instance on every raw run, and
+    a description is copied into the event's messages twice more (BENCHMARKS §20)."""
     if row["source_tier"] != SourceTier.RAW:
         return None
     counts = db.mini_summaries.mini_summary_counts(row["session_id"])

@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))  # tests/ (the generator) is not installed
 
 import httpx  # noqa: E402
 
+from digest.attempts import MINI_SUMMARY_STAGE, SUMMARY_STAGE  # noqa: E402
 from digest.friction_report import first_summary_curve, seconds_to_share  # noqa: E402
 from digest.mini_summaries import MAX_OUTPUT_TOKENS, split_document  # noqa: E402
 from digest.mini_summaries import build_prompt as mini_prompt  # noqa: E402
@@ -405,7 +406,7 @@ def measure(args, root: Path, say) -> None:
     )
     say_curve("early-summary curve (measured)", curve, model_s, say)
     fits = {}
-    for stage in ("mini-summary", "session-summary"):
+    for stage in (MINI_SUMMARY_STAGE, SUMMARY_STAGE):
         pts = [(a[4] or a[5] / rates["bytes_per_token"], a[3]) for a in attempts if a[1] == stage and a[2] == "ok"]
         if len({x for x, _ in pts}) >= 3:
             fits[stage] = fit_line(pts)
@@ -427,12 +428,12 @@ def project(facts: list[dict], fits: dict, rates: dict, lim, mini_len: float, fl
                        ("mini_prompt_bytes_all", "repeats sent again")):  # fmt: skip
         projected, read = 0.0, 0
         for fact in facts:
-            a, b = fits["session-summary"]
+            a, b = fits[SUMMARY_STAGE]
             if fact["routes"]["embedded"] == Route.WITHIN_CAP:
                 projected += a + b * fact["raw_prompt_bytes"] / rates["bytes_per_token"]
                 read += fact["raw_prompt_bytes"]
                 continue
-            am, bm = fits["mini-summary"]
+            am, bm = fits[MINI_SUMMARY_STAGE]
             projected += sum(am + bm * size / rates["bytes_per_token"] for size in fact[key])
             read += sum(fact[key])
             compact = min(
@@ -454,15 +455,15 @@ def project_curve(facts: list[dict], fits: dict, rates: dict, lim, mini_len: flo
     summaries in backfill runs of `budget_s`, its compact call again after the run that brings half
     its turns a mini summary (`UPGRADE_COVERAGE`) and after the last. The curve is
     `first_summary_curve` over these calls; the upgrades change the total, not who has a summary."""
-    a, b = fits["session-summary"]
-    am, bm = fits["mini-summary"]
+    a, b = fits[SUMMARY_STAGE]
+    am, bm = fits[MINI_SUMMARY_STAGE]
     bpt = rates["bytes_per_token"]
     calls = []  # (session_id, stage, seconds) in order
     order = sorted(facts, key=lambda f: (-f["last_activity_ms"], f["session_id"]))
     for fact in order:
         within = fact["routes"]["embedded"] == Route.WITHIN_CAP
         size = fact["raw_prompt_bytes"] if within else fact["embedded_first_compact_bytes"]
-        calls.append((fact["session_id"], "session-summary", a + b * size / bpt))
+        calls.append((fact["session_id"], SUMMARY_STAGE, a + b * size / bpt))
     upgrades = 0
     for fact in order:
         if fact["routes"]["embedded"] == Route.WITHIN_CAP:
@@ -475,16 +476,16 @@ def project_curve(facts: list[dict], fits: dict, rates: dict, lim, mini_len: flo
         minis = [am + bm * size / bpt for size in fact["mini_prompt_bytes"]]
         run_s, step = 0.0, 0
         for done, seconds in enumerate(minis, start=1):
-            calls.append((fact["session_id"], "mini-summary", seconds))
+            calls.append((fact["session_id"], MINI_SUMMARY_STAGE, seconds))
             run_s += seconds
             if done == len(minis):  # the complete step
-                calls.append((fact["session_id"], "session-summary", a + b * full / bpt))
+                calls.append((fact["session_id"], SUMMARY_STAGE, a + b * full / bpt))
                 upgrades += 1
             elif run_s >= budget_s:  # a run ends: the sweep after it upgrades at the half step
                 run_s = 0.0
                 if step == 0 and done >= UPGRADE_COVERAGE * len(minis):
                     step = 1
-                    calls.append((fact["session_id"], "session-summary", a + b * half / bpt))
+                    calls.append((fact["session_id"], SUMMARY_STAGE, a + b * half / bpt))
                     upgrades += 1
     attempts = [
         {"session_id": sid, "stage": stage, "outcome": "ok", "duration_s": seconds, "created_at": i}

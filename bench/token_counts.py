@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/ (the export generator) is not installed
 
-from digest.attempts import Attempt  # noqa: E402
+from digest.attempts import MINI_SUMMARY_STAGE, SUMMARY_STAGE, Attempt  # noqa: E402
 from digest.ingest import ingest_paths  # noqa: E402
 from digest.mini_summaries import build_prompt as mini_prompt  # noqa: E402
 from digest.mini_summaries import split_document  # noqa: E402
@@ -103,7 +103,7 @@ def feed_ledger(store: DigestStore, client: OpenAIChatClient, prompts: list[str]
         data = len(prompt.encode("utf-8"))
         mismatches.append(reply.prompt_tokens - (client.count_tokens(prompt) + overhead))
         store.attempts.record_attempt(
-            Attempt(session_id=f"ledger-{i}", stage="mini-summary", tier="turn", prompt_bytes=data,
+            Attempt(session_id=f"ledger-{i}", stage=MINI_SUMMARY_STAGE, tier="turn", prompt_bytes=data,
                     tokens_estimate=-(-data // 3), outcome="ok", duration_s=reply.duration_s, model=MODEL_ALIAS,
                     prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, host=HOST)
         )  # fmt: skip
@@ -213,7 +213,7 @@ def main() -> None:
         summaries = summary_samples(held_out, limits, client, overhead)
         for i, (data, tokens) in enumerate(summaries):
             ledger.attempts.record_attempt(
-                Attempt(session_id=f"summary-{i}", stage="session-summary", tier="raw", prompt_bytes=data,
+                Attempt(session_id=f"summary-{i}", stage=SUMMARY_STAGE, tier="raw", prompt_bytes=data,
                         tokens_estimate=math.ceil(data / 3), outcome="ok", duration_s=tokens / 175, model=MODEL_ALIAS,
                         prompt_tokens=tokens, completion_tokens=200, host=HOST)
             )  # fmt: skip

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from digest.readers import HARNESSES
 from digest.text_facts import MAX_LINE_CHARS, TEXT_WINDOW, hinted_lines, line_facts, text_calls
 from digest.text_facts import capped as _capped
 
@@ -188,20 +189,15 @@ class _Call:
     needs_file: str | None = None  # SWE-agent's `edit`: the kind of the file its output names
 
 
-_CLAUDE_FILES = {
-    "Read": ("file-read", "file_path"),
-    "Edit": ("file-edit", "file_path"),
-    "MultiEdit": ("file-edit", "file_path"),
-    "Write": ("file-create", "file_path"),
-    "NotebookEdit": ("file-edit", "notebook_path"),
-    "NotebookRead": ("file-read", "notebook_path"),
-}
+# The tools each harness names in its log (`digest.readers.harness.Harness`), and the shells of
+# other agents' logs read as plain turns.
+_FILE_TOOLS = {name: shape for harness in HARNESSES for name, shape in harness.file_tools.items()}
 _SHELL_TOOLS = frozenset(
-    {"Bash", "bash", "shell", "shell_command", "exec_command", "container.exec", "local_shell", "execute_bash",
-     "run_command", "terminal", "run_shell_command",
-     "run", "test", "lint", "git"}  # aider's `/run` (and `!`), `/test`, `/lint`, `/git`
-)  # fmt: skip
-_PATCH_TOOLS = frozenset({"apply_patch", "applypatch"})
+    {"bash", "execute_bash", "run_command", "terminal", "run_shell_command"}.union(
+        *(harness.shell_tools for harness in HARNESSES)
+    )
+)
+_PATCH_TOOLS = frozenset().union(*(harness.patch_tools for harness in HARNESSES))
 _PATCH_FILE = re.compile(r"^\*\*\* (Update|Add|Delete) File: (.{1,1000})$|^\*\*\* Move to: (.{1,1000})$", re.M)
 # SWE-agent's own commands: its file viewer and editor (the rest of its actions are shell commands).
 _SWE_READ = frozenset({"open"})
@@ -260,8 +256,8 @@ def _call(name: str, args: str) -> _Call | None:
     """What a call's line says; None for a tool that reads, edits, creates and runs nothing we keep."""
     args = args[len("[subagent] ") :] if args.startswith("[subagent] ") else args
     call = _Call(name)
-    if name in _CLAUDE_FILES:
-        kind, key = _CLAUDE_FILES[name]
+    if name in _FILE_TOOLS:
+        kind, key = _FILE_TOOLS[name]
         obj = _json_object(args)
         path = obj.get(key) if obj else None
         if not isinstance(path, str) and (match := re.search(rf'"{key}"\s?:\s?"([^"\\]{{1,1000}})"', args[:4_000])):

@@ -14,8 +14,8 @@ folded (read into a turn or a session's metadata counted at another line). A tur
 node or edge id) seen again in the same ingest: the later one wins, as a later ingest updates a
 stored turn or graph row (the original's merge import keeps the first; one rule for both cases is
 easier to trust), and the earlier line is `superseded`, stored in `rejects` with a reason naming
-the line that won. Finding repeats holds each id of the ingest in memory, some 200 bytes an id
-against the 50 KB of a vector row's line.
+the line that won. Finding repeats holds each id of the ingest in memory, little beside the lines
+it reads.
 
 Folders are walked (`digest.walk`), and a file read before is read on from where its last read
 stopped when it only grew (`digest.manifest`): an unchanged file costs a stat.
@@ -66,7 +66,7 @@ BATCH_BYTES = 64 << 20
 # is checkpointed then (`Ingest.write_turns`), and each checkpoint rewrites the last, partly filled
 # row group (at most `ROW_GROUP_ROWS` turns, resources/store/connection.py), while a writer that
 # never let go would keep other processes waiting the whole ingest (they wait up to the store's
-# LOCK_WAIT_S; 512 MB is about 25 s here).
+# LOCK_WAIT_S; BENCHMARKS.md §3 times a hold of this size well within it).
 HOLD_BYTES = 512 << 20
 MAX_VECTOR_PROBLEMS = 20
 READ_BUFFER_BYTES = 1 << 20

@@ -27,15 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from digest.readers import claude_code, codex
+from digest.readers import HARNESSES
 
 HASH_CHUNK = 1 << 20
 RACY_NS = 2_000_000_000
 # The kinds a writer appends lines to, and each reader's context to go on from a turn's first line
 # (a function of that turn's row; None: a row a line, nothing open at the end).
 APPENDABLE: dict[str, Callable[[dict], dict] | None] = {
-    claude_code.KIND: lambda row: {},
-    codex.KIND: codex.resume_context,
+    **{harness.kind: harness.resume_context for harness in HARNESSES if harness.resume_context},
     "memory": None,
     "turns": None,
     "graph": None,

@@ -9,6 +9,7 @@ so a new field is written in one place.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 
 from digest.summary_output import PROMPT_LINES, SessionSummaryOutput
@@ -26,8 +27,22 @@ TURN_SEPARATOR = "\n\n---\n\n"
 SUMMARY_HEAD = (
     "Analyze the following AI-agent work session and reply with one JSON object, no markdown, with these fields:"
 )
-SUMMARY_INSTRUCTIONS = "\n".join(
-    [SUMMARY_HEAD, *(f'- "{name}": {PROMPT_LINES[name]}' for name in SessionSummaryOutput.model_fields)]
+SUMMARY_FIELDS = tuple(SessionSummaryOutput.model_fields)  # in the order the prompt asks for them
+SUMMARY_INSTRUCTIONS = "\n".join([SUMMARY_HEAD, *(f'- "{name}": {PROMPT_LINES[name]}' for name in SUMMARY_FIELDS)])
+
+
+def _parts(line: str) -> list[str]:
+    """The parts a list of the summary's parts names: "the goal, ..., and the outcome." gives "goal", ..."""
+    return [re.sub(r"^(?:and\s+)?(?:the\s+)?", "", part.strip()).lower() for part in line.rstrip(".").split(",")]
+
+
+# The parts of a session the summary field asks for, in the prompt's words and in the schema's
+# description of the field: a reply that gives them back as values or as a list copied the prompt
+# (the verdict's template rule looks for them).
+SUMMARY_PARTS = tuple(
+    dict.fromkeys(
+        _parts(PROMPT_LINES["summary"]) + _parts(SessionSummaryOutput.model_fields["summary"].description or "")
+    )
 )
 
 

@@ -136,7 +136,7 @@ class Pattern:
     group: int = 1  # the match group that is the secret
     keep: Callable[[str, re.Match[str]], bool] | None = None  # None: every match is a secret
     # Matched on the text's ASCII-lowered copy (the pattern written in lower case): Python's `re`
-    # is some 7 times slower on a case-insensitive pattern.
+    # is much slower on a case-insensitive pattern (docs/benchmarks-history.md).
     lowered: bool = False
     # The match must not start inside a word: checked here, since a pattern that begins with its
     # literal (not with `\b` or a look-behind) lets `re` skip ahead to it.

@@ -1,7 +1,7 @@
 """Lines a session repeats: a file read again, a test log or an output printed again.
 
-In 290 real transcripts about 20% of a session's bytes are lines of 40+ characters
-already seen earlier in the same session. A model reading the session pays for them twice. One
+Real transcripts hold many long lines already seen earlier in the same session (BENCHMARKS.md
+§13 counts them); a model reading the session pays for them twice. One
 rule here, for the benchmark's measure and for the prompts that leave them out: a line is repeated
 when, without its surrounding blanks, it has at least `MIN_REPEAT_CHARS` characters and the same
 text appeared as a line earlier in the session (in an earlier turn, or earlier in the same one).

@@ -58,8 +58,7 @@ PROMPT_LINES = {
 # The schema sent to the model bounds what a small model would otherwise generate without end (a
 # summary or a title that never closes, scores past 100, an endless list), in forms a grammar can
 # carry: llama.cpp compiles the schema into a grammar and unrolls each length bound into nested
-# rules, and somewhere past 1000 (measured: 1000 parses, 1100 crashes the server) its parser gives
-# up. Its converter also ignores `minimum`/`maximum`, so scores are an enum. The validation keeps
+# rules, and its parser gives up on a long bound (docs/routing.md). Its converter also ignores `minimum`/`maximum`, so scores are an enum. The validation keeps
 # the looser bounds of the output model: a server that ignores these still gets a fair check.
 WIRE_SUMMARY_CHARS = 800
 _TITLE_WORD = r'[^ \t\n\r\\"]{1,24}'

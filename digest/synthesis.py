@@ -269,9 +269,8 @@ def compact_content(entries: list[str], max_chars_per_entry: int = FALLBACK_CHAR
 def fit_compact_prompt(turns: list[Turn], entries: list[str], limits: Limits) -> str | None:
     """The degraded prompt, with every line shortened evenly until it fits the prompt budget.
 
-    The original sent the compact prompt whatever its size (200 turns make ~15k tokens); on a
-    small-context or CPU host that is itself too large, so lines shrink first. None if even the
-    shortest lines do not fit.
+    A long session's compact prompt is itself too large for a small-context or CPU host, so its
+    lines shrink first (docs/routing.md). None if even the shortest lines do not fit.
     """
     budget = limits.prompt_budget_tokens
     prompt = build_prompt(compact_content(entries), turns)

@@ -20,18 +20,16 @@ DEFAULT_BYTES_PER_TOKEN = 3.0
 # The ledger's calibration: the last CALIBRATION_RECENT good model calls (not cache replays) of at
 # least CALIBRATION_MIN_PROMPT_BYTES, whose server counted the prompt; under CALIBRATION_MIN_SAMPLES
 # there is none. It is applied where a bound binds, on long prompts, so it is measured on long ones:
-# a short prompt runs fewer bytes a token (the chat template's fixed tokens, instructions, paths).
-# Measured on SmolLM2 (BENCHMARKS.md): with a 1 KiB floor the mini-summary calls (1.6-1.9 KB) set
-# the 10th percentile at 3.29 and 24 of 38 needless degradations stayed; with 4 KiB, 3.57 and 3.
+# a short prompt runs fewer bytes a token (the chat template's fixed tokens, instructions, paths),
+# and a floor that lets the short mini-summary calls in keeps needless degradations (BENCHMARKS.md §8).
 CALIBRATION_RECENT = 500
 CALIBRATION_MIN_PROMPT_BYTES = 4096
 CALIBRATION_MIN_SAMPLES = 10
 CALIBRATION_QUANTILE = 0.10
 
 # A tokenizer counts the prompt's text; the server counts its chat request, which the chat template
-# wraps in role markers and, for SmolLM2, a default system prompt: 30 tokens more, measured on the
-# embedded server (a chat's `prompt_tokens` minus `/extras/tokenize` of the same prompt, alike for a
-# 1-token and a 240-token prompt). Twice that leaves room for templates with a longer preamble.
+# wraps in role markers and, for SmolLM2, a default system prompt (docs/pacing.md has its count).
+# Twice SmolLM2's leaves room for templates with a longer preamble.
 CHAT_TEMPLATE_MARGIN_TOKENS = 64
 
 # A server's prompt count is believed only within this band of the prompt's UTF-8 bytes: a token
@@ -45,12 +43,9 @@ MIN_COUNTED_BYTES_PER_TOKEN = 1
 MAX_COUNTED_BYTES_PER_TOKEN = 8
 
 # The tokenizer is asked only when the estimate lies in [NEAR_CAP_LOW, NEAR_CAP_HIGH] x the bound
-# it is checked against: elsewhere no plausible count changes the route. At the 3.0 default the
-# estimate over-counts long prose, whose real 3.5-4.6 bytes a token put the count at 0.65-0.86 of
-# the estimate, so an estimate up to 1/0.65 = 1.54x the bound may fit (1.6 also covers 4.8 bytes a
-# token). Short prompts run the other way, under-counted by up to 14% (count 1.14x the estimate),
-# and at a calibrated 3.5-4.6 a 2.6-bytes-a-token prompt counts up to 1.5x its estimate: from 0.6x
-# the bound (a count up to 1.67x the estimate) a prompt the estimate lets through is checked.
+# it is checked against: elsewhere no plausible count changes the route. The band covers the
+# estimate over-counting long prose and under-counting short prompts (the derivation:
+# docs/routing.md#exact-token-counts).
 NEAR_CAP_LOW = 0.6
 NEAR_CAP_HIGH = 1.6
 

@@ -18,8 +18,9 @@ that holds wins:
   session's own words beyond a summary's boilerplate ("The user asked for a summary of the changes"),
   or one identifier and fewer than `MIN_SPECIFIC` words besides it;
 - a title copied word for word from one line of the agent's side of a turn: **echo**.
-Held-out summaries added the prompt's field list, a bare-number field, a reply that
-continues the prompt's sentence and a turn's labels to template, and a wordless title to empty.
+
+The prompt's words it looks for (its labels, the summary's parts, the field names) are read from
+`digest.prompts`, so a reworded prompt moves the rules with it.
 """
 
 from __future__ import annotations
@@ -32,9 +33,8 @@ from dataclasses import dataclass, field
 
 from digest.fidelity import COMMON_NAMES, STRONG, anchors, copy_source, precision, session_terms, session_text
 from digest.overlap import fragments
-from digest.prompts import SUMMARY_LABELS
+from digest.prompts import SUMMARY_FIELDS, SUMMARY_LABELS, SUMMARY_PARTS
 from digest.repeats import MARKER_PATTERN
-from digest.summary_output import PROMPT_LINES
 from digest.turns import compose_document
 
 VERDICTS = ("ok", "echo", "fabricated", "template", "content-free", "empty", "too-long")
@@ -77,7 +77,7 @@ _AGENT_PART = re.compile(rf"^{re.escape(TURN_LABELS[1])}", re.MULTILINE)  # wher
 _LINE_TAG = re.compile(r"^(?:" + "|".join(map(re.escape, TURN_LABELS)) + r"|>|\[[\w .-]{1,40}\])\s*")
 TITLE_LINE_WORDS = 3  # a title of this many words equal to one line of the agent's side: copied
 # The prompt's field names: the summary's four parts and the schema's fields.
-_FIELDS = ("goal", "key decisions", "code that was modified", "modified code", "outcome", *PROMPT_LINES)
+_FIELDS = (*SUMMARY_PARTS, *SUMMARY_FIELDS)
 _FIELD_VALUE = re.compile(
     r"""\b(?:the\s+)?("?)("""
     + "|".join(re.escape(f) for f in _FIELDS)
@@ -91,7 +91,8 @@ _FIELD_LIST = re.compile(rf"{_FIELD}(?:\s*,\s*(?:and\s+)?{_FIELD}){{2,}}", re.IG
 # A field given a bare number for its value ("The goal: 12.0,"): one is enough, where a number
 # followed by words ("outcome: 41 tests pass") is prose.
 _FIELD_NUMBER = re.compile(rf"\b{_FIELD}\s*[:=]\s*\d+(?:\.\d+)?\s*(?:[,;]|$)", re.IGNORECASE | re.MULTILINE)
-_SCHEMA_FIELDS = ("category", "quality", "productivity", "impact", "complexity", "technologies")
+# The schema's fields but the two any summary may name ("the summary", "the title").
+_SCHEMA_FIELDS = tuple(f for f in SUMMARY_FIELDS if f not in ("summary", "title"))
 SCHEMA_LIST = 4  # this many of the schema's fields named in one summary: its field list echoed
 # A summary's boilerplate: words any summary of any session may say.
 GENERIC = frozenset(

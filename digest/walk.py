@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from digest.readers import LOG_SUFFIXES, is_log
+from digest.readers import HARNESSES, LOG_SUFFIXES, is_log
 
 # Claude Code's deepest layout is projects/<project>/<session>/subagents/agent-*.jsonl (3 below
 # the home) and Codex's sessions/YYYY/MM/DD/rollout-*.jsonl (3): room for a home named higher up.
@@ -156,13 +156,12 @@ def _consider(path: Path, found: Walk, seen: set[Path]) -> None:
 
 
 def harness_homes(env: Mapping[str, str] | None = None) -> list[Path]:
-    """Where Claude Code and Codex CLI keep their sessions: `${CLAUDE_CONFIG_DIR:-~/.claude}/projects`
-    and `${CODEX_HOME:-~/.codex}/sessions`, whether they exist or not."""
+    """Where the harnesses that have a home keep their sessions (Claude Code's
+    `${CLAUDE_CONFIG_DIR:-~/.claude}/projects`, Codex CLI's `${CODEX_HOME:-~/.codex}/sessions`),
+    whether they exist or not."""
     env = os.environ if env is None else env
     home = Path(env.get("HOME") or Path.home())
-    claude = Path(env["CLAUDE_CONFIG_DIR"]) if env.get("CLAUDE_CONFIG_DIR") else home / ".claude"
-    codex = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex"
-    return [claude / "projects", codex / "sessions"]
+    return [harness.home(env, home) for harness in HARNESSES if harness.home]
 
 
 def watch_folders(text: str, env: Mapping[str, str] | None = None) -> tuple[Path, ...]:

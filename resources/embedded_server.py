@@ -113,9 +113,8 @@ class EmbeddedServer:
         ]  # fmt: skip
         # llama.cpp's CPU threads meet at an OpenMP barrier several hundred times a token. By default a
         # thread spins there, which on a machine with no idle core (other work, the test suite beside
-        # it) burns the time slice its partner needs: 32 tokens took 15-39 s at load 8 against 1.0-1.3 s
-        # with waiting threads asleep (BENCHMARKS.md §25). So the threads wait passively, unless the
-        # environment says otherwise.
+        # it) burns the time slice its partner needs, many times slower than threads asleep
+        # (BENCHMARKS.md §25). So the threads wait passively, unless the environment says otherwise.
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         # A session of its own: a Ctrl-C at the terminal reaches the sweep (which stops after its run in

@@ -54,6 +54,7 @@ TIERS = {
     "test_redaction": "unit",
     "test_redaction_coverage": "unit",
     "test_projects": "unit",
+    "test_partition_views": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",

@@ -4,10 +4,15 @@ every turn row carrying `project` and `git_branch`."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 import pytest
 
+import digest.readers
 from digest.ingest import discover
-from digest.readers import file_kind
+from digest.manifest import APPENDABLE
+from digest.readers import HARNESSES, file_kind
 from tests.harness_fixtures import FIXTURES, read_file
 
 KINDS = {
@@ -29,6 +34,16 @@ def test_each_harness_has_at_least_two_layout_versions():
     }
     assert all(len(v) >= 2 for v in versions.values()), versions
     assert len(versions["codex"]) >= 3
+
+
+def test_every_harness_reader_module_is_registered_once():
+    # A harness reader is its module and its line in `HARNESSES`: one left out is never read.
+    shared = {"common", "harness", "neo", "plain"}
+    modules = {m.name for m in pkgutil.iter_modules(digest.readers.__path__)} - shared
+    declared = [importlib.import_module(f"digest.readers.{name}").HARNESS for name in sorted(modules)]
+    assert sorted(h.kind for h in HARNESSES) == sorted(h.kind for h in declared) == sorted(set(KINDS.values()))
+    # What a harness declares is what the ingest does with its logs: Claude Code's and Codex's grow.
+    assert {h.kind for h in HARNESSES if h.resume_context} == {"claude-code", "codex"} <= APPENDABLE.keys()
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(FIXTURES)))

@@ -129,3 +129,39 @@ def test_no_private_name_is_imported_from_another_module():
         if alias.name.startswith("_")
     ]
     assert private == []
+
+
+ASSET_BODY_LINES = 40  # an asset's body past this holds work for a plain function in assets/work/
+
+
+def _is_asset(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+    return name in ("asset", "multi_asset", "graph_asset")
+
+
+def long_asset_bodies(root: Path) -> list[str]:
+    """Each `@asset` function under `root/assets` whose body, its docstring included, is over
+    ASSET_BODY_LINES lines, as `path: name N lines`."""
+    long = []
+    for path in sorted((root / "assets").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.FunctionDef) and any(map(_is_asset, node.decorator_list)):
+                lines = node.end_lineno - node.body[0].lineno + 1
+                if lines > ASSET_BODY_LINES:
+                    long.append(f"{path.relative_to(root)}: {node.name} {lines} lines")
+    return long
+
+
+def test_no_asset_body_is_over_40_lines():
+    assert long_asset_bodies(REPO) == []
+
+
+def test_a_long_asset_body_is_found_however_its_decorator_is_written(tmp_path):
+    (tmp_path / "assets").mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(ASSET_BODY_LINES + 1))
+    (tmp_path / "assets" / "a.py").write_text(
+        f"import dagster as dg\n\n@dg.asset(group_name='g')\ndef long():\n{body}\n\n"
+        f"@asset\ndef bare():\n{body}\n\ndef plain():\n{body}\n\n@asset\ndef short():\n    return 1\n"
+    )
+    assert long_asset_bodies(tmp_path) == ["assets/a.py: long 41 lines", "assets/a.py: bare 41 lines"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from digest.archive_read import validate_bundle
 from digest.ingest import ingest_paths
 from digest.redact import PATTERNS, redact, redact_fields
 from digest.turns import compose_document
@@ -460,3 +461,30 @@ def test_the_migration_after_new_kinds_redacts_them_adds_to_the_counts_and_owes_
     assert new["s1"] != old["s1"] and new["s2"] == old["s2"]
     assert store.summaries.pending_summary_keys() == []
     assert summaries["s1"] == summaries["s2"] == "Called bot[REDACTED:telegram-bot-token]."
+
+
+@pytest.mark.integration  # a bundle restored into a store
+def test_a_restore_of_a_bundle_written_without_redaction_takes_its_secrets_out(tmp_path, monkeypatch):
+    """A bundle from a store that did not redact holds the secrets; the store it is restored into
+    redacts them, and owes no summary for it."""
+    monkeypatch.delenv("DIGEST_REDACT", raising=False)
+    plain = DigestStore(tmp_path / "plain.duckdb")
+    plain.migrate()
+    log = _plain_log(tmp_path / "old.jsonl", [_turn(1, "s1", f"push with {GH}"), _turn(1, "s2", "no secret here")])
+    ingest_paths([log], plain, redact_secrets=False)
+    with duckdb.connect(str(plain.path)) as con:
+        _current_summaries(con, f"Pushed with {GH}.")
+    bundle = plain.archive.write_archive(tmp_path / "archives")["path"]
+
+    restored = DigestStore(tmp_path / "restored.duckdb")
+    restored.migrate()
+    restored.archive.restore_archive(validate_bundle(bundle), "replace")
+
+    with duckdb.connect(str(restored.path), read_only=True) as con:
+        text = con.execute("SELECT prompt || document FROM turns WHERE id = 's1-1'").fetchone()[0]
+        summaries = dict(con.execute("SELECT session_id, summary FROM session_summaries").fetchall())
+        card = con.execute("SELECT text FROM session_cards WHERE session_id = 's1'").fetchone()[0]
+    assert GH not in text and "[REDACTED:github-token]" in text
+    assert summaries == {"s1": "Pushed with [REDACTED:github-token].", "s2": "Pushed with [REDACTED:github-token]."}
+    assert GH not in card
+    assert restored.summaries.pending_summary_keys() == []

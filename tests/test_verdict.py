@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from digest.prompts import TOOL_CALLS_LABEL
+from digest.prompts import SUMMARY_INSTRUCTIONS, SUMMARY_PARTS, TOOL_CALLS_LABEL
 from digest.repeats import SHOWN_EARLIER, marker
 from digest.verdict import JUNK, VERDICTS, judge
 
@@ -80,6 +80,16 @@ def test_each_kind_of_junk_is_named():
     assert vague.label == "content-free" and vague.evidence["grounded_identifiers"] == ["github", "rowmodel"]
     # Against what the model was given, when the caller knows it (a degraded prompt's content).
     assert judge(TURNS, *FAITHFUL, input_chars=120).label == "too-long"
+
+
+def test_the_verdict_reads_the_prompts_own_words():
+    # The parts the summary field asks for come from the prompt's text, so a reworded prompt moves
+    # the template rule with it.
+    assert {"goal", "key decisions", "outcome"} <= set(SUMMARY_PARTS)
+    assert all(part in SUMMARY_INSTRUCTIONS.lower() for part in SUMMARY_PARTS if part != "modified code")
+    given_back = ", ".join(f"the {part}" for part in SUMMARY_PARTS[:3])
+    assert judge(TURNS, FAITHFUL[0], f"{FAITHFUL[1]} It covers {given_back}.").label == "template"
+    assert judge(TURNS, FAITHFUL[0], f"The {SUMMARY_PARTS[-1]}: 3.0, then {FAITHFUL[1]}").label == "template"
 
 
 def test_the_labelled_set_precision_and_recall_per_class_hold_their_floor():

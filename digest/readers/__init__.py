@@ -1,6 +1,8 @@
 """The readers of every format the ingest takes, each a module of its own, and which one a file
 is for: by name for Neo.mjs export bundles (as the original's import routes them), else by its
-content (`file_kind`), so a harness's log is read whatever it is called.
+content (`file_kind`), so a harness's log is read whatever it is called. A harness reader declares
+what the ingest knows of its harness once, as its `HARNESS` (`digest.readers.harness.Harness`),
+listed in `HARNESSES` below.
 
 - `neo`: Neo.mjs export bundles (`memory-backup-*`, `graph-backup-*`, `summaries-backup-*`,
   `temporal-summary-backup-*` `.jsonl`), a row a line;
@@ -13,35 +15,34 @@ content (`file_kind`), so a harness's log is read whatever it is called.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from digest.readers import aider, claude_code, codex, trajectory
-from digest.readers.common import BOM, Lines, Read, Reject, excerpt, load_json
+from digest.readers.common import BOM, Lines, Read, excerpt
+from digest.readers.harness import Harness, Head
 from digest.readers.neo import NAME_PREFIXES
+
+# Every harness, by the registration in its reader module; a file is told by the first whose
+# sniff holds, in this order (the byte checks before the JSON lines).
+HARNESSES: tuple[Harness, ...] = (aider.HARNESS, trajectory.HARNESS, claude_code.HARNESS, codex.HARNESS)
 
 # How much of a file its kind is told from: a harness log says what it is in its first lines.
 SNIFF_BYTES = 1 << 20
-SNIFF_LINES = 50
 # The files a folder is searched for: every `.jsonl`, and these when their content is a known log.
-LOG_SUFFIXES = (".md", ".traj", ".json")
+LOG_SUFFIXES = tuple(dict.fromkeys(suffix for harness in HARNESSES for suffix in harness.suffixes))
 UNKNOWN = "unknown"
 
 # The harness readers: each reads a file's lines itself and says what each became.
-HARNESS_READERS: dict[str, Callable[[Lines, str], Iterator[Read]]] = {
-    claude_code.KIND: claude_code.read,
-    codex.KIND: codex.read,
-    aider.KIND: aider.read,
-    trajectory.KIND: trajectory.read,
-}
+HARNESS_READERS = {harness.kind: harness.read for harness in HARNESSES}
+_KNOWN = ", ".join(["Neo.mjs bundle", "JSONL turns", *(h.title for h in HARNESSES[:-1])]) + f" or {HARNESSES[-1].title}"
 
 
 def _unreadable(lines: Lines, source: str) -> Iterator[Read]:
     """A file no reader knows: its first line is the reject, the others folded into it."""
     for line_no, raw in lines:
         if line_no == 1:
-            reason = "unknown-format: not a Neo.mjs bundle, JSONL turns, Claude Code, Codex, aider or trajectory log"
-            yield Read("reject", line_no, reason=reason, excerpt=excerpt(raw))
+            yield Read("reject", line_no, reason=f"unknown-format: not a {_KNOWN} log", excerpt=excerpt(raw))
         else:
             yield Read("fold", line_no)
 
@@ -59,33 +60,11 @@ def file_kind(path: Path) -> str:
         if path.name.startswith(prefix):
             return kind
     with path.open("rb") as handle:
-        head = handle.read(SNIFF_BYTES)
-    head = head.removeprefix(BOM)
-    if aider.sniff(head):
-        return aider.KIND
-    if trajectory.sniff(head):
-        return trajectory.KIND
-    if codex.sniff_document(head):
-        return codex.KIND
-    objs = _json_lines(head)
-    if claude_code.sniff(objs):
-        return claude_code.KIND
-    if codex.sniff(objs):
-        return codex.KIND
+        head = Head(handle.read(SNIFF_BYTES).removeprefix(BOM))
+    for harness in HARNESSES:
+        if harness.sniff(head):
+            return harness.kind
     return "turns" if path.suffix == ".jsonl" else UNKNOWN
-
-
-def _json_lines(head: bytes) -> list[dict]:
-    """The JSON objects among the first lines (a cut last line, or any bad one, left out)."""
-    objs = []
-    for raw in head.split(b"\n")[:SNIFF_LINES]:
-        if not raw.strip():
-            continue
-        try:
-            objs.append(load_json(raw.decode("utf-8")))
-        except (Reject, UnicodeDecodeError):  # not a JSON object line: it tells nothing
-            continue
-    return objs
 
 
 def is_log(path: Path) -> bool:

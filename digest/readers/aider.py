@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from digest.readers.common import Lines, PendingTurn, Read, Reject, decode, excerpt, timestamp
+from digest.readers.harness import Harness, Head
 
 KIND = "aider"
 AGENT = "aider"
@@ -53,8 +54,8 @@ _PROMPT_COMMANDS = frozenset({"ask", "code", "architect", "help"})
 _CONFIRM = re.compile(r"\(Y\)es/\(N\)o.*\]: ?\S*$")
 
 
-def sniff(head: bytes) -> bool:
-    return head.lstrip().startswith(HEADER.encode())
+def sniff(head: Head) -> bool:
+    return head.data.lstrip().startswith(HEADER.encode())
 
 
 class _Session:
@@ -263,3 +264,7 @@ def _session_id(header: tuple[str, int | None], first_input: str) -> str:
     stamp = re.sub(r"\D", "", header[0][len(HEADER) :])[:14] or "undated"
     digest = hashlib.sha256(f"{header[0]}\n{first_input}".encode("utf-8", "replace")).hexdigest()[:10]
     return f"aider-{stamp}-{digest}"
+
+
+# A history aider may edit is read again whole; its `/run`, `/test`, `/lint` and `/git` are its shell.
+HARNESS = Harness(KIND, "aider", read, sniff, suffixes=(".md",), shell_tools=_TOOL_COMMANDS)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from digest.readers.common import (
@@ -62,6 +62,7 @@ from digest.readers.common import (
     text_field,
     timestamp,
 )
+from digest.readers.harness import Harness, Head
 
 KIND = "claude-code"
 AGENT = "claude-code"
@@ -99,9 +100,10 @@ _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 _AGENT_FILE = re.compile(r"agent-(.+)\.jsonl")
 
 
-def sniff(objs: list[dict]) -> bool:
+def sniff(head: Head) -> bool:
     """Claude Code's events carry `sessionId` and `uuid` beside a `type` of its own; a log of
     nothing but its bookkeeping lines is one too."""
+    objs = head.objects
     if any(
         obj.get("type") in EVENT_TYPES and "sessionId" in obj and "uuid" in obj and "message" in obj for obj in objs
     ):
@@ -396,3 +398,32 @@ def read(lines: Lines, source: str) -> Iterator[Read]:
         turn.project, turn.git_branch = project or turn.project, branch or turn.git_branch
     if turn is not None:
         yield turn.finish(source)
+
+
+def resume_context(row: dict) -> dict:
+    """Nothing: each of its lines says its session, so a read goes on from any turn's first line."""
+    return {}
+
+
+def home(env: Mapping[str, str], user_home: Path) -> Path:
+    """`${CLAUDE_CONFIG_DIR:-~/.claude}/projects`."""
+    return (Path(env["CLAUDE_CONFIG_DIR"]) if env.get("CLAUDE_CONFIG_DIR") else user_home / ".claude") / "projects"
+
+
+HARNESS = Harness(
+    KIND,
+    "Claude Code",
+    read,
+    sniff,
+    resume_context=resume_context,
+    home=home,
+    file_tools={
+        "Read": ("file-read", "file_path"),
+        "Edit": ("file-edit", "file_path"),
+        "MultiEdit": ("file-edit", "file_path"),
+        "Write": ("file-create", "file_path"),
+        "NotebookEdit": ("file-edit", "notebook_path"),
+        "NotebookRead": ("file-read", "notebook_path"),
+    },
+    shell_tools=frozenset({"Bash"}),
+)

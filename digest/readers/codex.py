@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from itertools import chain
 from pathlib import Path
 
@@ -43,6 +43,7 @@ from digest.readers.common import (
     text_field,
     timestamp,
 )
+from digest.readers.harness import Harness, Head
 from digest.readers.trajectory import element_positions
 
 KIND = "codex"
@@ -66,17 +67,16 @@ _EVENT_COPIES = {"user_message": "prompt", "agent_message": "response", "agent_r
 _DOCUMENT = re.compile(rb'\A\s*\{\s*"session"\s*:\s*\{.*"items"\s*:\s*\[', re.DOTALL)
 
 
-def sniff(objs: list[dict]) -> bool:
+def sniff(head: Head) -> bool:
+    """A rollout's lines (or its older JSONL, or the TypeScript CLI's `.json` document)."""
+    if _DOCUMENT.match(head.data):
+        return True
+    objs = head.objects
     if any(obj.get("type") in LINE_TYPES and isinstance(obj.get("payload"), dict) for obj in objs):
         return True
     # The JSONL before the envelope: its first line is the session, with the instructions it started under.
     first = objs[0] if objs else {}
     return {"id", "timestamp"} <= first.keys() and "instructions" in first and "session_id" not in first
-
-
-def sniff_document(head: bytes) -> bool:
-    """The TypeScript CLI's `.json` rollout: `{"session": {…}, "items": [`."""
-    return bool(_DOCUMENT.match(head))
 
 
 def read(lines: Lines, source: str, resume: dict | None = None) -> Iterator[Read]:
@@ -394,3 +394,21 @@ def resume_context(row: dict) -> dict:
         "project": row.get("project"),
         "git_branch": row.get("git_branch"),
     }
+
+
+def home(env: Mapping[str, str], user_home: Path) -> Path:
+    """`${CODEX_HOME:-~/.codex}/sessions`."""
+    return (Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else user_home / ".codex") / "sessions"
+
+
+HARNESS = Harness(
+    KIND,
+    "Codex",
+    read,
+    sniff,
+    suffixes=(".json",),
+    resume_context=resume_context,
+    home=home,
+    shell_tools=frozenset({"shell", "shell_command", "exec_command", "container.exec", "local_shell"}),
+    patch_tools=frozenset({"apply_patch", "applypatch"}),
+)

@@ -43,6 +43,7 @@ from digest.readers.common import (
     reason_of,
     without_lone_surrogates,
 )
+from digest.readers.harness import Harness, Head
 from digest.turns import parse_timestamp_ms
 
 KIND = "trajectory"
@@ -55,16 +56,17 @@ _DECODER = json.JSONDecoder()
 _BLANK = re.compile(r"[ \t\r\n]*")
 
 
-def sniff(head: bytes) -> bool:
-    if _BARE_MESSAGES.match(head):  # mini-SWE-agent's bare message list
-        return bool(_ROLE.search(head)) and b'"content"' in head
-    if not head.lstrip().startswith(b"{"):
+def sniff(head: Head) -> bool:
+    data = head.data
+    if _BARE_MESSAGES.match(data):  # mini-SWE-agent's bare message list
+        return bool(_ROLE.search(data)) and b'"content"' in data
+    if not data.lstrip().startswith(b"{"):
         return False
-    if _SWE_AGENT.search(head):
+    if _SWE_AGENT.search(data):
         return True
-    if _HISTORY.search(head) and _ROLE.search(head):  # SWE-agent's, holding only its history
-        return any(key in head for key in (b'"info"', b'"replay_config"', b'"environment"', b'"message_type"'))
-    return bool(_MINI.search(head) and (b'"info"' in head or b'"trajectory_format"' in head))
+    if _HISTORY.search(data) and _ROLE.search(data):  # SWE-agent's, holding only its history
+        return any(key in data for key in (b'"info"', b'"replay_config"', b'"environment"', b'"message_type"'))
+    return bool(_MINI.search(data) and (b'"info"' in data or b'"trajectory_format"' in data))
 
 
 def read(lines: Lines, source: str) -> Iterator[Read]:
@@ -343,3 +345,7 @@ def _session_id(source: str, turns: list) -> str:
         fill(probe)
     seed = "\n".join(probe.prompt + probe.response).encode("utf-8", "replace")
     return f"{name}-{hashlib.sha256(seed).hexdigest()[:10]}"
+
+
+# One JSON document its harness rewrites after each step: read again whole.
+HARNESS = Harness(KIND, "trajectory", read, sniff, suffixes=(".traj", ".json"))

@@ -161,7 +161,7 @@ class OpenAIChatClient(StreamingClient):
             body["response_format"] = self._response_format(schema, style)
         url = f"{self.base_url}/v1/chat/completions"
         budget = Budget(max_output_tokens, self.bounds)
-        # The client before the deadline: loading its TLS context can take 0.1 s on a loaded host.
+        # The client before the deadline: loading its TLS context is slow on a loaded host.
         with http_client() as http, Deadline(timeout_s, stall_s, self.progress) as deadline:
             status, data, reply = self._post(http, url, body, deadline, budget)
             if (

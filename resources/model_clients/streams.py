@@ -46,8 +46,8 @@ _HEADERS = {"Accept-Encoding": "identity"}
 
 @functools.cache
 def tls_context() -> ssl.SSLContext:
-    """httpx's default verification, built once: loading the CA bundle costs ~30 ms of CPU, and
-    every call (a chat, an embedding batch) opens a client of its own."""
+    """httpx's default verification, built once: loading the CA bundle is costly
+    (docs/model-clients.md), and every call (a chat, an embedding batch) opens a client of its own."""
     return httpx.create_ssl_context()
 
 

@@ -46,6 +46,7 @@ from resources.store.connection import Repository, now
 from resources.store.facts import refresh_turn_facts
 from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
 from resources.store.migrations import SCHEMA_VERSION
+from resources.store.redaction import redact_restored
 from resources.store.sessions import derived_session_rows, upsert_sessions
 from resources.store.summary_history import by_restore, keep_replaced_rows
 from resources.store.vectors import convert_text_vectors, split_vectors_sql, vector_json_sql
@@ -388,6 +389,7 @@ class Archive(Repository):
                 convert_text_vectors(con, "imported_summaries")
             with _loading(bundle, memory.name):  # its sessions' rows, recomputed from its turns
                 self._rebuild_sessions(con, mode, bundle.sessions, sorted(bundle.turn_sessions))
+            redact_restored(con)
             if mode == "replace":
                 keep_replaced_rows(con, RESTORE_REPLACED, [], by_restore(bundle.archive_id))
                 con.execute("DROP TABLE restore_replaced")

@@ -2,7 +2,8 @@
 redacts the stored turns, mini summaries and summaries in place, and the redactions `status` counts;
 migration 17 the rejects (reason and excerpt), the imported summaries' metadata and the imported
 graph's properties, redacted at ingest since; migration 18 the turns, mini summaries and summaries
-again for the kinds added since, each turn's counts added to. `NOT_INPUT_TEXT` names every other text column of the
+again for the kinds added since, each turn's counts added to; a restore all of them, since a bundle may
+come from a store that did not redact. `NOT_INPUT_TEXT` names every other text column of the
 store with why it holds no input text (tests/test_redaction_coverage.py walks the schema).
 
 Redacting a turn changes its document, and so its session's input revision (a hash of the stored
@@ -179,6 +180,13 @@ def redact_stored_since_13(con: duckdb.DuckDBPyConnection) -> None:
         return
     for table, columns in REDACTED_SINCE_13.items():
         _redact_rows(con, table, columns, record=False)
+
+
+def redact_restored(con: duckdb.DuckDBPyConnection) -> None:
+    """A restore's step: a bundle written by a store that did not redact (older code, or
+    `DIGEST_REDACT` off) brings its secrets back; they are taken out as at ingest."""
+    redact_stored(con)
+    redact_stored_since_13(con)
 
 
 def _redact_rows(con: duckdb.DuckDBPyConnection, table: str, columns: tuple[str, ...], record: bool) -> set[str]:
