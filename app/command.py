@@ -23,6 +23,8 @@ def no_arguments(parser: ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class Command:
+    """A subcommand: `arguments` adds its options to its parser, `run` does its work."""
+
     name: str
     help: str
     # The command's work: its result, printed as a table or JSON, or None when it printed its own.
