@@ -250,7 +250,7 @@ def resummarize(settings: Settings, criteria, record: bool) -> dict:
     their requests recorded, for this sweep and the sensor's ticks to take after new work."""
     from digest.scheduling import now_ms
     from pipelines.resummary import plan_resummaries, record_resummaries
-    from resources.host_views import hosts_in_rotation
+    from resources.model_hosts import hosts_in_rotation
     from resources.store import open_store
 
     store = open_store(settings.db_path)

@@ -134,7 +134,7 @@ def sweep_selection(
     `named`: these session ids alone (`sweep --session`); `model_seconds`: the model-time budget, when
     not the sweep's (what a drain has left); `first_only`: first summaries alone, no upgrade or re-summary."""
     from pipelines.selection import named_sessions_batch, next_summary_batch
-    from resources.host_views import hosts_in_rotation
+    from resources.model_hosts import hosts_in_rotation
 
     store, now, fleet = open_store(settings.db_path), now_ms(), settings.fleet
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)

@@ -49,7 +49,7 @@ def backlog(
     would place them now), the oldest pending session's age, sessions and model-seconds finished in
     the last hour and day, the ETA at the hosts' measured speeds, and the summaries by tier (and
     verdict). No model call. The summary sensor refreshes it every `DIGEST_BACKLOG_REFRESH_S`."""
-    measured = measure(store.open(), model.fleet(), circuit.policy(), sweep.policy(), now_ms())
+    measured = measure(store.open(), model.hosts.fleet, circuit.policy(), sweep.policy(), now_ms())
     return MaterializeResult(metadata=_metadata(measured))
 
 
@@ -67,7 +67,7 @@ def stall_result(backlog_now: Backlog, policy: SweepPolicy) -> tuple[bool, dict]
 def backlog_not_stalled(
     store: DigestStoreResource, model: ChatModelResource, circuit: CircuitPolicyResource, sweep: SweepPolicyResource
 ) -> AssetCheckResult:
-    backlog_now = measure(store.open(), model.fleet(), circuit.policy(), sweep.policy(), now_ms())
+    backlog_now = measure(store.open(), model.hosts.fleet, circuit.policy(), sweep.policy(), now_ms())
     passed, metadata = stall_result(backlog_now, sweep.policy())
     return AssetCheckResult(passed=passed, metadata=metadata, severity=AssetCheckSeverity.ERROR)
 

@@ -53,11 +53,11 @@ def friction_report(
         mini_coverage=rows["mini_coverage"],
         undigestible=rows["undigestible"],
         host_circuits=rows["host_circuits"],
-        slowdowns=db.speed.host_slowdowns([(h.name, h.model) for h in model.fleet().hosts]),
+        slowdowns=db.speed.host_slowdowns([(h.name, h.model) for h in model.hosts.fleet.hosts]),
         auto_caps=db.speed.auto_caps(),
         cost_totals=db.reports.cost_totals(REPORT_COST_DAYS),
         sessions=rows["sessions"],
-        backlog=measure(db, model.fleet(), circuit.policy(), sweep.policy(), now_ms()),
+        backlog=measure(db, model.hosts.fleet, circuit.policy(), sweep.policy(), now_ms()),
         resummaries=db.resummaries.finished(),
         projects=db.projects.project_rows(),
     )

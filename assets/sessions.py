@@ -127,7 +127,7 @@ def raw_sessions(
     db = store.open()
     # One connection for the run's reads, its facts' too: opening the store's file is the costly part.
     with db.file.held(), run_errors_recorded(context, db, sweep):
-        described = describe_partition(db, model, run_facts(context), context.partition_key)
+        described = describe_partition(db, model.hosts, run_facts(context), context.partition_key)
         if described.failure:
             raise Failure(described.failure)
         facts = facts_metadata(db, described.metadata["session_id"])
@@ -171,7 +171,7 @@ def session_summaries(
     # call lets it go, `summarize_partition`).
     with db.file.held(), run_errors_recorded(context, db, sweep), CallProgress(context.log.info).ticking() as progress:
         outcome = summarize_partition(
-            db, model, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
+            db, model.hosts, run_facts(context), context.partition_key, sweep.policy(), circuit.policy(),
             replace_imported=config.replace_imported, log=context.log.info, progress=progress,
         )  # fmt: skip
         shown = view_metadata(made_summary_view(db, outcome))

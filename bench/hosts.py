@@ -61,14 +61,12 @@ from digest.hosts import Fleet, HostSpec  # noqa: E402
 from digest.ingest import ingest_paths  # noqa: E402
 from digest.model_api import ChatReply, ModelError  # noqa: E402
 from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms  # noqa: E402
-from digest.settings import load_settings  # noqa: E402
+from digest.settings import Settings, load_settings  # noqa: E402
 from digest.synthesis import Limits, estimate_raw_tokens, summarize_session  # noqa: E402
 from digest.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG  # noqa: E402
-from pipelines.definitions import resource_config  # noqa: E402
 from pipelines.selection import next_summary_batch  # noqa: E402
-from resources.bindings import ChatModelResource  # noqa: E402
-from resources.host_views import hosts_in_rotation  # noqa: E402
 from resources.model_clients import OpenAIChatClient  # noqa: E402
+from resources.model_hosts import ModelHosts, hosts_in_rotation  # noqa: E402
 from resources.response_cache import CachedChatClient  # noqa: E402
 from resources.store import DigestStore, RunLedger, StoreFile  # noqa: E402
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer, Received  # noqa: E402
@@ -442,17 +440,17 @@ class InstantClient:
         return None  # no tokenizer: the estimate routes
 
 
-class InstantModel(ChatModelResource):
-    """The model resource whose hosts all answer at once (`InstantClient`)."""
+class InstantHosts(ModelHosts):
+    """Model hosts that all answer at once (`InstantClient`)."""
 
-    def _provider_client(self, spec: HostSpec) -> InstantClient:
+    def _provider_client(self, spec: HostSpec, progress=None) -> InstantClient:
         return InstantClient()
 
 
-def instant_model(home: str) -> InstantModel:
+def instant_settings(home: str) -> Settings:
     """One host as the writer's "per method" side has it: context 131,072, raw cap 8192, 3 bytes a
     token, no response cache (the staged reply dropped: the most writes)."""
-    settings = load_settings(
+    return load_settings(
         {
             "DIGEST_HOME": home,
             "DIGEST_MODEL_PROVIDER": "openai",
@@ -462,7 +460,6 @@ def instant_model(home: str) -> InstantModel:
             "DIGEST_RESPONSE_CACHE": "off",
         }
     )
-    return InstantModel(**resource_config(settings, ChatModelResource))
 
 
 def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, tag: str, side: str) -> None:
@@ -473,8 +470,8 @@ def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, ta
     store = DigestStore(BenchFile(path))
     limits = fleet([cpu_host("writer")], 1.0).limits()
     client = InstantClient()
-    model = instant_model(str(Path(path).parent))
-    host = model.fleet().host().name
+    settings = instant_settings(str(Path(path).parent))
+    host = InstantHosts(settings).fleet.host().name
     tags = {MODEL_HOST_TAG: host, MODEL_HOST_REASON_TAG: "bench"}  # placed, as a sweep's run is
     runs, errors = 0, 0
     barrier.wait()
@@ -483,7 +480,9 @@ def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, ta
         key, run_id = keys[runs % len(keys)], f"{tag}-{runs}"
         try:
             if side == "held":
-                outcome = summarize_partition(store, model, RunFacts(run_id, tags), key, SweepPolicy(), CircuitPolicy())
+                outcome = summarize_partition(
+                    store, InstantHosts(settings), RunFacts(run_id, tags), key, SweepPolicy(), CircuitPolicy()
+                )
                 assert outcome.row is not None, outcome
             else:
                 summary_run(store, client, limits, Job(key, "writer", "bench", 0.0), run_id)

@@ -39,7 +39,7 @@ from pipelines.definitions import build_definitions  # noqa: E402
 from pipelines.instance import write_instance_config  # noqa: E402
 from pipelines.jobs import default_run_config, requested_job  # noqa: E402
 from pipelines.sensors import summary_run_request  # noqa: E402
-from resources.host_views import host_views  # noqa: E402
+from resources.model_hosts import host_views  # noqa: E402
 from resources.store import DigestStore  # noqa: E402
 from tests.bundles import write_bundle  # noqa: E402
 from tests.conftest import make_turns  # noqa: E402

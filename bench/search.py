@@ -427,9 +427,9 @@ def run_size(sessions: int, seed: int, work: Path, alt_python: str | None) -> di
     rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with store.file.connect() as con:
         con.execute("CHECKPOINT")
-        postings = con.execute("SELECT coalesce(sum(documents), 0) FROM search_index_state").fetchone()[0]
     grown = db.stat().st_size - before
     status = store.search.status()
+    postings = status["documents"]  # the index's documents, as its record sums them
 
     # One new session, then a refresh with nothing changed (a sensor tick's).
     store.ingest.write_turns(new_session_rows(seed))

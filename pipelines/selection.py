@@ -17,7 +17,7 @@ from digest.scheduling import (
     upgrade_due,
 )
 from digest.synthesis import Route
-from resources.host_views import host_views
+from resources.model_hosts import host_views
 from resources.store import DigestStore
 
 # How many of the newest and oldest eligible sessions to size up per tick: enough to fill the

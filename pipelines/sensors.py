@@ -61,7 +61,7 @@ from resources.bindings import (
     MiniSummaryPolicyResource,
     SweepPolicyResource,
 )
-from resources.host_views import closed_hosts, hosts_in_rotation
+from resources.model_hosts import ModelHosts, closed_hosts, hosts_in_rotation
 
 # A file modified more recently than this may still be being copied in.
 SETTLE_S = 5.0
@@ -282,9 +282,9 @@ def summary_sensor(
     # Measured on connections of its own before the held one: placing every pending session is
     # seconds of Python at 100,000 (BENCHMARKS §4), which would keep other processes off the file.
     due = backlog_due(context.instance, sweep.policy().backlog_refresh_s)
-    backlog = backlog_refresh(context, db, model, sweep, circuit) if due else []
+    backlog = backlog_refresh(context, db, model.hosts, sweep, circuit) if due else []
     with db.file.held():  # the tick's reads, and a probe taken, on one connection
-        return summary_tick(context, db, model, sweep, circuit, registered, exclude, queued_s, backlog)
+        return summary_tick(context, db, model.hosts, sweep, circuit, registered, exclude, queued_s, backlog)
 
 
 def backlog_due(instance, refresh_s: float) -> bool:
@@ -294,11 +294,11 @@ def backlog_due(instance, refresh_s: float) -> bool:
     return latest is None or time.time() - latest.timestamp >= refresh_s
 
 
-def backlog_refresh(context: SensorEvaluationContext, db, model: ChatModelResource, sweep, circuit) -> list:
+def backlog_refresh(context: SensorEvaluationContext, db, hosts: ModelHosts, sweep, circuit) -> list:
     """The `backlog` asset's runless materialization and stall check; none when measuring fails (the
     tick goes on without them)."""
     try:
-        return backlog_events(measure(db, model.fleet(), circuit.policy(), sweep.policy(), now_ms()), sweep.policy())
+        return backlog_events(measure(db, hosts.fleet, circuit.policy(), sweep.policy(), now_ms()), sweep.policy())
     except Exception:
         context.log.exception("measuring the backlog failed")
         return []
@@ -307,7 +307,7 @@ def backlog_refresh(context: SensorEvaluationContext, db, model: ChatModelResour
 def summary_tick(
     context: SensorEvaluationContext,
     db,
-    model: ChatModelResource,
+    hosts: ModelHosts,
     sweep,
     circuit,
     registered,
@@ -319,7 +319,7 @@ def summary_tick(
     `backlog`: the `backlog` asset's events to record with the tick's (`backlog_refresh`)."""
     policy = sweep.policy()
     try:
-        fleet, now = model.fleet(), now_ms()
+        fleet, now = hosts.fleet, now_ms()
         available, probing = hosts_in_rotation(db, fleet, circuit.policy(), now)
         if len(available) < len(fleet.names):
             out = ", ".join(n for n in fleet.names if n not in available)
@@ -390,18 +390,18 @@ def mini_summary_sensor(
         return SkipReason("a mini-summary backfill run is still going")
     db = store.open()
     with db.file.held():
-        return mini_summary_tick(context, db, model, mini_summaries, circuit, sweep)
+        return mini_summary_tick(context, db, model.hosts, mini_summaries, circuit, sweep)
 
 
-def mini_summary_tick(context: SensorEvaluationContext, db, model: ChatModelResource, mini_summaries, circuit, sweep):
+def mini_summary_tick(context: SensorEvaluationContext, db, hosts: ModelHosts, mini_summaries, circuit, sweep):
     """`sweep`: the summary sweep's policy, whose gates say which sessions wait for a summary now."""
     # First summaries first: a backfill run holds the model for its whole budget.
     queue = db.summaries.summary_queue(now_ms(), sweep.policy().idle_window_s, newest=0, oldest=0)
     waiting = queue["pending"] - queue["active"] - queue["backing_off"]
     if waiting:
         return SkipReason(f"{waiting} session(s) wait for a summary: the summary sensor goes first")
-    policy, fleet = mini_summaries.policy(), model.fleet()
-    keys = db.mini_summaries.pending_mini_summary_keys(model.limits(), policy.priority, now_ms(), limit=1)
+    policy, fleet = mini_summaries.policy(), hosts.fleet
+    keys = db.mini_summaries.pending_mini_summary_keys(hosts.limits(), policy.priority, now_ms(), limit=1)
     if not keys:
         return SkipReason("no turn needs a mini summary (or the sessions that do are backing off)")
     hosts = spread_over_hosts(context.instance, db, fleet, circuit.policy(), 1)
@@ -430,11 +430,11 @@ def digest_sensor(
     are left out, and so are those already queued or running."""
     db = store.open()
     with db.file.held():
-        return digest_tick(context, db, model, graph, circuit)
+        return digest_tick(context, db, model.hosts, graph, circuit)
 
 
-def digest_tick(context: SensorEvaluationContext, db, model: ChatModelResource, graph, circuit):
-    policy, fleet = graph.policy(), model.fleet()
+def digest_tick(context: SensorEvaluationContext, db, hosts: ModelHosts, graph, circuit):
+    policy, fleet = graph.policy(), hosts.fleet
     keys = db.graph.pending_digest_keys(
         policy.fresh_reserve, policy.batch_sessions, exclude=in_flight_partitions(context.instance, digest_job.name)
     )

@@ -3,8 +3,6 @@ policies. Each field is one setting of `digest.settings.SETTINGS`, under the set
 declared with `configured_by` (its variable, and its doc for the UI's Resources page); the values
 are bound where the definitions are built (`pipelines.definitions`)."""
 
-from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +11,12 @@ from pydantic import Field, PrivateAttr
 
 from digest.circuit import CircuitPolicy
 from digest.graph import GraphPolicy
-from digest.hosts import Fleet, HostSpec
 from digest.mini_summaries import MiniSummaryPolicy
-from digest.model_api import ChatClient, StreamBounds
-from digest.pacing import Pacer, PacingPolicy
 from digest.scheduling import SweepPolicy
 from digest.settings import setting_of
-from digest.settings_fleet import build_fleet
-from digest.synthesis import Limits
 from digest.walk import watch_folders
-from resources.embedded_server import MODEL_ALIAS, EmbeddedServer
-from resources.model_clients import OllamaChatClient, OpenAIChatClient
 from resources.model_clients.embeddings import EmbeddingClient, embedding_client
-from resources.model_clients.progress import CallProgress
-from resources.response_cache import CachedChatClient
+from resources.model_hosts import ModelHosts
 from resources.store import DigestStore, open_store
 from resources.worker import worker_tags
 
@@ -63,28 +53,12 @@ class DigestStoreResource(ConfigurableResource):
         return open_store(self.db_path)
 
 
-@dataclass(frozen=True)
-class RunHost:
-    """The model host one run's calls go to, resolved once for the run: its spec, its bounds (with
-    what its ledger measures), its client and the pacer of its call deadlines."""
-
-    spec: HostSpec
-    limits: Limits
-    client: ChatClient
-    pacer: Pacer
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-
 class ChatModelResource(ConfigurableResource):
     """The model hosts and the bounds every call is held to (`digest.settings_fleet.ModelSettings`).
 
-    `hosts_file` declares several hosts; without it the fields below are the one host. The file is
-    read at each use, so a host added to it is seen by the next sensor tick. An embedded host with
-    no URL gets a SmolLM2 llama.cpp server on loopback when the run first asks for its client,
-    stopped when the run ends.
+    `hosts_file` declares several hosts; without it the fields below are the one host. Each run and
+    each sensor tick sets the resource up, and so gets its own `hosts` (`resources.model_hosts`):
+    the hosts file is read once for it, and a host added to the file is seen by the next tick.
     """
 
     hosts_file: str | None = configured_by("DIGEST_MODEL_HOSTS")
@@ -104,94 +78,24 @@ class ChatModelResource(ConfigurableResource):
     event_max_bytes: int = configured_by("DIGEST_STREAM_EVENT_MAX_BYTES")
     call_max_bytes: int = configured_by("DIGEST_CALL_MAX_BYTES")
 
-    _servers: dict[str, EmbeddedServer] = PrivateAttr(default_factory=dict)
+    _hosts: ModelHosts | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._hosts = ModelHosts(self)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
-        for server in self._servers.values():
-            server.stop()
-        self._servers.clear()
+        if self._hosts is not None:
+            self._hosts.stop()
 
-    def fleet(self) -> Fleet:
-        return build_fleet(self)
-
-    def limits(self, host: str | None = None, store: DigestStore | None = None) -> Limits:
-        """The bounds of a call to `host` (None: the first declared); given the store, with the
-        bytes per token the host's ledger measures (when the host's is not pinned)."""
-        fleet = self.fleet()
-        return fleet.limits(host) if store is None else fleet.measured_limits(store, host)
-
-    def pacer(self, store: DigestStore, host: str | None, first_timeout_s: float) -> Pacer:
-        """One run's call deadlines on `host`, from its measured speed (`digest.pacing`);
-        `first_timeout_s`, the stage's configured timeout, where nothing is measured yet."""
-        return self._pacer(store, self.fleet().host(host), first_timeout_s)
-
-    def _pacer(self, store: DigestStore, spec: HostSpec, first_timeout_s: float) -> Pacer:
-        policy = PacingPolicy(ceiling_s=self.call_ceiling_s, raw_call_target_s=self.raw_call_target_s)
-        return Pacer.for_host(policy, first_timeout_s, store.speed.host_samples(spec.name, spec.model))
-
-    def run_host(
-        self,
-        store: DigestStore,
-        spec: HostSpec,
-        limits: Limits,
-        session: tuple[str, str] | None = None,
-        progress: CallProgress | None = None,
-        first_timeout_s: float | None = None,
-    ) -> RunHost:
-        """The host a run was placed on (its spec and bounds, from the fleet the placement read),
-        with its client behind the response cache (`client`) and its pacer (`first_timeout_s`: the
-        stage's configured timeout, default the bounds' own): nothing resolved again."""
-        client = self._client(store, spec, session, progress)
-        pacer = self._pacer(store, spec, limits.timeout_s if first_timeout_s is None else first_timeout_s)
-        return RunHost(spec, limits, client, pacer)
-
-    def client(
-        self,
-        store: DigestStore | None = None,
-        session: tuple[str, str] | None = None,
-        host: str | None = None,
-        progress: CallProgress | None = None,
-    ) -> ChatClient:
-        """The client of `host` (None: the first declared); given the store, behind the response
-        cache. `session`: the (session id, input revision) a summary's replies are staged for, so a
-        rerun after a crash finishes from them even with reuse off. `progress`: where each call's
-        pieces are counted for the run log."""
-        spec = self.fleet().host(host)
-        if store is None:
-            return self._provider_client(spec, progress)
-        return self._client(store, spec, session, progress)
-
-    def _client(
-        self, store: DigestStore, spec: HostSpec, session: tuple[str, str] | None, progress: CallProgress | None
-    ) -> ChatClient:
-        # Starting an embedded server takes seconds: not with a run's store connection held.
-        starts_server = spec.provider == "embedded" and not spec.url and spec.name not in self._servers
-        with store.file.released() if starts_server else nullcontext():
-            inner = self._provider_client(spec, progress)
-        # What the server sees besides the model, prompt, schema and output cap (added per call).
-        wire = {"provider": spec.provider}
-        if spec.provider == "ollama":
-            wire["num_ctx"] = spec.context_limit_tokens
-        return CachedChatClient(inner, store.cache, wire, reuse=self.response_cache, session=session)
-
-    def _provider_client(self, spec: HostSpec, progress: CallProgress | None = None) -> ChatClient:
-        client = self._new_provider_client(spec)
-        client.progress = progress
-        return client
-
-    def _new_provider_client(self, spec: HostSpec) -> OllamaChatClient | OpenAIChatClient:
-        bounds = StreamBounds(event_max_bytes=self.event_max_bytes, call_max_bytes=self.call_max_bytes)
-        if spec.provider == "ollama":
-            url = spec.url or "http://127.0.0.1:11434"
-            return OllamaChatClient(url, spec.model, num_ctx=spec.context_limit_tokens, bounds=bounds)
-        if spec.provider == "embedded":
-            # Started on first use, so a run or sensor that never calls the model starts nothing.
-            if not spec.url and spec.name not in self._servers:
-                self._servers[spec.name] = EmbeddedServer(n_ctx=spec.context_limit_tokens).start()
-            url = spec.url or self._servers[spec.name].url
-            # llama-cpp-python's server takes the schema only in the json_object form.
-            return OpenAIChatClient(url, MODEL_ALIAS, schema_style="json_object", bounds=bounds)
-        return OpenAIChatClient(spec.url or "http://127.0.0.1:8080", spec.model, bounds=bounds)
+    @property
+    def hosts(self) -> ModelHosts:
+        """The model hosts of this run or tick."""
+        if self._hosts is None:
+            raise RuntimeError(
+                "the model resource has no hosts until a run or a sensor tick sets it up; "
+                "outside one, make them from the settings: resources.model_hosts.ModelHosts(settings)"
+            )
+        return self._hosts
 
 
 class SweepPolicyResource(ConfigurableResource):

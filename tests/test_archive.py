@@ -25,6 +25,7 @@ from digest.settings import load_settings
 from digest.synthesis import summarize_session
 from pipelines.definitions import build_definitions
 from pipelines.sensors import register_partitions, summary_sensor
+from resources.model_hosts import ModelHosts
 from resources.store import NOT_ARCHIVED, DigestStore, RunLedger
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -68,7 +69,7 @@ def _new_store(settings) -> DigestStore:
 
 def _summarize(settings, store: DigestStore, session_ids: list[str]) -> None:
     """What the summary asset does, without a Dagster run: the cached client, the synthesis, the write."""
-    model = build_definitions(settings).resources["model"]
+    model = ModelHosts(settings)
     for session_id in session_ids:
         revision = store.sessions.session_by_partition(session_id)["input_revision"]
         client = model.client(store, session=(session_id, revision))

@@ -74,6 +74,11 @@ SMOKE = {
     # A raw summary the verdict calls junk is tried again on the degraded route: a call more an arm.
     "raw_cap.py": Smoke(("--smoke",), ("no cap / cap", "safe band / cap"), embedded=True, timeout_s=880.0),
     "verdicts.py": Smoke((), ("labelled summaries", "precision", "recall", "mean fidelity by label")),
+    # The same checkout as both arms, one small module of the tier each.
+    "unit_tier.py": Smoke(
+        ("--old", ".", "--runs", "1", "--tests", "tests/test_layers.py"),
+        ("unit tier:", "median old", "ratio new / old"),
+    ),
     "recall_tokens.py": Smoke(("--sessions", "60"), ("labelled queries over 60 sessions", "tokens until the answer")),
     "cards.py": Smoke(("--smoke",), ("corpus: 72 sessions' cards made in", "card line: median", "tune: 20 sessions")),
     "verdict_blind.py": Smoke(("--smoke",), ("replies of 1 sessions written to",), embedded=True, timeout_s=600.0),

@@ -9,6 +9,7 @@ from digest.circuit import CircuitPolicy, CircuitState
 from digest.mini_summaries import fill_mini_summaries
 from digest.scheduling import now_ms
 from resources.bindings import ChatModelResource
+from resources.model_hosts import ModelHosts
 from resources.store import MiniSummaryLedger
 from tests.conftest import make_limits
 from tests.model_server import Behaviour, ModelServer
@@ -18,14 +19,15 @@ TURNS = 5
 ANSWER_S = 3.0  # every call takes this long, over the configured 2 s
 
 
-def _resource(provider: str, url: str) -> ChatModelResource:
+def _hosts(provider: str, url: str) -> ModelHosts:
     limits = make_limits()
-    return ChatModelResource(
+    resource = ChatModelResource(
         provider=provider, model_url=url, model_name="fake-model", context_limit_tokens=limits.context_limit_tokens,
         safe_limit_tokens=limits.safe_limit_tokens, raw_cap_tokens=limits.raw_cap_tokens,
         bytes_per_token=limits.bytes_per_token, summary_timeout_s=limits.timeout_s,
         summary_max_output_tokens=limits.max_output_tokens,
     )  # fmt: skip
+    return ModelHosts(resource)
 
 
 # Nothing at all for 3 s, then the whole answer: the hardest case for a stall window of 2 s.
@@ -42,7 +44,7 @@ def test_a_host_slower_than_the_configured_timeout_fills_a_session_with_at_most_
     policy = _policy(timeout_s=2.0, outer_timeout_s=3.0, budget_s=600.0)
     circuit = CircuitPolicy(failure_threshold=2)  # two host failures in a row would open it
     with ModelServer(lambda received: SLOW[mode]) as server:
-        model = _resource(provider, server.url)
+        model = _hosts(provider, server.url)
         report = fill_mini_summaries(
             store.mini_summaries.pending_mini_summary_turns("s1"),
             model.client(),

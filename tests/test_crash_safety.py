@@ -35,6 +35,7 @@ from pipelines.definitions import build_definitions
 from pipelines.instance import write_instance_config
 from resources.bindings import ChatModelResource
 from resources.model_clients import OpenAIChatClient
+from resources.model_hosts import ModelHosts
 from resources.response_cache import CachedChatClient, usable_reply
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle
@@ -180,7 +181,7 @@ def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
         store = _store(settings.db_path)
         turns = make_turns("staged", 2, minis=2) + make_turns("written", 2, minis=2)
         ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)
-        model = build_definitions(settings).resources["model"]
+        hosts = ModelHosts(settings)
         (home / "dagster").mkdir(parents=True)
         write_instance_config(home / "dagster", settings)  # the pool limit of 1, as the CLI writes it
         instance = DagsterInstance.from_config(str(home / "dagster"))
@@ -191,8 +192,8 @@ def test_the_next_sweep_finishes_what_a_killed_run_left(tmp_path):
             revision = store.sessions.session_by_partition(key)["input_revision"]
             result = summarize_session(
                 store.sessions.load_turns([key]),
-                model.client(store, (key, revision)),
-                model.limits(),
+                hosts.client(store, (key, revision)),
+                hosts.limits(),
                 RunLedger(store, runs[key].run_id),
             )
             if key == "written":
@@ -234,8 +235,8 @@ def test_with_reuse_off_the_staged_reply_goes_once_the_summary_is_written(tmp_pa
         # The run that died after the reply: its reply is staged for s1 at this revision.
         summarize_session(
             store.sessions.load_turns(["s1"]),
-            model.client(store, ("s1", revision)),
-            model.limits(),
+            ModelHosts(model).client(store, ("s1", revision)),
+            ModelHosts(model).limits(),
             RunLedger(store, "dead"),
         )
         instance = DagsterInstance.ephemeral()

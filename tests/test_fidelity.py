@@ -74,13 +74,8 @@ def test_the_check_warns_under_the_floor_only():
     assert not fidelity_problems({**row, "fidelity": None})
 
 
-def test_status_has_fidelity_by_tier_and_the_imported_sample_is_scored(tmp_path, new_store):
-    from pathlib import Path
-
-    from digest.ingest import ingest_paths
-
-    store = new_store(tmp_path / "digest.duckdb")
-    ingest_paths([Path(__file__).resolve().parents[1] / "samples" / "bundle"], store)
+def test_status_has_fidelity_by_tier_and_the_imported_sample_is_scored(samples_store):
+    store = samples_store  # the samples' export ingested
     by_tier = store.reports.status()["fidelity_by_tier"]
     imported = by_tier["raw"]["imported"]
     assert imported["summaries"] == imported["scored"] == 1 and 0 < imported["mean"] <= 1
@@ -160,14 +155,10 @@ def test_the_score_is_recall_times_precision_times_what_is_not_copied():
     assert cut.recall == plain.recall == plain.score and cut.score == round(plain.recall * 0.5 * 0.8, 4)
 
 
-def test_the_store_judges_and_scores_every_summary_again_from_its_turns(tmp_path, new_store):
-    from pathlib import Path
-
-    from digest.ingest import ingest_paths
+def test_the_store_judges_and_scores_every_summary_again_from_its_turns(samples_store):
     from resources.store.fidelity import judge_stored, refresh_fidelity
 
-    store = new_store(tmp_path / "digest.duckdb")
-    ingest_paths([Path(__file__).resolve().parents[1] / "samples" / "bundle"], store)
+    store = samples_store  # the samples' export ingested
     sid = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"
     imported = store.summaries.summary_row(sid)
     assert imported["origin"] == "imported" and imported["verdict"] == "ok"

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from dagster import build_sensor_context, instance_for_test
 
+from digest import settings_fleet
 from digest.settings import load_settings
 from digest.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG
 from pipelines.definitions import build_definitions
+from pipelines.jobs import default_run_config, requested_job
 from pipelines.sensors import register_partitions, summary_sensor
+from resources import model_hosts
 from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
@@ -109,6 +112,54 @@ def test_a_run_asked_for_by_hand_places_itself_as_the_sweep_would(tmp_path):
         # No mini summaries on the CPU host: on the GPU host the session is not headed for degraded.
         # The second run's reply is the response cache's (the same prompt to the same model).
         assert len(cpu.requests) == 0 and len(gpu.requests) == 1
+
+
+class Calls:
+    """A function that counts its calls, then does what it wraps."""
+
+    def __init__(self, monkeypatch, module, name: str):
+        self.count, real = 0, getattr(module, name)
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+
+def test_a_summary_run_reads_the_hosts_file_and_places_its_session_once(tmp_path, monkeypatch):
+    """Each step of the run (the route, the mini summaries, the summary) asks where the session goes:
+    the run's hosts answer from one reading of the file and one placement. A sensor tick reads the
+    file once too, its backlog's measure and its selection alike."""
+    folder = write_bundle(tmp_path / "bundle", make_turns("big", 40, doc_bytes=400) + make_turns("small", 2))
+    with ModelServer() as cpu, ModelServer() as gpu, instance_for_test() as instance:
+        settings = load_settings(
+            {"DIGEST_HOME": str(tmp_path / "home"), "DIGEST_MODEL_HOSTS": str(_hosts(tmp_path, cpu.url, gpu.url))}
+        )
+        definitions = build_definitions(settings)
+        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
+        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+        register_partitions(instance, DigestStore(settings.db_path))
+        reads = Calls(monkeypatch, settings_fleet, "load_hosts_file")
+        placements = Calls(monkeypatch, model_hosts, "place_session")
+        job = definitions.resolve_job_def("summarize_sessions")
+        # Asked for by hand: three steps, the session placed by the run itself.
+        assert job.execute_in_process(instance=instance, partition_key="big").success
+        assert (reads.count, placements.count) == (1, 1)
+        assert DigestStore(settings.db_path).summaries.summary_row("big")["host"] == "gpu"
+
+        with build_sensor_context(instance=instance, resources=definitions.resources) as context:
+            (request,) = summary_sensor(context).run_requests
+        assert request.partition_key == "small" and reads.count == 2 and placements.count == 1
+        # A sweep's run, its host named by its tag: the two steps of `SWEEP_RUN_ASSETS`.
+        sweep_job = requested_job(job, request)
+        assert sweep_job.execute_in_process(
+            instance=instance,
+            partition_key="small",
+            tags=request.tags,
+            run_config=default_run_config(sweep_job, "small"),
+        ).success
+        assert (reads.count, placements.count) == (3, 2)
 
 
 def test_near_the_cap_the_run_routes_on_the_hosts_own_token_count(tmp_path):

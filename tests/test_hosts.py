@@ -12,7 +12,7 @@ from digest.settings import SettingsError, load_settings
 from digest.settings_fleet import DEFAULT_MODEL_NAMES
 from digest.synthesis import Route, SourceTier
 from pipelines.selection import next_summary_batch
-from resources.host_views import hosts_in_rotation
+from resources.model_hosts import hosts_in_rotation
 
 CPU_AND_GPU = """
 [[hosts]]

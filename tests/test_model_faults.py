@@ -21,6 +21,7 @@ from digest.turns import input_revision
 from pipelines.definitions import build_definitions
 from pipelines.sensors import register_partitions
 from resources.bindings import ChatModelResource
+from resources.model_hosts import ModelHosts
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle
 from tests.conftest import make_limits, make_turns
@@ -48,9 +49,9 @@ SYMPTOM = {
 assert set(SYMPTOM) == set(FAULTS)
 
 
-def _resource(provider: str, url: str) -> ChatModelResource:
+def _hosts(provider: str, url: str) -> ModelHosts:
     limits = make_limits(timeout_s=TIMEOUT_S)
-    return ChatModelResource(
+    resource = ChatModelResource(
         provider=provider,
         model_url=url,
         model_name="fake-model",
@@ -61,6 +62,7 @@ def _resource(provider: str, url: str) -> ChatModelResource:
         summary_timeout_s=limits.timeout_s,
         summary_max_output_tokens=limits.max_output_tokens,
     )
+    return ModelHosts(resource)
 
 
 def _rows(store, sql):
@@ -73,7 +75,7 @@ def test_every_fault_is_bounded_ledgered_and_classified(store, protocol, fault):
     turns = make_turns(f"{protocol}-{fault}", 3, minis=1)
     expected = SYMPTOM[fault]
     with FaultServer(fault) as server:
-        model = _resource(protocol, server.url)
+        model = _hosts(protocol, server.url)
         client = model.client(store, session=(turns[0].session_id, input_revision(turns)))
         started = time.monotonic()
         result = summarize_session(turns, client, model.limits(), RunLedger(store, "fault-run"))
@@ -116,7 +118,7 @@ def test_a_graph_reply_naming_context_or_timeout_is_a_parse_failure_and_retried(
     turns = make_turns(f"graph-{fault}", 2)
     policy = GraphPolicy(timeout_s=TIMEOUT_S, output_limit_tokens=1024)
     with FaultServer(fault) as server:
-        client = _resource("openai", server.url).client()
+        client = _hosts("openai", server.url).client()
         summary = {"input_revision": input_revision(turns)}
         result = digest_session(turns, summary, client, make_limits(), policy, RunLedger(store, "graph-run"))
     assert result.graph is None and result.failure == "parse-failure"

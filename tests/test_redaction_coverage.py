@@ -86,14 +86,28 @@ def _text_columns(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
 
 def _holding(store: DigestStore, secret: str) -> list[str]:
     """The `table.column`s any row of which holds `secret`."""
+    return _holding_each(store, (secret,))[secret]
+
+
+def _holding_each(store: DigestStore, secrets: tuple[str, ...]) -> dict[str, list[str]]:
+    """Each secret's `table.column`s any row of which holds it (one scan of each table for all)."""
+    by_table: dict[str, list[str]] = {}
     with store.file.connect() as con:
-        return [
-            f"{table}.{column}"
-            for table, column in _text_columns(con)
-            if con.execute(
-                f'SELECT count(*) FROM "{table}" WHERE contains(CAST("{column}" AS VARCHAR), ?)', [secret]
-            ).fetchone()[0]
-        ]
+        for table, column in _text_columns(con):
+            by_table.setdefault(table, []).append(column)
+        found: dict[str, list[str]] = {secret: [] for secret in secrets}
+        for table, columns in by_table.items():
+            pairs = [(secret, column) for secret in secrets for column in columns]
+            counts = con.execute(
+                "SELECT "
+                + ", ".join(f'count(*) FILTER (WHERE contains(CAST("{column}" AS VARCHAR), ?))' for _, column in pairs)
+                + f' FROM "{table}"',
+                [secret for secret, _ in pairs],
+            ).fetchone()
+            for (secret, column), count in zip(pairs, counts):
+                if count:
+                    found[secret].append(f"{table}.{column}")
+    return found
 
 
 def test_rejected_lines_and_every_imported_text_keep_no_secret_in_the_store_or_the_bundle(store, tmp_path):
@@ -101,7 +115,7 @@ def test_rejected_lines_and_every_imported_text_keep_no_secret_in_the_store_or_t
     plain = _plain_turns(tmp_path / "run.jsonl")
     report = ingest_paths([codex, plain, *_export_bundle(tmp_path / "export")], store)
 
-    assert {secret: _holding(store, secret) for secret in SECRETS} == {secret: [] for secret in SECRETS}
+    assert _holding_each(store, SECRETS) == {secret: [] for secret in SECRETS}
     with store.file.connect() as con:
         rejects = con.execute("SELECT source_file, line_no, reason, excerpt FROM rejects ORDER BY ALL").fetchall()
         metadata = con.execute("SELECT metadata FROM imported_summaries").fetchone()[0]

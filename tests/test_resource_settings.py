@@ -87,4 +87,4 @@ def test_the_stream_bounds_are_settings_the_model_resource_hands_its_clients(tmp
         "DIGEST_CALL_MAX_BYTES": "8388608",
     }
     with build_definitions(load_settings(env)).resources["model"].process_config_and_initialize_cm() as model:
-        assert model.client().bounds == StreamBounds(event_max_bytes=262144, call_max_bytes=8388608)
+        assert model.hosts.client().bounds == StreamBounds(event_max_bytes=262144, call_max_bytes=8388608)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from digest.search_text import query_terms, snippet, terms
 from resources.store import DigestStore
 from resources.store.search import SearchError
+from resources.store.search_indexed import LOG_FILE, IndexedSessions
 from tests.conftest import held_copy
 
 T0 = 1_760_000_000_000
@@ -48,9 +50,9 @@ def corpus_file(tmp_path_factory, migrated_store_file) -> Path:
 
 
 @pytest.fixture
-def corpus(corpus_file, tmp_path) -> Iterator[DigestStore]:
+def corpus(corpus_file, store_slot) -> Iterator[DigestStore]:
     with contextlib.ExitStack() as stack:
-        yield held_copy(stack, corpus_file, DigestStore(tmp_path / "digest.duckdb"))
+        yield store_slot.store(stack, corpus_file)
 
 
 def write_corpus(store: DigestStore) -> None:
@@ -127,15 +129,15 @@ def test_search_ranks_sessions_and_says_which_document_matched(corpus):
 
 def test_refresh_indexes_only_the_sessions_that_changed(corpus):
     corpus.search.refresh()
-    before = corpus.query("SELECT session_id, indexed_at FROM search_index_state ORDER BY 1")
+    log = corpus.search.folder / LOG_FILE
+    lines = len(log.read_text().splitlines())
     assert corpus.search.refresh().sessions_indexed == 0
+    assert len(log.read_text().splitlines()) == lines  # nothing changed, nothing written
     write(corpus, [turn("orm", 1, "the migration to raw SQL is done", "dropped the ORM layer entirely")])
     report = corpus.search.refresh()
     assert (report.sessions_indexed, report.behind) == (1, 0)
-    after = corpus.query("SELECT session_id, indexed_at FROM search_index_state ORDER BY 1")
-    changed = dict(zip(after.session_id, after.indexed_at))
-    kept = dict(zip(before.session_id, before.indexed_at))
-    assert changed["ws"] == kept["ws"] and changed["cfg"] == kept["cfg"] and changed["orm"] != kept["orm"]
+    written = [json.loads(line) for line in log.read_text().splitlines()[lines:]]
+    assert [(e["session"], e["at"] is None) for e in written] == [("orm", True), ("orm", False)]
     assert [t.turn_id for t in corpus.search.turns("migration")] == ["orm-t001"]
     # The replaced session's old documents are gone: the index holds each session's documents once.
     assert [h.session_id for h in corpus.search.sessions("drop orm")] == ["orm"]
@@ -154,6 +156,63 @@ def test_refresh_indexes_only_the_sessions_that_changed(corpus):
     assert corpus.search.sessions("settings.py") == []
     status = corpus.search.status()
     assert status["sessions"] == 2 and status["behind"] == 0 and status["documents"] > 0
+
+
+def crash_after_the_commit(monkeypatch) -> None:
+    """The refresh's process dies once its batch is committed to the index, before it records what
+    the batch's sessions were indexed at."""
+
+    def die(*args, **kwargs):
+        raise KeyboardInterrupt("killed after the commit")
+
+    monkeypatch.setattr(IndexedSessions, "indexed", die)
+
+
+def test_a_crash_after_the_commit_leaves_the_batch_to_index_again_never_current(corpus, monkeypatch):
+    corpus.search.refresh()
+    with monkeypatch.context() as patch:
+        crash_after_the_commit(patch)
+        write(corpus, [turn("orm", 1, "the migration to raw SQL is done", "dropped the ORM layer entirely")])
+        write(corpus, [turn("new", 0, "a quetzalcoatl session that the store loses again")])
+        with pytest.raises(KeyboardInterrupt):
+            corpus.search.refresh()
+    # Committed: a reader sees the batch; but neither session is taken as current.
+    assert [h.session_id for h in corpus.search.sessions("quetzalcoatl")] == ["new"]
+    assert corpus.search.status()["behind"] == 2
+    # The new session leaves the store before the next refresh: that refresh drops it from the index.
+    corpus.query("DELETE FROM turns WHERE session_id = 'new'")
+    corpus.query("DELETE FROM sessions WHERE session_id = 'new'")
+    report = corpus.search.refresh()
+    assert (report.sessions_indexed, report.sessions_removed, report.behind) == (1, 1, 0)
+    assert corpus.search.sessions("quetzalcoatl") == []
+    assert [t.turn_id for t in corpus.search.turns("migration")] == ["orm-t001"]
+    assert corpus.search.reader().documents.searcher().num_docs == corpus.search.status()["documents"]
+
+
+def test_a_record_line_cut_short_is_dropped_and_its_session_indexed_again(corpus):
+    corpus.search.refresh()
+    write(corpus, [turn("orm", 1, "the migration to raw SQL is done")])
+    assert corpus.search.refresh().sessions_indexed == 1
+    log = corpus.search.folder / LOG_FILE
+    log.write_bytes(log.read_bytes()[:-20])  # a crash in the middle of the line of orm's new figures
+    assert corpus.search.status()["behind"] == 1  # orm is pending again
+    assert corpus.search.refresh().sessions_indexed == 1
+    entries = [json.loads(line) for line in log.read_text().splitlines()]  # written again whole: every line reads
+    assert {e["session"] for e in entries} == {"cfg", "orm", "ws"} and entries[-1]["at"][0] is not None
+    assert corpus.search.refresh().sessions_indexed == 0
+
+
+def test_an_index_whose_record_is_lost_is_cleared_and_indexed_again(corpus):
+    # As an index built before the record moved beside it (migration 22), or one whose record was deleted.
+    corpus.search.refresh()
+    corpus.query("DELETE FROM turns WHERE session_id = 'cfg'")
+    corpus.query("DELETE FROM sessions WHERE session_id = 'cfg'")
+    (corpus.search.folder / LOG_FILE).unlink()
+    assert corpus.search.status()["behind"] == 2
+    report = corpus.search.refresh()
+    assert (report.sessions_indexed, report.behind) == (2, 0)
+    assert corpus.search.sessions("settings.py") == []  # the session the record no longer named is gone
+    assert corpus.search.reader().session_count() == 2
 
 
 def test_a_refresh_limit_leaves_the_rest_behind(corpus):
@@ -294,7 +353,7 @@ def test_a_refresh_that_finds_the_writer_held_leaves_the_work_to_the_next(corpus
     from resources.store.search_index import IndexWriting
 
     corpus.search.refresh(limit=1)
-    with IndexWriting(corpus.search.folder, lambda: None):  # another refresh, under way
+    with IndexWriting(corpus.search.folder):  # another refresh, under way
         report = corpus.search.refresh()
         assert report.busy and (report.sessions_indexed, report.behind) == (0, 2)
         assert corpus.search.reader().session_count() == 1  # the first refresh's one session alone

@@ -21,6 +21,7 @@ from digest.settings import load_settings
 from digest.tags import SWEEP_TAG
 from pipelines.definitions import build_definitions, build_resources
 from pipelines.sensors import register_partitions
+from resources.model_hosts import ModelHosts
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle
 from tests.conftest import make_limits, make_turns
@@ -95,7 +96,7 @@ def _store(tmp_path, turns) -> DigestStore:
 
 def _summarize(store, resources, run: RunFacts, key: str, **kwargs):
     policies = resources["sweep"].policy(), resources["circuit"].policy()
-    return summarize_partition(store, resources["model"], run, key, *policies, **kwargs)
+    return summarize_partition(store, ModelHosts(resources["model"]), run, key, *policies, **kwargs)
 
 
 def test_a_summary_partition_run_opens_the_store_once_before_its_model_call_and_once_after(tmp_path, opens):
@@ -166,7 +167,7 @@ def test_describe_partition_gives_the_route_over_the_cap(tmp_path):
     with ModelServer() as server:
         resources = build_resources(_settings(tmp_path, server.url))
         store = _store(tmp_path, make_turns("big", 40, doc_bytes=400))
-        described = describe_partition(store, resources["model"], RunFacts("run-1"), "big")
+        described = describe_partition(store, ModelHosts(resources["model"]), RunFacts("run-1"), "big")
     assert described.metadata["predicted_route"] == "over-raw-cap"
     assert described.metadata["turn_count"] == 40 and described.metadata["raw_cap_tokens"] == 2000
 
@@ -177,7 +178,7 @@ def test_fill_partition_makes_the_mini_summaries_with_no_connection_held_during_
         resources = build_resources(_settings(tmp_path, server.url))
         store = _store(tmp_path, make_turns("s1", 3))
         filled = fill_partition(
-            store, resources["model"], RunFacts("run-1"), "s1", resources["mini_summaries"].policy(),
+            store, ModelHosts(resources["model"]), RunFacts("run-1"), "s1", resources["mini_summaries"].policy(),
             resources["circuit"].policy(),
         )  # fmt: skip
     assert len(filled.report.generated) == 3 and filled.counts["pending"] == 0
@@ -188,7 +189,7 @@ def test_digest_partition_waits_for_the_summary_then_writes_the_graph(tmp_path):
     with ModelServer(script()) as server:
         resources = build_resources(_settings(tmp_path, server.url))
         store = _store(tmp_path, make_turns("s1", 3))
-        model, policies = resources["model"], (resources["graph"].policy(), resources["circuit"].policy())
+        model, policies = ModelHosts(resources["model"]), (resources["graph"].policy(), resources["circuit"].policy())
         waiting = digest_partition(store, model, RunFacts("run-1"), "s1", *policies)
         _summarize(store, resources, RunFacts("run-2"), "s1")
         digested = digest_partition(store, model, RunFacts("run-3"), "s1", *policies)

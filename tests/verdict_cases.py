@@ -7,7 +7,6 @@ turns (bench/data/verdict_blind_sessions.json)."""
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from collections import Counter
 from functools import cache
@@ -27,16 +26,13 @@ BLIND_SESSIONS = ROOT / "bench" / "data" / "verdict_blind_sessions.json"
 def sessions() -> dict[str, list[Turn]]:
     """Every session of the set, by id: the samples ingested as the store ingests them (a real
     DuckDB file), the transcripts as plain turns."""
-    from digest.ingest import ingest_paths
     from resources.store import DigestStore
+    from tests.bundles import ingested_samples
 
-    with tempfile.TemporaryDirectory() as home:
-        store = DigestStore(Path(home) / "digest.duckdb")
-        with store.file.held():  # one connection for the lot
-            store.migrate()
-            ingest_paths([ROOT / "samples" / "bundle"], store)
-            ids = store.query("SELECT session_id FROM sessions ORDER BY 1")["session_id"].tolist()
-            turns = store.sessions.load_turns(ids)
+    store = DigestStore(ingested_samples(), read_only=True)
+    with store.file.held():  # one connection for the lot
+        ids = store.query("SELECT session_id FROM sessions ORDER BY 1")["session_id"].tolist()
+        turns = store.sessions.load_turns(ids)
     found: dict[str, list[Turn]] = {}
     for turn in canonical_order(turns):
         found.setdefault(turn.session_id, []).append(turn)

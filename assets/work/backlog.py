@@ -7,7 +7,7 @@ from digest.backlog import Backlog, measure_backlog
 from digest.circuit import CircuitPolicy
 from digest.hosts import Fleet
 from digest.scheduling import SweepPolicy
-from resources.host_views import host_views, hosts_in_rotation
+from resources.model_hosts import host_views, hosts_in_rotation
 from resources.store import DigestStore
 
 

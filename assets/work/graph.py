@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from assets.work.runs import RunFacts, tagged_host, unknown_partition
+from assets.work.runs import RunFacts, unknown_partition
 from digest.circuit import CircuitPolicy
 from digest.graph import (
     DigestResult,
@@ -21,7 +21,7 @@ from digest.turns import canonical_order, input_revision
 from resources.store import DigestStore, RunLedger
 
 if TYPE_CHECKING:
-    from resources.bindings import ChatModelResource
+    from resources.model_hosts import ModelHosts
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class GraphOutcome:
 
 def digest_partition(
     store: DigestStore,
-    model: ChatModelResource,
+    hosts: ModelHosts,
     run: RunFacts,
     partition_key: str,
     policy: GraphPolicy,
@@ -66,7 +66,7 @@ def digest_partition(
             blocked = f"already digested at its current turns (revision {revision})"
         if blocked:
             return GraphOutcome(session_id, not_digested=blocked, metadata={"input_revision": revision})
-        on = tagged_host(store, model, run, policy.timeout_s)
+        on = hosts.tagged(store, run.tags, policy.timeout_s)
         ledger = RunLedger(store, run.run_id, host=on.name, circuit=circuit)
         result = digest_session(
             turns, summary, on.client, on.limits, policy, ledger, chunk_store=ledger, pacer=on.pacer

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from assets.work.runs import RunFacts, host_check, out_of_rotation_reason, place_run, unknown_partition
+from assets.work.runs import RunFacts, host_check, out_of_rotation_reason, unknown_partition
 from digest.circuit import CircuitPolicy
 from digest.mini_summaries import FillReport, MiniSummaryPolicy, fill_mini_summaries, headed_for_degraded
 from digest.scheduling import now_ms
 from resources.store import DigestStore, MiniSummaryLedger
 
 if TYPE_CHECKING:
-    from resources.bindings import ChatModelResource
+    from resources.model_hosts import ModelHosts
 
 
 def iso(ms: int) -> str:
@@ -36,7 +36,7 @@ class MiniSummaryOutcome:
 
 def fill_partition(
     store: DigestStore,
-    model: ChatModelResource,
+    hosts: ModelHosts,
     run: RunFacts,
     partition_key: str,
     policy: MiniSummaryPolicy,
@@ -53,7 +53,7 @@ def fill_partition(
             return MiniSummaryOutcome(failure=unknown_partition(partition_key))
         session_id = session["session_id"]
         # The summary's host: whether the session is headed for the degraded path depends on it.
-        placement = place_run(store, model, run, session_id)
+        placement = hosts.place(store, run.tags, session_id)
         host = placement.host
         backoff_until_ms = store.mini_summaries.mini_summary_backoff_until_ms(session_id)
         report = FillReport()
@@ -62,7 +62,7 @@ def fill_partition(
         elif backoff_until_ms is not None and backoff_until_ms > now_ms() and not ignore_backoff:
             log(f"session {session_id!r} made no progress last time; backing off until {iso(backoff_until_ms)}")
         else:
-            on = model.run_host(store, placement.spec, placement.limits, first_timeout_s=policy.timeout_s)
+            on = hosts.run_host(store, placement, first_timeout_s=policy.timeout_s)
             report = fill_mini_summaries(
                 store.mini_summaries.pending_mini_summary_turns(session_id),
                 on.client,

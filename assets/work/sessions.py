@@ -7,14 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from assets.work.runs import (
-    Placement,
-    RunFacts,
-    host_check,
-    out_of_rotation_reason,
-    place_run,
-    unknown_partition,
-)
+from assets.work.runs import RunFacts, host_check, out_of_rotation_reason, unknown_partition
 from digest.circuit import CircuitPolicy
 from digest.cost import SummaryCost, summary_cost
 from digest.friction import EmissionPoint, FrictionEvent, Symptom
@@ -26,8 +19,8 @@ from digest.turns import canonical_order
 from resources.store import DigestStore, RunLedger
 
 if TYPE_CHECKING:
-    from resources.bindings import ChatModelResource
     from resources.model_clients.progress import CallProgress
+    from resources.model_hosts import ModelHosts, Placement
 
 
 @dataclass(frozen=True)
@@ -38,7 +31,7 @@ class Described:
     failure: str | None = None
 
 
-def describe_partition(store: DigestStore, model: ChatModelResource, run: RunFacts, partition_key: str) -> Described:
+def describe_partition(store: DigestStore, hosts: ModelHosts, run: RunFacts, partition_key: str) -> Described:
     """One session's raw turns in canonical order, with the size and the route its summary will take."""
     with store.file.held():
         session = store.sessions.session_by_partition(partition_key)
@@ -48,7 +41,7 @@ def describe_partition(store: DigestStore, model: ChatModelResource, run: RunFac
         row = store.ingest.refresh_sessions([session_id])[0]
         turns = canonical_order(store.sessions.load_turns([session_id]))
         redactions = store.projects.redactions([session_id])
-        placement = place_run(store, model, run, session_id)
+        placement = hosts.place(store, run.tags, session_id)
     limits = placement.limits
     raw_tokens = limits.estimate_tokens(build_prompt(raw_content(turns), turns))
     with_mini = sum(1 for t in turns if t.mini_summary)
@@ -129,7 +122,7 @@ class SummaryOutcome:
 
 def summarize_partition(
     store: DigestStore,
-    model: ChatModelResource,
+    hosts: ModelHosts,
     run: RunFacts,
     partition_key: str,
     sweep: SweepPolicy,
@@ -162,9 +155,9 @@ def summarize_partition(
                 f"{stored['fidelity']}); run with config replace_imported: true to have the model replace it"
             )
             return SummaryOutcome(session_id, row=stored)
-        placement = place_run(store, model, run, session_id)
+        placement = hosts.place(store, run.tags, session_id)
         # Held across the raw call and the degraded one, each up to the call ceiling, with room to write.
-        lease_ttl_s = 2 * model.call_ceiling_s + 120
+        lease_ttl_s = 2 * hosts.call_ceiling_s + 120
         holder = store.summaries.claim_summary_lease(session_id, run.run_id, now_ms(), lease_ttl_s)
         if holder is not None and run.ended(holder):
             # Its process died holding the lease (killed mid-run, marked failed since): take it over,
@@ -178,7 +171,7 @@ def summarize_partition(
                 return SummaryOutcome(session_id, failure=f"{busy}; not summarizing it twice")
             return SummaryOutcome(session_id, skipped=busy)
         try:
-            outcome = _summarize_leased(store, model, run, session, placement, sweep, circuit, log, progress)
+            outcome = _summarize_leased(store, hosts, run, session, placement, sweep, circuit, log, progress)
         finally:
             store.summaries.release_summary_lease(session_id, run.run_id)
         if outcome is not None:
@@ -199,7 +192,7 @@ def run_cost(store: DigestStore, session_id: str, run_id: str) -> SummaryCost:
 
 def _summarize_leased(
     store: DigestStore,
-    model: ChatModelResource,
+    hosts: ModelHosts,
     run: RunFacts,
     session: dict,
     placement: Placement,
@@ -217,10 +210,10 @@ def _summarize_leased(
     # Read before the turns: a mini summary made in between lowers the step kept, never raises it.
     step = store.summaries.coverage_steps([session_id]).get(session_id)
     turns = store.sessions.load_turns([session_id])
-    # The placed host's client and pacer, from the placement's own reading of the fleet. Each usable
-    # reply is staged in DuckDB before the summary is built from it: a run killed before the write
-    # below is finished by the next one, from the reply, with no model call.
-    on = model.run_host(store, placement.spec, placement.limits, session=(session_id, revision), progress=progress)
+    # The placed host's client and pacer. Each usable reply is staged in DuckDB before the summary is
+    # built from it: a run killed before the write below is finished by the next one, from the
+    # reply, with no model call.
+    on = hosts.run_host(store, placement, session=(session_id, revision), progress=progress)
     log(f"session {session_id!r} goes to model host {host!r}: {placement.reason}")
     # Near the bound, the host's own tokenizer (when it has one) counts the raw prompt.
     ledger = RunLedger(store, run.run_id, host=host, circuit=circuit)
@@ -258,7 +251,7 @@ def _summarize_leased(
         result.summary, run_id=run.run_id, host=host, host_reason=placement.reason, coverage_step=step,
         code_version=SUMMARY_CODE_VERSION,
     )  # fmt: skip
-    if not model.response_cache:
+    if not hosts.response_cache:
         store.cache.drop_staged_replies(session_id)
     store.summaries.clear_summary_failures(session_id)
     return SummaryOutcome(session_id, kept=written.kept, verdict=written.verdict.label) if written.kept else None

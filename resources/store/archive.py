@@ -78,7 +78,6 @@ NOT_ARCHIVED = frozenset(
         "turns",
         "turn_facts",
         "session_cards",
-        "search_index_state",
         "search_vectors",
         "search_vector_stamp",
     }

@@ -131,7 +131,7 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     15: [],
     # 16: the facts read again (tool calls written as text, test runs, the errors a session ends on),
     # then each session's card from them (`session_cards`); every session is indexed again, its card with it.
-    16: [refresh_turn_facts, refresh_all_cards, "DELETE FROM search_index_state"],
+    16: [refresh_turn_facts, refresh_all_cards, "DROP TABLE IF EXISTS search_index_state"],
     # 17: the rejects' reasons and excerpts, the imported summaries' metadata and the imported graph's
     # properties redacted as the ingest now redacts them (`resources.store.redaction`).
     17: [redact_stored_since_13],
@@ -148,11 +148,15 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
         "DROP TABLE IF EXISTS search_postings_new",
         "DROP TABLE IF EXISTS search_documents",
         "DROP SEQUENCE IF EXISTS search_doc_ids",
-        "DELETE FROM search_index_state",
+        "DROP TABLE IF EXISTS search_index_state",
     ],
     # 21: every summary judged again: a summary caught in a loop (a phrase said three times or more
     # over a third of it) is an echo now; the cards follow the verdicts (an ok summary's title).
     21: [judge_summaries_again, refresh_all_cards],
+    # 22: what each session was indexed at moves into the index's folder, with the index it describes
+    # (`search_indexed.py`): an index with no such record is cleared, every session indexed again.
+    # 16 and 20 emptied the table to the same end; they drop it now that `schema.sql` makes none.
+    22: ["DROP TABLE IF EXISTS search_index_state"],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

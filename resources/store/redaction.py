@@ -83,7 +83,6 @@ NOT_INPUT_TEXT: dict[tuple[str, str], str] = {
         mini_summary_state.turn_id mini_summary_state.session_id response_cache.request_key response_cache.session_id
         response_cache.input_revision resummary_requests.request_id resummary_requests.session_id
         resummary_requests.run_id retired_sessions.session_id retired_sessions.archive_id
-        search_index_state.session_id search_index_state.input_revision
         search_vectors.doc_key search_vectors.session_id search_vectors.turn_id search_vectors.text_hash
         session_cards.session_id session_cards.input_revision session_summaries.session_id
         session_summaries.input_revision session_summaries.run_id session_summaries.covered_turn_ids
@@ -100,7 +99,7 @@ NOT_INPUT_TEXT: dict[tuple[str, str], str] = {
         graph_edges.type ingest_files.kind mini_summaries.origin mini_summary_state.last_cause
         mini_summary_state.archived_reason response_cache.finish_reason resummary_requests.outcome
         resummary_requests.previous_verdict resummary_requests.new_verdict
-        search_index_state.summary_verdict search_vectors.kind session_cards.title_source session_cards.source_tier
+        search_vectors.kind session_cards.title_source session_cards.source_tier
         session_summaries.source_tier session_summaries.raw_cap_source session_summaries.route_reason
         session_summaries.origin session_summaries.host_reason session_summaries.raw_tokens_source
         session_summaries.verdict summary_history.source_tier summary_history.route_reason summary_history.verdict

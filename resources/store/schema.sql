@@ -423,21 +423,6 @@ CREATE TABLE IF NOT EXISTS turn_facts (
     detail VARCHAR                    -- the tool, or a command's exit status where the log records it
 );
 
--- The search index is a Tantivy index beside the store (`<store>.search/`, resources/store/search_index.py),
--- derived from it. The store keeps what each session was indexed at: a refresh indexes again the sessions
--- whose turns, summary or mini summaries changed since.
-CREATE TABLE IF NOT EXISTS search_index_state (
-    session_id VARCHAR PRIMARY KEY,
-    input_revision VARCHAR NOT NULL,
-    summary_at TIMESTAMPTZ,           -- the summary's created_at (NULL: none)
-    summary_verdict VARCHAR,
-    mini_count INTEGER NOT NULL,
-    mini_at TIMESTAMPTZ,              -- the latest mini summary's created_at
-    tokenizer_version INTEGER NOT NULL,
-    documents INTEGER NOT NULL,
-    indexed_at TIMESTAMPTZ NOT NULL
-);
-
 -- Each session's card: its account from its own facts, with no model call (`digest.card`); made
 -- again when its turns or its ok summary change.
 CREATE TABLE IF NOT EXISTS session_cards (

@@ -2,12 +2,13 @@
 brought up to date from the store (BM25 over `digest.search_text`'s code-aware terms).
 
 The index is a Tantivy index in a folder beside the store (`search_index.py`): readers open it
-without the store's lock (`search_reads.py`), so a search never waits for a writer. The store keeps
-`search_index_state` (what each session was indexed at): `refresh` indexes again only the sessions
+without the store's lock (`search_reads.py`), so a search never waits for a writer. The folder keeps
+what each session was indexed at (`search_indexed.py`): `refresh` indexes again only the sessions
 whose turns, summary or mini summaries changed since, drops the removed ones, and publishes each
-batch (a Tantivy commit) before it records the batch's state, so a crash between the two indexes the
-batch again (replacing a session's documents is idempotent). A turn's prompt and thought are indexed
-up to twice `FIELD_CHARS` characters, its response (tool output and all) up to `FIELD_CHARS`.
+batch (a Tantivy commit) between marking its sessions pending and recording what they were indexed
+at, so a crash around the commit indexes the batch again (replacing a session's documents is
+idempotent) or drops it. A turn's prompt and thought are indexed up to twice `FIELD_CHARS`
+characters, its response (tool output and all) up to `FIELD_CHARS`.
 
 A summary judged junk (a verdict other than ok) is not indexed, so it never ranks its session (the
 turns still do); a degraded summary is labelled a navigation index.
@@ -19,9 +20,17 @@ import time
 from dataclasses import dataclass
 
 from digest.facts import FILE_KINDS
-from digest.search_text import TOKENIZER_VERSION
 from resources.store.connection import Repository, now, records
-from resources.store.search_index import IndexBusy, IndexUnavailable, IndexWriting, folder_bytes, index_folder
+from resources.store.search_index import (
+    IndexBusy,
+    IndexUnavailable,
+    IndexWriting,
+    folder_bytes,
+    index_folder,
+    read_state,
+    unusable,
+)
+from resources.store.search_indexed import IndexedSessions
 from resources.store.search_reads import Match, SearchError, SearchIndex, SessionHit, TurnHit, check_request
 
 __all__ = ["Match", "RefreshReport", "Search", "SearchError", "SessionHit", "TurnHit"]
@@ -43,23 +52,31 @@ class RefreshReport:
     rebuilt: bool = False  # the index was built again from nothing (missing, or of another version)
 
 
-# The sessions whose index state is not what they are now (or that have none), newest first.
-_CHANGED = """
-    WITH minis AS (SELECT session_id, count(*) AS n, max(created_at) AS at FROM mini_summaries GROUP BY 1),
-    cur AS (
-        SELECT s.session_id, s.input_revision, x.created_at AS summary_at, x.verdict AS summary_verdict,
-               coalesce(m.n, 0) AS mini_count, m.at AS mini_at, s.last_activity_ms,
-               greatest(s.updated_at, x.created_at, m.at) AS changed_at
-        FROM sessions s LEFT JOIN session_summaries x USING (session_id) LEFT JOIN minis m USING (session_id)
-    )
-    SELECT cur.* FROM cur LEFT JOIN search_index_state st USING (session_id)
-    WHERE st.session_id IS NULL OR st.input_revision <> cur.input_revision
-       OR st.summary_at IS DISTINCT FROM cur.summary_at OR st.summary_verdict IS DISTINCT FROM cur.summary_verdict
-       OR st.mini_count <> cur.mini_count OR st.mini_at IS DISTINCT FROM cur.mini_at
-       OR st.tokenizer_version <> ?
-    ORDER BY cur.last_activity_ms DESC NULLS LAST, cur.session_id
+# Each session as it is now, newest first: the figures it is indexed at (`_figures`; its summary's
+# and latest mini summary's times in microseconds) and when it last changed.
+_CURRENT = """
+    WITH minis AS (SELECT session_id, count(*) AS n, max(created_at) AS at FROM mini_summaries GROUP BY 1)
+    SELECT s.session_id, s.input_revision, epoch_us(x.created_at) AS summary_at, x.verdict AS summary_verdict,
+           coalesce(m.n, 0) AS mini_count, epoch_us(m.at) AS mini_at,
+           greatest(s.updated_at, x.created_at, m.at) AS changed_at
+    FROM sessions s LEFT JOIN session_summaries x USING (session_id) LEFT JOIN minis m USING (session_id)
+    ORDER BY s.last_activity_ms DESC NULLS LAST, s.session_id
 """
-_REMOVED = "SELECT session_id FROM search_index_state WHERE session_id NOT IN (SELECT session_id FROM sessions)"
+_FIGURES = ("input_revision", "summary_at", "summary_verdict", "mini_count", "mini_at")
+
+
+def _figures(row: dict) -> list:
+    return [row[k] for k in _FIGURES]
+
+
+def _changes(con, indexed: IndexedSessions) -> tuple[list[dict], list[str]]:
+    """The sessions the index holds at other figures than the store's (or at none), newest first,
+    and those it holds that the store has no more."""
+    current = records(con, _CURRENT)
+    in_store = {r["session_id"] for r in current}
+    changed = [r for r in current if indexed.current(r["session_id"]) != _figures(r)]
+    return changed, [s for s in indexed.sessions if s not in in_store]
+
 
 # A turn's text is its canonical document ("User Prompt: ...\nAgent Thought: ...\nAgent Response: ..."):
 # the prompt and thought up to twice `FIELD_CHARS`, the response up to `FIELD_CHARS`.
@@ -113,37 +130,29 @@ class Search(Repository):
     def refresh(self, limit: int | None = None) -> RefreshReport:
         """Index again the sessions that changed since they were indexed (or never were), at most
         `limit` of them, newest first, and drop the removed ones; each batch of `BATCH_SESSIONS` is
-        committed to the index, then recorded in the store. The index is built again from nothing
+        committed to the index, then recorded beside it. The index is built again from nothing
         when its folder is missing or of another version. Another process writing the index (its
         writer's lock held) leaves the work to the next refresh."""
         started = time.monotonic()
         try:
-            with IndexWriting(self.folder, self._forget_indexed) as index:
+            with IndexWriting(self.folder) as index:
                 return self._refresh(index, limit, started)
         except IndexBusy:
             return RefreshReport(0, 0, 0, time.monotonic() - started, self.behind(), busy=True)
 
-    def _forget_indexed(self) -> None:
-        """The index is built again: every session is indexed again."""
-        with self.file.transaction() as con:
-            con.execute("DELETE FROM search_index_state")
-
     def _refresh(self, index: IndexWriting, limit: int | None, started: float) -> RefreshReport:
         with self.file.held():
             with self.file.connect() as con:
-                if not con.execute("SELECT count(*) FROM search_index_state").fetchone()[0] and index.document_count():
-                    index.clear()  # the store forgot what it indexed (a restore): nothing stale stays
-                changed = records(con, _CHANGED, [TOKENIZER_VERSION])
-                removed = [r["session_id"] for r in records(con, _REMOVED)]
+                changed, removed = _changes(con, index.indexed)
                 store_sessions = con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+            if not index.indexed.sessions and index.document_count():
+                index.clear()  # documents no record names (the record was lost): none stays
+                index.commit()
             todo = changed if limit is None else changed[:limit]
             if removed:
                 index.remove(removed)
                 index.commit()
-                with self.file.transaction() as con:
-                    con.execute(
-                        "DELETE FROM search_index_state WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [removed]
-                    )
+                index.indexed.removed(removed)
             written = indexed = 0
             for start in range(0, len(todo), BATCH_SESSIONS):
                 if start:
@@ -153,9 +162,10 @@ class Search(Repository):
                 ids = [r["session_id"] for r in batch]
                 documents, metas, files = self._read_documents(ids)
                 per_session = {s: index.replace(s, metas[s], files.get(s, []), documents[s]) for s in ids if s in metas}
+                index.indexed.pending(ids)
                 index.commit()
                 index.record(store_sessions, len(changed) - indexed - len(batch))
-                self._record(batch, per_session)
+                index.indexed.indexed({r["session_id"]: _figures(r) for r in batch}, per_session)
                 written += sum(per_session.values())
                 indexed += len(batch)
             index.record(store_sessions, len(changed) - indexed)
@@ -219,47 +229,34 @@ class Search(Repository):
             files.setdefault(session_id, []).append(value)
         return documents, metas, files
 
-    def _record(self, batch: list[dict], per_session: dict[str, int]) -> None:
-        """What the batch's sessions were indexed at (after the index's commit)."""
-        rows = [
-            [r["session_id"], r["input_revision"], r["summary_at"], r["summary_verdict"], r["mini_count"], r["mini_at"],
-             TOKENIZER_VERSION, per_session.get(r["session_id"], 0), now()]
-            for r in batch
-        ]  # fmt: skip
-        with self.file.transaction() as con:
-            con.executemany(
-                """INSERT INTO search_index_state (session_id, input_revision, summary_at, summary_verdict, mini_count,
-                       mini_at, tokenizer_version, documents, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (session_id) DO UPDATE SET input_revision = excluded.input_revision,
-                       summary_at = excluded.summary_at, summary_verdict = excluded.summary_verdict,
-                       mini_count = excluded.mini_count, mini_at = excluded.mini_at, documents = excluded.documents,
-                       tokenizer_version = excluded.tokenizer_version, indexed_at = excluded.indexed_at""",
-                rows,
-            )
-
     def behind(self) -> int:
         """The sessions a refresh would index or drop: one query, cheap when nothing changed."""
         with self.file.connect() as con:
-            return len(records(con, _CHANGED, [TOKENIZER_VERSION])) + len(records(con, _REMOVED))
+            changed, removed = _changes(con, self._indexed())
+        return len(changed) + len(removed)
+
+    def _indexed(self) -> IndexedSessions:
+        """What the index holds each session at; nothing when the next refresh builds it again."""
+        indexed = IndexedSessions(self.folder)
+        if unusable(self.folder, read_state(self.folder)):
+            indexed.sessions.clear()  # a record the rebuild throws away
+        return indexed
 
     def status(self) -> dict:
         """The index's documents and sessions, its size on disk, the sessions behind the store
         (`behind`: changed since they were indexed, never indexed, or removed), how long the oldest of
         those changes has waited (`lag_s`, 0 when none waits) and the last refresh's time."""
+        indexed = self._indexed()
         with self.file.connect() as con:
-            state = con.execute(
-                "SELECT count(*), max(indexed_at), coalesce(sum(documents), 0) FROM search_index_state"
-            ).fetchone()
-            changed = records(con, _CHANGED, [TOKENIZER_VERSION])
-            removed = len(records(con, _REMOVED))
+            changed, removed = _changes(con, indexed)
         waiting = [r["changed_at"] for r in changed if r["changed_at"] is not None]
         return {
-            "documents": int(state[2]),
-            "sessions": state[0],
+            "documents": indexed.documents(),
+            "sessions": len(indexed.sessions),
             "size_bytes": folder_bytes(self.folder),
-            "behind": len(changed) + removed,
+            "behind": len(changed) + len(removed),
             "lag_s": max(0.0, (now() - min(waiting)).total_seconds()) if waiting else 0.0,
-            "last_refresh": state[1],
+            "last_refresh": indexed.last_indexed(),
         }
 
     # --- queries (from the index alone: `search_reads.SearchIndex`) ------------------------------------

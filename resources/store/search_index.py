@@ -1,7 +1,7 @@
 """The search index's files: a Tantivy index in a folder beside the store (`<store>.search/`), which
 readers open without the store's lock, so a search never waits for a writer nor fails beside one.
 
-The folder holds two Tantivy indexes and a state file:
+The folder holds two Tantivy indexes and two files of state:
 - `documents/`: a document per session's summary, card, mini summary and turn: its terms (made by
   `digest.search_text` and space-joined under Tantivy's whitespace tokenizer, so the terms and the
   BM25 are the project's), its session, kind and turn, the text its snippets are cut from, and a
@@ -11,6 +11,8 @@ The folder holds two Tantivy indexes and a state file:
   a `/`, its project by its last components). Apart, so it weighs nothing in the documents' BM25.
 - `state.json`: the format and tokenizer version the index was built with, its build, and the
   store's sessions and those left behind at the last refresh (what an empty answer says).
+- `indexed.jsonl`: what each session was indexed at (`search_indexed.py`), which a refresh compares
+  with the store to index again only what changed.
 
 Derived from the store, never backed up: `IndexWriting` builds it again from nothing when it is
 missing, unreadable by this Tantivy, or of another format or tokenizer version. One writer at a time
@@ -32,6 +34,7 @@ from pathlib import Path
 
 from digest.projects import project_keys
 from digest.search_text import TOKENIZER_VERSION, term_counts
+from resources.store.search_indexed import IndexedSessions
 
 # Bumped when the index's fields change: every index of another format is built again.
 INDEX_FORMAT = 1
@@ -181,13 +184,12 @@ def session_document(session_id: str, meta: dict, files: list[str]):
 
 
 class IndexWriting:
-    """The index's writers for one refresh: `with IndexWriting(folder, on_rebuild) as w`. Raises
-    `IndexBusy` when another process writes it. A folder that `unusable` rejects is built again
-    from nothing, after `on_rebuild()` (the store forgets what it had indexed)."""
+    """The index's writers for one refresh: `with IndexWriting(folder) as w`. Raises `IndexBusy`
+    when another process writes it. A folder that `unusable` rejects is built again from nothing,
+    what it had indexed (`indexed`) with it."""
 
-    def __init__(self, folder: Path, on_rebuild):
+    def __init__(self, folder: Path):
         self.folder = folder
-        self.on_rebuild = on_rebuild
         self.rebuilt = False
         self.committed = False  # since the state was last recorded
 
@@ -207,6 +209,8 @@ class IndexWriting:
                 self._rebuild()
             self.documents = tantivy.Index.open(str(self.folder / "documents"))
             self.sessions = tantivy.Index.open(str(self.folder / "sessions"))
+            self.indexed = IndexedSessions(self.folder)
+            self.indexed.tidy()
         except BaseException:
             self._release()
             raise
@@ -227,7 +231,6 @@ class IndexWriting:
     def _rebuild(self) -> None:
         import tantivy
 
-        self.on_rebuild()
         shutil.rmtree(self.folder, ignore_errors=True)
         for part, schema in (("documents", documents_schema()), ("sessions", sessions_schema())):
             (self.folder / part).mkdir(parents=True)
