@@ -61,7 +61,7 @@ def backlog(
     verdict); where embeddings are configured, the search chunks still waiting for a vector. No model
     call. The summary sensor refreshes it every `DIGEST_BACKLOG_REFRESH_S`."""
     measured = measure(
-        store.store(), model.hosts.fleet, circuit.policy(), sweep.policy(), now_ms(), embeddings.embedded_model()
+        store.open(), model.hosts.fleet, circuit.policy(), sweep.policy(), now_ms(), embeddings.embedded_model()
     )
     return MaterializeResult(metadata=_metadata(measured))
 
@@ -80,7 +80,7 @@ def stall_result(backlog_now: Backlog, policy: SweepPolicy) -> tuple[bool, dict]
 def backlog_not_stalled(
     store: DigestStoreResource, model: ChatModelResource, circuit: CircuitPolicyResource, sweep: SweepPolicyResource
 ) -> AssetCheckResult:
-    backlog_now = measure(store.store(), model.hosts.fleet, circuit.policy(), sweep.policy(), now_ms())
+    backlog_now = measure(store.open(), model.hosts.fleet, circuit.policy(), sweep.policy(), now_ms())
     passed, metadata = stall_result(backlog_now, sweep.policy())
     return AssetCheckResult(passed=passed, metadata=metadata, severity=AssetCheckSeverity.ERROR)
 

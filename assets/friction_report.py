@@ -42,7 +42,7 @@ def friction_report(
     """
     # The model resource gives the settings in force and the hosts; it starts no server unless a
     # client is asked for.
-    db = store.store()
+    db = store.open()
     rows = db.reports.friction_report_rows()
     report = build_report(
         rows["events"],

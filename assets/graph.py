@@ -66,7 +66,7 @@ def session_graph(
     finished ones and the next run (the digest sensor's) goes on from there; not a failure.
     """
     outcome = digest_partition(
-        store.store(), model.hosts, run_facts(context), context.partition_key, graph.policy(), circuit.policy()
+        store.open(), model.hosts, run_facts(context), context.partition_key, graph.policy(), circuit.policy()
     )
     if outcome.failure:
         raise Failure(description=outcome.failure, metadata=outcome.metadata)

@@ -67,7 +67,7 @@ def turn_mini_summaries(
     """
     policy = mini_summaries.policy()
     outcome = fill_partition(
-        store.store(), model.hosts, run_facts(context), context.partition_key, policy, circuit.policy(),
+        store.open(), model.hosts, run_facts(context), context.partition_key, policy, circuit.policy(),
         only_if_degraded=config.only_if_degraded, ignore_backoff=config.ignore_backoff, log=context.log.info,
     )  # fmt: skip
     if outcome.failure:

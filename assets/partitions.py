@@ -4,8 +4,10 @@ bring the partition set in line with the store both ways (`pipelines.sensors`)."
 
 from collections.abc import Iterable
 
-from dagster import AssetMaterialization, DynamicPartitionsDefinition
+from dagster import AssetMaterialization, DynamicPartitionsDefinition, MetadataValue
 from sqlalchemy.exc import IntegrityError
+
+from assets.summary_view import Markdown, summary_view
 
 # One partition per session, keyed by `digest.turns.partition_key` (the original id stays in DuckDB).
 sessions_partitions = DynamicPartitionsDefinition(name="sessions")
@@ -26,12 +28,15 @@ def unregistered_partition_keys(
     return [key for key in dict.fromkeys([*first, *stored]) if key not in registered][:limit]
 
 
+def summary_metadata(row: dict) -> dict:
+    """A stored summary as the UI shows it (`assets.summary_view`), its Markdown entries Dagster's."""
+    return {k: MetadataValue.md(v.value) if isinstance(v, Markdown) else v for k, v in summary_view(row).items()}
+
+
 def imported_materializations(store, keys: list[str]) -> list[AssetMaterialization]:
     """New partitions whose summary is a current export's are summarized already: recorded as
     materialized (origin imported, its provenance in the metadata), so the UI shows no Missing
     partition inviting a model call. A stale one stays missing."""
-    from assets.sessions import summary_metadata
-
     return [
         AssetMaterialization(
             asset_key="session_summaries",

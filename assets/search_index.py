@@ -97,7 +97,7 @@ def search_index(store: DigestStoreResource, embeddings: EmbeddingResource) -> M
     the MCP tools), a Tantivy index beside the store brought up to date: only the sessions whose turns,
     summary or mini summaries changed since they were indexed are indexed again. No chat-model call; where a host serves
     embeddings (`DIGEST_EMBED_PROVIDER`), a budgeted pass embeds the documents still without a vector."""
-    db = store.store()
+    db = store.open()
     report = db.search.refresh()
     client = embeddings.client()
     done = embed_step(db, client, embeddings.embed_batch_documents)
@@ -111,7 +111,7 @@ def search_index(store: DigestStoreResource, embeddings: EmbeddingResource) -> M
     "ago and the search index has not taken the change in.",
 )
 def search_index_current(store: DigestStoreResource) -> AssetCheckResult:
-    passed, metadata = current_result(store.store().search.status(), store.search_lag_max_s)
+    passed, metadata = current_result(store.open().search.status(), store.search_lag_max_s)
     return AssetCheckResult(passed=passed, metadata=metadata, severity=AssetCheckSeverity.WARN)
 
 

@@ -16,8 +16,8 @@ from dagster import (
     asset,
 )
 
-from assets.partitions import add_new_partitions, sessions_partitions
-from assets.summary_view import Markdown, summary_view
+from assets.partitions import add_new_partitions, sessions_partitions, summary_metadata
+from assets.summary_view import Markdown
 from assets.work.runs import RunFacts
 from assets.work.sessions import describe_partition, record_run_error, summarize_partition
 from assets.work.views import facts_view, ingest_view, made_summary_view
@@ -53,7 +53,7 @@ def raw_turns(context: AssetExecutionContext, config: IngestConfig, store: Diges
     """
     # No paths (a run launched from the UI): the inbox and the watched folders that exist.
     paths = config.paths or [folder for folder in store.watched() if folder.is_dir()]
-    db = store.store()
+    db = store.open()
     report = ingest_paths(paths, db, redact_secrets=store.redact)
     return MaterializeResult(metadata=view_metadata(ingest_view(report, add_new_partitions(context.instance, db))))
 
@@ -124,7 +124,7 @@ def raw_sessions(
     context: AssetExecutionContext, store: DigestStoreResource, model: ChatModelResource, sweep: SweepPolicyResource
 ) -> MaterializeResult:
     """One session's raw turns in canonical order, with the size and the route its summary will take."""
-    db = store.store()
+    db = store.open()
     # One connection for the run's reads, its facts' too: opening the store's file is the costly part.
     with db.file.held(), run_errors_recorded(context, db, sweep):
         described = describe_partition(db, model.hosts, run_facts(context), context.partition_key)
@@ -166,7 +166,7 @@ def session_summaries(
     says what is on the partition then). Any other run finding the lease held fails: it was asked for.
     """
     # A long model call says how far it has come in the run log (pieces and seconds, every 30 s).
-    db = store.store()
+    db = store.open()
     # The connection the summary is written on also reads the session's facts and place (the model
     # call lets it go, `summarize_partition`).
     with db.file.held(), run_errors_recorded(context, db, sweep), CallProgress(context.log.info).ticking() as progress:
@@ -228,8 +228,3 @@ def summary_record_metadata(row: dict, cost: SummaryCost | None) -> dict:
     if cost is None:
         return {**summary_metadata(row), "cost": f"not known: no call of run {row['run_id'] or 'none'} in the ledger"}
     return {**summary_metadata(row), **cost.metadata()}
-
-
-def summary_metadata(row: dict) -> dict:
-    """A stored summary as the UI shows it (`assets.summary_view`), its Markdown entries Dagster's."""
-    return {k: MetadataValue.md(v.value) if isinstance(v, Markdown) else v for k, v in summary_view(row).items()}

@@ -1,5 +1,5 @@
 """A stored summary as the UI shows it, in plain values: a Markdown entry is a `Markdown`, which
-`assets.sessions.summary_metadata` hands to Dagster as `MetadataValue.md`. Without Dagster's
+`assets.partitions.summary_metadata` hands to Dagster as `MetadataValue.md`. Without Dagster's
 import (about a second of CPU), so the unit tests read what the UI will show."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Run: .venv/bin/python bench/busy_host.py [--load 4] [--sessions 12] [--corpora d
 - Old: the code at `--old-ref` (957c233, before the pacing work), checked out as a detached git
   worktree (`--old-tree`, made if missing); new: this checkout. Each arm runs as a subprocess with
   its own tree as cwd and PYTHONPATH, so each imports its own code from the same virtualenv.
-- Each arm drives the CLI's own path: `pipelines.cli.ingest`, then `pipelines.cli.sweep` until a
+- Each arm drives the CLI's own path: `app.runs.ingest`, then `app.runs.sweep` until a
   sweep has nothing to run, exactly what `session-digest demo` does (less its friction report),
   in one process, so every session is a real Dagster run with its mini-summary and summary steps.
   DIGEST_HOME is a fresh temp folder per arm and corpus.
@@ -73,18 +73,24 @@ PROBE_PROMPT = (
 ARM_DRIVER = r"""
 import json, sys, time
 from digest.settings import load_settings
-from pipelines import cli
-from pipelines.console import Output
+try:
+    from app import cli
+    from app import runs as cli_runs
+    from app.console import Output
+except ImportError:  # a tree from before the front doors had their floor: its CLI module ran the runs
+    from pipelines import cli
+    from pipelines import cli as cli_runs
+    from pipelines.console import Output
 
 paths, max_sweeps = json.loads(sys.argv[1]), int(sys.argv[2])
 settings = load_settings()
 cli._prepare_home(settings)
 output = Output(as_json=True)
 started = time.monotonic()
-ingested = cli.ingest(settings, paths)
+ingested = cli_runs.ingest(settings, paths)
 runs, sweeps = [], 0
 while sweeps < max_sweeps:
-    batch = cli.sweep(settings, None, output)["runs"]
+    batch = cli_runs.sweep(settings, None, output)["runs"]
     if not batch:
         break
     runs.extend(batch)

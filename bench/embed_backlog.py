@@ -62,7 +62,7 @@ def cli_search(home: Path, provider: str, reps: int) -> dict:
     for _ in range(reps):
         started = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "pipelines.cli", "search", "selection", "jumps", "after", "sorting", "--json"],
+            [sys.executable, "-m", "app.cli", "search", "selection", "jumps", "after", "sorting", "--json"],
             capture_output=True, text=True, env=environment, cwd=ROOT, check=True,
         )  # fmt: skip
         walls.append(time.monotonic() - started)

@@ -67,9 +67,9 @@ def policy(cap: str, home: Path, max_sessions: int) -> dict:
     """The samples' sessions summarized by the embedded model at this cap (imported ones set aside)."""
     os.environ.update({"DIGEST_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "DIGEST_RAW_CAP_TOKENS": cap})
     (home / "dagster").mkdir(parents=True, exist_ok=True)
+    from app import runs
+    from app.console import Output
     from digest.settings import load_settings
-    from pipelines import runs
-    from pipelines.console import Output
     from pipelines.instance import write_instance_config
 
     settings = load_settings(dict(os.environ))
@@ -85,9 +85,9 @@ def policy(cap: str, home: Path, max_sessions: int) -> dict:
         started = time.monotonic()
         output = Output(as_json=True)
         todo = [RunRequest(partition_key=key) for key in keep]  # the whole job, a sensor's request of it
-        runs._run_partitions(
+        runs.run_partitions(
             settings,
-            runs._instance(),
+            runs.dagster_instance(),
             store,
             "summarize_sessions",
             todo,

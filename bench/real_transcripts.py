@@ -17,7 +17,7 @@ Run: PYTHONPATH=. .venv/bin/python bench/real_transcripts.py [--sessions 290] [-
    token, over that prompt rate: the time to read every session once;
 5. the sample: sessions of the corpus (alternately within and over the bound, in a seeded order) whose
    predicted model time fits `--sample-seconds`, ingested into a store of their own and drained as
-   `session-digest demo` does (`pipelines.drain.drain`, one Dagster run per session or backfill:
+   `session-digest demo` does (`app.drain.drain`, one Dagster run per session or backfill:
    first summaries, the mini-summary backfill, the upgrades) until nothing is left: model seconds per
    session by route and tier, the sample's backlog against its floor, and the measured early-summary
    curve (share of sessions with a summary over model time, from the attempts ledger);
@@ -75,7 +75,7 @@ from tests.realistic_corpus import TARGETS, size_figures, write_corpus  # noqa: 
 PROBE_BYTES = 3000
 CHILD_INGEST = """
 import resource, sys
-from pipelines.cli import main
+from app.cli import main
 try:
     main(["ingest", sys.argv[1], "--json"])
 finally:
@@ -235,7 +235,7 @@ def pick_sample(facts: list[dict], rates: dict, limits, budget_s: float, seed: i
 
 
 def sweep_sample(home: Path, corpus: Path, sample: list[dict], url: str) -> DigestStore:
-    """The sample's sessions ingested and drained as `session-digest demo` does (`pipelines.drain.drain`): first
+    """The sample's sessions ingested and drained as `session-digest demo` does (`app.drain.drain`): first
     summaries, then the mini-summary backfill in runs of the default budget, then the upgrades."""
     keep = {f["session_id"] for f in sample}
     folder = home / "in"
@@ -257,9 +257,9 @@ def sweep_sample(home: Path, corpus: Path, sample: list[dict], url: str) -> Dige
         )
     )
     (home / "dagster").mkdir(parents=True, exist_ok=True)
-    from pipelines import runs
-    from pipelines.console import Output
-    from pipelines.drain import drain
+    from app import runs
+    from app.console import Output
+    from app.drain import drain
     from pipelines.instance import write_instance_config
 
     settings = load_settings(dict(os.environ))

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipelines.answers import dumps, tokens  # noqa: E402
-from pipelines.mcp_server import Reads  # noqa: E402
+from app.answers import dumps, tokens  # noqa: E402
+from app.mcp_server import Tools  # noqa: E402
 from resources.store import DigestStore  # noqa: E402
 
 TOOLS = ("query_summaries", "query_raw_memories")
@@ -50,14 +50,13 @@ def until_answer(answer: dict, answers: set[str], before: bool) -> tuple[int | N
 
 
 def measure(store_path: Path, queries: list[dict]) -> dict:
-    reads = Reads(store_path)
+    tools = Tools(store_path)
     out = {}
     for tool in TOOLS:
         for before in (True, False):
             rows = []
             for q in queries:
-                read = getattr(Reads, tool)
-                answer = reads.call(read, q["query"], 10, None, None, before)
+                answer = json.loads(getattr(tools, tool)(q["query"], 10, full=before))
                 rank, until = until_answer(answer, set(q["answers"]), before)
                 rows.append({"kind": q["kind"], "rank": rank, "until": until, "whole": tokens(shaped(answer, before))})
             out[(tool, "before" if before else "now")] = rows
@@ -66,10 +65,10 @@ def measure(store_path: Path, queries: list[dict]) -> dict:
 
 def broad(store_path: Path) -> dict:
     """The whole answer's tokens for `BROAD` questions, before and now: what ten results cost."""
-    reads = Reads(store_path)
+    tools = Tools(store_path)
     return {
         (tool, shape): statistics.median(
-            tokens(shaped(reads.call(getattr(Reads, tool), q, 10, None, None, shape == "before"), shape == "before"))
+            tokens(shaped(json.loads(getattr(tools, tool)(q, 10, full=shape == "before")), shape == "before"))
             for q in BROAD
         )
         for tool in TOOLS

@@ -44,6 +44,11 @@ def old_tree(path: Path, ref: str) -> Path:
     return path
 
 
+def cli_module(tree: Path) -> str:
+    """The CLI's module in that tree: `app.cli`, `pipelines.cli` before the front doors had their floor."""
+    return "app.cli" if (tree / "app" / "cli.py").is_file() else "pipelines.cli"
+
+
 def arm_env(tree: Path, home: Path | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DIGEST_", "DAGSTER_"))}
     return {**env, "PYTHONPATH": str(tree), **({"DIGEST_HOME": str(home)} if home else {})}
@@ -128,7 +133,7 @@ def cli_walls(tree: Path, home: Path, queries: list[str]) -> tuple[list[float], 
     for query in queries:
         cpu_started, started = children_cpu_ms(), time.perf_counter()
         done = subprocess.run(
-            [sys.executable, "-m", "pipelines.cli", "search", *query.split(), "--json"],
+            [sys.executable, "-m", cli_module(tree), "search", *query.split(), "--json"],
             cwd=tree, env=arm_env(tree, home), capture_output=True, text=True, check=False,
         )  # fmt: skip
         walls.append((time.perf_counter() - started) * 1000)
@@ -145,7 +150,7 @@ def mcp_initialize_walls(tree: Path, home: Path, n: int) -> tuple[list[float], l
     for _ in range(n):
         cpu_started, started = children_cpu_ms(), time.perf_counter()
         server = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.cli", "mcp"], cwd=tree, env=arm_env(tree, home),
+            [sys.executable, "-m", cli_module(tree), "mcp"], cwd=tree, env=arm_env(tree, home),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip
         server.stdin.write(json.dumps(MCP_INITIALIZE) + "\n")

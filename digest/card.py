@@ -19,7 +19,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 # Bumped when a change here would write a different card for the same turns, with a migration
-# that makes the stored cards again (`backfill_cards`).
+# that makes the stored cards again (`refresh_all_cards`).
 CARD_VERSION = 1
 SOURCE_TIER = "facts"
 LINE_CHARS = 300

@@ -100,7 +100,7 @@ def check_rows(rows: Iterable[dict], rule: Callable[[dict], list[str]], what: st
 
 @asset_check(asset=friction_report, description="Every summary says which path made it, consistently.")
 def summaries_have_complete_provenance(store: DigestStoreResource) -> AssetCheckResult:
-    return check_rows(store.store().reports.summary_rows(), provenance_problems)
+    return check_rows(store.open().reports.summary_rows(), provenance_problems)
 
 
 @asset_check(
@@ -108,12 +108,12 @@ def summaries_have_complete_provenance(store: DigestStoreResource) -> AssetCheck
     description="No summary with source_tier=raw whose raw estimate exceeded the raw cap in force when it was made.",
 )
 def no_raw_summary_over_its_cap(store: DigestStoreResource) -> AssetCheckResult:
-    return check_rows(store.store().reports.summary_rows(), raw_cap_problems)
+    return check_rows(store.open().reports.summary_rows(), raw_cap_problems)
 
 
 @asset_check(asset=friction_report, description="Every stored summary validates against the output schema.")
 def summaries_match_output_schema(store: DigestStoreResource) -> AssetCheckResult:
-    return check_rows(store.store().reports.summary_rows(), schema_problems)
+    return check_rows(store.open().reports.summary_rows(), schema_problems)
 
 
 @asset_check(
@@ -121,7 +121,7 @@ def summaries_match_output_schema(store: DigestStoreResource) -> AssetCheckResul
     description=f"Warns on summaries whose fidelity (docs/fidelity.md) is under the floor {FIDELITY_FLOOR}.",
 )
 def summaries_over_the_fidelity_floor(store: DigestStoreResource) -> AssetCheckResult:
-    result = check_rows(store.store().reports.summary_rows(), fidelity_problems)
+    result = check_rows(store.open().reports.summary_rows(), fidelity_problems)
     return AssetCheckResult(passed=result.passed, metadata=result.metadata, severity=AssetCheckSeverity.WARN)
 
 
@@ -132,7 +132,7 @@ def summaries_over_the_fidelity_floor(store: DigestStoreResource) -> AssetCheckR
 )
 def junk_share_since_last_check(context, store: DigestStoreResource) -> AssetCheckResult:
     since = last_check_started(context)
-    return junk_share_result(store.store().reports.summaries_since(since), store.junk_share_max, since)
+    return junk_share_result(store.open().reports.summaries_since(since), store.junk_share_max, since)
 
 
 @asset_check(
@@ -141,7 +141,7 @@ def junk_share_since_last_check(context, store: DigestStoreResource) -> AssetChe
     "of a session with a degraded summary is grounded in its raw turns.",
 )
 def graph_evidence_from_raw_turns_only(store: DigestStoreResource) -> AssetCheckResult:
-    db = store.store()
+    db = store.open()
     graphs = ({"session_id": sid, **db.reports.graph_evidence(sid)} for sid in db.reports.degraded_graph_sessions())
     return check_rows(graphs, graph_evidence_problems, what="degraded_session_graphs")
 

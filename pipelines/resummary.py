@@ -80,7 +80,7 @@ class ResummaryConfig(Config):
 def record_resummary_requests(context: OpExecutionContext, config: ResummaryConfig, store: DigestStoreResource):
     try:
         criteria = ResummaryCriteria.of(config.model_dump())
-        recorded = record_resummaries(store.store(), criteria)
+        recorded = record_resummaries(store.open(), criteria)
     except ValueError as exc:
         raise Failure(str(exc)) from None
     context.log.info(

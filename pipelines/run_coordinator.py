@@ -25,7 +25,7 @@ from pipelines.jobs import digest_job, fill_mini_summaries_job, summarize_job
 from pipelines.selection import named_sessions_batch
 from pipelines.sensors import spread_over_hosts, summary_run_tags
 from resources.model_hosts import ModelHosts, closed_hosts
-from resources.store import DigestStore, StoreFile
+from resources.store import open_store
 
 # How long a submission waits for the store's file (another process's write) before it gives up
 # placing the run: a click in the UI should not hang behind a long ingest.
@@ -98,7 +98,7 @@ def placement_tags(instance, run: DagsterRun, settings: Settings, hosts: ModelHo
     sweep's assignment of a session named by hand, on a host whose circuit is closed), else a
     mini-summary or graph run's host (`spread_over_hosts`, as their sensors place them). Empty when
     no host's circuit is closed or the session is unknown (the run then fails on that itself)."""
-    store = DigestStore(StoreFile(settings.db_path, read_only=True, lock_wait_s=STORE_WAIT_S))
+    store = open_store(settings.db_path, read_only=True, lock_wait_s=STORE_WAIT_S)
     fleet, circuit = hosts.fleet, settings.circuit
     if SUMMARY not in model_assets(run):
         hosts = spread_over_hosts(instance, store, fleet, circuit, 1)

@@ -279,7 +279,7 @@ def summary_sensor(
     # processes wait for it meanwhile): the partitions (0.7 s of a tick at 100,000) and in-flight runs.
     registered = registered_partitions(context.instance)
     exclude, queued_s = in_flight(context.instance, summarize_job.name)
-    db = store.store()
+    db = store.open()
     # Measured on connections of its own before the held one: placing every pending session is
     # seconds of Python at 100,000 (BENCHMARKS §4), which would keep other processes off the file.
     due = backlog_due(context.instance, sweep.policy().backlog_refresh_s)
@@ -392,7 +392,7 @@ def mini_summary_sensor(
     take waits for its first summary."""
     if in_flight_partitions(context.instance, fill_mini_summaries_job.name):
         return SkipReason("a mini-summary backfill run is still going")
-    db = store.store()
+    db = store.open()
     with db.file.held():
         return mini_summary_tick(context, db, model.hosts, mini_summaries, circuit, sweep)
 
@@ -432,7 +432,7 @@ def digest_sensor(
     `DIGEST_GRAPH_BATCH_SESSIONS` a tick, `DIGEST_GRAPH_FRESH_RESERVE` of them the newest and the
     rest the oldest; undigestible sessions and sessions whose turns changed since their summary
     are left out, and so are those already queued or running."""
-    db = store.store()
+    db = store.open()
     with db.file.held():
         return digest_tick(context, db, model.hosts, graph, circuit)
 
@@ -458,7 +458,7 @@ def interrupted_runs_sensor(context: SensorEvaluationContext, store: DigestStore
     `model` pool slot is freed (Dagster's run monitoring cannot tell for the default launcher); and
     records as materialized the summaries of runs stopped or failed after writing them, which no
     later run would make again."""
-    db = store.store()
+    db = store.open()
     closed = close_interrupted_runs(context.instance, db)
     recorded = record_summaries_of_ended_runs(context.instance, db)
     done = [f"closed {len(closed)} run(s) whose process died: {', '.join(closed)}"] if closed else []
@@ -473,7 +473,7 @@ def search_index_sensor(context: SensorEvaluationContext, store: DigestStoreReso
     most 500 sessions a tick, newest first), and records it with its check; where a host serves
     embeddings, also while documents wait for their vectors. A tick with nothing to do reads a
     query or two and records nothing."""
-    db = store.store()
+    db = store.open()
     client = embeddings.client()
     waiting = client is not None and db.search_vectors.counts(client.model)["pending"] > 0
     if not db.search.behind() and not waiting:

@@ -17,7 +17,7 @@ from digest.settings import setting_of
 from digest.walk import watch_folders
 from resources.model_clients.embeddings import EmbeddingClient, embedding_client
 from resources.model_hosts import ModelHosts
-from resources.store import DigestStore
+from resources.store import DigestStore, open_store
 from resources.worker import worker_tags
 
 
@@ -48,10 +48,9 @@ class DigestStoreResource(ConfigurableResource):
         """The inbox, then `DIGEST_WATCH`'s folders (the inbox sensor's, and an ingest's with no paths)."""
         return [Path(self.inbox), *(watch_folders(self.watch) if self.watch else ())]
 
-    def store(self) -> DigestStore:
-        store = DigestStore(self.db_path)
-        store.migrate_once()  # every sensor tick and check calls this: no write transaction each time
-        return store
+    def open(self) -> DigestStore:
+        """The store, migrated once per process (every sensor tick and check opens it)."""
+        return open_store(self.db_path)
 
 
 class ChatModelResource(ConfigurableResource):

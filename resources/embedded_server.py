@@ -118,7 +118,7 @@ class EmbeddedServer:
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         # A session of its own: a Ctrl-C at the terminal reaches the sweep (which stops after its run in
-        # hand, `pipelines.stopping`), not the server its run is talking to; it still dies with its parent.
+        # hand, `app.stopping`), not the server its run is talking to; it still dies with its parent.
         self._process = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent,
             start_new_session=True,

@@ -1,8 +1,8 @@
-"""The helpers every compact answer is made with (`pipelines/answers.py`)."""
+"""The helpers every compact answer is made with (`app/answers.py`)."""
 
 from __future__ import annotations
 
-from pipelines.answers import cut
+from app.answers import cut
 
 
 def test_a_text_is_cut_with_a_marker_saying_how_much_was_left_out():

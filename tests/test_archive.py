@@ -44,7 +44,7 @@ from tests.hostile_bundles import (
 )
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 
 
 @pytest.fixture
@@ -757,8 +757,8 @@ def test_a_replace_restore_killed_after_its_commit_leaves_no_stale_partition(res
         [
             sys.executable,
             "-c",
-            "import os, signal, sys; import pipelines.cli as cli; "
-            "cli.after_restore_commit = lambda: os.kill(os.getpid(), signal.SIGKILL); "
+            "import os, signal, sys; import app.cli as cli, app.store_commands as store_commands; "
+            "store_commands.after_restore_commit = lambda: os.kill(os.getpid(), signal.SIGKILL); "
             "cli.main(sys.argv[1:])",
             "restore",
             str(bundle),

@@ -28,7 +28,7 @@ from tests.model_server import ModelServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 SUMMARIES = AssetKey("session_summaries")
 DEADLINE_S = 300
 DONE = (BulkActionStatus.COMPLETED_SUCCESS, BulkActionStatus.COMPLETED_FAILED, BulkActionStatus.FAILED)

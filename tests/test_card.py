@@ -281,7 +281,7 @@ def test_migration_16_makes_every_sessions_card(store, tmp_path):
         con.execute("DELETE FROM session_cards")
         con.execute("UPDATE schema_meta SET version = 15")
     assert accounts(store) == []
-    store.file.migrate()
+    store.migrate()
     assert accounts(store) == before
     with store.file.connect() as con:
         assert con.execute("SELECT max(version) FROM schema_meta").fetchone() == (SCHEMA_VERSION,)
@@ -298,7 +298,7 @@ def test_the_migration_after_the_loop_rule_judges_every_summary_again(store, tmp
     with store.file.transaction() as con:  # as judged before the rule
         con.execute("UPDATE session_summaries SET verdict = 'ok'")
         con.execute("UPDATE schema_meta SET version = 20")
-    store.file.migrate()
+    store.migrate()
     assert accounts(store)[0][:2] == ("s1", "card")
     with store.file.connect() as con:
         assert con.execute("SELECT verdict FROM session_summaries").fetchone() == ("echo",)

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import pytest
 from rich.console import Console
 
+from app.console import RENDER
 from digest.circuit import (
     CircuitPolicy,
     CircuitState,
@@ -29,7 +30,6 @@ from digest.model_api import ModelError
 from digest.settings import load_settings
 from digest.synthesis import summarize_session
 from digest.turns import input_revision
-from pipelines.console import RENDER
 from resources.model_clients import OllamaChatClient, OpenAIChatClient
 from resources.response_cache import CachedChatClient
 from resources.store import MiniSummaryLedger, RunLedger

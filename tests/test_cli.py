@@ -20,7 +20,7 @@ from tests.bundles import write_bundle
 from tests.conftest import make_turns, project_free_environ
 from tests.model_server import Behaviour, ModelServer
 
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 
 
 def _cli_env(home, url: str, **extra: str) -> dict[str, str]:

@@ -22,7 +22,7 @@ from tests.bundles import write_bundle
 from tests.conftest import make_turns, project_free_environ
 from tests.model_server import Behaviour, ModelServer
 
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 SWEEPS = 4
 FIRST, SECOND = 8, 2  # sessions in the bundle ingested first, and in the one ingested during the sweeps
 # Four model steps at once, so runs of one session truly overlap and meet at the lease. (The CLI's

@@ -42,7 +42,7 @@ from tests.bundles import write_bundle
 from tests.conftest import dead_pid, make_turns, project_free_environ
 from tests.model_server import FAITHFUL_SUMMARY, GOOD_SUMMARY, Behaviour, ModelServer
 
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 SCHEMA = response_json_schema()
 
 

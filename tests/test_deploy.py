@@ -30,7 +30,7 @@ from tests.synthetic_export import write_export
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 SESSIONS = 16
 DELAY_S = 1.5  # each model reply: long enough that runs overlap, short enough for a bounded test
 CONCURRENCY = 2  # calls at once, per host: two hosts, four runs at once

@@ -20,7 +20,7 @@ from tests.bundles import write_bundle
 from tests.conftest import make_turns, project_free_environ
 from tests.model_server import CHAT_PATHS, FAITHFUL_SUMMARY, Behaviour, ModelServer
 
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 # Year 10000 as epoch milliseconds: data an older reader let through (issue 36, item 2).
 YEAR_10000_MS = 253_402_300_800_000
 

@@ -131,7 +131,7 @@ def test_a_cli_search_fuses_once_the_cards_and_summaries_are_embedded(tmp_path):
     embed_pending(store.search_vectors, EmbeddedEmbedder(), max_documents=accounts, max_seconds=600)
     environment = project_free_environ()
     done = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "search", "selection", "jumps", "after", "sorting", "--json"],
+        [sys.executable, "-m", "app.cli", "search", "selection", "jumps", "after", "sorting", "--json"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env={**environment, "DIGEST_HOME": str(home), "DIGEST_EMBED_PROVIDER": "embedded"},
     )  # fmt: skip

@@ -439,7 +439,7 @@ def test_migration_14_backfills_the_facts_of_stored_turns_in_batches(store, monk
         con.execute("DELETE FROM turn_facts")
         con.execute("UPDATE schema_meta SET version = 13")
     monkeypatch.setattr(turn_rows, "BACKFILL_BATCH_TURNS", 2)  # several batches over the 14 turns
-    store.file.migrate()
+    store.migrate()
     assert stored(store, "SELECT * FROM turn_facts ORDER BY ALL") == before
     assert stored(store, "SELECT max(version) FROM schema_meta") == [(SCHEMA_VERSION,)]
 

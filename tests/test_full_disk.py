@@ -15,7 +15,7 @@ from tests.bundles import write_bundle
 from tests.conftest import make_turns, project_free_environ
 from tests.model_server import ModelServer
 
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 
 
 @contextlib.contextmanager

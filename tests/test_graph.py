@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from dagster import build_sensor_context, instance_for_test
 
+from app.store_commands import export_graph, reset_digest
 from digest.graph import (
     ENTITY_TYPES,
     Chunk,
@@ -46,7 +47,6 @@ from digest.prompts import TURN_SEPARATOR
 from digest.settings import SettingsError, load_settings
 from digest.turns import Turn, canonical_order, compose_document, input_revision
 from digest.visibility import summary_user_id
-from pipelines.cli import export_graph, reset_digest
 from pipelines.definitions import build_definitions
 from pipelines.sensors import digest_sensor, register_partitions
 from resources.model_clients import OllamaChatClient, OpenAIChatClient

@@ -9,12 +9,12 @@ import math
 import pytest
 from dagster import AssetKey, instance_for_test
 
+from app import cli
 from assets.partitions import sessions_partitions
 from digest.ingest import ingest_paths
 from digest.invariants import provenance_problems
 from digest.settings import load_settings
 from digest.turns import canonical_order, input_revision
-from pipelines import cli
 from resources.store import DigestStore
 from tests.bundles import STAMP, exported_summary, write_bundle, write_summaries
 from tests.conftest import make_turns

@@ -42,7 +42,7 @@ def test_a_run_is_tagged_with_the_process_that_runs_it(tmp_path):
 
 def test_the_sensor_closes_the_runs_whose_process_died_and_leaves_live_ones(tmp_path):
     defs = _definitions(tmp_path)
-    defs.resources["store"].store()  # an empty store
+    defs.resources["store"].open()  # an empty store
     live = worker_tags()
     recycled = {**live, PID_STARTED_TAG: str(int(live[PID_STARTED_TAG]) + 1)}  # our pid, another process's start
     dead = {HOST_TAG: live[HOST_TAG], PID_TAG: str(dead_pid())}
@@ -59,7 +59,7 @@ def test_the_sensor_closes_the_runs_whose_process_died_and_leaves_live_ones(tmp_
             )
         instance.event_log_storage.initialize_concurrency_limit_to_default("model")
         instance.event_log_storage.claim_concurrency_slot("model", runs["dead"].run_id, "session_graph")
-        store = defs.resources["store"].store()
+        store = defs.resources["store"].open()
         for session, name in (("a", "live"), ("b", "dead"), ("c", "recycled")):  # held for an hour
             store.summaries.claim_summary_lease(session, runs[name].run_id, int(time.time() * 1000), ttl_s=3600)
 
@@ -86,7 +86,7 @@ def test_a_summary_a_killed_run_wrote_is_recorded_when_its_run_is_closed(tmp_pat
     turns = make_turns("s1", 2, minis=2)
     with ModelServer(lambda r: Behaviour.reply(GOOD_SUMMARY)) as server:
         defs = _definitions(tmp_path, server.url)
-        store = defs.resources["store"].store()
+        store = defs.resources["store"].open()
         ingest_paths([write_bundle(tmp_path / "bundle", turns)], store)
         with instance_for_test(overrides=POOL) as instance:
             instance.add_dynamic_partitions("sessions", ["s1"])
@@ -116,7 +116,7 @@ def test_the_model_calls_a_dead_run_left_in_flight_are_closed(tmp_path):
     turns = make_turns("answered", 2)
     with ModelServer(lambda r: Behaviour.reply(GOOD_SUMMARY)) as server:
         defs = _definitions(tmp_path, server.url)
-        store = defs.resources["store"].store()
+        store = defs.resources["store"].open()
         ingest_paths([write_bundle(tmp_path / "bundle", turns + make_turns("hung", 2))], store)
         with instance_for_test(overrides=POOL) as instance:
             dead = instance.create_run_for_job(

@@ -12,6 +12,7 @@ import pytest
 from dagster import AssetKey, instance_for_test
 from rich.console import Console
 
+from app.console import _render_demo
 from digest.archive_read import validate_bundle
 from digest.circuit import CircuitPolicy
 from digest.friction_report import build_report, junk_rows, render_markdown
@@ -19,7 +20,6 @@ from digest.ingest import ingest_paths
 from digest.settings import load_settings
 from digest.synthesis import RETRIED_VERDICTS, Route, summarize_session
 from digest.turns import input_revision
-from pipelines.console import _render_demo
 from resources.model_clients import OpenAIChatClient
 from resources.store import DigestStore, RunLedger
 from tests.bundles import write_bundle

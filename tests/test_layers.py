@@ -1,5 +1,6 @@
 """The house's floors: `digest/` (pure functions) below `resources/` (the store, the model clients)
-below `assets/` below `pipelines/` (jobs, sensors, the CLI). A module imports from its own floor or
+below `assets/` below `pipelines/` (jobs, sensors, schedules) below `app/` (the CLI, search, the MCP
+server) below `bench/`. A module imports from its own floor or
 below, never above: an import up a floor ties the floors into one circle (issue 36 found three,
 one of them closing a cycle across three floors). Every import is read, those inside functions
 and under `TYPE_CHECKING` too."""
@@ -10,7 +11,8 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FLOORS = ("digest", "resources", "assets", "pipelines")
+FLOORS = ("digest", "resources", "assets", "pipelines", "app", "bench")
+PRODUCT = FLOORS[:-1]  # what is installed; `bench/` measures it
 
 
 # The fields that hold a statement's statements: an import is a statement, so it is found by
@@ -68,12 +70,74 @@ README_LINES = 200  # the front page: detail goes to docs/
 def test_every_module_and_the_front_page_keep_their_length():
     long = [
         f"{path.relative_to(REPO)}: {lines} lines"
-        for package in FLOORS
+        for package in PRODUCT
         for path in sorted((REPO / package).rglob("*.py"))
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_LINES
     ]
     readme = len((REPO / "README.md").read_text(encoding="utf-8").splitlines())
     assert long == [] and readme <= README_LINES, (long, f"README.md: {readme} lines")
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Each module of the installed floors under `root` and the modules of those floors it imports."""
+    paths = {
+        ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): path
+        for package in PRODUCT
+        for path in (root / package).rglob("*.py")
+    }
+    graph = {}
+    for module, path in paths.items():
+        named = set()
+        for _, imported in imported_modules(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            named.add(imported)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):  # `from package import module`
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                named.update(f"{node.module}.{alias.name}" for alias in node.names)
+        graph[module] = {m for m in named if m in paths and m != module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The modules that import each other, directly or around a circle (each circle sorted)."""
+    reaches = {module: set() for module in graph}
+    for module in graph:
+        stack = list(graph[module])
+        while stack:
+            found = stack.pop()
+            if found not in reaches[module]:
+                reaches[module].add(found)
+                stack.extend(graph[found])
+    circles = {tuple(sorted({m} | {o for o in reaches[m] if m in reaches[o]})) for m in graph if m in reaches[m]}
+    return sorted(list(c) for c in circles)
+
+
+def test_no_import_circle_inside_a_floor_or_across():
+    assert import_circles(import_graph(REPO)) == []
+
+
+def test_an_import_circle_through_imports_inside_functions_is_found(tmp_path):
+    for package in PRODUCT:
+        (tmp_path / package).mkdir()
+    (tmp_path / "resources" / "connection.py").write_text("from resources import migrations\n")
+    (tmp_path / "resources" / "migrations.py").write_text("def f():\n    from resources.facts import g\n")
+    (tmp_path / "resources" / "facts.py").write_text("import resources.connection\n")
+    (tmp_path / "resources" / "sessions.py").write_text("import resources.facts\n")
+    assert import_circles(import_graph(tmp_path)) == [
+        ["resources.connection", "resources.facts", "resources.migrations"]
+    ]
+
+
+def test_no_private_name_is_imported_from_another_module():
+    private = [
+        f"{path.relative_to(REPO)}:{node.lineno} imports {node.module}.{alias.name}"
+        for package in PRODUCT
+        for path in sorted((REPO / package).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in FLOORS
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
+    assert private == []
 
 
 ASSET_BODY_LINES = 40  # an asset's body past this holds work for a plain function in assets/work/

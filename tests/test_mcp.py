@@ -37,7 +37,7 @@ def home(tmp_path) -> Path:
 def server(home: Path) -> StdioServerParameters:
     env = project_free_environ()
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "pipelines.cli", "mcp"], env={**env, "DIGEST_HOME": str(home)}, cwd=ROOT
+        command=sys.executable, args=["-m", "app.cli", "mcp"], env={**env, "DIGEST_HOME": str(home)}, cwd=ROOT
     )
 
 

@@ -375,7 +375,7 @@ def test_turns_archived_in_the_export_are_skipped_until_unarchived(store, monkey
     _add(store, [_row("s1-old", "s1", 0, "p", "t", "r", archived_at="2026-01-01T00:00:00Z")] + _session("s1", 1))
     assert [t.id for t in store.mini_summaries.pending_mini_summary_turns("s1")] == ["s1-t000"]
     # The CLI, in process, over the same DuckDB file.
-    from pipelines.cli import main
+    from app.cli import main
 
     monkeypatch.setenv("DIGEST_HOME", str(tmp_path))
     monkeypatch.setenv("DIGEST_DB_PATH", str(store.path))

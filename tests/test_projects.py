@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from app.cli import main
 from digest.friction_report.render import project_section
 from digest.ingest import ingest_paths
 from digest.projects import project_matches
-from pipelines.cli import main
 from resources.store import DigestStore
 
 

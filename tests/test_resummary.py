@@ -13,13 +13,13 @@ import duckdb
 import pytest
 from dagster import DagsterInstance, build_sensor_context
 
+from app.cli import main
 from digest.prompts import SUMMARY_CODE_VERSION
 from digest.resummary import ANY_JUNK, KEPT_PREVIOUS, NOT_CURRENT, REPLACED, ResummaryCriteria, before_after
 from digest.scheduling import now_ms
 from digest.settings import load_settings
 from digest.tags import RESUMMARY_TAG
 from digest.turns import canonical_order, input_revision
-from pipelines.cli import main
 from pipelines.definitions import build_definitions
 from pipelines.jobs import default_run_config, requested_job
 from resources.store import DigestStore

@@ -17,7 +17,7 @@ from digest.ingest import file_kind
 from tests.conftest import project_free_environ
 from tests.model_server import Behaviour, ModelServer
 
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "bundle"
 IMPORTED = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"  # its exported summary is current: it stands
 

@@ -1,12 +1,12 @@
 """Issue 36, item 6: off a terminal a long run is not silent. While a CLI sweep's run runs, a line a
-period says which session, what it does and how long so far (`pipelines.console.Ticker`); none
+period says which session, what it does and how long so far (`app.console.Ticker`); none
 after the run's own line, none with --json (its stdout and stderr are for scripts)."""
 
 from __future__ import annotations
 
 import time
 
-from pipelines.console import Output
+from app.console import Output
 
 
 def _run(output: Output, seconds: float) -> None:

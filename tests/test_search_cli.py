@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.search_cli import BadInput, refresh_index, since_ms
+from app.search_cli import BadInput, refresh_index, since_ms
 from tests.conftest import project_free_environ
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "app.cli"]
 CLAUDE = "0b6c3f1e-5a2d-4c8e-9f41-7d2e8a1c5b90"
 CODEX = "01936a4e-7c1b-7d42-9a0e-3b5f2c8d1e67"
 SUMMARIZED = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"

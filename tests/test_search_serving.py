@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUMMARIZED = "d23f0824-128b-4f33-8c5c-7fd0a6a3a450"  # the bundle's session with the export's summary
 # Runs the CLI's search in-process and then lists the heavy modules it loaded.
 SEARCH_AND_LIST_MODULES = (
-    "import json, sys; from pipelines.cli import main; main(sys.argv[1:]); "
+    "import json, sys; from app.cli import main; main(sys.argv[1:]); "
     "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'duckdb', 'pandas', 'dagster'})))"
 )
 
@@ -71,7 +71,7 @@ def test_searches_answer_while_another_process_holds_the_store_for_writing(home)
 
 def test_the_mcp_server_answers_beside_a_writer_and_finds_a_session_indexed_after_it_started(home):
     db = home / "digest.duckdb"
-    server = StdioServerParameters(command=sys.executable, args=["-m", "pipelines.cli", "mcp"], env=env(home), cwd=ROOT)
+    server = StdioServerParameters(command=sys.executable, args=["-m", "app.cli", "mcp"], env=env(home), cwd=ROOT)
 
     async def call(session: ClientSession, tool: str, **arguments) -> dict:
         result = await session.call_tool(tool, arguments)
@@ -124,7 +124,7 @@ def test_a_search_before_the_vectors_cover_it_says_so_and_loads_no_store_nor_mod
     assert answer["notice"].startswith(f"keyword results only: {sessions} of {sessions} session(s) this search covers")
     assert json.loads(loaded) == []  # neither DuckDB nor the embedding model was loaded
     text = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "search", "grid", "selection", "sort", "--limit", "1"],
+        [sys.executable, "-m", "app.cli", "search", "grid", "selection", "sort", "--limit", "1"],
         capture_output=True, text=True, timeout=120, env={**env(home), "DIGEST_EMBED_PROVIDER": "embedded"}, cwd=ROOT,
     )  # fmt: skip
     assert text.returncode == 0 and f"note: keyword results only: {sessions} of" in " ".join(text.stdout.split())

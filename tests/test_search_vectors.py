@@ -237,7 +237,7 @@ def test_session_digest_backlog_shows_the_chunks_waiting_for_a_vector(tmp_path):
     shown = {}
     for provider in ("ollama", "off"):
         done = subprocess.run(
-            [sys.executable, "-m", "pipelines.cli", "backlog", "--json"],
+            [sys.executable, "-m", "app.cli", "backlog", "--json"],
             capture_output=True, text=True, timeout=300, env={**environment, "DIGEST_EMBED_PROVIDER": provider},
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]

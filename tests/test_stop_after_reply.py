@@ -89,7 +89,7 @@ DRIVER = textwrap.dedent(
         return handled
 
     DagsterInstance.handle_new_event = stopping_handle
-    from pipelines.cli import main
+    from app.cli import main
 
     main()
     """
@@ -110,7 +110,7 @@ def _env(home, url: str, **extra: str) -> dict[str, str]:
 
 
 def _cli(args: list[str], env: dict, driver=None) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(driver)] if driver else [sys.executable, "-m", "pipelines.cli"]
+    command = [sys.executable, str(driver)] if driver else [sys.executable, "-m", "app.cli"]
     return subprocess.run(command + args, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -216,7 +216,7 @@ def test_the_sensor_records_a_summary_whose_run_failed_after_writing_it_once(tmp
 
     with ModelServer(lambda r: Behaviour.reply(FAITHFUL_SUMMARY)) as server:
         defs = build_definitions(load_settings({**env, "DIGEST_MODEL_URL": server.url}))
-        store = defs.resources["store"].store()
+        store = defs.resources["store"].open()
         ingest_paths([write_bundle(tmp_path / "bundle", make_turns("s1", 2))], store)
         with instance_for_test() as instance:
             instance.add_dynamic_partitions("sessions", ["s1"])

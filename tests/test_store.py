@@ -1,5 +1,6 @@
-"""The store resource migrates a file once per process: a sensor tick or a check that only reads
-does not take DuckDB's single writer for a migration each time."""
+"""The store's one way in (`open_store`, which the resource, the CLI, the MCP server and the run
+coordinator use) migrates a file once per process: a sensor tick, a check or a command that only
+reads does not take DuckDB's single writer for a migration each time."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import threading
 import duckdb
 import pytest
 
+import resources.store.migrations as migrations
 from resources.bindings import DigestStoreResource
-from resources.store import DigestStore
+from resources.store import DigestStore, StoreFile, open_store
 
 # Another process reading the file: it holds DuckDB's shared lock, so no process can write.
 HOLD_READ_LOCK = """
@@ -41,29 +43,60 @@ def reader():
 
 
 def test_the_store_resource_migrates_a_file_once_per_process(tmp_path, monkeypatch, reader):
-    monkeypatch.setattr("resources.store.connection.LOCK_WAIT_S", 1.0)
     path = tmp_path / "digest.duckdb"
     resource = DigestStoreResource(db_path=str(path), inbox=str(tmp_path / "inbox"))
-    resource.store()  # migrates: the tables are there
+    resource.open()  # migrates: the tables are there
     assert DigestStore(path).reports.status()["sessions"] == 0
 
     reader(path)
     with pytest.raises(duckdb.IOException, match="(?i)could not set lock"):
-        DigestStore(path).migrate()  # a migration needs the writer, which the reader denies
+        DigestStore(StoreFile(path, lock_wait_s=1.0)).migrate()  # a migration needs the writer, which the reader denies
     opened = []
     monkeypatch.setattr(duckdb, "connect", lambda *args, **kwargs: opened.append(args))
-    resource.store()  # no migration again: returns at once, without opening the file
+    resource.open()  # no migration again: returns at once, without opening the file
     assert opened == []
+
+
+def test_every_door_to_the_store_migrates_it_once_per_process(tmp_path, monkeypatch):
+    migrated = []
+    real = migrations.migrate
+    monkeypatch.setattr(migrations, "migrate", lambda file: (migrated.append(file.read_only), real(file)))
+    path = tmp_path / "digest.duckdb"
+    resource = DigestStoreResource(db_path=str(path), inbox=str(tmp_path / "inbox"))
+
+    open_store(path)  # a CLI command's
+    resource.open()  # then the run it launches, in the same process
+    open_store(path, read_only=True)  # `status`, `show`, the MCP server
+    assert migrated == [False]  # once, by a writer
+
+
+def test_a_read_only_open_of_a_current_store_writes_nothing(tmp_path, reader):
+    path = tmp_path / "digest.duckdb"
+    open_store(path)
+    migrations._current.clear()  # as another process would start
+    reader(path)  # DuckDB's shared lock: no process can write now
+
+    store = open_store(path, read_only=True, lock_wait_s=1.0)
+    assert store.file.read_only and store.reports.status()["sessions"] == 0
+    migrations._current.clear()
+    with pytest.raises(duckdb.IOException, match="(?i)could not set lock"):
+        open_store(path, lock_wait_s=1.0)  # a writing open migrates, which needs the writer
+
+
+def test_a_read_only_open_of_a_missing_store_makes_it_first(tmp_path):
+    path = tmp_path / "digest.duckdb"
+    store = open_store(path, read_only=True)
+    assert store.file.read_only and store.reports.status()["pending_summaries"] == 0
 
 
 def test_a_store_file_deleted_since_is_migrated_again(tmp_path):
     path = tmp_path / "digest.duckdb"
     resource = DigestStoreResource(db_path=str(path), inbox=str(tmp_path / "inbox"))
-    resource.store()
+    resource.open()
     path.unlink()
     path.with_name(path.name + ".wal").unlink(missing_ok=True)
 
-    assert resource.store().reports.status()["pending_summaries"] == 0  # the tables are there again
+    assert resource.open().reports.status()["pending_summaries"] == 0  # the tables are there again
 
 
 @pytest.fixture

@@ -130,7 +130,7 @@ def test_migration_19_moves_the_terms_into_the_turns_in_batches(store, monkeypat
         con.execute("ALTER TABLE turns DROP COLUMN terms_words")
         con.execute("UPDATE schema_meta SET version = 18")
     monkeypatch.setattr(turn_rows, "BACKFILL_BATCH_TURNS", 7)  # several batches
-    store.file.migrate()
+    store.migrate()
     assert stored(store, TERMS) == before
     assert stored(store, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'turn_terms'") == [(0,)]
     assert stored(store, "SELECT max(version) FROM schema_meta") == [(SCHEMA_VERSION,)]

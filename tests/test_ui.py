@@ -115,7 +115,7 @@ def _fill_store(tmp_path: Path, env: dict) -> None:
                 "UPDATE session_summaries SET title = 'moved on', created_at = now() WHERE session_id = 'small'"
             )
             restored = subprocess.run(
-                [sys.executable, "-m", "pipelines.cli", "restore", bundle, "--mode", "replace", "--json"],
+                [sys.executable, "-m", "app.cli", "restore", bundle, "--mode", "replace", "--json"],
                 env={**env, "DIGEST_MODEL_URL": server.url}, capture_output=True, text=True, timeout=300,
             )  # fmt: skip
             assert restored.returncode == 0 and '"summaries_restored": 1' in restored.stdout, restored.stderr[-3000:]

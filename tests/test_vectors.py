@@ -11,7 +11,7 @@ import duckdb
 import numpy as np
 import pytest
 
-import resources.store.connection as connection
+import resources.store.migrations as migrations
 from digest.ingest import ingest_paths
 from resources.store import DigestStore
 from resources.store.vectors import migrate_text_vectors, parse_vector_sql, vector_json_sql
@@ -194,7 +194,7 @@ def make_old_store(path: Path, turn_vectors: dict[str, str | None], summary_vect
             "INSERT INTO imported_summaries (session_id, source_file, imported_at, embedding) VALUES ('s1', 'f', now(), ?)",
             [summary_vector],
         )
-    connection._migrated.clear()
+    migrations._current.clear()
     return store
 
 

@@ -3,9 +3,7 @@ ledger. `DigestStore` is one file (`StoreFile`) shared by a repository per featu
 with its SQL beside its code, in the order one session passes through them:
 
 - `connection.py`     `StoreFile`: the path, connections that wait out another process's lock, a
-                      run's held connection, transactions, `migrate` (the tables are `schema.sql`);
-                      `Repository`, the base of the modules below
-- `migrations.py`     the numbered migrations `migrate` runs past a store's version (how to add one)
+                      run's held connection, transactions; `Repository`, the base of the modules below
 - `summary_row.py`    the one definition of the `session_summaries` row: its DDL, column lists, metadata
 - `ingest.py`         `store.ingest`: bundle → turns: the export's turns, mini summaries, summaries
                       and rejected lines
@@ -36,13 +34,16 @@ with its SQL beside its code, in the order one session passes through them:
 - `search_index.py`   the search index's files: a Tantivy index beside the store (`<store>.search/`)
 - `search_reads.py`   the search index read without the store (`SearchIndex`: never waits for a writer)
 - `vector_coverage.py` which sessions the vectors cover (`<store>.vectors.json`), read without the store
-- `digest_store.py`   `DigestStore`, the repositories above over one `StoreFile`
+- `migrations.py`     the schema (`schema.sql`) and the numbered migrations `migrate` runs past a
+                      store's version (how to add one); `ensure_current`: once per process
+- `digest_store.py`   `DigestStore`, the repositories above over one `StoreFile`; `open_store`, the one
+                      way in (read-only or writing)
 
 Decisions are `digest/`'s pure functions (the order mini summaries are made in, when a failing turn
 is archived, how failures count, the digest states, a host's circuit); a repository applies them
 inside the transaction that reads and writes their rows, so no decision is split across two
-connections. The store itself keeps only what is the file's: `path`, `migrate`, `migrate_once`,
-`query` (and `store.file` for a caller's own connection).
+connections. The store itself keeps only what is the file's: `path`, `migrate`, `query` (and
+`store.file` for a caller's own connection).
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ from importlib import import_module
 # (`search_reads`) without loading DuckDB, pandas and every repository.
 _EXPORTS = {
     "DigestStore": "digest_store", "MiniSummaryLedger": "mini_summaries", "NOT_ARCHIVED": "archive",
-    "RESTORE_MODES": "archive", "RunLedger": "ledger", "SCHEMA_VERSION": "connection", "StoreFile": "connection",
-    "StoreUnreadable": "connection",
+    "RESTORE_MODES": "archive", "RunLedger": "ledger", "SCHEMA_VERSION": "migrations", "StoreFile": "connection",
+    "StoreUnreadable": "connection", "open_store": "digest_store",
 }  # fmt: skip
 __all__ = sorted(_EXPORTS)
 

@@ -42,9 +42,10 @@ from digest.archive_read import (
 )
 from digest.graph import edge_line, merge_stored_edges, merge_stored_nodes, node_line
 from resources.store.cards import refresh_cards
-from resources.store.connection import SCHEMA_VERSION, Repository, now
+from resources.store.connection import Repository, now
 from resources.store.facts import refresh_turn_facts
 from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
+from resources.store.migrations import SCHEMA_VERSION
 from resources.store.redaction import redact_restored
 from resources.store.sessions import derived_session_rows, upsert_sessions
 from resources.store.summary_history import by_restore, keep_replaced_rows

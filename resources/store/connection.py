@@ -1,5 +1,5 @@
-"""The store's file: short-lived connections that wait out another process's lock, transactions,
-and the schema (`schema.sql`, `summary_row.py`) with its numbered migrations (`migrations.py`).
+"""The store's file: short-lived connections that wait out another process's lock, and
+transactions. The schema and its numbered migrations are `migrations.py`'s.
 
 DuckDB allows one writer per file across processes, so every method opens a connection, does a
 short piece of work and closes it: no connection is ever held across a model call. Opening
@@ -19,16 +19,12 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib.resources import files
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 
 from digest.backoff import doubling_backoff_s
-from digest.settings_fleet import EMBEDDED_MODEL
-from resources.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from resources.store.summary_row import summary_ddl
 
 LOCK_WAIT_S = 120.0
 # Rows a row group of the store holds (DuckDB's default is 122,880). A checkpoint rewrites each
@@ -37,13 +33,6 @@ LOCK_WAIT_S = 120.0
 # the turns so far, up to 1.9 GB (BENCHMARKS §3.2). DuckDB keeps no row group size in the file: it
 # applies to what is written through an ATTACH naming it, hence `_attach`.
 ROW_GROUP_ROWS = 2048
-SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8") + "\n" + summary_ddl()
-VIEWS = files(__package__).joinpath("views.sql").read_text(encoding="utf-8").replace("{embedded_model}", EMBEDDED_MODEL)
-
-# Store files this process has migrated, by (path, device, inode): a file replaced or deleted since
-# is another file and is migrated again.
-_migrated: set[tuple[str, int, int]] = set()
-_migrated_lock = threading.Lock()
 
 # This process's opens and closes of one file, one at a time: DuckDB refuses an open that races
 # the close of the file's last connection ("Unique file handle conflict"), which would read as a
@@ -257,50 +246,6 @@ class StoreFile:
             finally:
                 if held is not None:
                     held.in_transaction = False
-
-    def migrate(self) -> None:
-        """Create what is missing, then run the numbered migrations past the store's version
-        (`migrations.py`); idempotent."""
-        with self.transaction() as con:
-            had_meta = con.execute(
-                "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_meta'"
-            ).fetchone()[0]
-            current = con.execute("SELECT max(version) FROM schema_meta").fetchone()[0] if had_meta else None
-            con.execute(SCHEMA)
-            if current is None:  # a fresh store: created at the latest shape
-                con.execute("INSERT INTO schema_meta VALUES (?, ?)", [SCHEMA_VERSION, now()])
-            elif current > SCHEMA_VERSION:
-                raise RuntimeError(f"{self.path} has schema version {current}, newer than this code's {SCHEMA_VERSION}")
-            else:
-                for version in range(current + 1, SCHEMA_VERSION + 1):
-                    for step in MIGRATIONS[version]:
-                        con.execute(step) if isinstance(step, str) else step(con)
-                    con.execute("INSERT INTO schema_meta VALUES (?, ?)", [version, now()])
-            con.execute(VIEWS)
-            # Pre-routes recorded before `bound` was a column name it in their note (rows restored
-            # from an older bundle too, at the next migrate); a row set here is not matched again.
-            pre_route = r"^pre-routed to the degraded summary: .* > (over-raw-cap|over-safe-band) "
-            con.execute(
-                "UPDATE friction_events SET bound = regexp_extract(note, ?, 1) WHERE bound IS NULL "
-                "AND symptom = 'size-precheck-skip' AND consumer = 'session_summaries' AND regexp_matches(note, ?)",
-                [pre_route, pre_route],
-            )
-
-    def migrate_once(self) -> None:
-        """`migrate`, unless this process already migrated this file: a migration is a write
-        transaction, and a sensor tick or a check that only reads should not wait for the writer."""
-        with _migrated_lock:
-            if self._identity() in _migrated:
-                return
-            self.migrate()
-            _migrated.add(self._identity())
-
-    def _identity(self) -> tuple[str, int, int] | None:
-        try:
-            stat = self.path.stat()
-        except FileNotFoundError:
-            return None
-        return str(self.path.resolve()), stat.st_dev, stat.st_ino
 
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
         with self.connect() as con:

@@ -1,4 +1,5 @@
-"""`DigestStore`: one DuckDB file and its repositories (the package's docstring lists them)."""
+"""`DigestStore`: one DuckDB file and its repositories (the package's docstring lists them), and
+`open_store`, the one way in."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from resources.store.archive import Archive
 from resources.store.backlog import BacklogReads
 from resources.store.cache import Cache
 from resources.store.cards import Cards
-from resources.store.connection import StoreFile
+from resources.store.connection import LOCK_WAIT_S, StoreFile
 from resources.store.facts import Facts
 from resources.store.graph import Graph
 from resources.store.hosts import Hosts
 from resources.store.ingest import Ingest
 from resources.store.ledger import Attempts
+from resources.store.migrations import ensure_current, migrate
 from resources.store.mini_summaries import MiniSummaries
 from resources.store.projects import Projects
 from resources.store.reports import Reports
@@ -59,10 +61,17 @@ class DigestStore:
         return self.file.path
 
     def migrate(self) -> None:
-        self.file.migrate()
-
-    def migrate_once(self) -> None:
-        self.file.migrate_once()
+        migrate(self.file)
 
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
         return self.file.query(sql, params)
+
+
+def open_store(path: str | Path, read_only: bool = False, lock_wait_s: float = LOCK_WAIT_S) -> DigestStore:
+    """The store at `path`, brought to this code's schema once per process (`ensure_current`): how
+    the resource, the CLI, the MCP server and the run coordinator open it. `read_only`: every
+    connection read-only, so a command that only reads needs no writable disk and, the store current,
+    takes no write lock."""
+    file = StoreFile(path, read_only, lock_wait_s)
+    ensure_current(file)
+    return DigestStore(file)

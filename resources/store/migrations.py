@@ -1,4 +1,5 @@
-"""The store's numbered migrations, applied in order from `schema_meta.version` by `migrate`.
+"""The store's schema and its numbered migrations, applied in order from `schema_meta.version` by
+`migrate`; `ensure_current` migrates a file once per process (`open_store` calls it).
 
 A fresh store is created at the latest shape (`schema.sql`, and `session_summaries` from
 `summary_row.py`) and recorded at the latest version; an older store runs every migration past its
@@ -16,63 +17,35 @@ the connection for what SQL alone cannot do (converting values).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from importlib.resources import files
 
 import duckdb
 
-from resources.store.summary_row import summary_column
+from digest.settings_fleet import EMBEDDED_MODEL
+from resources.store.cards import refresh_all_cards
+from resources.store.connection import StoreFile, now
+from resources.store.facts import refresh_turn_facts
+from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
+from resources.store.redaction import redact_stored, redact_stored_since_13
+from resources.store.summary_row import summary_column, summary_ddl
 from resources.store.vectors import migrate_text_vectors
 
-
-def backfill_turn_facts(con: duckdb.DuckDBPyConnection) -> None:
-    """The facts of the turns stored before facts were extracted at ingest (`store.facts`). Imported
-    here, not above: `resources.store.facts` imports the connection module, which imports this one."""
-    from resources.store.facts import refresh_turn_facts
-
-    refresh_turn_facts(con)
-
-
-def backfill_cards(con: duckdb.DuckDBPyConnection) -> None:
-    """Every session's card (`session_cards`); imported here for the reason above."""
-    from resources.store.cards import refresh_all_cards
-
-    refresh_all_cards(con)
+SCHEMA = files(__package__).joinpath("schema.sql").read_text(encoding="utf-8") + "\n" + summary_ddl()
+VIEWS = files(__package__).joinpath("views.sql").read_text(encoding="utf-8").replace("{embedded_model}", EMBEDDED_MODEL)
 
 
 def judge_summaries_again(con: duckdb.DuckDBPyConnection) -> None:
-    """Every stored summary judged and scored again (`digest.verdict` changed); imported here for the
-    reason above."""
-    from resources.store.fidelity import refresh_fidelity
-
+    """Every stored summary judged and scored again (`digest.verdict` changed)."""
     sessions = [r[0] for r in con.execute("SELECT session_id FROM session_summaries ORDER BY 1").fetchall()]
     for start in range(0, len(sessions), 500):
         refresh_fidelity(con, sessions[start : start + 500])
 
 
-def backfill_turn_terms(con: duckdb.DuckDBPyConnection) -> None:
-    """The identifiers of the stored turns (`turns.terms`); imported here for the reason above."""
-    from resources.store.fidelity import refresh_turn_terms
-
-    refresh_turn_terms(con)
-
-
 def add_column(table: str, definition: str) -> str:
     """DuckDB adds no column with a constraint: an added column is nullable, its writers fill it."""
     return f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {definition.replace(' NOT NULL', '')}"
-
-
-def redact_stored(con: duckdb.DuckDBPyConnection) -> None:
-    # Imported here: the redaction reads and writes through the store's modules, which import this one.
-    from resources.store.redaction import redact_stored as redact
-
-    redact(con)
-
-
-def redact_stored_since_13(con: duckdb.DuckDBPyConnection) -> None:
-    """The rejects, imported metadata and imported graph redacted; imported here for the reason above."""
-    from resources.store.redaction import redact_stored_since_13 as redact
-
-    redact(con)
 
 
 # Each turn's terms (`resources.store.fidelity`): 19 moves them into the turn's row; the redactions of
@@ -151,14 +124,14 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     ],
     # 14: each turn's facts (files, commands and exit status, errors, commits, issues and PRs) for
     # the turns stored before `turn_facts` (issue 34); batched, so memory stays bounded.
-    14: [backfill_turn_facts],
+    14: [refresh_turn_facts],
     # 15: each turn's identifiers (then in a `turn_terms` table) for the turns stored before: a
     # session's fidelity terms are their sum, so a refresh no longer reads every turn document. 19
     # extracts them now, into the turns.
     15: [],
     # 16: the facts read again (tool calls written as text, test runs, the errors a session ends on),
     # then each session's card from them (`session_cards`); every session is indexed again, its card with it.
-    16: [backfill_turn_facts, backfill_cards, "DROP TABLE IF EXISTS search_index_state"],
+    16: [refresh_turn_facts, refresh_all_cards, "DROP TABLE IF EXISTS search_index_state"],
     # 17: the rejects' reasons and excerpts, the imported summaries' metadata and the imported graph's
     # properties redacted as the ingest now redacts them (`resources.store.redaction`).
     17: [redact_stored_since_13],
@@ -167,7 +140,7 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     18: [*TURN_TERM_COLUMNS, redact_stored],  # the terms' columns first: the redaction refreshes them
     # 19: each turn's terms in its own row (`turns.terms`, `terms_words`), not a row a term with the
     # turn's id and session again in `turn_terms` (BENCHMARKS §29); batched.
-    19: [*TURN_TERM_COLUMNS, backfill_turn_terms, "DROP TABLE IF EXISTS turn_terms"],
+    19: [*TURN_TERM_COLUMNS, refresh_turn_terms, "DROP TABLE IF EXISTS turn_terms"],
     # 20: the search index moves to a Tantivy index beside the store (`<store>.search/`), which readers
     # open without the store's lock: the postings tables go, every session is indexed there again.
     20: [
@@ -179,7 +152,7 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     ],
     # 21: every summary judged again: a summary caught in a loop (a phrase said three times or more
     # over a third of it) is an echo now; the cards follow the verdicts (an ok summary's title).
-    21: [judge_summaries_again, backfill_cards],
+    21: [judge_summaries_again, refresh_all_cards],
     # 22: what each session was indexed at moves into the index's folder, with the index it describes
     # (`search_indexed.py`): an index with no such record is cleared, every session indexed again.
     # 16 and 20 emptied the table to the same end; they drop it now that `schema.sql` makes none.
@@ -187,7 +160,71 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # 23: every summary judged again: its claims (the technologies it lists or names, the code and
     # messages it quotes) are checked against its turns, and one of invented facts is fabricated;
     # the cards follow the verdicts (the search index, which records each verdict, follows too).
-    23: [judge_summaries_again, backfill_cards],
+    23: [judge_summaries_again, refresh_all_cards],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)
+
+# Store files this process has found at this code's schema or migrated, by (path, device, inode): a
+# file replaced or deleted since is another file and is looked at again.
+_current: set[tuple[str, int, int] | None] = set()
+_current_lock = threading.Lock()
+
+
+def migrate(file: StoreFile) -> None:
+    """Create what is missing, then run the numbered migrations past the store's version; idempotent."""
+    with file.transaction() as con:
+        had_meta = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_meta'"
+        ).fetchone()[0]
+        current = con.execute("SELECT max(version) FROM schema_meta").fetchone()[0] if had_meta else None
+        con.execute(SCHEMA)
+        if current is None:  # a fresh store: created at the latest shape
+            con.execute("INSERT INTO schema_meta VALUES (?, ?)", [SCHEMA_VERSION, now()])
+        elif current > SCHEMA_VERSION:
+            raise RuntimeError(f"{file.path} has schema version {current}, newer than this code's {SCHEMA_VERSION}")
+        else:
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for step in MIGRATIONS[version]:
+                    con.execute(step) if isinstance(step, str) else step(con)
+                con.execute("INSERT INTO schema_meta VALUES (?, ?)", [version, now()])
+        con.execute(VIEWS)
+        # Pre-routes recorded before `bound` was a column name it in their note (rows restored
+        # from an older bundle too, at the next migrate); a row set here is not matched again.
+        pre_route = r"^pre-routed to the degraded summary: .* > (over-raw-cap|over-safe-band) "
+        con.execute(
+            "UPDATE friction_events SET bound = regexp_extract(note, ?, 1) WHERE bound IS NULL "
+            "AND symptom = 'size-precheck-skip' AND consumer = 'session_summaries' AND regexp_matches(note, ?)",
+            [pre_route, pre_route],
+        )
+
+
+def ensure_current(file: StoreFile) -> None:
+    """The file at this code's schema, looked at once per process: a migration is a write transaction,
+    and a sensor tick, a check or a command that only reads should not wait for the writer each time.
+    A read-only `file` at the current schema is only read; missing or older, a writable open of the
+    same path migrates it."""
+    with _current_lock:
+        if _identity(file) in _current:
+            return
+        if not (file.read_only and _at_current_schema(file)):
+            migrate(StoreFile(file.path, lock_wait_s=file.lock_wait_s) if file.read_only else file)
+        _current.add(_identity(file))
+
+
+def _at_current_schema(file: StoreFile) -> bool:
+    if not file.path.is_file():
+        return False
+    try:
+        with file.connect() as con:
+            return con.execute("SELECT max(version) FROM schema_meta").fetchone()[0] == SCHEMA_VERSION
+    except duckdb.Error:
+        return False  # no schema yet, or a writer holding the file past the wait: the migration says which
+
+
+def _identity(file: StoreFile) -> tuple[str, int, int] | None:
+    try:
+        stat = file.path.stat()
+    except FileNotFoundError:
+        return None
+    return str(file.path.resolve()), stat.st_dev, stat.st_ino

@@ -1,6 +1,6 @@
 """`session-digest search`, `show` and `mcp`: past work found again, for people (a ranked list,
 a session's summary with its provenance, its facts and its turns) and for agents (`mcp`, the MCP
-server of `pipelines/mcp_server.py`). Registered in `pipelines/cli.py`.
+server of `app/mcp_server.py`). Registered in `app/cli.py`.
 
 Bad input (an empty or all-stop-word query, one longer than a page, an unknown session, a `--since`
 that is no date) is one line on stderr and exit code 2, never a traceback. `search` reads the search
@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from pipelines.console import Output
+from app.command import Command
+from app.console import Output
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from digest.settings import Settings
 
-COMMANDS = ("search", "show", "blame", "why", "mcp")
 USAGE_ERROR = 2  # argparse's exit code for bad input, ours too
 TEXT_SHOWN = 400  # characters of a turn's prompt and response `show --turns` prints (--json: all)
 _RELATIVE = re.compile(r"^(\d{1,6})\s*([hdw])$")
@@ -37,57 +37,30 @@ class BadInput(ValueError):
     """A command line that asks for something that cannot be answered: its one-line reason."""
 
 
-def add_commands(sub) -> None:
-    p_search = sub.add_parser(
-        "search", help="find past sessions by words, names, paths and errors: ranked, with their best turns"
-    )
-    p_search.add_argument("query", nargs="+", help="the words to find (no quotes needed)")
-    p_search.add_argument("--limit", type=int, default=10, help="at most this many sessions (default 10)")
-    p_search.add_argument("--since", metavar="DATE", help="active since: 2026-11-18, an ISO time, or 12h / 7d / 2w ago")
-    p_search.add_argument("--category", help="bugfix, feature, refactoring, documentation, new-app, analysis, other")
-    p_search.add_argument(
+def search_arguments(command) -> None:
+    command.add_argument("query", nargs="+", help="the words to find (no quotes needed)")
+    command.add_argument("--limit", type=int, default=10, help="at most this many sessions (default 10)")
+    command.add_argument("--since", metavar="DATE", help="active since: 2026-11-18, an ISO time, or 12h / 7d / 2w ago")
+    command.add_argument("--category", help="bugfix, feature, refactoring, documentation, new-app, analysis, other")
+    command.add_argument(
         "--file", metavar="PATH", help="sessions that read, edited or created this file (or path tail)"
     )
-    p_search.add_argument("--project", help="sessions of this project")
-    p_search.add_argument(
+    command.add_argument("--project", help="sessions of this project")
+    command.add_argument(
         "--full", action="store_true", help="with --json: every field of each hit, snippets whole (default: compact)"
     )
-    p_show = sub.add_parser("show", help="a session's summary with its provenance, its facts, and its turns (--turns)")
-    p_show.add_argument("session", metavar="SESSION", help="session id or partition key")
-    p_show.add_argument("--turns", action="store_true", help="list the session's turns too, oldest first, paged")
-    p_show.add_argument("--offset", type=int, default=0, help="the first turn listed (0: the first)")
-    p_show.add_argument("--limit", type=int, default=20, help="turns listed (default 20)")
-    p_blame = sub.add_parser(
-        "blame", help="the sessions that edited or created a file, newest first, with their commands and commits"
-    )
-    p_blame.add_argument("path", metavar="PATH", help="the file's path, or its tail (settings.py)")
-    p_blame.add_argument("--limit", type=int, default=10, help="at most this many sessions (default 10)")
-    p_why = sub.add_parser("why", help="the session whose turns made, showed or named a commit")
-    p_why.add_argument("commit", metavar="COMMIT", help="a commit hash or its first digits (4 or more)")
-    sub.add_parser("mcp", help="serve the store to agents over MCP (stdio), read-only: Memory Core's query tools")
 
 
-def run(args, settings: Settings, output: Output) -> None:
-    """One of `COMMANDS`; bad input ends the process with its reason and exit code 2."""
-    from resources.store.search_reads import SearchError
+def show_arguments(command) -> None:
+    command.add_argument("session", metavar="SESSION", help="session id or partition key")
+    command.add_argument("--turns", action="store_true", help="list the session's turns too, oldest first, paged")
+    command.add_argument("--offset", type=int, default=0, help="the first turn listed (0: the first)")
+    command.add_argument("--limit", type=int, default=20, help="turns listed (default 20)")
 
-    if args.command == "mcp":
-        from pipelines.mcp_server import serve
 
-        # An older store is migrated once, before the first tool that reads the store: the server only
-        # reads, and its searches read the index alone, so `initialize` waits for no store.
-        serve(settings.db_path, deferred_embedder(settings), prepare_store=lambda: _migrated(settings))
-        return
-    try:
-        if args.command == "search":
-            search(settings, args, output)
-        elif args.command == "show":
-            show(settings, args, output)
-        else:
-            found_by_facts(settings, args, output)
-    except (BadInput, SearchError, ValueError) as exc:
-        print(f"session-digest {args.command}: {exc}", file=sys.stderr)
-        raise SystemExit(USAGE_ERROR) from None
+def blame_arguments(command) -> None:
+    command.add_argument("path", metavar="PATH", help="the file's path, or its tail (settings.py)")
+    command.add_argument("--limit", type=int, default=10, help="at most this many sessions (default 10)")
 
 
 def deferred_embedder(settings: Settings):
@@ -107,11 +80,33 @@ def deferred_embedder(settings: Settings):
     return DeferredEmbedder(settings.vector_model, client)
 
 
-def _migrated(settings: Settings) -> None:
-    from pipelines.cli import _reading_store
+def why_arguments(command) -> None:
+    command.add_argument("commit", metavar="COMMIT", help="a commit hash or its first digits (4 or more)")
 
-    if settings.db_path.is_file():
-        _reading_store(settings)
+
+def reported(answer):
+    """`answer(settings, args, output)` as a command: bad input ends the process with its reason and
+    exit code 2."""
+
+    def run(args, settings: Settings, output: Output) -> None:
+        from resources.store.search_reads import SearchError
+
+        try:
+            answer(settings, args, output)
+        except (BadInput, SearchError, ValueError) as exc:
+            print(f"session-digest {args.command}: {exc}", file=sys.stderr)
+            raise SystemExit(USAGE_ERROR) from None
+
+    return run
+
+
+def mcp(args, settings: Settings, output: Output) -> None:
+    from app.mcp_server import serve
+
+    embedder = deferred_embedder(settings)
+    # The server opens the store at the first tool that reads it (an older one migrated then): its
+    # searches read the index alone, so `initialize` waits for no store.
+    serve(settings.db_path, embedder)
 
 
 # --- search -----------------------------------------------------------------------------------------
@@ -153,9 +148,9 @@ def search_source(settings: Settings):
         return SearchIndex(settings.db_path)
     except IndexUnavailable:
         pass
-    from pipelines.runs import _store
+    from resources.store import open_store
 
-    store = _store(settings)
+    store = open_store(settings.db_path)
     if problem := refresh_index(store):
         print(f"session-digest search: {problem}", file=sys.stderr)
     try:
@@ -175,9 +170,9 @@ def search(settings: Settings, args, output: Output) -> None:
     embedder = deferred_embedder(settings)  # made, and the store opened, only once the vectors cover the search
 
     def vectors():
-        from resources.store import DigestStore
+        from resources.store import open_store
 
-        return DigestStore(settings.db_path, read_only=True)
+        return open_store(settings.db_path, read_only=True)
 
     results = search_sessions(
         source, embedder, query, limit=args.limit, since_ms=since, category=args.category, file=args.file,
@@ -216,7 +211,7 @@ def hit_json(hit) -> dict:
 def search_json(source, query: str, hits, args, mode: str, notice: str | None = None) -> str:
     """`search --json`: compact JSON, each session by its card line with its one or two best matches
     cited (`session:turn`); an empty answer says why, and one without vectors (configured) why not."""
-    from pipelines.answers import LINE_CHARS, TURNS_PER_SESSION, accounts_of, cite, compact, dumps, short
+    from app.answers import LINE_CHARS, TURNS_PER_SESSION, accounts_of, cite, compact, dumps, short
 
     accounts = accounts_of(source, [h.session_id for h in hits])
     results = [
@@ -246,16 +241,15 @@ def search_json(source, query: str, hits, args, mode: str, notice: str | None = 
 
 def found_by_facts(settings: Settings, args, output: Output) -> None:
     """`blame PATH` and `why COMMIT`: sessions found by what their turns did, from their facts."""
-    from pipelines.answers import blame_answer, dumps, why_answer
-    from pipelines.cli import _reading_store
-    from pipelines.runs import _store
+    from app.answers import blame_answer, dumps, why_answer
+    from resources.store import open_store
 
     if args.command == "blame":
         if args.limit < 1:
             raise BadInput("--limit must be 1 or more")
-        answer = blame_answer(_reading_store(settings), args.path, args.limit)
+        answer = blame_answer(open_store(settings.db_path, read_only=True), args.path, args.limit)
     else:
-        store = _store(settings)
+        store = open_store(settings.db_path)
         # `why` falls back to the turns that name the commit: the search index, brought up to date.
         if problem := refresh_index(store):
             print(f"session-digest why: {problem}", file=sys.stderr)
@@ -278,7 +272,7 @@ def found_by_facts(settings: Settings, args, output: Output) -> None:
 
 def no_hits(source, query: str, args) -> str:
     """Why nothing was found, in a line: an empty store, else the query and the filters that found nothing."""
-    from pipelines.answers import index_figures
+    from app.answers import index_figures
 
     if not index_figures(source)[0]:
         return "no sessions in the store yet: `session-digest ingest PATH` adds some"
@@ -342,11 +336,11 @@ _PROVENANCE = (
 
 
 def show(settings: Settings, args, output: Output) -> None:
-    from pipelines.cli import _reading_store
+    from resources.store import open_store
 
     if args.offset < 0 or args.limit < 1:
         raise BadInput("--offset must be 0 or more and --limit 1 or more")
-    store = _reading_store(settings)
+    store = open_store(settings.db_path, read_only=True)
     try:
         (session_id,) = store.sessions.resolve_sessions([args.session])
     except ValueError as exc:
@@ -489,3 +483,26 @@ def render_session(console: Console, view: dict) -> None:
                 console.print(Text(f"  {field}: ", style="bold") + Text(cut))
     if shown_to < page["total"]:
         console.print(f"… next page: --offset {shown_to}", markup=False, highlight=False, style="dim")
+
+
+COMMANDS = (
+    Command(
+        "search", "find past sessions by words, names, paths and errors: ranked, with their best turns",
+        reported(search), search_arguments, light=True,
+    ),
+    Command(
+        "show", "a session's summary with its provenance, its facts, and its turns (--turns)", reported(show),
+        show_arguments,
+    ),
+    Command(
+        "blame", "the sessions that edited or created a file, newest first, with their commands and commits",
+        reported(found_by_facts), blame_arguments,
+    ),
+    Command(
+        "why", "the session whose turns made, showed or named a commit", reported(found_by_facts), why_arguments
+    ),
+    Command(
+        "mcp", "serve the store to agents over MCP (stdio), read-only: Memory Core's query tools", mcp, light=True,
+        takes_json=False,
+    ),
+)  # fmt: skip

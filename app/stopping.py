@@ -1,7 +1,7 @@
 """Stopping a CLI sweep or drain: SIGTERM and Ctrl-C (SIGINT) interrupt the run in hand and launch
 nothing more. The run's model call is recorded `interrupted` (`digest.synthesis.ledgered_call`),
 which says nothing of its host (no circuit failure), and the embedded server the sweep started is
-stopped only after its last run (`pipelines.runs._run_partitions`). A second signal stops the
+stopped only after its last run (`app.runs.run_partitions`). A second signal stops the
 process at once, as a plain Ctrl-C would.
 
 While a run executes, Dagster holds both signals (`dagster._utils.interrupts`: SIGTERM goes where

@@ -2,18 +2,19 @@
 every pending session's first summary, then the mini-summary backfill of the sessions headed for the
 degraded path, then the upgrades their new coverage makes due and the re-summaries asked for; again
 while the backfill makes progress. A line per finished run, and a progress line while a long one runs
-(`pipelines.console`). The count and the model-time budget hold for the whole drain, not a batch each."""
+(`app.console`). The count and the model-time budget hold for the whole drain, not a batch each."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
+from app.console import Output
+from app.runs import dagster_instance, model_served, refresh_backlog, run_errors, run_partitions, sweep
+from app.stopping import stop_requested
 from digest.scheduling import now_ms
 from digest.settings import Settings
-from pipelines.console import Output
-from pipelines.runs import _instance, _model_url, _refresh_backlog, _run_partitions, _store, run_errors, sweep
-from pipelines.stopping import stop_requested
+from resources.store import open_store
 
 
 @dataclass
@@ -54,14 +55,14 @@ def fill_degraded_mini_summaries(settings: Settings, output: Output, budget: Dra
     own model-time budget, while the drain's lasts."""
     from dagster import RunRequest
 
-    store = _store(settings)
+    store = open_store(settings.db_path)
     keys = store.mini_summaries.pending_degraded_mini_summary_keys(settings.fleet.measured_limits(store), now_ms())
     outcomes = []
     for key in keys:
         if budget.spent() or stop_requested():
             break
-        ran = _run_partitions(
-            settings, _instance(), store, "fill_mini_summaries", [RunRequest(partition_key=key)],
+        ran = run_partitions(
+            settings, dagster_instance(), store, "fill_mini_summaries", [RunRequest(partition_key=key)],
             "turn_mini_summaries", output, [settings.mini_summaries.budget_s],
         )  # fmt: skip
         budget.charge(ran)
@@ -90,12 +91,12 @@ def _sweeps(settings: Settings, output: Output, budget: DrainBudget, first_only:
 
 def drain(settings: Settings, output: Output, limit: int | None = None, model_seconds: float | None = None) -> dict:
     """The backlog's runs now, in the sensors' order, until nothing is left, the budget is spent or a
-    signal stops it (`pipelines.stopping`): `limit` runs and `model_seconds` of model time in all."""
+    signal stops it (`app.stopping`): `limit` runs and `model_seconds` of model time in all."""
     started = time.monotonic()
     budget = DrainBudget(limit, model_seconds)
     summary_runs, mini_summary_runs = [], []
     # One embedded server for the whole drain (the sweeps and backfill runs in it find its URL set).
-    with _model_url(settings, output) as settings:
+    with model_served(settings, output) as settings:
         summary_runs += _sweeps(settings, output, budget, first_only=True)
         while not budget.spent() and not stop_requested():
             filled = fill_degraded_mini_summaries(settings, output, budget)
@@ -106,7 +107,7 @@ def drain(settings: Settings, output: Output, limit: int | None = None, model_se
             if not later and not any(run.get("mini_summaries") for run in filled):  # none left, or no progress
                 break
     return {
-        "backlog": _refresh_backlog(settings, _instance(), _store(settings)),
+        "backlog": refresh_backlog(settings, dagster_instance(), open_store(settings.db_path)),
         "summarized": sum(o["success"] and "source_tier" in o for o in summary_runs),
         "mini_summaries": sum(o.get("mini_summaries") or 0 for o in mini_summary_runs),
         "failed": sum(not o["success"] for o in summary_runs + mini_summary_runs),

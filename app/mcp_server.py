@@ -24,14 +24,14 @@ so an answer stays a few KB.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from digest.summary_output import Category
-from pipelines.answers import (
+from app.answers import (
     DEFAULT_MAX_TOKENS,
     LINE_CHARS,
     TURNS_PER_SESSION,
@@ -48,6 +48,7 @@ from pipelines.answers import (
     why_answer,
     within_budget,
 )
+from digest.summary_output import Category
 
 # The tools' argument types (module level: the SDK reads the annotations by name).
 NResults = Annotated[int, Field(ge=1, le=100, description="results to return, 1-100")]
@@ -74,29 +75,45 @@ def _tools(value) -> list[str]:
     return [str(n) for n in names] if isinstance(names, list) else [str(names)]
 
 
-class Reads:
-    """The tools' reads, each over a read-only store opened for it. Raises `ToolError` with the
-    one-line reason for anything the caller asked wrong (and for a store busy past `LOCK_WAIT_S`)."""
+def tool(method):
+    """A tool of `Tools`: the method's name is the tool's, its arguments the tool's (the SDK reads
+    their annotations), its docstring the tool's description. Its answer goes out as compact JSON text
+    (no structured copy beside it: an agent would read both); its caller's mistakes and a busy store
+    are tool errors (`Tools.guarded`)."""
 
-    def __init__(self, db_path: Path, embedder=None, prepare_store=None):
+    @functools.wraps(method)
+    def answered(self: Tools, *args, **kwargs) -> str:
+        return dumps(self.guarded(lambda: method(self, *args, **kwargs)))
+
+    TOOL_NAMES.append(method.__name__)
+    return answered
+
+
+TOOL_NAMES: list[str] = []  # in the order `tool` met them: the order the server lists them
+
+
+class Tools:
+    """The server's tools, one method each (`@tool`), over the store file at `db_path`: the searches
+    read the search index, kept; every other tool opens the store read-only for the call. Raises
+    `ToolError` with the one-line reason for anything the caller asked wrong (and for a store busy
+    past `LOCK_WAIT_S`)."""
+
+    def __init__(self, db_path: Path, embedder=None):
         self.db_path = Path(db_path)
         self.embedder = embedder  # the embeddings host's client, or None: keyword search alone
         self.index = None  # the search index, opened at the first search and kept
-        self.prepare_store = prepare_store  # run once, before the store is first read (a migration)
 
-    def _store(self):
+    def store(self):
+        """The store, read-only for this call (an older one migrated at the first)."""
         from mcp.server.mcpserver.exceptions import ToolError
 
-        from resources.store import DigestStore, StoreFile
+        from resources.store import open_store
 
         if not self.db_path.is_file():
             raise ToolError(f"no store at {self.db_path}: ingest some sessions first (`session-digest ingest PATH`)")
-        if self.prepare_store is not None:
-            prepare, self.prepare_store = self.prepare_store, None
-            prepare()
-        return DigestStore(StoreFile(self.db_path, read_only=True, lock_wait_s=LOCK_WAIT_S))
+        return open_store(self.db_path, read_only=True, lock_wait_s=LOCK_WAIT_S)
 
-    def _search_source(self):
+    def search_source(self):
         """The search index (kept, or opened again when it was rebuilt); the store itself while none
         is built yet (its searches then find nothing and say why)."""
         from resources.store.search_index import IndexUnavailable
@@ -107,21 +124,15 @@ class Reads:
             return self.index
         except IndexUnavailable:
             self.index = None
-            return self._store()
+            return self.store()
 
-    def call(self, read, *args, **kwargs):
-        """`read(store, ...)`, its caller's mistakes and a busy store as tool errors."""
-        return self._guarded(lambda: read(self._store(), *args, **kwargs))
-
-    def search(self, read, *args, **kwargs):
-        """`read(index, ...)` over the search index (its vectors the store's, opened only once they
-        cover the search, where a host serves them)."""
-        return self._guarded(
-            lambda: read(self._search_source(), *args, vectors=self._store if self.embedder else None, **kwargs)
-        )
+    def vectors(self):
+        """The store whose vectors a search fuses, where a host serves embeddings (a function that
+        opens it, called only once the vectors cover the search); else None."""
+        return self.store if self.embedder else None
 
     @staticmethod
-    def _guarded(answer):
+    def guarded(answer):
         import sys
 
         from mcp.server.mcpserver.exceptions import ToolError
@@ -138,111 +149,69 @@ class Reads:
                 raise ToolError(f"the store is busy or unreadable, try again: {exc}") from None
             raise
 
-    # --- the tools' bodies ---
+    # --- the tools, with the Memory Core's argument names ---
 
-    @staticmethod
-    def summary_result(row: dict, score: float | None = None, matches=(), full: bool = False) -> dict:
-        """A session's account (`session_accounts`: its ok summary, else its card) in the Memory Core's
-        shape (`Summary`), with its provenance: a card's `sourceTier` is `facts`."""
-        result = {
-            "id": f"summary_{row['session_id']}",
-            "sessionId": row["session_id"],
-            "timestamp": iso(row.get("session_last_ms", row.get("last_activity_ms"))),
-            "project": row.get("project"),
-            "title": row["title"],
-            # A line by default: the session's card line past the title; `full`: its account's text.
-            "summary": cut(row["summary"], RESULT_FIELD_CHARS * 2) if full else _after_title(row),
-            "category": row["category"],
-            "memoryCount": row["memory_count"],
-            "quality": row["quality"],
-            "productivity": row["productivity"],
-            "impact": row["impact"],
-            "complexity": row["complexity"],
-            "technologies": list(row["technologies"] or []),
-            "sourceTier": row["source_tier"],
-            "degraded": bool(row["degraded"]),
-            "verdict": row["verdict"],
-            "navigationIndex": bool(row["degraded"]),
-            "origin": row["origin"],
-            "model": row["model"] or None,
-            "account": row["account"],
-        }
-        if score is not None:
-            result["relevanceScore"] = round(score, 4)
-            result["matches"] = [
-                {"cite": cite(row["session_id"], m.turn_id), "snippet": short(m.snippet)}
-                for m in matches[:TURNS_PER_SESSION]
-            ]
-        if full:
-            return result
-        if row["account"] == "card":  # a card's provenance is its tier's: degraded, a navigation summary
-            del result["degraded"], result["navigationIndex"], result["origin"]
-        return compact(result)
-
-    @classmethod
+    @tool
     def query_summaries(
-        cls, source, query: str, n: int, category: str | None, embedder=None, full=False, max_tokens=DEFAULT_MAX_TOKENS,
-        vectors=None,
-    ) -> dict:  # fmt: skip
+        self,
+        query: Annotated[str, Field(description="words, names, paths or errors to find")],
+        nResults: NResults = 10,
+        category: Category | None = None,
+        full: Full = False,
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> dict:
+        """Search the sessions' accounts (a session's ok summary, else its card), best first, narrowed
+        by category: each session by its card line, with its matched documents cited (keyword search,
+        BM25; fused with vectors where a host serves embeddings). A summary judged junk is never served."""
         from resources.hybrid_search import search_sessions
 
+        source = self.search_source()
         found = search_sessions(
-            source, embedder, query, limit=n, summaries_only=True, category=category, vectors=vectors
-        )
+            source, self.embedder, query, limit=nResults, summaries_only=True, category=category,
+            vectors=self.vectors(),
+        )  # fmt: skip
         hits = found.hits
         rows = accounts_of(source, [h.session_id for h in hits])
         results = [
-            cls.summary_result({**rows[h.session_id], "last_activity_ms": h.last_activity_ms}, h.score, h.matches, full)
+            summary_result({**rows[h.session_id], "last_activity_ms": h.last_activity_ms}, h.score, h.matches, full)
             for h in hits
             if h.session_id in rows
         ]
         answer = {"query": query, "count": len(results), "results": results, **_notice(found)}
-        return within_budget(_why(source, answer, n, category=category), "results", max_tokens)
+        return within_budget(_why(source, answer, nResults, category=category), "results", maxTokens)
 
-    @staticmethod
-    def memory(row: dict, limit: int) -> dict:
-        """A turn in the Memory Core's shape (`Memory`), its texts cut to `limit` characters each
-        (a page of `get_session_memories`, a `full` search result)."""
-        return {
-            "id": row["id"],
-            "sessionId": row["session_id"],
-            "timestamp": iso(row["ts_ms"]),
-            # A search index's row keeps each text's head and its whole length (`prompt_chars`).
-            "prompt": cut(row["prompt"], limit, row.get("prompt_chars")),
-            "thought": cut(row["thought"], limit, row.get("thought_chars")),
-            "response": cut(row["response"], limit, row.get("response_chars")),
-            "type": row["type"],
-            "agent": row["agent"],
-            "model": row["model"],
-            "amountToolCalls": row["amount_tool_calls"],
-            "toolsUsed": _tools(row["tools_used"]),
-        }
-
-    @classmethod
+    @tool
     def query_raw_memories(
-        cls, source, query: str, n: int, session_id: str | None, embedder=None, full=False, max_tokens=DEFAULT_MAX_TOKENS,
-        vectors=None,
-    ) -> dict:  # fmt: skip
-        """The matched turns, best first; by default at most `TURNS_PER_SESSION` a session, each a
-        cited snippet, and the sessions they belong to named once by their card line (`sessions`)."""
+        self,
+        query: Annotated[str, Field(description="words, names, paths or errors to find")],
+        nResults: NResults = 10,
+        sessionId: Annotated[str | None, Field(description="search this session's turns alone")] = None,
+        full: Full = False,
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> dict:
+        """Search the raw turns (prompt, thought, response; and their mini summaries), best first:
+        each a cited snippet (`cite` session:turn), two a session at most, the sessions named once by
+        their card line. `full` gives the turns' texts; get_session_memories pages a session's turns."""
         from resources.hybrid_search import search_turns
 
+        source = self.search_source()
         found = search_turns(
-            source, embedder, query, limit=n if full else n * 3, session_id=session_id, vectors=vectors
-        )
+            source, self.embedder, query, limit=nResults if full else nResults * 3, session_id=sessionId,
+            vectors=self.vectors(),
+        )  # fmt: skip
         hits, per_session = [], {}
         for h in found.hits:
             per_session[h.session_id] = per_session.get(h.session_id, 0) + 1
             if full or per_session[h.session_id] <= TURNS_PER_SESSION:
                 hits.append(h)
-        hits = hits[:n]
+        hits = hits[:nResults]
         rows = turn_rows_of(source, [h.turn_id for h in hits])
         results = []
         for h in hits:
             if h.turn_id not in rows:
                 continue
             row = rows[h.turn_id]
-            base = cls.memory(row, RESULT_FIELD_CHARS) if full else {
+            base = memory(row, RESULT_FIELD_CHARS) if full else {
                 "id": row["id"], "sessionId": row["session_id"], "timestamp": iso(row["ts_ms"]), "agent": row["agent"],
             }  # fmt: skip
             # `matched`: the turn's text, or its mini summary.
@@ -254,30 +223,46 @@ class Reads:
             for sid, a in accounts.items()
         }
         answer = {"query": query, "count": len(results), "sessions": sessions, "results": results, **_notice(found)}
-        return within_budget(_why(source, answer, n, session_id=session_id), "results", max_tokens)
+        return within_budget(_why(source, answer, nResults, session_id=sessionId), "results", maxTokens)
 
-    @classmethod
-    def get_session_memories(cls, store, session_id: str, limit: int, offset: int, max_tokens=None) -> dict:
-        if not store.sessions.session_rows([session_id]):
-            raise ValueError(f"no session {session_id!r} in the store")
-        total, turns = store.sessions.turn_page(session_id, offset, limit)
+    @tool
+    def get_session_memories(
+        self,
+        sessionId: Annotated[str, Field(description="the session's id")],
+        limit: Annotated[int, Field(ge=1, le=1000)] = 100,
+        offset: Annotated[int, Field(ge=0)] = 0,
+        maxTokens: Annotated[int | None, Field(ge=100, le=1_000_000, description="the answer's size at most")] = None,
+    ) -> dict:
+        """A session's turns in order, oldest first, paged (`total` says how many it has)."""
+        store = self.store()
+        if not store.sessions.session_rows([sessionId]):
+            raise ValueError(f"no session {sessionId!r} in the store")
+        total, turns = store.sessions.turn_page(sessionId, offset, limit)
         share = max(200, PAGE_TEXT_CHARS // max(1, 3 * len(turns)))
-        memories = [cls.memory(t, share) for t in turns]
+        memories = [memory(t, share) for t in turns]
         answer = {
-            "sessionId": session_id,
+            "sessionId": sessionId,
             "count": len(memories),
             "total": total,
             "offset": offset,
             "memories": memories,
         }
-        return answer if max_tokens is None else within_budget(answer, "memories", max_tokens)
+        return answer if maxTokens is None else within_budget(answer, "memories", maxTokens)
 
-    @classmethod
+    @tool
     def get_all_summaries(
-        cls, store, limit: int, offset: int, category: str | None, full=False, max_tokens=DEFAULT_MAX_TOKENS
+        self,
+        limit: Annotated[int, Field(ge=1, le=1000)] = 50,
+        offset: Annotated[int, Field(ge=0)] = 0,
+        category: Category | None = None,
+        full: Full = False,
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
     ) -> dict:
+        """Every session's account (its ok summary, else its card), newest first, paged; `category`
+        narrows them (applied here, unlike upstream's, which ignores it; a card has none)."""
+        store = self.store()
         total, rows = store.cards.account_page(limit, offset, category)
-        summaries = [cls.summary_result(r, full=full) for r in rows]
+        summaries = [summary_result(r, full=full) for r in rows]
         answer = {
             "count": len(summaries),
             "total": total,
@@ -285,10 +270,17 @@ class Reads:
             "category": category,
             "summaries": summaries,
         }
-        return within_budget(_why(store, answer, limit, category=category), "summaries", max_tokens)
+        return within_budget(_why(store, answer, limit, category=category), "summaries", maxTokens)
 
-    @staticmethod
-    def find_sessions_by_file(store, path: str, limit: int, max_tokens=DEFAULT_MAX_TOKENS) -> dict:
+    @tool
+    def find_sessions_by_file(
+        self,
+        path: Annotated[str, Field(description="a path, or its tail: settings.py finds src/app/settings.py")],
+        limit: Annotated[int, Field(ge=1, le=100)] = 10,
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> dict:
+        """The sessions that read, edited or created a file, newest first, with the turns that did."""
+        store = self.store()
         found = store.facts.sessions_by_file(path, limit)
         titles = {sid: r["title"] for sid, r in store.cards.accounts([s["session_id"] for s in found]).items()}
         results = [
@@ -309,17 +301,94 @@ class Reads:
         answer = {"path": path, "count": len(results), "results": results}
         if not results:
             answer["why"] = f"no session read, edited or created a file whose path is or ends with {path!r}"
-        return within_budget(answer, "results", max_tokens)
+        return within_budget(answer, "results", maxTokens)
+
+    @tool
+    def blame_file(
+        self,
+        path: Annotated[str, Field(description="a path, or its tail: settings.py finds src/app/settings.py")],
+        limit: Annotated[int, Field(ge=1, le=100)] = 10,
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> dict:
+        """The sessions that edited or created a file, newest first, each with the turns that
+        changed it, its commands (with their exit status) and its commits."""
+        return within_budget(blame_answer(self.store(), path, limit), "results", maxTokens)
+
+    @tool
+    def why_commit(
+        self,
+        commit: Annotated[str, Field(description="a commit hash, or its first digits (4 or more)")],
+        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> dict:
+        """The session whose turns made or showed a commit, else the turns that name it."""
+        return within_budget(why_answer(self.store(), commit), "results", maxTokens)
 
 
-def build_server(db_path: Path, embedder=None, prepare_store=None):
-    """The MCP server over the store file at `db_path`, its five tools registered, read-only;
-    `embedder`: the embeddings host's client, whose vectors the two queries fuse with keywords;
-    `prepare_store`: run once before the store is first read."""
+def summary_result(row: dict, score: float | None = None, matches=(), full: bool = False) -> dict:
+    """A session's account (`session_accounts`: its ok summary, else its card) in the Memory Core's
+    shape (`Summary`), with its provenance: a card's `sourceTier` is `facts`."""
+    result = {
+        "id": f"summary_{row['session_id']}",
+        "sessionId": row["session_id"],
+        "timestamp": iso(row.get("session_last_ms", row.get("last_activity_ms"))),
+        "project": row.get("project"),
+        "title": row["title"],
+        # A line by default: the session's card line past the title; `full`: its account's text.
+        "summary": cut(row["summary"], RESULT_FIELD_CHARS * 2) if full else _after_title(row),
+        "category": row["category"],
+        "memoryCount": row["memory_count"],
+        "quality": row["quality"],
+        "productivity": row["productivity"],
+        "impact": row["impact"],
+        "complexity": row["complexity"],
+        "technologies": list(row["technologies"] or []),
+        "sourceTier": row["source_tier"],
+        "degraded": bool(row["degraded"]),
+        "verdict": row["verdict"],
+        "navigationIndex": bool(row["degraded"]),
+        "origin": row["origin"],
+        "model": row["model"] or None,
+        "account": row["account"],
+    }
+    if score is not None:
+        result["relevanceScore"] = round(score, 4)
+        result["matches"] = [
+            {"cite": cite(row["session_id"], m.turn_id), "snippet": short(m.snippet)}
+            for m in matches[:TURNS_PER_SESSION]
+        ]
+    if full:
+        return result
+    if row["account"] == "card":  # a card's provenance is its tier's: degraded, a navigation summary
+        del result["degraded"], result["navigationIndex"], result["origin"]
+    return compact(result)
+
+
+def memory(row: dict, limit: int) -> dict:
+    """A turn in the Memory Core's shape (`Memory`), its texts cut to `limit` characters each (a page
+    of `get_session_memories`, a `full` search result)."""
+    return {
+        "id": row["id"],
+        "sessionId": row["session_id"],
+        "timestamp": iso(row["ts_ms"]),
+        # A search index's row keeps each text's head and its whole length (`prompt_chars`).
+        "prompt": cut(row["prompt"], limit, row.get("prompt_chars")),
+        "thought": cut(row["thought"], limit, row.get("thought_chars")),
+        "response": cut(row["response"], limit, row.get("response_chars")),
+        "type": row["type"],
+        "agent": row["agent"],
+        "model": row["model"],
+        "amountToolCalls": row["amount_tool_calls"],
+        "toolsUsed": _tools(row["tools_used"]),
+    }
+
+
+def build_server(db_path: Path, embedder=None):
+    """The MCP server over the store file at `db_path`, each of `Tools`' tools registered, read-only;
+    `embedder`: the embeddings host's client, whose vectors the two queries fuse with keywords."""
     from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
 
-    reads = Reads(db_path, embedder, prepare_store)
+    tools = Tools(db_path, embedder)
     server = MCPServer(
         "session-digest",
         instructions=(
@@ -334,87 +403,8 @@ def build_server(db_path: Path, embedder=None, prepare_store=None):
     read_only = ToolAnnotations(
         read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
     )
-
-    # Answers are compact JSON text (no structured copy beside it: an agent would read both).
-    tool = server.tool(annotations=read_only, structured_output=False)
-
-    @tool
-    def query_summaries(
-        query: Annotated[str, Field(description="words, names, paths or errors to find")],
-        nResults: NResults = 10,  # the Memory Core's argument names
-        category: Category | None = None,
-        full: Full = False,
-        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
-    ) -> str:
-        """Search the sessions' accounts (a session's ok summary, else its card), best first, narrowed
-        by category: each session by its card line, with its matched documents cited (keyword search,
-        BM25; fused with vectors where a host serves embeddings). A summary judged junk is never served."""
-        return dumps(reads.search(Reads.query_summaries, query, nResults, category, reads.embedder, full, maxTokens))
-
-    @tool
-    def query_raw_memories(
-        query: Annotated[str, Field(description="words, names, paths or errors to find")],
-        nResults: NResults = 10,
-        sessionId: Annotated[str | None, Field(description="search this session's turns alone")] = None,
-        full: Full = False,
-        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
-    ) -> str:
-        """Search the raw turns (prompt, thought, response; and their mini summaries), best first:
-        each a cited snippet (`cite` session:turn), two a session at most, the sessions named once by
-        their card line. `full` gives the turns' texts; get_session_memories pages a session's turns."""
-        return dumps(
-            reads.search(Reads.query_raw_memories, query, nResults, sessionId, reads.embedder, full, maxTokens)
-        )
-
-    @tool
-    def get_session_memories(
-        sessionId: Annotated[str, Field(description="the session's id")],
-        limit: Annotated[int, Field(ge=1, le=1000)] = 100,
-        offset: Annotated[int, Field(ge=0)] = 0,
-        maxTokens: Annotated[int | None, Field(ge=100, le=1_000_000, description="the answer's size at most")] = None,
-    ) -> str:
-        """A session's turns in order, oldest first, paged (`total` says how many it has)."""
-        return dumps(reads.call(Reads.get_session_memories, sessionId, limit, offset, maxTokens))
-
-    @tool
-    def get_all_summaries(
-        limit: Annotated[int, Field(ge=1, le=1000)] = 50,
-        offset: Annotated[int, Field(ge=0)] = 0,
-        category: Category | None = None,
-        full: Full = False,
-        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
-    ) -> str:
-        """Every session's account (its ok summary, else its card), newest first, paged; `category`
-        narrows them (applied here, unlike upstream's, which ignores it; a card has none)."""
-        return dumps(reads.call(Reads.get_all_summaries, limit, offset, category, full, maxTokens))
-
-    @tool
-    def find_sessions_by_file(
-        path: Annotated[str, Field(description="a path, or its tail: settings.py finds src/app/settings.py")],
-        limit: Annotated[int, Field(ge=1, le=100)] = 10,
-        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
-    ) -> str:
-        """The sessions that read, edited or created a file, newest first, with the turns that did."""
-        return dumps(reads.call(Reads.find_sessions_by_file, path, limit, maxTokens))
-
-    @tool
-    def blame_file(
-        path: Annotated[str, Field(description="a path, or its tail: settings.py finds src/app/settings.py")],
-        limit: Annotated[int, Field(ge=1, le=100)] = 10,
-        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
-    ) -> str:
-        """The sessions that edited or created a file, newest first, each with the turns that
-        changed it, its commands (with their exit status) and its commits."""
-        return dumps(within_budget(reads.call(blame_answer, path, limit), "results", maxTokens))
-
-    @tool
-    def why_commit(
-        commit: Annotated[str, Field(description="a commit hash, or its first digits (4 or more)")],
-        maxTokens: MaxTokens = DEFAULT_MAX_TOKENS,
-    ) -> str:
-        """The session whose turns made or showed a commit, else the turns that name it."""
-        return dumps(within_budget(reads.call(why_answer, commit), "results", maxTokens))
-
+    for name in TOOL_NAMES:
+        server.tool(annotations=read_only, structured_output=False)(getattr(tools, name))
     refuse_unknown_arguments(server)
     return server
 
@@ -441,9 +431,9 @@ def refuse_unknown_arguments(server) -> None:
         tool.fn_metadata.arg_model = Checked
 
 
-def serve(db_path: Path, embedder=None, prepare_store=None) -> None:
+def serve(db_path: Path, embedder=None) -> None:
     """Serve over stdio until the client closes it."""
-    build_server(db_path, embedder, prepare_store).run("stdio")
+    build_server(db_path, embedder).run("stdio")
 
 
 def _after_title(row: dict) -> str | None:

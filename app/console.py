@@ -115,7 +115,7 @@ def session_line(outcome: dict) -> str:
         parts.append(f"{outcome['nodes']} nodes, {outcome['edges']} edges")
     elif not parts:
         parts.append("no graph yet (part-done or gated)")
-    if "run_ended" in outcome:  # stopped after its summary was written (`pipelines.runs`)
+    if "run_ended" in outcome:  # stopped after its summary was written (`app.runs`)
         parts.append(f"({outcome['run_ended']}, run {outcome['run_id']})")
     return f"✓ {key}  {'  '.join(parts)}  {outcome['seconds']}s"
 

@@ -1,4 +1,4 @@
-"""The CLI's in-process Dagster runs (`pipelines.cli` parses the command line and runs the rest):
+"""The CLI's in-process Dagster runs (`app.cli` parses the command line and runs the rest):
 ingest, sweep, digest, the friction report and the mini summary fill, with what they share: the
 job with its log file, the run's config, the store, the sweep's selection."""
 
@@ -9,11 +9,12 @@ import dataclasses
 import time
 from pathlib import Path
 
+from app.console import Output, run_log_config, run_log_file
+from app.stopping import stop_requested
 from digest.scheduling import now_ms
 from digest.settings import Settings
 from digest.tags import EXPLICIT_TAG, ROUTE_TAG, SWEEP_TAG
-from pipelines.console import Output, run_log_config, run_log_file
-from pipelines.stopping import stop_requested
+from resources.store import open_store
 
 
 def log_path(settings: Settings) -> Path:
@@ -53,14 +54,14 @@ def _execute(settings: Settings, instance, job, run_config: dict | None = None, 
     return job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False, **kwargs)
 
 
-def _instance():
+def dagster_instance():
     from dagster import DagsterInstance
 
     return DagsterInstance.get()
 
 
 @contextlib.contextmanager
-def _model_url(settings: Settings, output: Output):
+def model_served(settings: Settings, output: Output):
     """One embedded server for the whole sweep, instead of one per run."""
     if settings.provider == "embedded" and not settings.model_url:
         from resources.embedded_server import EmbeddedServer
@@ -100,7 +101,7 @@ def ingest(settings: Settings, paths: list[str]) -> dict:
         folders, origin = ingest_folders(settings)
         paths = [str(f) for f in folders]
         read_from = {"read_from": f"{origin}: {', '.join(paths)}"}
-    instance = _instance()
+    instance = dagster_instance()
     config = {"ops": {"raw_turns": {"config": {"paths": [str(Path(p).resolve()) for p in paths]}}}}
     result = _execute(settings, instance, _job(settings, "ingest"), config)
     materialization = result.asset_materializations_for_node("raw_turns")
@@ -116,19 +117,11 @@ def ingest(settings: Settings, paths: list[str]) -> dict:
         "run_id": result.run_id,
         **read_from,
         **meta,
-        "search_index": _refresh_search_index(settings, instance, _store(settings)),
+        "search_index": refresh_search_index(settings, instance, open_store(settings.db_path)),
     }
 
 
-def _store(settings: Settings):
-    from resources.store import DigestStore
-
-    store = DigestStore(settings.db_path)
-    store.migrate()
-    return store
-
-
-def _selection(
+def sweep_selection(
     settings: Settings,
     limit: int | None,
     exclude: set[str] = frozenset(),
@@ -143,7 +136,7 @@ def _selection(
     from pipelines.selection import named_sessions_batch, next_summary_batch
     from resources.model_hosts import hosts_in_rotation
 
-    store, now, fleet = _store(settings), now_ms(), settings.fleet
+    store, now, fleet = open_store(settings.db_path), now_ms(), settings.fleet
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
     if model_seconds is not None:
         policy = dataclasses.replace(policy, model_seconds=model_seconds)
@@ -156,7 +149,7 @@ def _selection(
     )
 
 
-def _run_partitions(
+def run_partitions(
     settings: Settings,
     instance,
     store,
@@ -187,7 +180,7 @@ def _run_partitions(
         "fill_mini_summaries": "filling mini summaries",
     }[job_name]
     # The embedded server outlives every run of the batch: it stops only once no run will use it.
-    with _model_url(settings, output) as run_settings, output.sessions(title, estimates) as progress:
+    with model_served(settings, output) as run_settings, output.sessions(title, estimates) as progress:
         job = _job(run_settings, job_name)
         for request in todo:
             if stop_requested():  # a stopped sweep launches nothing more
@@ -268,15 +261,15 @@ def sweep(
     summarized meanwhile gets no run, or its run no model call (counted in `nothing_to_do`).
     `sessions` (ids or partition keys): those alone, outside the budget, the churn gate and their
     failure backoff; one already summarized at its current turns, and not due an upgrade, gets no run.
-    `model_seconds`, `first_only`: a drain's (`_selection`)."""
+    `model_seconds`, `first_only`: a drain's (`sweep_selection`)."""
     from dagster import RunRequest
 
     from assets.work.sessions import nothing_to_summarize
     from pipelines.interrupted_runs import close_interrupted_runs, record_summaries_of_ended_runs
     from pipelines.sensors import summary_run_request
 
-    instance = _instance()
-    store = _store(settings)
+    instance = dagster_instance()
+    store = open_store(settings.db_path)
     named = None
     if sessions:
         try:
@@ -293,19 +286,19 @@ def sweep(
     recovered = close_interrupted_runs(instance, store)
     recorded = record_summaries_of_ended_runs(instance, store)
     staged = store.cache.staged_summary_keys(now_ms())
-    selection = _selection(
+    selection = sweep_selection(
         settings, limit, exclude=set(staged), named=named, model_seconds=model_seconds, first_only=first_only
     )
     todo = [RunRequest(partition_key=key, tags={ROUTE_TAG: "staged"}) for key in staged]
     todo += [summary_run_request(item, {EXPLICIT_TAG: "cli"} if named else None) for item in selection.batch]
     # A staged replay calls no model.
     estimates = [0.0] * len(staged) + [i.model_seconds_estimate for i in selection.batch]
-    outcomes = _run_partitions(
+    outcomes = run_partitions(
         settings, instance, store, "summarize_sessions", todo, "session_summaries", output, estimates, nothing_to_do
     )
     return {
-        "backlog": _refresh_backlog(settings, instance, store),
-        "search_index": _refresh_search_index(settings, instance, store),
+        "backlog": refresh_backlog(settings, instance, store),
+        "search_index": refresh_search_index(settings, instance, store),
         "pending": selection.pending,
         "skipped": selection.skip_reason,
         "interrupted_runs_closed": recovered,
@@ -322,7 +315,7 @@ def sweep(
     }
 
 
-def _refresh_backlog(settings: Settings, instance, store) -> str:
+def refresh_backlog(settings: Settings, instance, store) -> str:
     """The `backlog` asset recorded after a sweep (no run), as the summary sensor's ticks record it;
     its one-line summary."""
     from assets.backlog import backlog_events
@@ -335,7 +328,7 @@ def _refresh_backlog(settings: Settings, instance, store) -> str:
     return backlog_line(measured)
 
 
-def _refresh_search_index(settings: Settings, instance, store) -> dict:
+def refresh_search_index(settings: Settings, instance, store) -> dict:
     """The `search_index` asset brought up to date and recorded after a sweep or an ingest (no run),
     as the search sensor's ticks record it; its figures."""
     from assets.search_index import EMBED_PASS_S, search_index_events
@@ -357,13 +350,15 @@ def digest(settings: Settings, limit: int | None, output: Output) -> dict:
     succeeds without a graph left its session part-done (its budget ran out) or gated."""
     from dagster import RunRequest
 
-    store = _store(settings)
+    store = open_store(settings.db_path)
     policy = settings.graph
     keys = store.graph.pending_digest_keys(policy.fresh_reserve, limit or policy.batch_sessions)
     todo = [RunRequest(partition_key=k, tags={ROUTE_TAG: "graph"}) for k in keys]
     # The plan estimates summaries only: a graph run's bar counts sessions, with no time left.
     estimates = [None] * len(keys)
-    runs = _run_partitions(settings, _instance(), store, "digest_sessions", todo, "session_graph", output, estimates)
+    runs = run_partitions(
+        settings, dagster_instance(), store, "digest_sessions", todo, "session_graph", output, estimates
+    )
     return {
         "digested": sum("nodes" in r for r in runs),  # graphs written (a run may stop part-done)
         "nothing_to_do": sum("nothing_to_do" in r for r in runs),
@@ -372,7 +367,7 @@ def digest(settings: Settings, limit: int | None, output: Output) -> dict:
 
 
 def friction_report(settings: Settings) -> dict:
-    result = _execute(settings, _instance(), _job(settings, "report_friction"))
+    result = _execute(settings, dagster_instance(), _job(settings, "report_friction"))
     events = result.asset_materializations_for_node("friction_report")
     if not result.success or not events:
         raise SystemExit(f"the friction report failed (run {result.run_id}); see `session-digest ui`")
