@@ -78,13 +78,14 @@ def warm_child(db: str, queries_path: str, reps: int) -> None:
     out = {}
     for tool in TOOLS:
         answers = {q: hashlib.sha1(mcp_answer(reads, tool, q).encode()).hexdigest() for q in queries}
-        wall = []
+        wall, cpu = [], []
         for _ in range(reps):
             for q in queries:
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 mcp_answer(reads, tool, q)
                 wall.append((time.perf_counter() - started) * 1000)
-        out[tool] = {"ms": wall, "answers": answers}
+                cpu.append((time.process_time() - cpu_started) * 1000)
+        out[tool] = {"ms": wall, "cpu_ms": cpu, "answers": answers}
     print(json.dumps(out))
 
 
@@ -192,16 +193,57 @@ def corpus_file_queries(queries: list[dict]) -> list[dict]:
     return [q for q in queries if q["kind"] == "file" and q["answers"] and q["query"] not in planted]
 
 
-def prepare(sessions: int, seed: int, work: Path, reuse: bool) -> dict:
-    """The store of this size with the stories planted and its index built (kept in `work`)."""
-    from resources.store import DigestStore
+# Tables copied with a session's copy (`--copies-of`), and the columns renamed in them.
+COPIED = {
+    "turns": ("session_id", "id"), "sessions": ("session_id", "partition_key"), "session_cards": ("session_id",),
+    "session_summaries": ("session_id",), "imported_summaries": ("session_id",),
+    "mini_summaries": ("session_id", "turn_id"), "turn_facts": ("session_id", "turn_id"),
+    "fidelity_terms": ("session_id",), "graph_nodes": ("session_id",), "graph_edges": ("session_id",),
+}  # fmt: skip
 
-    base, facts = work / f"base-{sessions}.duckdb", work / f"base-{sessions}.json"
+
+def copy_sessions(store, times: int, kept: list[str]) -> None:
+    """Every session but `kept` (the planted ones: their copies would answer too) copied `times - 1`
+    more times, `~k` after its ids: a larger corpus without writing one (10,000 sessions take an
+    hour to generate on a loaded 2-core machine)."""
+    with store.file.transaction() as con:
+        for copy in range(1, times):
+            for table, columns in COPIED.items():
+                renamed = ", ".join(f"{c} || '~{copy}' AS {c}" for c in columns)
+                con.execute(
+                    f"INSERT INTO {table} SELECT * REPLACE ({renamed}) FROM {table} "
+                    "WHERE session_id NOT IN (SELECT unnest(?::VARCHAR[])) AND session_id NOT LIKE '%~%'",
+                    [kept],
+                )
+
+
+def counted_once(index_module):
+    """The index's `term_counts` memoized by text while copies are indexed: each distinct text's
+    terms are counted once (the copies' documents are the same texts)."""
+    counts, seen = index_module.term_counts, {}
+
+    def memo(text: str):
+        found = seen.get(text)
+        if found is None:
+            found = seen[text] = counts(text)
+        return found
+
+    return memo
+
+
+def prepare(sessions: int, seed: int, work: Path, reuse: bool, copies_of: int | None = None) -> dict:
+    """The store of this size with the stories planted and its index built (kept in `work`); with
+    `copies_of`, made of that size's corpus copied."""
+    from bench.search import story_sessions
+    from resources.store import DigestStore, search_index
+
+    made = copies_of if copies_of and copies_of < sessions else sessions
+    base, facts = work / f"base-{made}.duckdb", work / f"base-{made}.json"
     if not facts.exists():
         for path in (base, Path(f"{base}.wal")):
             path.unlink(missing_ok=True)
         subprocess.run(
-            [sys.executable, str(ROOT / "bench" / "search.py"), "--build", str(base), str(sessions), str(seed), str(facts)],
+            [sys.executable, str(ROOT / "bench" / "search.py"), "--build", str(base), str(made), str(seed), str(facts)],
             check=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
         )  # fmt: skip
     home = work / f"recall-{sessions}"
@@ -213,14 +255,28 @@ def prepare(sessions: int, seed: int, work: Path, reuse: bool) -> dict:
     shutil.copyfile(base, db)
     store = DigestStore(db)
     store.migrate()
-    planted_bytes = plant(store, json.loads(QUESTIONS.read_text())["stories"], seed)
+    times = sessions // made
+    file_queries = corpus_file_queries(json.loads(facts.read_text())["queries"])
+    if times > 1:
+        copy_sessions(store, times, [f"rt-{seed}-{i:05d}" for i in story_sessions(made)])
+        for q in file_queries:
+            q["answers"] += [f"{a}~{k}" for a in q["answers"] for k in range(1, times)]
+    plant(store, json.loads(QUESTIONS.read_text())["stories"], seed)
+    counts = search_index.term_counts
+    if times > 1:
+        search_index.term_counts = counted_once(search_index)
     started = time.perf_counter()
     store.search.refresh()
+    search_index.term_counts = counts
+    with store.file.connect() as con:
+        count, corpus = con.execute("SELECT count(DISTINCT session_id), sum(strlen(document)) FROM turns").fetchone()
     built = {
         "build_s": time.perf_counter() - started,
+        "copies": times,
+        "store_sessions": count,
         "documents": store.search.status()["documents"],
-        "corpus_bytes": json.loads(facts.read_text())["corpus_bytes"] + planted_bytes,
-        "file_queries": corpus_file_queries(json.loads(facts.read_text())["queries"]),
+        "corpus_bytes": corpus,
+        "file_queries": file_queries,
     }
     ready.write_text(json.dumps(built))
     return {**built, "db": str(db)}
@@ -352,7 +408,9 @@ def warm(db: str, queries: list[str], work: Path, args) -> dict:
     for tool in TOOLS:
         for name in arms:
             ms = [m for run in runs[name] for m in run[tool]["ms"]]
+            cpu = [m for run in runs[name] for m in run[tool]["cpu_ms"]]
             out[(tool, name)] = {"p50": quantile(ms, 0.5), "p95": quantile(ms, 0.95), "n": len(ms)}
+            out[(tool, name)] |= {"cpu_p50": quantile(cpu, 0.5), "cpu_p95": quantile(cpu, 0.95)}
         old, new = runs["old"][0][tool]["answers"], runs["new"][0][tool]["answers"]
         out[(tool, "differ")] = [q for q in queries if old[q] != new[q]]
     return out
@@ -416,9 +474,9 @@ def run_size(sessions: int, args, work: Path) -> dict:
     from resources.store.search_index import folder_bytes, index_folder
 
     out = {"sessions": sessions, "load": [os.getloadavg()[0]]}
-    built = prepare(sessions, args.seed, work, args.reuse)
+    built = prepare(sessions, args.seed, work, args.reuse, args.copies_of)
     db = built["db"]
-    out |= {k: built[k] for k in ("build_s", "documents", "corpus_bytes")}
+    out |= {k: built[k] for k in ("build_s", "documents", "corpus_bytes", "copies", "store_sessions")}
     out["index_bytes"] = folder_bytes(index_folder(db))
     questions, files = labelled(args.seed, sessions), built["file_queries"]
     arms = {"keyword": None}
@@ -480,10 +538,13 @@ def report(results: list[dict]) -> None:
     def arm_cell(arm: str, make) -> callable:
         return lambda r: make(r[arm]) if arm in r else "not embedded"
 
+    row("sessions in the store (copies of each unplanted one)", lambda r: f"{r['store_sessions']:,} ({r['copies']})")
     row("documents; corpus (turn documents) MB", lambda r: f"{r['documents']:,}; {r['corpus_bytes'] / 1e6:,.0f}")
     row("index folder MB (share of the corpus)",
         lambda r: f"{r['index_bytes'] / 1e6:,.1f} ({r['index_bytes'] / r['corpus_bytes']:.1%})")  # fmt: skip
-    row("index built from nothing, s", lambda r: f"{r['build_s']:.1f}")
+    row(
+        "index built from nothing, s (copies: each distinct text's terms counted once)", lambda r: f"{r['build_s']:.1f}"
+    )
     row("one new session (median size) refreshed, s", lambda r: f"{r['new_session_s']:.2f}")
     for arm in ("keyword", "hybrid"):
         for tool in TOOLS:
@@ -495,6 +556,9 @@ def report(results: list[dict]) -> None:
             lambda r, t=tool: f"{r['warm'][(t, 'old')]['p50']:.2f} / {r['warm'][(t, 'old')]['p95']:.1f} → "
             f"**{r['warm'][(t, 'new')]['p50']:.2f} / {r['warm'][(t, 'new')]['p95']:.1f}** "
             f"(p95 {r['warm'][(t, 'new')]['p95'] / r['warm'][(t, 'old')]['p95']:.2f}x)")  # fmt: skip
+        row(f"warm MCP `{tool}` CPU p50 / p95 ms, old → new",
+            lambda r, t=tool: f"{r['warm'][(t, 'old')]['cpu_p50']:.2f} / {r['warm'][(t, 'old')]['cpu_p95']:.1f} → "
+            f"**{r['warm'][(t, 'new')]['cpu_p50']:.2f} / {r['warm'][(t, 'new')]['cpu_p95']:.1f}**")  # fmt: skip
         row(f"warm MCP `{tool}`: answers that differ, old / new",
             lambda r, t=tool: f"{len(r['warm'][(t, 'differ')])} of {len(r['warm']['queries'])}")  # fmt: skip
     row(
@@ -544,6 +608,7 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=8, help="cold queries, a new process each")
     parser.add_argument("--writer-reads", type=int, default=40, help="searches beside the writer")
     parser.add_argument("--old-ref", default=OLD_REF)
+    parser.add_argument("--copies-of", type=int, help="make a larger size from this size's corpus, its sessions copied")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="recall-"))
     work.mkdir(parents=True, exist_ok=True)
