@@ -110,7 +110,7 @@ def writer_child(db: str, seconds: float, seed: int) -> None:
         print("ready", flush=True)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            sid = f"writer-{commits:04d}"
+            sid = f"writer-{os.getpid()}-{commits:04d}"
             store.ingest.write_turns([{**r, "id": f"{sid}-{n}", "session_id": sid} for n, r in enumerate(rows)])
             store.search.refresh()
             commits += 1
@@ -397,7 +397,7 @@ def old_tree(ref: str) -> Path:
 
 def warm(db: str, queries: list[str], work: Path, args) -> dict:
     """Old and new arms, alternating: p50/p95 per tool, and how many answers differ."""
-    path = work / "warm-queries.json"
+    path = Path(db).parent / "warm-queries.json"
     path.write_text(json.dumps(queries))
     arms = {"old": old_tree(args.old_ref), "new": ROOT}
     runs: dict[str, list[dict]] = {"old": [], "new": []}
@@ -431,7 +431,10 @@ def new_session(db: str, seed: int) -> float:
     from resources.store import DigestStore
 
     store = DigestStore(db)
-    store.ingest.write_turns(new_session_rows(seed))
+    sid = f"new-{os.getpid()}"  # a session no earlier run of `--reuse` wrote
+    store.ingest.write_turns(
+        [{**r, "id": f"{sid}-{n}", "session_id": sid} for n, r in enumerate(new_session_rows(seed))]
+    )
     started = time.perf_counter()
     store.search.refresh()
     return time.perf_counter() - started
@@ -610,7 +613,7 @@ def main() -> None:
     parser.add_argument("--old-ref", default=OLD_REF)
     parser.add_argument("--copies-of", type=int, help="make a larger size from this size's corpus, its sessions copied")
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="recall-"))
+    work = (args.work or Path(tempfile.mkdtemp(prefix="recall-"))).resolve()  # children run in other trees
     work.mkdir(parents=True, exist_ok=True)
     try:
         results = [run_size(n, args, work) for n in args.sessions]
