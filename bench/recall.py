@@ -4,10 +4,12 @@ hand; the MCP answer's warm latency (the code at `--old-ref` beside this checkou
 and a cold one's; the index's size against the corpus; one new session's refresh; reads while a writer
 holds the store.
 
-Run: PYTHONPATH=. .venv/bin/python bench/recall.py [--sessions 1000 10000] [--embed-sizes 1000] [--work DIR]
+Run: PYTHONPATH=. .venv/bin/python bench/recall.py [--sessions 1000 10000] [--copies-of 1000] [--embed-sizes 1000]
+                                                   [--work DIR [--reuse]]
 
 1. The corpus: `bench/search.py`'s (the realistic corpus, seed 28, with its planted `STORIES`), written
-   once into `--work` and copied for each run; then `bench/data/recall_questions.json`'s stories planted
+   once into `--work` and copied for each run (`--copies-of N`: a larger size is N's corpus with each
+   unplanted session copied under new ids, as generating 10,000 takes an hour on a loaded machine); then `bench/data/recall_questions.json`'s stories planted
    as sessions of their own: an English story inside a realistic session's turns, a story in Czech,
    Russian, French, Indonesian, Portuguese or Japanese as a whole session in that language. The index
    is built from nothing (`store.search.refresh()`).
