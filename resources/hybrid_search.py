@@ -86,10 +86,11 @@ def search_sessions(
     if index is None:  # nothing indexed yet: bad input is still said, no hit is found
         ask = source.search.summaries if summaries_only else source.search.sessions
         return Results(ask(query, limit=limit, **filters))
+    wanted = _candidates(limit) if client is not None else limit
     if summaries_only:
-        keyword = index.summaries(query, limit=_candidates(limit), **filters)
+        keyword = index.summaries(query, limit=wanted, **filters)
     else:
-        keyword = index.sessions(query, limit=_candidates(limit), **filters)
+        keyword = index.sessions(query, limit=wanted, **filters)
     if client is None:
         return Results(keyword[:limit])
     allowed = index.allowed_session_ids(**filters)
@@ -124,7 +125,7 @@ def search_turns(
     index, store = _reads(source, vectors)
     if index is None:
         return Results(source.search.turns(query, limit=limit, session_id=session_id))
-    keyword = index.turns(query, limit=_candidates(limit), session_id=session_id)
+    keyword = index.turns(query, limit=_candidates(limit) if client is not None else limit, session_id=session_id)
     if client is None:
         return Results(keyword[:limit])
     scope = None if session_id is None else [session_id]
@@ -157,7 +158,8 @@ def _fused_limit(keyword: list, limit: int) -> int:
 
 
 def _candidates(limit) -> int:
-    """The keyword leg's count: the fusion's candidates, or a bad limit as given, for its error."""
+    """The keyword leg's count beside vectors: the fusion's candidates, or a bad limit as given, for
+    its error. Keyword alone asks for `limit`: each hit past it would cost its documents' reads."""
     return max(limit, CANDIDATES) if isinstance(limit, int) and limit >= 1 else limit
 
 

@@ -1,8 +1,8 @@
 """The benchmarks still run: each at its smallest size, as a subprocess, so a refactor cannot break
 one unseen. Every file in bench/ needs an entry in SMOKE: a new benchmark without one fails here.
 The ones on the real embedded model skip when the SmolLM2 weights are not installed (CI has them).
-bench/busy_host.py and bench/search_serving.py also need a git checkout: their old arm is a git
-worktree (of 957c233, of 8d342e9) under bench/out/."""
+bench/busy_host.py, bench/search_serving.py and bench/recall.py also need a git checkout: their old
+arm is a git worktree (of 957c233, of 8d342e9, of 8a1d9e3) under bench/out/."""
 
 from __future__ import annotations
 
@@ -107,6 +107,12 @@ SMOKE = {
     ),
     # The old arm is digest/redact.py read from git: without a checkout the new arm runs alone.
     "redaction_words.py": Smoke(("--smoke",), ("1. Look-alikes", "heldout", "2. Secrets", "CPU s per MB")),
+    # The old arm of its warm answers is a git worktree (of 8a1d9e3) under bench/out/.
+    "recall.py": Smoke(
+        ("--sessions", "40", "--embed-sizes", "--reps", "1", "--rounds", "1", "--cold", "2", "--writer-reads", "6"),
+        ("Recall by kind", "| cross-language | 12 |", "answers that differ, old / new", "reads beside a writer"),
+        timeout_s=600.0,
+    ),
     "search.py": Smoke(
         ("--sessions", "40"),
         ("Search index (keyword", "relevance at 40 sessions", "a junk summary ranks its session: False"),
@@ -161,7 +167,7 @@ def test_the_bench_runs_at_its_smallest_size(bench):
         _skip_without_the_embedded_model()
     for module in smoke.needs:
         pytest.importorskip(module)
-    if bench in ("busy_host.py", "search_serving.py") and not (ROOT / ".git").exists():
+    if bench in ("busy_host.py", "search_serving.py", "recall.py") and not (ROOT / ".git").exists():
         pytest.skip("the old arm is a git worktree: needs a git checkout")
     # As BENCHMARKS.md runs them: from the checkout, its tests/ importable.
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -390,3 +390,49 @@ def test_a_turn_is_indexed_by_its_whole_document_and_shown_by_its_row(store):
     assert hit.turn_id == "doc-t000" and "**quetzalcoatl**" in hit.snippet
     shown = store.search.reader().turn_rows(["doc-t000"])["doc-t000"]
     assert (shown["prompt"], shown["response"], shown["ts_ms"]) == ("look at the importer", "short reply", T0)
+
+
+def many_matches(store: DigestStore) -> None:
+    """Twelve sessions of three turns, each turn naming `retry` a different number of times (and
+    some the same: ties), with a mini summary beside some turns."""
+    rows = [
+        turn(f"s{s:02d}", n, f"retry the upload {'retry ' * ((s * 3 + n) % 5)}", "the retry budget ran out", at=T0 + s)
+        for s in range(12)
+        for n in range(3)
+    ]
+    write(store, rows)
+    store.ingest.write_imported_mini_summaries(
+        [{"turn_id": f"s{s:02d}-t001", "session_id": f"s{s:02d}", "text": "Asked to retry"} for s in range(0, 12, 3)]
+    )
+    store.search.refresh()
+
+
+def test_fewer_turns_asked_are_the_first_of_more(store):
+    # The turn ranking stops reading documents once no later one can enter the list: the same list.
+    many_matches(store)
+    index = store.search.reader()
+    whole = [(h.turn_id, h.score, h.kind, h.snippet) for h in index.turns("retry upload", limit=100)]
+    assert len(whole) == 36
+    for limit in (1, 2, 5, 13, 36):
+        assert [(h.turn_id, h.score, h.kind, h.snippet) for h in index.turns("retry upload", limit=limit)] == whole[
+            :limit
+        ]
+
+
+def test_a_keyword_answer_cuts_snippets_for_the_hits_it_shows_alone(store, monkeypatch):
+    # Cutting a snippet from a long tool output is most of a query's time: the ranking reads many
+    # more hits than an answer shows, and only the shown ones are cut.
+    from resources import hybrid_search
+    from resources.store import search_reads
+
+    many_matches(store)
+    cut = []
+    monkeypatch.setattr(search_reads, "snippet", lambda text, terms: cut.append(text) or "cut")
+    index = store.search.reader()
+    turns = hybrid_search.search_turns(index, None, "retry", limit=3).hits
+    assert len(turns) == 3 and not cut
+    assert [h.snippet for h in turns] == ["cut"] * 3 and len(cut) == 3
+    cut.clear()
+    sessions = hybrid_search.search_sessions(index, None, "retry", limit=2).hits
+    assert len(sessions) == 2 and not cut
+    assert [m.snippet for h in sessions for m in h.matches[:2]] == ["cut"] * 4 and len(cut) == 4

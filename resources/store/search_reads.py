@@ -38,12 +38,26 @@ class SearchError(ValueError):
     """A query that cannot run: the message is the one-line answer shown to the user."""
 
 
+class _Snippet:
+    """A hit's `snippet`: given, or cut from its document's text at its first read. A ranking reads
+    many more hits than an answer shows, and cutting a snippet from a long tool output is most of
+    a query's time."""
+
+    snippet_source: str | tuple[str, list[str]]  # the snippet, or (the text, the query's terms)
+
+    @property
+    def snippet(self) -> str:
+        if not isinstance(self.snippet_source, str):
+            self.snippet_source = snippet(*self.snippet_source)
+        return self.snippet_source
+
+
 @dataclass
-class Match:
+class Match(_Snippet):
     kind: str  # 'summary' | 'card' | 'mini' | 'turn'
     turn_id: str | None
     score: float
-    snippet: str
+    snippet_source: str | tuple[str, list[str]]
 
 
 @dataclass
@@ -64,13 +78,13 @@ class SessionHit:
 
 
 @dataclass
-class TurnHit:
+class TurnHit(_Snippet):
     session_id: str
     turn_id: str
     ts_ms: int | None
     score: float
     kind: str  # 'turn' | 'mini'
-    snippet: str
+    snippet_source: str | tuple[str, list[str]]
 
 
 def categories() -> tuple[str, ...]:
@@ -166,19 +180,24 @@ class SearchIndex:
         hits = self._ranked(searcher, terms, filters, max(TOP_DOCS, 4 * limit))
         times = searcher.fast_field_values("ts_ms", [a for _, a in hits]) if hits else []
         best: dict[str, tuple] = {}  # a turn's best document: its text's or its mini summary's
+        cut = None  # the score of the `limit`th turn seen: hits come best first, so one below it ends the list
         for (score, address), ts in zip(hits, times):
+            if cut is not None and round(score, 6) < cut:
+                break
             doc = searcher.doc(address)
             turn_id, kind = doc.get_first("turn"), doc.get_first("kind")
             held = best.get(turn_id)
             if held is None or score > held[0] or (score == held[0] and kind < held[2]):
                 best[turn_id] = (score, doc, kind, _time(ts))
+            if cut is None and len(best) == limit:
+                cut = round(score, 6)
 
         def order(item):
             turn_id, (score, doc, _, ts) = item
             return -round(score, 6), -(ts if ts is not None else NO_TIME), doc.get_first("session"), turn_id
 
         return [
-            TurnHit(doc.get_first("session"), turn_id, ts, score, kind, snippet(bytes(doc.get_first("text")).decode(), terms))
+            TurnHit(doc.get_first("session"), turn_id, ts, score, kind, (bytes(doc.get_first("text")).decode(), terms))
             for turn_id, (score, doc, kind, ts) in sorted(best.items(), key=order)[:limit]
         ]  # fmt: skip
 
@@ -228,7 +247,7 @@ class SearchIndex:
                 turn_id = doc.get_first("turn") or None
                 if len(matches) < MATCHES:
                     text = bytes(doc.get_first("text")).decode()
-                    matches.append(Match(doc.get_first("kind"), turn_id, score, snippet(text, terms)))
+                    matches.append(Match(doc.get_first("kind"), turn_id, score, (text, terms)))
                 if turn_id is not None:
                     turn_scores.setdefault(turn_id, score)
             turn_ids = sorted(turn_scores, key=lambda t: (-turn_scores[t], t))[:TURN_IDS]
