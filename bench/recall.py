@@ -23,7 +23,7 @@ Run: PYTHONPATH=. .venv/bin/python bench/recall.py [--sessions 1000 10000] [--co
    hours here), so only the sizes in `--embed-sizes` have a hybrid column. Vectors are kept in `--work`.
 4. Tokens (characters / 4, as `bench/recall_tokens.py`): the MCP tools' default answers, read until the
    first result of an answering session (`recall_tokens.until_answer`).
-5. Warm: the MCP server's answer path (`Reads.search` over the held index, the answer's JSON made), each
+5. Warm: the MCP server's answer path (the server's tools over the held index, the answer's JSON made), each
    question and file query once to warm, then `--reps` times, in a child process per arm: the code at
    `--old-ref` (a git worktree under bench/out/) and this checkout, twice each, alternating; each
    answer's text is compared between the arms. Cold: a new process per query (imports, the index
@@ -64,19 +64,32 @@ def quantile(values: list[float], q: float) -> float:
 # --- children: each runs the code on its PYTHONPATH (an arm's tree) ------------------------------------
 
 
-def mcp_answer(reads, tool: str, query: str) -> str:
-    from pipelines.answers import DEFAULT_MAX_TOKENS, dumps
-    from pipelines.mcp_server import Reads
+def mcp_reads(db: str, embedder=None):
+    """`answer(tool, query)`: the MCP server's answer text for ten results, as that arm's code makes it
+    (`app.mcp_server.Tools`, or `pipelines.mcp_server.Reads` in a tree from before the front doors had
+    their floor)."""
+    try:
+        from app.mcp_server import Tools
+    except ImportError:
+        from pipelines.answers import DEFAULT_MAX_TOKENS, dumps
+        from pipelines.mcp_server import Reads
 
-    return dumps(reads.search(getattr(Reads, tool), query, 10, None, None, False, DEFAULT_MAX_TOKENS))
+        reads = Reads(Path(db), embedder)
+        return lambda tool, query: dumps(
+            reads.search(getattr(Reads, tool), query, 10, None, embedder, False, DEFAULT_MAX_TOKENS)
+        )
+    tools = Tools(Path(db), embedder)
+    return lambda tool, query: getattr(tools, tool)(query, 10)
+
+
+def mcp_answer(reads, tool: str, query: str) -> str:
+    return reads(tool, query)
 
 
 def warm_child(db: str, queries_path: str, reps: int) -> None:
     """Each query once per tool to warm, then `reps` times: wall ms, and each answer's hash."""
-    from pipelines.mcp_server import Reads
-
     queries = json.loads(Path(queries_path).read_text())
-    reads = Reads(Path(db))
+    reads = mcp_reads(db)
     out = {}
     for tool in TOOLS:
         answers = {q: hashlib.sha1(mcp_answer(reads, tool, q).encode()).hexdigest() for q in queries}
@@ -94,9 +107,7 @@ def warm_child(db: str, queries_path: str, reps: int) -> None:
 def cold_child(db: str, query: str) -> None:
     """A new process's one answer: the imports, the index opened, the answer made."""
     started = time.perf_counter()
-    from pipelines.mcp_server import Reads
-
-    mcp_answer(Reads(Path(db)), "query_raw_memories", query)
+    mcp_answer(mcp_reads(db), "query_raw_memories", query)
     print(json.dumps({"ms": (time.perf_counter() - started) * 1000}))
 
 
@@ -356,14 +367,12 @@ def scores(ranked: dict[str, list[str]], questions: list[dict], key) -> dict[str
 def token_figures(db: str, questions: list[dict], embedder) -> dict:
     """Per MCP tool: tokens read until the first answering result (median, p90), hit@5 by session."""
     from bench.recall_tokens import until_answer
-    from pipelines.answers import DEFAULT_MAX_TOKENS
-    from pipelines.mcp_server import Reads
 
-    reads, out = Reads(Path(db), embedder), {}
+    reads, out = mcp_reads(db, embedder), {}
     for tool in TOOLS:
         rows = []
         for q in questions:
-            answer = reads.search(getattr(Reads, tool), q["query"], 10, None, embedder, False, DEFAULT_MAX_TOKENS)
+            answer = json.loads(reads(tool, q["query"]))
             rows.append(until_answer(answer, set(q["answers"]), False))
         until = [t for _, t in rows]
         out[tool] = {
@@ -445,7 +454,6 @@ def new_session(db: str, seed: int) -> float:
 def beside_writer(db: str, queries: list[str], seed: int, count: int) -> dict:
     """MCP searches 50 ms apart while another process holds the store and writes; whether the store
     itself could be opened meanwhile."""
-    from pipelines.mcp_server import Reads
     from resources.store.connection import StoreFile
 
     writer = subprocess.Popen(
@@ -459,7 +467,7 @@ def beside_writer(db: str, queries: list[str], seed: int, count: int) -> dict:
             store_open = "opened (the writer holds nothing?)"
     except Exception as exc:  # noqa: BLE001 - any failure to open is what is shown
         store_open = f"refused: {type(exc).__name__}"
-    reads, wall, failures = Reads(Path(db)), [], []
+    reads, wall, failures = mcp_reads(db), [], []
     for n in range(count):
         tool = TOOLS[n % 2]
         started = time.perf_counter()
