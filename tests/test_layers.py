@@ -8,6 +8,7 @@ and under `TYPE_CHECKING` too."""
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,18 +21,37 @@ PRODUCT = FLOORS[:-1]  # what is installed; `bench/` measures it
 STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
-def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, module) of every absolute import in the tree, wherever it is, by line."""
+def sources(root: Path, package: str) -> list[Path]:
+    """The package's modules; not the old checkouts a benchmark leaves under `bench/out/`."""
+    return sorted(p for p in (root / package).rglob("*.py") if p.relative_to(root / package).parts[0] != "out")
+
+
+@cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def import_statements(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement in the tree, wherever it is."""
     found = []
     pending = [tree]
     while pending:
         node = pending.pop()
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module))
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
         for name in STATEMENT_LISTS:
             pending.extend(getattr(node, name, ()))
+    return found
+
+
+def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in the tree, wherever it is, by line."""
+    found = []
+    for node in import_statements(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
     return sorted(found)
 
 
@@ -39,8 +59,8 @@ def imports_up_a_floor(root: Path) -> list[str]:
     """Each import of a module under `root` that climbs a floor, as `path:line imports module`."""
     climbing = []
     for floor, package in enumerate(FLOORS):
-        for path in sorted((root / package).rglob("*.py")):
-            for line, module in imported_modules(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        for path in sources(root, package):
+            for line, module in imported_modules(parsed(path)):
                 top = module.split(".")[0]
                 if top in FLOORS and FLOORS.index(top) > floor:
                     climbing.append(f"{path.relative_to(root)}:{line} imports {module}")
@@ -71,7 +91,7 @@ def test_every_module_and_the_front_page_keep_their_length():
     long = [
         f"{path.relative_to(REPO)}: {lines} lines"
         for package in PRODUCT
-        for path in sorted((REPO / package).rglob("*.py"))
+        for path in sources(REPO, package)
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_LINES
     ]
     readme = len((REPO / "README.md").read_text(encoding="utf-8").splitlines())
@@ -83,14 +103,14 @@ def import_graph(root: Path) -> dict[str, set[str]]:
     paths = {
         ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): path
         for package in PRODUCT
-        for path in (root / package).rglob("*.py")
+        for path in sources(root, package)
     }
     graph = {}
     for module, path in paths.items():
         named = set()
-        for _, imported in imported_modules(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        for _, imported in imported_modules(parsed(path)):
             named.add(imported)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):  # `from package import module`
+        for node in import_statements(parsed(path)):  # `from package import module`
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 named.update(f"{node.module}.{alias.name}" for alias in node.names)
         graph[module] = {m for m in named if m in paths and m != module}
@@ -131,8 +151,8 @@ def test_no_private_name_is_imported_from_another_module():
     private = [
         f"{path.relative_to(REPO)}:{node.lineno} imports {node.module}.{alias.name}"
         for package in PRODUCT
-        for path in sorted((REPO / package).rglob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for path in sources(REPO, package)
+        for node in import_statements(parsed(path))
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in FLOORS
         for alias in node.names
         if alias.name.startswith("_")
@@ -153,8 +173,8 @@ def long_asset_bodies(root: Path) -> list[str]:
     """Each `@asset` function under `root/assets` whose body, its docstring included, is over
     ASSET_BODY_LINES lines, as `path: name N lines`."""
     long = []
-    for path in sorted((root / "assets").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for path in sources(root, "assets"):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.FunctionDef) and any(map(_is_asset, node.decorator_list)):
                 lines = node.end_lineno - node.body[0].lineno + 1
                 if lines > ASSET_BODY_LINES:
