@@ -183,11 +183,12 @@ def measure_labelled(embedder, search, sessions: int, seed: int, chars: int, mos
     store.search.refresh()
     documents = [
         d for d in store.search_vectors.pending(embedder.model, 10**6)
-        if d.kind in ("summary", "mini") or d.turn_id.endswith(("-story", "-t000", ":00001"))
+        if d.kind in ("summary", "mini") or (d.turn_id or "").endswith(("-story", "-t000", ":00001"))
     ][:most]  # fmt: skip
     for start in range(0, len(documents), 16):
         batch = documents[start : start + 16]
         store.search_vectors.write(embedder.model, batch, embedder.passages([d.text[:chars] for d in batch]))
+    search.cover_every_session(store, embedder.model)
 
     class QueryClient:  # the query side of `EmbeddingClient`: e5 reads a query with its own prefix
         model = embedder.model

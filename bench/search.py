@@ -379,6 +379,15 @@ def new_session_rows(seed: int) -> list[dict]:
 # --- measuring ----------------------------------------------------------------------------------
 
 
+def cover_every_session(store, model: str) -> None:
+    """Let a search fuse over the vectors a bench wrote itself (its own layer of documents, not the
+    product's pass): the coverage file says `model` covers every session."""
+    from resources.store.vector_coverage import write_coverage
+
+    every = [s for (s,) in store.query("SELECT session_id FROM sessions").itertuples(index=False)]
+    write_coverage(store.path, model, {"accounts": every, "turns": every})
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

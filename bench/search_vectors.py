@@ -61,7 +61,7 @@ def summary_layer(store, model: str) -> list:
     """The pending documents of the summary layer: summaries, mini summaries, first and story turns."""
     keep = []
     for doc in store.search_vectors.pending(model, 10**6):
-        if doc.kind in ("summary", "mini") or doc.turn_id.endswith(("-story", "-t000", ":00001")):
+        if doc.kind in ("summary", "mini") or (doc.turn_id or "").endswith(("-story", "-t000", ":00001")):
             keep.append(doc)
     return keep
 
@@ -92,6 +92,7 @@ def main() -> None:
         batch = documents[start : start + 16]
         store.search_vectors.write(embedder.model, batch, embedder.embed([d.text for d in batch]))
     embed_s = time.perf_counter() - started
+    search.cover_every_session(store, embedder.model)
 
     queries = facts["queries"]
     keyword = {q["query"]: [h.session_id for h in store.search.sessions(q["query"], limit=10)] for q in queries}

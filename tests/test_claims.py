@@ -96,7 +96,7 @@ def test_the_migration_after_the_claims_check_judges_every_summary_again(store, 
     with store.file.transaction() as con:  # as judged before the claims were checked
         con.execute("UPDATE session_summaries SET verdict = 'ok'")
         con.execute("UPDATE schema_meta SET version = ?", [CLAIMS_MIGRATION - 1])
-    store.file.migrate()
+    store.migrate()
     assert accounts(store)[0][:2] == ("s1", "card")
     with store.file.connect() as con:
         verdict, evidence = con.execute("SELECT verdict, verdict_evidence FROM session_summaries").fetchone()
