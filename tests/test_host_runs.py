@@ -90,15 +90,21 @@ def test_a_session_over_the_cpu_hosts_cap_is_summarized_raw_on_the_long_context_
         }
 
 
+def _ingested_on_two_hosts(tmp_path, folder, cpu_url: str, gpu_url: str, instance):
+    """(settings, definitions) of a home whose hosts file names the two servers, `folder` ingested."""
+    settings = load_settings(
+        {"DIGEST_HOME": str(tmp_path / "home"), "DIGEST_MODEL_HOSTS": str(_hosts(tmp_path, cpu_url, gpu_url))}
+    )
+    definitions = build_definitions(settings)
+    config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
+    assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+    return settings, definitions
+
+
 def test_a_run_asked_for_by_hand_places_itself_as_the_sweep_would(tmp_path):
     folder = write_bundle(tmp_path / "bundle", make_turns("big", 40, doc_bytes=400))
     with ModelServer() as cpu, ModelServer() as gpu, instance_for_test() as instance:
-        settings = load_settings(
-            {"DIGEST_HOME": str(tmp_path / "home"), "DIGEST_MODEL_HOSTS": str(_hosts(tmp_path, cpu.url, gpu.url))}
-        )
-        definitions = build_definitions(settings)
-        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
-        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+        settings, definitions = _ingested_on_two_hosts(tmp_path, folder, cpu.url, gpu.url, instance)
         store = DigestStore(settings.db_path)
         register_partitions(instance, store)
         job = definitions.resolve_job_def("summarize_sessions")
@@ -133,12 +139,7 @@ def test_a_summary_run_reads_the_hosts_file_and_places_its_session_once(tmp_path
     file once too, its backlog's measure and its selection alike."""
     folder = write_bundle(tmp_path / "bundle", make_turns("big", 40, doc_bytes=400) + make_turns("small", 2))
     with ModelServer() as cpu, ModelServer() as gpu, instance_for_test() as instance:
-        settings = load_settings(
-            {"DIGEST_HOME": str(tmp_path / "home"), "DIGEST_MODEL_HOSTS": str(_hosts(tmp_path, cpu.url, gpu.url))}
-        )
-        definitions = build_definitions(settings)
-        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
-        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+        settings, definitions = _ingested_on_two_hosts(tmp_path, folder, cpu.url, gpu.url, instance)
         register_partitions(instance, DigestStore(settings.db_path))
         reads = Calls(monkeypatch, settings_fleet, "load_hosts_file")
         placements = Calls(monkeypatch, model_hosts, "place_session")
