@@ -110,28 +110,27 @@ def samples_home(folder: Path) -> Path:
     return folder
 
 
-@cache
-def ingested_harnesses() -> tuple[Path, IngestReport]:
-    """A store file holding the harness logs bundled as samples (`samples/harnesses`), and the
-    ingest's report, made once per process as `ingested_samples` is. Never written after."""
-    folder = Path(tempfile.mkdtemp(prefix="ingested-harnesses-"))
+def _ingested_once(name: str) -> tuple[Path, IngestReport]:
+    """A store file holding `samples/<name>` as an ingest leaves it, and the ingest's report;
+    checkpointed at its close, so a copy of the file alone is whole. Never written after."""
+    folder = Path(tempfile.mkdtemp(prefix=f"ingested-{name}-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     store = DigestStore(folder / "digest.duckdb")
     with store.file.held():
         store.migrate()
-        report = ingest_paths([SAMPLES / "harnesses"], store)
+        report = ingest_paths([SAMPLES / name], store)
     return store.path, report
 
 
 @cache
+def ingested_harnesses() -> tuple[Path, IngestReport]:
+    """The harness logs bundled as samples (`samples/harnesses`), ingested once per process, with the
+    ingest's report."""
+    return _ingested_once("harnesses")
+
+
+@cache
 def ingested_samples() -> Path:
-    """A store file holding the bundled samples' export (`samples/bundle`), ingested once per
-    process (some 0.4 s of CPU) for the tests that read it or start from a copy of it; checkpointed
-    at its close, so a copy of the file alone is whole. Never written after."""
-    folder = Path(tempfile.mkdtemp(prefix="ingested-samples-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    store = DigestStore(folder / "digest.duckdb")
-    with store.file.held():
-        store.migrate()
-        ingest_paths([SAMPLES / "bundle"], store)
-    return store.path
+    """The bundled samples' export (`samples/bundle`), ingested once per process (some 0.4 s of CPU)
+    for the tests that read it or start from a copy of it."""
+    return _ingested_once("bundle")[0]
