@@ -82,22 +82,18 @@ def mcp_reads(db: str, embedder=None):
     return lambda tool, query: getattr(tools, tool)(query, 10)
 
 
-def mcp_answer(reads, tool: str, query: str) -> str:
-    return reads(tool, query)
-
-
 def warm_child(db: str, queries_path: str, reps: int) -> None:
     """Each query once per tool to warm, then `reps` times: wall ms, and each answer's hash."""
     queries = json.loads(Path(queries_path).read_text())
     reads = mcp_reads(db)
     out = {}
     for tool in TOOLS:
-        answers = {q: hashlib.sha1(mcp_answer(reads, tool, q).encode()).hexdigest() for q in queries}
+        answers = {q: hashlib.sha1(reads(tool, q).encode()).hexdigest() for q in queries}
         wall, cpu = [], []
         for _ in range(reps):
             for q in queries:
                 started, cpu_started = time.perf_counter(), time.process_time()
-                mcp_answer(reads, tool, q)
+                reads(tool, q)
                 wall.append((time.perf_counter() - started) * 1000)
                 cpu.append((time.process_time() - cpu_started) * 1000)
         out[tool] = {"ms": wall, "cpu_ms": cpu, "answers": answers}
@@ -107,7 +103,7 @@ def warm_child(db: str, queries_path: str, reps: int) -> None:
 def cold_child(db: str, query: str) -> None:
     """A new process's one answer: the imports, the index opened, the answer made."""
     started = time.perf_counter()
-    mcp_answer(mcp_reads(db), "query_raw_memories", query)
+    mcp_reads(db)("query_raw_memories", query)
     print(json.dumps({"ms": (time.perf_counter() - started) * 1000}))
 
 
@@ -472,7 +468,7 @@ def beside_writer(db: str, queries: list[str], seed: int, count: int) -> dict:
         tool = TOOLS[n % 2]
         started = time.perf_counter()
         try:
-            mcp_answer(reads, tool, queries[n % len(queries)])
+            reads(tool, queries[n % len(queries)])
         except Exception as exc:  # noqa: BLE001 - a failure is counted, with its reason
             failures.append(f"{type(exc).__name__}: {exc}"[:200])
         wall.append((time.perf_counter() - started) * 1000)
