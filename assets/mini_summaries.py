@@ -36,6 +36,7 @@ def _preview(report: FillReport) -> str:
     for label, ids in (
         ("archived (no content)", report.archived_no_content),
         ("archived (attempts exhausted)", report.archived_after_failures),
+        ("archived (reply judged junk)", report.archived_junk),
     ):
         if ids:
             lines.append(f"\n**{label}**: " + ", ".join(f"`{i}`" for i in ids[:PREVIEW_ROWS]))
@@ -86,6 +87,7 @@ def _metadata(outcome: MiniSummaryOutcome, budget_s: float) -> dict:
         "failed": report.failed,
         "archived_no_content": len(report.archived_no_content),
         "archived_generation_timeout": len(report.archived_after_failures),
+        "archived_junk": len(report.archived_junk),
         "causes": MetadataValue.json(report.cause_tally()),
         "model_seconds": round(report.model_seconds, 2),
         "budget_s": budget_s,

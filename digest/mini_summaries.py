@@ -33,7 +33,8 @@ from digest.pacing import CallPlan, Pacer, is_given_up
 from digest.prompts import MINI_SUMMARY_HEAD, MINI_SUMMARY_MIDDLE
 from digest.repeats import drop_repeated_lines
 from digest.synthesis import Limits, Route, estimate_raw_tokens, raw_route
-from digest.turns import split_document
+from digest.turns import compose_document, split_document
+from digest.verdict import judge_mini
 
 MAX_CHARS = 280
 # 280 characters are 70-90 tokens of prose: room for the line, and a ramble is cut short on the server.
@@ -56,6 +57,9 @@ CAUSES = (
 )
 ARCHIVE_NO_CONTENT = "no-content"
 ARCHIVE_GENERATION_TIMEOUT = "generation-timeout"  # the reference's name, whatever the failures were
+# A reply judged junk (`digest.verdict.judge_mini`) is not kept: the turn is archived under this
+# reason and its own text stands for it. Asked again, the same model writes the same.
+ARCHIVE_JUNK = "junk-output"
 PRIORITIES = ("degraded-first", "newest-first")
 
 
@@ -119,6 +123,7 @@ class FillReport:
     failed: int = 0
     archived_no_content: list[str] = field(default_factory=list)
     archived_after_failures: list[str] = field(default_factory=list)
+    archived_junk: list[str] = field(default_factory=list)  # replies judged junk: the turn archived
     causes: Counter = field(default_factory=Counter)
     model_seconds: float = 0.0
     left_for_later: int = 0  # turns with content the budget did not reach
@@ -132,7 +137,7 @@ class FillReport:
 
     @property
     def made_no_progress(self) -> bool:
-        return self.attempted > 0 and not self.generated
+        return self.attempted > 0 and not self.generated and not self.archived_junk
 
     def cause_tally(self) -> dict[str, int]:
         return {cause: self.causes.get(cause, 0) for cause in CAUSES}
@@ -155,6 +160,13 @@ def turn_text(turn: PendingTurn) -> tuple[str, str] | None:
         prompt, response = split_document(turn.document or "")
     prompt, response = prompt.strip(), response.strip()
     return (prompt, response) if prompt or response else None
+
+
+def turn_document(turn: PendingTurn) -> str:
+    """The turn's whole text, as a mini summary is judged against it (lines shown by an earlier turn
+    included: naming what they hold is not naming what the turn lacks)."""
+    prompt, response = turn_text(turn) or ("", "")
+    return compose_document(prompt, "", response)
 
 
 def _shorten_to_bytes(text: str, max_bytes: int) -> str:
@@ -366,9 +378,16 @@ def fill_mini_summaries(
                 report.cut_at_output_cap += 1
         else:
             text, cause = "", cause_of(error)
+        verdict = judge_mini(turn_document(turn), text) if text else None
+        if verdict is not None and verdict.junk:  # the call did its part: the attempt stays ok, its words kept
+            note = f"judged junk ({verdict.label}: {verdict.evidence['reason']}): {text}"
         attempt = call_attempt(in_flight, reply, error, f"turn {turn.id}: ", plan, outcome=cause, note=note)
         store.record_attempt(attempt, started)
         pacer.observe(attempt.speed_sample(), error)
+        if verdict is not None and verdict.junk:
+            store.archive(turn, ARCHIVE_JUNK)
+            report.archived_junk.append(turn.id)
+            continue
         if cause == "ok":
             store.save_mini_summary(turn, text, client.model)
             report.generated.append((turn.id, text))

@@ -309,3 +309,46 @@ def judge(
     if title_line:  # the summary may be fine; its title is not one
         return Verdict("echo", {**evidence, "reason": "the title is a line of the session's output, copied"})
     return Verdict("ok", evidence)
+
+
+MINI_MIN_WORDS = 2  # fewer words than this, once the prompt's markers are left out: empty
+_FENCE = re.compile(r"`{3,}\w*")
+
+
+def judge_mini(turn_document: str, text: str) -> Verdict:
+    """The verdict on one turn's mini summary, against that turn's text alone (the only text its
+    prompt held). A mini summary in the turn's own words is fine: it is the reference's way too; one
+    that says nothing of the turn, loops, or names what the turn never holds is junk.
+    A repeat marker copied from the prompt, or a bare code fence, says nothing and is left out first."""
+    said = _FENCE.sub(" ", MARKER_PATTERN.sub(" ", text))
+    lowered = turn_document.lower()
+    terms = session_terms([turn_document])
+    grounded, unknown = anchors(said, turn_document, terms)
+    content = {w for w in (m.lower() for m in _CONTENT_WORD.findall(said)) if w not in GENERIC}
+    specific = sorted(w for w in content if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lowered))
+    evidence = {
+        "words": len(_LETTER_WORD.findall(said)),
+        "grounded_identifiers": sorted(grounded),
+        "unknown_identifiers": sorted(unknown),
+        "specific_words": specific[:20],
+        "foreign_words": len(content) - len(specific),
+        "repeated": round(repeated_share(said), 4),
+    }
+    if evidence["words"] < MINI_MIN_WORDS:
+        return Verdict(
+            "empty", {**evidence, "reason": f"fewer than {MINI_MIN_WORDS} words besides the prompt's markers"}
+        )
+    if evidence["repeated"] >= REPEAT_SHARE:
+        return Verdict(
+            "echo", {**evidence, "reason": f"{evidence['repeated']:.0%} of its words in a phrase it repeats"}
+        )
+    strong = [k for k, kind in unknown.items() if kind in STRONG]
+    if strong or len(unknown) >= FABRICATED_SYMBOLS:
+        return Verdict("fabricated", {**evidence, "reason": f"{len(unknown)} identifiers the turn does not have"})
+    # A turn of few words ("All 214 pass.") cannot lend its summary more of them.
+    available = {w for w in (m.lower() for m in _CONTENT_WORD.findall(turn_document)) if w not in GENERIC}
+    if not grounded and len(specific) < min(MIN_SPECIFIC, len(available)):
+        return Verdict(
+            "content-free", {**evidence, "reason": f"no identifier of the turn, {len(specific)} of its words"}
+        )
+    return Verdict("ok", evidence)

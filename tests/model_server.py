@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from digest.prompts import MINI_SUMMARY_INSTRUCTION
+from digest.repeats import MARKER_PATTERN
 from tests.local_http import LocalServer, QuietHandler
 
 GOOD_SUMMARY = {
@@ -97,6 +99,21 @@ class Behaviour:
         """A summary that copies the session's text from the prompt (what follows its `---` line)."""
         content = received.prompt.split("\n---\n", 1)[-1]
         return Behaviour.reply({**GOOD_SUMMARY, "summary": content[:chars], "title": "The session"})
+
+    @staticmethod
+    def mini(received: Received) -> Behaviour:
+        """A mini summary in the turn's own words, as a fair model writes one: the first sentence of
+        the ask and of the reply in the mini summary prompt."""
+        turn = MARKER_PATTERN.sub("", received.prompt.split("\nUser: ", 1)[-1])  # never the prompt's own markers
+        user, _, agent = turn.partition("\nAgent: ")
+        asked, replied = (part.strip().split(". ")[0].rstrip(".")[:120] for part in (user, agent))
+        return Behaviour(content=f"{asked}: {replied}" if asked and replied else asked or replied)
+
+    @staticmethod
+    def fitting(received: Received) -> Behaviour:
+        """What a fair model answers each prompt with: a mini summary prompt a line (`mini`), any other
+        the good summary."""
+        return Behaviour.mini(received) if received.prompt.startswith(MINI_SUMMARY_INSTRUCTION) else Behaviour.reply()
 
     @staticmethod
     def hang(seconds: float) -> Behaviour:
@@ -221,7 +238,7 @@ class Received:
 class ModelServer(LocalServer):
     """`with ModelServer(script) as server: server.url`; `script` picks a Behaviour per request."""
 
-    script: Callable[[Received], Behaviour] = field(default=lambda received: Behaviour.reply())
+    script: Callable[[Received], Behaviour] = field(default=lambda received: Behaviour.fitting(received))
     requests: list[Received] = field(default_factory=list)
     concurrent_chats: int = 0  # the chat requests it is answering now
     peak_concurrent_chats: int = 0  # the most it answered at once

@@ -46,6 +46,8 @@ SMOKE = {
     "outcome_ask.py": Smoke(("--sessions", "1"), ("card:", "outcome:", "sessions asked: 1"), embedded=True),
     # The labelled run's table: no model call, the card corpus ingested to judge the replies.
     "degraded_input.py": Smoke(("--score",), ("truncatedRaw", "turnCards", "label → verdict")),
+    # The labelled mini summaries' table: no model call.
+    "mini_verdicts.py": Smoke((), ("tune", "held_out", "keep lost")),
     "facts.py": Smoke(("--sessions", "3"), ("ingest with facts", "ratio (with / without)", "extraction alone")),
     "graph_cap.py": Smoke(
         ("--kilobytes", "40"), ("graph calls:", "the largest prompt any model call sent in the graph scenario")

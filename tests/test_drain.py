@@ -41,7 +41,7 @@ def _store(home) -> DigestStore:
     return DigestStore(load_settings({"DIGEST_HOME": str(home)}).db_path)
 
 
-def _kinds_server(summary: Behaviour, mini: Behaviour):
+def _kinds_server(summary: Behaviour, mini=Behaviour.mini):
     """A server answering summary calls (they ask for a JSON schema) and mini-summary calls apart, counting each."""
     calls = {"summary": 0, "mini-summary": 0}
 
@@ -50,7 +50,7 @@ def _kinds_server(summary: Behaviour, mini: Behaviour):
             return Behaviour()
         kind = "summary" if "response_format" in received.body else "mini-summary"
         calls[kind] += 1
-        return summary if kind == "summary" else mini
+        return summary if kind == "summary" else mini(received)
 
     return ModelServer(script), calls
 
@@ -63,7 +63,7 @@ def test_sweep_drain_brings_a_slow_hosts_over_cap_session_to_a_mini_summary_summ
     slow = 0.4  # each call, summary or mini summary
     server, calls = _kinds_server(
         replace(Behaviour.reply(FAITHFUL_SUMMARY), delay_s=slow),
-        replace(Behaviour.text("Moved the grid row."), delay_s=slow),
+        lambda received: replace(Behaviour.mini(received), delay_s=slow),
     )
     home = tmp_path / "home"
     with server:
@@ -86,7 +86,7 @@ def test_sweep_drain_brings_a_slow_hosts_over_cap_session_to_a_mini_summary_summ
 
 
 def test_sweep_drain_keeps_to_its_limit_for_the_whole_drain(tmp_path):
-    server, calls = _kinds_server(Behaviour.reply(FAITHFUL_SUMMARY), Behaviour.text("Moved the grid row."))
+    server, calls = _kinds_server(Behaviour.reply(FAITHFUL_SUMMARY))
     home = tmp_path / "home"
     with server:
         env = _env(home, server.url, DIGEST_RAW_CAP_TOKENS="1000")
@@ -104,7 +104,7 @@ def test_a_summary_run_that_raises_on_its_sessions_data_backs_off_with_a_frictio
     """Data an older reader let through (a timestamp in year 10000) made the run raise on every
     sweep, unseen: no backoff, no friction event, exit 0. Now the failure is counted, backs off, and
     the sweep's line and exit code say so; the other session is summarized."""
-    server, calls = _kinds_server(Behaviour.reply(FAITHFUL_SUMMARY), Behaviour.text("Moved the grid row."))
+    server, calls = _kinds_server(Behaviour.reply(FAITHFUL_SUMMARY))
     home = tmp_path / "home"
     with server:
         env = _env(home, server.url)

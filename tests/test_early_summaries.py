@@ -120,7 +120,7 @@ def _server():
     def script(received):
         kind = "summary" if "response_format" in received.body else "mini-summary"
         calls[kind] += 1
-        return Behaviour.reply() if kind == "summary" else Behaviour.text("a mini summary")
+        return Behaviour.reply() if kind == "summary" else Behaviour.mini(received)
 
     return ModelServer(script), calls
 
@@ -212,7 +212,7 @@ def test_an_upgrade_judged_junk_keeps_the_ok_summary_and_is_not_tried_again_at_i
 
     def script(received):
         if "response_format" not in received.body:
-            return Behaviour.text("a mini summary")
+            return Behaviour.mini(received)
         calls["summary"] += 1
         return Behaviour.reply(next(replies, TEMPLATE_SUMMARY))
 

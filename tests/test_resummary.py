@@ -37,7 +37,7 @@ def _server(replies: dict[str, dict]) -> ModelServer:
 
     def script(received):
         if "response_format" not in received.body:
-            return Behaviour.text("a mini summary")
+            return Behaviour.mini(received)
         return Behaviour.reply(replies[received.body["model"]])
 
     return ModelServer(script)

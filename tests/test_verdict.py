@@ -6,7 +6,7 @@ import json
 
 from digest.prompts import SUMMARY_INSTRUCTIONS, SUMMARY_PARTS, TOOL_CALLS_LABEL
 from digest.repeats import SHOWN_EARLIER, marker
-from digest.verdict import JUNK, VERDICTS, judge
+from digest.verdict import JUNK, VERDICTS, judge, judge_mini
 
 TURNS = [
     "User Prompt: Fix #13904: the grid selection jumps after a sort.\n"
@@ -143,3 +143,43 @@ def test_a_summary_caught_in_a_loop_is_an_echo_of_itself():
     # Naming the same file and test twice is not a loop.
     twice = FAITHFUL[1] + " RowModel.spec.mjs passes; npm test passes."
     assert judge(TURNS, FAITHFUL[0], twice).label == "ok"
+
+
+# --- a turn's mini summary (`judge_mini`): the turn's own words are fine, saying nothing is not ------------
+
+MINI_TURN = (
+    "User Prompt: Count how many VDOM deltas each scroll step produces.\nAgent Thought: \n"
+    "Agent Response: Counted about 4,100 deltas per scroll step, mostly attribute and text updates on recycled "
+    "rows. Added a temporary counter to `createDeltas` in src/util/VdomHelper.mjs."
+)
+
+
+def test_a_mini_summary_in_the_turns_own_words_is_ok():
+    for line in (
+        "Added a temporary counter to `createDeltas`: about 4,100 deltas per scroll step.",
+        "Counted about 4,100 VDOM deltas per scroll step, mostly updates on recycled rows.",
+        "Deltas per scroll step: 4,100, most of them attribute and text updates.",
+    ):
+        assert judge_mini(MINI_TURN, line).label == "ok", line
+
+
+def test_a_mini_summary_that_says_nothing_of_its_turn_is_junk():
+    shown = marker(1)
+    cases = {
+        f"{shown} {shown}": "empty",  # the prompt's repeat markers and nothing else
+        "``` ``` ``` ```": "empty",
+        "I'm ready to continue with the next step. Please go ahead and continue with the next step.": "content-free",
+        "Your code is indeed very efficient and easy to use, but it is not optimized for large datasets.": "content-free",
+        "The next step builds on the previous one, and the next step builds on the previous one. " * 3: "echo",
+        "Fixed the flaky timeout in src/grid/ScrollManager.mjs by waiting for scrollDone (#13911).": "fabricated",
+    }
+    for line, label in cases.items():
+        verdict = judge_mini(MINI_TURN, line)
+        assert verdict.label == label, (line, verdict.evidence)
+        assert verdict.junk and verdict.evidence["reason"]
+
+
+def test_a_short_turn_lends_its_mini_summary_only_the_words_it_has():
+    short = "User Prompt: List the tests.\nAgent Thought: \nAgent Response: All 214 pass."
+    assert judge_mini(short, "List the tests: all 214 pass").label == "ok"
+    assert judge_mini(short, "The server delivered the packages to the client.").label == "content-free"

@@ -174,7 +174,7 @@ def test_describe_partition_gives_the_route_over_the_cap(tmp_path):
 
 def test_fill_partition_makes_the_mini_summaries_with_no_connection_held_during_a_call(tmp_path, opens):
     """A mini-summary call runs in a worker thread: the run's held connection is let go all the same."""
-    with ModelServer(opens.answering(lambda received: Behaviour.text("Fixed the grid row."))) as server:
+    with ModelServer(opens.answering(lambda received: Behaviour.mini(received))) as server:
         resources = build_resources(_settings(tmp_path, server.url))
         store = _store(tmp_path, make_turns("s1", 3))
         filled = fill_partition(

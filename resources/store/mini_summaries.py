@@ -3,14 +3,19 @@ turn's failed attempts and archive, each session's backoff, and the sessions pen
 
 from __future__ import annotations
 
+import duckdb
+
 from digest.mini_summaries import (
+    ARCHIVE_JUNK,
     PendingSession,
     PendingTurn,
     archive_reason_after,
     headed_for_degraded,
     order_sessions,
+    turn_document,
 )
 from digest.synthesis import Limits
+from digest.verdict import judge_mini
 from resources.store.connection import Repository, now
 from resources.store.ledger import RunLedger
 
@@ -23,6 +28,29 @@ PENDING_MINI_SUMMARY_TURNS = """
     LEFT JOIN mini_summary_state st ON st.turn_id = t.id
     WHERE m.turn_id IS NULL AND st.archived_at IS NULL AND (t.archived_at IS NULL OR st.unarchived_at IS NOT NULL)
 """
+
+
+def archive_junk_mini_summaries(con: duckdb.DuckDBPyConnection) -> int:
+    """The generated mini summaries judged junk (`digest.verdict.judge_mini`) go, and their turns are
+    archived as a junk reply is now: the turn's own text stands for it, in a degraded summary's input,
+    in search and in its vectors (which follow at the next refresh). Imported ones are the export's
+    own and stay. Returns how many went."""
+    rows = con.execute(
+        """SELECT t.id, t.session_id, t.ts_ms, t.prompt, t.response, t.document, m.text
+           FROM mini_summaries m JOIN turns t ON t.id = m.turn_id WHERE m.origin = 'generated'"""
+    ).fetchall()
+    junk = [(row[0], row[1]) for row in rows if judge_mini(turn_document(PendingTurn(*row[:6])), row[6]).junk]
+    stamp = now()
+    for turn_id, session_id in junk:
+        con.execute("DELETE FROM mini_summaries WHERE turn_id = ?", [turn_id])
+        con.execute(
+            """INSERT INTO mini_summary_state (turn_id, session_id, attempts, archived_at, archived_reason, updated_at)
+               VALUES (?, ?, 0, ?, ?, ?)
+               ON CONFLICT (turn_id) DO UPDATE SET archived_at = excluded.archived_at,
+                   archived_reason = excluded.archived_reason, updated_at = excluded.updated_at""",
+            [turn_id, session_id, stamp, ARCHIVE_JUNK, stamp],
+        )
+    return len(junk)
 
 
 class MiniSummaries(Repository):

@@ -71,7 +71,7 @@ CREATE TABLE IF NOT EXISTS mini_summary_state (
     attempts INTEGER NOT NULL,        -- failed attempts since the last un-archive
     last_cause VARCHAR,               -- timeout-inner | timeout-outer | no-model | empty-output | provider-error | unspecified
     archived_at TIMESTAMPTZ,
-    archived_reason VARCHAR,          -- no-content | generation-timeout
+    archived_reason VARCHAR,          -- no-content | generation-timeout | junk-output
     unarchived_at TIMESTAMPTZ,        -- set by un-archive; also overrides the export's archive flag
     updated_at TIMESTAMPTZ NOT NULL
 );
