@@ -31,7 +31,7 @@ from digest.friction import Symptom, classify_error
 from digest.model_api import ChatClient, ChatReply, ModelTimeout, ProviderError
 from digest.pacing import CallPlan, Pacer, is_given_up
 from digest.prompts import MINI_SUMMARY_HEAD, MINI_SUMMARY_MIDDLE
-from digest.repeats import drop_repeated_lines
+from digest.repeats import MARKER_PATTERN, drop_repeated_lines
 from digest.synthesis import Limits, Route, estimate_raw_tokens, raw_route
 from digest.turns import compose_document, split_document
 from digest.verdict import judge_mini
@@ -205,8 +205,9 @@ def without_repeats(turns: list[PendingTurn], texts: dict[str, tuple[str, str] |
 
 
 def clean_output(text: str) -> str:
-    """One line: whitespace collapsed, cut to 280 characters."""
-    return " ".join(text.split())[:MAX_CHARS]
+    """One line: the prompt's repeat markers a model copied left out (they mean nothing in a summary),
+    whitespace collapsed, cut to 280 characters."""
+    return " ".join(MARKER_PATTERN.sub(" ", text).split())[:MAX_CHARS]
 
 
 def mini_summary_limits(limits: Limits, policy: MiniSummaryPolicy) -> Limits:

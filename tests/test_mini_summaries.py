@@ -28,7 +28,7 @@ from digest.turns import canonical_order, compose_document
 from pipelines.definitions import build_definitions
 from resources.model_clients import OpenAIChatClient
 from resources.store import DigestStore, MiniSummaryLedger
-from resources.store.mini_summaries import archive_junk_mini_summaries
+from resources.store.mini_summaries import judge_stored_mini_summaries
 from tests.conftest import make_limits
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
@@ -283,19 +283,21 @@ def test_a_reply_judged_junk_archives_its_turn_at_once_and_keeps_its_words_in_th
 
 
 def test_the_stored_junk_mini_summaries_go_and_their_turns_are_archived(store):
-    """Migration 24: the generated mini summaries stored before the verdict are judged once; imported
-    ones are the export's and stay."""
+    """Migration 24: the generated mini summaries stored before the verdict are judged once, the kept
+    ones cleaned of the markers they copied; imported ones are the export's and stay."""
     _add(store, _session("s1", 3))
     store.ingest.write_imported_mini_summaries([{"turn_id": "s1-t002", "session_id": "s1", "text": "``` ```"}])
     ledger = MiniSummaryLedger(store, "r")
     pending = {t.id: t for t in store.mini_summaries.pending_mini_summary_turns("s1")}
     ledger.save_mini_summary(pending["s1-t000"], "[1 line shown earlier in the session] ``` ```", "m")
-    ledger.save_mini_summary(pending["s1-t001"], "Prompt 1, fix the grid: changed src/grid/Row.mjs", "m")
+    ledger.save_mini_summary(
+        pending["s1-t001"], "Prompt 1, fix [1 line shown earlier in the session] src/grid/Row.mjs", "m"
+    )
     with store.file.transaction() as con:
-        assert archive_junk_mini_summaries(con) == 1
-    assert _rows(store, "SELECT turn_id, origin FROM mini_summaries ORDER BY 1") == [
-        {"turn_id": "s1-t001", "origin": "generated"},
-        {"turn_id": "s1-t002", "origin": "imported"},
+        assert judge_stored_mini_summaries(con) == 1
+    assert _rows(store, "SELECT turn_id, origin, text FROM mini_summaries ORDER BY 1") == [
+        {"turn_id": "s1-t001", "origin": "generated", "text": "Prompt 1, fix src/grid/Row.mjs"},
+        {"turn_id": "s1-t002", "origin": "imported", "text": "``` ```"},
     ]
     assert _rows(store, "SELECT turn_id, archived_reason FROM mini_summary_state WHERE archived_at IS NOT NULL") == [
         {"turn_id": "s1-t000", "archived_reason": ARCHIVE_JUNK}

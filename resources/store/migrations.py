@@ -28,7 +28,7 @@ from resources.store.cards import refresh_all_cards
 from resources.store.connection import StoreFile, now
 from resources.store.facts import refresh_turn_facts
 from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
-from resources.store.mini_summaries import archive_junk_mini_summaries
+from resources.store.mini_summaries import judge_stored_mini_summaries
 from resources.store.redaction import redact_stored, redact_stored_since_13
 from resources.store.summary_row import summary_column, summary_ddl
 from resources.store.vectors import migrate_text_vectors
@@ -162,9 +162,10 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # messages it quotes) are checked against its turns, and one of invented facts is fabricated;
     # the cards follow the verdicts (the search index, which records each verdict, follows too).
     23: [judge_summaries_again, refresh_all_cards],
-    # 24: the generated mini summaries judged (`digest.verdict.judge_mini`): a junk one goes and its
-    # turn is archived (`junk-output`), as a junk reply is from now on.
-    24: [archive_junk_mini_summaries],
+    # 24: the generated mini summaries judged (`digest.verdict.judge_mini`) and cleaned as a reply is
+    # from now on: a junk one goes and its turn is archived (`junk-output`); a kept one loses the repeat
+    # markers it copied from its prompt.
+    24: [judge_stored_mini_summaries],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -10,6 +10,7 @@ from digest.mini_summaries import (
     PendingSession,
     PendingTurn,
     archive_reason_after,
+    clean_output,
     headed_for_degraded,
     order_sessions,
     turn_document,
@@ -30,16 +31,22 @@ PENDING_MINI_SUMMARY_TURNS = """
 """
 
 
-def archive_junk_mini_summaries(con: duckdb.DuckDBPyConnection) -> int:
-    """The generated mini summaries judged junk (`digest.verdict.judge_mini`) go, and their turns are
-    archived as a junk reply is now: the turn's own text stands for it, in a degraded summary's input,
-    in search and in its vectors (which follow at the next refresh). Imported ones are the export's
-    own and stay. Returns how many went."""
+def judge_stored_mini_summaries(con: duckdb.DuckDBPyConnection) -> int:
+    """The generated mini summaries judged (`digest.verdict.judge_mini`) and cleaned as a reply is now:
+    a junk one goes and its turn is archived (the turn's own text stands for it, in a degraded
+    summary's input, in search and in its vectors, which follow at the next refresh); a kept one loses
+    the prompt's repeat markers it copied. Imported ones are the export's own and stay. Returns how
+    many went."""
     rows = con.execute(
         """SELECT t.id, t.session_id, t.ts_ms, t.prompt, t.response, t.document, m.text
            FROM mini_summaries m JOIN turns t ON t.id = m.turn_id WHERE m.origin = 'generated'"""
     ).fetchall()
-    junk = [(row[0], row[1]) for row in rows if judge_mini(turn_document(PendingTurn(*row[:6])), row[6]).junk]
+    junk = []
+    for row in rows:
+        if judge_mini(turn_document(PendingTurn(*row[:6])), row[6]).junk:
+            junk.append((row[0], row[1]))
+        elif (cleaned := clean_output(row[6])) != row[6]:
+            con.execute("UPDATE mini_summaries SET text = ? WHERE turn_id = ?", [cleaned, row[0]])
     stamp = now()
     for turn_id, session_id in junk:
         con.execute("DELETE FROM mini_summaries WHERE turn_id = ?", [turn_id])
