@@ -334,7 +334,9 @@ def judge_mini(turn_document: str, text: str) -> Verdict:
         "foreign_words": len(content) - len(specific),
         "repeated": round(repeated_share(said), 4),
     }
-    if evidence["words"] < MINI_MIN_WORDS:
+    # A turn of few words ("All 214 pass.", a bare "p") cannot lend its summary more of them.
+    turn_words = len(_LETTER_WORD.findall(_LABELS.sub(" ", turn_document)))
+    if evidence["words"] < min(MINI_MIN_WORDS, turn_words):
         return Verdict(
             "empty", {**evidence, "reason": f"fewer than {MINI_MIN_WORDS} words besides the prompt's markers"}
         )
@@ -345,7 +347,6 @@ def judge_mini(turn_document: str, text: str) -> Verdict:
     strong = [k for k, kind in unknown.items() if kind in STRONG]
     if strong or len(unknown) >= FABRICATED_SYMBOLS:
         return Verdict("fabricated", {**evidence, "reason": f"{len(unknown)} identifiers the turn does not have"})
-    # A turn of few words ("All 214 pass.") cannot lend its summary more of them.
     available = {w for w in (m.lower() for m in _CONTENT_WORD.findall(turn_document)) if w not in GENERIC}
     if not grounded and len(specific) < min(MIN_SPECIFIC, len(available)):
         return Verdict(
