@@ -92,3 +92,25 @@ def test_the_files_of_a_cancelled_merge_are_swept_when_a_writer_opens(tmp_path):
     with IndexWriting(folder):  # a writer's opening sweeps too
         pass
     assert tantivy.Index.open(str(part)).searcher().num_docs == 20
+
+
+def test_a_refresh_that_fails_publishes_none_of_its_writes_and_leaves_no_file(tmp_path):
+    rng = random.Random(3)
+    folder = tmp_path / "store.duckdb.search"
+    _build(folder, rng, {"a": _rows(rng, "a")})
+    try:
+        with IndexWriting(folder) as index:  # the writer let go without a commit
+            index.replace("b", {}, [], _rows(rng, "b"))
+            index.remove(["a"])
+            raise RuntimeError("the store went away")
+    except RuntimeError:
+        pass
+    documents = tantivy.Index.open(str(folder / "documents"))
+    assert {
+        documents.searcher().doc(a)["session"][0]
+        for _, a in documents.searcher().search(documents.parse_query("*"), 50).hits
+    } == {"a"}
+    _build(folder, rng, {"c": _rows(rng, "c")})  # the next commit collects the files it wrote
+    documents.reload()
+    assert documents.searcher().num_docs == 20
+    assert len(_segments(folder / "documents")) == 2 and _files_of_no_segment(folder / "documents") == []

@@ -17,7 +17,10 @@ The folder holds two Tantivy indexes and two files of state:
 Derived from the store, never backed up: `IndexWriting` builds it again from nothing when it is
 missing, unreadable by this Tantivy, or of another format or tokenizer version. One writer at a time
 (Tantivy's writer lock, and `<store>.search.lock` around a rebuild); readers take no lock and see
-each commit (`SearchIndex`: Tantivy reloads its searcher on commit).
+each commit (`SearchIndex`: Tantivy reloads its searcher on commit). A writer is let go once the
+merges its commits started have ended, so many one-commit refreshes keep the folder near a fresh
+build's size; the files of merges cancelled before (by a crash, or an older writer's rollback)
+are swept by the next writer.
 """
 
 from __future__ import annotations
