@@ -77,6 +77,7 @@ TIERS = {
     "test_search": "unit",
     "test_redaction": "unit",
     "test_redaction_coverage": "unit",
+    "test_search_index_growth": "unit",
     "test_projects": "unit",
     "test_partition_views": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB

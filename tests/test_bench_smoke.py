@@ -119,6 +119,10 @@ SMOKE = {
         ("--sessions", "40"),
         ("Search index (keyword", "relevance at 40 sessions", "a junk summary ranks its session: False"),
     ),
+    # The old arm is the tree of fdac0c5 read from git (`git archive`).
+    "index_growth.py": Smoke(
+        ("--sessions", "20", "--refreshes", "10", "--arms", "old", "new"), ("after / fresh build", "new/old:")
+    ),
     # The old path (a git worktree of 8d342e9) and the new one over the same 40 sessions.
     "search_serving.py": Smoke(
         ("--sessions", "40", "--reps", "1", "--cli", "1", "--mcp", "1"),
@@ -169,7 +173,7 @@ def test_the_bench_runs_at_its_smallest_size(bench):
         _skip_without_the_embedded_model()
     for module in smoke.needs:
         pytest.importorskip(module)
-    if bench in ("busy_host.py", "search_serving.py", "recall.py") and not (ROOT / ".git").exists():
+    if bench in ("busy_host.py", "search_serving.py", "recall.py", "index_growth.py") and not (ROOT / ".git").exists():
         pytest.skip("the old arm is a git worktree: needs a git checkout")
     # As BENCHMARKS.md runs them: from the checkout, its tests/ importable.
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

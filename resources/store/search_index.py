@@ -17,7 +17,10 @@ The folder holds two Tantivy indexes and two files of state:
 Derived from the store, never backed up: `IndexWriting` builds it again from nothing when it is
 missing, unreadable by this Tantivy, or of another format or tokenizer version. One writer at a time
 (Tantivy's writer lock, and `<store>.search.lock` around a rebuild); readers take no lock and see
-each commit (`SearchIndex`: Tantivy reloads its searcher on commit).
+each commit (`SearchIndex`: Tantivy reloads its searcher on commit). A writer is let go once the
+merges its commits started have ended, so many one-commit refreshes keep the folder near a fresh
+build's size; the files of merges cancelled before (by a crash, or an older writer's rollback)
+are swept by the next writer.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -44,6 +48,8 @@ STATE_FILE = "state.json"
 ROW_TEXT_CHARS = 600
 NO_TIME = -1  # a fast field's value for a time the row has not
 WRITER_HEAP = 64_000_000
+# A segment's file: its id (32 hex digits), then its kind (and a deletes file's commit).
+SEGMENT_FILE = re.compile(r"([0-9a-f]{32})\.")
 
 
 class IndexUnavailable(RuntimeError):
@@ -207,6 +213,8 @@ class IndexWriting:
             self.state = read_state(self.folder)
             if unusable(self.folder, self.state):
                 self._rebuild()
+            for part in ("documents", "sessions"):
+                sweep_orphans(self.folder / part)
             self.documents = tantivy.Index.open(str(self.folder / "documents"))
             self.sessions = tantivy.Index.open(str(self.folder / "sessions"))
             self.indexed = IndexedSessions(self.folder)
@@ -294,11 +302,36 @@ class IndexWriting:
         self._lock.close()
 
     def _release_writers(self) -> None:
+        """Each writer let go, its lock with it, once the merges its commits started have finished:
+        what it did not commit goes with it. Never a rollback, nor a writer dropped while it merges:
+        either cancels the merges, and a cancelled merge leaves its segment's files in the folder
+        and the small segments unmerged."""
         for name in ("session_writer", "document_writer"):
             writer = self.__dict__.pop(name, None)
             if writer is not None:
-                writer.rollback()  # whatever was not committed
-                writer.wait_merging_threads()  # the writer is let go, its lock with it
+                writer.wait_merging_threads()
+
+
+def sweep_orphans(part: Path) -> list[str]:
+    """Delete the segment files that neither the index's last commit nor Tantivy's list of its own
+    files names: those of merges cancelled before they ended, which Tantivy's garbage collection
+    never deletes. No reader can want them: no commit ever named them. Taken under Tantivy's meta
+    lock, as its own garbage collection is, and by the one writer. Returns the names deleted."""
+    try:
+        meta = json.loads((part / "meta.json").read_text())
+        managed = set(json.loads((part / ".managed.json").read_text()))
+    except (OSError, ValueError):
+        return []  # a folder Tantivy has not written yet, or cannot read: left to Tantivy
+    live = {segment["segment_id"].replace("-", "") for segment in meta.get("segments", [])}
+    deleted = []
+    with open(part / ".tantivy-meta.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for path in part.iterdir():
+            segment = SEGMENT_FILE.match(path.name)
+            if segment and segment[1] not in live and path.name not in managed:
+                path.unlink(missing_ok=True)
+                deleted.append(path.name)
+    return deleted
 
 
 def folder_bytes(folder: Path) -> int:
