@@ -2,8 +2,8 @@
 vector lists (read once from what `bench/recall.py` left in `--work`), scored by hit@1 / hit@5 / MRR@10
 by kind, on the corpus's file paths, and by how many `query_summaries` results an agent reads.
 
-Run, after `bench/recall.py --sessions 1000 --embed-sizes 1000 --work bench/out/recall --relevance-only`:
-  PYTHONPATH=. .venv/bin/python bench/fusion_tune.py --work bench/out/recall [--heldout]
+Run (over what `bench/recall.py --sessions 1000 --work bench/out/recall` left there, or made anew):
+  PYTHONPATH=. .venv/bin/python bench/fusion_tune.py --work bench/out/recall [--tokens] [--heldout --only RULE]
 
 The keyword lists are the index's (`sessions`, and `summaries` as `query_summaries` asks, 50 each with
 their BM25 scores); the vector lists `search_vectors.nearest` (200 documents, a session by its best).
@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import recall  # noqa: E402
 from bench.recall import KINDS, labelled, scores  # noqa: E402
 from digest import embeddings  # noqa: E402
 from digest.embeddings import EMBEDDED_EMBED_MODEL, fuse_rankings  # noqa: E402
@@ -53,9 +54,10 @@ def lists(db: str, work: Path, questions: list[dict]) -> dict:
     return out
 
 
-def ranked(found: dict, mode: str, limit: int = 10) -> list[str]:
-    keyword = found[mode]
-    return [s for s, _ in fuse_rankings(keyword, found["nearest"], limit)]
+def ranked(found: dict, mode: str, alone: bool, limit: int = 10) -> list[str]:
+    if alone:
+        return [s for s, _ in found[mode][:limit]]
+    return [s for s, _ in fuse_rankings(found[mode], found["nearest"], limit)]
 
 
 class KeptVectors:
@@ -74,7 +76,9 @@ def summaries_read(tools, questions: list[dict]) -> dict:
     from bench.recall import quantile
     from bench.recall_tokens import until_answer
 
-    rows = [until_answer(json.loads(tools.query_summaries(q["query"], 10)), set(q["answers"]), False) for q in questions]
+    rows = [
+        until_answer(json.loads(tools.query_summaries(q["query"], 10)), set(q["answers"]), False) for q in questions
+    ]
     until, misses = [t for _, t in rows], [t for r, t in rows if r is None]
     return {
         "p50": quantile(until, 0.5), "p90": quantile(until, 0.9), "miss": sum(misses) / max(1, len(misses)),
@@ -82,8 +86,8 @@ def summaries_read(tools, questions: list[dict]) -> dict:
     }  # fmt: skip
 
 
-def evaluate(found: dict, questions: list[dict], files: list[dict], tools) -> dict:
-    ranks = {q["query"]: ranked(found[q["query"]], "sessions") for q in questions + files}
+def evaluate(found: dict, questions: list[dict], files: list[dict], tools, alone: bool) -> dict:
+    ranks = {q["query"]: ranked(found[q["query"]], "sessions", alone) for q in questions + files}
     out = scores(ranks, questions, lambda q: q["kind"])
     out["files"] = scores(ranks, files, lambda q: "files")["all"]
     if tools is not None:
@@ -99,34 +103,29 @@ def line(name: str, m: dict) -> str:
     return f"| {name} | " + " | ".join(cells) + f" | {tokens} |"
 
 
-# Candidate rules: (name, the constants of `digest.embeddings` they set).
-EQUAL = {"KEYWORD_WEIGHT": 1.0, "VECTOR_WEIGHT": 1.0, "RRF_K": 60, "KEEP_FIRST_MARGIN": None,
-         "VECTOR_ONLY_SPREAD": None, "VECTOR_ONLY_MAX": None, "KEEP_FIRST_MAX": 3}  # fmt: skip
+# Candidate rules: (name, the constants of `digest.embeddings` they set). Before: equal-weight
+# reciprocal rank at k 60, nothing kept first, every vector-only session admitted.
+BEFORE = {**recall.BEFORE, "KEEP_FIRST_MAX": 3}
+CHOSEN = {"RRF_K": 2, "KEEP_FIRST_MARGIN": 1.5, "KEEP_FIRST_MAX": 3, "VECTOR_ONLY_MAX": 2}
 
 
 def candidates() -> list[tuple[str, dict]]:
-    out = [("equal RRF, k 60 (before)", EQUAL)]
-    for w in (2, 3):
-        out.append((f"keyword weight {w}", {**EQUAL, "KEYWORD_WEIGHT": w}))
-    for k in (5, 10, 20):
-        out.append((f"k {k}", {**EQUAL, "RRF_K": k}))
-        out.append((f"k {k}, keyword weight 2", {**EQUAL, "RRF_K": k, "KEYWORD_WEIGHT": 2}))
-    for spread in (0.02, 0.05):
-        out.append((f"vector-only within {spread} of the nearest", {**EQUAL, "VECTOR_ONLY_SPREAD": spread}))
+    out = [("equal RRF, k 60 (before)", BEFORE)]
+    for k in (20, 10, 5, 2):
+        out.append((f"k {k}", {**BEFORE, "RRF_K": k}))
     for cap in (2, 3):
-        out.append((f"vector-only at most {cap}", {**EQUAL, "VECTOR_ONLY_MAX": cap}))
+        out.append((f"vector-only at most {cap}", {**BEFORE, "VECTOR_ONLY_MAX": cap}))
     for margin in (1.1, 1.25, 1.5, 2.0):
-        out.append((f"keep first at margin {margin}", {**EQUAL, "KEEP_FIRST_MARGIN": margin}))
+        out.append((f"keep first at margin {margin}", {**BEFORE, "KEEP_FIRST_MARGIN": margin}))
     for k in (60, 40, 20, 10, 5, 2):
         for margin in (1.05, 1.1, 1.25, 1.5, 1.75, 2.0):
-            rule = {**EQUAL, "RRF_K": k, "KEEP_FIRST_MARGIN": margin, "VECTOR_ONLY_MAX": 3}
+            rule = {**BEFORE, "RRF_K": k, "KEEP_FIRST_MARGIN": margin, "VECTOR_ONLY_MAX": 3}
             out.append((f"k {k}, margin {margin}, vector-only at most 3", rule))
     for lead in (1, 2, 3, 5):
-        rule = {**EQUAL, "RRF_K": 2, "KEEP_FIRST_MARGIN": 1.5, "KEEP_FIRST_MAX": lead, "VECTOR_ONLY_MAX": 3}
+        rule = {**CHOSEN, "KEEP_FIRST_MAX": lead, "VECTOR_ONLY_MAX": 3}
         out.append((f"k 2, margin 1.5 among the first {lead}, vector-only at most 3", rule))
-    for cap in (0, 1, 2, 3, 5, None):
-        rule = {**EQUAL, "RRF_K": 2, "KEEP_FIRST_MARGIN": 1.5, "VECTOR_ONLY_MAX": cap}
-        out.append((f"k 2, margin 1.5, vector-only at most {cap}", rule))
+    for cap in (0, 1, 2, 3, 5):
+        out.append((f"k 2, margin 1.5, vector-only at most {cap}", {**CHOSEN, "VECTOR_ONLY_MAX": cap}))
     return out
 
 
@@ -140,23 +139,30 @@ def main() -> None:
     parser.add_argument("--tokens", action="store_true", help="also `query_summaries`' tokens (slow: a scan each)")
     args = parser.parse_args()
     home = args.work.resolve() / f"recall-{args.sessions}"
+    if not (home / "fusion-lists.json").exists():  # the store and its vectors, as recall.py leaves them
+        recall.prepare(args.sessions, args.seed, args.work.resolve(), reuse=True)
+        recall.embed(str(home / "digest.duckdb"), args.work.resolve(), args.sessions)
     questions = labelled(args.seed, args.sessions)
     files = json.loads((home / "ready.json").read_text())["file_queries"]
     found = lists(str(home / "digest.duckdb"), home, questions + files)
     from app.mcp_server import Tools
 
-    tools = Tools(home / "digest.duckdb", KeptVectors(found, EMBEDDED_EMBED_MODEL)) if args.tokens else None
+    kept = KeptVectors(found, EMBEDDED_EMBED_MODEL)
+    tools = {False: Tools(home / "digest.duckdb", kept), True: Tools(home / "digest.duckdb")} if args.tokens else None
     splits = ("tune", "heldout") if args.heldout else ("tune",)
-    header = "| rule | " + " | ".join((*KINDS, "all (MRR)", "corpus files")) + " | `query_summaries` tokens p50/p90 (a miss; hit@5) |"
+    header = (
+        "| rule | "
+        + " | ".join((*KINDS, "all (MRR)", "corpus files"))
+        + " | `query_summaries` tokens p50/p90 (a miss; hit@5) |"
+    )
     rules = [c for c in candidates() if not args.only or c[0] in args.only]
-    keyword = {**EQUAL, "VECTOR_WEIGHT": 0.0, "VECTOR_ONLY_MAX": 0}
     for split in splits:
         chosen = [q for q in questions if q["split"] == split]
         print(f"\n## {split} ({len(chosen)} questions): hit@1/hit@5\n\n{header}\n|" + "---|" * 10)
-        for name, rule in [("keyword alone", keyword), *rules]:
-            for key, value in rule.items():
+        for name, rule in [("keyword alone", None), *rules]:
+            for key, value in (rule or {}).items():
                 setattr(embeddings, key, value)
-            print(line(name, evaluate(found, chosen, files, tools)))
+            print(line(name, evaluate(found, chosen, files, (tools or {}).get(rule is None), rule is None)))
 
 
 if __name__ == "__main__":
