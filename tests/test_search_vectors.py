@@ -2,7 +2,8 @@
 server: what is pending (cards and summaries first, in chunks within the model's window, again only
 when a text changed), the budgeted pass, the model stamp and a model change, the nearest documents,
 a failing host that costs the pass, not the refresh, the hybrid only once the vectors cover the
-search, and the vectors' backlog in `backlog`."""
+search, the fusion that keeps keyword's clear leaders first and adds few sessions by meaning alone, and
+the vectors' backlog in `backlog`."""
 
 from __future__ import annotations
 
