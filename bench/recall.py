@@ -36,6 +36,7 @@ Run: PYTHONPATH=. .venv/bin/python bench/recall.py [--sessions 1000 10000] [--co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -51,6 +52,9 @@ ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT / "bench" / "data" / "recall_questions.json"
 KINDS = ("lexical", "paraphrase", "cross-language", "file", "error", "decision")
 TOOLS = ("query_raw_memories", "query_summaries")
+# The fusion before BENCHMARKS §38: equal-weight reciprocal rank at k 60, nothing kept first, every
+# session found by meaning alone admitted.
+BEFORE = {"RRF_K": 60, "KEEP_FIRST_MARGIN": float("inf"), "VECTOR_ONLY_MAX": 10**6}
 OLD_REF = "8a1d9e3"  # the MCP answers before their snippets were made only for what an answer shows
 EMBED_CHARS = 1000  # of a document embedded: about the model's 256 tokens
 START_MS = 1_788_000_000_000
@@ -293,6 +297,7 @@ def prepare(sessions: int, seed: int, work: Path, reuse: bool, copies_of: int | 
 
 def embed(db: str, work: Path, sessions: int) -> dict:
     """Vectors for every session's ok summary and card (kept in `work` for the next run)."""
+    from bench.search import cover_every_session
     from resources.model_clients.embedded_embeddings import EmbeddedEmbedder
     from resources.store import DigestStore
     from resources.store.search_vectors import PendingDocument
@@ -322,6 +327,7 @@ def embed(db: str, work: Path, sessions: int) -> dict:
     with store.file.connect() as con:
         con.execute("DELETE FROM search_vectors")
     store.search_vectors.write(embedder.model, docs, [kept[d.doc_key]["vector"] for d in docs])
+    cover_every_session(store, embedder.model)  # the search fuses only over vectors that cover it
     return {"documents": len(rows), "embedded_now": len(todo), "embed_s": made_s, "embed_cpu_s": made_cpu}
 
 
@@ -478,6 +484,34 @@ def beside_writer(db: str, queries: list[str], seed: int, count: int) -> dict:
             "max": max(wall), "commits": done["commits"], "store_open": store_open}  # fmt: skip
 
 
+def relevance(db: str, questions: list[dict], files: list[dict], embedder) -> dict:
+    ranked, wall = ranks(db, questions + files, embedder)
+    return {
+        "p50": quantile(wall, 0.5),
+        "p95": quantile(wall, 0.95),
+        "kinds": scores(ranked, questions, lambda q: q["kind"]),
+        "splits": scores(ranked, questions, lambda q: q["split"]),
+        "corpus files": scores(ranked, files, lambda q: "corpus files")["all"],
+        "tokens": token_figures(db, questions, embedder),
+        "missed": [q["id"] for q in questions if not set(ranked[q["query"]][:5]) & set(q["answers"])],
+    }
+
+
+@contextlib.contextmanager
+def fusion(constants: dict):
+    """The hybrid's fusion constants (`digest.embeddings`) set for a block, as they were after it."""
+    from digest import embeddings
+
+    kept = {name: getattr(embeddings, name) for name in constants}
+    for name, value in constants.items():
+        setattr(embeddings, name, value)
+    try:
+        yield
+    finally:
+        for name, value in kept.items():
+            setattr(embeddings, name, value)
+
+
 def run_size(sessions: int, args, work: Path) -> dict:
     from resources.model_clients.embedded_embeddings import EmbeddedEmbedder
     from resources.store.search_index import folder_bytes, index_folder
@@ -491,20 +525,14 @@ def run_size(sessions: int, args, work: Path) -> dict:
     arms = {"keyword": None}
     if sessions in args.embed_sizes:
         out["embedding"] = embed(db, work, sessions)
-        arms["hybrid"] = EmbeddedEmbedder()
+        arms["hybrid before"] = arms["hybrid"] = EmbeddedEmbedder()
     for arm, embedder in arms.items():
-        ranked, wall = ranks(db, questions + files, embedder)
-        out[arm] = {
-            "p50": quantile(wall, 0.5),
-            "p95": quantile(wall, 0.95),
-            "kinds": scores(ranked, questions, lambda q: q["kind"]),
-            "splits": scores(ranked, questions, lambda q: q["split"]),
-            "corpus files": scores(ranked, files, lambda q: "corpus files")["all"],
-            "tokens": token_figures(db, questions, embedder),
-            "missed": [q["id"] for q in questions if not set(ranked[q["query"]][:5]) & set(q["answers"])],
-        }
+        with fusion(BEFORE if arm == "hybrid before" else {}):
+            out[arm] = relevance(db, questions, files, embedder)
     queries = [q["query"] for q in questions + files]
     out["load"].append(os.getloadavg()[0])
+    if args.relevance_only:
+        return out
     out["warm"] = warm(db, queries, work, args)
     out["cold"] = cold(db, queries[:: max(1, len(queries) // args.cold)][: args.cold])
     out["new_session_s"] = new_session(db, args.seed)
@@ -517,7 +545,7 @@ def run_size(sessions: int, args, work: Path) -> dict:
 
 
 def report(results: list[dict]) -> None:
-    arms = [(r["sessions"], arm) for r in results for arm in ("keyword", "hybrid") if arm in r]
+    arms = [(r["sessions"], arm) for r in results for arm in ("keyword", "hybrid before", "hybrid") if arm in r]
     by_size = {r["sessions"]: r for r in results}
     print("\n## Recall by kind: hit@1 / hit@5 / MRR@10 (sessions ranked by `search_sessions`)\n")
     print("| kind | n | " + " | ".join(f"{n:,} {arm}" for n, arm in arms) + " |")
@@ -554,12 +582,17 @@ def report(results: list[dict]) -> None:
     row(
         "index built from nothing, s (copies: each distinct text's terms counted once)", lambda r: f"{r['build_s']:.1f}"
     )
-    row("one new session (median size) refreshed, s", lambda r: f"{r['new_session_s']:.2f}")
-    for arm in ("keyword", "hybrid"):
+    row(
+        "one new session (median size) refreshed, s",
+        lambda r: f"{r['new_session_s']:.2f}" if "new_session_s" in r else "-",
+    )
+    for arm in ("keyword", "hybrid before", "hybrid"):
         for tool in TOOLS:
             row(f"`{tool}` {arm}: tokens until the answer's session, p50 / p90 (hit@5; a miss costs)",
                 arm_cell(arm, lambda a, t=tool: f"{a['tokens'][t]['p50']:.0f} / {a['tokens'][t]['p90']:.0f} "
                          f"({a['tokens'][t]['hit@5']:.2f}; {a['tokens'][t]['miss']:.0f})"))  # fmt: skip
+    if "warm" not in results[0]:
+        return
     for tool in TOOLS:
         row(f"warm MCP `{tool}` wall p50 / p95 ms, old → new",
             lambda r, t=tool: f"{r['warm'][(t, 'old')]['p50']:.2f} / {r['warm'][(t, 'old')]['p95']:.1f} → "
@@ -617,6 +650,7 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=8, help="cold queries, a new process each")
     parser.add_argument("--writer-reads", type=int, default=40, help="searches beside the writer")
     parser.add_argument("--old-ref", default=OLD_REF)
+    parser.add_argument("--relevance-only", action="store_true", help="rankings and tokens only: no timings")
     parser.add_argument("--copies-of", type=int, help="make a larger size from this size's corpus, its sessions copied")
     args = parser.parse_args()
     work = (args.work or Path(tempfile.mkdtemp(prefix="recall-"))).resolve()  # children run in other trees

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from digest.embeddings import SESSION_KINDS, EmbeddingModelMismatch, not_embedded_notice, reciprocal_rank_fusion
+from digest.embeddings import SESSION_KINDS, EmbeddingModelMismatch, fuse_rankings, not_embedded_notice
 from digest.model_api import ModelError
 from digest.search_text import query_terms, snippet
 from resources.store.search_index import IndexUnavailable
@@ -106,7 +106,11 @@ def search_sessions(
     for hit in nearest:  # best first: a session's first is its best document
         best.setdefault(hit.session_id, hit)
     by_id = {h.session_id: h for h in keyword}
-    fused = reciprocal_rank_fusion([list(by_id), list(best)])[: _fused_limit(keyword, limit)]
+    fused = fuse_rankings(
+        [(s, h.score) for s, h in by_id.items()],
+        [(s, h.similarity) for s, h in best.items()],
+        _fused_limit(keyword, limit),
+    )
     missing = [s for s, _ in fused if s not in by_id]
     texts = store.search_vectors.texts([best[s].doc_key for s in missing])
     made = {s: _vector_only_hit(s, meta, best[s], texts, query) for s, meta in index.metas(missing).items()}
@@ -140,7 +144,11 @@ def search_turns(
         if hit.turn_id is not None:
             near_turns.setdefault(hit.turn_id, hit)
     by_id = {h.turn_id: h for h in keyword}
-    fused = reciprocal_rank_fusion([list(by_id), list(near_turns)])[: _fused_limit(keyword, limit)]
+    fused = fuse_rankings(
+        [(t, h.score) for t, h in by_id.items()],
+        [(t, h.similarity) for t, h in near_turns.items()],
+        _fused_limit(keyword, limit),
+    )
     missing = [near_turns[t] for t, _ in fused if t not in by_id]
     texts = store.search_vectors.texts([h.doc_key for h in missing])
     rows = index.turn_rows([h.turn_id for h in missing])

@@ -7,7 +7,14 @@ import math
 import pytest
 
 from digest import embeddings
-from digest.embeddings import EmbeddingModelMismatch, EmbeddingStamp, not_embedded_notice, reciprocal_rank_fusion
+from digest.embeddings import (
+    VECTOR_ONLY_MAX,
+    EmbeddingModelMismatch,
+    EmbeddingStamp,
+    fuse_rankings,
+    not_embedded_notice,
+    reciprocal_rank_fusion,
+)
 from digest.model_api import HostUnreachable, ModelTimeout, ProviderError
 from resources.model_clients.embeddings import EmbeddingClient
 from tests.embedding_server import EmbeddingServer, vector
@@ -55,10 +62,31 @@ def test_a_query_from_another_model_or_dimension_is_refused_with_the_way_out():
 def test_fusion_lifts_what_both_rankings_place_high():
     keyword = ["a", "b", "c", "d"]
     vectors = ["c", "e", "a"]
-    fused = reciprocal_rank_fusion([keyword, vectors])
+    fused = reciprocal_rank_fusion([keyword, vectors], k=60)
     assert [item for item, _ in fused] == ["a", "c", "b", "e", "d"]
     assert fused[0][1] == pytest.approx(1 / 61 + 1 / 63)
     assert reciprocal_rank_fusion([]) == []
+
+
+def test_keyword_hits_ahead_of_a_clear_bm25_drop_stay_first_and_few_are_added_by_meaning():
+    keyword = [("exact", 9.0), ("partial", 2.0), ("also", 1.9)]
+    nearest = [("partial", 0.91), ("card", 0.90), ("other", 0.89), ("more", 0.88), ("exact", 0.70)]
+    # Equal-weight reciprocal rank put `partial` (second by keyword, first by meaning) first.
+    assert reciprocal_rank_fusion([[i for i, _ in keyword], [i for i, _ in nearest]], k=60)[0][0] == "partial"
+    fused = fuse_rankings(keyword, nearest, 10)
+    assert fused[0][0] == "exact" and fused[1][0] == "partial"
+    assert {i for i, _ in fused} - {i for i, _ in keyword} == set(["card", "other", "more"][:VECTOR_ONLY_MAX])
+    assert [s for _, s in fused] == sorted((s for _, s in fused), reverse=True)
+    assert [i for i, _ in fuse_rankings(keyword, nearest, 2)] == ["exact", "partial"]
+
+
+def test_without_a_clear_drop_the_nearest_by_meaning_can_lead_and_without_keyword_hits_all_may_come():
+    flat = [("a", 2.0), ("b", 1.9), ("c", 1.85), ("d", 1.8), ("e", 1.7)]
+    assert fuse_rankings(flat, [("c", 0.9), ("x", 0.8)], 10)[0][0] == "c"
+    lone = fuse_rankings([("only", 1.0)], [("x", 0.9), ("only", 0.5)], 10)
+    assert lone[0][0] == "only"  # the end of the keyword list is a clear drop
+    nearest = [(f"n{i}", 0.9 - i / 100) for i in range(6)]
+    assert [i for i, _ in fuse_rankings([], nearest, 10)] == [i for i, _ in nearest]
 
 
 def test_vectors_are_on_by_default_where_the_embeddings_extra_is_installed(monkeypatch):

@@ -2,13 +2,14 @@
 server: what is pending (cards and summaries first, in chunks within the model's window, again only
 when a text changed), the budgeted pass, the model stamp and a model change, the nearest documents,
 a failing host that costs the pass, not the refresh, the hybrid only once the vectors cover the
-search, and the vectors' backlog in `backlog`."""
+search, the fusion that keeps keyword's clear leaders first and adds few sessions by meaning alone, and
+the vectors' backlog in `backlog`."""
 
 from __future__ import annotations
 
 import pytest
 
-from digest.embeddings import EmbeddingModelMismatch
+from digest.embeddings import KEEP_FIRST_MARGIN, VECTOR_ONLY_MAX, EmbeddingModelMismatch
 from digest.ingest import ingest_paths
 from resources.embedding_pass import embed_pending
 from resources.hybrid_search import MEANING_ONLY_HITS, MEANING_ONLY_NOTICE, search_sessions, search_turns
@@ -268,3 +269,46 @@ def test_a_pass_stopped_midway_keeps_every_finished_batch_and_embeds_only_the_re
     with EmbeddingServer(dim=16) as server:
         done = embed_pending(ingested.search_vectors, EmbeddingClient("ollama", server.url, "m"), 100, 60)
     assert (done.embedded, done.pending_after) == (3, 0)  # the 7 documents' last 3, none again
+
+
+def _lead_and_near(store, tmp_path) -> None:
+    """`lead` holds the query's words (BM25 first by far) in a long turn, far by meaning; `near` one of
+    them in a short turn that is nearest by meaning; `v0`-`v3` none, nearer by meaning than `lead`."""
+    names = ["lead", "near", *(f"v{i}" for i in range(4))]
+    ingest_paths([write_bundle(tmp_path / "b3", [t for n in names for t in make_turns(n, 2)])], store)
+    _set_prompt(store, "lead-t000", "websocket reconnect websocket reconnect: the handler " + "grid cells " * 20)
+    _set_prompt(store, "near-t000", "socket retry websocket")
+    for i in range(4):
+        _set_prompt(store, f"v{i}-t000", f"realtime backoff notes {i}")
+    with store.file.transaction() as con:
+        con.execute("UPDATE session_cards SET text = 'websocket reconnect handler rewritten' WHERE session_id = 'lead'")
+        con.execute("UPDATE session_cards SET text = 'realtime backoff notes' WHERE session_id <> 'lead'")
+    store.search.refresh()
+
+
+def test_a_session_keyword_ranks_first_by_far_stays_first_beside_nearer_vectors(store, tmp_path):
+    _lead_and_near(store, tmp_path)
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "test-embed")
+        embed_pending(store.search_vectors, client, 100, 60)
+        keyword = search_sessions(store, None, "websocket reconnect").hits
+        assert [h.session_id for h in keyword] == ["lead", "near"]
+        assert keyword[0].score >= KEEP_FIRST_MARGIN * keyword[1].score
+        found = search_sessions(store, client, "websocket reconnect", limit=10)
+    # Equal-weight reciprocal rank put `near` first: second by keyword, first by meaning.
+    assert found.mode == "hybrid" and [h.session_id for h in found.hits][:2] == ["lead", "near"]
+    assert len(found.hits) == 2 + VECTOR_ONLY_MAX  # a few sessions by meaning alone, not ten
+    assert [h.score for h in found.hits] == sorted((h.score for h in found.hits), reverse=True)
+
+
+def test_a_summaries_search_keyword_answers_adds_only_a_few_sessions_by_meaning(store, tmp_path):
+    _lead_and_near(store, tmp_path)
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "test-embed")
+        embed_pending(store.search_vectors, client, 100, 60)
+        found = search_sessions(store, client, "websocket reconnect", summaries_only=True, limit=10)
+        meaning_only = search_sessions(store, client, "redial ws", summaries_only=True, limit=10)
+    # Before, the vectors filled the ten results an agent reads.
+    assert [h.session_id for h in found.hits][0] == "lead" and len(found.hits) == 1 + VECTOR_ONLY_MAX
+    assert found.notice is None
+    assert (len(meaning_only.hits), meaning_only.notice) == (MEANING_ONLY_HITS, MEANING_ONLY_NOTICE)
