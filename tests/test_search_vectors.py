@@ -184,21 +184,20 @@ def test_only_a_changed_card_or_summary_is_embedded_again(store, tmp_path):
 
 def test_the_hybrid_waits_until_the_vectors_cover_every_session_the_search_covers(store, tmp_path):
     _two_sessions(store, tmp_path)
-    never = lambda: pytest.fail("the store was opened for a search that stays keyword alone")  # noqa: E731
     index = store.search.reader()
     with EmbeddingServer(dim=64) as server:
         client = EmbeddingClient("ollama", server.url, "m")
         embed_pending(store.search_vectors, client, 1, 60)  # one session's card
-        first = search_sessions(index, client, "ORM", vectors=never)
+        first = search_sessions(index, client, "ORM")
         assert (first.mode, [h.session_id for h in first.hits]) == ("keyword", ["orm"])
         assert "1 of 2 session(s) this search covers are not yet embedded (their cards and summaries)" in first.notice
         assert not server.requests[1:]  # no query was embedded
         embed_pending(store.search_vectors, client, 1, 60)  # the other's: every account covered
-        assert search_sessions(index, client, "repair socket retry", vectors=store).mode == "hybrid"
-        turns = search_turns(index, client, "repair socket retry", vectors=never)
+        assert search_sessions(index, client, "repair socket retry").mode == "hybrid"
+        turns = search_turns(index, client, "repair socket retry")
         assert turns.mode == "keyword" and "2 of 2 session(s)" in turns.notice and "(their turns)" in turns.notice
         embed_pending(store.search_vectors, client, 100, 60)
-        assert search_turns(index, client, "repair socket retry", vectors=store).mode == "hybrid"
+        assert search_turns(index, client, "repair socket retry").mode == "hybrid"
 
 
 def test_the_backlog_counts_the_chunks_waiting_for_a_vector(ingested, tmp_path):

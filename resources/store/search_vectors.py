@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from digest.embeddings import EMBED_CHUNK_CHARS, EMBED_TURN_CHUNKS, SESSION_KINDS, EmbeddingStamp
 from resources.store.connection import Repository, now, records
+from resources.store.vector_snapshot import SnapshotRow, VectorHit
 
 # Every document a vector may be made for, whole: a session's card and summary come first (they answer
 # a session search), then its mini summaries and turns.
@@ -51,15 +52,6 @@ class PendingDocument:
     kind: str
     text: str
     text_hash: str
-
-
-@dataclass(frozen=True)
-class VectorHit:
-    doc_key: str
-    session_id: str
-    turn_id: str | None
-    kind: str
-    similarity: float
 
 
 class SearchVectors(Repository):
@@ -179,16 +171,27 @@ class SearchVectors(Repository):
                 .__len__()
             )
 
-    def texts(self, doc_keys: list[str]) -> dict[str, str]:
-        """The text each document is embedded from (a hit's snippet is cut from it)."""
-        if not doc_keys:
-            return {}
+    def hashes(self, model: str) -> dict[str, str]:
+        """doc_key → the text hash of its vector by `model`."""
         with self.file.connect() as con:
+            return dict(con.execute("SELECT doc_key, text_hash FROM search_vectors WHERE model = ?", [model]).fetchall())
+
+    def snapshot_rows(self, model: str, doc_keys: list[str]) -> tuple[list[SnapshotRow], list[list[float]]]:
+        """These documents' vectors by `model`, each with the text it was embedded from (a vector-only
+        hit's snippet is cut from it), for the snapshot searches read (`vector_snapshot`)."""
+        if not doc_keys:
+            return [], []
+        with self.file.connect() as con:
+            con.execute("CREATE TEMP TABLE wanted (doc_key VARCHAR)")
+            con.execute("INSERT INTO wanted SELECT unnest(?::VARCHAR[])", [doc_keys])
             rows = con.execute(
-                f"SELECT doc_key, text FROM ({DOCUMENTS_SQL}) WHERE doc_key IN (SELECT unnest(?::VARCHAR[]))",
-                [doc_keys],
+                f"""SELECT v.doc_key, v.session_id, v.turn_id, v.kind, v.text_hash, coalesce(d.text, ''), v.vector
+                    FROM search_vectors v JOIN wanted w USING (doc_key)
+                    LEFT JOIN ({DOCUMENTS_SQL}) d ON d.doc_key = v.doc_key
+                    WHERE v.model = ? ORDER BY v.doc_key""",
+                [model],
             ).fetchall()
-        return dict(rows)
+        return [SnapshotRow(*row[:6]) for row in rows], [row[6] for row in rows]
 
     def nearest(
         self, model: str, query: list[float], limit: int, session_ids: list[str] | None = None
