@@ -161,9 +161,7 @@ class Tools:
         from resources.hybrid_search import search_sessions
 
         source = self.search_source()
-        found = search_sessions(
-            source, self.embedder, query, limit=nResults, summaries_only=True, category=category
-        )
+        found = search_sessions(source, self.embedder, query, limit=nResults, summaries_only=True, category=category)
         hits = found.hits
         rows = accounts_of(source, [h.session_id for h in hits])
         results = [

@@ -174,7 +174,9 @@ class SearchVectors(Repository):
     def hashes(self, model: str) -> dict[str, str]:
         """doc_key → the text hash of its vector by `model`."""
         with self.file.connect() as con:
-            return dict(con.execute("SELECT doc_key, text_hash FROM search_vectors WHERE model = ?", [model]).fetchall())
+            return dict(
+                con.execute("SELECT doc_key, text_hash FROM search_vectors WHERE model = ?", [model]).fetchall()
+            )
 
     def snapshot_rows(self, model: str, doc_keys: list[str]) -> tuple[list[SnapshotRow], list[list[float]]]:
         """These documents' vectors by `model`, each with the text it was embedded from (a vector-only

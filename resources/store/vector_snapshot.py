@@ -113,7 +113,9 @@ class VectorSnapshot:
         keys, hashes = self.meta["doc_key"], self.meta["text_hash"]
         return {keys[i]: hashes[i] for i in np.flatnonzero(self.live)}
 
-    def nearest(self, model: str, query: list[float], limit: int, session_ids: list[str] | None = None) -> list[VectorHit]:
+    def nearest(
+        self, model: str, query: list[float], limit: int, session_ids: list[str] | None = None
+    ) -> list[VectorHit]:
         """The live documents nearest the query by cosine similarity, best first (a scan: exact)."""
         self.stamp.refuse_other(model, len(query))
         wanted = np.asarray(query, dtype=np.float32)
@@ -155,9 +157,7 @@ class VectorSnapshot:
             return f.read(int(offsets[row + 1] - offsets[row])).decode()
 
 
-def publish(
-    db_path: str | Path, stamp: EmbeddingStamp, rows: list[SnapshotRow], vectors, removed: list[str]
-) -> int:
+def publish(db_path: str | Path, stamp: EmbeddingStamp, rows: list[SnapshotRow], vectors, removed: list[str]) -> int:
     """A new generation: the snapshot as it was (of `stamp`'s model; none else) with `rows` (their
     `vectors`) replacing their documents' rows and `removed` documents gone; its number. Copied
     into one segment when the old rows are mostly superseded or the segments too many."""
