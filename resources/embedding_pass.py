@@ -73,11 +73,13 @@ def publish_snapshot(vectors: SearchVectors) -> int | None:
         snapshot = VectorSnapshot.open(vectors.file.path)
     except SnapshotUnavailable:
         snapshot = None
-    published = snapshot.live_hashes() if snapshot is not None and snapshot.stamp == stamp else {}
+    if snapshot is not None and snapshot.stamp != stamp:
+        snapshot = None  # another model's vectors: every row of this one is published anew
+    published = snapshot.live_hashes() if snapshot is not None else {}
     current = vectors.hashes(stamp.model)
     changed = [key for key, text_hash in current.items() if published.get(key) != text_hash]
     removed = [key for key in published if key not in current]
-    if snapshot is not None and snapshot.stamp == stamp and not changed and not removed:
+    if snapshot is not None and not changed and not removed:
         return snapshot.generation
     rows, made = vectors.snapshot_rows(stamp.model, changed)
-    return publish(vectors.file.path, stamp, rows, made, removed)
+    return publish(vectors.file.path, stamp, snapshot, rows, made, removed)

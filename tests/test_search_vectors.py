@@ -267,3 +267,103 @@ def test_a_pass_stopped_midway_keeps_every_finished_batch_and_embeds_only_the_re
     with EmbeddingServer(dim=16) as server:
         done = embed_pending(ingested.search_vectors, EmbeddingClient("ollama", server.url, "m"), 100, 60)
     assert (done.embedded, done.pending_after) == (3, 0)  # the 7 documents' last 3, none again
+
+
+# The hybrid reads its vectors from the snapshot the pass publishes beside the store, never the store.
+_HOLD_THE_STORE = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1])  # read-write: DuckDB lets no other process open the file meanwhile
+con.execute("SELECT count(*) FROM turns").fetchall()
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_hybrid_search_answers_while_another_process_holds_the_store_to_write(store, tmp_path):
+    import subprocess
+    import sys
+
+    from resources.store.search_reads import SearchIndex
+
+    _two_sessions(store, tmp_path)
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "m")
+        embed_pending(store.search_vectors, client, 100, 60)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_THE_STORE, str(store.path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert holder.stdout.readline().strip() == "holding"
+            index = SearchIndex(store.path)
+            found = search_sessions(index, client, "repair socket retry", limit=3)
+            turns = search_turns(index, client, "repair socket retry", limit=1)
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=60)
+    assert found.mode == "hybrid" and found.hits[0].session_id == "ws"
+    assert turns.mode == "hybrid" and "websocket reconnect" in turns.hits[0].snippet
+
+
+def test_a_reader_holding_an_old_snapshot_keeps_answering_after_its_files_are_replaced(store, tmp_path):
+    from resources.store.vector_snapshot import VectorSnapshot, snapshot_dir
+
+    _two_sessions(store, tmp_path)
+    query = vector("repair socket retry", 64)
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "m")
+        embed_pending(store.search_vectors, client, 100, 60)
+        held = VectorSnapshot.open(store.path)
+        nearest = held.nearest("m", query, 3)
+        texts = held.texts([h.doc_key for h in nearest])
+        first_files = f"s{held.generation:06d}*"
+        for n in range(12):  # a changed text a pass: new segments, then one compacted, the first removed
+            _set_prompt(store, "orm-t001", f"another prompt about the ORM, take {n}")
+            embed_pending(store.search_vectors, client, 100, 60)
+            if not any(snapshot_dir(store.path).glob(first_files)):
+                break
+    assert not any(snapshot_dir(store.path).glob(first_files))
+    newest = VectorSnapshot.open(store.path)
+    assert newest.generation > held.generation and newest.texts(["turn:orm-t001"])["turn:orm-t001"].endswith(
+        f"take {n}"
+    )
+    assert held.nearest("m", query, 3) == nearest and held.texts([h.doc_key for h in nearest]) == texts
+    assert "websocket reconnect" in texts["turn:ws-t001"]
+
+
+def test_a_missing_torn_or_stale_snapshot_leaves_the_keyword_results_with_the_reason(store, tmp_path):
+    import shutil
+
+    from resources.store.search_reads import SearchIndex
+    from resources.store.vector_coverage import read_coverage, write_coverage
+    from resources.store.vector_snapshot import snapshot_dir
+
+    _two_sessions(store, tmp_path)
+    folder = snapshot_dir(store.path)
+
+    def answer():
+        found = search_sessions(SearchIndex(store.path), client, "ORM")
+        assert [h.session_id for h in found.hits][:1] == ["orm"]
+        return found.mode, found.notice or ""
+
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "m")
+        embed_pending(store.search_vectors, client, 100, 60)
+        next(folder.glob("*.offsets.npy")).unlink()  # a file the manifest names is gone
+        mode, notice = answer()
+        assert mode == "keyword" and "a file of the snapshot is missing" in notice
+        shutil.rmtree(folder)
+        mode, notice = answer()
+        assert mode == "keyword" and "no vectors' snapshot is published yet" in notice
+        assert "the next embedding pass publishes it" in notice
+        embed_pending(store.search_vectors, client, 100, 60)  # nothing to embed: the snapshot published whole
+        assert answer() == ("hybrid", "")
+        coverage = read_coverage(store.path)
+        counts = {"accounts": sorted(coverage.accounts), "turns": sorted(coverage.turns)}
+        write_coverage(store.path, "m", counts, coverage.snapshot + 1)  # counts of a snapshot not read yet
+        mode, notice = answer()
+        assert mode == "keyword" and "older than their coverage" in notice
+        write_coverage(store.path, "m", counts, coverage.snapshot)
+        (folder / "manifest.json").write_text('{"generation": ')
+        mode, notice = answer()
+        assert mode == "keyword" and "manifest.json is unreadable" in notice

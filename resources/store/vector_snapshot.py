@@ -69,14 +69,18 @@ class VectorSnapshot:
         self.generation: int = manifest["generation"]
         self.stamp = EmbeddingStamp(manifest["model"], manifest["dim"])
         self.segments: list[str] = [s["name"] for s in manifest["segments"]]
+        # Mapped now, so a snapshot in use keeps reading its files after a later publish removes them.
         self.matrices = [np.load(folder / f"{name}.npy", mmap_mode="r") for name in self.segments]
+        self.offsets = [np.load(folder / f"{name}.offsets.npy", mmap_mode="r") for name in self.segments]
+        self.blobs = [_mapped_bytes(folder / f"{name}.texts") for name in self.segments]
         metas = [json.loads((folder / f"{name}.json").read_text()) for name in self.segments]
         self.meta = {column: [value for m in metas for value in m[column]] for column in _META_COLUMNS}
         self.starts = np.cumsum([0] + [len(m) for m in self.matrices])
         self.live = np.load(folder / manifest["live"]) if manifest["live"] else np.zeros(0, dtype=bool)
         if len(self.live) != self.starts[-1] or any(len(v) != self.starts[-1] for v in self.meta.values()):
             raise SnapshotUnavailable(f"{folder}: generation {self.generation}'s files disagree on their rows")
-        self._sessions: np.ndarray | None = None
+        self._sessions: np.ndarray | None = None  # made at the first search by session
+        self._live_rows: dict[str, int] | None = None  # made at the first text asked for
 
     @classmethod
     def open(cls, db_path: str | Path) -> VectorSnapshot:
@@ -140,38 +144,38 @@ class VectorSnapshot:
 
     def texts(self, doc_keys: list[str]) -> dict[str, str]:
         """The text each live document was embedded from."""
-        wanted = set(doc_keys)
-        keys = self.meta["doc_key"]
+        if self._live_rows is None:
+            keys = self.meta["doc_key"]
+            self._live_rows = {keys[i]: i for i in np.flatnonzero(self.live).tolist()}
         found: dict[str, str] = {}
-        for i in np.flatnonzero(self.live):
-            if keys[i] in wanted:
+        for key in doc_keys:
+            if (i := self._live_rows.get(key)) is not None:
                 segment = int(np.searchsorted(self.starts, i, side="right")) - 1
-                found[keys[i]] = self._text(segment, int(i - self.starts[segment]))
+                found[key] = self._text(segment, int(i - self.starts[segment]))
         return found
 
     def _text(self, segment: int, row: int) -> str:
-        name = self.segments[segment]
-        offsets = np.load(self.folder / f"{name}.offsets.npy", mmap_mode="r")
-        with (self.folder / f"{name}.texts").open("rb") as f:
-            f.seek(int(offsets[row]))
-            return f.read(int(offsets[row + 1] - offsets[row])).decode()
+        offsets = self.offsets[segment]
+        return bytes(self.blobs[segment][int(offsets[row]) : int(offsets[row + 1])]).decode()
 
 
-def publish(db_path: str | Path, stamp: EmbeddingStamp, rows: list[SnapshotRow], vectors, removed: list[str]) -> int:
-    """A new generation: the snapshot as it was (of `stamp`'s model; none else) with `rows` (their
-    `vectors`) replacing their documents' rows and `removed` documents gone; its number. Copied
-    into one segment when the old rows are mostly superseded or the segments too many."""
+def publish(
+    db_path: str | Path,
+    stamp: EmbeddingStamp,
+    old: VectorSnapshot | None,
+    rows: list[SnapshotRow],
+    vectors,
+    removed: list[str],
+) -> int:
+    """A new generation: `old` (the snapshot as it was; None when unreadable or of another model, and
+    `rows` then every row) with `rows` (their `vectors`) replacing their documents' rows and
+    `removed` documents gone; its number. Copied into one segment when the old rows are mostly
+    superseded or the segments too many."""
     folder = snapshot_dir(db_path)
     folder.mkdir(parents=True, exist_ok=True)
-    try:
-        old = VectorSnapshot.open(db_path)
-    except SnapshotUnavailable:
-        old = None
     previous = _read_manifest(folder)
     generation = (previous or {}).get("generation", 0) + 1
     matrix = _unit_rows(vectors, stamp.dim)
-    if old is not None and old.stamp != stamp:
-        old = None  # another model's vectors: the caller gives every row of this one
     live = old.live.copy() if old is not None else np.zeros(0, dtype=bool)
     if old is not None:
         gone = {r.doc_key for r in rows} | set(removed)
@@ -200,6 +204,11 @@ def publish(db_path: str | Path, stamp: EmbeddingStamp, rows: list[SnapshotRow],
     return generation
 
 
+def _mapped_bytes(path: Path):
+    """The file's bytes, memory-mapped (an empty file, which cannot be, as empty bytes)."""
+    return np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else b""
+
+
 def _read_manifest(folder: Path) -> dict | None:
     try:
         return json.loads((folder / MANIFEST).read_text())
@@ -216,13 +225,12 @@ def _unit_rows(vectors, dim: int) -> np.ndarray:
 def _kept(old: VectorSnapshot, live: np.ndarray) -> list[SnapshotRow]:
     """The live rows of `old`, with their texts (each segment's read once)."""
     kept = []
-    for segment, name in enumerate(old.segments):
+    for segment in range(len(old.segments)):
         start = int(old.starts[segment])
         rows = np.flatnonzero(live[start : old.starts[segment + 1]])
         if not len(rows):
             continue
-        blob = (old.folder / f"{name}.texts").read_bytes()
-        offsets = np.load(old.folder / f"{name}.offsets.npy")
+        blob, offsets = bytes(old.blobs[segment]), old.offsets[segment]
         for row in rows.tolist():
             text = blob[offsets[row] : offsets[row + 1]].decode()
             kept.append(SnapshotRow(**{c: old.meta[c][start + row] for c in _META_COLUMNS}, text=text))
