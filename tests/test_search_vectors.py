@@ -349,7 +349,7 @@ def test_a_missing_torn_or_stale_snapshot_leaves_the_keyword_results_with_the_re
     with EmbeddingServer(dim=64) as server:
         client = EmbeddingClient("ollama", server.url, "m")
         embed_pending(store.search_vectors, client, 100, 60)
-        next(folder.glob("*.offsets.npy")).unlink()  # a file the manifest names is gone
+        next(folder.glob("*.texts.npy")).unlink()  # a file the manifest names is gone
         mode, notice = answer()
         assert mode == "keyword" and "a file of the snapshot is missing" in notice
         shutil.rmtree(folder)
@@ -367,3 +367,26 @@ def test_a_missing_torn_or_stale_snapshot_leaves_the_keyword_results_with_the_re
         (folder / "manifest.json").write_text('{"generation": ')
         mode, notice = answer()
         assert mode == "keyword" and "manifest.json is unreadable" in notice
+
+
+def test_the_snapshot_holds_what_the_store_holds_after_changes_removals_and_compactions(ingested):
+    from resources.store.vector_snapshot import VectorSnapshot
+
+    query = vector("grid retry", 16)
+    with EmbeddingServer(dim=16) as server:
+        client = EmbeddingClient("ollama", server.url, "m")
+        embed_pending(ingested.search_vectors, client, 100, 60)
+        for n in range(6):  # changed texts (superseded rows, then a compaction), then a session gone
+            _set_prompt(ingested, f"grid-t00{n % 3}", f"grid prompt rewritten, take {n}")
+            if n == 4:
+                with ingested.file.transaction() as con:
+                    con.execute("DELETE FROM turns WHERE session_id = 'other'")
+            embed_pending(ingested.search_vectors, client, 100, 60)
+            snapshot = VectorSnapshot.open(ingested.path)
+            assert snapshot.live_hashes() == ingested.search_vectors.hashes("m")
+            near, exact = snapshot.nearest("m", query, 50), ingested.search_vectors.nearest("m", query, 50)
+            assert [h.doc_key for h in near] == [h.doc_key for h in exact]
+            assert [round(h.similarity, 4) for h in near] == [round(h.similarity, 4) for h in exact]
+    assert not [h for h in near if h.session_id == "other" and h.kind == "turn"]  # its turns are gone
+    assert snapshot.nearest("m", query, 50, ["grid"]) == [h for h in near if h.session_id == "grid"]
+    assert snapshot.texts(["turn:grid-t002"]) == {"turn:grid-t002": "grid prompt rewritten, take 5"}

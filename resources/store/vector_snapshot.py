@@ -2,15 +2,17 @@
 reads without opening the store: no DuckDB, no lock, so it never waits for a writer.
 
 The embedding pass publishes them (`resources.embedding_pass`): each pass appends a segment of the
-vectors it made since the last one (`<name>.npy`, float32 rows of unit length, read memory-mapped;
-`<name>.json`, each row's doc_key, session, turn, kind and text hash; `<name>.texts` with
-`<name>.offsets.npy`, the text a vector-only hit's snippet is cut from). A later segment supersedes
-a document's earlier row, and `live-<generation>.npy` marks the rows still current (a document gone
-from the store has none). `manifest.json` names the generation's files and is replaced last and
-whole, so a reader sees the old snapshot or the new one, never half. Segment files are never
-changed once written; when superseded rows or segments pass a bound, the live rows are copied into
-one segment. The files of the generation before are kept, so a reader that read the old manifest
-can still open them; an open memory map outlives its file's removal.
+vectors it made since the last one, every file of it memory-mapped by a reader: `<name>.npy`, float32
+rows of unit length; `<name>.codes.npy`, each row's session and kind as numbers into `<name>.json`'s
+lists (a search by session is a mask over them); `<name>.keys` (each row's doc_key, turn and text
+hash) and `<name>.texts` (the text a vector-only hit's snippet is cut from), each with its rows'
+byte offsets, so a search decodes only the rows it shows. A later segment supersedes a document's
+earlier row, and `live-<generation>.npy` marks the rows still current (a document gone from the
+store has none). `manifest.json` names the generation's files and is replaced last and whole, so a
+reader sees the old snapshot or the new one, never half. Segment files are never changed once
+written; when superseded rows or segments pass a bound, the live rows are copied into one segment.
+The files of the generation before are kept, so a reader that read the old manifest can still open
+them; an open memory map outlives its file's removal.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ MANIFEST = "manifest.json"
 # Segments past this many, or superseded rows past this share of all rows, are copied into one.
 MAX_SEGMENTS = 12
 MAX_DEAD_SHARE = 0.25
-_META_COLUMNS = ("doc_key", "session_id", "turn_id", "kind", "text_hash")
+_SEGMENT_FILES = (".npy", ".codes.npy", ".json", ".keys", ".keys.npy", ".texts", ".texts.npy")
 _held: dict[Path, VectorSnapshot] = {}  # the generation each folder's searches read, kept between searches
 
 
@@ -60,6 +62,52 @@ def snapshot_dir(db_path: str | Path) -> Path:
     return Path(f"{db_path}.vectors")
 
 
+class _Segment:
+    """One segment's files, mapped (so a snapshot in use keeps reading them after a later publish
+    removes them)."""
+
+    def __init__(self, folder: Path, name: str):
+        self.name = name
+        self.matrix = np.load(folder / f"{name}.npy", mmap_mode="r")
+        self.codes = np.load(folder / f"{name}.codes.npy", mmap_mode="r")
+        names = json.loads((folder / f"{name}.json").read_text())
+        self.sessions, self.kinds = names["sessions"], names["kinds"]
+        self.keys = _Strings(folder / f"{name}.keys")
+        self.texts = _Strings(folder / f"{name}.texts")
+        if not len(self.codes) == len(self.keys) == len(self.texts) == len(self.matrix):
+            raise ValueError(f"segment {name}'s files disagree on their rows")
+
+    def row(self, i: int) -> tuple[str, str, str | None, str, str]:
+        """(doc_key, session, turn, kind, text hash) of row `i`."""
+        doc_key, turn_id, text_hash = self.keys[i].split("\x1f")
+        session, kind = self.codes[i]
+        return doc_key, self.sessions[session], turn_id or None, self.kinds[kind], text_hash
+
+
+class _Strings:
+    """Strings stored one after another (`path`) with their byte offsets (`path.npy`), mapped."""
+
+    def __init__(self, path: Path):
+        self.offsets = np.load(path.with_name(path.name + ".npy"), mmap_mode="r")
+        self.blob = np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else b""
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> str:
+        return bytes(self.blob[int(self.offsets[i]) : int(self.offsets[i + 1])]).decode()
+
+    def all(self) -> list[str]:
+        raw, bounds = bytes(self.blob), self.offsets.tolist()
+        return [raw[a:b].decode() for a, b in zip(bounds, bounds[1:])]
+
+    @staticmethod
+    def write(path: Path, strings: list[str]) -> None:
+        encoded = [s.encode() for s in strings]
+        path.write_bytes(b"".join(encoded))
+        _save(path.with_name(path.name + ".npy"), np.cumsum([0] + [len(e) for e in encoded], dtype=np.int64))
+
+
 class VectorSnapshot:
     """One published generation, read-only: its segments memory-mapped, the live rows marked."""
 
@@ -68,19 +116,12 @@ class VectorSnapshot:
         self.id: str = manifest["id"]
         self.generation: int = manifest["generation"]
         self.stamp = EmbeddingStamp(manifest["model"], manifest["dim"])
-        self.segments: list[str] = [s["name"] for s in manifest["segments"]]
-        # Mapped now, so a snapshot in use keeps reading its files after a later publish removes them.
-        self.matrices = [np.load(folder / f"{name}.npy", mmap_mode="r") for name in self.segments]
-        self.offsets = [np.load(folder / f"{name}.offsets.npy", mmap_mode="r") for name in self.segments]
-        self.blobs = [_mapped_bytes(folder / f"{name}.texts") for name in self.segments]
-        metas = [json.loads((folder / f"{name}.json").read_text()) for name in self.segments]
-        self.meta = {column: [value for m in metas for value in m[column]] for column in _META_COLUMNS}
-        self.starts = np.cumsum([0] + [len(m) for m in self.matrices])
-        self.live = np.load(folder / manifest["live"]) if manifest["live"] else np.zeros(0, dtype=bool)
-        if len(self.live) != self.starts[-1] or any(len(v) != self.starts[-1] for v in self.meta.values()):
-            raise SnapshotUnavailable(f"{folder}: generation {self.generation}'s files disagree on their rows")
-        self._sessions: np.ndarray | None = None  # made at the first search by session
-        self._live_rows: dict[str, int] | None = None  # made at the first text asked for
+        self.segments = [_Segment(folder, s["name"]) for s in manifest["segments"]]
+        self.starts = np.cumsum([0] + [len(s.matrix) for s in self.segments])
+        self.live = np.load(folder / manifest["live"])
+        if len(self.live) != self.starts[-1]:
+            raise ValueError(f"generation {self.generation}'s live rows are {len(self.live)}, not {self.starts[-1]}")
+        self._rows: dict[str, int] = {}  # doc_key → its live row, for the rows a search has shown
 
     @classmethod
     def open(cls, db_path: str | Path) -> VectorSnapshot:
@@ -112,10 +153,19 @@ class VectorSnapshot:
     def rows(self) -> int:
         return int(self.live.sum())
 
+    def _row(self, i: int) -> tuple[str, str, str | None, str, str]:
+        segment = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return self.segments[segment].row(i - int(self.starts[segment]))
+
     def live_hashes(self) -> dict[str, str]:
-        """doc_key → the text hash its live row was embedded from."""
-        keys, hashes = self.meta["doc_key"], self.meta["text_hash"]
-        return {keys[i]: hashes[i] for i in np.flatnonzero(self.live)}
+        """doc_key → the text hash its live row was embedded from (every row decoded: the pass's)."""
+        found = {}
+        for segment, start in zip(self.segments, self.starts.tolist()):
+            keys = segment.keys.all()
+            for i in np.flatnonzero(self.live[start : start + len(segment.matrix)]).tolist():
+                doc_key, _, text_hash = keys[i].split("\x1f")
+                found[doc_key] = text_hash
+        return found
 
     def nearest(
         self, model: str, query: list[float], limit: int, session_ids: list[str] | None = None
@@ -126,37 +176,32 @@ class VectorSnapshot:
         norm = float(np.linalg.norm(wanted))
         if not len(self.live) or norm == 0.0:
             return []
-        scores = np.concatenate([m @ (wanted / norm) for m in self.matrices])
+        scores = np.concatenate([s.matrix @ (wanted / norm) for s in self.segments])
         keep = self.live.copy()
         if session_ids is not None:
-            if self._sessions is None:
-                self._sessions = np.asarray(self.meta["session_id"], dtype=object)
-            keep &= np.isin(self._sessions, np.asarray(list(session_ids), dtype=object))
+            allowed = set(session_ids)
+            for segment, start in zip(self.segments, self.starts):
+                codes = [n for n, session in enumerate(segment.sessions) if session in allowed]
+                keep[start : start + len(segment.matrix)] &= np.isin(segment.codes[:, 0], codes)
         candidates = np.flatnonzero(keep)
         if len(candidates) > limit:
             candidates = candidates[np.argpartition(-scores[candidates], limit - 1)[:limit]]
-        keys = self.meta["doc_key"]
-        ordered = sorted(candidates.tolist(), key=lambda i: (-float(scores[i]), keys[i]))
-        return [
-            VectorHit(keys[i], self.meta["session_id"][i], self.meta["turn_id"][i], self.meta["kind"][i], float(scores[i]))
-            for i in ordered
-        ]  # fmt: skip
+        rows = {i: self._row(i) for i in candidates.tolist()}
+        self._rows.update({row[0]: i for i, row in rows.items()})
+        ordered = sorted(rows, key=lambda i: (-float(scores[i]), rows[i][0]))
+        return [VectorHit(*rows[i][:4], float(scores[i])) for i in ordered]
 
     def texts(self, doc_keys: list[str]) -> dict[str, str]:
-        """The text each live document was embedded from."""
-        if self._live_rows is None:
-            keys = self.meta["doc_key"]
-            self._live_rows = {keys[i]: i for i in np.flatnonzero(self.live).tolist()}
-        found: dict[str, str] = {}
+        """The text each live document was embedded from (found at once for those `nearest` gave)."""
+        if any(key not in self._rows for key in doc_keys):
+            for i in np.flatnonzero(self.live).tolist():
+                self._rows.setdefault(self._row(i)[0], i)
+        found = {}
         for key in doc_keys:
-            if (i := self._live_rows.get(key)) is not None:
+            if (i := self._rows.get(key)) is not None:
                 segment = int(np.searchsorted(self.starts, i, side="right")) - 1
-                found[key] = self._text(segment, int(i - self.starts[segment]))
+                found[key] = self.segments[segment].texts[i - int(self.starts[segment])]
         return found
-
-    def _text(self, segment: int, row: int) -> str:
-        offsets = self.offsets[segment]
-        return bytes(self.blobs[segment][int(offsets[row]) : int(offsets[row + 1])]).decode()
 
 
 def publish(
@@ -176,16 +221,16 @@ def publish(
     previous = _read_manifest(folder)
     generation = (previous or {}).get("generation", 0) + 1
     matrix = _unit_rows(vectors, stamp.dim)
-    live = old.live.copy() if old is not None else np.zeros(0, dtype=bool)
+    live, segments = np.zeros(0, dtype=bool), []
     if old is not None:
         gone = {r.doc_key for r in rows} | set(removed)
-        live &= ~np.isin(np.asarray(old.meta["doc_key"], dtype=object), np.asarray(list(gone), dtype=object))
-    segments = list(old.segments) if old is not None else []
-    total = len(live) + len(rows)
-    dead = len(live) - int(live.sum())
-    if old is not None and (len(segments) + 1 > MAX_SEGMENTS or dead > MAX_DEAD_SHARE * total):
-        rows, matrix = _kept(old, live) + rows, np.concatenate([_kept_matrix(old, live), matrix])
-        segments, live = [], np.zeros(0, dtype=bool)
+        keys = [key.split("\x1f", 1)[0] for segment in old.segments for key in segment.keys.all()]
+        live = old.live & ~np.fromiter((key in gone for key in keys), dtype=bool, count=len(keys))
+        segments = [segment.name for segment in old.segments]
+        dead = len(live) - int(live.sum())
+        if len(segments) + 1 > MAX_SEGMENTS or dead > MAX_DEAD_SHARE * (len(live) + len(rows)):
+            rows, matrix = _kept(old, live) + rows, np.concatenate([_kept_matrix(old, live), matrix])
+            live, segments = np.zeros(0, dtype=bool), []
     if rows:
         name = f"s{generation:06d}"
         _write_segment(folder, name, rows, matrix)
@@ -204,11 +249,6 @@ def publish(
     return generation
 
 
-def _mapped_bytes(path: Path):
-    """The file's bytes, memory-mapped (an empty file, which cannot be, as empty bytes)."""
-    return np.memmap(path, dtype=np.uint8, mode="r") if path.stat().st_size else b""
-
-
 def _read_manifest(folder: Path) -> dict | None:
     try:
         return json.loads((folder / MANIFEST).read_text())
@@ -223,32 +263,39 @@ def _unit_rows(vectors, dim: int) -> np.ndarray:
 
 
 def _kept(old: VectorSnapshot, live: np.ndarray) -> list[SnapshotRow]:
-    """The live rows of `old`, with their texts (each segment's read once)."""
+    """The live rows of `old`, with their texts (each segment's decoded once)."""
     kept = []
-    for segment in range(len(old.segments)):
-        start = int(old.starts[segment])
-        rows = np.flatnonzero(live[start : old.starts[segment + 1]])
-        if not len(rows):
+    for segment, start in zip(old.segments, old.starts.tolist()):
+        rows = np.flatnonzero(live[start : start + len(segment.matrix)]).tolist()
+        if not rows:
             continue
-        blob, offsets = bytes(old.blobs[segment]), old.offsets[segment]
-        for row in rows.tolist():
-            text = blob[offsets[row] : offsets[row + 1]].decode()
-            kept.append(SnapshotRow(**{c: old.meta[c][start + row] for c in _META_COLUMNS}, text=text))
+        keys, texts = segment.keys.all(), segment.texts.all()
+        for i in rows:
+            doc_key, turn_id, text_hash = keys[i].split("\x1f")
+            session, kind = segment.codes[i]
+            kept.append(
+                SnapshotRow(
+                    doc_key, segment.sessions[session], turn_id or None, segment.kinds[kind], text_hash, texts[i]
+                )
+            )
     return kept
 
 
 def _kept_matrix(old: VectorSnapshot, live: np.ndarray) -> np.ndarray:
-    whole = np.concatenate([np.asarray(m) for m in old.matrices]) if old.matrices else np.zeros((0, old.stamp.dim))
-    return whole[live].astype(np.float32)
+    whole = [np.asarray(s.matrix) for s in old.segments] or [np.zeros((0, old.stamp.dim), dtype=np.float32)]
+    return np.concatenate(whole)[live]
 
 
 def _write_segment(folder: Path, name: str, rows: list[SnapshotRow], matrix: np.ndarray) -> None:
     """A segment's files, each written whole before the manifest names them."""
-    encoded = [r.text.encode() for r in rows]
-    offsets = np.cumsum([0] + [len(t) for t in encoded], dtype=np.int64)
-    (folder / f"{name}.texts").write_bytes(b"".join(encoded))
-    _save(folder / f"{name}.offsets.npy", offsets)
-    (folder / f"{name}.json").write_text(json.dumps({c: [getattr(r, c) for r in rows] for c in _META_COLUMNS}))
+    sessions = list(dict.fromkeys(r.session_id for r in rows))
+    kinds = list(dict.fromkeys(r.kind for r in rows))
+    session_code, kind_code = {s: n for n, s in enumerate(sessions)}, {k: n for n, k in enumerate(kinds)}
+    codes = np.array([[session_code[r.session_id], kind_code[r.kind]] for r in rows], dtype=np.int32).reshape(-1, 2)
+    _save(folder / f"{name}.codes.npy", codes)
+    (folder / f"{name}.json").write_text(json.dumps({"sessions": sessions, "kinds": kinds}))
+    _Strings.write(folder / f"{name}.keys", [f"{r.doc_key}\x1f{r.turn_id or ''}\x1f{r.text_hash}" for r in rows])
+    _Strings.write(folder / f"{name}.texts", [r.text for r in rows])
     _save(folder / f"{name}.npy", matrix)
 
 
@@ -266,7 +313,7 @@ def _remove_unnamed(folder: Path, manifest: dict, previous: dict | None) -> None
         if m.get("live"):
             named.add(m["live"])
         for s in m.get("segments", []):
-            named |= {f"{s['name']}{ext}" for ext in (".npy", ".json", ".texts", ".offsets.npy")}
+            named |= {f"{s['name']}{ext}" for ext in _SEGMENT_FILES}
     for path in folder.iterdir():
         if path.name not in named:
             path.unlink(missing_ok=True)
