@@ -28,7 +28,6 @@ from digest.search_text import query_terms, snippet
 from resources.store.search_index import IndexUnavailable
 from resources.store.search_reads import Match, SearchIndex, SessionHit, TurnHit
 from resources.store.vector_coverage import read_coverage
-from resources.store.vector_snapshot import SnapshotUnavailable, VectorSnapshot
 
 if TYPE_CHECKING:
     from resources.model_clients.embeddings import EmbeddingClient
@@ -180,6 +179,8 @@ def _not_covered(index: SearchIndex, client, scope: list[str] | None, *, turns: 
 def _nearest(index: SearchIndex, client, query: str, sessions: list[str] | None):
     """(the snapshot read, the documents nearest the query): the nearest None, with the reason, when
     vectors cannot be used."""
+    from resources.store.vector_snapshot import SnapshotUnavailable, VectorSnapshot  # numpy: for a fused search only
+
     try:
         vectors = VectorSnapshot.open(index.db_path)
     except SnapshotUnavailable as exc:
