@@ -81,5 +81,5 @@ def publish_snapshot(vectors: SearchVectors) -> int | None:
     removed = [key for key in published if key not in current]
     if snapshot is not None and not changed and not removed:
         return snapshot.generation
-    rows, made = vectors.snapshot_rows(stamp.model, changed)
+    rows, made = vectors.snapshot_rows(stamp, changed)
     return publish(vectors.file.path, stamp, snapshot, rows, made, removed)

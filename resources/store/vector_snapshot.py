@@ -316,4 +316,7 @@ def _remove_unnamed(folder: Path, manifest: dict, previous: dict | None) -> None
             named |= {f"{s['name']}{ext}" for ext in _SEGMENT_FILES}
     for path in folder.iterdir():
         if path.name not in named:
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:  # still mapped, where the system keeps such a file: the next publish retries
+                pass
