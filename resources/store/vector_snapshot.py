@@ -122,6 +122,7 @@ class VectorSnapshot:
         if len(self.live) != self.starts[-1]:
             raise ValueError(f"generation {self.generation}'s live rows are {len(self.live)}, not {self.starts[-1]}")
         self._rows: dict[str, int] = {}  # doc_key → its live row, for the rows a search has shown
+        self._index: dict[str, tuple[int, str]] | None = None  # every live row's, made when first asked
 
     @classmethod
     def open(cls, db_path: str | Path) -> VectorSnapshot:
@@ -157,15 +158,22 @@ class VectorSnapshot:
         segment = int(np.searchsorted(self.starts, i, side="right")) - 1
         return self.segments[segment].row(i - int(self.starts[segment]))
 
+    def live_index(self) -> dict[str, tuple[int, str]]:
+        """doc_key → (its live row, the text hash it was embedded from): every key decoded once, for
+        the pass that publishes the next generation (a search decodes only the rows it shows)."""
+        if self._index is None:
+            index = {}
+            for segment, start in zip(self.segments, self.starts.tolist()):
+                keys = segment.keys.all()
+                for i in np.flatnonzero(self.live[start : start + len(segment.matrix)]).tolist():
+                    doc_key, _, text_hash = keys[i].split("\x1f")
+                    index[doc_key] = (start + i, text_hash)
+            self._index = index
+        return self._index
+
     def live_hashes(self) -> dict[str, str]:
-        """doc_key → the text hash its live row was embedded from (every row decoded: the pass's)."""
-        found = {}
-        for segment, start in zip(self.segments, self.starts.tolist()):
-            keys = segment.keys.all()
-            for i in np.flatnonzero(self.live[start : start + len(segment.matrix)]).tolist():
-                doc_key, _, text_hash = keys[i].split("\x1f")
-                found[doc_key] = text_hash
-        return found
+        """doc_key → the text hash its live row was embedded from."""
+        return {doc_key: text_hash for doc_key, (_, text_hash) in self.live_index().items()}
 
     def nearest(
         self, model: str, query: list[float], limit: int, session_ids: list[str] | None = None
@@ -193,12 +201,12 @@ class VectorSnapshot:
 
     def texts(self, doc_keys: list[str]) -> dict[str, str]:
         """The text each live document was embedded from (found at once for those `nearest` gave)."""
-        if any(key not in self._rows for key in doc_keys):
-            for i in np.flatnonzero(self.live).tolist():
-                self._rows.setdefault(self._row(i)[0], i)
         found = {}
         for key in doc_keys:
-            if (i := self._rows.get(key)) is not None:
+            i = self._rows.get(key)
+            if i is None and key in self.live_index():
+                i = self._index[key][0]
+            if i is not None:
                 segment = int(np.searchsorted(self.starts, i, side="right")) - 1
                 found[key] = self.segments[segment].texts[i - int(self.starts[segment])]
         return found
@@ -223,9 +231,9 @@ def publish(
     matrix = _unit_rows(vectors, stamp.dim)
     live, segments = np.zeros(0, dtype=bool), []
     if old is not None:
-        gone = {r.doc_key for r in rows} | set(removed)
-        keys = [key.split("\x1f", 1)[0] for segment in old.segments for key in segment.keys.all()]
-        live = old.live & ~np.fromiter((key in gone for key in keys), dtype=bool, count=len(keys))
+        index = old.live_index()
+        live = old.live.copy()
+        live[[index[key][0] for key in {r.doc_key for r in rows} | set(removed) if key in index]] = False
         segments = [segment.name for segment in old.segments]
         dead = len(live) - int(live.sum())
         if len(segments) + 1 > MAX_SEGMENTS or dead > MAX_DEAD_SHARE * (len(live) + len(rows)):
