@@ -71,6 +71,10 @@ def deferred_embedder(settings: Settings):
     from resources.hybrid_search import DeferredEmbedder
 
     def client():
+        if settings.embed_provider == "embedded":  # in this process: no HTTP client to import
+            from resources.model_clients.embedded_embeddings import embedded_client
+
+            return embedded_client(settings.embed_model, settings.embed_threads)
         from resources.model_clients.embeddings import embedding_client
 
         return embedding_client(

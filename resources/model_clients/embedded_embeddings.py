@@ -78,6 +78,13 @@ class EmbeddedEmbedder:
             return _loaded[folder]
 
 
+def embedded_client(model: str | None, threads: int = 1) -> EmbeddedEmbedder:
+    """`DIGEST_EMBED_PROVIDER=embedded`'s client: its one model (`model` None or that one)."""
+    if model not in (None, EMBEDDED_EMBED_MODEL):
+        raise ValueError(f"DIGEST_EMBED_MODEL={model}: DIGEST_EMBED_PROVIDER=embedded runs {EMBEDDED_EMBED_MODEL} only")
+    return EmbeddedEmbedder(threads=threads)
+
+
 def _installed_dir() -> Path:
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.origin:
