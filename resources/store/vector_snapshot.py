@@ -228,6 +228,8 @@ def publish(
     folder.mkdir(parents=True, exist_ok=True)
     previous = _read_manifest(folder)
     generation = (previous or {}).get("generation", 0) + 1
+    # Names no other publisher can take, should two passes ever publish at once: the last manifest wins whole.
+    tag = f"{generation:06d}-{uuid.uuid4().hex[:8]}"
     matrix = _unit_rows(vectors, stamp.dim)
     live, segments = np.zeros(0, dtype=bool), []
     if old is not None:
@@ -240,17 +242,17 @@ def publish(
             rows, matrix = _kept(old, live) + rows, np.concatenate([_kept_matrix(old, live), matrix])
             live, segments = np.zeros(0, dtype=bool), []
     if rows:
-        name = f"s{generation:06d}"
+        name = f"s{tag}"
         _write_segment(folder, name, rows, matrix)
         segments.append(name)
         live = np.concatenate([live, np.ones(len(rows), dtype=bool)])
-    live_name = f"live-{generation:06d}.npy"
+    live_name = f"live-{tag}.npy"
     _save(folder / live_name, live)
     manifest = {
-        "id": uuid.uuid4().hex, "generation": generation, "model": stamp.model, "dim": stamp.dim, "live": live_name,
+        "id": tag, "generation": generation, "model": stamp.model, "dim": stamp.dim, "live": live_name,
         "segments": [{"name": name} for name in segments],
     }  # fmt: skip
-    part = folder / f"{MANIFEST}.part"
+    part = folder / f"{MANIFEST}.{tag}.part"
     part.write_text(json.dumps(manifest))
     os.replace(part, folder / MANIFEST)
     _remove_unnamed(folder, manifest, previous)
