@@ -150,10 +150,6 @@ class VectorSnapshot:
                 raise SnapshotUnavailable(f"{folder}: the snapshot is torn ({type(exc).__name__}: {exc})") from None
         raise AssertionError("unreachable")
 
-    @property
-    def rows(self) -> int:
-        return int(self.live.sum())
-
     def _row(self, i: int) -> tuple[str, str, str | None, str, str]:
         segment = int(np.searchsorted(self.starts, i, side="right")) - 1
         return self.segments[segment].row(i - int(self.starts[segment]))
@@ -182,7 +178,7 @@ class VectorSnapshot:
         self.stamp.refuse_other(model, len(query))
         wanted = np.asarray(query, dtype=np.float32)
         norm = float(np.linalg.norm(wanted))
-        if not len(self.live) or norm == 0.0:
+        if not len(self.live) or norm == 0.0 or limit < 1:
             return []
         scores = np.concatenate([s.matrix @ (wanted / norm) for s in self.segments])
         keep = self.live.copy()
