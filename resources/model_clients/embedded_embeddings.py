@@ -116,11 +116,12 @@ def _check_weights(weights: Path) -> None:
     (path, size, mtime, inode) did."""
     stat = weights.stat()
     seen = {"path": str(weights.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino}
-    record = checked_record(weights)
+    record = None
     try:
+        record = checked_record(weights)
         if json.loads(record.read_text()) == {**seen, "sha256": WEIGHTS_SHA256}:
             return
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):  # no record, or no home to keep one in
         pass
     digest = hashlib.sha256()
     with weights.open("rb") as f:
@@ -131,6 +132,8 @@ def _check_weights(weights: Path) -> None:
             f"{weights}: sha256 {digest.hexdigest()[:16]}…, not the {PACKAGE} {VERSION} weights this project "
             f"checked ({WEIGHTS_SHA256[:16]}…); reinstall: {INSTALL}"
         )
+    if record is None:
+        return
     try:
         record.parent.mkdir(parents=True, exist_ok=True)
         part = record.with_name(f"{record.name}.{os.getpid()}.part")
