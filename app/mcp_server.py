@@ -126,11 +126,6 @@ class Tools:
             self.index = None
             return self.store()
 
-    def vectors(self):
-        """The store whose vectors a search fuses, where a host serves embeddings (a function that
-        opens it, called only once the vectors cover the search); else None."""
-        return self.store if self.embedder else None
-
     @staticmethod
     def guarded(answer):
         import sys
@@ -166,10 +161,7 @@ class Tools:
         from resources.hybrid_search import search_sessions
 
         source = self.search_source()
-        found = search_sessions(
-            source, self.embedder, query, limit=nResults, summaries_only=True, category=category,
-            vectors=self.vectors(),
-        )  # fmt: skip
+        found = search_sessions(source, self.embedder, query, limit=nResults, summaries_only=True, category=category)
         hits = found.hits
         rows = accounts_of(source, [h.session_id for h in hits])
         results = [
@@ -196,9 +188,8 @@ class Tools:
 
         source = self.search_source()
         found = search_turns(
-            source, self.embedder, query, limit=nResults if full else nResults * 3, session_id=sessionId,
-            vectors=self.vectors(),
-        )  # fmt: skip
+            source, self.embedder, query, limit=nResults if full else nResults * 3, session_id=sessionId
+        )
         hits, per_session = [], {}
         for h in found.hits:
             per_session[h.session_id] = per_session.get(h.session_id, 0) + 1

@@ -71,6 +71,10 @@ def deferred_embedder(settings: Settings):
     from resources.hybrid_search import DeferredEmbedder
 
     def client():
+        if settings.embed_provider == "embedded":  # in this process: no HTTP client to import
+            from resources.model_clients.embedded_embeddings import embedded_client
+
+            return embedded_client(settings.embed_model, settings.embed_threads)
         from resources.model_clients.embeddings import embedding_client
 
         return embedding_client(
@@ -167,16 +171,10 @@ def search(settings: Settings, args, output: Output) -> None:
 
     since = since_ms(args.since, now_ms()) if args.since else None
     source = search_source(settings)
-    embedder = deferred_embedder(settings)  # made, and the store opened, only once the vectors cover the search
-
-    def vectors():
-        from resources.store import open_store
-
-        return open_store(settings.db_path, read_only=True)
-
+    embedder = deferred_embedder(settings)  # made, and its model loaded, only once the vectors cover the search
     results = search_sessions(
         source, embedder, query, limit=args.limit, since_ms=since, category=args.category, file=args.file,
-        project=args.project, vectors=vectors,
+        project=args.project,
     )  # fmt: skip
     hits = results.hits
     if results.notice and (output.as_json or not hits):  # a text answer with hits says it last

@@ -337,13 +337,12 @@ def embed(db: str, work: Path, sessions: int) -> dict:
 def ranks(db: str, questions: list[dict], embedder) -> tuple[dict[str, list[str]], list[float]]:
     """Each question's ranked sessions (ten), keyword alone or fused with vectors; wall ms of each."""
     from resources.hybrid_search import search_sessions
-    from resources.store import DigestStore
     from resources.store.search_reads import SearchIndex
 
-    index, store, ranked, wall = SearchIndex(db), DigestStore(db), {}, []
+    index, ranked, wall = SearchIndex(db), {}, []
     for q in questions:
         started = time.perf_counter()
-        found = search_sessions(index, embedder, q["query"], limit=10, vectors=store)
+        found = search_sessions(index, embedder, q["query"], limit=10)
         wall.append((time.perf_counter() - started) * 1000)
         ranked[q["query"]] = [h.session_id for h in found.hits]
     return ranked, wall

@@ -381,11 +381,12 @@ def new_session_rows(seed: int) -> list[dict]:
 
 def cover_every_session(store, model: str) -> None:
     """Let a search fuse over the vectors a bench wrote itself (its own layer of documents, not the
-    product's pass): the coverage file says `model` covers every session."""
+    product's pass): their snapshot published, and the coverage file saying `model` covers every session."""
+    from resources.embedding_pass import publish_snapshot
     from resources.store.vector_coverage import write_coverage
 
     every = [s for (s,) in store.query("SELECT session_id FROM sessions").itertuples(index=False)]
-    write_coverage(store.path, model, {"accounts": every, "turns": every})
+    write_coverage(store.path, model, {"accounts": every, "turns": every}, publish_snapshot(store.search_vectors))
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -10,9 +10,10 @@ model; when that fails (the host is down, the index was made by another model) t
 stand alone and `notice` says why, once, as deja-vu does: vectors can only add to what keyword
 search finds, never take it away.
 
-The keyword half and what a hit shows come from the search index alone (`SearchIndex`), which never
-waits for a writer; the vectors are still the store's (`search_vectors`), read only when a host
-serves embeddings: that half waits for a writer as any read of the store does.
+Neither half opens the store, so neither waits for a writer: the keyword half and what a hit shows
+come from the search index (`SearchIndex`), the nearest documents and their texts from the vectors'
+snapshot the embedding pass publishes beside it (`vector_snapshot`). A snapshot not published yet,
+unreadable, or older than the coverage leaves the keyword results alone, and `notice` says why.
 """
 
 from __future__ import annotations
@@ -62,27 +63,24 @@ class DeferredEmbedder:
         return self.made.embed_query(text)
 
 
-def _reads(source, vectors):
-    """(the index, or None when none is built yet; the store the vectors are read from): `source`
-    is the store, or an index alone (its vectors then the `vectors` store's, if any; `vectors` may be
-    a function that opens it, called only when the vectors are read)."""
+def _reader(source) -> SearchIndex | None:
+    """The index: `source` itself, or the store's (None when none is built yet)."""
     if isinstance(source, SearchIndex):
-        return source, vectors
+        return source
     try:
-        return source.search.reader(), source
+        return source.search.reader()
     except IndexUnavailable:
-        return None, source
+        return None
 
 
 def search_sessions(
-    source, client: EmbeddingClient | None, query: str, *, limit: int = 10, summaries_only: bool = False,
-    vectors=None, **filters,
-) -> Results:  # fmt: skip
+    source, client: EmbeddingClient | None, query: str, *, limit: int = 10, summaries_only: bool = False, **filters
+) -> Results:
     """The index's `sessions` (its filters: since_ms, category, file, project), fused with the
     sessions of the nearest documents when `client` is set; `summaries_only`: by the accounts'
     documents alone, summaries and cards (`summaries`, category its one filter: `query_summaries`).
-    `source`: the store, or its index alone (`vectors`: the store to read the vectors from)."""
-    index, store = _reads(source, vectors)
+    `source`: the store, or its index alone."""
+    index = _reader(source)
     if index is None:  # nothing indexed yet: bad input is still said, no hit is found
         ask = source.search.summaries if summaries_only else source.search.sessions
         return Results(ask(query, limit=limit, **filters))
@@ -96,8 +94,7 @@ def search_sessions(
     allowed = index.allowed_session_ids(**filters)
     if notice := _not_covered(index, client, allowed, turns=False):
         return Results(keyword[:limit], notice=notice)
-    store = _opened(store)
-    nearest, notice = _nearest(store, client, query, allowed)
+    vectors, nearest, notice = _nearest(index, client, query, allowed)
     if nearest is None:
         return Results(keyword[:limit], notice=notice)
     if summaries_only:
@@ -112,7 +109,7 @@ def search_sessions(
         _fused_limit(keyword, limit),
     )
     missing = [s for s, _ in fused if s not in by_id]
-    texts = store.search_vectors.texts([best[s].doc_key for s in missing])
+    texts = vectors.texts([best[s].doc_key for s in missing])
     made = {s: _vector_only_hit(s, meta, best[s], texts, query) for s, meta in index.metas(missing).items()}
     hits = [
         replace(by_id[s], score=score) if s in by_id else replace(made[s], score=score)
@@ -123,10 +120,10 @@ def search_sessions(
 
 
 def search_turns(
-    source, client: EmbeddingClient | None, query: str, *, limit: int = 10, session_id: str | None = None, vectors=None
+    source, client: EmbeddingClient | None, query: str, *, limit: int = 10, session_id: str | None = None
 ) -> Results:
     """The index's `turns`, fused with the nearest turns and mini summaries when `client` is set."""
-    index, store = _reads(source, vectors)
+    index = _reader(source)
     if index is None:
         return Results(source.search.turns(query, limit=limit, session_id=session_id))
     keyword = index.turns(query, limit=_candidates(limit) if client is not None else limit, session_id=session_id)
@@ -135,8 +132,7 @@ def search_turns(
     scope = None if session_id is None else [session_id]
     if notice := _not_covered(index, client, scope, turns=True):
         return Results(keyword[:limit], notice=notice)
-    store = _opened(store)
-    nearest, notice = _nearest(store, client, query, scope)
+    vectors, nearest, notice = _nearest(index, client, query, scope)
     if nearest is None:
         return Results(keyword[:limit], notice=notice)
     near_turns: dict[str, object] = {}
@@ -150,7 +146,7 @@ def search_turns(
         _fused_limit(keyword, limit),
     )
     missing = [near_turns[t] for t, _ in fused if t not in by_id]
-    texts = store.search_vectors.texts([h.doc_key for h in missing])
+    texts = vectors.texts([h.doc_key for h in missing])
     rows = index.turn_rows([h.turn_id for h in missing])
     terms = query_terms(query)
     made = {
@@ -171,10 +167,6 @@ def _candidates(limit) -> int:
     return max(limit, CANDIDATES) if isinstance(limit, int) and limit >= 1 else limit
 
 
-def _opened(store):
-    return store() if callable(store) else store
-
-
 def _not_covered(index: SearchIndex, client, scope: list[str] | None, *, turns: bool) -> str | None:
     """Why the search stays keyword alone: sessions of its scope whose vectors (by `client`'s model)
     are not all made yet; None when every one is covered."""
@@ -192,21 +184,29 @@ def _not_covered(index: SearchIndex, client, scope: list[str] | None, *, turns: 
     return not_embedded_notice(missing, total, "their turns" if turns else "their cards and summaries")
 
 
-def _nearest(store, client: EmbeddingClient | None, query: str, sessions: list[str] | None):
-    """The documents nearest the query (None, with the reason, when vectors cannot be used)."""
-    if client is None or store is None:
-        return None, None
-    stamp = store.search_vectors.stamp()
-    if stamp is None:
-        return None, "no document has a vector yet: keyword results only (the index embeds them at its refreshes)"
+def _nearest(index: SearchIndex, client, query: str, sessions: list[str] | None):
+    """(the snapshot read, the documents nearest the query): the nearest None, with the reason, when
+    vectors cannot be used."""
+    from resources.store.vector_snapshot import SnapshotUnavailable, VectorSnapshot  # numpy: for a fused search only
+
     try:
-        stamp.refuse_other(client.model)
+        vectors = VectorSnapshot.open(index.db_path)
+    except SnapshotUnavailable as exc:
+        return None, None, f"keyword results only: {exc}; the next embedding pass publishes it"
+    coverage = read_coverage(index.db_path)
+    if coverage is not None and coverage.snapshot is not None and vectors.generation < coverage.snapshot:
+        return None, None, (
+            f"keyword results only: the vectors' snapshot (generation {vectors.generation}) is older than their "
+            f"coverage (generation {coverage.snapshot}); the next embedding pass publishes it again"
+        )  # fmt: skip
+    try:
+        vectors.stamp.refuse_other(client.model)
         vector = client.embed_query(query)
-        return store.search_vectors.nearest(client.model, vector, NEAREST_DOCUMENTS, sessions), None
+        return vectors, vectors.nearest(client.model, vector, NEAREST_DOCUMENTS, sessions), None
     except EmbeddingModelMismatch as exc:
-        return None, f"keyword results only: {exc}"
+        return None, None, f"keyword results only: {exc}"
     except ModelError as exc:
-        return None, f"keyword results only: the query could not be embedded ({type(exc).__name__}: {exc})"[:300]
+        return None, None, f"keyword results only: the query could not be embedded ({type(exc).__name__}: {exc})"[:300]
 
 
 def _vector_only_hit(session_id: str, meta: dict, near, texts: dict[str, str], query: str) -> SessionHit:

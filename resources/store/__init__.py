@@ -34,6 +34,7 @@ with its SQL beside its code, in the order one session passes through them:
 - `search_index.py`   the search index's files: a Tantivy index beside the store (`<store>.search/`)
 - `search_reads.py`   the search index read without the store (`SearchIndex`: never waits for a writer)
 - `vector_coverage.py` which sessions the vectors cover (`<store>.vectors.json`), read without the store
+- `vector_snapshot.py` the vectors as files a search maps (`<store>.vectors/`), read without the store
 - `migrations.py`     the schema (`schema.sql`) and the numbered migrations `migrate` runs past a
                       store's version (how to add one); `ensure_current`: once per process
 - `digest_store.py`   `DigestStore`, the repositories above over one `StoreFile`; `open_store`, the one

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from digest.embeddings import EMBED_CHUNK_CHARS, EMBED_TURN_CHUNKS, SESSION_KINDS, EmbeddingStamp
 from resources.store.connection import Repository, now, records
+from resources.store.vector_snapshot import SnapshotRow, VectorHit
 
 # Every document a vector may be made for, whole: a session's card and summary come first (they answer
 # a session search), then its mini summaries and turns.
@@ -51,15 +54,6 @@ class PendingDocument:
     kind: str
     text: str
     text_hash: str
-
-
-@dataclass(frozen=True)
-class VectorHit:
-    doc_key: str
-    session_id: str
-    turn_id: str | None
-    kind: str
-    similarity: float
 
 
 class SearchVectors(Repository):
@@ -179,16 +173,34 @@ class SearchVectors(Repository):
                 .__len__()
             )
 
-    def texts(self, doc_keys: list[str]) -> dict[str, str]:
-        """The text each document is embedded from (a hit's snippet is cut from it)."""
-        if not doc_keys:
-            return {}
+    def hashes(self, model: str) -> dict[str, str]:
+        """doc_key → the text hash of its vector by `model`."""
         with self.file.connect() as con:
-            rows = con.execute(
-                f"SELECT doc_key, text FROM ({DOCUMENTS_SQL}) WHERE doc_key IN (SELECT unnest(?::VARCHAR[]))",
-                [doc_keys],
-            ).fetchall()
-        return dict(rows)
+            columns = con.execute("SELECT doc_key, text_hash FROM search_vectors WHERE model = ?", [model]).fetchnumpy()
+        return dict(zip(columns["doc_key"].tolist(), columns["text_hash"].tolist()))
+
+    def snapshot_rows(self, stamp: EmbeddingStamp, doc_keys: list[str]) -> tuple[list[SnapshotRow], np.ndarray]:
+        """These documents' vectors by the stamped model (a matrix, a row each), each with the text it
+        was embedded from (a vector-only hit's snippet is cut from it), for the snapshot searches read
+        (`vector_snapshot`)."""
+        if not doc_keys:
+            return [], np.zeros((0, stamp.dim), dtype=np.float32)
+        with self.file.connect() as con:
+            con.execute("CREATE TEMP TABLE wanted (doc_key VARCHAR)")
+            con.execute("INSERT INTO wanted SELECT unnest(?::VARCHAR[])", [doc_keys])
+            # As a fixed-size array, the vectors come out as numpy rows: as lists they take 35 times longer.
+            columns = con.execute(
+                f"""SELECT v.doc_key, v.session_id, v.turn_id, v.kind, v.text_hash, coalesce(d.text, '') AS text,
+                           v.vector::FLOAT[{int(stamp.dim)}] AS vector
+                    FROM search_vectors v JOIN wanted w USING (doc_key)
+                    LEFT JOIN ({DOCUMENTS_SQL}) d ON d.doc_key = v.doc_key
+                    WHERE v.model = ? ORDER BY v.doc_key""",
+                [stamp.model],
+            ).fetchnumpy()
+        names = ("doc_key", "session_id", "turn_id", "kind", "text_hash", "text")
+        rows = [SnapshotRow(*row) for row in zip(*(columns[name].tolist() for name in names))]
+        matrix = np.stack(columns["vector"]) if rows else np.zeros((0, stamp.dim), dtype=np.float32)
+        return rows, matrix
 
     def nearest(
         self, model: str, query: list[float], limit: int, session_ids: list[str] | None = None
