@@ -199,8 +199,13 @@ def test_a_crash_after_the_commit_leaves_the_batch_to_index_again_never_current(
     corpus.search.refresh()
     with monkeypatch.context() as patch:
         crash_after_the_commit(patch)
-        write(corpus, [turn("orm", 1, "the migration to raw SQL is done", "dropped the ORM layer entirely")])
-        write(corpus, [turn("new", 0, "a quetzalcoatl session that the store loses again")])
+        write(
+            corpus,
+            [
+                turn("orm", 1, "the migration to raw SQL is done", "dropped the ORM layer entirely"),
+                turn("new", 0, "a quetzalcoatl session that the store loses again"),
+            ],
+        )
         with pytest.raises(KeyboardInterrupt):
             corpus.search.refresh()
     # Committed: a reader sees the batch; but neither session is taken as current.
