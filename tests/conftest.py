@@ -153,9 +153,7 @@ TIERS = {
 def pytest_configure(config) -> None:
     """Dagster's warnings of its beta and preview APIs are ignored. Not in pyproject.toml's
     filterwarnings: naming their classes there imports Dagster (a second of CPU) in every run, and
-    the unit tier imports none of it otherwise. The garbage collector waits for the end of the
-    collection (`pytest_collection_finish`): importing the test modules makes no garbage to find."""
-    gc.disable()
+    the unit tier imports none of it otherwise."""
     if config.getoption("markexpr") != "unit":
         config.addinivalue_line("filterwarnings", "ignore::dagster.BetaWarning")
         config.addinivalue_line("filterwarnings", "ignore::dagster.PreviewWarning")
@@ -168,6 +166,13 @@ def pytest_ignore_collect(collection_path, config) -> bool | None:
         tier = TIERS.get(collection_path.stem)
         return tier is not None and tier != "unit"
     return None
+
+
+def pytest_collectstart(collector) -> None:
+    """The garbage collector waits while the collection imports the test modules: what they make
+    is kept to the end of the run (`pytest_collection_finish`). Not in xdist's controller, which
+    collects nothing and would never turn it on again."""
+    gc.disable()
 
 
 def pytest_collection_finish(session) -> None:
