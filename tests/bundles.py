@@ -117,6 +117,8 @@ def _ingested_once(name: str) -> tuple[Path, IngestReport]:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     store = DigestStore(folder / "digest.duckdb")
     with store.file.held():
+        with store.file.connect() as con:
+            con.execute("SET threads TO 1")  # as the tests' stores (`held_copy`): a second thread only adds CPU
         store.migrate()
         report = ingest_paths([SAMPLES / name], store)
     return store.path, report

@@ -4,6 +4,7 @@ real ingest into a DuckDB file: no Dagster, no run."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from assets.summary_view import TURN_IDS_SHOWN, Markdown
 from assets.work.sessions import SummaryOutcome
 from assets.work.views import facts_view, ingest_view, made_summary_view, place_view, read_how, redactions_table
-from digest.ingest import FileReport
+from digest.ingest import FileReport, IngestReport
 from resources.store import DigestStore
 from tests.bundles import ingested_harnesses
 
@@ -20,9 +21,11 @@ AIDER_SESSION = "aider-20261117162005-78439743b1"
 
 
 @pytest.fixture(scope="module")
-def ingested():
+def ingested() -> Iterator[tuple[DigestStore, IngestReport]]:
     path, report = ingested_harnesses()
-    return DigestStore(path, read_only=True), report
+    store = DigestStore(path, read_only=True)
+    with store.file.held():  # one connection for the module's reads, not a database started for each
+        yield store, report
 
 
 def test_the_ingest_view_counts_the_run_and_lists_each_file(ingested):

@@ -140,11 +140,9 @@ def test_rejected_lines_and_every_imported_text_keep_no_secret_in_the_store_or_t
     assert leaks == set()
 
 
-def test_every_text_column_of_the_schema_is_redacted_or_named_as_holding_no_input(tmp_path):
+def test_every_text_column_of_the_schema_is_redacted_or_named_as_holding_no_input(store):
     """A new text column fails here until it is redacted at write (`digest.redact.REDACTED_TEXT`)
     or named, with its reason, in `resources.store.redaction.NOT_INPUT_TEXT`."""
-    store = DigestStore(tmp_path / "walk.duckdb")
-    store.migrate()
     with store.file.connect() as con:
         columns = set(_text_columns(con))
     redacted = {(table, column) for table, names in REDACTED_TEXT.items() for column in names}

@@ -64,21 +64,17 @@ def _assert_documented(path: Path) -> None:
         )
 
 
-def test_docs_schema_names_every_column_of_the_live_schema_and_no_other(tmp_path):
+def test_docs_schema_names_every_column_of_the_live_schema_and_no_other(tmp_path, migrated_store_file):
     """A fresh store, and a version-1 store migrated to the latest version: views included."""
-    store = DigestStore(tmp_path / "fresh.duckdb")
-    store.migrate()
-    _assert_documented(store.path)
+    _assert_documented(migrated_store_file)
     old = tmp_path / "v1.duckdb"
     _v1_store(old)
     DigestStore(old).migrate()
     _assert_documented(old)
 
 
-def test_the_summary_table_is_the_row_definition_with_the_model_fields_in_it(tmp_path):
-    store = DigestStore(tmp_path / "fresh.duckdb")
-    store.migrate()
-    assert list(shape(store.path)["session_summaries"]) == [c.name for c in SUMMARY_ROW]
+def test_the_summary_table_is_the_row_definition_with_the_model_fields_in_it(migrated_store_file):
+    assert list(shape(migrated_store_file)["session_summaries"]) == [c.name for c in SUMMARY_ROW]
     assert set(SessionSummaryOutput.model_fields) <= {c.name for c in SUMMARY_ROW}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from digest.search_text import query_terms, snippet, terms
 from resources.store import DigestStore
 from resources.store.search import SearchError
+from resources.store.search_index import index_folder
 from resources.store.search_indexed import LOG_FILE, IndexedSessions
 from tests.conftest import held_copy
 
@@ -49,10 +51,33 @@ def corpus_file(tmp_path_factory, migrated_store_file) -> Path:
     return path
 
 
-@pytest.fixture
-def corpus(corpus_file, store_slot) -> Iterator[DigestStore]:
+@pytest.fixture(scope="module")
+def indexed_corpus_file(tmp_path_factory, corpus_file) -> Path:
+    """The corpus indexed once for the module: a refresh from nothing commits twice to Tantivy, some
+    50 ms of CPU a test."""
+    path = tmp_path_factory.mktemp("indexed") / "digest.duckdb"
     with contextlib.ExitStack() as stack:
-        yield store_slot.store(stack, corpus_file)
+        held_copy(stack, corpus_file, DigestStore(path), source_of_copies=True).search.refresh()
+    return path
+
+
+@pytest.fixture
+def corpus(request, corpus_file, store_slot) -> Iterator[DigestStore]:
+    """A copy of the corpus; with a copy of its index beside it, as a refresh left them, for a test
+    marked `already_indexed`."""
+    indexed = getattr(request, "param", None) == "indexed"
+    with contextlib.ExitStack() as stack:
+        if not indexed:
+            yield store_slot.store(stack, corpus_file)
+            return
+        source = request.getfixturevalue("indexed_corpus_file")
+        store = store_slot.store(stack, source)
+        shutil.copytree(index_folder(source), index_folder(store.path))
+        yield store
+
+
+# The tests whose first refresh only builds the index they go on to read or change.
+already_indexed = pytest.mark.parametrize("corpus", ["indexed"], indirect=True)
 
 
 def write_corpus(store: DigestStore) -> None:
@@ -127,6 +152,7 @@ def test_search_ranks_sessions_and_says_which_document_matched(corpus):
     assert "**sqlalchemy**" in orm.matches[0].snippet
 
 
+@already_indexed
 def test_refresh_indexes_only_the_sessions_that_changed(corpus):
     corpus.search.refresh()
     log = corpus.search.folder / LOG_FILE
@@ -168,12 +194,18 @@ def crash_after_the_commit(monkeypatch) -> None:
     monkeypatch.setattr(IndexedSessions, "indexed", die)
 
 
+@already_indexed
 def test_a_crash_after_the_commit_leaves_the_batch_to_index_again_never_current(corpus, monkeypatch):
     corpus.search.refresh()
     with monkeypatch.context() as patch:
         crash_after_the_commit(patch)
-        write(corpus, [turn("orm", 1, "the migration to raw SQL is done", "dropped the ORM layer entirely")])
-        write(corpus, [turn("new", 0, "a quetzalcoatl session that the store loses again")])
+        write(
+            corpus,
+            [
+                turn("orm", 1, "the migration to raw SQL is done", "dropped the ORM layer entirely"),
+                turn("new", 0, "a quetzalcoatl session that the store loses again"),
+            ],
+        )
         with pytest.raises(KeyboardInterrupt):
             corpus.search.refresh()
     # Committed: a reader sees the batch; but neither session is taken as current.
@@ -189,6 +221,7 @@ def test_a_crash_after_the_commit_leaves_the_batch_to_index_again_never_current(
     assert corpus.search.reader().documents.searcher().num_docs == corpus.search.status()["documents"]
 
 
+@already_indexed
 def test_a_record_line_cut_short_is_dropped_and_its_session_indexed_again(corpus):
     corpus.search.refresh()
     write(corpus, [turn("orm", 1, "the migration to raw SQL is done")])
@@ -202,6 +235,7 @@ def test_a_record_line_cut_short_is_dropped_and_its_session_indexed_again(corpus
     assert corpus.search.refresh().sessions_indexed == 0
 
 
+@already_indexed
 def test_an_index_whose_record_is_lost_is_cleared_and_indexed_again(corpus):
     # As an index built before the record moved beside it (migration 22), or one whose record was deleted.
     corpus.search.refresh()
@@ -292,6 +326,7 @@ def test_turns_of_an_unknown_session_say_so(store):
         store.search.turns("cache", session_id="nope")
 
 
+@already_indexed
 def test_a_project_filter_needs_the_column(corpus):
     corpus.search.refresh()
     has = corpus.query(
@@ -368,6 +403,7 @@ def test_a_refresh_that_finds_the_writer_held_leaves_the_work_to_the_next(corpus
     assert not report.busy and (report.sessions_indexed, report.behind) == (2, 0)
 
 
+@already_indexed
 def test_a_hit_is_shown_from_the_index_alone(corpus):
     corpus.search.refresh()
     index = corpus.search.reader()
@@ -407,10 +443,19 @@ def many_matches(store: DigestStore) -> None:
     store.search.refresh()
 
 
-def test_fewer_turns_asked_are_the_first_of_more(store):
+@pytest.fixture(scope="module")
+def many_matched(tmp_path_factory, migrated_store_file) -> Iterator[DigestStore]:
+    """`many_matches` written and indexed once for the tests that only read its index."""
+    with contextlib.ExitStack() as stack:
+        path = tmp_path_factory.mktemp("many-matches") / "digest.duckdb"
+        store = held_copy(stack, migrated_store_file, DigestStore(path))
+        many_matches(store)
+        yield store
+
+
+def test_fewer_turns_asked_are_the_first_of_more(many_matched):
     # The turn ranking stops reading documents once no later one can enter the list: the same list.
-    many_matches(store)
-    index = store.search.reader()
+    index = many_matched.search.reader()
     whole = [(h.turn_id, h.score, h.kind, h.snippet) for h in index.turns("retry upload", limit=100)]
     assert len(whole) == 36
     for limit in (1, 2, 5, 13, 36):
@@ -419,16 +464,15 @@ def test_fewer_turns_asked_are_the_first_of_more(store):
         ]
 
 
-def test_a_keyword_answer_cuts_snippets_for_the_hits_it_shows_alone(store, monkeypatch):
+def test_a_keyword_answer_cuts_snippets_for_the_hits_it_shows_alone(many_matched, monkeypatch):
     # Cutting a snippet from a long tool output is most of a query's time: the ranking reads many
     # more hits than an answer shows, and only the shown ones are cut.
     from resources import hybrid_search
     from resources.store import search_reads
 
-    many_matches(store)
     cut = []
     monkeypatch.setattr(search_reads, "snippet", lambda text, terms: cut.append(text) or "cut")
-    index = store.search.reader()
+    index = many_matched.search.reader()
     turns = hybrid_search.search_turns(index, None, "retry", limit=3).hits
     assert len(turns) == 3 and not cut
     assert [h.snippet for h in turns] == ["cut"] * 3 and len(cut) == 3
