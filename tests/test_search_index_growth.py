@@ -13,11 +13,11 @@ from resources.store.search_index import IndexWriting, folder_bytes, sweep_orpha
 
 WORDS = [f"word{i}" for i in range(3000)]
 BASE_SESSIONS = 30
-REFRESHES = 20  # more than the 8 small segments Tantivy's merge policy merges at
+REFRESHES = 12  # more than the 8 small segments Tantivy's merge policy merges at
 
 
 def _rows(rng: random.Random, session: str, turns: int = 10) -> list[tuple]:
-    return [("turn", f"{session}-{t}", " ".join(rng.choices(WORDS, k=150)), 1_000 + t, None) for t in range(turns)]
+    return [("turn", f"{session}-{t}", " ".join(rng.choices(WORDS, k=60)), 1_000 + t, None) for t in range(turns)]
 
 
 def _build(folder, rng: random.Random, sessions: dict[str, list]) -> None:
