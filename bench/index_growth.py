@@ -225,18 +225,20 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
     try:
-        corpus = work / f"corpus-{args.sessions}-{args.seed}.duckdb"
-        if not corpus.exists():  # kept in --work for the next run
-            subprocess.run(
-                [sys.executable, str(ROOT / "bench" / "search.py"), "--build", str(corpus), str(args.sessions),
-                 str(args.seed), str(work / "answers.json")],
-                check=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-            )  # fmt: skip
         old_tree = work / "old-tree"
         shutil.rmtree(old_tree, ignore_errors=True)
         old_tree.mkdir()
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.old_ref], check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", str(old_tree)], input=archive.stdout, check=True)
+        # Built by the old code, at its schema: the new arm migrates its copy, the old one could not
+        # open a store of a newer schema.
+        corpus = work / f"corpus-{args.sessions}-{args.seed}-{args.old_ref}.duckdb"
+        if not corpus.exists():  # kept in --work for the next run
+            subprocess.run(
+                [sys.executable, str(old_tree / "bench" / "search.py"), "--build", str(corpus), str(args.sessions),
+                 str(args.seed), str(work / "answers.json")],
+                check=True, env={**os.environ, "PYTHONPATH": str(old_tree)},
+            )  # fmt: skip
         trees = {"old": old_tree, "new": ROOT}
         results = {}
         for name in args.arms:

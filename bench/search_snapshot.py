@@ -87,6 +87,24 @@ def build(work: Path, sessions: int, seed: int) -> dict:
     return figures
 
 
+def arm_copy(corpus: dict, tree: Path) -> dict:
+    """The store for the old arm: a copy of the built one (index, vectors, snapshot) recorded at the
+    old code's schema version, which refuses a newer store. The migrations between change rows the
+    bench's store does not hold (its mini summaries are none generated), never a column it reads."""
+    home = Path(f"{corpus['home']}-{tree.name}")
+    if not home.exists():
+        shutil.copytree(corpus["home"], home)
+        version = subprocess.run(
+            [sys.executable, "-c", "from resources.store.migrations import SCHEMA_VERSION; print(SCHEMA_VERSION)"],
+            env=arm_env(tree), cwd=tree, check=True, capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+        import duckdb
+
+        with duckdb.connect(str(home / "digest.duckdb")) as con:
+            con.execute("DELETE FROM schema_meta WHERE version > ?", [int(version)])
+    return {**corpus, "home": str(home), "db": str(home / "digest.duckdb")}
+
+
 # --- inside an arm (a child process running that arm's code) ---------------------------------------------
 
 
@@ -264,14 +282,15 @@ def main() -> None:
     trees = {"old": old_tree(args.old_tree, args.old_ref), "new": ROOT}
     try:
         corpus = build(work, args.sessions, args.seed)
+        stores = {"old": arm_copy(corpus, trees["old"]), "new": corpus}
         load = [os.getloadavg()[0]]
         out = {arm: {} for arm in trees}
-        for tree in trees.values():  # the model loaded once by each, so the first CLI runs are not cold
-            cli_run(tree, corpus["home"], QUERIES[0])
+        for arm, tree in trees.items():  # the model loaded once by each, so the first CLI runs are not cold
+            cli_run(tree, stores[arm]["home"], QUERIES[0])
         walls = {arm: ([], [], set()) for arm in trees}
         for n in range(args.cli):
             for arm, tree in trees.items():
-                wall, cpu, mode = cli_run(tree, corpus["home"], QUERIES[n % len(QUERIES)])
+                wall, cpu, mode = cli_run(tree, stores[arm]["home"], QUERIES[n % len(QUERIES)])
                 walls[arm][0].append(wall)
                 walls[arm][1].append(cpu)
                 walls[arm][2].add(mode)
@@ -279,10 +298,10 @@ def main() -> None:
             w, c, modes = walls[arm]
             out[arm] |= {"cli_p50": statistics.median(w), "cli_max": max(w), "cli_cpu": statistics.median(c),
                          "cli_modes": sorted(modes)}  # fmt: skip
-            warm = child(tree, "--warm", arm, corpus["db"], str(args.reps))
+            warm = child(tree, "--warm", arm, stores[arm]["db"], str(args.reps))
             out[arm] |= {"warm_p50": quantile(warm["wall_ms"], 0.5), "warm_p95": quantile(warm["wall_ms"], 0.95),
                          "warm_n": len(warm["wall_ms"]), "warm_modes": warm["modes"]}  # fmt: skip
-            beside = child(tree, "--beside", arm, corpus["db"], str(args.beside_s), str(args.lock_wait))
+            beside = child(tree, "--beside", arm, stores[arm]["db"], str(args.beside_s), str(args.lock_wait))
             out[arm] |= {"beside_n": len(beside["wall_ms"]), "beside_failures": beside["failures"],
                          "beside_p95": quantile(beside["wall_ms"], 0.95), "commits": beside["commits"]}  # fmt: skip
         load.append(os.getloadavg()[0])
