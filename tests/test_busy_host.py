@@ -32,8 +32,12 @@ def _hosts(provider: str, url: str) -> ModelHosts:
 
 # Nothing at all for 3 s, then the whole answer: the hardest case for a stall window of 2 s.
 SLOW = {
-    "streamed": Behaviour(content="Changed src/grid/Row.mjs so the selection keeps record ids.", first_piece_s=ANSWER_S),
-    "not streamed": Behaviour(content="Changed src/grid/Row.mjs so the selection keeps record ids.", delay_s=ANSWER_S, streams=False),
+    "streamed": Behaviour(
+        content="Changed src/grid/Row.mjs so the selection keeps record ids.", first_piece_s=ANSWER_S
+    ),
+    "not streamed": Behaviour(
+        content="Changed src/grid/Row.mjs so the selection keeps record ids.", delay_s=ANSWER_S, streams=False
+    ),
 }
 
 
