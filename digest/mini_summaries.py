@@ -379,9 +379,11 @@ def fill_mini_summaries(
                 report.cut_at_output_cap += 1
         else:
             text, cause = "", cause_of(error)
-        verdict = judge_mini(turn_document(turn), text) if text else None
-        if verdict is not None and verdict.junk:  # the call did its part: the attempt stays ok, its words kept
-            note = f"judged junk ({verdict.label}: {verdict.evidence['reason']}): {text}"
+        # Judged as the model wrote it: a reply of the prompt's markers alone is junk, not an empty reply.
+        said = " ".join(reply.text.split())[:MAX_CHARS] if reply is not None else ""
+        verdict = judge_mini(turn_document(turn), said) if said else None
+        if verdict is not None and verdict.junk:  # the call did its part: its outcome stands, its words kept
+            note = f"judged junk ({verdict.label}: {verdict.evidence['reason']}): {said}"
         attempt = call_attempt(in_flight, reply, error, f"turn {turn.id}: ", plan, outcome=cause, note=note)
         store.record_attempt(attempt, started)
         pacer.observe(attempt.speed_sample(), error)

@@ -282,6 +282,22 @@ def test_a_reply_judged_junk_archives_its_turn_at_once_and_keeps_its_words_in_th
     assert store.mini_summaries.unarchive_turns(turn_ids=["s1-t000"]) == ["s1-t000"]
 
 
+def test_a_reply_of_the_prompts_markers_alone_is_junk_not_an_empty_reply(store):
+    """Cleaned of the markers it copied, such a reply is empty; judged as written, it is junk: the
+    turn is archived at once instead of being asked four more times."""
+    _add(store, _session("s1", 1))
+    markers = "[1 line shown earlier in the session] [2 lines shown earlier in the session]"
+    with ModelServer(lambda received: Behaviour.text(markers)) as server:
+        report = _fill(store, "s1", server.url)
+    assert report.archived_junk == ["s1-t000"] and report.failed == 0 and not report.generated
+    assert _rows(store, "SELECT count(*) AS n FROM mini_summaries") == [{"n": 0}]
+    (attempt,) = _rows(store, "SELECT error_text FROM attempts")
+    assert (
+        attempt["error_text"]
+        == f"turn s1-t000: judged junk (empty: fewer than 2 words besides the prompt's markers): {markers}"
+    )
+
+
 def test_the_stored_junk_mini_summaries_go_and_their_turns_are_archived(store):
     """Migration 24: the generated mini summaries stored before the verdict are judged once, the kept
     ones cleaned of the markers they copied; imported ones are the export's and stay."""
