@@ -161,6 +161,13 @@ def test_the_daemon_on_postgres_summarizes_an_export_once_each_within_the_run_li
         limits = json.loads(done.stdout)
         assert limits["host_run_limits"] == {"cpu-1": CONCURRENCY, "cpu-2": CONCURRENCY}
         try:
+            # The instance's tables made once, as a deployment does before it starts its processes: the
+            # daemon and the stop commands below would otherwise all create them at once on an empty
+            # database, and one of them fails on a type another has just made ("jobs" already exists).
+            migrate = subprocess.run(
+                [str(BIN / "dagster"), "instance", "migrate"], env=env, capture_output=True, text=True
+            )
+            assert migrate.returncode == 0, migrate.stderr[-3000:]
             daemon = _dagster(["dagster-daemon", "run"], env, logs / "daemon.log")
             processes.append(daemon)
             # As a user stops them, while the daemon runs: long before their second tick (300 s,

@@ -351,10 +351,15 @@ def test_the_schema_style_fallback_shares_the_calls_deadline(server):
     assert len(server.chat_requests()) == 2 and reply.duration_s >= 0.6
 
     server.requests.clear()
-    server.script = lambda received: dataclasses.replace(_rejects_json_schema(received), delay_s=1.0)
-    timeout = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="auto"), timeout_s=1.2))
+
+    def slow(received):  # the refusal in 0.9 s, well inside the deadline on a busy machine; the retry never ends in it
+        behaviour = _rejects_json_schema(received)
+        return dataclasses.replace(behaviour, delay_s=0.9 if behaviour.status != 200 else 5.0)
+
+    server.script = slow
+    timeout = _caught(lambda: _chat(OpenAIChatClient(server.url, "m", schema_style="auto"), timeout_s=1.5))
     assert type(timeout) is ModelTimeout and len(server.chat_requests()) == 2
-    assert 1.2 <= timeout.duration_s < 2.0  # not 1.0 + a fresh 1.2 for the retry
+    assert 1.5 <= timeout.duration_s < 2.3  # not 0.9 + a fresh 1.5 for the retry
 
 
 def test_the_reply_byte_cap_follows_the_output_cap():
