@@ -157,6 +157,16 @@ def _line(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+def content_words(text: str) -> set[str]:
+    """The text's words of four letters or more, lowered, but a summary's boilerplate (`GENERIC`)."""
+    return {w for w in (m.lower() for m in _CONTENT_WORD.findall(text)) if w not in GENERIC}
+
+
+def own_words(words: set[str], lowered_source: str) -> list[str]:
+    """Those of `words` the (lowered) source text holds as whole words, sorted."""
+    return sorted(w for w in words if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lowered_source))
+
+
 def repeated_share(text: str) -> float:
     """The share of the text's words inside a phrase of `REPEAT_WORDS` words it says `REPEATS` times
     or more."""
@@ -224,8 +234,8 @@ def judge(
     # decisions ..."): no summary starts there.
     continued = summary.lstrip()[:1] in (",", ";")
     schema = sorted({f for f in _SCHEMA_FIELDS if re.search(rf"\b{f}\b", text, re.IGNORECASE)})
-    content = {w for w in (m.lower() for m in _CONTENT_WORD.findall(text)) if w not in GENERIC}
-    specific = sorted(w for w in content if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lowered))
+    content = content_words(text)
+    specific = own_words(content, lowered)
     evidence = {
         "summary_chars": len(title) + len(summary),
         "input_chars": size,
@@ -324,8 +334,8 @@ def judge_mini(turn_document: str, text: str) -> Verdict:
     lowered = turn_document.lower()
     terms = session_terms([turn_document])
     grounded, unknown = anchors(said, turn_document, terms)
-    content = {w for w in (m.lower() for m in _CONTENT_WORD.findall(said)) if w not in GENERIC}
-    specific = sorted(w for w in content if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lowered))
+    content = content_words(said)
+    specific = own_words(content, lowered)
     evidence = {
         "words": len(_LETTER_WORD.findall(said)),
         "grounded_identifiers": sorted(grounded),
@@ -347,8 +357,7 @@ def judge_mini(turn_document: str, text: str) -> Verdict:
     strong = [k for k, kind in unknown.items() if kind in STRONG]
     if strong or len(unknown) >= FABRICATED_SYMBOLS:
         return Verdict("fabricated", {**evidence, "reason": f"{len(unknown)} identifiers the turn does not have"})
-    available = {w for w in (m.lower() for m in _CONTENT_WORD.findall(turn_document)) if w not in GENERIC}
-    if not grounded and len(specific) < min(MIN_SPECIFIC, len(available)):
+    if not grounded and len(specific) < min(MIN_SPECIFIC, len(content_words(turn_document))):
         return Verdict(
             "content-free", {**evidence, "reason": f"no identifier of the turn, {len(specific)} of its words"}
         )

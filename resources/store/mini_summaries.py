@@ -47,17 +47,22 @@ def judge_stored_mini_summaries(con: duckdb.DuckDBPyConnection) -> int:
             junk.append((row[0], row[1]))
         elif (cleaned := clean_output(row[6])) != row[6]:
             con.execute("UPDATE mini_summaries SET text = ? WHERE turn_id = ?", [cleaned, row[0]])
-    stamp = now()
     for turn_id, session_id in junk:
         con.execute("DELETE FROM mini_summaries WHERE turn_id = ?", [turn_id])
-        con.execute(
-            """INSERT INTO mini_summary_state (turn_id, session_id, attempts, archived_at, archived_reason, updated_at)
+        archive(con, turn_id, session_id, ARCHIVE_JUNK)
+    return len(junk)
+
+
+def archive(con: duckdb.DuckDBPyConnection, turn_id: str, session_id: str, reason: str) -> None:
+    """Out of mini summary generation; the turn keeps its text and stays in the raw summary input."""
+    stamp = now()
+    con.execute(
+        """INSERT INTO mini_summary_state (turn_id, session_id, attempts, archived_at, archived_reason, updated_at)
                VALUES (?, ?, 0, ?, ?, ?)
                ON CONFLICT (turn_id) DO UPDATE SET archived_at = excluded.archived_at,
                    archived_reason = excluded.archived_reason, updated_at = excluded.updated_at""",
-            [turn_id, session_id, stamp, ARCHIVE_JUNK, stamp],
-        )
-    return len(junk)
+        [turn_id, session_id, stamp, reason, stamp],
+    )
 
 
 class MiniSummaries(Repository):
@@ -131,16 +136,8 @@ class MiniSummaries(Repository):
         return archived
 
     def archive_turn(self, turn_id: str, session_id: str, reason: str) -> None:
-        """Out of mini summary generation; the turn keeps its text and stays in the raw summary input."""
-        stamp = now()
         with self.file.connect() as con:
-            con.execute(
-                """INSERT INTO mini_summary_state (turn_id, session_id, attempts, archived_at, archived_reason, updated_at)
-                   VALUES (?, ?, 0, ?, ?, ?)
-                   ON CONFLICT (turn_id) DO UPDATE SET archived_at = excluded.archived_at,
-                       archived_reason = excluded.archived_reason, updated_at = excluded.updated_at""",
-                [turn_id, session_id, stamp, reason, stamp],
-            )
+            archive(con, turn_id, session_id, reason)
 
     def unarchive_turns(self, turn_ids: list[str] | None = None, session_id: str | None = None) -> list[str]:
         """Give archived turns (ours or the export's) their attempts back; returns their ids."""
