@@ -34,7 +34,6 @@ import json
 import math
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -447,10 +446,11 @@ def main() -> None:
     extra: dict[str, str] = {}
     stages = ["mini", "summary"]
     if args.smoke:
-        # Two tiny synthetic sessions, one over a small raw cap; short configured timeouts so the
-        # stuck-server waits are seconds; the mini-summary stage only.
-        args.sessions, args.corpora, args.load, args.probe_calls, args.no_quiet = 2, "synthetic", 1, 1, True
-        extra = {"DIGEST_MINI_SUMMARY_TIMEOUT_S": "3", "DIGEST_RAW_CAP_TOKENS": "512"}
+        # One tiny synthetic session, over a small raw cap; short configured timeouts so the
+        # stuck-server waits are seconds; the mini-summary stage only; no load generator (the test
+        # suite beside it is load enough, and a busy loop would take a core from it).
+        args.sessions, args.corpora, args.load, args.probe_calls, args.no_quiet = 1, "synthetic", 0, 1, True
+        extra = {"DIGEST_MINI_SUMMARY_TIMEOUT_S": "3", "DIGEST_RAW_CAP_TOKENS": "800"}
         stages = ["mini"]
     corpora = [c.strip() for c in args.corpora.split(",") if c.strip()]
     trees = {"old": ensure_old_tree(args.old_tree.resolve(), args.old_ref), "new": ROOT}
@@ -461,12 +461,11 @@ def main() -> None:
         paths = {}
         if "demo" in corpora:
             paths["demo"] = [SAMPLES]
-        if "synthetic" in corpora:
+        if "synthetic" in corpora and args.smoke:  # one session of 3 turns, over the smoke's cap
+            paths["synthetic"] = [root / "synthetic" / "export-00"]
+            write_export(paths["synthetic"][0], 1, 3, summarized_share=0.0, mini_summary_share=0.0, turn_bytes=500)
+        elif "synthetic" in corpora:
             paths["synthetic"] = synthetic_corpus(root / "synthetic", args.sessions)
-            if args.smoke:  # one raw session of 2 turns, one of 3 over the smoke's cap
-                paths["synthetic"] = synthetic_corpus(root / "synthetic", 2, turn_bytes=500)
-                shutil.rmtree(paths["synthetic"][-1])
-                write_export(paths["synthetic"][-1], 1, 3, summarized_share=0.0, mini_summary_share=0.0, turn_bytes=500)
 
         # The old arm's bounds are fixed: its stuck-server waits run meanwhile (they only wait).
         detection: dict = {}

@@ -1,6 +1,6 @@
 """Needless degradations before and after exact token counts, against the real embedded server.
 
-Run: .venv/bin/python bench/token_counts.py [--sessions 300] [--ledger-calls 24]
+Run: .venv/bin/python bench/token_counts.py [--sessions 300] [--ledger-calls 24] [--held-out 48]
 
 Ground truth is the server's own count of a summary call: SmolLM2's tokenizer under
 llama-cpp-python (`POST /extras/tokenize`) plus the tokens its chat template adds, measured here
@@ -72,8 +72,8 @@ def load_sessions(store: DigestStore, folders: list[Path]) -> list[list[Turn]]:
 
 def synthetic_folders(root: Path, sessions: int, seed: int = 100) -> list[Path]:
     """Sessions of 14..57 turns of ~600 bytes: raw prompts of ~9-37 KB, 0.5x-2x the bound at 3 bytes,
-    a few sessions at each length."""
-    groups = 44
+    a few sessions at each length (the first `sessions` lengths alone when fewer)."""
+    groups = min(44, sessions)
     folders = []
     for g in range(groups):
         folder = root / f"synthetic-{seed}-{g:02d}"
@@ -183,6 +183,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=300)
     parser.add_argument("--ledger-calls", type=int, default=24)
+    parser.add_argument("--held-out", type=int, default=48, help="sessions of the held-out corpus, the ledger's (b)")
     args = parser.parse_args()
     limits = load_settings({"DIGEST_MODEL_PROVIDER": "embedded"}).limits()  # the demo's
     print(f"bound: {limits.raw_bound_tokens} tokens (raw cap {limits.raw_cap_tokens}, safe {limits.safe_limit_tokens})")
@@ -209,7 +210,7 @@ def main() -> None:
         )
         held_out_store = DigestStore(root / "held-out.duckdb")
         held_out_store.migrate()
-        held_out = load_sessions(held_out_store, synthetic_folders(root, 48, seed=900))
+        held_out = load_sessions(held_out_store, synthetic_folders(root, args.held_out, seed=900))
         summaries = summary_samples(held_out, limits, client, overhead)
         for i, (data, tokens) in enumerate(summaries):
             ledger.attempts.record_attempt(

@@ -62,12 +62,15 @@ from digest.walk import VANISHED, walk
 # Rows and line bytes per write: large, since each is one transaction, but bounded (memory).
 BATCH_ROWS = 20_000
 BATCH_BYTES = 64 << 20
-# A file's batches share one held connection for this many line bytes, then let it go: the store
+# An ingest's batches share one held connection for this many line bytes, then let it go: the store
 # is checkpointed then (`Ingest.write_turns`), and each checkpoint rewrites the last, partly filled
 # row group (at most `ROW_GROUP_ROWS` turns, resources/store/connection.py), while a writer that
 # never let go would keep other processes waiting the whole ingest (they wait up to the store's
 # LOCK_WAIT_S; BENCHMARKS.md §3 times a hold of this size well within it).
 HOLD_BYTES = 512 << 20
+# Between files the connection is let go once held this long: other processes write in between
+# while a folder of many small logs is read, and each checkpoint serves many files, not one.
+HOLD_SECONDS = 5.0
 MAX_VECTOR_PROBLEMS = 20
 READ_BUFFER_BYTES = 1 << 20
 _JSON_WHITESPACE = b" \t\r\n"
@@ -93,6 +96,28 @@ class SessionRows(Protocol):
 class HeldFile(Protocol):
     def held(self) -> AbstractContextManager[None]: ...  # one connection for the writes inside
     def released(self) -> AbstractContextManager[None]: ...  # that connection let go (checkpointed)
+
+
+class _Hold:
+    """The ingest's held connection, let go after HOLD_BYTES of lines, and between files after
+    HOLD_SECONDS (a connection a file paid DuckDB's attach and a checkpoint for each file)."""
+
+    def __init__(self, file: HeldFile):
+        self.file = file
+        self.bytes, self.since = 0, time.monotonic()
+
+    def wrote(self, line_bytes: int) -> None:
+        self.bytes += line_bytes
+        if self.bytes >= HOLD_BYTES:
+            self._let_go()
+
+    def file_done(self) -> None:
+        if time.monotonic() - self.since >= HOLD_SECONDS:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        with self.file.released():  # other processes write in between; the next write opens again
+            self.bytes, self.since = 0, time.monotonic()
 
 
 class IngestStore(Protocol):
@@ -449,7 +474,7 @@ def _excerpts_cut(batches: Iterator[_Batch]) -> Iterator[_Batch]:
 def ingest_file(
     path: Path,
     sink: Sink,
-    file: HeldFile,
+    hold: _Hold,
     touched: set[str],
     seen: dict,
     start: Start | None = None,
@@ -469,7 +494,6 @@ def ingest_file(
     report = FileReport(path=str(path), kind=kind, read=how, from_line=start.line_no)
     sessions = set(start.sessions)
     progress = _Progress(start, kind)
-    held_bytes = 0
     batches = _read_batches(path, kind, report, seen, start, progress) if kind != "temporal" else iter(())
     if redact_secrets:
         batches = _redacted(batches, report)
@@ -482,10 +506,7 @@ def ingest_file(
         sink.write_imported_graph(batch.graph["node"], batch.graph["edge"])
         sink.clear_rejects(str(path), batch.kept)  # before this batch's rejects: one may supersede a kept line
         sink.write_rejects(batch.rejects)
-        held_bytes += batch.line_bytes
-        if held_bytes >= HOLD_BYTES:
-            with file.released():  # other processes write in between; the next batch opens again
-                held_bytes = 0
+        hold.wrote(batch.line_bytes)
     offset, lines, context = progress.resume_point()
     state = FileState(
         path=str(path), kind=kind, size=stat.st_size, mtime_ns=stat.st_mtime_ns,
@@ -512,25 +533,25 @@ def ingest_paths(paths: Iterable[str | Path], store: IngestStore, redact_secrets
     touched: set[str] = set()
     seen: dict = {}
     states = store.ingest.file_states([str(p) for p in found.files])
-    for path in found.files:
-        try:
-            stat = path.stat()
-        except FileNotFoundError:  # gone since the walk (a harness deletes old transcripts): its rows stay
-            report.skipped[VANISHED] = report.skipped.get(VANISHED, 0) + 1
-            continue
-        state = states.get(str(path))
-        if manifest.unchanged(stat.st_size, stat.st_mtime_ns, state):
-            report.unchanged += 1
-            continue
-        kind = file_kind(path)
-        how, start = manifest.plan(path, kind, stat.st_size, stat.st_mtime_ns, state)
-        if start is None:
-            report.unchanged += 1
-            continue
-        with store.file.held():
-            report.files.append(
-                ingest_file(path, store.ingest, store.file, touched, seen, start, kind, how, redact_secrets)
-            )
+    with store.file.held():
+        hold = _Hold(store.file)
+        for path in found.files:
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # gone since the walk (a harness deletes old transcripts): its rows stay
+                report.skipped[VANISHED] = report.skipped.get(VANISHED, 0) + 1
+                continue
+            state = states.get(str(path))
+            if manifest.unchanged(stat.st_size, stat.st_mtime_ns, state):
+                report.unchanged += 1
+                continue
+            kind = file_kind(path)
+            how, start = manifest.plan(path, kind, stat.st_size, stat.st_mtime_ns, state)
+            if start is None:
+                report.unchanged += 1
+                continue
+            report.files.append(ingest_file(path, store.ingest, hold, touched, seen, start, kind, how, redact_secrets))
+            hold.file_done()
     # Each batch of turns brought its sessions' rows up to date as it was written: read them back.
     report.sessions = store.sessions.session_rows(touched)
     report.emptied = sorted(touched - {s["session_id"] for s in report.sessions})

@@ -175,7 +175,9 @@ SMOKE = {
     "stream_cancel.py": Smoke(
         ("--smoke",), ("idle short request", "streamed: given up", "unstreamed: given up"), embedded=True
     ),
-    "token_counts.py": Smoke(("--sessions", "2", "--ledger-calls", "2"), ("needless",), embedded=True, timeout_s=600.0),
+    "token_counts.py": Smoke(
+        ("--sessions", "2", "--ledger-calls", "2", "--held-out", "12"), ("needless",), embedded=True, timeout_s=600.0
+    ),
 }
 
 
@@ -215,5 +217,5 @@ def test_the_bench_runs_at_its_smallest_size(bench):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     missing = [line for line in smoke.prints if line not in done.stdout]
     assert not missing, f"bench/{bench} printed none of {missing}:\n{done.stdout[-3000:]}"
-    if bench == "busy_host.py":
-        assert "PASS" in done.stdout or "FAIL" in done.stdout, done.stdout
+    if bench == "busy_host.py":  # both arms ran; its other goals are timings, the busy suite's own
+        assert "PASS" in done.stdout and "FAIL  synthetic: both arms finished" not in done.stdout, done.stdout

@@ -769,6 +769,30 @@ def test_a_files_batches_share_one_connection_until_the_hold_is_spent(db, tmp_pa
     assert report.turns == 12 and rows(db, "SELECT count(*) AS n FROM turns")[0]["n"] == 12
 
 
+@pytest.mark.parametrize("hold_seconds, opens", [(3600.0, 1), (0.0, 4)])
+def test_a_folders_files_share_one_connection_until_it_is_held_too_long(
+    db, tmp_path, monkeypatch, hold_seconds, opens
+):
+    """A connection a file paid DuckDB's attach and a checkpoint for each file of a folder of many
+    small logs; the one connection is let go between files once held HOLD_SECONDS, so that other
+    processes write in between."""
+    import duckdb
+
+    monkeypatch.setattr(ingest_module, "HOLD_SECONDS", hold_seconds)
+    for i in range(4):
+        write_jsonl(tmp_path / "in" / f"memory-backup-{i}.jsonl", [memory_row(f"t{i}", f"s{i}", 1_000 + i)])
+    db.migrate()
+    connect, counted = duckdb.connect, []
+    monkeypatch.setattr(duckdb, "connect", lambda *a, **k: counted.append(a) or connect(*a, **k))
+
+    report = ingest_paths([tmp_path / "in"], db)
+
+    # The files' opens, one for the manifest's rows of the files before and one for reading the
+    # sessions back after them.
+    assert len(counted) == opens + 2
+    assert len(report.files) == 4 and rows(db, "SELECT count(*) AS n FROM sessions")[0]["n"] == 4
+
+
 def test_a_folder_ingests_every_jsonl_in_it_and_in_its_sub_folders(db, tmp_path):
     bundle = write_bundle(tmp_path / "bundle")
     (bundle / "notes.txt").write_text("not a bundle file\n")
