@@ -21,14 +21,16 @@ from digest.mini_summaries import (
     split_document,
 )
 from digest.prompts import MINI_SUMMARY_INSTRUCTION
+from digest.scheduling import upgrade_due
 from digest.settings import SettingsError, load_settings
+from digest.summary_output import SessionSummaryOutput, SourceTier
+from digest.synthesis import Route, SessionSummary, raw_content
 from digest.synthesis import build_prompt as build_session_prompt
-from digest.synthesis import raw_content
 from digest.turns import canonical_order, compose_document
 from pipelines.definitions import build_definitions
 from resources.model_clients import OpenAIChatClient
 from resources.store import DigestStore, MiniSummaryLedger
-from resources.store.mini_summaries import judge_stored_mini_summaries
+from resources.store.mini_summaries import judge_stored_mini_summaries, owe_upgrades_of_summaries_from_junk
 from tests.conftest import make_limits
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
@@ -319,6 +321,44 @@ def test_the_stored_junk_mini_summaries_go_and_their_turns_are_archived(store):
         {"turn_id": "s1-t000", "archived_reason": ARCHIVE_JUNK}
     ]
     assert store.mini_summaries.pending_mini_summary_turns("s1") == []
+
+
+def _degraded_summary(session_id: str, revision: str) -> SessionSummary:
+    """A summary of a session over the raw cap, from a line a turn, as a run would have written it."""
+    return SessionSummary(
+        session_id=session_id, output=SessionSummaryOutput(**GOOD_SUMMARY), source_tier=SourceTier.MINI_SUMMARY,
+        degraded=True, raw_canonical=False, memory_count=3, mini_summary_count=1, input_revision=revision,
+        model="m", raw_tokens_estimate=9000, prompt_tokens_estimate=900, raw_cap_tokens=2000,
+        route_reason=Route.OVER_RAW_CAP, first_activity_ms=None, last_activity_ms=None, participating_agents=[],
+        models=[], total_tool_calls=0, tools_used=[], source_agent_identities=[],
+    )  # fmt: skip
+
+
+def test_a_degraded_summary_made_from_a_junk_mini_summary_is_owed_its_upgrade(store):
+    """Migration 25: a summary that carried a mini summary 24 judged junk goes back to coverage step 0,
+    so the sweep makes it again; one whose mini summaries all stay keeps its step."""
+    for session_id in ("s1", "s2"):
+        _add(store, _session(session_id, 3))
+    ledger = MiniSummaryLedger(store, "r")
+    pending = {t.id: t for s in ("s1", "s2") for t in store.mini_summaries.pending_mini_summary_turns(s)}
+    ledger.save_mini_summary(pending["s1-t000"], "``` ``` ```", "m")
+    for turn_id in ("s1-t001", "s2-t000"):
+        ledger.save_mini_summary(pending[turn_id], "Prompt 1, fix src/grid/Row.mjs selection", "m")
+    for session_id, minis in (("s1", ["s1-t000", "s1-t001"]), ("s2", ["s2-t000"])):
+        revision = store.sessions.session_by_partition(session_id)["input_revision"]
+        summary = dataclasses.replace(
+            _degraded_summary(session_id, revision), mini_turn_ids=minis, covered_turn_ids=minis
+        )
+        store.summaries.write_summary(summary, run_id="r", coverage_step=2)
+    with store.file.transaction() as con:
+        assert judge_stored_mini_summaries(con) == 1
+        assert owe_upgrades_of_summaries_from_junk(con) == 1
+    steps = {r["session_id"]: r["coverage_step"] for r in _rows(store, "SELECT * FROM session_summaries")}
+    assert steps == {"s1": 0, "s2": 2}
+    # Every turn of s1 done (a mini summary, or archived without): made again, no junk line in it.
+    ledger.save_mini_summary(pending["s1-t002"], "Prompt 2, fix src/grid/Row.mjs selection", "m")
+    now_at = store.summaries.coverage_steps(["s1", "s2"])
+    assert upgrade_due(steps["s1"], now_at["s1"]) and not upgrade_due(steps["s2"], now_at["s2"])
 
 
 # --- failures and the archive -------------------------------------------------------------------

@@ -28,7 +28,7 @@ from resources.store.cards import refresh_all_cards
 from resources.store.connection import StoreFile, now
 from resources.store.facts import refresh_turn_facts
 from resources.store.fidelity import refresh_fidelity, refresh_turn_terms
-from resources.store.mini_summaries import judge_stored_mini_summaries
+from resources.store.mini_summaries import judge_stored_mini_summaries, owe_upgrades_of_summaries_from_junk
 from resources.store.redaction import redact_stored, redact_stored_since_13
 from resources.store.summary_row import summary_column, summary_ddl
 from resources.store.vectors import migrate_text_vectors
@@ -166,6 +166,9 @@ MIGRATIONS: dict[int, list[str | Callable[[duckdb.DuckDBPyConnection], object]]]
     # from now on: a junk one goes and its turn is archived (`junk-output`); a kept one loses the repeat
     # markers it copied from its prompt.
     24: [judge_stored_mini_summaries],
+    # 25: a degraded summary made from a mini summary 24 judged junk is owed its upgrade (coverage step
+    # 0): the sweep makes it again with that turn's own text.
+    25: [owe_upgrades_of_summaries_from_junk],
 }  # fmt: skip
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -53,6 +53,18 @@ def judge_stored_mini_summaries(con: duckdb.DuckDBPyConnection) -> int:
     return len(junk)
 
 
+def owe_upgrades_of_summaries_from_junk(con: duckdb.DuckDBPyConnection) -> int:
+    """A generated degraded summary that carried a mini summary since judged junk (its turn archived
+    `junk-output`) goes back to coverage step 0: the sweep's upgrade queue makes it again, that
+    turn's own text in place of the junk line, once its session's step is higher. Returns how many."""
+    owed = """x.origin = 'generated' AND x.coverage_step > 0
+              AND EXISTS (SELECT 1 FROM mini_summary_state st
+                          WHERE st.turn_id IN (SELECT unnest(x.mini_turn_ids)) AND st.archived_reason = ?)"""
+    (count,) = con.execute(f"SELECT count(*) FROM session_summaries x WHERE {owed}", [ARCHIVE_JUNK]).fetchone()
+    con.execute(f"UPDATE session_summaries x SET coverage_step = 0 WHERE {owed}", [ARCHIVE_JUNK])
+    return count
+
+
 def archive(con: duckdb.DuckDBPyConnection, turn_id: str, session_id: str, reason: str) -> None:
     """Out of mini summary generation; the turn keeps its text and stays in the raw summary input."""
     stamp = now()
