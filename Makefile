@@ -15,9 +15,11 @@ demo: $(VENV)
 
 # The whole suite, the real-model ones included (as CI runs it), on three workers: most tests wait on
 # the clock (deadlines, stalls, Dagster's daemon), so a third worker overlaps waits on two cores.
+# Each worker is handed two tests at a time (--maxschedchunk 2), not a block of a quarter of its share
+# at the start: the block of one worker held every benchmark smoke, 20 minutes of tests in a row.
 # --durations prints where the time went.
 test: $(VENV)
-	.venv/bin/python -m pytest -n 3 --durations=40
+	.venv/bin/python -m pytest -n 3 --maxschedchunk 2 --durations=40
 
 # The unit tier alone (tests/conftest.py TIERS): pure functions, DuckDB, a local HTTP server.
 # No unit test uses hypothesis or anyio, and their plugins import all of them (a second of CPU).

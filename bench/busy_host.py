@@ -43,6 +43,8 @@ import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
+from _old_code import worktree
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/ (the export generator) is not installed
 
@@ -425,12 +427,6 @@ def table(rows: list[tuple[str, dict]]) -> None:
         )
 
 
-def ensure_old_tree(path: Path, ref: str) -> Path:
-    if not (path / "digest").is_dir():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), ref], check=True)
-    return path
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--load", type=int, default=4, help="busy-loop processes during the loaded arms")
@@ -453,7 +449,7 @@ def main() -> None:
         extra = {"DIGEST_MINI_SUMMARY_TIMEOUT_S": "3", "DIGEST_RAW_CAP_TOKENS": "800"}
         stages = ["mini"]
     corpora = [c.strip() for c in args.corpora.split(",") if c.strip()]
-    trees = {"old": ensure_old_tree(args.old_tree.resolve(), args.old_ref), "new": ROOT}
+    trees = {"old": worktree(args.old_ref, args.old_tree), "new": ROOT}
     started = time.monotonic()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="busy-host-") as tmp:

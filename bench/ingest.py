@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _old_code import worktree
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
@@ -175,14 +176,6 @@ def run_side(code: str, corpus: Path, db: Path, source: Path | None = None, repe
     return min(runs, key=lambda side: side["seconds"])
 
 
-def old_tree(ref: str) -> Path:
-    """The code at `ref` as a detached worktree under bench/out/ (made if missing)."""
-    path = OUT / f"old-{ref}"
-    if not (path / "digest").is_dir():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), ref], check=True)
-    return path
-
-
 def split_table(stores: dict[str, dict], turns: dict[str, int]) -> None:
     """KB a turn of each table, the indexes, the metadata and the free blocks, a column per store."""
     names = list(stores)
@@ -223,7 +216,7 @@ def main() -> None:
         rows = generate(corpus, args.megabytes, origin=args.origin)
         print(f"generated {corpus.name}: {rows} rows in {time.perf_counter() - started:.0f}s", file=sys.stderr)
     size_mb = corpus.stat().st_size / 1024 / 1024
-    old = args.old.resolve() if args.old else old_tree(args.old_ref) if args.old_ref else None
+    old = args.old.resolve() if args.old else worktree(args.old_ref) if args.old_ref else None
     old_name = f"ingest, old ({args.old_ref or old.name})" if old else ""
     sides = {}
     if old:

@@ -50,6 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _old_code import worktree
+
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT / "bench" / "data" / "recall_questions.json"
 KINDS = ("lexical", "paraphrase", "cross-language", "file", "error", "decision")
@@ -408,19 +410,11 @@ def child(tree: Path, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def old_tree(ref: str) -> Path:
-    path = ROOT / "bench" / "out" / f"old-{ref}"
-    if not (path / "resources").is_dir():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), ref], check=True)
-    return path
-
-
 def warm(db: str, queries: list[str], work: Path, args) -> dict:
     """Old and new arms, alternating: p50/p95 per tool, and how many answers differ."""
     path = Path(db).parent / "warm-queries.json"
     path.write_text(json.dumps(queries))
-    arms = {"old": old_tree(args.old_ref), "new": ROOT}
+    arms = {"old": worktree(args.old_ref), "new": ROOT}
     runs: dict[str, list[dict]] = {"old": [], "new": []}
     for _ in range(args.rounds):
         for name, tree in arms.items():

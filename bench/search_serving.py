@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _old_code import worktree
+
 ROOT = Path(__file__).resolve().parents[1]
 OLD_REF = "8d342e9"  # the last commit that read the postings tables
 MCP_INITIALIZE = {
@@ -35,13 +37,6 @@ MCP_INITIALIZE = {
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def old_tree(path: Path, ref: str) -> Path:
-    if not (path / "resources").is_dir():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), ref], check=True)
-    return path
 
 
 def cli_module(tree: Path) -> str:
@@ -239,7 +234,7 @@ def main() -> None:
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="search-serving-"))
     try:
-        old = run_arm("old", old_tree(args.old_tree, args.old_ref), work, args)
+        old = run_arm("old", worktree(args.old_ref, args.old_tree), work, args)
         new = run_arm("new", ROOT, work, args)
     finally:
         if args.work is None:

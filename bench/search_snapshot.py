@@ -35,7 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.search_serving import arm_env, children_cpu_ms, old_tree, quantile
+from _old_code import worktree
+
+from bench.search_serving import arm_env, children_cpu_ms, quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -279,7 +281,7 @@ def main() -> None:
     parser.add_argument("--old-tree", type=Path, default=ROOT / "bench" / "out" / f"old-{OLD_REF}")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="search-snapshot-"))
-    trees = {"old": old_tree(args.old_tree, args.old_ref), "new": ROOT}
+    trees = {"old": worktree(args.old_ref, args.old_tree), "new": ROOT}
     try:
         corpus = build(work, args.sessions, args.seed)
         stores = {"old": arm_copy(corpus, trees["old"]), "new": corpus}
