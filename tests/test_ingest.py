@@ -770,9 +770,7 @@ def test_a_files_batches_share_one_connection_until_the_hold_is_spent(db, tmp_pa
 
 
 @pytest.mark.parametrize("hold_seconds, opens", [(3600.0, 1), (0.0, 4)])
-def test_a_folders_files_share_one_connection_until_it_is_held_too_long(
-    db, tmp_path, monkeypatch, hold_seconds, opens
-):
+def test_a_folders_files_share_one_connection_until_it_is_held_too_long(db, tmp_path, monkeypatch, hold_seconds, opens):
     """A connection a file paid DuckDB's attach and a checkpoint for each file of a folder of many
     small logs; the one connection is let go between files once held HOLD_SECONDS, so that other
     processes write in between."""
