@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from dataclasses import asdict, fields
 
 import duckdb
-import pandas as pd
 
 from digest.manifest import FileState
 from resources.store.cards import refresh_cards
@@ -113,14 +112,14 @@ class Ingest(Repository):
         """Mini summaries from an export bundle: the source system's word, so they win over ours."""
         if not rows:
             return
-        batch = pd.DataFrame(list({r["turn_id"]: r for r in rows}.values()), columns=["turn_id", "session_id", "text"])
-        batch["origin"] = "imported"
-        batch["model"] = None
-        batch["created_at"] = now()
+        stamp = now()
+        batch = [
+            {**row, "origin": "imported", "model": None, "created_at": stamp}
+            for row in {r["turn_id"]: r for r in rows}.values()
+        ]
         columns = ["turn_id", "session_id", "text", "origin", "model", "created_at"]
-        with self.file.transaction() as con:
-            con.register("batch", batch)
-            con.execute(upsert_sql("mini_summaries", columns, ["turn_id"], keep=["created_at"]))
+        with self.file.transaction() as con, batch_source(con, "batch", columns, batch) as (source, params):
+            con.execute(upsert_sql("mini_summaries", columns, ["turn_id"], keep=["created_at"], source=source), params)
 
     def write_imported_summaries(self, rows: list[dict]) -> None:
         """The export's summaries; each current one becomes its session's summary at once if the
@@ -151,22 +150,22 @@ class Ingest(Repository):
             for table, rows in (("imported_graph_nodes", nodes), ("imported_graph_edges", edges)):
                 if not rows:
                     continue
-                batch = pd.DataFrame(list({r["id"]: r for r in rows}.values()))
-                batch["imported_at"] = now()
-                con.register("batch", batch)
-                con.execute(upsert_sql(table, list(batch.columns), ["id"]))
-                con.unregister("batch")
+                stamp = now()
+                batch = [{**row, "imported_at": stamp} for row in {r["id"]: r for r in rows}.values()]
+                columns = list(dict.fromkeys(key for row in batch for key in row))
+                with batch_source(con, "batch", columns, batch) as (source, params):
+                    con.execute(upsert_sql(table, columns, ["id"], source=source), params)
 
     def write_rejects(self, rows: list[dict]) -> None:
         if not rows:
             return
-        columns = ["source_file", "line_no", "reason", "excerpt"]
-        batch = pd.DataFrame(rows, columns=columns).drop_duplicates(["source_file", "line_no"], keep="last")
-        batch["rejected_at"] = now()
-        with self.file.transaction() as con:
-            con.register("batch", batch)
+        columns = ["source_file", "line_no", "reason", "excerpt", "rejected_at"]
+        stamp = now()
+        # One row per line, its last: DuckDB refuses to update the same row twice in one statement.
+        batch = [{**row, "rejected_at": stamp} for row in {(r["source_file"], r["line_no"]): r for r in rows}.values()]
+        with self.file.transaction() as con, batch_source(con, "batch", columns, batch) as (source, params):
             con.execute(
-                upsert_sql("rejects", columns + ["rejected_at"], ["source_file", "line_no"], keep=["rejected_at"])
+                upsert_sql("rejects", columns, ["source_file", "line_no"], keep=["rejected_at"], source=source), params
             )
 
     def clear_rejects(self, source_file: str, line_nos: list[int]) -> None:
