@@ -46,10 +46,8 @@ def refresh_sessions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> 
     as the summary of any whose turns it matches; returns the rows."""
     rows = derived_session_rows(con, session_ids)
     # A session all of whose turns moved to another one is gone.
-    con.execute(
-        "DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
-        [sorted(set(session_ids) - {r["session_id"] for r in rows})],
-    )
+    if gone := sorted(set(session_ids) - {r["session_id"] for r in rows}):
+        con.execute("DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [gone])
     if rows:
         upsert_sessions(con, rows)
         adopt_imported_summaries(con, [r["session_id"] for r in rows])
