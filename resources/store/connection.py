@@ -50,9 +50,9 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def upsert_sql(table: str, columns: list[str], key: list[str], keep: Iterable[str] = (), source: str = "batch") -> str:
+def upsert_sql(table: str, columns: list[str], key: list[str], source: str, keep: Iterable[str] = ()) -> str:
     """INSERT ... ON CONFLICT DO UPDATE of every column but the key and those in `keep`, from
-    `source` (the registered frame `batch`, or a `batch_source`)."""
+    `source` (what `batch_source` yields to select from)."""
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key and c not in keep)
     action = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
     return (
@@ -62,9 +62,9 @@ def upsert_sql(table: str, columns: list[str], key: list[str], keep: Iterable[st
 
 
 # A batch of at most this many rows goes to DuckDB as one list a column, each a parameter of the
-# statement (`batch_source`): registering a pandas frame costs some 2-5 ms of CPU whatever its size
-# (DuckDB reads each column's type through pandas), three times a small write's statement; from
-# some hundreds of rows on, the frame's scan is the cheaper.
+# statement (`batch_source`): registering a pandas frame costs more than a small write's statement
+# whatever the frame's size (DuckDB reads each column's type through pandas); from some hundreds of
+# rows on, the frame's scan is the cheaper (docs/testing.md, the unit tier).
 LIST_BATCH_ROWS = 200
 
 
