@@ -53,6 +53,7 @@ REPEAT_SHARE = 0.3  # ... over this share of the summary's words: echo (of itsel
 
 _LETTER_WORD = re.compile(r"[^\W\d_]{2,}")
 _CONTENT_WORD = re.compile(r"[^\W\d_][^\W\d_'-]{3,}")
+_WORD_RUN = re.compile(r"\w+")
 _PLACEHOLDER = re.compile(
     r"\[[A-Za-z][\w ]{1,30}\](?!\()|<[a-z][a-z_ ]{1,30}>|\{[a-z][a-z_]{1,30}\}|\b(?:lorem ipsum|TODO|XXX)\b"
 )
@@ -163,8 +164,16 @@ def content_words(text: str) -> set[str]:
 
 
 def own_words(words: set[str], lowered_source: str) -> list[str]:
-    """Those of `words` the (lowered) source text holds as whole words, sorted."""
-    return sorted(w for w in words if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lowered_source))
+    """Those of `words` the (lowered) source text holds as whole words, sorted. A word of word
+    characters alone is whole where it is a whole run of them, so it is looked up among the
+    source's runs instead of searched for with a regex compiled for it; a word that lowering gave a
+    character of another kind (`İ`) is searched for."""
+    runs = set(_WORD_RUN.findall(lowered_source))
+    return sorted(
+        w
+        for w in words
+        if (w in runs if _WORD_RUN.fullmatch(w) else re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lowered_source))
+    )
 
 
 def repeated_share(text: str) -> float:

@@ -84,6 +84,8 @@ SMOKE = {
         ("--old", ".", "--runs", "1", "--tests", "tests/test_layers.py"),
         ("unit tier:", "median old", "ratio new / old"),
     ),
+    # The same checkout as both arms.
+    "small_writes.py": Smoke(("--old", ".", "--runs", "1", "--writes", "3"), ("small writes:", "ratio new / old")),
     "fusion_tune.py": Smoke(
         (
             "--sessions",

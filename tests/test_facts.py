@@ -453,3 +453,33 @@ def test_a_restore_extracts_the_facts_of_its_turns_again(store, tmp_path):
         con.execute("DELETE FROM turn_facts")
     store.archive.restore_archive(bundle, "replace")
     assert stored(store, "SELECT * FROM turn_facts ORDER BY ALL") == before
+
+
+def test_a_small_batch_is_stored_as_a_large_one_is(store, new_store, tmp_path, monkeypatch):
+    # A write of a few rows passes them to DuckDB as lists, a larger one as a pandas frame: the same
+    # rows stored either way (NULLs, numbers, times and all), in each table the write keeps.
+    from resources.store import connection
+
+    rows = [
+        {
+            "id": f"t{n}", "session_id": session, "ts_ms": None if n == 2 else 1_760_000_000_000 + n,
+            "type": "agent-interaction", "prompt": f"fix https://github.com/acme/app/issues/{n + 30} step {n}",
+            "response": "ran `pytest -q`: FAILED tests/test_app.py::test_x - KeyError: 'timeout'",
+            "document": f"User Prompt: fix src/app/settings.py step {n}\nAgent Response: KeyError in ReconnectLoop",
+            "document_rebuilt": n == 1, "source_file": "f.jsonl", "source_line": n + 1,
+            "project": "/home/dev/app" if n else None, "amount_tool_calls": n,
+        }
+        for n, session in enumerate(["a", "a", "b"])
+    ]  # fmt: skip
+    tables = {
+        "sessions": "SELECT * EXCLUDE (updated_at) FROM sessions ORDER BY session_id",
+        "session_cards": "SELECT * FROM session_cards ORDER BY session_id",
+        "turn_facts": "SELECT * FROM turn_facts ORDER BY turn_id, kind, value",
+        "fidelity_terms": "SELECT * FROM fidelity_terms ORDER BY session_id, term",
+    }
+    store.ingest.write_turns(rows)
+    as_lists = {name: stored(store, sql) for name, sql in tables.items()}
+    monkeypatch.setattr(connection, "LIST_BATCH_ROWS", 0)
+    as_frame = new_store(tmp_path / "frame.duckdb")
+    as_frame.ingest.write_turns(rows)
+    assert all(as_lists.values()) and as_lists == {name: stored(as_frame, sql) for name, sql in tables.items()}

@@ -6,7 +6,7 @@ import json
 
 from digest.prompts import SUMMARY_INSTRUCTIONS, SUMMARY_PARTS, TOOL_CALLS_LABEL
 from digest.repeats import SHOWN_EARLIER, marker
-from digest.verdict import JUNK, VERDICTS, judge, judge_mini
+from digest.verdict import JUNK, VERDICTS, content_words, judge, judge_mini, own_words
 
 TURNS = [
     "User Prompt: Fix #13904: the grid selection jumps after a sort.\n"
@@ -183,3 +183,11 @@ def test_a_short_turn_lends_its_mini_summary_only_the_words_it_has():
     short = "User Prompt: List the tests.\nAgent Thought: \nAgent Response: All 214 pass."
     assert judge_mini(short, "List the tests: all 214 pass").label == "ok"
     assert judge_mini(short, "The server delivered the packages to the client.").label == "content-free"
+
+
+def test_own_words_are_whole_words_of_the_source_lowering_and_all():
+    source = "the retry-budget of istanbul_cache ran out; i̇zmir was fine. reconnecting"
+    words = content_words("Retry budget Istanbul cache İzmir Reconnect reconnecting")
+    # "cache" is inside `istanbul_cache` (one run of word characters): not whole; "İzmir" lowers to
+    # a dotted i whose dot is no word character, and is found as the source spells it.
+    assert own_words(words, source) == ["budget", "i̇zmir", "reconnecting", "retry"]

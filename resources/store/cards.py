@@ -6,12 +6,11 @@ its `ok` summary's title when a summary is written), and each session's account
 from __future__ import annotations
 
 import duckdb
-import pandas as pd
 
 from digest.card import CARD_VERSION, PROMPT_CHARS, REPLY_CHARS, SOURCE_TIER, CardTurn, SessionCard, build_card
 from digest.settings_fleet import EMBEDDED_MODEL
 from digest.turns import id_sort_key
-from resources.store.connection import Repository, records
+from resources.store.connection import Repository, batch_source, records
 
 # Sessions whose cards are made per batch when every card is made again (a migration).
 BATCH_SESSIONS = 200
@@ -80,9 +79,8 @@ def refresh_cards(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> int
             ]
         )  # fmt: skip
     if rows:
-        con.register("cards_batch", pd.DataFrame(rows, columns=COLUMNS))
-        con.execute(f"INSERT INTO session_cards ({', '.join(COLUMNS)}) SELECT * FROM cards_batch")
-        con.unregister("cards_batch")
+        with batch_source(con, "cards_batch", COLUMNS, rows) as (source, params):
+            con.execute(f"INSERT INTO session_cards ({', '.join(COLUMNS)}) SELECT * FROM {source}", params)
     return len(rows)
 
 

@@ -50,15 +50,42 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def upsert_sql(table: str, columns: list[str], key: list[str], keep: Iterable[str] = ()) -> str:
-    """INSERT ... ON CONFLICT DO UPDATE of every column but the key and those in `keep`, from the
-    registered frame `batch`."""
+def upsert_sql(table: str, columns: list[str], key: list[str], source: str, keep: Iterable[str] = ()) -> str:
+    """INSERT ... ON CONFLICT DO UPDATE of every column but the key and those in `keep`, from
+    `source` (what `batch_source` yields to select from)."""
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key and c not in keep)
     action = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
     return (
-        f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM batch "
+        f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM {source} "
         f"ON CONFLICT ({', '.join(key)}) {action}"
     )
+
+
+# A batch of at most this many rows goes to DuckDB as one list a column, each a parameter of the
+# statement (`batch_source`): registering a pandas frame costs more than a small write's statement
+# whatever the frame's size (DuckDB reads each column's type through pandas); from some hundreds of
+# rows on, the frame's scan is the cheaper (docs/testing.md, the unit tier).
+LIST_BATCH_ROWS = 200
+
+
+@contextmanager
+def batch_source(
+    con: duckdb.DuckDBPyConnection, name: str, columns: list[str], rows: list[dict] | list[tuple]
+) -> Iterator[tuple[str, list | None]]:
+    """`rows` (dicts by column name, a missing key NULL, or sequences in `columns`' order) as a
+    table for the statements of the block: yields what to select them FROM and the parameters
+    those statements take. A large batch is the pandas frame registered as `name` (no parameter)."""
+    if len(rows) > LIST_BATCH_ROWS:
+        con.register(name, pd.DataFrame(rows, columns=columns))
+        try:
+            yield name, None
+        finally:
+            con.unregister(name)
+        return
+    values = [[row.get(c) for c in columns] for row in rows] if rows and isinstance(rows[0], dict) else rows
+    by_column = [list(column) for column in zip(*values, strict=True)] if values else [[] for _ in columns]
+    selects = ", ".join(f"unnest(${n}) AS {column}" for n, column in enumerate(columns, 1))
+    yield f"(SELECT {selects})", by_column
 
 
 def records(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:

@@ -5,7 +5,6 @@ they come from, and read back by session and by file."""
 from __future__ import annotations
 
 import duckdb
-import pandas as pd
 
 from digest.facts import FILE_KINDS, turn_fact_rows
 from resources.store.connection import Repository, records
@@ -19,8 +18,7 @@ def replace_turn_facts(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
     `agent`), in place of any they had; returns the facts written. In the caller's transaction."""
     if not rows:
         return 0
-    facts = pd.DataFrame(turn_fact_rows(rows), columns=FACT_COLUMNS)
-    return replace_turn_rows(con, "turn_facts", facts, [r["id"] for r in rows])
+    return replace_turn_rows(con, "turn_facts", FACT_COLUMNS, turn_fact_rows(rows), [r["id"] for r in rows])
 
 
 def refresh_turn_facts(con: duckdb.DuckDBPyConnection, session_ids: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ import pandas as pd
 
 from digest.fidelity import Fidelity, score, turn_terms
 from digest.verdict import Verdict, judge
+from resources.store.connection import batch_source
 from resources.store.turn_rows import refresh_turn_rows
 
 log = logging.getLogger(__name__)
@@ -117,13 +118,14 @@ def refresh_fidelity(con: duckdb.DuckDBPyConnection, session_ids: list[str], uns
         + (" AND (fidelity IS NULL OR verdict IS NULL)" if unscored_only else ""),
         [ids],
     ).fetchall()
-    documents = turn_documents(con, sorted({r[0] for r in summaries}))
     con.execute("DELETE FROM fidelity_terms WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [ids])
-    batch = pd.DataFrame([(sid, t) for sid, found in terms.items() for t in found], columns=["session_id", "term"])
-    if len(batch):
-        con.register("fidelity_batch", batch)
-        con.execute("INSERT INTO fidelity_terms SELECT session_id, term FROM fidelity_batch")
-        con.unregister("fidelity_batch")
+    batch = [(sid, t) for sid, found in terms.items() for t in found]
+    if batch:
+        with batch_source(con, "fidelity_batch", ["session_id", "term"], batch) as (source, params):
+            con.execute(f"INSERT INTO fidelity_terms SELECT session_id, term FROM {source}", params)
+    if not summaries:
+        return  # nothing to score: the store's term counts are read for a summary only
+    documents = turn_documents(con, sorted({r[0] for r in summaries}))
     n_sessions = con.execute("SELECT count(DISTINCT session_id) FROM fidelity_terms").fetchone()[0]
     wanted = sorted({t for found in terms.values() for t in found})
     df = dict(

@@ -9,7 +9,6 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 
 import duckdb
-import pandas as pd
 
 from digest.graph import (
     Chunk,
@@ -25,7 +24,7 @@ from digest.graph import (
     summary_node_id,
 )
 from digest.turns import Turn
-from resources.store.connection import Repository, now, records
+from resources.store.connection import Repository, batch_source, now, records
 from resources.store.sessions import load_turns
 
 GRAPH_NODE_COLUMNS = ["session_id", "input_revision", "run_id", "created_at", "id", "label", "properties"]
@@ -61,12 +60,13 @@ def insert_graph(
             }
             for e in part_edges
         ]
-    con.register("node_batch", pd.DataFrame(nodes, columns=GRAPH_NODE_COLUMNS))
-    con.register("edge_batch", pd.DataFrame(edges, columns=GRAPH_EDGE_COLUMNS))
-    con.execute(f"INSERT INTO graph_nodes ({', '.join(GRAPH_NODE_COLUMNS)}) SELECT * FROM node_batch")
-    con.execute(f"INSERT INTO graph_edges ({', '.join(GRAPH_EDGE_COLUMNS)}) SELECT * FROM edge_batch")
-    con.unregister("node_batch")
-    con.unregister("edge_batch")
+    for table, columns, rows in (
+        ("graph_nodes", GRAPH_NODE_COLUMNS, nodes),
+        ("graph_edges", GRAPH_EDGE_COLUMNS, edges),
+    ):
+        if rows:
+            with batch_source(con, f"{table}_batch", columns, rows) as (source, params):
+                con.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM {source}", params)
 
 
 def write_summary_graphs(con: duckdb.DuckDBPyConnection, summaries: list[dict]) -> None:

@@ -10,11 +10,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, fields
 
 import duckdb
-import pandas as pd
 
 from digest.manifest import FileState
 from resources.store.cards import refresh_cards
-from resources.store.connection import Repository, now, upsert_sql
+from resources.store.connection import Repository, batch_source, now, upsert_sql
 from resources.store.facts import replace_turn_facts
 from resources.store.fidelity import term_columns, terms_sql
 from resources.store.sessions import derived_session_rows, upsert_sessions
@@ -47,10 +46,8 @@ def refresh_sessions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> 
     as the summary of any whose turns it matches; returns the rows."""
     rows = derived_session_rows(con, session_ids)
     # A session all of whose turns moved to another one is gone.
-    con.execute(
-        "DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
-        [sorted(set(session_ids) - {r["session_id"] for r in rows})],
-    )
+    if gone := sorted(set(session_ids) - {r["session_id"] for r in rows}):
+        con.execute("DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [gone])
     if rows:
         upsert_sessions(con, rows)
         adopt_imported_summaries(con, [r["session_id"] for r in rows])
@@ -59,17 +56,16 @@ def refresh_sessions(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> 
 
 
 @contextmanager
-def _vector_batch(con: duckdb.DuckDBPyConnection, frame: pd.DataFrame, replace: str = "") -> Iterator[None]:
-    """The frame as the view `batch`, its vectors split into text and numbers (`split_vectors_sql`)
-    and its columns converted as `replace` says (a REPLACE list), and as `batch_rows`, as it is."""
-    con.register("batch_rows", frame)
-    select = f"SELECT * REPLACE ({replace}) FROM" if replace else "SELECT * FROM"
-    con.execute(f"CREATE OR REPLACE TEMP VIEW batch AS {select} ({split_vectors_sql('batch_rows')})")
-    try:
-        yield
-    finally:
-        con.execute("DROP VIEW IF EXISTS batch")
-        con.unregister("batch_rows")
+def _vector_batch(
+    con: duckdb.DuckDBPyConnection, columns: list[str], rows: list[dict], replace: str = ""
+) -> Iterator[tuple[str, str, list | None]]:
+    """The rows (`batch_source`) for the statements of the block: yields what to select them FROM
+    as they are, what to select them FROM with their vectors split into text and numbers
+    (`split_vectors_sql`) and their columns converted as `replace` says (a REPLACE list), and the
+    parameters of a statement that names either."""
+    with batch_source(con, "batch_rows", columns, rows) as (source, params):
+        select = f"SELECT * REPLACE ({replace}) FROM" if replace else "SELECT * FROM"
+        yield source, f"({select} ({split_vectors_sql(source)}))", params
 
 
 class Ingest(Repository):
@@ -79,45 +75,49 @@ class Ingest(Repository):
         if not rows:
             return []
         # One row per id: DuckDB refuses to update the same row twice in one statement.
-        batch = pd.DataFrame(
-            list({r["id"]: {**OPTIONAL_TURN_COLUMNS, **r} for r in rows}.values()), columns=TURN_COLUMNS
-        )
-        batch["ingested_at"] = now()
+        batch = list({r["id"]: {**OPTIONAL_TURN_COLUMNS, **r} for r in rows}.values())
         # Its identifiers (or plain words), so a session's fidelity terms are a sum, not its every
         # turn read again: in the turn's own row, where they cost no turn id a term.
-        batch["terms"], batch["terms_words"] = term_columns(batch[["session_id", "document"]].to_dict("records"))
+        terms, words = term_columns(batch)
+        stamp = now()
+        written = [
+            {**row, "ingested_at": stamp, "terms": t, "terms_words": w}
+            for row, t, w in zip(batch, terms, words, strict=True)
+        ]
         with self.file.transaction() as con:
             # The file is checkpointed when the ingest lets its connection go (`digest.ingest.HOLD_BYTES`),
             # not at every 16 MB of log as by default: each checkpoint rewrites the last, partly filled
             # row group (up to ROW_GROUP_ROWS turns), vectors and all, and frees the old copy's blocks.
             con.execute("SET checkpoint_threshold = '64GB'")
-            with _vector_batch(con, batch, f"{terms_sql('terms')} AS terms"):
+            columns = [*TURN_COLUMNS, *TERM_COLUMNS, "ingested_at"]
+            with _vector_batch(con, columns, written, f"{terms_sql('terms')} AS terms") as (rows_of, split, params):
                 left = con.execute(
-                    "SELECT DISTINCT t.session_id FROM turns t JOIN batch_rows b ON b.id = t.id "
-                    "WHERE t.session_id <> b.session_id"
+                    f"SELECT DISTINCT t.session_id FROM turns t JOIN {rows_of} b ON b.id = t.id "
+                    "WHERE t.session_id <> b.session_id",
+                    params,
                 ).fetchall()
-                columns = TURN_COLUMNS + STORED_VECTOR_COLUMNS + TERM_COLUMNS + ["ingested_at"]
-                con.execute(upsert_sql("turns", columns, ["id"], keep=["ingested_at"]))
+                stored = TURN_COLUMNS + STORED_VECTOR_COLUMNS + TERM_COLUMNS + ["ingested_at"]
+                con.execute(upsert_sql("turns", stored, ["id"], keep=["ingested_at"], source=split), params)
             moved_out = [r[0] for r in left]
             # The turns' facts (files, commands, errors, ...) as their text now says, with them.
-            replace_turn_facts(con, batch[["id", "session_id", "prompt", "response", "agent"]].to_dict("records"))
+            replace_turn_facts(con, batch)
             # In the same transaction: no turn is ever stored without its session's row up to date
             # (the sessions turns moved out of too), even when the ingest stops at a later line.
-            refresh_sessions(con, sorted(set(batch["session_id"]) | set(moved_out)))
+            refresh_sessions(con, sorted({r["session_id"] for r in batch} | set(moved_out)))
         return moved_out
 
     def write_imported_mini_summaries(self, rows: list[dict]) -> None:
         """Mini summaries from an export bundle: the source system's word, so they win over ours."""
         if not rows:
             return
-        batch = pd.DataFrame(list({r["turn_id"]: r for r in rows}.values()), columns=["turn_id", "session_id", "text"])
-        batch["origin"] = "imported"
-        batch["model"] = None
-        batch["created_at"] = now()
+        stamp = now()
+        batch = [
+            {**row, "origin": "imported", "model": None, "created_at": stamp}
+            for row in {r["turn_id"]: r for r in rows}.values()
+        ]
         columns = ["turn_id", "session_id", "text", "origin", "model", "created_at"]
-        with self.file.transaction() as con:
-            con.register("batch", batch)
-            con.execute(upsert_sql("mini_summaries", columns, ["turn_id"], keep=["created_at"]))
+        with self.file.transaction() as con, batch_source(con, "batch", columns, batch) as (source, params):
+            con.execute(upsert_sql("mini_summaries", columns, ["turn_id"], keep=["created_at"], source=source), params)
 
     def write_imported_summaries(self, rows: list[dict]) -> None:
         """The export's summaries; each current one becomes its session's summary at once if the
@@ -125,20 +125,17 @@ class Ingest(Repository):
         if not rows:
             return
         columns = IMPORTED_SUMMARY_COLUMNS
-        batch = pd.DataFrame(list({r["session_id"]: r for r in rows}.values()), columns=columns)
-        batch["imported_at"] = now()
+        stamp = now()
+        batch = [{**row, "imported_at": stamp} for row in {r["session_id"]: r for r in rows}.values()]
         with self.file.transaction() as con:
-            with _vector_batch(con, batch):
+            with _vector_batch(con, [*columns, "imported_at"], batch) as (_, split, params):
+                stored = columns + STORED_VECTOR_COLUMNS + ["imported_at"]
                 con.execute(
-                    upsert_sql(
-                        "imported_summaries",
-                        columns + STORED_VECTOR_COLUMNS + ["imported_at"],
-                        ["session_id"],
-                        keep=["imported_at"],
-                    )
+                    upsert_sql("imported_summaries", stored, ["session_id"], keep=["imported_at"], source=split), params
                 )
-            adopt_imported_summaries(con, batch["session_id"].tolist())
-            refresh_cards(con, batch["session_id"].tolist())
+            session_ids = [r["session_id"] for r in batch]
+            adopt_imported_summaries(con, session_ids)
+            refresh_cards(con, session_ids)
 
     # --- imported graph: ingest ---
 
@@ -151,22 +148,22 @@ class Ingest(Repository):
             for table, rows in (("imported_graph_nodes", nodes), ("imported_graph_edges", edges)):
                 if not rows:
                     continue
-                batch = pd.DataFrame(list({r["id"]: r for r in rows}.values()))
-                batch["imported_at"] = now()
-                con.register("batch", batch)
-                con.execute(upsert_sql(table, list(batch.columns), ["id"]))
-                con.unregister("batch")
+                stamp = now()
+                batch = [{**row, "imported_at": stamp} for row in {r["id"]: r for r in rows}.values()]
+                columns = list(dict.fromkeys(key for row in batch for key in row))
+                with batch_source(con, "batch", columns, batch) as (source, params):
+                    con.execute(upsert_sql(table, columns, ["id"], source=source), params)
 
     def write_rejects(self, rows: list[dict]) -> None:
         if not rows:
             return
-        columns = ["source_file", "line_no", "reason", "excerpt"]
-        batch = pd.DataFrame(rows, columns=columns).drop_duplicates(["source_file", "line_no"], keep="last")
-        batch["rejected_at"] = now()
-        with self.file.transaction() as con:
-            con.register("batch", batch)
+        columns = ["source_file", "line_no", "reason", "excerpt", "rejected_at"]
+        stamp = now()
+        # One row per line, its last: DuckDB refuses to update the same row twice in one statement.
+        batch = [{**row, "rejected_at": stamp} for row in {(r["source_file"], r["line_no"]): r for r in rows}.values()]
+        with self.file.transaction() as con, batch_source(con, "batch", columns, batch) as (source, params):
             con.execute(
-                upsert_sql("rejects", columns + ["rejected_at"], ["source_file", "line_no"], keep=["rejected_at"])
+                upsert_sql("rejects", columns, ["source_file", "line_no"], keep=["rejected_at"], source=source), params
             )
 
     def clear_rejects(self, source_file: str, line_nos: list[int]) -> None:

@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import duckdb
-import pandas as pd
 
 from digest.turns import Turn, id_sort_key, session_rows
-from resources.store.connection import Repository, now, record, records, upsert_sql
+from resources.store.connection import Repository, batch_source, now, record, records, upsert_sql
 
 
 def load_turns(con: duckdb.DuckDBPyConnection, session_ids: list[str]) -> list[Turn]:
@@ -50,9 +49,9 @@ def derived_session_rows(con: duckdb.DuckDBPyConnection, session_ids: list[str])
 
 def upsert_sessions(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> None:
     if rows:
-        con.register("batch", pd.DataFrame(rows))
-        con.execute(upsert_sql("sessions", list(rows[0]), ["session_id"]))
-        con.unregister("batch")
+        columns = list(rows[0])
+        with batch_source(con, "batch", columns, rows) as (source, params):
+            con.execute(upsert_sql("sessions", columns, ["session_id"], source=source), params)
 
 
 def _turn_rows(con: duckdb.DuckDBPyConnection, turn_ids: list[str]) -> list[dict]:

@@ -7,23 +7,23 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import duckdb
-import pandas as pd
 
-from resources.store.connection import records
+from resources.store.connection import batch_source, records
 
 # Turns read per batch when rows are extracted again from stored turns.
 BACKFILL_BATCH_TURNS = 2000
 
 
-def replace_turn_rows(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame, turn_ids: list[str]) -> int:
-    """`frame` (the table's columns) in place of the rows `table` held for these turns; returns the
-    rows written. In the caller's transaction."""
+def replace_turn_rows(
+    con: duckdb.DuckDBPyConnection, table: str, columns: list[str], rows: list[dict], turn_ids: list[str]
+) -> int:
+    """`rows` (of the table's `columns`) in place of the rows `table` held for these turns; returns
+    the rows written. In the caller's transaction."""
     con.execute(f"DELETE FROM {table} WHERE turn_id IN (SELECT unnest(?::VARCHAR[]))", [turn_ids])
-    if len(frame):
-        con.register("turn_rows_batch", frame)
-        con.execute(f"INSERT INTO {table} ({', '.join(frame.columns)}) SELECT * FROM turn_rows_batch")
-        con.unregister("turn_rows_batch")
-    return len(frame)
+    if rows:
+        with batch_source(con, "turn_rows_batch", columns, rows) as (source, params):
+            con.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM {source}", params)
+    return len(rows)
 
 
 def refresh_turn_rows(
