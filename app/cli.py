@@ -145,17 +145,18 @@ def status(settings: Settings, project: str | None = None) -> dict:
     from resources.store import open_store
 
     store = open_store(settings.db_path, read_only=True)
-    if project is not None:  # that project's sessions alone
-        return store.projects.status(project)
-    result = store.reports.status()
-    # Secrets replaced at ingest, by kind (`digest.redact`), and the sessions each project has.
-    result["redactions"] = store.projects.redactions()
-    result["sessions_by_project"] = store.projects.sessions_by_project()
-    # Each host's recent calls against its earlier ones: slow is shown, not taken out of rotation.
-    slowdowns = store.speed.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts])
-    result["host_speed"] = {host: slowdown_status(slow) for host, slow in slowdowns.items()}
-    # Re-summaries asked for (`sweep --resummarize`): requested, done (replaced or previous kept), waiting.
-    result["resummary_queue"] = store.resummaries.queue_counts()
+    with store.file.held():  # every count on one connection: an open costs more than a count
+        if project is not None:  # that project's sessions alone
+            return store.projects.status(project)
+        result = store.reports.status()
+        # Secrets replaced at ingest, by kind (`digest.redact`), and the sessions each project has.
+        result["redactions"] = store.projects.redactions()
+        result["sessions_by_project"] = store.projects.sessions_by_project()
+        # Each host's recent calls against its earlier ones: slow is shown, not taken out of rotation.
+        slowdowns = store.speed.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts])
+        result["host_speed"] = {host: slowdown_status(slow) for host, slow in slowdowns.items()}
+        # Re-summaries asked for (`sweep --resummarize`): requested, done (replaced or previous kept), waiting.
+        result["resummary_queue"] = store.resummaries.queue_counts()
     return result
 
 
