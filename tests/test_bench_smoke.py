@@ -3,7 +3,7 @@ one unseen. Every file in bench/ needs an entry in SMOKE: a new benchmark withou
 The ones on the real embedded model skip when the SmolLM2 weights are not installed (CI has them).
 bench/busy_host.py, bench/search_serving.py, bench/search_snapshot.py and bench/recall.py also need a
 git checkout: their old arm is a git worktree (of 957c233, of 8d342e9, of fdac0c5, of 8a1d9e3) under
-bench/out/."""
+bench/out/; so do bench/index_growth.py and bench/cli_startup.py (`git archive` of fdac0c5, of 27dc842)."""
 
 from __future__ import annotations
 
@@ -176,6 +176,10 @@ SMOKE = {
         ("--smoke",), ("idle short request", "streamed: given up", "unstreamed: given up"), embedded=True
     ),
     "token_counts.py": Smoke(("--sessions", "2", "--ledger-calls", "2"), ("needless",), embedded=True, timeout_s=600.0),
+    # The old arm is the tree of 27dc842 read from git (`git archive`): a sweep with nothing to do in each.
+    "cli_startup.py": Smoke(
+        ("--runs", "1", "--warmup", "0", "--scenarios", "sweep"), ("CLI start-up:", "| sweep |", "CPU new / old")
+    ),
 }
 
 
@@ -199,7 +203,9 @@ def test_the_bench_runs_at_its_smallest_size(bench):
         _skip_without_the_embedded_model()
     for module in smoke.needs:
         pytest.importorskip(module)
-    git_benches = ("busy_host.py", "search_serving.py", "search_snapshot.py", "recall.py", "index_growth.py")
+    git_benches = (
+        "busy_host.py", "search_serving.py", "search_snapshot.py", "recall.py", "index_growth.py", "cli_startup.py",
+    )  # fmt: skip
     if bench in git_benches and not (ROOT / ".git").exists():
         pytest.skip("the old arm is a git worktree: needs a git checkout")
     # As BENCHMARKS.md runs them: from the checkout, its tests/ importable.
