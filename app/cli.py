@@ -118,13 +118,14 @@ def plan(settings: Settings, limit: int | None, project: str | None = None) -> d
     from pipelines.selection import batch_price
     from resources.store import open_store
 
-    selection = sweep_selection(settings, limit, probe=False)
-    batch, narrowed = selection.batch, {}
-    if project is not None:
-        store = open_store(settings.db_path, read_only=True)
-        keys = store.projects.partition_keys(project)
-        batch = [item for item in batch if item.candidate.partition_key in keys]
-        narrowed = {"project": project, "pending_in_project": store.projects.pending_summaries(project)}
+    store = open_store(settings.db_path)
+    with store.file.held():  # the selection's reads on one connection: no model call, no probe taken
+        selection = sweep_selection(settings, limit, probe=False, store=store)
+        batch, narrowed = selection.batch, {}
+        if project is not None:
+            keys = store.projects.partition_keys(project)
+            batch = [item for item in batch if item.candidate.partition_key in keys]
+            narrowed = {"project": project, "pending_in_project": store.projects.pending_summaries(project)}
     price = batch_price(batch)
     return {
         **narrowed,
