@@ -1,7 +1,7 @@
-"""The bookkeeping a sweep, a sensor tick and `backlog` do around their runs opens the store's file
-once a phase: an open and its closing checkpoint cost more than the reads (a sweep with nothing to do
-opened it 26 times). The embedding pass lets its connection go for each call to the model. A real
-DuckDB file and a local embeddings server over real HTTP."""
+"""The backlog's reads (a sweep's, a sensor tick's, `session-digest backlog`'s) open the store's file
+once: an open and its closing checkpoint cost more than the reads (a sweep with nothing to do opened
+it 26 times). The embedding pass lets a held connection go for each call to the model. A real DuckDB
+file and a local embeddings server over real HTTP (`test_sweep_lets_go` has the search refresh's)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import duckdb
 
-from assets.search_index import search_index_events
 from assets.work.backlog import measure
 from digest.ingest import ingest_paths
 from digest.scheduling import now_ms
 from digest.settings import load_settings
+from resources.embedding_pass import embed_pending
 from resources.model_clients.embeddings import EmbeddingClient
 from resources.store import DigestStore, StoreFile
 from tests.bundles import write_bundle
@@ -43,7 +43,7 @@ class WatchedClient:
         return self.client.embed(texts)
 
 
-def _ingested(tmp_path: Path) -> tuple[DigestStore, CountedFile]:
+def ingested_store(tmp_path: Path) -> tuple[DigestStore, CountedFile]:
     file = CountedFile(tmp_path / "digest.duckdb")
     store = DigestStore(file)
     store.migrate()
@@ -53,22 +53,18 @@ def _ingested(tmp_path: Path) -> tuple[DigestStore, CountedFile]:
 
 
 def test_the_backlogs_reads_open_the_store_once(tmp_path):
-    store, file = _ingested(tmp_path)
+    store, file = ingested_store(tmp_path)
     settings = load_settings({"DIGEST_HOME": str(tmp_path), "DIGEST_MODEL_PROVIDER": "openai"})
     measured = measure(store, settings.fleet, settings.circuit, settings.sweep, now_ms(), "m")
     assert file.opens == 1
     assert measured.drain.pending == 2 and measured.vectors["pending"] == 7
 
 
-def test_a_search_refresh_opens_the_store_once_and_lets_it_go_for_each_embedding_call(tmp_path):
-    store, file = _ingested(tmp_path)
-    with EmbeddingServer(dim=16) as server:
+def test_the_embedding_pass_lets_a_held_connection_go_for_each_call(tmp_path):
+    store, file = ingested_store(tmp_path)
+    with EmbeddingServer(dim=16) as server, file.held():
         client = WatchedClient(EmbeddingClient("openai", server.url, "test-embed"), file)
-        search_index_events(store, 600.0, None, client, embed_documents=100, embed_seconds=60)
-        # One open, then one again after each call (the pass writes its vectors when the model answers).
-        assert client.held_during_calls == [False] and file.opens == 2
-        assert store.search_vectors.counts("test-embed")["pending"] == 0
-        file.opens = 0
-        [materialization, _] = search_index_events(store, 600.0, None, client, 100, 60)
-    assert file.opens == 1 and client.held_during_calls == [False]  # nothing left to embed: no call
-    assert materialization.metadata["sessions_behind"].value == 0
+        done = embed_pending(store.search_vectors, client, max_documents=100, max_seconds=60, batch=4)
+    assert (done.calls, done.embedded, done.pending_after) == (2, 7, 0)
+    # One open for the pass, then one again after each call (its vectors are written when the model answers).
+    assert client.held_during_calls == [False, False] and file.opens == 3

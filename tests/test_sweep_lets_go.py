@@ -1,6 +1,7 @@
 """A sweep holds the store's file for its bookkeeping, a phase at a time, and lets it go for every
 model call: another process writes the store while the sweep's summary and embedding calls wait on
-their servers. The CLI in a subprocess, real HTTP, the writer a process of its own."""
+their servers (the CLI in a subprocess, real HTTP, the writer a process of its own). The search
+index's refresh after a sweep or an ingest opens the store once."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from assets.search_index import search_index_events
 from digest.prompts import SUMMARY_INSTRUCTIONS
+from resources.model_clients.embeddings import EmbeddingClient
 from tests.bundles import write_bundle
 from tests.conftest import make_turns, project_free_environ
-from tests.embedding_server import WORD, vector
+from tests.embedding_server import WORD, EmbeddingServer, vector
 from tests.local_http import LocalServer, QuietHandler
 from tests.model_server import FAITHFUL_SUMMARY, Behaviour, ModelServer
+from tests.test_held_phases import WatchedClient, ingested_store
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "app.cli"]
@@ -106,3 +110,16 @@ def test_another_process_writes_the_store_while_a_sweeps_summary_and_embedding_c
     assert "summary" in calls and "embedding" in calls
     failed = [(call, err) for call, code, err in writer.writes if code != 0]
     assert failed == [], failed
+
+
+def test_a_search_refresh_opens_the_store_once_and_lets_it_go_for_each_embedding_call(tmp_path):
+    store, file = ingested_store(tmp_path)
+    with EmbeddingServer(dim=16) as server:
+        client = WatchedClient(EmbeddingClient("openai", server.url, "test-embed"), file)
+        search_index_events(store, 600.0, None, client, embed_documents=100, embed_seconds=60)
+        # One open, then one again after the call (the pass writes its vectors when the model answers).
+        assert client.held_during_calls == [False] and file.opens == 2
+        file.opens = 0
+        [materialization, _] = search_index_events(store, 600.0, None, client, 100, 60)
+    assert file.opens == 1 and client.held_during_calls == [False]  # nothing left to embed: no call
+    assert materialization.metadata["sessions_behind"].value == 0
