@@ -24,10 +24,10 @@ SAMPLES = REPO_ROOT / "samples" / "bundle"
 # The sessions whose account the demo's closing lines show (newest first).
 DEMO_ACCOUNTS = 20
 # Allocations between two passes of the garbage collector over the youngest objects (Python's
-# default: 700). A command imports some 2,000 modules as it goes (Dagster's, SQLAlchemy's, pandas'):
-# at the default the collector passed some 580 times in a sweep with nothing to do, 4 of them full
-# passes over every object the imports had made, a fifth of its CPU (BENCHMARKS §42). What a command
-# leaves in cycles is little, and waits a few more allocations to be collected.
+# default: 700). A command imports some 2,000 modules as it goes (Dagster's, SQLAlchemy's, pandas'),
+# and at the default the collector's passes, full ones over every object the imports had made among
+# them, were much of a short command's CPU (BENCHMARKS §42). What a command leaves in cycles is little,
+# and waits a few more allocations to be collected.
 GC_YOUNG_ALLOCATIONS = 10_000
 
 
@@ -414,10 +414,10 @@ COMMANDS = (
 
 def main(argv: list[str] | None = None) -> None:
     gc.set_threshold(GC_YOUNG_ALLOCATIONS)
-    # At the interpreter's exit the collector walked every object again to free what the process's
-    # end frees anyway (a third of a no-op sweep's CPU): what is alive then is frozen instead. Objects
-    # are still freed as their modules go; files, logs and the store are closed before (or flushed by
-    # their own `atexit` handlers).
+    # At the interpreter's exit the collector walked every object again, to free what the process's
+    # end frees anyway (BENCHMARKS §42): what is alive then is frozen instead. Objects are still freed
+    # as their modules go; files, logs and the store are closed before (or by their own `atexit`
+    # handlers).
     atexit.unregister(gc.freeze)  # once however often `main` runs in one process (tests)
     atexit.register(gc.freeze)
     parser = argparse.ArgumentParser(prog="session-digest", description=__doc__)

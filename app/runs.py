@@ -138,7 +138,8 @@ def sweep_selection(
     from pipelines.selection import named_sessions_batch, next_summary_batch
     from resources.model_hosts import hosts_in_rotation
 
-    store, now, fleet = store or open_store(settings.db_path), now_ms(), settings.fleet
+    store = store if store is not None else open_store(settings.db_path)
+    now, fleet = now_ms(), settings.fleet
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
     if model_seconds is not None:
         policy = dataclasses.replace(policy, model_seconds=model_seconds)
@@ -287,8 +288,8 @@ def sweep(
 
     recovered = close_interrupted_runs(instance, store)
     recorded = record_summaries_of_ended_runs(instance, store)
-    # The selection's reads on one connection (a no-op sweep opened the file 26 times, each open and
-    # its closing checkpoint dearer than the read), let go before the runs, which open it themselves.
+    # The selection's reads on one connection (an open and its closing checkpoint cost more than a
+    # read: BENCHMARKS §42), let go before the runs, which open the file themselves.
     with store.file.held():
         staged = store.cache.staged_summary_keys(now_ms())
         selection = sweep_selection(
