@@ -4,7 +4,9 @@ instance under DAGSTER_HOME, so `session-digest ui` (or `dagster dev`) shows it 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import gc
 import io
 import os
 import subprocess
@@ -21,6 +23,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "samples" / "bundle"
 # The sessions whose account the demo's closing lines show (newest first).
 DEMO_ACCOUNTS = 20
+# Allocations between two passes of the garbage collector over the youngest objects (Python's
+# default: 700). A command imports some 2,000 modules as it goes (Dagster's, SQLAlchemy's, pandas'),
+# and at the default the collector's passes, full ones over every object the imports had made among
+# them, were much of a short command's CPU (BENCHMARKS §42). What a command leaves in cycles is little,
+# and waits a few more allocations to be collected.
+GC_YOUNG_ALLOCATIONS = 10_000
 
 
 def _telemetry_notice(home: Path) -> None:
@@ -110,13 +118,14 @@ def plan(settings: Settings, limit: int | None, project: str | None = None) -> d
     from pipelines.selection import batch_price
     from resources.store import open_store
 
-    selection = sweep_selection(settings, limit, probe=False)
-    batch, narrowed = selection.batch, {}
-    if project is not None:
-        store = open_store(settings.db_path, read_only=True)
-        keys = store.projects.partition_keys(project)
-        batch = [item for item in batch if item.candidate.partition_key in keys]
-        narrowed = {"project": project, "pending_in_project": store.projects.pending_summaries(project)}
+    store = open_store(settings.db_path)
+    with store.file.held():  # the selection's reads on one connection: no model call, no probe taken
+        selection = sweep_selection(settings, limit, probe=False, store=store)
+        batch, narrowed = selection.batch, {}
+        if project is not None:
+            keys = store.projects.partition_keys(project)
+            batch = [item for item in batch if item.candidate.partition_key in keys]
+            narrowed = {"project": project, "pending_in_project": store.projects.pending_summaries(project)}
     price = batch_price(batch)
     return {
         **narrowed,
@@ -145,17 +154,18 @@ def status(settings: Settings, project: str | None = None) -> dict:
     from resources.store import open_store
 
     store = open_store(settings.db_path, read_only=True)
-    if project is not None:  # that project's sessions alone
-        return store.projects.status(project)
-    result = store.reports.status()
-    # Secrets replaced at ingest, by kind (`digest.redact`), and the sessions each project has.
-    result["redactions"] = store.projects.redactions()
-    result["sessions_by_project"] = store.projects.sessions_by_project()
-    # Each host's recent calls against its earlier ones: slow is shown, not taken out of rotation.
-    slowdowns = store.speed.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts])
-    result["host_speed"] = {host: slowdown_status(slow) for host, slow in slowdowns.items()}
-    # Re-summaries asked for (`sweep --resummarize`): requested, done (replaced or previous kept), waiting.
-    result["resummary_queue"] = store.resummaries.queue_counts()
+    with store.file.held():  # every count on one connection: an open costs more than a count
+        if project is not None:  # that project's sessions alone
+            return store.projects.status(project)
+        result = store.reports.status()
+        # Secrets replaced at ingest, by kind (`digest.redact`), and the sessions each project has.
+        result["redactions"] = store.projects.redactions()
+        result["sessions_by_project"] = store.projects.sessions_by_project()
+        # Each host's recent calls against its earlier ones: slow is shown, not taken out of rotation.
+        slowdowns = store.speed.host_slowdowns([(h.name, h.model) for h in settings.fleet.hosts])
+        result["host_speed"] = {host: slowdown_status(slow) for host, slow in slowdowns.items()}
+        # Re-summaries asked for (`sweep --resummarize`): requested, done (replaced or previous kept), waiting.
+        result["resummary_queue"] = store.resummaries.queue_counts()
     return result
 
 
@@ -403,6 +413,13 @@ COMMANDS = (
 
 
 def main(argv: list[str] | None = None) -> None:
+    gc.set_threshold(GC_YOUNG_ALLOCATIONS)
+    # At the interpreter's exit the collector walked every object again, to free what the process's
+    # end frees anyway (BENCHMARKS §42): what is alive then is frozen instead. Objects are still freed
+    # as their modules go; files, logs and the store are closed before (or by their own `atexit`
+    # handlers).
+    atexit.unregister(gc.freeze)  # once however often `main` runs in one process (tests)
+    atexit.register(gc.freeze)
     parser = argparse.ArgumentParser(prog="session-digest", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:

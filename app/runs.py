@@ -129,14 +129,17 @@ def sweep_selection(
     named=None,
     model_seconds: float | None = None,
     first_only: bool = False,
+    store=None,
 ):
     """The sweep's selection; `probe` off (`plan`): a half-open host's probe is looked at, not taken;
     `named`: these session ids alone (`sweep --session`); `model_seconds`: the model-time budget, when
-    not the sweep's (what a drain has left); `first_only`: first summaries alone, no upgrade or re-summary."""
+    not the sweep's (what a drain has left); `first_only`: first summaries alone, no upgrade or re-summary;
+    `store`: the caller's (default: the settings' store opened)."""
     from pipelines.selection import named_sessions_batch, next_summary_batch
     from resources.model_hosts import hosts_in_rotation
 
-    store, now, fleet = open_store(settings.db_path), now_ms(), settings.fleet
+    store = store if store is not None else open_store(settings.db_path)
+    now, fleet = now_ms(), settings.fleet
     policy = settings.sweep if limit is None else dataclasses.replace(settings.sweep, max_sessions=limit)
     if model_seconds is not None:
         policy = dataclasses.replace(policy, model_seconds=model_seconds)
@@ -285,10 +288,13 @@ def sweep(
 
     recovered = close_interrupted_runs(instance, store)
     recorded = record_summaries_of_ended_runs(instance, store)
-    staged = store.cache.staged_summary_keys(now_ms())
-    selection = sweep_selection(
-        settings, limit, exclude=set(staged), named=named, model_seconds=model_seconds, first_only=first_only
-    )
+    # The selection's reads on one connection (an open and its closing checkpoint cost more than a
+    # read: BENCHMARKS §42), let go before the runs, which open the file themselves.
+    with store.file.held():
+        staged = store.cache.staged_summary_keys(now_ms())
+        selection = sweep_selection(
+            settings, limit, set(staged), named=named, model_seconds=model_seconds, first_only=first_only, store=store
+        )
     todo = [RunRequest(partition_key=key, tags={ROUTE_TAG: "staged"}) for key in staged]
     todo += [summary_run_request(item, {EXPLICIT_TAG: "cli"} if named else None) for item in selection.batch]
     # A staged replay calls no model.

@@ -125,10 +125,11 @@ def search_index_events(
 ) -> list:
     """Refresh the index (at most `limit` sessions) and embed within the pass's budget (a sensor
     tick's unless told), then the runless materialization and check result a sensor tick or a CLI
-    sweep or ingest records."""
-    report = db.search.refresh(limit)
-    done = embed_step(db, client, embed_documents, embed_seconds)
-    status = db.search.status()
+    sweep or ingest records. Its reads and writes share one connection, let go around each embedding call."""
+    with db.file.held():
+        report = db.search.refresh(limit)
+        done = embed_step(db, client, embed_documents, embed_seconds)
+        status = db.search.status()
     passed, metadata = current_result(status, lag_max_s)
     return [
         AssetMaterialization(

@@ -48,7 +48,8 @@ def embed_pending(
         if not documents:
             break
         try:
-            made = client.embed([d.text for d in documents])
+            with vectors.file.released():  # a held connection is let go for the model's call
+                made = client.embed([d.text for d in documents])
             vectors.write(client.model, documents, made)
         except (ModelError, ValueError) as exc:
             report.error = f"{type(exc).__name__}: {exc}"[:300]

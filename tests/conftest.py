@@ -80,6 +80,7 @@ TIERS = {
     "test_search_index_growth": "unit",
     "test_projects": "unit",
     "test_partition_views": "unit",
+    "test_held_phases": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
     "test_backfill": "integration",
@@ -128,6 +129,8 @@ TIERS = {
     "test_store": "integration",
     "test_search_index": "integration",
     "test_search_serving": "integration",
+    # a sweep's store held a phase at a time, let go for its model and embedding calls
+    "test_sweep_lets_go": "integration",
     "test_vectors_archive": "integration",
     "test_streaming_waits": "integration",
     "test_work": "integration",

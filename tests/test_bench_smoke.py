@@ -3,7 +3,8 @@ one unseen. Every bench/*.py but the `_*` modules (`_old_code.py`: the old arms'
 an entry in SMOKE: a new benchmark without one fails here. The ones on the real embedded model skip
 when the SmolLM2 weights are not installed (CI has them). bench/busy_host.py, bench/search_serving.py,
 bench/search_snapshot.py and bench/recall.py also need a git checkout: their old arm is a git
-worktree (of 957c233, of 8d342e9, of fdac0c5, of 8a1d9e3) under bench/out/."""
+worktree (of 957c233, of 8d342e9, of fdac0c5, of 8a1d9e3) under bench/out/; so do
+bench/index_growth.py and bench/cli_startup.py (`git archive` of fdac0c5, of 27dc842)."""
 
 from __future__ import annotations
 
@@ -180,6 +181,10 @@ SMOKE = {
     "token_counts.py": Smoke(
         ("--sessions", "2", "--ledger-calls", "2", "--held-out", "12"), ("needless",), embedded=True, timeout_s=600.0
     ),
+    # The old arm is the tree of 27dc842 read from git (`git archive`): a sweep with nothing to do in each.
+    "cli_startup.py": Smoke(
+        ("--runs", "1", "--warmup", "0", "--scenarios", "sweep"), ("CLI start-up:", "| sweep |", "CPU new / old")
+    ),
 }
 
 
@@ -203,7 +208,9 @@ def test_the_bench_runs_at_its_smallest_size(bench):
         _skip_without_the_embedded_model()
     for module in smoke.needs:
         pytest.importorskip(module)
-    git_benches = ("busy_host.py", "search_serving.py", "search_snapshot.py", "recall.py", "index_growth.py")
+    git_benches = (
+        "busy_host.py", "search_serving.py", "search_snapshot.py", "recall.py", "index_growth.py", "cli_startup.py",
+    )  # fmt: skip
     if bench in git_benches and not (ROOT / ".git").exists():
         pytest.skip("the old arm is a git worktree: needs a git checkout")
     # As BENCHMARKS.md runs them: from the checkout, its tests/ importable.

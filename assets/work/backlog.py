@@ -22,8 +22,12 @@ def measure(
     """Only reads. A session queued or running is still pending here, priced in full: the ETA is
     the plan's estimate, not a forecast of runs already part done. `embed_model`: the model the
     search index's vectors are made by (None: no vectors, none counted)."""
-    available, _ = hosts_in_rotation(store, fleet, circuit, now_ms)
-    views, _ = host_views(store, fleet, available, {})
-    drain = store.backlog.drain(now_ms, sweep.idle_window_s)
-    vectors = store.search_vectors.counts(embed_model) if embed_model else None
-    return measure_backlog(drain, store.backlog.pending_candidates(), views, now_ms, vectors)
+    # The reads on one connection (an open and its closing checkpoint cost more than a read here);
+    # every pending session is placed after it is let go: seconds of Python at 100,000 (BENCHMARKS §4).
+    with store.file.held():
+        available, _ = hosts_in_rotation(store, fleet, circuit, now_ms)
+        views, _ = host_views(store, fleet, available, {})
+        drain = store.backlog.drain(now_ms, sweep.idle_window_s)
+        vectors = store.search_vectors.counts(embed_model) if embed_model else None
+        candidates = store.backlog.pending_candidates()
+    return measure_backlog(drain, candidates, views, now_ms, vectors)
