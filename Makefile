@@ -17,9 +17,11 @@ demo: $(VENV)
 # the clock (deadlines, stalls, Dagster's daemon), so a third worker overlaps waits on two cores.
 # Each worker is handed two tests at a time (--maxschedchunk 2), not a block of a quarter of its share
 # at the start: the block of one worker held every benchmark smoke, 20 minutes of tests in a row.
-# --durations prints where the time went.
+# --durations prints where the time went. Bytecode is written, as for test-fast: where
+# PYTHONDONTWRITEBYTECODE is set, each of the suite's hundreds of CLI, run and bench processes compiled
+# the project's modules again (0.6-0.8 s of CPU a process that loads the definitions).
 test: $(VENV)
-	.venv/bin/python -m pytest -n 3 --maxschedchunk 2 --durations=40
+	PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -n 3 --maxschedchunk 2 --durations=40
 
 # The unit tier alone (tests/conftest.py TIERS): pure functions, DuckDB, a local HTTP server.
 # No unit test uses hypothesis or anyio, and their plugins import all of them (a second of CPU).
