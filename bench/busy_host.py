@@ -6,7 +6,9 @@ Run: .venv/bin/python bench/busy_host.py [--load 4] [--sessions 12] [--corpora d
 
 - Old: the code at `--old-ref` (957c233, before the pacing work), checked out as a detached git
   worktree (`--old-tree`, made if missing); new: this checkout. Each arm runs as a subprocess with
-  its own tree as cwd and PYTHONPATH, so each imports its own code from the same virtualenv.
+  its own tree as cwd and PYTHONPATH, so each imports its own code from the same virtualenv. The
+  old code imports PyICU (`.venv/bin/pip install pyicu`, which compiles); without it that arm fails
+  at its import and the new arm runs alone.
 - Each arm drives the CLI's own path: `app.runs.ingest`, then `app.runs.sweep` until a
   sweep has nothing to run, exactly what `session-digest demo` does (less its friction report),
   in one process, so every session is a real Dagster run with its mini-summary and summary steps.
@@ -446,7 +448,7 @@ def main() -> None:
         # stuck-server waits are seconds; the mini-summary stage only; no load generator (the test
         # suite beside it is load enough, and a busy loop would take a core from it).
         args.sessions, args.corpora, args.load, args.probe_calls, args.no_quiet = 1, "synthetic", 0, 1, True
-        extra = {"DIGEST_MINI_SUMMARY_TIMEOUT_S": "3", "DIGEST_RAW_CAP_TOKENS": "800"}
+        extra = {"DIGEST_MINI_SUMMARY_TIMEOUT_S": "3", "DIGEST_RAW_CAP_TOKENS": "600"}
         stages = ["mini"]
     corpora = [c.strip() for c in args.corpora.split(",") if c.strip()]
     trees = {"old": worktree(args.old_ref, args.old_tree), "new": ROOT}
