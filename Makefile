@@ -13,15 +13,16 @@ setup: $(VENV)
 demo: $(VENV)
 	.venv/bin/session-digest demo
 
-# The whole suite, the real-model ones included (as CI runs it), on three workers: most tests wait on
-# the clock (deadlines, stalls, Dagster's daemon), so a third worker overlaps waits on two cores.
-# Each worker is handed two tests at a time (--maxschedchunk 2), not a block of a quarter of its share
-# at the start: the block of one worker held every benchmark smoke, 20 minutes of tests in a row.
+# The whole suite, the real-model ones included (as CI runs it), on four workers: most tests wait on
+# the clock (deadlines, stalls, Dagster's daemon), so two more workers overlap waits on two cores
+# (docs/testing.md has the measurements). Each worker is handed two tests at a time (--maxschedchunk 2),
+# not a block of a quarter of its share at the start: the block of one worker held every benchmark
+# smoke, 20 minutes of tests in a row.
 # --durations prints where the time went. Bytecode is written, as for test-fast: where
 # PYTHONDONTWRITEBYTECODE is set, each of the suite's hundreds of CLI, run and bench processes compiled
 # the project's modules again (0.6-0.8 s of CPU a process that loads the definitions).
 test: $(VENV)
-	PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -n 3 --maxschedchunk 2 --durations=40
+	PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest -n 4 --maxschedchunk 2 --durations=40
 
 # The unit tier alone (tests/conftest.py TIERS): pure functions, DuckDB, a local HTTP server.
 # No unit test uses hypothesis or anyio, and their plugins import all of them (a second of CPU).
