@@ -18,33 +18,23 @@ model is called: the model's URL is a closed port, and the samples' home has no 
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from _old_code import exported
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_REF = "27dc842"  # before the sweep's bookkeeping held one connection a phase
 SAMPLES = ROOT / "samples" / "bundle"
 SCENARIOS = ("sweep", "status", "search", "ingest")
 QUERY = ["grid", "selection", "after", "sort", "--limit", "3"]
-
-
-def old_tree(path: Path, ref: str) -> Path:
-    """The tree of `ref`, extracted once into `path`."""
-    if not (path / "app" / "cli.py").is_file():
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
-        path.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(path, filter="data")
-    return path
 
 
 def arm_env(tree: Path, home: Path, embed: bool) -> dict:
@@ -118,7 +108,7 @@ def main() -> None:
     parser.add_argument("--old-tree", type=Path, help=f"default: bench/out/old-cli-{OLD_REF}")
     parser.add_argument("--new", type=Path, default=ROOT, help="the checkout measured (default: this one)")
     args = parser.parse_args()
-    old = old_tree(args.old_tree or ROOT / "bench" / "out" / f"old-cli-{args.old_ref}", args.old_ref)
+    old = exported(args.old_ref, args.old_tree or ROOT / "bench" / "out" / f"old-cli-{args.old_ref}")
     work = Path(tempfile.mkdtemp(prefix="cli-startup-"))
     try:
         arms = [Arm("old", old.resolve(), work), Arm("new", args.new.resolve(), work)]

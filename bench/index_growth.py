@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _old_code import exported
+
 ROOT = Path(__file__).resolve().parent.parent
 QUERY = "pytest failed assertion in the parser module"
 
@@ -225,11 +227,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
     try:
-        old_tree = work / "old-tree"
-        shutil.rmtree(old_tree, ignore_errors=True)
-        old_tree.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.old_ref], check=True, capture_output=True)
-        subprocess.run(["tar", "-x", "-C", str(old_tree)], input=archive.stdout, check=True)
+        shutil.rmtree(work / "old-tree", ignore_errors=True)  # --work may hold another ref's
+        old_tree = exported(args.old_ref, work / "old-tree")
         # Built by the old code, at its schema: the new arm migrates its copy, the old one could not
         # open a store of a newer schema.
         corpus = work / f"corpus-{args.sessions}-{args.seed}-{args.old_ref}.duckdb"

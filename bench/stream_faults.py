@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _old_code import exported
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fault_server import FaultServer  # noqa: E402
@@ -65,16 +67,6 @@ print("RESULT " + json.dumps(result))
 """
 
 
-def old_tree(ref: str) -> Path:
-    """The code at `ref`, exported (not a worktree: nothing is registered in the repository)."""
-    path = ROOT / "bench" / "out" / f"stream-faults-{ref}"
-    if not (path / "digest").is_dir():
-        path.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(path)], input=archive, check=True)
-    return path
-
-
 def one_call(tree: Path, protocol: str, url: str, ceiling_s: float, stall_s: float, cap: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     process = subprocess.run(
@@ -100,7 +92,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="a 3 s ceiling, a 1 s stall window, an output cap of 32")
     args = parser.parse_args()
     ceiling_s, stall_s, cap = (3.0, 1.0, 32) if args.smoke else (args.ceiling, args.stall, args.output_cap)
-    arms = {"old": old_tree(args.old_ref), "new": ROOT}
+    arms = {"old": exported(args.old_ref, ROOT / "bench" / "out" / f"stream-faults-{args.old_ref}"), "new": ROOT}
     print(
         f"ceiling {ceiling_s:g} s, stall window {stall_s:g} s, output cap {cap}; old = {args.old_ref}, new = this checkout"
     )
