@@ -293,7 +293,13 @@ def sweep(
     with store.file.held():
         staged = store.cache.staged_summary_keys(now_ms())
         selection = sweep_selection(
-            settings, limit, set(staged), named=named, model_seconds=model_seconds, first_only=first_only, store=store
+            settings,
+            limit,
+            exclude=set(staged),
+            named=named,
+            model_seconds=model_seconds,
+            first_only=first_only,
+            store=store,
         )
     todo = [RunRequest(partition_key=key, tags={ROUTE_TAG: "staged"}) for key in staged]
     todo += [summary_run_request(item, {EXPLICIT_TAG: "cli"} if named else None) for item in selection.batch]

@@ -57,11 +57,13 @@ def owe_upgrades_of_summaries_from_junk(con: duckdb.DuckDBPyConnection) -> int:
     """A generated degraded summary that carried a mini summary since judged junk (its turn archived
     `junk-output`) goes back to coverage step 0: the sweep's upgrade queue makes it again, that
     turn's own text in place of the junk line, once its session's step is higher. Returns how many."""
-    owed = """x.origin = 'generated' AND x.coverage_step > 0
-              AND EXISTS (SELECT 1 FROM mini_summary_state st
-                          WHERE st.turn_id IN (SELECT unnest(x.mini_turn_ids)) AND st.archived_reason = ?)"""
-    (count,) = con.execute(f"SELECT count(*) FROM session_summaries x WHERE {owed}", [ARCHIVE_JUNK]).fetchone()
-    con.execute(f"UPDATE session_summaries x SET coverage_step = 0 WHERE {owed}", [ARCHIVE_JUNK])
+    (count,) = con.execute(
+        """UPDATE session_summaries x SET coverage_step = 0
+           WHERE x.origin = 'generated' AND x.coverage_step > 0
+             AND EXISTS (SELECT 1 FROM mini_summary_state st
+                         WHERE st.turn_id IN (SELECT unnest(x.mini_turn_ids)) AND st.archived_reason = ?)""",
+        [ARCHIVE_JUNK],
+    ).fetchone()  # DuckDB answers an UPDATE with the rows it changed
     return count
 
 
