@@ -6,6 +6,8 @@ import gc
 import os
 import shutil
 import subprocess
+import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -154,6 +156,11 @@ TIERS = {
 }
 
 
+# Where the unit tier's temporary files go when the machine has it: a memory file system.
+UNIT_TEMP_PARENT = Path("/dev/shm")
+UNIT_TEMP_PREFIX = "digest-unit-"
+
+
 def pytest_configure(config) -> None:
     """Dagster's warnings of its beta and preview APIs are ignored. Not in pyproject.toml's
     filterwarnings: naming their classes there imports Dagster (a second of CPU) in every run, and
@@ -161,6 +168,30 @@ def pytest_configure(config) -> None:
     if config.getoption("markexpr") != "unit":
         config.addinivalue_line("filterwarnings", "ignore::dagster.BetaWarning")
         config.addinivalue_line("filterwarnings", "ignore::dagster.PreviewWarning")
+    elif config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = unit_temp_folder()
+
+
+def unit_temp_folder() -> str | None:
+    """A fresh folder on the memory file system for the unit tier's stores and indexes, or None
+    (pytest's own) where there is none. Its tests' commits, fsyncs and deletes are then no disk
+    work: about a second of the tier's CPU (docs/testing.md). What they assert of a file is the
+    same there; the tiers that test the disk (a full one, a killed writer) keep pytest's folder.
+    A folder a run left (a failure's, or a run killed) goes once it is an hour old."""
+    if not (UNIT_TEMP_PARENT.is_dir() and os.access(UNIT_TEMP_PARENT, os.W_OK)):
+        return None
+    for old in UNIT_TEMP_PARENT.glob(f"{UNIT_TEMP_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            if time.time() - old.stat().st_mtime > 3600:
+                shutil.rmtree(old, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=UNIT_TEMP_PREFIX, dir=UNIT_TEMP_PARENT)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """The unit tier's memory folder goes when every test passed; a failure's is kept to look at."""
+    basetemp = session.config.option.basetemp
+    if exitstatus == 0 and basetemp and Path(basetemp).parent == UNIT_TEMP_PARENT:
+        shutil.rmtree(basetemp, ignore_errors=True)
 
 
 def pytest_ignore_collect(collection_path, config) -> bool | None:
