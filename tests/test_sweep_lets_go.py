@@ -112,8 +112,8 @@ def test_another_process_writes_the_store_while_a_sweeps_summary_and_embedding_c
     assert failed == [], failed
 
 
-def test_a_search_refresh_opens_the_store_once_and_lets_it_go_for_each_embedding_call(tmp_path):
-    store, file = ingested_store(tmp_path)
+def test_a_search_refresh_opens_the_store_once_and_lets_it_go_for_each_embedding_call(tmp_path, migrated_store_file):
+    store, file = ingested_store(tmp_path, migrated_store_file)
     with EmbeddingServer(dim=16) as server:
         client = WatchedClient(EmbeddingClient("openai", server.url, "test-embed"), file)
         search_index_events(store, 600.0, None, client, embed_documents=100, embed_seconds=60)
