@@ -70,19 +70,10 @@ def alternatives(spec_path: str) -> None:
     build_s = time.monotonic() - started
     con.execute("CHECKPOINT")
     size = path.stat().st_size - before
-    ranked, ms = {}, []
     sql = """SELECT session_id, max(score) AS s FROM (SELECT session_id, fts_main_docs.match_bm25(doc_id, ?) AS score
              FROM docs) WHERE score IS NOT NULL GROUP BY 1 ORDER BY s DESC LIMIT 10"""
-    for _rep in range(2):
-        for q in queries:
-            started = time.perf_counter()
-            ids = [r[0] for r in con.execute(sql, [q["query"]]).fetchall()]
-            ms.append((time.perf_counter() - started) * 1000)
-            ranked[q["query"]] = ids
-    result["duckdb_fts"] = {
-        "build_s": build_s, "size_mb": size / 1e6, "p50_ms": quantile(ms, 0.5), "p95_ms": quantile(ms, 0.95),
-        "relevance": relevance(ranked, queries), "update": "rebuild whole (overwrite=1)",
-    }  # fmt: skip
+    ranked, ms = timed(queries, lambda query: [r[0] for r in con.execute(sql, [query]).fetchall()])
+    result["duckdb_fts"] = figures(build_s, size, ranked, ms, queries, "rebuild whole (overwrite=1)")
     con.close()
     # bm25s: its own tokenizer (English stop words), a sparse matrix in memory, saved to a folder.
     import bm25s
@@ -100,18 +91,33 @@ def alternatives(spec_path: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     retriever.save(str(folder))
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+    def bm25s_ranking(query: str) -> list[str]:
+        found, scores = retriever.retrieve(
+            bm25s.tokenize([query], stopwords="en", show_progress=False), k=50, show_progress=False
+        )
+        return list(dict.fromkeys(sessions_of[i] for i, s in zip(found[0], scores[0]) if s > 0))[:10]
+
+    ranked, ms = timed(queries, bm25s_ranking)
+    result["bm25s"] = figures(build_s, size, ranked, ms, queries, "rebuild whole (no add)")
+    print(json.dumps(result))
+
+
+def timed(queries: list[dict], rank) -> tuple[dict[str, list[str]], list[float]]:
+    """Each query's ranked session ids from `rank`, every query asked twice; the wall ms of each ask."""
     ranked, ms = {}, []
     for _rep in range(2):
         for q in queries:
             started = time.perf_counter()
-            found, scores = retriever.retrieve(
-                bm25s.tokenize([q["query"]], stopwords="en", show_progress=False), k=50, show_progress=False
-            )
-            ids = list(dict.fromkeys(sessions_of[i] for i, s in zip(found[0], scores[0]) if s > 0))[:10]
+            ids = rank(q["query"])
             ms.append((time.perf_counter() - started) * 1000)
             ranked[q["query"]] = ids
-    result["bm25s"] = {
+    return ranked, ms
+
+
+def figures(build_s: float, size: int, ranked: dict, ms: list[float], queries: list[dict], update: str) -> dict:
+    """One alternative's figures, as the report prints them."""
+    return {
         "build_s": build_s, "size_mb": size / 1e6, "p50_ms": quantile(ms, 0.5), "p95_ms": quantile(ms, 0.95),
-        "relevance": relevance(ranked, queries), "update": "rebuild whole (no add)",
+        "relevance": relevance(ranked, queries), "update": update,
     }  # fmt: skip
-    print(json.dumps(result))
