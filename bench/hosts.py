@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
-import multiprocessing
 import queue
 import shutil
 import statistics
@@ -54,183 +52,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/ (the export generator and the model server) is not installed
 
-from assets.work.runs import RunFacts  # noqa: E402
-from assets.work.sessions import summarize_partition  # noqa: E402
+from _hosts_sim import (  # noqa: E402
+    BenchFile,
+    Job,
+    SimHost,
+    corpus_sizes,
+    cpu_host,
+    fixed_rate,
+    fleet,
+    gpu_host,
+    summary_run,
+    write_corpus,
+)
+from _hosts_writer import measure_writer  # noqa: E402
+from _text_table import table  # noqa: E402
+
 from digest.circuit import CircuitPolicy  # noqa: E402
-from digest.hosts import Fleet, HostSpec  # noqa: E402
-from digest.ingest import ingest_paths  # noqa: E402
 from digest.model_api import ChatReply, ModelError  # noqa: E402
-from digest.scheduling import SweepPolicy, failure_backoff_s, now_ms  # noqa: E402
-from digest.settings import Settings, load_settings  # noqa: E402
-from digest.synthesis import Limits, estimate_raw_tokens, summarize_session  # noqa: E402
-from digest.tags import MODEL_HOST_REASON_TAG, MODEL_HOST_TAG  # noqa: E402
+from digest.scheduling import SweepPolicy, now_ms  # noqa: E402
 from pipelines.selection import next_summary_batch  # noqa: E402
 from resources.model_clients import OpenAIChatClient  # noqa: E402
-from resources.model_hosts import ModelHosts, hosts_in_rotation  # noqa: E402
-from resources.response_cache import CachedChatClient  # noqa: E402
-from resources.store import DigestStore, RunLedger, StoreFile  # noqa: E402
-from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer, Received  # noqa: E402
-from tests.synthetic_export import write_export  # noqa: E402
+from resources.model_hosts import hosts_in_rotation  # noqa: E402
+from resources.store import DigestStore  # noqa: E402
+from tests.model_server import ModelServer  # noqa: E402
 
-SERVER_BYTES_PER_TOKEN = 3.5  # what the simulated servers count (SmolLM2 on the demo's prompts)
-TIMEOUT_S = 180.0  # DIGEST_SUMMARY_TIMEOUT_S
-MAX_OUTPUT_TOKENS = 1024  # DIGEST_SUMMARY_MAX_OUTPUT_TOKENS
 SENSOR_INTERVAL_S = 60.0  # summary_sensor's minimum_interval_seconds
-REPLY = Behaviour.reply(GOOD_SUMMARY)
-# The server reports len(content) // 4 completion tokens: the model time counts the same.
-COMPLETION_TOKENS = max(1, len(REPLY.content) // 4)
-
-
-@dataclass(frozen=True)
-class SimHost:
-    name: str
-    prompt_rate: float  # prompt tokens/s
-    generation_rate: float  # completion tokens/s
-    context_limit_tokens: int = 131072
-    safe_limit_tokens: int = 131072 * 3 // 4  # the default safe band
-    raw_cap_tokens: int | None = 8192
-    concurrency: int = 1
-
-    @property
-    def model(self) -> str:
-        return f"sim-{self.name}"
-
-    def spec(self) -> HostSpec:
-        # The estimate is pinned at 3 bytes/token so the routing is the same on every run.
-        return HostSpec(
-            self.name,
-            "openai",
-            None,
-            self.model,
-            self.context_limit_tokens,
-            self.safe_limit_tokens,
-            self.raw_cap_tokens,
-            self.concurrency,
-            bytes_per_token=3.0,
-        )
-
-
-def fleet(hosts: list[SimHost], scale: float) -> Fleet:
-    """The hosts as the project declares them; the summary deadline on the simulated clock."""
-    return Fleet(tuple(h.spec() for h in hosts), max_output_tokens=MAX_OUTPUT_TOKENS, timeout_s=TIMEOUT_S / scale)
-
-
-def cpu_host(name: str, raw_cap_tokens: int | None = 8192) -> SimHost:
-    """A 7B model on a few CPU cores."""
-    return SimHost(name, prompt_rate=50.0, generation_rate=10.0, raw_cap_tokens=raw_cap_tokens)
-
-
-def gpu_host(name: str) -> SimHost:
-    """A long-context GPU box, 20x the CPU host; its safe band is the context less the answer."""
-    return SimHost(
-        name,
-        prompt_rate=1000.0,
-        generation_rate=200.0,
-        safe_limit_tokens=131072 - MAX_OUTPUT_TOKENS,
-        raw_cap_tokens=None,
-    )
-
-
-def fixed_rate(host: SimHost, scale: float, model_s: list[float]) -> Callable[[Received], Behaviour]:
-    """The server's answer to one chat: refused over the context, else a summary after the model time."""
-
-    def script(received: Received) -> Behaviour:
-        tokens = math.ceil(len(received.prompt.encode("utf-8")) / SERVER_BYTES_PER_TOKEN)
-        if tokens > host.context_limit_tokens:
-            return Behaviour.overflow(tokens, host.context_limit_tokens)
-        seconds = tokens / host.prompt_rate + COMPLETION_TOKENS / host.generation_rate
-        model_s.append(seconds)
-        return dataclasses.replace(REPLY, delay_s=seconds / scale, prompt_tokens=tokens)
-
-    return script
-
-
-# --- the corpus ----------------------------------------------------------------------------------
-
-
-def write_corpus(root: Path, classes: list[tuple[int, int, int]], store_path: Path) -> DigestStore:
-    """`classes`: (sessions, turns each, bytes a turn); one seeded export each, ingested together."""
-    folders = []
-    for seed, (sessions, turns, turn_bytes) in enumerate(classes, start=100):
-        folder = root / f"export-{seed}"
-        write_export(folder, sessions, turns, summarized_share=0.0, turn_bytes=turn_bytes, seed=seed)
-        folders.append(folder)
-    store = DigestStore(store_path)
-    store.migrate()
-    ingest_paths(folders, store)
-    return store
-
-
-def corpus_sizes(store: DigestStore) -> list[int]:
-    """Each session's raw prompt in estimated tokens (3 bytes each), the project's unit."""
-    limits = fleet([cpu_host("x")], 1.0).limits()
-    rows = store.query("SELECT raw_bytes, turn_count FROM sessions").itertuples()
-    return sorted(estimate_raw_tokens(r.raw_bytes, r.turn_count, limits) for r in rows)
-
-
-class BenchFile(StoreFile):
-    """The store's file as the bench's threads share it: one connection at a time in this process
-    (the exclusion DuckDB's file lock gives a run's process; two threads of one process opening and
-    closing the file at once can fail with DuckDB 1.5's "Unique file handle conflict"), each
-    opening of the file counted (read or write, each one takes the file's lock)."""
-
-    _locks: dict[Path, threading.RLock] = {}
-
-    def __init__(self, path):
-        super().__init__(path)
-        self.connections = 0
-        self._lock = self._locks.setdefault(self.path.resolve(), threading.RLock())
-
-    @contextmanager
-    def connect(self, read_only: bool = False):
-        with self._lock:
-            with super().connect(read_only) as con:
-                yield con
-
-    def _open(self, read_only: bool):
-        self.connections += 1
-        return super()._open(read_only)
-
-
-# --- one summary run's work, as the session_summaries asset does it -------------------------------
-
-
-@dataclass(frozen=True)
-class Job:
-    partition_key: str
-    host: str
-    reason: str
-    estimate_s: float
-
-
-def summary_run(store: DigestStore, client, limits: Limits, job: Job, run_id: str) -> None:
-    """The store work of one `session_summaries` run around its model calls, in its order, with
-    DIGEST_RESPONSE_CACHE=off (the sequence with the most writes: the staged reply is dropped),
-    each store method on a connection of its own (the writer's "per method" side)."""
-    session = store.sessions.session_by_partition(job.partition_key)
-    session_id, revision = session["session_id"], session["input_revision"]
-    store.summaries.summary_row(session_id)  # the asset's check for an imported summary of these turns
-    holder = store.summaries.claim_summary_lease(session_id, run_id, now_ms(), 2 * limits.timeout_s + 120)
-    assert holder is None, f"{session_id} leased twice"
-    try:
-        store.summaries.summary_standing(session_id)
-        turns = store.sessions.load_turns([session_id])
-        staged = CachedChatClient(
-            client, store.cache, {"provider": "openai"}, reuse=False, session=(session_id, revision)
-        )
-        result = summarize_session(turns, staged, limits, RunLedger(store, run_id, host=job.host))
-        if result.summary is None and result.host_failure:
-            return  # the host's fault, on its circuit: the session is not backed off, the next tick places it again
-        if result.summary is None:
-            store.summaries.record_summary_failure(
-                session_id, revision, result.failure, now_ms(), lambda n: failure_backoff_s(n, SweepPolicy())
-            )
-            return
-        store.summaries.write_summary(result.summary, run_id=run_id, host=job.host, host_reason=job.reason)
-        store.cache.drop_staged_replies(session_id)
-        store.summaries.clear_summary_failures(session_id)
-    finally:
-        store.summaries.release_summary_lease(session_id, run_id)
 
 
 # --- host assignment -------------------------------------------------------------------------------
@@ -423,146 +269,7 @@ def outcome(store: DigestStore) -> dict:
     }
 
 
-# --- the DuckDB writer ------------------------------------------------------------------------------
-
-
-class InstantClient:
-    """A reply at once: only the store's work is timed."""
-
-    model = "bench-instant"
-    streaming = False
-
-    def chat(self, prompt: str, *, schema, max_output_tokens: int, timeout_s: float, stall_s=None) -> ChatReply:
-        tokens = math.ceil(len(prompt.encode("utf-8")) / SERVER_BYTES_PER_TOKEN)
-        return ChatReply(REPLY.content, tokens, COMPLETION_TOKENS, duration_s=0.0, finish_reason="stop")
-
-    def count_tokens(self, text: str) -> int | None:
-        return None  # no tokenizer: the estimate routes
-
-
-class InstantHosts(ModelHosts):
-    """Model hosts that all answer at once (`InstantClient`)."""
-
-    def _provider_client(self, spec: HostSpec, progress=None) -> InstantClient:
-        return InstantClient()
-
-
-def instant_settings(home: str) -> Settings:
-    """One host as the writer's "per method" side has it: context 131,072, raw cap 8192, 3 bytes a
-    token, no response cache (the staged reply dropped: the most writes)."""
-    return load_settings(
-        {
-            "DIGEST_HOME": home,
-            "DIGEST_MODEL_PROVIDER": "openai",
-            "DIGEST_CONTEXT_LIMIT_TOKENS": "131072",
-            "DIGEST_RAW_CAP_TOKENS": "8192",
-            "DIGEST_BYTES_PER_TOKEN": "3",
-            "DIGEST_RESPONSE_CACHE": "off",
-        }
-    )
-
-
-def writer_loop(path: str, keys: list[str], seconds: float, barrier, results, tag: str, side: str) -> None:
-    """Summary runs back to back for `seconds` after every writer is ready; (runs, connections, errors).
-    `side`: "per method", the store work of a run with each method on its own connection
-    (`summary_run`, the code before one connection per phase); "held", the run's own work
-    (`summarize_partition`: one held connection before the model call and one after)."""
-    store = DigestStore(BenchFile(path))
-    limits = fleet([cpu_host("writer")], 1.0).limits()
-    client = InstantClient()
-    settings = instant_settings(str(Path(path).parent))
-    host = InstantHosts(settings).fleet.host().name
-    tags = {MODEL_HOST_TAG: host, MODEL_HOST_REASON_TAG: "bench"}  # placed, as a sweep's run is
-    runs, errors = 0, 0
-    barrier.wait()
-    stop = time.perf_counter() + seconds
-    while time.perf_counter() < stop:
-        key, run_id = keys[runs % len(keys)], f"{tag}-{runs}"
-        try:
-            if side == "held":
-                outcome = summarize_partition(
-                    store, InstantHosts(settings), RunFacts(run_id, tags), key, SweepPolicy(), CircuitPolicy()
-                )
-                assert outcome.row is not None, outcome
-            else:
-                summary_run(store, client, limits, Job(key, "writer", "bench", 0.0), run_id)
-        except Exception:  # a lock wait past LOCK_WAIT_S, a conflict: counted
-            errors += 1
-        runs += 1
-    results.put((runs, store.file.connections, errors))
-
-
-def writer_headroom(path: Path, workers: int, mode: str, seconds: float, side: str = "per method") -> dict:
-    keys = DigestStore(path).sessions.partition_keys()
-    slices = [keys[i::workers] for i in range(workers)]
-    if mode == "threads":
-        barrier, results = threading.Barrier(workers + 1), queue.Queue()
-        starters = [
-            threading.Thread(target=writer_loop, args=(str(path), s, seconds, barrier, results, f"t{i}", side))
-            for i, s in enumerate(slices)
-        ]
-    else:
-        context = multiprocessing.get_context("spawn")
-        barrier, results = context.Barrier(workers + 1), context.Queue()
-        starters = [
-            context.Process(target=writer_loop, args=(str(path), s, seconds, barrier, results, f"p{i}", side))
-            for i, s in enumerate(slices)
-        ]
-    for s in starters:
-        s.start()
-    barrier.wait()  # every writer has imported and opened its store
-    rows = [results.get(timeout=seconds + 300) for _ in starters]
-    for s in starters:
-        s.join()
-    runs = sum(r[0] for r in rows)
-    return {
-        "side": side,
-        "mode": mode,
-        "workers": workers,
-        "runs": runs,
-        "runs_per_s": runs / seconds,
-        "connections_per_run": sum(r[1] for r in rows) / max(1, runs),
-        "errors": sum(r[2] for r in rows),
-    }
-
-
-def measure_writer(path: Path, seconds: float, processes: list[int]) -> list[dict]:
-    """Both sides from threads of one process and from separate processes (a Dagster run is a
-    process), each on the same file; printed as a table."""
-    measured = []
-    for side in ("per method", "held"):
-        for mode, counts in (("threads", [1, 4]), ("processes", processes)):
-            for workers in counts:
-                measured.append(writer_headroom(path, workers, mode, seconds, side))
-    print(f"\n3. The DuckDB writer: summary runs back to back, no model time, {seconds:g} s each")
-    print(
-        table(
-            ["side", "writers", "runs", "runs/s", "connections/run", "errors"],
-            [
-                [
-                    m["side"],
-                    f"{m['workers']} {m['mode']}",
-                    m["runs"],
-                    f"{m['runs_per_s']:.1f}",
-                    f"{m['connections_per_run']:.1f}",
-                    m["errors"],
-                ]
-                for m in measured
-            ],
-        )
-    )
-    return measured
-
-
 # --- the report -------------------------------------------------------------------------------------
-
-
-def table(header: list[str], rows: list[list]) -> str:
-    cells = [header] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def sizes_line(sizes: list[int]) -> str:

@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _measure import quantile
 from _old_code import exported
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,11 +164,6 @@ def run_arm(tree: Path, corpus: Path, work: Path, name: str, refreshes: int, see
     result = json.loads(out.stdout.strip().splitlines()[-1])
     shutil.rmtree(folder, ignore_errors=True)
     return result
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def report(results: dict[str, dict], load: tuple) -> None:

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _measure import quantile
 from _old_code import worktree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,11 +33,6 @@ MCP_INITIALIZE = {
     "jsonrpc": "2.0", "id": 1, "method": "initialize",
     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
 }  # fmt: skip
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def cli_module(tree: Path) -> str:
