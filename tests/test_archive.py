@@ -26,10 +26,7 @@ from pipelines.definitions import build_definitions
 from pipelines.sensors import register_partitions, summary_sensor
 from resources.model_hosts import ModelHosts
 from resources.store import NOT_ARCHIVED, DigestStore, RunLedger
-from tests.bundles import write_bundle
-from tests.conftest import make_turns, project_free_environ
-from tests.hostile_bundles import (
-    CASES,
+from tests.bundle_edits import (
     before_restore,
     bundle_turn_sessions,
     check_accepted,
@@ -42,6 +39,9 @@ from tests.hostile_bundles import (
     reseal,
     save_manifest,
 )
+from tests.bundles import write_bundle
+from tests.conftest import make_turns, project_free_environ
+from tests.hostile_bundles import CASES
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer
 
 CLI = [sys.executable, "-m", "app.cli"]

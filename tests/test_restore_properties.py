@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from digest.archive import MANIFEST
 from digest.archive_read import BundleError, validate_bundle
 from resources.store import DigestStore
-from tests.hostile_bundles import (
+from tests.bundle_edits import (
     LIVE_ONLY,
     before_restore,
     bundle_turn_sessions,
