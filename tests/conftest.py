@@ -85,6 +85,8 @@ TIERS = {
     "test_held_phases": "unit",
     # integration: real Dagster instances and runs, the CLI in subprocesses, over real DuckDB
     "test_archive": "integration",
+    "test_archive_hostile": "integration",
+    "test_archive_places": "integration",
     "test_backfill": "integration",
     "test_backlog": "integration",
     "test_busy_host": "integration",

@@ -31,7 +31,7 @@ from tests.bundle_edits import (
     save_manifest,
     set_lines,
 )
-from tests.test_archive import restore_base  # noqa: F401  (the module's store and bundles)
+from tests.test_archive_hostile import restore_base  # noqa: F401  (the module's store and bundles)
 
 EXAMPLES = int(os.environ.get("RESTORE_PROPERTY_EXAMPLES", "60"))
 SESSIONS = ["small", "third", *LIVE_ONLY]
