@@ -75,6 +75,7 @@ TIERS = {
     "test_claims": "unit",
     "test_turn_cards": "unit",
     "test_text_facts": "unit",
+    "test_text_facts_specstory": "unit",
     "test_embeddings": "unit",
     "test_search": "unit",
     "test_redaction": "unit",
