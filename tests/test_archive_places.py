@@ -11,15 +11,7 @@ import pytest
 from digest.archive_read import BundleError, validate_bundle
 from digest.ingest import ingest_paths
 from resources.store import DigestStore
-from tests.bundle_edits import (
-    edit_entry,
-    edit_line,
-    file_of,
-    fingerprint,
-    manifest,
-    raw_lines,
-    reseal,
-)
+from tests.bundle_edits import edit_entry, edit_line, file_of, fingerprint, manifest, raw_lines, reseal
 
 GH_TOKEN = "ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8"
 PLACE_KEYS = ("project", "gitBranch", "redactions")

@@ -11,10 +11,7 @@ from pathlib import Path
 from dagster import build_sensor_context
 
 import tests.test_graph
-from digest.graph import (
-    GraphPolicy,
-    digest_session,
-)
+from digest.graph import GraphPolicy, digest_session
 from digest.prompts import TURN_SEPARATOR
 from digest.settings import load_settings
 from digest.turns import Turn, compose_document

@@ -10,14 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.store_commands import export_graph
-from digest.graph import (
-    ExtractionStats,
-    GraphEdge,
-    GraphNode,
-    SessionGraph,
-    digest_session,
-    reinforce,
-)
+from digest.graph import ExtractionStats, GraphEdge, GraphNode, SessionGraph, digest_session, reinforce
 from digest.ingest import parse_graph_line
 from digest.settings import load_settings
 from resources.model_clients import OpenAIChatClient

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import tests.test_graph
 from app.store_commands import reset_digest
-from digest.graph import (
-    DigestState,
-)
+from digest.graph import DigestState
 from digest.turns import canonical_order, input_revision
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
