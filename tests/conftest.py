@@ -131,6 +131,8 @@ TIERS = {
     "test_interrupted_runs": "integration",
     "test_junk": "integration",
     "test_mini_summaries": "integration",
+    "test_mini_summaries_failures": "integration",
+    "test_mini_summaries_runs": "integration",
     "test_model_faults": "integration",
     "test_pipeline": "integration",
     "test_round_trip": "integration",
