@@ -137,6 +137,8 @@ TIERS = {
     "test_pipeline": "integration",
     "test_round_trip": "integration",
     "test_sensors": "integration",
+    "test_sensors_inbox": "integration",
+    "test_sensors_leases": "integration",
     "test_settings_load": "integration",
     "test_resource_settings": "integration",
     "test_store": "integration",
