@@ -1,31 +1,27 @@
-"""The session graph: chunking, extraction, merge, provenance, digest state and export, over a
-real DuckDB file, real HTTP to tests/model_server.py, and a real Dagster instance for the asset."""
+"""The session graph: settings, chunking, extraction, merge, provenance and digest state, over a
+real DuckDB file and real HTTP to tests/model_server.py; the stand-in model and the Dagster helpers
+the test_graph_* modules share."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
-import math
 import re
 from pathlib import Path
 
 import pytest
-from dagster import build_sensor_context, instance_for_test
+from dagster import instance_for_test
 
-from app.store_commands import export_graph, reset_digest
+from app.store_commands import export_graph
 from digest.graph import (
     ENTITY_TYPES,
     Chunk,
     DigestState,
-    ExtractionStats,
     GraphBuilder,
-    GraphEdge,
     GraphExtraction,
-    GraphNode,
     GraphParseError,
     GraphPolicy,
-    SessionGraph,
     after_failure,
     after_reset,
     after_success,
@@ -42,19 +38,16 @@ from digest.graph import (
     reinforce,
     salvage_cut_reply,
 )
-from digest.ingest import parse_graph_line
 from digest.prompts import TURN_SEPARATOR
 from digest.settings import SettingsError, load_settings
-from digest.turns import Turn, canonical_order, compose_document, input_revision
+from digest.turns import Turn, compose_document, input_revision
 from digest.visibility import summary_user_id
 from pipelines.definitions import build_definitions
-from pipelines.sensors import digest_sensor, register_partitions
-from resources.model_clients import OllamaChatClient, OpenAIChatClient
+from pipelines.sensors import register_partitions
+from resources.model_clients import OpenAIChatClient
 from resources.store import DigestStore, RunLedger
-from tests.bundles import memory_row, write_bundle
 from tests.conftest import make_limits, make_turns
 from tests.model_server import GOOD_SUMMARY, Behaviour, ModelServer, Received
-from tests.test_imported_summaries import exported_summary, write_summaries
 
 PLANTED = "Zanzibarquux"
 # The graph bounds of a small-context model: the reference's 8192 output tokens would fill make_limits' context.
@@ -481,126 +474,6 @@ def _run(definitions, instance, job: str, key: str):
     return job_def.execute_in_process(instance=instance, partition_key=key, raise_on_error=False)
 
 
-def test_a_degraded_sessions_graph_holds_nothing_from_its_summary_text(tmp_path, instance):
-    turns = make_turns("big", 40, doc_bytes=400, minis=40)  # over the raw cap: a degraded summary
-    folder = write_bundle(tmp_path / "bundle", turns)
-    planted = {**GOOD_SUMMARY, "summary": f"The agent rebuilt the {PLANTED} pipeline and the Quokkawidget cache."}
-    with ModelServer(script(summary=planted)) as server:
-        definitions, _ = _definitions(tmp_path, server.url)
-        store = _ingest(definitions, instance, folder)
-        assert _run(definitions, instance, "summarize_sessions", "big").success
-        result = _run(definitions, instance, "digest_sessions", "big")
-    assert store.summaries.summary_row("big")["source_tier"] == "miniSummary"
-    assert PLANTED in store.summaries.summary_row("big")["summary"]
-    assert result.success
-    graph_prompts = [r.prompt for r in server.chat_requests() if is_graph_request(r)]
-    assert len(graph_prompts) > 1 and not any(PLANTED in p or "Quokkawidget" in p for p in graph_prompts)
-    rows = store.query(
-        "SELECT id, label, properties::VARCHAR AS p FROM graph_nodes UNION ALL "
-        "SELECT id, type, properties::VARCHAR FROM graph_edges"
-    )
-    assert len(rows) > 80
-    for column in ("id", "p"):
-        assert not rows[column].str.contains(f"{PLANTED}|Quokkawidget", case=False).any()
-    # The echo model extracted what the raw turns say, and it landed as raw-turn evidence.
-    entities = store.query("SELECT properties->>'name' AS name, properties->>'evidence' AS evidence FROM graph_nodes "
-                           "WHERE label = 'CONCEPT'")  # fmt: skip
-    assert "Prompt" in entities["name"].tolist() and set(entities["evidence"]) == {"raw-turns"}
-    meta = result.asset_materializations_for_node("session_graph")[0].metadata
-    assert meta["summary_source_tier"].value == "miniSummary" and meta["evidence"].value == "raw turns only"
-    assert meta["chunks"].value == len(graph_prompts) and meta["nodes"].value == store.query(
-        "SELECT count(*) AS n FROM graph_nodes")["n"][0]  # fmt: skip
-    assert "| entity | type | description |" in meta["graph"].value
-    assert store.graph.digest_state("big").digest_state == "digested"
-    assert store.graph.pending_digest_keys(fresh=2, total=10) == []
-
-
-def test_the_revision_gate_leaves_a_changed_session_pending(tmp_path, instance):
-    folder = write_bundle(tmp_path / "bundle", make_turns("s1", 3))
-    with ModelServer(script()) as server:
-        definitions, _ = _definitions(tmp_path, server.url)
-        store = _ingest(definitions, instance, folder)
-        assert _run(definitions, instance, "summarize_sessions", "s1").success
-        assert store.graph.pending_digest_keys(fresh=2, total=10) == ["s1"]
-        # A turn changes after the summary was made.
-        changed = {"id": "s1-t001", "session_id": "s1", "ts_ms": 1_760_000_060_000, "type": "agent-interaction",
-                   "document": "User Prompt: changed\nAgent Thought: t\nAgent Response: r", "document_rebuilt": False,
-                   "source_file": "edit.jsonl", "source_line": 1}  # fmt: skip
-        store.ingest.write_turns([changed])
-        store.ingest.refresh_sessions(["s1"])
-        result = _run(definitions, instance, "digest_sessions", "s1")
-        assert result.success and result.asset_materializations_for_node("session_graph") == []
-        (observation,) = result.asset_observations_for_node("session_graph")
-        assert "input revision mismatch" in observation.metadata["reason"].value
-        assert not any(is_graph_request(r) for r in server.chat_requests())
-        # Only what the summary wrote: its SESSION_SUMMARY node.
-        assert store.query("SELECT label FROM graph_nodes")["label"].tolist() == ["SESSION_SUMMARY"]
-        assert store.graph.digest_state("s1") is None  # not a failure: no attempt counted
-        assert store.graph.pending_digest_keys(fresh=2, total=10) == []  # pending a new summary, not a digest
-        assert _run(definitions, instance, "summarize_sessions", "s1").success
-        assert store.graph.pending_digest_keys(fresh=2, total=10) == ["s1"]
-        assert _run(definitions, instance, "digest_sessions", "s1").success
-    assert store.graph.digest_state("s1").revision == store.sessions.session_by_partition("s1")["input_revision"]
-
-
-def test_a_swept_digest_run_leaves_a_session_another_run_digested_meanwhile(tmp_path, instance):
-    folder = write_bundle(tmp_path / "bundle", make_turns("s1", 3))
-    with ModelServer(script()) as server:
-        definitions, _ = _definitions(tmp_path, server.url, DIGEST_RESPONSE_CACHE="off")  # every chunk a call
-        _ingest(definitions, instance, folder)
-        assert _run(definitions, instance, "summarize_sessions", "s1").success
-        job = definitions.resolve_job_def("digest_sessions")
-        swept = {"digest/sweep": "cli"}  # two `session-digest digest` at once both queued s1
-        assert job.execute_in_process(instance=instance, partition_key="s1", tags=swept).success
-        calls = len(server.chat_requests())
-        again = job.execute_in_process(instance=instance, partition_key="s1", tags=swept)
-        assert again.success and again.asset_materializations_for_node("session_graph") == []
-        assert "already digested" in again.asset_observations_for_node("session_graph")[0].metadata["reason"].value
-        assert len(server.chat_requests()) == calls
-        by_hand = _run(definitions, instance, "digest_sessions", "s1")  # e.g. after a prompt change
-        assert by_hand.asset_materializations_for_node("session_graph") and len(server.chat_requests()) > calls
-
-
-def test_failures_count_to_undigestible_and_an_operator_reset_brings_it_back(tmp_path, instance):
-    folder = write_bundle(tmp_path / "bundle", make_turns("flaky", 2))
-    replies = {"graph": lambda received: Behaviour.text("not json")}
-    with ModelServer(script(graph=lambda received: replies["graph"](received))) as server:
-        definitions, settings = _definitions(tmp_path, server.url)
-        store = _ingest(definitions, instance, folder)
-        assert _run(definitions, instance, "summarize_sessions", "flaky").success
-        states = []
-        for _ in range(3):
-            result = _run(definitions, instance, "digest_sessions", "flaky")
-            assert not result.success
-            state = store.graph.digest_state("flaky")
-            states.append((state.digest_state, state.attempts, state.defer_reason))
-        assert states == [
-            ("undigested", 1, "schema-failure"),
-            ("undigested", 2, "schema-failure"),
-            ("undigestible", 3, "schema-failure"),
-        ]
-        failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
-        assert "undigestible after 3 attempt(s)" in failure.event_specific_data.error.message
-        assert store.graph.pending_digest_keys(fresh=2, total=10) == []  # out of the cadence
-        calls = len(server.chat_requests())
-        skipped = _run(definitions, instance, "digest_sessions", "flaky")
-        assert skipped.success and len(server.chat_requests()) == calls  # not tried again
-        assert "reset-digest" in skipped.asset_observations_for_node("session_graph")[0].metadata["reason"].value
-        report = store.reports.friction_report_rows()["undigestible"]
-        assert [(r["session_id"], r["reason"], r["attempts"]) for r in report] == [("flaky", "schema-failure", 3)]
-
-        assert reset_digest(settings, "flaky")["was"] == {"digest_state": "undigestible", "attempts": 3,
-                                                          "defer_reason": "schema-failure"}  # fmt: skip
-        assert reset_digest(settings, "flaky")["reset"] is False  # only an undigestible session is reset
-        assert store.graph.pending_digest_keys(fresh=2, total=10) == ["flaky"]
-        replies["graph"] = lambda received: Behaviour.reply(echo_extraction(received.prompt))
-        assert _run(definitions, instance, "digest_sessions", "flaky").success
-    revision = store.sessions.session_by_partition("flaky")["input_revision"]
-    assert store.graph.digest_state("flaky") == DigestState("digested", 0, None, revision)
-    outcomes = store.query("SELECT outcome FROM attempts WHERE stage = 'graph' ORDER BY attempt_id")["outcome"].tolist()
-    assert outcomes == ["parse-failure"] * 3 + ["ok"]
-
-
 def _export_lines(settings, path: Path) -> tuple[dict, dict]:
     """`export-graph` into `path`: its node lines by id (each id once) and its edge lines by id."""
     export_graph(settings, str(path))
@@ -608,373 +481,6 @@ def _export_lines(settings, path: Path) -> tuple[dict, dict]:
     nodes = [d for d in lines if "label" in d]
     assert len({n["id"] for n in nodes}) == len(nodes)
     return {n["id"]: n for n in nodes}, {d["id"]: d for d in lines if "source" in d}
-
-
-def test_every_summary_is_in_the_graph_from_when_it_is_written(tmp_path, instance):
-    """Issue 12.2: the original writes the SESSION_SUMMARY node (tier, degraded, raw canonical) and
-    its summary-time edges with the summary. A session summarized under the raw cap and never
-    digested, one whose digest ends undigestible, and one whose exported summary is adopted all have
-    theirs in `export-graph`; the digest that succeeds at last rewrites it, once and the same."""
-    big, flaky, adopted = (
-        make_turns("big", 40, doc_bytes=400, minis=40),
-        make_turns("flaky", 2),
-        make_turns("adopted", 2),
-    )
-    folder = write_bundle(tmp_path / "bundle", big + flaky + adopted)
-    revision = input_revision(canonical_order(adopted))
-    write_summaries(folder, [exported_summary("adopted", memoryCount=2, dreamInputRevision=revision,
-                                              sourceTier="truncatedRaw", degraded=True, participatingAgents="neo-gpt")])  # fmt: skip
-    replies = {"graph": lambda received: Behaviour.text("not json")}
-    with ModelServer(script(graph=lambda received: replies["graph"](received))) as server:
-        definitions, settings = _definitions(tmp_path, server.url)
-        store = _ingest(definitions, instance, folder)
-        for key in ("big", "flaky"):
-            assert _run(definitions, instance, "summarize_sessions", key).success
-        for _ in range(3):
-            assert not _run(definitions, instance, "digest_sessions", "flaky").success
-        assert store.graph.digest_state("flaky").digest_state == "undigestible"
-        assert store.graph.digest_state("big") is None and store.graph.digest_state("adopted") is None
-        assert store.summaries.summary_row("big")["raw_cap_tokens"] == 2000
-        assert store.summaries.summary_row("adopted")["origin"] == "imported"
-        nodes, edges = _export_lines(settings, tmp_path / "before.jsonl")
-        # The bundle's own graph lines (its turns' AGENT_MEMORY nodes) come back too.
-        imported = set(store.query("SELECT id FROM imported_graph_nodes")["id"])
-        assert imported and sorted(set(nodes) - imported) == ["summary_adopted", "summary_big", "summary_flaky"]
-        provenance = {sid: {k: nodes[f"summary_{sid}"]["properties"].get(k) for k in ("sourceTier", "degraded", "rawCanonical", "userId")}
-                      for sid in ("big", "flaky", "adopted")}  # fmt: skip
-        assert provenance == {
-            "big": {"sourceTier": "miniSummary", "degraded": True, "rawCanonical": True, "userId": None},
-            "flaky": {"sourceTier": "raw", "degraded": False, "rawCanonical": True, "userId": None},
-            "adopted": {"sourceTier": "truncatedRaw", "degraded": True, "rawCanonical": True, "userId": "shared"},
-        }
-        assert nodes["summary_big"]["label"] == "SESSION_SUMMARY"
-        assert nodes["summary_big"]["properties"]["name"] == GOOD_SUMMARY["title"]
-        assert nodes["summary_adopted"]["properties"]["description"] == "bugfix session by neo-gpt"
-        for sid in ("big", "flaky", "adopted"):
-            assert edges[f"frontier->summary_{sid}:SESSION_COMPLETED"]["properties"] == {"weight": 1.0}
-            assert edges[f"summary_{sid}->@neo-opus-ada:AUTHORED_BY"]["properties"]["sharedEntity"] is True
-        assert len(edges) == 6
-
-        assert reset_digest(settings, "flaky")["reset"] is not False
-        replies["graph"] = lambda received: Behaviour.reply(echo_extraction(received.prompt))
-        assert _run(definitions, instance, "digest_sessions", "flaky").success
-        after, after_edges = _export_lines(settings, tmp_path / "after.jsonl")
-    assert after["summary_flaky"] == nodes["summary_flaky"]  # rewritten by the digest, the same
-    assert after["summary_big"] == nodes["summary_big"] and after["summary_adopted"] == nodes["summary_adopted"]
-    assert {"session:flaky", "flaky-t000", "flaky-t001"} <= set(after)
-    assert {i: after_edges[i] for i in edges} == edges
-    stored = store.query(
-        "SELECT id, count(*) AS n FROM graph_nodes WHERE label = 'SESSION_SUMMARY' GROUP BY id ORDER BY id"
-    )
-    assert stored.to_dict("records") == [{"id": f"summary_{sid}", "n": 1} for sid in ("adopted", "big", "flaky")]
-
-
-def test_a_context_overflow_is_undigestible_at_once(tmp_path, instance):
-    folder = write_bundle(tmp_path / "bundle", make_turns("wide", 2))
-    with ModelServer(script(graph=lambda received: Behaviour.overflow())) as server:
-        definitions, _ = _definitions(tmp_path, server.url)
-        store = _ingest(definitions, instance, folder)
-        assert _run(definitions, instance, "summarize_sessions", "wide").success
-        assert not _run(definitions, instance, "digest_sessions", "wide").success
-    state = store.graph.digest_state("wide")
-    assert (state.digest_state, state.attempts, state.defer_reason) == ("undigestible", 1, "under-band-choke")
-    symptoms = store.query("SELECT consumer, symptom FROM friction_events WHERE consumer = 'session_graph'")
-    assert symptoms.to_dict("records") == [{"consumer": "session_graph", "symptom": "context-overflow"}]
-
-
-# --- the raw cap and the run budget ----------------------------------------------------------------
-
-
-def _estimate(prompt: str) -> int:
-    return math.ceil(len(prompt.encode("utf-8")) / 3)  # DIGEST_BYTES_PER_TOKEN's default
-
-
-def _excerpt_parts(prompts: list[str]) -> list[str]:
-    return [part for p in prompts for part in p.split("--- Session excerpt ---\n", 1)[1].split(TURN_SEPARATOR)]
-
-
-def _write_memory_bundle(folder: Path, turns: list[tuple[Turn, str, str, str]]) -> Path:
-    """A memory-backup file whose rows carry their prompt, thought and response, as Neo's do."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / "memory-backup-2026-11-20T09-00-00.000Z.jsonl").open("w") as out:
-        for t, prompt, thought, response in turns:
-            out.write(json.dumps(memory_row(t, prompt, thought, response)) + "\n")
-    return folder
-
-
-def _ninety_kb_session(session_id: str) -> list[tuple[Turn, str, str, str]]:
-    """About 90 KB: 26 turns of ~2.9 KB and one of ~16 KB, a single turn over a 3000-token cap."""
-    rows = []
-    for i in range(27):
-        lines = 120 if i == 13 else 21
-        response = "\n".join(f"Step {i}.{n}: Quillmotor{i} touched src/grid/Row.mjs and Kestrelbus{n} again." +
-                             " the worker answered" * 3 for n in range(lines))  # fmt: skip
-        prompt, thought = f"Prompt {i}: fix the Quillmotor grid", f"Thinking about step {i}"
-        document = compose_document(prompt, thought, response)
-        t = Turn(id=f"{session_id}-t{i:03d}", session_id=session_id, document=document,
-                 ts_ms=1_760_000_000_000 + i * 60_000, agent="claude-code", agent_identity="@neo-opus-ada")  # fmt: skip
-        rows.append((t, prompt, thought, response))
-    return rows
-
-
-def test_with_the_raw_cap_on_no_model_call_of_any_stage_exceeds_it(tmp_path, instance):
-    """Issue 11.4: an Ollama host of context 131072 with DIGEST_RAW_CAP_TOKENS=3000 sent one whole
-    ~90 KB session as a single extraction prompt. Every call (mini summaries, the degraded summary,
-    each graph chunk) stays within the cap, and the chunks still carry every turn's text."""
-    rows = _ninety_kb_session("wide")
-    assert 85_000 < sum(len(t.document.encode()) for t, *_ in rows) < 95_000
-    folder = _write_memory_bundle(tmp_path / "bundle", rows)
-    with ModelServer(script()) as server:
-        definitions, _ = _definitions(
-            tmp_path, server.url, DIGEST_MODEL_PROVIDER="ollama", DIGEST_RAW_CAP_TOKENS="3000",
-            DIGEST_GRAPH_CHUNK_LIMIT_TOKENS="", DIGEST_GRAPH_OUTPUT_LIMIT_TOKENS="",
-        )  # fmt: skip
-        assert definitions.resources["model"].context_limit_tokens == 131072
-        store = _ingest(definitions, instance, folder)
-        assert _run(definitions, instance, "summarize_sessions", "wide").success
-        result = _run(definitions, instance, "digest_sessions", "wide")
-    assert result.success and store.graph.digest_state("wide").digest_state == "digested"
-    requests = server.chat_requests()
-    assert {r.path for r in requests} == {"/api/chat"}
-    stages = {"graph": [r.prompt for r in requests if is_graph_request(r)]}
-    stages["other"] = [r.prompt for r in requests if not is_graph_request(r)]
-    assert len(stages["graph"]) > 5 and len(stages["other"]) > 20  # mini summaries and the summary too
-    assert max(_estimate(p) for p in stages["graph"] + stages["other"]) <= 3000
-    # Every turn's evidence reached the model: the small turns whole, the big one in pieces, in order.
-    turns = store.sessions.load_turns(["wide"])
-    big = next(t for t in turns if t.id == "wide-t013")
-    assert _estimate(big.document) > 3000
-    parts = _excerpt_parts(stages["graph"])
-    small = {t.document for t in turns if t is not big}
-    assert small <= set(parts)
-    assert "".join(p for p in parts if p not in small) == big.document
-    assert result.asset_materializations_for_node("session_graph")[0].metadata["prompt_window_tokens"].value == 3000
-
-
-def test_with_the_raw_cap_off_the_chunk_limit_alone_bounds_the_graph(store):
-    """Cap off: as before, a 90 KB session fits one chunk of the 50000-token limit."""
-    settings = load_settings({"DIGEST_MODEL_PROVIDER": "ollama", "DIGEST_RAW_CAP_TOKENS": "off"})
-    turns = [t for t, *_ in _ninety_kb_session("wide")]
-    with ModelServer(script()) as server:
-        client = OllamaChatClient(server.url, "llama3.2", num_ctx=settings.context_limit_tokens)
-        result = digest_session(turns, summary_row(turns), client, settings.limits(), settings.graph, _NullLedger())
-    (prompt,) = [r.prompt for r in server.chat_requests()]
-    assert result.graph.chunks == 1 and 30_000 < _estimate(prompt) <= 50000
-
-
-def _graph_rows(store: DigestStore, session_id: str) -> tuple[set, set]:
-    """A session's stored graph (no property holds a time the digest ran)."""
-
-    def props(raw: str) -> str:
-        return json.dumps(json.loads(raw), sort_keys=True)
-
-    nodes = store.query(
-        "SELECT id, label, properties::VARCHAR AS p FROM graph_nodes WHERE session_id = ?", [session_id]
-    )
-    edges = store.query(
-        "SELECT id, source, target, type, properties::VARCHAR AS p FROM graph_edges WHERE session_id = ?", [session_id]
-    )
-    return ({(r.id, r.label, props(r.p)) for r in nodes.itertuples()},
-            {(r.id, r.source, r.target, r.type, props(r.p)) for r in edges.itertuples()})  # fmt: skip
-
-
-def test_a_session_over_the_run_budget_is_finished_by_the_next_run_with_no_chunk_sent_twice(tmp_path, instance):
-    """A budget smaller than one chunk's call: each run starts one chunk and stops, its result kept;
-    the next run, which the digest sensor gives the part-done session before older ones, goes on
-    from there. The response cache is off, so only the stored chunk results prevent a repeat."""
-    texts = [("older", "p", "t", "r")] + [
-        ("two", f"Prompt {i}", "plan", "Quillmotor and Kestrelbus " * 60) for i in range(4)
-    ]
-    rows = [
-        (Turn(id=f"{sid}-t{i}", session_id=sid, document=compose_document(*fields), ts_ms=(i + 1) * 60_000 if sid == "older"
-              else 1_760_000_000_000 + i * 60_000, agent="claude-code"), *fields)
-        for i, (sid, *fields) in enumerate(texts)
-    ]  # fmt: skip
-    folder = _write_memory_bundle(tmp_path / "bundle", rows)
-    slow_echo = lambda received: Behaviour(content=json.dumps(echo_extraction(received.prompt)), delay_s=0.02)  # noqa: E731
-    with ModelServer(script(graph=slow_echo)) as server:
-        definitions, settings = _definitions(
-            tmp_path, server.url, DIGEST_GRAPH_BUDGET_S="0.001", DIGEST_RESPONSE_CACHE="off",
-            DIGEST_GRAPH_BATCH_SESSIONS="1",
-        )  # fmt: skip
-        store = _ingest(definitions, instance, folder)
-        for key in ("older", "two"):
-            assert _run(definitions, instance, "summarize_sessions", key).success
-        assert _tick_digest_sensor(instance, definitions) == ["older"]  # the oldest, before any is part-done
-
-        first = _run(definitions, instance, "digest_sessions", "two")
-        assert first.success and first.asset_materializations_for_node("session_graph") == []
-        (observation,) = first.asset_observations_for_node("session_graph")
-        meta = {k: v.value for k, v in observation.metadata.items()}
-        assert (meta["digested"], meta["chunks_planned"], meta["chunks_done"], meta["chunks_left_for_later"]) == (
-            False, 2, 1, 1)  # fmt: skip
-        assert "next run" in meta["reason"]
-        assert store.graph.digest_state("two") is None  # not a failure: no attempt counted
-        assert store.query("SELECT chunk_index FROM graph_chunks WHERE session_id = 'two'")["chunk_index"].tolist() == [
-            0
-        ]
-        assert _tick_digest_sensor(instance, definitions) == ["two"]  # the part-done session goes next
-
-        second = _run(definitions, instance, "digest_sessions", "two")
-        assert second.success
-        graph_prompts = [r.prompt for r in server.chat_requests() if is_graph_request(r)]
-        assert len(graph_prompts) == len(set(graph_prompts)) == 2  # each chunk sent once, over two runs
-        meta = second.asset_materializations_for_node("session_graph")[0].metadata
-        assert (meta["chunks"].value, meta["chunks_from_earlier_runs"].value) == (2, 1)
-        assert store.graph.digest_state("two").digest_state == "digested"
-        assert store.query("SELECT count(*) AS n FROM graph_chunks")["n"][0] == 0  # dropped with the graph write
-        two_runs = _graph_rows(store, "two")
-
-        # The same session in one run, with room in the budget: the same graph.
-        one_run_store = DigestStore(tmp_path / "one-run.duckdb")
-        one_run_store.migrate()
-        turns = store.sessions.load_turns(["two"])
-        one_run = digest_session(
-            turns, store.summaries.summary_row("two"), OpenAIChatClient(server.url, "default"), settings.limits(),
-            dataclasses.replace(settings.graph, budget_s=1800.0), _NullLedger(),
-        )  # fmt: skip
-    assert one_run.graph.chunks == 2 and one_run.chunks_resumed == 0
-    one_run_store.graph.write_graph(one_run.graph)
-    assert two_runs == _graph_rows(one_run_store, "two")
-    assert len(two_runs[0]) > 10 and any(n[1] == "CONCEPT" for n in two_runs[0])
-    ledger = store.query("SELECT outcome, count(*) AS n FROM attempts WHERE stage = 'graph' GROUP BY ALL")
-    assert ledger.to_dict("records") == [{"outcome": "ok", "n": 2}]
-
-
-def test_a_retry_after_a_failed_chunk_sends_only_the_chunks_not_done(store):
-    """A chunk's result is stored as it arrives; a failure later in the session costs that chunk
-    only, and a stored result counts only for the same text (another chunking sends all again)."""
-    limits, policy = make_limits(), GraphPolicy(chunk_limit_tokens=900, output_limit_tokens=256, timeout_s=5)
-    turns = make_turns("retry", 9, doc_bytes=700)
-    failing = {"on": True}
-
-    def graph(received: Received) -> Behaviour:
-        if failing["on"] and turns[4].document in received.prompt:
-            return Behaviour.text("not json")
-        return Behaviour.reply(echo_extraction(received.prompt))
-
-    ledger = RunLedger(store, "run")
-    with ModelServer(script(graph=graph)) as server:
-        client = OpenAIChatClient(server.url, "fake-model")
-        first = digest_session(turns, summary_row(turns), client, limits, policy, ledger, chunk_store=ledger)
-        sent_first = [r.prompt for r in server.chat_requests()]
-        failing["on"] = False
-        second = digest_session(turns, summary_row(turns), client, limits, policy, ledger, chunk_store=ledger)
-        sent_second = [r.prompt for r in server.chat_requests()][len(sent_first) :]
-        rechunked = dataclasses.replace(policy, chunk_limit_tokens=1200)
-        third = digest_session(turns, summary_row(turns), client, limits, rechunked, ledger, chunk_store=ledger)
-    assert first.failure == "parse-failure" and first.chunks_done == len(sent_first) - 1 > 0
-    assert second.graph is not None and second.chunks_resumed == first.chunks_done
-    assert sent_second[0] == sent_first[-1] and not set(sent_second[1:]) & set(sent_first)
-    assert len(sent_first) - 1 + len(sent_second) == second.graph.chunks  # the failed chunk alone sent twice
-    assert third.chunks_resumed == 0 and third.graph.chunks < second.graph.chunks
-
-
-def _tick_digest_sensor(instance, definitions) -> list[str]:
-    with build_sensor_context(instance=instance, resources=definitions.resources) as context:
-        result = digest_sensor(context)
-    return [r.partition_key for r in getattr(result, "run_requests", None) or []]
-
-
-# --- export ----------------------------------------------------------------------------------------
-
-
-# The nodes an exported edge may end on that the export leaves to the target graph: seeded there
-# (the frontier, agent identities) or its own (issues). Its import culls an edge to one it lacks.
-OUTSIDE = {"frontier", "@neo-opus-ada", "issue-42"}
-
-
-def test_the_export_is_node_lines_then_edge_lines_in_the_graph_backup_shape(tmp_path, store):
-    """Two sessions that name the same entities: one node line each, with the original's id, so a
-    merge import into a Neo graph that holds them adds edges to them rather than new nodes; their
-    shared relation reinforced across sessions, and AGENT_MEMORY mini summaries readable by an import."""
-    both = "The RowSelectionModel depends on the RecordStore."
-    sessions = {
-        sid: [turn(sid, 0, both, mini_summary=f"{sid} mini"), turn(sid, 1, f"#42 in {sid}")] for sid in ("a", "b")
-    }
-    shared = {
-        "entities": [
-            {"name": "RowSelectionModel", "type": "CLASS", "description": "keeps the selection"},
-            {"name": "RecordStore", "type": "CLASS", "description": "holds records"},
-        ],
-        "relations": [{"source": "RowSelectionModel", "target": "RecordStore", "type": "DEPENDS_ON",
-                       "description": "reads records", "weight": 2.0}],
-    }  # fmt: skip
-    with ModelServer(script(graph=lambda received: Behaviour.reply(shared))) as server:
-        client = OpenAIChatClient(server.url, "fake-model")
-        for turns in sessions.values():
-            ledger = RunLedger(store, "r")
-            result = digest_session(turns, summary_row(turns), client, make_limits(), SMALL_MODEL, ledger)
-            store.graph.write_graph(result.graph, run_id="r")
-    settings = dataclasses.replace(load_settings({"DIGEST_HOME": str(tmp_path)}), db_path=store.path)
-    out = export_graph(settings, str(tmp_path))
-    path = Path(out["path"])
-    assert path.name.startswith("graph-backup-") and path.suffix == ".jsonl"
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    kinds = [line["type"] for line in lines]
-    assert kinds == ["node"] * out["nodes"] + ["edge"] * out["edges"]  # every node line first
-    shapes = {"node": {"id", "label", "properties"}, "edge": {"id", "source", "target", "type", "properties"}}
-    for line in lines:
-        assert set(line) == {"type", "data"} and set(line["data"]) == shapes[line["type"]]
-    node_lines = [line["data"] for line in lines if line["type"] == "node"]
-    nodes = {n["id"]: n for n in node_lines}
-    edges = {line["data"]["id"]: line["data"] for line in lines if line["type"] == "edge"}
-    assert len(nodes) == len(node_lines)  # one line per id
-    assert all(isinstance(e["properties"]["weight"], float) for e in edges.values())
-    assert all({e["source"], e["target"]} <= set(nodes) | OUTSIDE for e in edges.values())
-    assert {n["label"] for n in node_lines} == {"SESSION_SUMMARY", "SESSION", "AGENT_MEMORY", "CLASS"}
-    # Shared across the two sessions: one node line each, with the original's id, the relation
-    # reinforced as a re-link; the node's context is the later session's, as the original's upsert.
-    assert [i for i in nodes if i.startswith("CLASS:")] == ["CLASS:RecordStore", "CLASS:RowSelectionModel"]
-    assert nodes["CLASS:RecordStore"] == {"id": "CLASS:RecordStore", "label": "CLASS", "properties": {
-        "name": "RecordStore", "description": "holds records", "semanticVectorId": "summary_b",
-        "logical_layer": "Unknown", "stability": "UNKNOWN", "gravity_well": False, "strategic_weight": 0.1,
-        "confidence": 0.5, "tags": [], "context_source": "b", "evidence": "raw-turns"}}  # fmt: skip
-    relation = edges["CLASS:RowSelectionModel->CLASS:RecordStore:DEPENDS_ON"]
-    assert relation["properties"]["weight"] == pytest.approx(reinforce(2.0, 2.0))
-    assert relation["properties"]["justification"] == "reads records"
-    for sid in ("a", "b"):
-        assert (
-            f"frontier->summary_{sid}:SESSION_COMPLETED" in edges and f"summary_{sid}->issue-42:DISCUSSED_IN" in edges
-        )
-    assert {"summary_a", "summary_b", "session:a", "session:b"} <= set(nodes)
-    # Loadable back: the AGENT_MEMORY lines carry the mini summaries an import reads.
-    minis = [parse_graph_line(line) for line in lines]
-    assert sorted(m["text"] for m in minis if m) == ["a mini", "b mini"]
-
-
-def test_the_sessions_own_graph_is_laid_over_the_imported_one_by_id(tmp_path, store):
-    """Ingested graph lines are the base of `export-graph`: a session's own row of the same id wins
-    its label and non-empty properties, an imported key it lacks stays; an edge takes the session's
-    weight (a copy of our own export does not reinforce it), a second session reinforces as before;
-    imported rows no session has go out as they came."""
-    line = {"source_file": "graph-backup-1.jsonl", "source_line": 1}
-    store.ingest.write_imported_graph(
-        [
-            {"id": "CLASS:Grid", "label": "CONCEPT", "properties": json.dumps({"name": "Grid", "description": "old", "x": 1}), **line},
-            {"id": "@neo-gpt", "label": "AgentIdentity", "properties": json.dumps({"name": "GPT"}), **line},
-        ],
-        [
-            {"id": "g", "source": "CLASS:Grid", "target": "@neo-gpt", "type": "RELATES_TO",
-             "properties": json.dumps({"weight": 1.5, "justification": "imported"}), **line},
-            {"id": "h", "source": "@neo-gpt", "target": "CLASS:Grid", "type": "X", "properties": json.dumps({}), **line},
-        ],
-    )  # fmt: skip
-    stats = ExtractionStats(0, 0, 0, 0)
-    for sid, weight in (("a", 1.0), ("b", 2.0)):
-        nodes = [GraphNode("CLASS:Grid", "CLASS", {"name": "Grid", "description": "" if sid == "a" else "new"})]
-        edges = [GraphEdge("g", "CLASS:Grid", "@neo-gpt", "RELATES_TO", {"weight": weight})]
-        store.graph.write_graph(SessionGraph(sid, "rev", nodes, edges, 0, 0, stats, 0))
-    settings = dataclasses.replace(load_settings({"DIGEST_HOME": str(tmp_path)}), db_path=store.path)
-    nodes, edges = _export_lines(settings, tmp_path / "export.jsonl")
-    assert nodes["CLASS:Grid"] == {
-        "id": "CLASS:Grid",
-        "label": "CLASS",
-        "properties": {"name": "Grid", "description": "new", "x": 1},
-    }
-    assert nodes["@neo-gpt"] == {"id": "@neo-gpt", "label": "AgentIdentity", "properties": {"name": "GPT"}}
-    assert edges["g"]["properties"] == {"weight": pytest.approx(reinforce(1.0, 2.0)), "justification": "imported"}
-    assert edges["h"] == {"id": "h", "source": "@neo-gpt", "target": "CLASS:Grid", "type": "X", "properties": {}}
 
 
 # --- the real embedded model -------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from resources.store import DigestStore
 from tests.harness_homes import claude_home, claude_turn, codex_home, write_lines
 from tests.test_cli import CLI, _cli_env, _run
 from tests.test_ingest import rows
-from tests.test_sensors import _launch, _resources, _settings, _tick, instance  # noqa: F401 (fixture)
+from tests.test_sensors import _resources, _settings, _tick, instance  # noqa: F401 (fixture)
+from tests.test_sensors_inbox import _launch
 
 
 def _stored(home) -> list[str]:

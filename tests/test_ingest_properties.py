@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from digest.ingest import IngestReport, ingest_paths
 from digest.turns import partition_key
 from resources.store import DigestStore
-from tests.test_ingest import ODD_SESSION_IDS, rows
+from tests.test_ingest import rows
+from tests.test_ingest_bundles import ODD_SESSION_IDS
 
 BOM = b"\xef\xbb\xbf"
 MARK = "@@MARK@@"  # where a line kind puts its bad bytes; no generated id holds an `@`

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import socket
 
 import pytest
-from dagster import instance_for_test
 
 from digest.mini_summaries import (
     ARCHIVE_JUNK,
     MAX_CHARS,
     MiniSummaryPolicy,
-    PendingTurn,
-    batch_order,
     build_prompt,
     fill_mini_summaries,
     mini_summary_limits,
@@ -22,12 +17,9 @@ from digest.mini_summaries import (
 )
 from digest.prompts import MINI_SUMMARY_INSTRUCTION
 from digest.scheduling import upgrade_due
-from digest.settings import SettingsError, load_settings
 from digest.summary_output import SessionSummaryOutput, SourceTier
-from digest.synthesis import Route, SessionSummary, raw_content
-from digest.synthesis import build_prompt as build_session_prompt
-from digest.turns import canonical_order, compose_document
-from pipelines.definitions import build_definitions
+from digest.synthesis import Route, SessionSummary
+from digest.turns import compose_document
 from resources.model_clients import OpenAIChatClient
 from resources.store import DigestStore, MiniSummaryLedger
 from resources.store.mini_summaries import judge_stored_mini_summaries, owe_upgrades_of_summaries_from_junk
@@ -99,12 +91,6 @@ def _fill(store: DigestStore, session_id: str, url: str, policy: MiniSummaryPoli
 
 def _rows(store, sql):
     return store.query(sql).to_dict("records")
-
-
-def _closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 # --- generation ---------------------------------------------------------------------------------
@@ -361,282 +347,6 @@ def test_a_degraded_summary_made_from_a_junk_mini_summary_is_owed_its_upgrade(st
     assert upgrade_due(steps["s1"], now_at["s1"]) and not upgrade_due(steps["s2"], now_at["s2"])
 
 
-# --- failures and the archive -------------------------------------------------------------------
-
-
-def test_a_timeout_is_counted_and_the_fifth_failure_archives_the_turn(store):
-    _add(store, _session("s1", 1))
-    policy = _policy(timeout_s=0.2, outer_timeout_s=5.0)
-    with ModelServer(lambda received: Behaviour.hang(1.0)) as server:
-        reports = [_fill(store, "s1", server.url, policy) for _ in range(6)]
-    for run, report in enumerate(reports[:5], start=1):
-        assert report.attempted == 1 and report.cause_tally()["timeout-inner"] == 1
-        assert report.made_no_progress
-        assert report.archived_after_failures == (["s1-t000"] if run == 5 else [])
-    assert reports[5].pending == 0 and reports[5].attempted == 0, "an archived turn was tried again"
-    assert len(server.chat_requests()) == 5
-    state = _rows(store, "SELECT attempts, last_cause, archived_reason FROM mini_summary_state")
-    assert state == [{"attempts": 5, "last_cause": "timeout-inner", "archived_reason": "generation-timeout"}]
-    attempts = _rows(store, "SELECT outcome, error_text FROM attempts")
-    assert [a["outcome"] for a in attempts] == ["timeout-inner"] * 5
-    assert attempts[0]["error_text"].startswith("turn s1-t000: model call timed out")
-    # Archived, the turn keeps its text and stays in the raw summary input.
-    turns = canonical_order(store.sessions.load_turns(["s1"]))
-    assert SECRET in build_session_prompt(raw_content(turns), turns)
-    # Un-archived, it gets its five attempts back.
-    assert store.mini_summaries.unarchive_turns(session_id="s1") == ["s1-t000"]
-    assert [t.id for t in store.mini_summaries.pending_mini_summary_turns("s1")] == ["s1-t000"]
-    assert _rows(store, "SELECT attempts, archived_at IS NULL AS live FROM mini_summary_state") == [
-        {"attempts": 0, "live": True}
-    ]
-
-
-def _script_for(cause: str):
-    return {
-        "timeout-outer": lambda received: Behaviour.hang(1.0),
-        "empty-output": lambda received: Behaviour.text(" \n\t "),
-        "provider-error": lambda received: Behaviour.server_error(),
-        "no-model": lambda received: Behaviour(status=404, error_body={"error": "model 'qwen3' not found"}),
-    }[cause]
-
-
-@pytest.mark.parametrize("cause", ["timeout-outer", "empty-output", "provider-error", "no-model"])
-def test_each_failure_is_tallied_by_its_cause(store, cause):
-    _add(store, _session("s1", 1))
-    # The outer (wall-clock) timeout under the inner one here, so the outer one fires.
-    policy = _policy(timeout_s=5.0, outer_timeout_s=0.3)
-    with ModelServer(_script_for(cause)) as server:
-        report = _fill(store, "s1", server.url, policy)
-    assert report.cause_tally() == {c: int(c == cause) for c in report.cause_tally()}
-    assert _rows(store, "SELECT outcome FROM attempts") == [{"outcome": cause}]
-    assert _rows(store, "SELECT attempts, last_cause FROM mini_summary_state") == [{"attempts": 1, "last_cause": cause}]
-
-
-def test_a_mini_summary_calls_attempt_is_its_in_flight_row_finished(store):
-    """The row written before the call is the row finished (`digest.attempts.call_attempt`, as a
-    summary's): one row per call, under the in-flight row's id, keeping what it said before the call
-    (its deadline, the outer backstop, included), whatever the call's end."""
-    _add(store, _session("s1", 3))
-
-    class Watching(MiniSummaryLedger):
-        def __init__(self, *args):
-            super().__init__(*args)
-            self.started, self.finished = [], []
-
-        def start_attempt(self, attempt):
-            self.started.append((super().start_attempt(attempt), attempt))
-            return self.started[-1][0]
-
-        def record_attempt(self, attempt, started=None):
-            self.finished.append((started, attempt))
-            super().record_attempt(attempt, started)
-
-    def script(received):
-        if "Prompt 0:" in received.prompt:
-            return Behaviour.text("Kept record ids in Row.mjs.")
-        return Behaviour.text(" ") if "Prompt 1:" in received.prompt else Behaviour.hang(1.0)
-
-    ledger = Watching(store, "test-run")
-    # The outer backstop (0.3 s) under the inner timeout, so the third call is abandoned.
-    with ModelServer(script) as server:
-        fill_mini_summaries(
-            store.mini_summaries.pending_mini_summary_turns("s1"),
-            _client(server.url),
-            make_limits(),
-            _policy(timeout_s=5.0, outer_timeout_s=0.3),
-            ledger,
-        )
-    assert [started for started, _ in ledger.finished] == [started for started, _ in ledger.started]
-    before = ("session_id", "stage", "tier", "prompt_bytes", "tokens_estimate", "model", "deadline_s")
-    for (_, in_flight), (_, attempt) in zip(ledger.started, ledger.finished, strict=True):
-        assert in_flight.outcome == "in-flight" and in_flight.deadline_s == pytest.approx(0.3)
-        assert {f: getattr(attempt, f) for f in before} == {f: getattr(in_flight, f) for f in before}
-    rows = _rows(
-        store,
-        "SELECT attempt_id, outcome, deadline_s, duration_s, coalesce(error_text, '') AS error_text FROM attempts ORDER BY 1",
-    )
-    assert [r["attempt_id"] for r in rows] == [started for started, _ in ledger.started]
-    assert all(r["deadline_s"] == pytest.approx(0.3) for r in rows)
-    by_outcome = {r["outcome"]: r for r in rows}
-    assert set(by_outcome) == {"ok", "empty-output", "timeout-outer"}
-    assert by_outcome["ok"]["error_text"] == ""
-    assert by_outcome["empty-output"]["error_text"] == "turn s1-t001: the reply was empty"
-    # An abandoned call is charged the time the run waited for it.
-    assert by_outcome["timeout-outer"]["error_text"].startswith("turn s1-t002: no reply within the outer timeout")
-    assert by_outcome["timeout-outer"]["duration_s"] >= 0.3
-
-
-def test_a_server_that_is_not_there_is_no_model(store):
-    _add(store, _session("s1", 2))
-    report = _fill(store, "s1", _closed_port_url())
-    assert report.cause_tally()["no-model"] == 2 and report.made_no_progress
-
-
-def test_a_turn_with_no_content_is_archived_at_once_without_a_model_call(store):
-    empty = _row("s1-empty", "s1", 5, document=compose_document("", f"{SECRET} only a thought", "  "))
-    _add(store, _session("s1", 1) + [empty])
-    with ModelServer(lambda received: Behaviour.mini(received)) as server:
-        report = _fill(store, "s1", server.url)
-    assert report.archived_no_content == ["s1-empty"]
-    assert report.attempted == 1 and len(server.chat_requests()) == 1
-    state = _rows(store, "SELECT turn_id, attempts, archived_reason FROM mini_summary_state")
-    assert state == [{"turn_id": "s1-empty", "attempts": 0, "archived_reason": "no-content"}]
-    assert store.mini_summaries.pending_mini_summary_turns("s1") == []
-    assert {t.id for t in store.sessions.load_turns(["s1"])} == {"s1-t000", "s1-empty"}, (
-        "archived turns stay in the raw input"
-    )
-
-
-def test_turns_archived_in_the_export_are_skipped_until_unarchived(store, monkeypatch, tmp_path, capsys):
-    _add(store, [_row("s1-old", "s1", 0, "p", "t", "r", archived_at="2026-01-01T00:00:00Z")] + _session("s1", 1))
-    assert [t.id for t in store.mini_summaries.pending_mini_summary_turns("s1")] == ["s1-t000"]
-    # The CLI, in process, over the same DuckDB file.
-    from app.cli import main
-
-    monkeypatch.setenv("DIGEST_HOME", str(tmp_path))
-    monkeypatch.setenv("DIGEST_DB_PATH", str(store.path))
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-    main(["unarchive-turns", "s1-old", "s1-t000", "--json"])
-    assert json.loads(capsys.readouterr().out) == {"unarchived": 1, "turn_ids": ["s1-old"]}
-    assert sorted(t.id for t in store.mini_summaries.pending_mini_summary_turns("s1")) == ["s1-old", "s1-t000"]
-
-
-# --- budget, order, priority, backoff -----------------------------------------------------------
-
-
-def test_the_budget_stops_the_run(store):
-    _add(store, _session("s1", 6))
-    slow = Behaviour(content="A line.", delay_s=1.0)
-    with ModelServer(lambda received: slow) as server:
-        report = _fill(store, "s1", server.url, _policy(budget_s=1.9))
-    # 1 s a call against a 1.9 s budget (wide margins on a loaded machine): a second turn is
-    # started, a third is not.
-    assert report.attempted == 2 and len(server.chat_requests()) == 2
-    assert report.budget_exhausted and report.left_for_later == 4
-    assert report.model_seconds >= 1.9
-    assert len(store.mini_summaries.pending_mini_summary_turns("s1")) == 4
-
-
-def test_the_batch_takes_a_fresh_reserve_of_the_newest_then_the_oldest(store):
-    _add(store, _session("s1", 6))
-    with ModelServer(lambda received: Behaviour.text("A line.")) as server:
-        _fill(store, "s1", server.url, _policy(fresh_reserve=2))
-    order = [r.prompt.split("User: Prompt ")[1].split(":")[0] for r in server.chat_requests()]
-    assert order == ["5", "4", "0", "1", "2", "3"]
-
-
-def test_batch_order_with_no_reserve_or_a_reserve_larger_than_the_batch():
-    turns = [PendingTurn(f"t{i}", "s", T0 + i, "p", "r", "d") for i in range(4)]
-    assert [t.id for t in batch_order(turns, 0)] == ["t0", "t1", "t2", "t3"]
-    assert [t.id for t in batch_order(turns, 10)] == ["t3", "t2", "t1", "t0"]
-
-
-def test_pending_sessions_come_degraded_first_by_default_and_respect_the_backoff(store):
-    big_old = _session("big-old", 30, response_bytes=900)  # over the 2000-token cap
-    small_new = [dict(r, ts_ms=r["ts_ms"] + 10**9) for r in _session("small-new", 2)]
-    _add(store, big_old + small_new)
-    limits, now = make_limits(raw_cap_tokens=2000), T0 + 2 * 10**9
-    assert store.mini_summaries.pending_mini_summary_keys(limits, "degraded-first", now) == ["big-old", "small-new"]
-    assert store.mini_summaries.pending_mini_summary_keys(limits, "newest-first", now) == ["small-new", "big-old"]
-    assert store.mini_summaries.pending_mini_summary_keys(limits, "degraded-first", now, limit=1) == ["big-old"]
-    # A run that made no progress backs its session off for ten minutes.
-    store.mini_summaries.record_backfill_run(
-        "big-old", attempted=3, generated=0, backoff_until_ms=now + 600_000, run_id="r1"
-    )
-    assert store.mini_summaries.pending_mini_summary_keys(limits, "degraded-first", now) == ["small-new"]
-    assert store.mini_summaries.pending_mini_summary_keys(limits, "degraded-first", now + 600_000) == [
-        "big-old",
-        "small-new",
-    ]
-
-
-def test_mini_summary_settings_and_their_validation():
-    policy = load_settings({}).mini_summaries
-    assert policy == MiniSummaryPolicy(600.0, 20.0, 30.0, 5, 10, "degraded-first")
-    env = {
-        "DIGEST_MINI_SUMMARY_BUDGET_S": "120",
-        "DIGEST_MINI_SUMMARY_TIMEOUT_S": "10",
-        "DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S": "15",
-        "DIGEST_MINI_SUMMARY_MAX_ATTEMPTS": "3",
-        "DIGEST_MINI_SUMMARY_FRESH_RESERVE": "0",
-        "DIGEST_MINI_SUMMARY_PRIORITY": "newest-first",
-    }
-    assert load_settings(env).mini_summaries == MiniSummaryPolicy(120.0, 10.0, 15.0, 3, 0, "newest-first")
-    with pytest.raises(SettingsError, match="DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S"):
-        load_settings({"DIGEST_MINI_SUMMARY_OUTER_TIMEOUT_S": "5"})
-    with pytest.raises(SettingsError, match="DIGEST_MINI_SUMMARY_PRIORITY"):
-        load_settings({"DIGEST_MINI_SUMMARY_PRIORITY": "random"})
-
-
-# --- through Dagster ----------------------------------------------------------------------------
-
-
-def test_a_truncated_raw_session_becomes_mini_summary_once_its_turns_are_filled(tmp_path):
-    settings = load_settings(
-        {
-            "DIGEST_HOME": str(tmp_path / "home"),
-            "DIGEST_MODEL_PROVIDER": "openai",
-            "DIGEST_CONTEXT_LIMIT_TOKENS": "8192",
-            "DIGEST_RAW_CAP_TOKENS": "2000",
-        }
-    )
-    store = DigestStore(settings.db_path)
-    store.migrate()
-    _add(store, _session("big", 30, response_bytes=900))  # ~30 KB: over the cap, no mini summaries
-    mini_summaries_work = {"on": False}
-
-    def script(received):
-        if "response_format" in received.body:  # the session summary
-            return Behaviour.reply(GOOD_SUMMARY)
-        return (
-            Behaviour.text("Kept the grid selection on record ids.")
-            if mini_summaries_work["on"]
-            # A refusal of the request (4xx), not of the host: a 5xx would open the host's circuit
-            # and hand the session back before its summary (issue 22, defect 2).
-            else Behaviour(status=400, error_body={"error": {"message": "refused"}})
-        )
-
-    with instance_for_test() as instance, ModelServer(script) as server:
-        instance.add_dynamic_partitions("sessions", ["big"])
-        job = build_definitions(dataclasses.replace(settings, model_url=server.url)).resolve_job_def(
-            "summarize_sessions"
-        )
-
-        def run(**config):
-            run_config = {"ops": {"turn_mini_summaries": {"config": config}}} if config else None
-            result = job.execute_in_process(instance=instance, partition_key="big", run_config=run_config)
-            assert result.success
-            return {
-                node: result.asset_materializations_for_node(node)[0].metadata
-                for node in ("turn_mini_summaries", "session_summaries")
-            }
-
-        first = run()  # the model refuses mini summaries: the summary falls to truncated raw snippets
-        mini_summaries_work["on"] = True
-        held = run()  # the session made no progress last time: it is in backoff, nothing is attempted
-        filled = run(ignore_backoff=True)
-
-    assert first["turn_mini_summaries"]["attempted"].value == 30
-    assert first["turn_mini_summaries"]["causes"].value["provider-error"] == 30
-    assert first["turn_mini_summaries"]["backoff_until"].value != "none"
-    assert first["session_summaries"]["source_tier"].value == "turnCards"
-    assert first["session_summaries"]["mini_summary_coverage"].value == 0.0
-
-    assert held["turn_mini_summaries"]["attempted"].value == 0
-    assert held["session_summaries"]["source_tier"].value == "turnCards"
-
-    assert filled["turn_mini_summaries"]["generated"].value == 30
-    assert filled["turn_mini_summaries"]["mini_summary_coverage"].value == 1.0
-    assert filled["turn_mini_summaries"]["backoff_until"].value == "none"
-    assert "Kept the grid selection" in filled["turn_mini_summaries"]["preview"].value
-    summary = filled["session_summaries"]
-    assert (summary["source_tier"].value, summary["degraded"].value) == ("miniSummary", True)
-    assert summary["mini_summary_coverage"].value == 1.0
-    assert _rows(store, "SELECT source_tier, mini_summary_count FROM session_summaries") == [
-        {"source_tier": "miniSummary", "mini_summary_count": 30}
-    ]
-
-
 # --- the real model -----------------------------------------------------------------------------
 
 
@@ -679,71 +389,3 @@ def test_the_embedded_model_writes_a_mini_summary_for_a_real_turn(store):
         assert _rows(store, "SELECT origin, model FROM mini_summaries") == [
             {"origin": "generated", "model": MODEL_ALIAS}
         ]
-
-
-@pytest.mark.parametrize("protocol", ["openai", "ollama"])
-def test_a_mini_summary_cut_at_the_output_cap_keeps_its_line_and_says_it_was_cut(store, protocol):
-    """Unlike a summary's JSON, a line cut at the cap is still a line: thrown away, its model time
-    would be lost (a ramble of SmolLM2 past 128 tokens is common); kept, the attempt says so."""
-    from resources.model_clients import OllamaChatClient
-    from tests.fault_server import FaultServer
-
-    # The fault server's reply is a summary of a token refresh in auth.py: this turn is that work.
-    _add(
-        store,
-        [_row("s1-t000", "s1", 0, "Fix the token refresh in auth.py.", response="Fixed it; added a regression test.")],
-    )
-    with FaultServer("length-cut") as server:
-        client = _client(server.url) if protocol == "openai" else OllamaChatClient(server.url, "fake-model", 8192)
-        report = fill_mini_summaries(
-            store.mini_summaries.pending_mini_summary_turns("s1"),
-            client,
-            make_limits(),
-            _policy(),
-            MiniSummaryLedger(store, "r"),
-        )
-    assert len(report.generated) == 1 and report.cut_at_output_cap == 1
-    assert 0 < len(report.generated[0][1]) <= MAX_CHARS
-    (attempt,) = _rows(store, "SELECT outcome, error_text FROM attempts")
-    assert attempt["outcome"] == "ok" and "cut at the output cap" in attempt["error_text"]
-
-
-# Issue 22 (minor): a mini summary's failed call is classified as a summary call's is
-# (`digest.friction.classify_error`); only the timeouts say which deadline and an absent server `no-model`.
-@pytest.mark.parametrize("protocol", ["openai", "ollama"])
-@pytest.mark.parametrize(
-    ("fault", "outcome"),
-    [
-        ("huge", "token-budget-exceeded"),  # a 50 MB reply: was `unspecified`
-        ("context-overflow", "context-overflow"),  # was `provider-error`
-        ("server-error", "provider-error"),
-    ],
-)
-def test_a_mini_summary_call_fails_with_the_summary_stages_classification(store, protocol, fault, outcome):
-    from digest.friction import classify_error
-    from digest.model_api import ModelError
-    from resources.model_clients import OllamaChatClient
-    from tests.fault_server import FaultServer
-    from tests.test_model_faults import SYMPTOM
-
-    assert SYMPTOM[fault] == outcome  # what the summary stage files for the same fault
-    _add(store, _session("s1", 1))
-    with FaultServer(fault) as server:
-        client = _client(server.url) if protocol == "openai" else OllamaChatClient(server.url, "fake-model", 8192)
-        # The summary stage's own path: the client raises a typed error, or flags the reply as cut.
-        try:
-            reply = client.chat("p", schema=None, max_output_tokens=128, timeout_s=10.0)
-            assert reply.finish_reason == "length"
-        except ModelError as error:
-            assert classify_error(error) == outcome
-        report = fill_mini_summaries(
-            store.mini_summaries.pending_mini_summary_turns("s1"),
-            client,
-            make_limits(),
-            _policy(),
-            MiniSummaryLedger(store, "r"),
-        )
-    assert report.generated == [] and report.cause_tally()[outcome] == 1
-    assert _rows(store, "SELECT outcome FROM attempts") == [{"outcome": outcome}]
-    assert _rows(store, "SELECT last_cause FROM mini_summary_state") == [{"last_cause": outcome}]
-    assert _rows(store, "SELECT count(*) AS n FROM mini_summaries") == [{"n": 0}]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from digest.archive import MANIFEST
 from digest.archive_read import BundleError, validate_bundle
 from resources.store import DigestStore
-from tests.hostile_bundles import (
+from tests.bundle_edits import (
     LIVE_ONLY,
     before_restore,
     bundle_turn_sessions,
@@ -31,7 +31,7 @@ from tests.hostile_bundles import (
     save_manifest,
     set_lines,
 )
-from tests.test_archive import restore_base  # noqa: F401  (the module's store and bundles)
+from tests.test_archive_hostile import restore_base  # noqa: F401  (the module's store and bundles)
 
 EXAMPLES = int(os.environ.get("RESTORE_PROPERTY_EXAMPLES", "60"))
 SESSIONS = ["small", "third", *LIVE_ONLY]

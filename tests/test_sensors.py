@@ -1,21 +1,15 @@
-"""Sensors, backoff, leases and concurrent writers, in a real Dagster instance over real DuckDB."""
+"""Sensors: registration, selection, budgets and backoff, in a real Dagster instance over real DuckDB;
+the helpers the test_sensors_* modules share."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from dagster import (
     AssetKey,
-    AssetRecordsFilter,
     DagsterRunStatus,
-    RunsFilter,
     build_sensor_context,
     instance_for_test,
     validate_run_config,
@@ -34,7 +28,6 @@ from pipelines.jobs import default_run_config, requested_job
 from pipelines.sensors import (
     PARTITION_CHUNK,
     digest_sensor,
-    inbox_sensor,
     mini_summary_sensor,
     register_partitions,
     summary_sensor,
@@ -370,213 +363,6 @@ def test_model_time_budget_follows_measured_throughput(tmp_path, instance):
     assert len(_tick(instance, resources).run_requests) == 1
 
 
-def test_in_flight_sessions_are_not_requested_again_and_a_rerun_after_restore_is(tmp_path, instance):
-    settings = _settings(tmp_path)
-    store = DigestStore(settings.db_path)
-    store.migrate()
-    _seed_sessions(store, 2, int(time.time() * 1000) - 2 * HOUR_MS)
-    resources = _resources(settings)
-    register_partitions(instance, store)
-    job = build_definitions(settings).resolve_job_def("summarize_sessions")
-    run = instance.create_run_for_job(job, tags={"dagster/partition": "s000000"}, status=DagsterRunStatus.NOT_STARTED)
-    assert _requested(_tick(instance, resources)) == ["s000001"]
-    instance.report_run_canceled(run)
-    # The run ended without a summary (or a restore rolled the store back): asked for again.
-    assert "s000000" in _requested(_tick(instance, resources))
-
-
-def test_leases_stop_a_second_run_and_an_expired_one_is_reclaimed(tmp_path, instance):
-    store = DigestStore(tmp_path / "d.duckdb")
-    store.migrate()
-    now = int(time.time() * 1000)
-    assert store.summaries.claim_summary_lease("s", "run-a", now, ttl_s=60) is None
-    assert store.summaries.claim_summary_lease("s", "run-b", now + 1000, ttl_s=60) == "run-a"
-    assert store.summaries.claim_summary_lease("s", "run-b", now + 61_000, ttl_s=60) is None  # run-a crashed
-    store.summaries.release_summary_lease("s", "run-a")  # a late release by the old holder changes nothing
-    assert store.summaries.claim_summary_lease("s", "run-c", now + 62_000, ttl_s=60) == "run-b"
-    store.summaries.release_summary_lease("s", "run-b")
-    assert store.summaries.claim_summary_lease("s", "run-c", now + 63_000, ttl_s=60) is None
-    # A killed run's lease on a session nobody claims again does not stay: any claim drops it.
-    assert store.summaries.claim_summary_lease("t", "run-d", now + 64_000, ttl_s=1) is None
-    store.summaries.claim_summary_lease("u", "run-e", now + 66_000, ttl_s=60)
-    assert store.query("SELECT session_id FROM summary_leases ORDER BY 1")["session_id"].tolist() == ["s", "u"]
-
-
-def test_a_leased_session_is_not_summarized_twice(tmp_path, instance):
-    settings = _settings(tmp_path)
-    folder = write_bundle(tmp_path / "bundle", make_turns("busy", 2))
-    with ModelServer() as server:
-        definitions = build_definitions(dataclasses.replace(settings, model_url=server.url))
-        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
-        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
-        store = DigestStore(settings.db_path)
-        register_partitions(instance, store)
-        store.summaries.claim_summary_lease("busy", "other-run", int(time.time() * 1000), ttl_s=600)
-        result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
-            instance=instance, partition_key="busy", raise_on_error=False
-        )
-        # A sweep's run leaves it to the holder: a concurrent sweep's run is on it.
-        swept = definitions.resolve_job_def("summarize_sessions").execute_in_process(
-            instance=instance, partition_key="busy", tags={"digest/sweep": "cli"}, raise_on_error=False
-        )
-    assert not result.success
-    failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
-    assert "being summarized by run other-run" in failure.event_specific_data.error.message
-    assert swept.success and swept.asset_materializations_for_node("session_summaries") == []
-    (observation,) = swept.asset_observations_for_node("session_summaries")
-    assert "being summarized by run other-run" in observation.metadata["reason"].value
-    assert not any("AI-agent work session" in r.prompt for r in server.chat_requests())
-    assert store.query("SELECT run_id FROM summary_leases")["run_id"].tolist() == ["other-run"]
-
-
-def test_a_swept_run_rechecks_under_the_lease_what_other_runs_did_meanwhile(tmp_path, instance):
-    """A sweep queued the session, and by the time its run holds the lease another run has summarized
-    it, failed it into backoff, or an archive retired it: no model call, nothing materialized, an
-    observation says why. A run asked for by hand (after a prompt change, say) summarizes it again."""
-    settings = _settings(tmp_path, DIGEST_RESPONSE_CACHE="off")  # every summary is a model call
-    flaky = [dataclasses.replace(t, document=t.document + " flaky") for t in make_turns("flaky", 2)]
-    folder = write_bundle(tmp_path / "bundle", make_turns("done", 2) + flaky)
-    swept = {"digest/sweep": "cli", "digest/route": "raw"}
-
-    def script(received):
-        # The session's own failure (a reply that does not parse): a host's failure would not back it off.
-        return Behaviour.text("no json here") if "flaky" in received.prompt else Behaviour.reply()
-
-    with ModelServer(script) as server:
-        definitions = build_definitions(dataclasses.replace(settings, model_url=server.url))
-        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
-        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
-        store = DigestStore(settings.db_path)
-        register_partitions(instance, store)
-        job = definitions.resolve_job_def("summarize_sessions")
-        key = definitions.resolve_assets_def("session_summaries").key
-
-        def run(partition, tags):
-            calls = len(server.chat_requests())
-            result = job.execute_in_process(instance=instance, partition_key=partition, tags=tags, raise_on_error=False)
-            observed = [e.metadata["reason"].value for e in result.asset_observations_for_node("session_summaries")]
-            return result, len(server.chat_requests()) - calls, observed
-
-        def materializations(partition):
-            return len(
-                instance.fetch_materializations(
-                    AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=10
-                ).records
-            )
-
-        first, calls, _ = run("done", swept)
-        assert first.success and calls == 1 and materializations("done") == 1
-        again, calls, (reason,) = run("done", swept)  # a second sweep had queued it too
-        assert again.success and calls == 0 and materializations("done") == 1
-        assert reason.startswith("already summarized at its current turns") and first.run_id in reason
-        assert store.reports.summary_rows()[0]["run_id"] == first.run_id
-        by_hand, calls, _ = run("done", {})
-        assert by_hand.success and calls == 1 and materializations("done") == 2
-
-        failed, calls, _ = run("flaky", swept)
-        assert not failed.success and calls == 1
-        backing_off, calls, (reason,) = run("flaky", swept)
-        assert backing_off.success and calls == 0 and "in failure backoff" in reason
-        assert not run("flaky", {})[0].success  # by hand: tried again, as a rerun from the UI is
-        assert run("flaky", {**swept, "digest/route": "staged"})[1] == 1  # a staged route finishes whatever the backoff
-
-        store.archive.write_archive(tmp_path / "archives", ["done"], retire=True)
-        retired, calls, (reason,) = run("done", {})
-        assert retired.success and calls == 0 and reason.startswith("the session is retired")
-    assert store.query("SELECT count(*) AS n FROM summary_leases")["n"][0] == 0
-
-
-WRITER = """
-import sys
-from digest.attempts import Attempt
-from resources.store import DigestStore
-store = DigestStore(sys.argv[1])
-for i in range(int(sys.argv[3])):
-    store.attempts.record_attempt(Attempt(sys.argv[2], "session-summary", "raw", 10, 4, "ok", 0.1, "m"))
-"""
-
-
-def test_two_processes_writing_one_duckdb_file_both_succeed(tmp_path):
-    path = tmp_path / "shared.duckdb"
-    DigestStore(path).migrate()
-    writers = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, "150"], stderr=subprocess.PIPE, text=True)
-        for name in ("writer-a", "writer-b")
-    ]
-    for writer in writers:
-        assert writer.wait(timeout=240) == 0, writer.stderr.read()
-    counts = DigestStore(path).query("SELECT session_id, count(*) AS n FROM attempts GROUP BY 1 ORDER BY 1")
-    assert counts.to_dict("records") == [{"session_id": "writer-a", "n": 150}, {"session_id": "writer-b", "n": 150}]
-
-
-def _settle(folder) -> None:
-    settled = time.time() - 60
-    for path in folder.glob("*.jsonl"):
-        os.utime(path, (settled, settled))
-
-
-def _launch(instance, definitions, request, status=None):
-    """What the daemon does with an ingest request: a run not started yet (`status`), or the run itself."""
-    job = definitions.resolve_job_def("ingest")
-    if status is not None:
-        return instance.create_run_for_job(job, run_config=request.run_config, tags=request.tags, status=status)
-    return job.execute_in_process(
-        run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False
-    )
-
-
-def test_inbox_sensor_launches_ingest_for_new_settled_files_only(tmp_path, instance):
-    settings = _settings(tmp_path)
-    settings.inbox.mkdir(parents=True)
-    resources = _resources(settings)
-    _settle(write_bundle(settings.inbox, make_turns("a", 1)))
-    result = _tick(instance, resources, inbox_sensor)
-    (request,) = result.run_requests
-    paths = request.run_config["ops"]["raw_turns"]["config"]["paths"]
-    assert sorted(p.rsplit("/", 1)[1][:6] for p in paths) == ["graph-", "memory"]
-    # Its run not started yet: not launched twice. A file still being written: not yet.
-    _launch(instance, build_definitions(settings), request, status=DagsterRunStatus.NOT_STARTED)
-    again = _tick(instance, resources, inbox_sensor, cursor=result.cursor)
-    assert again.run_requests == []
-    (settings.inbox / "turns-live.jsonl").write_text('{"id": "x"}\n')
-    assert _tick(instance, resources, inbox_sensor, cursor=again.cursor).run_requests == []
-
-
-def test_inbox_sensor_retries_a_failed_ingest_until_one_succeeds(tmp_path, instance, monkeypatch):
-    settings = _settings(tmp_path)
-    settings.inbox.mkdir(parents=True)
-    resources = _resources(settings)
-    definitions = build_definitions(settings)
-    # Runs that cannot open the store (a folder where the DuckDB file should be) fail.
-    (tmp_path / "unopenable").mkdir()
-    broken = build_definitions(dataclasses.replace(settings, db_path=tmp_path / "unopenable"))
-    _settle(write_bundle(settings.inbox, make_turns("lost", 2)))
-
-    first = _tick(instance, resources, inbox_sensor)
-    (request,) = first.run_requests
-    assert not _launch(instance, broken, request).success
-    # The next tick launches the same files again, as the same batch.
-    second = _tick(instance, resources, inbox_sensor, cursor=first.cursor)
-    (retry,) = second.run_requests
-    assert retry.run_config == request.run_config and retry.tags == request.tags
-    assert not _launch(instance, broken, retry).success
-    # A second failure waits (doubling) before the next try.
-    third = _tick(instance, resources, inbox_sensor, cursor=second.cursor)
-    assert third.run_requests == [] and "2 file(s) retry in" in third.skip_reason.skip_message
-    monkeypatch.setattr("pipelines.sensors.RETRY_BASE_S", 0.0)
-    fourth = _tick(instance, resources, inbox_sensor, cursor=third.cursor)
-    (retry,) = fourth.run_requests
-    queued = _launch(instance, definitions, retry, status=DagsterRunStatus.NOT_STARTED)
-    assert _tick(instance, resources, inbox_sensor, cursor=fourth.cursor).run_requests == []  # in flight
-    instance.delete_run(queued.run_id)  # the queued run, executed for real:
-    assert _launch(instance, definitions, retry).success
-    done = _tick(instance, resources, inbox_sensor, cursor=fourth.cursor)
-    assert done.run_requests == [] and _tick(instance, resources, inbox_sensor, cursor=done.cursor).run_requests == []
-    assert DigestStore(settings.db_path).sessions.partition_keys() == ["lost"]
-    runs = instance.get_runs(filters=RunsFilter(job_name="ingest"))
-    assert sorted(run.status.value for run in runs) == ["FAILURE", "FAILURE", "SUCCESS"]
-
-
 def test_mini_summary_sensor_serves_degraded_sessions_first_one_run_at_a_time(tmp_path, instance):
     settings = _settings(tmp_path)
     store = DigestStore(settings.db_path)
@@ -619,22 +405,3 @@ def test_digest_sensor_takes_a_fresh_reserve_then_the_oldest_and_skips_undigesti
     job = build_definitions(settings).resolve_job_def("digest_sessions")
     instance.create_run_for_job(job, tags={"dagster/partition": "s000000"}, status=DagsterRunStatus.NOT_STARTED)
     assert _requested(_tick(instance, resources, digest_sensor)) == ["s000001", "s000006", "s000005", "s000004"]
-
-
-def test_inbox_sensor_finds_harness_logs_by_their_content(tmp_path, instance):
-    settings = _settings(tmp_path)
-    samples = Path(__file__).resolve().parent.parent / "samples" / "harnesses"
-    shutil.copytree(samples, settings.inbox)
-    (settings.inbox / "notes.md").write_text("# Notes\n\nnot a chat history\n")
-    settled = time.time() - 60
-    for path in settings.inbox.iterdir():
-        os.utime(path, (settled, settled))
-    (request,) = _tick(instance, _resources(settings), inbox_sensor).run_requests
-    paths = request.run_config["ops"]["raw_turns"]["config"]["paths"]
-    assert sorted(Path(p).name for p in paths) == [
-        ".aider.chat.history.md",
-        "0b6c3f1e-5a2d-4c8e-9f41-7d2e8a1c5b90.jsonl",
-        "astropy__astropy-13033.traj",
-        "psf__requests-4498.traj.json",
-        "rollout-2026-11-19T14-02-11-01936a4e-7c1b-7d42-9a0e-3b5f2c8d1e67.jsonl",
-    ]

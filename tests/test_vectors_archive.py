@@ -9,7 +9,7 @@ from pathlib import Path
 from digest.archive_read import validate_bundle
 from digest.ingest import ingest_paths
 from resources.store import DigestStore
-from tests.hostile_bundles import reseal
+from tests.bundle_edits import reseal
 from tests.test_vectors import archived_vectors, bits, f32_values, f64_values, memory_line, stored, write_memory
 
 
