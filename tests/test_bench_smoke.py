@@ -1,6 +1,6 @@
 """The benchmarks still run: each at its smallest size, as a subprocess, so a refactor cannot break
-one unseen. Every bench/*.py but the `_*` modules (`_old_code.py`: the old arms' git worktrees) needs
-an entry in SMOKE: a new benchmark without one fails here. The ones on the real embedded model skip
+one unseen. Every bench/*.py but the `_*` modules (helpers the benchmarks import: `_old_code.py`, the old
+arms' git worktrees; `_measure.py`, `_search_corpus.py`, ...) needs an entry in SMOKE: a new benchmark without one fails here. The ones on the real embedded model skip
 when the SmolLM2 weights are not installed (CI has them). bench/busy_host.py, bench/search_serving.py,
 bench/search_snapshot.py and bench/recall.py also need a git checkout: their old arm is a git
 worktree (of 957c233, of 8d342e9, of fdac0c5, of 8a1d9e3) under bench/out/; so do
