@@ -242,18 +242,6 @@ def pytest_collection_modifyitems(config, items) -> None:
         if module not in TIERS:
             raise pytest.UsageError(f"{item.module.__file__}: no tier in TIERS (tests/conftest.py)")
         item.add_marker(TIERS[module])
-    if hasattr(config, "workerinput"):
-        # On xdist's workers (`make test`), the longest tiers first: the workers take tests in this
-        # order, and a kill loop of minutes started last is the whole run's tail (docs/testing.md).
-        items.sort(key=lambda item: LONGEST_FIRST.index(_tier(item, tiers)))
-
-
-# The tiers by how long their tests take, the longest first.
-LONGEST_FIRST = ["stress", "smoke", "embedded", "browser", "integration", "unit"]
-
-
-def _tier(item, tiers: set[str]) -> str:
-    return next(marker.name for marker in item.iter_markers() if marker.name in tiers)
 
 
 @pytest.fixture(scope="session")
