@@ -80,9 +80,14 @@ def _client(url: str) -> OpenAIChatClient:
 
 
 def _fill(store: DigestStore, session_id: str, url: str, policy: MiniSummaryPolicy | None = None):
+    return _fill_by(store, session_id, _client(url), policy)
+
+
+def _fill_by(store: DigestStore, session_id: str, client, policy: MiniSummaryPolicy | None = None):
+    """The session's pending mini summaries filled by `client` (any protocol's)."""
     return fill_mini_summaries(
         store.mini_summaries.pending_mini_summary_turns(session_id),
-        _client(url),
+        client,
         make_limits(),
         policy or _policy(),
         MiniSummaryLedger(store, "test-run"),

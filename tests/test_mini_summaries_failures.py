@@ -16,7 +16,7 @@ from digest.turns import canonical_order, compose_document
 from resources.store import MiniSummaryLedger
 from tests.conftest import make_limits
 from tests.model_server import Behaviour, ModelServer
-from tests.test_mini_summaries import SECRET, _add, _client, _fill, _policy, _row, _rows, _session
+from tests.test_mini_summaries import SECRET, _add, _client, _fill, _fill_by, _policy, _row, _rows, _session
 
 
 def _closed_port_url() -> str:
@@ -168,11 +168,17 @@ def test_turns_archived_in_the_export_are_skipped_until_unarchived(store, monkey
 # --- a fault server's replies -------------------------------------------------------------------
 
 
+def _protocol_client(protocol: str, url: str):
+    """The OpenAI-compatible client (`_client`) or Ollama's, at `url`."""
+    from resources.model_clients import OllamaChatClient
+
+    return _client(url) if protocol == "openai" else OllamaChatClient(url, "fake-model", 8192)
+
+
 @pytest.mark.parametrize("protocol", ["openai", "ollama"])
 def test_a_mini_summary_cut_at_the_output_cap_keeps_its_line_and_says_it_was_cut(store, protocol):
     """Unlike a summary's JSON, a line cut at the cap is still a line: thrown away, its model time
     would be lost (a ramble of SmolLM2 past 128 tokens is common); kept, the attempt says so."""
-    from resources.model_clients import OllamaChatClient
     from tests.fault_server import FaultServer
 
     # The fault server's reply is a summary of a token refresh in auth.py: this turn is that work.
@@ -181,14 +187,8 @@ def test_a_mini_summary_cut_at_the_output_cap_keeps_its_line_and_says_it_was_cut
         [_row("s1-t000", "s1", 0, "Fix the token refresh in auth.py.", response="Fixed it; added a regression test.")],
     )
     with FaultServer("length-cut") as server:
-        client = _client(server.url) if protocol == "openai" else OllamaChatClient(server.url, "fake-model", 8192)
-        report = fill_mini_summaries(
-            store.mini_summaries.pending_mini_summary_turns("s1"),
-            client,
-            make_limits(),
-            _policy(),
-            MiniSummaryLedger(store, "r"),
-        )
+        client = _protocol_client(protocol, server.url)
+        report = _fill_by(store, "s1", client)
     assert len(report.generated) == 1 and report.cut_at_output_cap == 1
     assert 0 < len(report.generated[0][1]) <= MAX_CHARS
     (attempt,) = _rows(store, "SELECT outcome, error_text FROM attempts")
@@ -209,27 +209,20 @@ def test_a_mini_summary_cut_at_the_output_cap_keeps_its_line_and_says_it_was_cut
 def test_a_mini_summary_call_fails_with_the_summary_stages_classification(store, protocol, fault, outcome):
     from digest.friction import classify_error
     from digest.model_api import ModelError
-    from resources.model_clients import OllamaChatClient
     from tests.fault_server import FaultServer
     from tests.test_model_faults import SYMPTOM
 
     assert SYMPTOM[fault] == outcome  # what the summary stage files for the same fault
     _add(store, _session("s1", 1))
     with FaultServer(fault) as server:
-        client = _client(server.url) if protocol == "openai" else OllamaChatClient(server.url, "fake-model", 8192)
+        client = _protocol_client(protocol, server.url)
         # The summary stage's own path: the client raises a typed error, or flags the reply as cut.
         try:
             reply = client.chat("p", schema=None, max_output_tokens=128, timeout_s=10.0)
             assert reply.finish_reason == "length"
         except ModelError as error:
             assert classify_error(error) == outcome
-        report = fill_mini_summaries(
-            store.mini_summaries.pending_mini_summary_turns("s1"),
-            client,
-            make_limits(),
-            _policy(),
-            MiniSummaryLedger(store, "r"),
-        )
+        report = _fill_by(store, "s1", client)
     assert report.generated == [] and report.cause_tally()[outcome] == 1
     assert _rows(store, "SELECT outcome FROM attempts") == [{"outcome": outcome}]
     assert _rows(store, "SELECT last_cause FROM mini_summary_state") == [{"last_cause": outcome}]
