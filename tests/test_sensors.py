@@ -109,6 +109,17 @@ def _summary(session_id: str, turns: int, revision: str) -> SessionSummary:
     )  # fmt: skip
 
 
+def _ingested(settings, model_url: str, folder, instance) -> tuple:
+    """(definitions on the model at `model_url`, the store): the bundle at `folder` ingested by the
+    ingest job and its sessions registered as partitions."""
+    definitions = build_definitions(dataclasses.replace(settings, model_url=model_url))
+    config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
+    assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
+    store = DigestStore(settings.db_path)
+    register_partitions(instance, store)
+    return definitions, store
+
+
 def _requested(result) -> list[str]:
     return [r.partition_key for r in result.run_requests]
 
@@ -306,11 +317,7 @@ def test_backoff_grows_and_resets(tmp_path, instance):
     settings = _settings(tmp_path)
     folder = write_bundle(tmp_path / "bundle", make_turns("flaky", 2))
     with ModelServer(lambda received: Behaviour.text("not json")) as server:
-        definitions = build_definitions(dataclasses.replace(settings, model_url=server.url))
-        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
-        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
-        store = DigestStore(settings.db_path)
-        register_partitions(instance, store)
+        definitions, store = _ingested(settings, server.url, folder, instance)
         job = definitions.resolve_job_def("summarize_sessions")
 
         def fail_once():

@@ -18,7 +18,7 @@ from resources.store import DigestStore
 from tests.bundles import write_bundle
 from tests.conftest import make_turns
 from tests.model_server import Behaviour, ModelServer
-from tests.test_sensors import HOUR_MS, _requested, _resources, _seed_sessions, _settings, _tick
+from tests.test_sensors import HOUR_MS, _ingested, _requested, _resources, _seed_sessions, _settings, _tick
 
 instance = tests.test_sensors.instance  # the fixture of tests/test_sensors.py: pytest finds it here by this name
 
@@ -59,11 +59,7 @@ def test_a_leased_session_is_not_summarized_twice(tmp_path, instance):
     settings = _settings(tmp_path)
     folder = write_bundle(tmp_path / "bundle", make_turns("busy", 2))
     with ModelServer() as server:
-        definitions = build_definitions(dataclasses.replace(settings, model_url=server.url))
-        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
-        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
-        store = DigestStore(settings.db_path)
-        register_partitions(instance, store)
+        definitions, store = _ingested(settings, server.url, folder, instance)
         store.summaries.claim_summary_lease("busy", "other-run", int(time.time() * 1000), ttl_s=600)
         result = definitions.resolve_job_def("summarize_sessions").execute_in_process(
             instance=instance, partition_key="busy", raise_on_error=False
@@ -96,11 +92,7 @@ def test_a_swept_run_rechecks_under_the_lease_what_other_runs_did_meanwhile(tmp_
         return Behaviour.text("no json here") if "flaky" in received.prompt else Behaviour.reply()
 
     with ModelServer(script) as server:
-        definitions = build_definitions(dataclasses.replace(settings, model_url=server.url))
-        config = {"ops": {"raw_turns": {"config": {"paths": [str(folder)]}}}}
-        assert definitions.resolve_job_def("ingest").execute_in_process(run_config=config, instance=instance).success
-        store = DigestStore(settings.db_path)
-        register_partitions(instance, store)
+        definitions, store = _ingested(settings, server.url, folder, instance)
         job = definitions.resolve_job_def("summarize_sessions")
         key = definitions.resolve_assets_def("session_summaries").key
 
