@@ -100,7 +100,7 @@ class HeldFile(Protocol):
 
 class _Hold:
     """The ingest's held connection, let go after HOLD_BYTES of lines, and between files after
-    HOLD_SECONDS (a connection a file paid DuckDB's attach and a checkpoint for each file)."""
+    HOLD_SECONDS: one connection for each file made every file pay DuckDB's attach and a checkpoint."""
 
     def __init__(self, file: HeldFile):
         self.file = file

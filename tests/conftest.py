@@ -188,7 +188,7 @@ def pytest_configure(config) -> None:
 def unit_temp_folder() -> str | None:
     """A fresh folder on the memory file system for the unit tier's stores and indexes, or None
     (pytest's own) where there is none. Its tests' commits, fsyncs and deletes are then no disk
-    work: about a second of the tier's CPU (docs/testing.md). What they assert of a file is the
+    work: some 0.8 s of the tier's CPU (BENCHMARKS.md §36.1). What they assert of a file is the
     same there; the tiers that test the disk (a full one, a killed writer) keep pytest's folder.
     A folder a run left (a failure's, or a run killed) goes once it is an hour old."""
     if not (UNIT_TEMP_PARENT.is_dir() and os.access(UNIT_TEMP_PARENT, os.W_OK)):
@@ -202,8 +202,9 @@ def unit_temp_folder() -> str | None:
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     """The unit tier's memory folder goes when every test passed; a failure's is kept to look at."""
-    basetemp = session.config.option.basetemp
-    if exitstatus == 0 and basetemp and Path(basetemp).parent == UNIT_TEMP_PARENT:
+    basetemp = session.config.option.basetemp and Path(session.config.option.basetemp)
+    ours = basetemp and basetemp.parent == UNIT_TEMP_PARENT and basetemp.name.startswith(UNIT_TEMP_PREFIX)
+    if exitstatus == 0 and ours:  # not a folder given by `--basetemp`
         shutil.rmtree(basetemp, ignore_errors=True)
 
 
